@@ -1,0 +1,1 @@
+"""Messenger: wire protocol, broker, dealer client, worker loop. Uses zmq + pyarrow only."""

@@ -1,0 +1,59 @@
+"""One place that builds a local SparkSession the way sparkgnn needs it.
+
+Why: Spark's Python workers must run the same interpreter as the driver (else "No module named
+pyarrow"), adaptive query execution must not coalesce shuffle partitions (the executor routes
+rows to partition indexes and relies on partition i of a shuffle being task i), and a local
+session should bind to loopback.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+# Settings sparkgnn relies on in any session (local or cluster); applied by `configure`.
+REQUIRED_CONF = {
+    "spark.sql.adaptive.coalescePartitions.enabled": "false",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+}
+
+LOCAL_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.default.parallelism": "4",
+    "spark.driver.memory": "4g",
+    "spark.python.worker.reuse": "true",
+    "spark.sql.execution.arrow.maxRecordsPerBatch": "20000",
+}
+
+
+def _point_python_at_this_interpreter() -> None:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+def local_session(app_name: str = "sparkgnn", cores: int | str = "*", extra_conf: dict | None = None):
+    """Create (or return the active) local SparkSession with sparkgnn's settings."""
+    _point_python_at_this_interpreter()
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.master(f"local[{cores}]").appName(app_name)
+    for key, value in {**LOCAL_CONF, **REQUIRED_CONF, **(extra_conf or {})}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def configure(spark) -> None:
+    """Apply the settings sparkgnn relies on to a session the user built (e.g. spark-submit)."""
+    for key, value in REQUIRED_CONF.items():
+        spark.conf.set(key, value)
+
+
+def default_parallelism(spark) -> int:
+    """Total cores of the cluster as Spark reports them."""
+    return int(spark.sparkContext.defaultParallelism)

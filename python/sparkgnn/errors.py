@@ -1,0 +1,27 @@
+"""Every error sparkgnn raises on purpose derives from SparkGNNError, so callers can tell a
+clear, named refusal (bad input, stale store, unsupported layer) from a bug deep in a library."""
+
+
+class SparkGNNError(Exception):
+    """Base class of all deliberate sparkgnn errors."""
+
+
+class GraphValidationError(SparkGNNError, ValueError):
+    """The graph's vertices or edges are malformed (duplicates, dangling ids, bad widths, NaN)."""
+
+
+class UnsupportedModelError(SparkGNNError, ValueError):
+    """A model uses a layer or option sparkgnn cannot run exactly."""
+
+
+class ModelLoadError(SparkGNNError, ValueError):
+    """A saved model is missing, corrupt or does not match its spec."""
+
+
+class PlanError(SparkGNNError, ValueError):
+    """The planner cannot produce a plan for this model/graph/task (e.g. a forced strategy that
+    does not apply)."""
+
+
+class StalePEStore(SparkGNNError):
+    """A PE store was computed for another model or graph than the one it is asked to serve."""
