@@ -1,0 +1,50 @@
+"""Original id -> dense index (0..N-1), vectorised.
+
+Why: ids need not be dense (Cora uses paper ids up to 1.1M), but tensors index rows densely.
+One sorted copy of the ids plus searchsorted maps millions of ids per call without a Python dict
+(a dict of 20M ints costs GBs and a per-row loop). Dense ids 0..N-1 in order skip the search.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+class IdIndex:
+    """Maps original vertex ids to their row position in `ids`."""
+
+    def __init__(self, ids: np.ndarray):
+        self.ids = np.asarray(ids, dtype=np.int64)
+        n = len(self.ids)
+        self.identity = bool(n == 0 or (self.ids[0] == 0 and self.ids[-1] == n - 1
+                                        and np.all(np.diff(self.ids) == 1)))
+        if self.identity:
+            self._order = None
+            self._sorted = self.ids
+        else:
+            self._order = np.argsort(self.ids, kind="stable")
+            self._sorted = self.ids[self._order]
+
+    def lookup(self, query) -> tuple[np.ndarray, np.ndarray]:
+        """Return (dense index, found mask). Positions whose id is unknown hold 0 in the index."""
+        query = np.asarray(query, dtype=np.int64)
+        n = len(self.ids)
+        if n == 0:
+            return np.zeros(query.shape, np.int64), np.zeros(query.shape, bool)
+        if self.identity:
+            found = (query >= 0) & (query < n)
+            return np.where(found, query, 0), found
+        pos = np.searchsorted(self._sorted, query)
+        pos = np.minimum(pos, n - 1)
+        found = self._sorted[pos] == query
+        return np.where(found, self._order[pos], 0), found
+
+    def duplicates(self) -> tuple[np.ndarray, np.ndarray]:
+        """(ids that occur more than once, their counts), ascending by id."""
+        if self.identity or len(self._sorted) < 2:
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        repeated = self._sorted[1:] == self._sorted[:-1]
+        if not repeated.any():
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        values, counts = np.unique(self._sorted, return_counts=True)
+        many = counts > 1
+        return values[many], counts[many]

@@ -1,0 +1,128 @@
+"""Validation of a Spark-side graph with SQL expressions only (no pyspark import, no Python UDFs).
+
+Why this shape: a valid graph (the common case) should cost few Spark jobs, so one aggregate
+over the vertices and one over the edges count every defect at once (count_if / count DISTINCT /
+higher-order `exists`), and one left-join job counts dangling endpoints. Only when a count is
+non-zero does a small `limit(5)` query fetch the first offenders for the message. Wording is
+shared with the numpy path through problems.py.
+"""
+from __future__ import annotations
+
+from sparkgnn.graph.problems import MAX_EXAMPLES, Problem, fmt_edge, fmt_edge_weight, fmt_ids
+
+INTEGRAL = {"tinyint", "smallint", "int", "bigint"}
+NUMERIC = INTEGRAL | {"float", "double"}
+VECTOR = {f"array<{t}>" for t in NUMERIC}
+
+# column -> (accepted Spark type strings, description); see reader.py for the Arrow twin.
+VERTEX_REQUIRED = {"id": (INTEGRAL, "bigint"), "x": (VECTOR, "array<float>")}
+VERTEX_OPTIONAL = {"y": (INTEGRAL, "bigint"), "split": ({"string"}, "string")}
+EDGE_REQUIRED = {"src": (INTEGRAL, "bigint"), "dst": (INTEGRAL, "bigint")}
+EDGE_OPTIONAL = {"weight": (NUMERIC, "float")}
+
+_INF = "CAST('Infinity' AS FLOAT)"
+NONFINITE_X = f"exists(x, v -> v IS NULL OR isnan(v) OR abs(v) = {_INF})"
+BAD_WEIGHT = f"(weight IS NULL OR isnan(weight) OR abs(weight) = {_INF} OR weight < 0)"
+BAD_SPLIT = "(split IS NOT NULL AND split NOT IN ('train', 'val', 'test'))"
+
+
+def schema_problems(df, required: dict, optional: dict, what: str) -> list[Problem]:
+    types = dict(df.dtypes)
+    missing = [name for name in required if name not in types]
+    wrong = [f"{what}.{name} is {types[name]}, expected {desc}"
+             for name, (accepted, desc) in {**required, **optional}.items()
+             if name in types and types[name] not in accepted]
+    problems = []
+    if missing:
+        problems.append(Problem("missing_column", len(missing), tuple(f"{what}.{m}" for m in missing)))
+    if wrong:
+        problems.append(Problem("column_type", len(wrong), tuple(wrong)))
+    return problems
+
+
+def _examples(df, condition: str, columns: list[str]) -> list:
+    return df.where(condition).selectExpr(*columns).limit(MAX_EXAMPLES).collect()
+
+
+def vertex_problems(vertices, expected_width: int | None = None) -> tuple[list[Problem], dict]:
+    """Problems of a normalised vertex DataFrame (id bigint, x array<float>, [y], [split]).
+
+    Returns (problems, facts) where facts holds num_vertices and feature_dim for stats()."""
+    cols = set(vertices.columns)
+    aggs = [
+        "count(1) AS n",
+        "count(DISTINCT id) AS distinct_ids",
+        "count_if(id IS NULL) AS null_id",
+        "count_if(x IS NULL) AS null_x",
+        "min(CASE WHEN x IS NOT NULL THEN size(x) END) AS min_w",
+        "max(CASE WHEN x IS NOT NULL THEN size(x) END) AS max_w",
+        f"count_if({NONFINITE_X}) AS nonfinite",
+        "count_if(y < -1) AS bad_y" if "y" in cols else "0L AS bad_y",
+        f"count_if({BAD_SPLIT}) AS bad_split" if "split" in cols else "0L AS bad_split",
+    ]
+    row = vertices.selectExpr(*aggs).collect()[0]
+    problems: list[Problem] = []
+    non_null_ids = row.n - row.null_id
+    if row.null_id:
+        problems.append(Problem("null_id", row.null_id))
+    if row.distinct_ids < non_null_ids:
+        dups = vertices.where("id IS NOT NULL").groupBy("id").count().where("count > 1")
+        shown = dups.orderBy("id").limit(MAX_EXAMPLES).collect()
+        problems.append(Problem("duplicate_id", dups.count(), tuple(f"{r.id} (x{r['count']})" for r in shown)))
+    if row.null_x:
+        shown = _examples(vertices, "x IS NULL", ["id"])
+        problems.append(Problem("null_x", row.null_x, fmt_ids(r.id for r in shown)))
+    width = expected_width
+    if width is None and row.min_w is not None and row.min_w != row.max_w:
+        width = (vertices.where("x IS NOT NULL").selectExpr("size(x) AS w").groupBy("w").count()
+                 .orderBy("count", ascending=False).first().w)
+    elif width is None:
+        width = row.min_w if row.min_w is not None else 0
+    if row.min_w is not None and (row.min_w != width or row.max_w != width):
+        condition = f"x IS NOT NULL AND size(x) != {int(width)}"
+        count = vertices.where(condition).count()
+        shown = _examples(vertices, condition, ["id", "size(x) AS w"])
+        problems.append(Problem("x_width", count, tuple(f"id {r.id} (len {r.w})" for r in shown),
+                                detail=str(width)))
+    if row.nonfinite:
+        shown = _examples(vertices, NONFINITE_X, ["id"])
+        problems.append(Problem("x_nonfinite", row.nonfinite, fmt_ids(r.id for r in shown)))
+    if row.bad_y:
+        shown = _examples(vertices, "y < -1", ["id", "y"])
+        problems.append(Problem("bad_label", row.bad_y, tuple(f"id {r.id} (y={r.y})" for r in shown)))
+    if row.bad_split:
+        shown = _examples(vertices, BAD_SPLIT, ["id", "split"])
+        problems.append(Problem("bad_split", row.bad_split, tuple(f"id {r.id} ({r.split!r})" for r in shown)))
+    return problems, {"num_vertices": row.n, "feature_dim": int(width or 0)}
+
+
+def edge_problems(edges, vertices) -> tuple[list[Problem], dict]:
+    """Problems of normalised edges (src, dst bigint, [weight float]) against the vertex ids."""
+    has_weight = "weight" in edges.columns
+    ids = vertices.where("id IS NOT NULL").select("id")
+    flagged = (edges
+               .join(ids.selectExpr("id AS src", "true AS src_ok"), "src", "left")
+               .join(ids.selectExpr("id AS dst", "true AS dst_ok"), "dst", "left"))
+    row = flagged.selectExpr(
+        "count(1) AS n",
+        "count_if(src IS NULL OR dst IS NULL) AS null_endpoint",
+        "count_if(src IS NOT NULL AND src_ok IS NULL) AS dangling_src",
+        "count_if(dst IS NOT NULL AND dst_ok IS NULL) AS dangling_dst",
+        f"count_if({BAD_WEIGHT}) AS bad_weight" if has_weight else "0L AS bad_weight",
+    ).collect()[0]
+    problems: list[Problem] = []
+    if row.null_endpoint:
+        shown = _examples(edges, "src IS NULL OR dst IS NULL", ["src", "dst"])
+        problems.append(Problem("null_endpoint", row.null_endpoint, tuple(fmt_edge(r.src, r.dst) for r in shown)))
+    for kind, condition in (("dangling_src", "src IS NOT NULL AND src_ok IS NULL"),
+                            ("dangling_dst", "dst IS NOT NULL AND dst_ok IS NULL")):
+        if row[kind]:
+            shown = _examples(flagged, condition, ["src", "dst"])
+            problems.append(Problem(kind, row[kind], tuple(fmt_edge(r.src, r.dst) for r in shown)))
+    if row.bad_weight:
+        shown = _examples(edges, BAD_WEIGHT, ["src", "dst", "weight"])
+        problems.append(Problem("bad_weight", row.bad_weight, tuple(
+            fmt_edge_weight(r.src, r.dst, r.weight) for r in shown)))
+    # n is the edge count only when vertex ids are unique (else the joins multiply rows); callers
+    # use the facts only for a graph that passed validation.
+    return problems, {"num_edges": row.n}

@@ -1,0 +1,228 @@
+"""`Graph`: the Spark-side graph (GraphFrames' schema) that the engine plans over.
+
+Why it never imports pyspark: only the Spark executor may, and everything needed here is
+reachable from the DataFrames the caller hands in (selectExpr, joins, mapInArrow, their
+sparkSession). Schema problems are reported at construction (no Spark job needed); content
+validation costs jobs, so it runs on `validate()`, and on `load()` unless graph.json says the
+directory was validated when written.
+
+Normalised columns (extra columns are dropped; results join back to callers by id):
+    vertices: id bigint, x array<float>, [y bigint], [split string]
+    edges:    src bigint, dst bigint, [weight float]
+"""
+from __future__ import annotations
+
+import json
+from functools import partial
+
+import numpy as np
+import pyarrow as pa
+
+from sparkgnn.graph import checks, layout, spark_checks
+from sparkgnn.graph.fingerprint import FingerprintAccumulator, edge_hash_sum, vertex_hash_sum
+from sparkgnn.graph.problems import raise_if_any
+
+_MASK = (1 << 64) - 1
+_PARTIAL_SCHEMA = "n bigint, h bigint"
+
+# column -> (target Spark type, SQL cast target); a column is cast only when its type differs.
+_VERTEX_TYPES = {"id": ("bigint", "BIGINT"), "x": ("array<float>", "ARRAY<FLOAT>"),
+                 "y": ("bigint", "BIGINT"), "split": ("string", "STRING")}
+_EDGE_TYPES = {"src": ("bigint", "BIGINT"), "dst": ("bigint", "BIGINT"), "weight": ("float", "FLOAT")}
+
+
+def _normalise(df, types: dict):
+    present = dict(df.dtypes)
+    exprs = [name if present[name] == target else f"CAST({name} AS {cast}) AS {name}"
+             for name, (target, cast) in types.items() if name in present]
+    return df.selectExpr(*exprs)
+
+
+def _signed(value: int) -> int:
+    return value - (1 << 64) if value >= (1 << 63) else value
+
+
+def _vertex_partials(feature_dim: int, batches):
+    """mapInArrow body: one (rows, hash sum) row per partition (see fingerprint.py)."""
+    rows, total = 0, 0
+    for batch in batches:
+        ids = batch.column("id").to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        x, problems = checks.vector_column(ids, batch.column("x"), feature_dim)
+        if problems:  # unreachable after validate(); fail loudly rather than hash garbage
+            raise ValueError("; ".join(p.message() for p in problems))
+        rows += len(ids)
+        total = (total + vertex_hash_sum(ids, x)) & _MASK
+    yield pa.RecordBatch.from_pydict({"n": [rows], "h": [_signed(total)]})
+
+
+def _edge_partials(has_weight: bool, batches):
+    rows, total = 0, 0
+    for batch in batches:
+        src = batch.column("src").to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        dst = batch.column("dst").to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        weight = batch.column("weight").to_numpy(zero_copy_only=False) if has_weight else None
+        rows += len(src)
+        total = (total + edge_hash_sum(src, dst, weight)) & _MASK
+    yield pa.RecordBatch.from_pydict({"n": [rows], "h": [_signed(total)]})
+
+
+def _join(path: str, child: str) -> str:
+    return path.rstrip("/") + "/" + child
+
+
+def _read_meta(spark, path: str) -> dict | None:
+    """graph.json with open() for local paths, through Spark (any Hadoop filesystem) otherwise."""
+    if layout.is_local(path):
+        return layout.read_meta(path)
+    try:
+        text = spark.read.text(_join(path, layout.META_FILE), wholetext=True).first()[0]
+    except Exception:  # absent file: Spark raises its own AnalysisException type
+        return None
+    return json.loads(text)
+
+
+class Graph:
+    """A graph as two Spark DataFrames (GraphFrames' schema) plus cached facts about it."""
+
+    def __init__(self, vertices, edges, *, name: str | None = None, path: str | None = None,
+                 meta: dict | None = None):
+        self.meta = dict(meta) if meta else None
+        self.name = name or (self.meta or {}).get("name") or "graph"
+        raise_if_any(
+            spark_checks.schema_problems(vertices, spark_checks.VERTEX_REQUIRED,
+                                         spark_checks.VERTEX_OPTIONAL, "vertices")
+            + spark_checks.schema_problems(edges, spark_checks.EDGE_REQUIRED,
+                                           spark_checks.EDGE_OPTIONAL, "edges"), self.name)
+        self.vertices = _normalise(vertices, _VERTEX_TYPES)
+        self.edges = _normalise(edges, _EDGE_TYPES)
+        self.path = path
+        self._validated = bool(self.meta and self.meta.get("validated"))
+        self._facts: dict = {}
+        self._stats: dict | None = None
+        self._fingerprint: str | None = (self.meta or {}).get("fingerprint")
+
+    # --- construction -------------------------------------------------------------------------
+    @classmethod
+    def from_graphframe(cls, graph, **kwargs) -> "Graph":
+        """Anything with `.vertices` and `.edges` DataFrames (a graphframes.GraphFrame)."""
+        return cls(graph.vertices, graph.edges, **kwargs)
+
+    @classmethod
+    def load(cls, spark, path: str, *, validate: bool | None = None, name: str | None = None) -> "Graph":
+        """Open a graph directory. validate=None validates content unless graph.json records that
+        the writer already validated it (write_graph_dir, write_synthetic, Graph.save)."""
+        path = str(path)
+        meta = _read_meta(spark, path)
+        graph = cls(spark.read.parquet(_join(path, layout.VERTICES_DIR)),
+                    spark.read.parquet(_join(path, layout.EDGES_DIR)), name=name, path=path, meta=meta)
+        if validate or (validate is None and not graph._validated):
+            graph.validate()
+        return graph
+
+    @classmethod
+    def from_graph_data(cls, spark, data, name: str | None = None) -> "Graph":
+        """A Spark Graph from an in-memory GraphData (for tests and small graphs; big graphs
+        should go through write_graph_dir + Graph.load so the driver never holds them)."""
+        data.validate()
+        v_cols = {"id": pa.array(data.ids),
+                  "x": pa.FixedSizeListArray.from_arrays(pa.array(data.x.reshape(-1)), data.feature_dim)
+                  .cast(pa.list_(pa.float32()))}
+        if data.y is not None:
+            v_cols["y"] = pa.array(data.y)
+        if data.split is not None:
+            v_cols["split"] = pa.array(data.split, mask=data.split == checks.NO_SPLIT, type=pa.string())
+        e_cols = {"src": pa.array(data.src_ids), "dst": pa.array(data.dst_ids)}
+        if data.weight is not None:
+            e_cols["weight"] = pa.array(data.weight)
+        meta = {**data.meta(), "validated": True}
+        return cls(spark.createDataFrame(pa.table(v_cols)), spark.createDataFrame(pa.table(e_cols)),
+                   name=name or data.name, meta=meta)
+
+    # --- facts ----------------------------------------------------------------------------------
+    @property
+    def has_weight(self) -> bool:
+        return "weight" in self.edges.columns
+
+    @property
+    def has_labels(self) -> bool:
+        return "y" in self.vertices.columns
+
+    @property
+    def feature_dim(self) -> int:
+        for source in (self.meta or {}, self._facts, self._stats or {}):
+            if "feature_dim" in source:
+                return int(source["feature_dim"])
+        row = self.vertices.where("x IS NOT NULL").selectExpr("size(x) AS f").first()
+        self._facts["feature_dim"] = int(row.f) if row else 0
+        return self._facts["feature_dim"]
+
+    @property
+    def fingerprint(self) -> str:
+        """graph.json's fingerprint when loaded from a directory, else computed once (validating
+        first: the fingerprint of a malformed graph would name nothing)."""
+        if self._fingerprint is None:
+            self.validate()
+            acc = FingerprintAccumulator(self.feature_dim, self.has_weight)
+            for row in self.vertices.select("id", "x").mapInArrow(
+                    partial(_vertex_partials, self.feature_dim), _PARTIAL_SCHEMA).collect():
+                acc.add_partial(vertices=row.n, vertex_sum=row.h & _MASK)
+            for row in self.edges.mapInArrow(partial(_edge_partials, self.has_weight),
+                                             _PARTIAL_SCHEMA).collect():
+                acc.add_partial(edges=row.n, edge_sum=row.h & _MASK)
+            self._fingerprint = acc.hexdigest()
+        return self._fingerprint
+
+    def stats(self) -> dict:
+        """num_vertices, num_edges, feature_dim, has_weight, has_labels, num_classes (cached;
+        read from graph.json when the graph was loaded from a directory)."""
+        if self._stats is None:
+            keys = ("num_vertices", "num_edges", "feature_dim", "num_classes")
+            if self.meta and all(k in self.meta for k in keys):
+                self._stats = {k: int(self.meta[k]) for k in keys}
+            else:
+                row = self.vertices.selectExpr(
+                    "count(1) AS n", "max(size(x)) AS f",
+                    "max(y) AS maxy" if self.has_labels else "CAST(NULL AS BIGINT) AS maxy").collect()[0]
+                self._stats = {"num_vertices": row.n, "num_edges": self.edges.count(),
+                               "feature_dim": int(self._facts.get("feature_dim", row.f or 0)),
+                               "num_classes": int(row.maxy) + 1 if row.maxy is not None and row.maxy >= 0 else 0}
+            self._stats.update(has_weight=self.has_weight, has_labels=self.has_labels)
+        return dict(self._stats)
+
+    # --- validation and conversion ----------------------------------------------------------------
+    def validate(self) -> "Graph":
+        """Raise GraphValidationError naming every defect (count + first offenders); else self."""
+        if self._validated:
+            return self
+        expected = (self.meta or {}).get("feature_dim")
+        v_problems, v_facts = spark_checks.vertex_problems(self.vertices, expected)
+        e_problems, e_facts = spark_checks.edge_problems(self.edges, self.vertices)
+        raise_if_any(v_problems + e_problems, self.name)
+        self._facts.update(v_facts, **e_facts)
+        self._validated = True
+        return self
+
+    def to_graph_data(self):
+        """Collect to the driver as a GraphData (small graphs: tests, reference computations)."""
+        from sparkgnn.graph.reader import graph_data_from_tables
+
+        return graph_data_from_tables(self.vertices.toArrow(), self.edges.toArrow(),
+                                      name=self.name, meta=self.meta)
+
+    def save(self, path: str, overwrite: bool = False) -> dict:
+        """Write the graph directory with Spark (x lands as a Parquet list, which every reader
+        accepts) and graph.json (local paths only). Returns graph.json's content."""
+        if not layout.is_local(str(path)):
+            raise NotImplementedError("Graph.save writes graph.json with open(); use a local path")
+        self.validate()
+        mode = "overwrite" if overwrite else "errorifexists"
+        self.vertices.write.mode(mode).parquet(_join(str(path), layout.VERTICES_DIR))
+        self.edges.write.mode(mode).parquet(_join(str(path), layout.EDGES_DIR))
+        meta = {"name": self.name, **self.stats(), "fingerprint": self.fingerprint,
+                "fingerprint_algo": "sgfp1", "validated": True}
+        layout.write_meta(str(path), meta)
+        return meta
+
+    def __repr__(self) -> str:
+        where = f", path={self.path!r}" if self.path else ""
+        return f"Graph(name={self.name!r}{where}, weight={self.has_weight}, labels={self.has_labels})"
