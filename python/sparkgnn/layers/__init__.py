@@ -1,0 +1,18 @@
+"""Merge-aware GNN layers: each conv is split into per-node preparation, per-edge messages, a
+mergeable aggregation (partial -> merge -> finalize) and a per-node update, so the aggregation
+can be spread over partitions and merged exactly (see DESIGN.md "Merge-aware layers")."""
+from sparkgnn.layers.aggregators import AGGREGATORS, Aggregator, get_aggregator
+from sparkgnn.layers.base import CONVS, MergeableConv, build_conv, compute_stats, propagate
+from sparkgnn.layers.gat import GATLayer
+from sparkgnn.layers.gcn import GCNLayer
+from sparkgnn.layers.gin import GINLayer
+from sparkgnn.layers.nodeops import NODE_OPS, NodeOpStack, build_node_op
+from sparkgnn.layers.sage import SAGELayer
+from sparkgnn.layers.selfloops import SELF_LOOP_POLICIES, apply_self_loops
+from sparkgnn.layers.stats import STATS
+
+__all__ = [
+    "AGGREGATORS", "Aggregator", "get_aggregator", "CONVS", "MergeableConv", "build_conv",
+    "compute_stats", "propagate", "GCNLayer", "SAGELayer", "GINLayer", "GATLayer", "NODE_OPS",
+    "NodeOpStack", "build_node_op", "SELF_LOOP_POLICIES", "apply_self_loops", "STATS",
+]

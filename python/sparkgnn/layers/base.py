@@ -1,0 +1,178 @@
+"""MergeableConv: a graph convolution decomposed into the DL engine's contract
+
+    prepare_src(h) / prepare_dst(h)  per node, where the node's row lives
+    message(src_e, dst_e, weight_e)  per edge, wherever the edge lives
+    aggregator.partial / merge / finalize   (see aggregators.py)
+    update(h_dst, agg)               per destination node, after the merge
+
+WHY this split: the executor moves node payloads to edges (join, replication or combiner plans),
+reduces edges partition by partition and merges the partial states, so every piece must be
+computable with only the data that is local at that step. Anything that depends on the
+destination alone (GCN's dst normalisation, bias, root weight, GIN's MLP, GAT's head
+concatenation) is moved out of the message into `update`, which keeps messages free of
+destination payloads whenever the layer allows it (only GAT needs one).
+
+`pre_transform` selects transform-then-propagate: the layer's first linear map is applied in
+`prepare_src` (so the payload shipped to edges has the output width) instead of in `update`.
+It is exact only when the aggregation commutes with a linear map (sum, mean) or when the layer
+applies the map before the message anyway (GAT). It is a request: a layer with
+`can_pre_transform == False` ignores it and behaves as in raw mode, so widths reported for
+"pre_transform" are then the raw ones.
+
+Convolutions register themselves in `CONVS` by kind, and rebuild from `config()` (JSON) plus a
+state_dict, which is how saved models are loaded without pickling code.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from sparkgnn.layers.aggregators import Aggregator
+from sparkgnn.layers.selfloops import apply_self_loops
+from sparkgnn.layers.stats import STATS
+
+CONVS: dict[str, type] = {}
+
+
+def register_conv(kind: str):
+    def deco(cls):
+        cls.kind = kind
+        CONVS[kind] = cls
+        return cls
+    return deco
+
+
+def build_conv(config: dict) -> "MergeableConv":
+    cfg = dict(config)
+    kind = cfg.pop("kind")
+    if kind not in CONVS:
+        raise ValueError(f"unknown conv kind {kind!r}; known: {sorted(CONVS)}")
+    return CONVS[kind](**cfg)
+
+
+class MergeableConv(torch.nn.Module):
+    kind: str = ""
+    in_dim: int
+    out_dim: int
+    aggregator: Aggregator
+    self_loops: str = "none"
+    uses_edge_weight: bool = False
+    required_stats: tuple = ()
+    needs_dst_in_message: bool = False
+    can_pre_transform: bool = False
+
+    # -- description -----------------------------------------------------------------------
+    def config(self) -> dict:
+        """JSON-able constructor arguments (plus "kind"); weights travel in the state_dict."""
+        raise NotImplementedError
+
+    def _pre(self, pre_transform: bool) -> bool:
+        return bool(pre_transform) and self.can_pre_transform
+
+    def src_width(self, pre_transform: bool) -> int:
+        raise NotImplementedError
+
+    def dst_width(self) -> int:
+        return 0
+
+    def msg_width(self, pre_transform: bool) -> int:
+        return self.src_width(pre_transform)
+
+    def state_width(self, pre_transform: bool) -> int:
+        return self.aggregator.state_width(self.msg_width(pre_transform))
+
+    def plan_info(self) -> dict:
+        """Pure data (ints, strings, bools, lists) for the torch-free planner."""
+        return {
+            "kind": self.kind,
+            "in_dim": self.in_dim,
+            "out_dim": self.out_dim,
+            "aggregator": self.aggregator.name,
+            "aggregator_options": self.aggregator.config(),
+            "aggregator_linear": self.aggregator.linear,
+            "src_width": {"raw": self.src_width(False), "pre_transform": self.src_width(True)},
+            "dst_width": self.dst_width(),
+            "msg_width": {"raw": self.msg_width(False), "pre_transform": self.msg_width(True)},
+            "state_width": {"raw": self.state_width(False),
+                            "pre_transform": self.state_width(True)},
+            "needs_dst_in_message": self.needs_dst_in_message,
+            "can_pre_transform": self.can_pre_transform,
+            "self_loops": self.self_loops,
+            "uses_edge_weight": self.uses_edge_weight,
+            "required_stats": list(self.required_stats),
+            "decomposable": True,
+        }
+
+    # -- the contract ----------------------------------------------------------------------
+    def prepare_src(self, h: Tensor, stats: dict, pre_transform: bool) -> Tensor:
+        raise NotImplementedError
+
+    def prepare_dst(self, h: Tensor, stats: dict) -> Optional[Tensor]:
+        return None
+
+    def message(self, src_e: Tensor, dst_e: Optional[Tensor], weight_e: Optional[Tensor],
+                pre_transform: bool) -> Tensor:
+        raise NotImplementedError
+
+    def update(self, h_dst: Tensor, agg: Tensor, stats: dict, pre_transform: bool) -> Tensor:
+        raise NotImplementedError
+
+    # -- reference single-process execution of the contract --------------------------------
+    def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor] = None,
+                parts: int = 1, seed: int = 0, pre_transform: bool = False) -> Tensor:
+        return propagate(self, x, edge_index[0], edge_index[1], edge_weight, parts=parts,
+                         seed=seed, pre_transform=pre_transform)
+
+
+def compute_stats(conv: MergeableConv, src: Tensor, dst: Tensor, weight: Optional[Tensor],
+                  num_nodes: int) -> dict:
+    w = weight if conv.uses_edge_weight else None
+    return {name: STATS[name](src, dst, w, num_nodes) for name in conv.required_stats}
+
+
+def propagate(conv: MergeableConv, h: Tensor, src: Tensor, dst: Tensor,
+              weight: Optional[Tensor] = None, *, parts: int = 1, seed: int = 0,
+              pre_transform: bool = False, stats: Optional[dict] = None) -> Tensor:
+    """Run one layer exactly the way a distributed executor would: self-loop policy, node
+    statistics, node payloads, edges dealt at random (seeded) into `parts` partitions, a partial
+    state per partition over the destinations it touches, all partial states merged in a random
+    order, finalize, update. With any `parts` the result must equal PyG's forward."""
+    num_nodes = h.shape[0]
+    parts = max(1, int(parts))
+    src = torch.as_tensor(src, dtype=torch.long)
+    dst = torch.as_tensor(dst, dtype=torch.long)
+    w_in = None if weight is None or not conv.uses_edge_weight else torch.as_tensor(weight)
+    if stats is None:
+        stats = compute_stats(conv, src, dst, w_in, num_nodes)
+    s, d, w = apply_self_loops(src, dst, w_in, num_nodes, conv.self_loops)
+    pre = conv._pre(pre_transform)
+    xs = conv.prepare_src(h, stats, pre)
+    xd = conv.prepare_dst(h, stats)
+    agg = conv.aggregator
+    msg_w = conv.msg_width(pre)
+
+    gen = torch.Generator().manual_seed(int(seed))
+    assign = torch.randint(0, parts, (s.numel(),), generator=gen)
+    states, rows = [], []
+    for p in range(parts):
+        sel = (assign == p).nonzero().view(-1)
+        if sel.numel() == 0:
+            continue
+        dp = d[sel]
+        uniq, local = torch.unique(dp, return_inverse=True)
+        m = conv.message(xs.index_select(0, s[sel]),
+                         None if xd is None else xd.index_select(0, dp),
+                         None if w is None else w[sel], pre)
+        if m.shape[1] != msg_w:
+            raise RuntimeError(f"{conv.kind}: message width {m.shape[1]} != declared {msg_w}")
+        states.append(agg.partial(m, local, uniq.numel()))
+        rows.append(uniq)
+    if states:
+        order = torch.randperm(len(states), generator=gen).tolist()
+        merged = agg.merge(torch.cat([states[i] for i in order]),
+                           torch.cat([rows[i] for i in order]), num_nodes)
+    else:
+        merged = agg.identity(num_nodes, msg_w)
+    return conv.update(h, agg.finalize(merged), stats, pre)

@@ -1,0 +1,94 @@
+"""GATConv (v1, Velickovic et al.) as a mergeable layer; matches torch_geometric.nn.GATConv in
+eval with edge_dim=None: per head h,
+    e_ji = leaky_relu(a_src . x_j W_h + a_dst . x_i W_h),  alpha = softmax_j(e_ji),
+    out_i = concat_h / mean_h (sum_j alpha_ji x_j W_h) [+ res(x_i)] [+ bias].
+
+WHY a destination payload: the attention logit needs the destination's a_dst . x_i W, which in
+a partitioned graph is not where the edge is; the layer therefore declares
+`needs_dst_in_message` and ships a_dst (H floats per node, not the features) to the edges
+(OMEGA's all-gather of destination embeddings, reduced to what the logit needs). The softmax
+normalisation is global over a node's in-edges, so it is done by the mergeable softmax
+aggregator (running max / exp-sum / weighted sum, rescaled on merge).
+
+Modes: pre_transform ships [x W | a_src] (H*C + H floats per node); raw mode ships x and applies
+W and a_src per edge in `message`. Both are exact; the planner picks the cheaper.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from sparkgnn.layers.aggregators import get_aggregator
+from sparkgnn.layers.base import MergeableConv, register_conv
+
+
+@register_conv("gat")
+class GATLayer(MergeableConv):
+    def __init__(self, in_dim: int, channels: int, heads: int = 1, concat: bool = True,
+                 negative_slope: float = 0.2, add_self_loops: bool = True, bias: bool = True,
+                 residual: bool = False, separate_dst_lin: bool = False):
+        super().__init__()
+        self.in_dim, self.channels, self.heads = int(in_dim), int(channels), int(heads)
+        self.concat, self.negative_slope = bool(concat), float(negative_slope)
+        self.add_self_loops, self.residual = bool(add_self_loops), bool(residual)
+        self.separate_dst_lin = bool(separate_dst_lin)
+        hc = self.heads * self.channels
+        self.out_dim = hc if self.concat else self.channels
+        self.weight = torch.nn.Parameter(torch.zeros(hc, self.in_dim))
+        self.weight_dst = (torch.nn.Parameter(torch.zeros(hc, self.in_dim))
+                           if self.separate_dst_lin else None)
+        self.att_src = torch.nn.Parameter(torch.zeros(1, self.heads, self.channels))
+        self.att_dst = torch.nn.Parameter(torch.zeros(1, self.heads, self.channels))
+        self.weight_res = (torch.nn.Parameter(torch.zeros(self.out_dim, self.in_dim))
+                           if self.residual else None)
+        self.bias = torch.nn.Parameter(torch.zeros(self.out_dim)) if bias else None
+        self.aggregator = get_aggregator("softmax", heads=self.heads)
+        self.self_loops = "replace" if self.add_self_loops else "none"
+        self.needs_dst_in_message = True
+        self.can_pre_transform = True
+
+    def config(self):
+        return {"kind": self.kind, "in_dim": self.in_dim, "channels": self.channels,
+                "heads": self.heads, "concat": self.concat,
+                "negative_slope": self.negative_slope, "add_self_loops": self.add_self_loops,
+                "bias": self.bias is not None, "residual": self.residual,
+                "separate_dst_lin": self.separate_dst_lin}
+
+    def src_width(self, pre_transform):
+        hc = self.heads * self.channels
+        return hc + self.heads if self._pre(pre_transform) else self.in_dim
+
+    def dst_width(self):
+        return self.heads
+
+    def msg_width(self, pre_transform):
+        return self.heads + self.heads * self.channels
+
+    def _src_payload(self, h):
+        n = h.shape[0]
+        xs = F.linear(h, self.weight).view(n, self.heads, self.channels)
+        a_src = (xs * self.att_src).sum(dim=-1)
+        return torch.cat([xs.view(n, -1), a_src], dim=1)
+
+    def prepare_src(self, h, stats, pre_transform):
+        return self._src_payload(h) if self._pre(pre_transform) else h
+
+    def prepare_dst(self, h, stats):
+        n = h.shape[0]
+        w = self.weight_dst if self.weight_dst is not None else self.weight
+        xd = F.linear(h, w).view(n, self.heads, self.channels)
+        return (xd * self.att_dst).sum(dim=-1)
+
+    def message(self, src_e, dst_e, weight_e, pre_transform):
+        payload = src_e if self._pre(pre_transform) else self._src_payload(src_e)
+        hc = self.heads * self.channels
+        logit = F.leaky_relu(payload[:, hc:] + dst_e, self.negative_slope)
+        return torch.cat([logit, payload[:, :hc]], dim=1)
+
+    def update(self, h_dst, agg, stats, pre_transform):
+        out = agg if self.concat else agg.view(-1, self.heads, self.channels).mean(dim=1)
+        if self.weight_res is not None:
+            out = out + F.linear(h_dst, self.weight_res)
+        if self.bias is not None:
+            out = out + self.bias
+        return out

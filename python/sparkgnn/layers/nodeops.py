@@ -1,0 +1,171 @@
+"""Node-wise operations (Linear, activations, BatchNorm in eval): everything a model does to one
+node's vector without looking at the graph.
+
+WHY a separate, closed vocabulary: node-wise ops run wherever the node's row happens to be (on a
+worker after `update`, fused into the same Pipe round trip), so they must be self-contained,
+serialisable as JSON + tensors, and provably row-independent. Dropout and Identity are no-ops in
+eval mode and are simply not represented. BatchNorm is allowed only with running statistics (eval
+mode), where it is a per-feature affine map; batch statistics would couple nodes.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+NODE_OPS: dict[str, type] = {}
+
+
+def _op(name: str):
+    def deco(cls):
+        cls.op = name
+        NODE_OPS[name] = cls
+        return cls
+    return deco
+
+
+class NodeOp(torch.nn.Module):
+    op: str = ""
+
+    def config(self) -> dict:
+        return {"op": self.op}
+
+    def out_dim(self, in_dim: int) -> int:
+        return in_dim
+
+
+@_op("linear")
+class LinearOp(NodeOp):
+    def __init__(self, in_dim: int, out_dim: int, bias: bool = True):
+        super().__init__()
+        self.in_features, self.out_features = int(in_dim), int(out_dim)
+        self.weight = torch.nn.Parameter(torch.zeros(self.out_features, self.in_features))
+        self.bias = torch.nn.Parameter(torch.zeros(self.out_features)) if bias else None
+
+    def config(self):
+        return {"op": self.op, "in_dim": self.in_features, "out_dim": self.out_features,
+                "bias": self.bias is not None}
+
+    def out_dim(self, in_dim):
+        if in_dim != self.in_features:
+            raise ValueError(f"linear expects width {self.in_features}, got {in_dim}")
+        return self.out_features
+
+    def forward(self, x):
+        return F.linear(x, self.weight, self.bias)
+
+
+_ACTIVATIONS: dict[str, Callable[..., Tensor]] = {
+    "relu": lambda x: F.relu(x),
+    "leaky_relu": lambda x, negative_slope=0.01: F.leaky_relu(x, negative_slope),
+    "elu": lambda x, alpha=1.0: F.elu(x, alpha),
+    "gelu": lambda x, approximate="none": F.gelu(x, approximate=approximate),
+    "tanh": torch.tanh,
+    "sigmoid": torch.sigmoid,
+    "silu": lambda x: F.silu(x),
+    "softplus": lambda x, beta=1.0, threshold=20.0: F.softplus(x, beta, threshold),
+    "log_softmax": lambda x: F.log_softmax(x, dim=-1),
+    "softmax": lambda x: F.softmax(x, dim=-1),
+}
+
+
+@_op("activation")
+class ActivationOp(NodeOp):
+    """Parameter-free activation, by name, with its scalar options (negative_slope, alpha, ...).
+    (log_)softmax is over the feature axis only, which is node-wise."""
+
+    def __init__(self, name: str, **options):
+        super().__init__()
+        if name not in _ACTIVATIONS:
+            raise ValueError(f"unknown activation {name!r}; known: {sorted(_ACTIVATIONS)}")
+        self.name, self.options = name, dict(options)
+
+    def config(self):
+        return {"op": self.op, "name": self.name, **self.options}
+
+    def forward(self, x):
+        return _ACTIVATIONS[self.name](x, **self.options)
+
+
+@_op("prelu")
+class PReLUOp(NodeOp):
+    def __init__(self, num_parameters: int = 1):
+        super().__init__()
+        self.num_parameters = int(num_parameters)
+        self.weight = torch.nn.Parameter(torch.zeros(self.num_parameters))
+
+    def config(self):
+        return {"op": self.op, "num_parameters": self.num_parameters}
+
+    def forward(self, x):
+        return F.prelu(x, self.weight)
+
+
+@_op("batchnorm")
+class BatchNormOp(NodeOp):
+    """BatchNorm1d in eval mode: (x - running_mean) / sqrt(running_var + eps) * weight + bias,
+    computed by F.batch_norm(training=False) so it rounds exactly like PyTorch's eval path."""
+
+    def __init__(self, num_features: int, eps: float = 1e-5, affine: bool = True):
+        super().__init__()
+        self.num_features, self.eps, self.affine = int(num_features), float(eps), bool(affine)
+        self.register_buffer("running_mean", torch.zeros(self.num_features))
+        self.register_buffer("running_var", torch.ones(self.num_features))
+        if affine:
+            self.weight = torch.nn.Parameter(torch.ones(self.num_features))
+            self.bias = torch.nn.Parameter(torch.zeros(self.num_features))
+        else:
+            self.weight = self.bias = None
+
+    def config(self):
+        return {"op": self.op, "num_features": self.num_features, "eps": self.eps,
+                "affine": self.affine}
+
+    def out_dim(self, in_dim):
+        if in_dim != self.num_features:
+            raise ValueError(f"batchnorm expects width {self.num_features}, got {in_dim}")
+        return in_dim
+
+    def forward(self, x):
+        return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
+                            False, 0.0, self.eps)
+
+
+def build_node_op(config: dict) -> NodeOp:
+    cfg = dict(config)
+    name = cfg.pop("op")
+    if name not in NODE_OPS:
+        raise ValueError(f"unknown node op {name!r}; known: {sorted(NODE_OPS)}")
+    return NODE_OPS[name](**cfg)
+
+
+class NodeOpStack(torch.nn.Module):
+    """An ordered list of node ops, applied in sequence (empty = identity)."""
+
+    def __init__(self, configs=(), ops=None):
+        super().__init__()
+        self.ops = torch.nn.ModuleList(ops if ops is not None else
+                                       [build_node_op(c) for c in configs])
+
+    def config(self) -> list:
+        return [op.config() for op in self.ops]
+
+    def out_dim(self, in_dim: int) -> int:
+        for op in self.ops:
+            in_dim = op.out_dim(in_dim)
+        return in_dim
+
+    def first_linear(self):
+        """The leading LinearOp, if the stack starts with one (used by GIN's transform-then-
+        propagate: a leading Linear commutes with the sum aggregation)."""
+        return self.ops[0] if len(self.ops) and isinstance(self.ops[0], LinearOp) else None
+
+    def forward(self, x: Tensor, start: int = 0) -> Tensor:
+        for op in list(self.ops)[start:]:
+            x = op(x)
+        return x
+
+    def __len__(self):
+        return len(self.ops)

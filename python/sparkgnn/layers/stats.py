@@ -1,0 +1,54 @@
+"""Per-node statistics a layer needs besides features, computed once per graph.
+
+WHY separate from the layer: statistics such as GCN's degree depend on *all* in-edges of a node,
+which in a partitioned graph live in many partitions. The executor computes them once per graph
+(a cheap group-by on dst) and joins them to node rows; the layer then only reads them in
+`prepare_src` / `update`. Each function receives the edges BEFORE any self-loop policy and applies
+what it needs itself, so the statistic is defined by its name alone.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import torch
+from torch import Tensor
+
+from sparkgnn.layers.selfloops import apply_self_loops
+
+STATS: dict[str, Callable[[Tensor, Tensor, Optional[Tensor], int], Tensor]] = {}
+
+
+def _stat(name: str):
+    def deco(fn):
+        STATS[name] = fn
+        return fn
+    return deco
+
+
+def _weighted_in(dst: Tensor, weight: Optional[Tensor], num_nodes: int) -> Tensor:
+    w = (torch.ones(dst.numel(), dtype=torch.float32, device=dst.device) if weight is None
+         else weight.to(torch.float32))
+    return torch.zeros(num_nodes, dtype=torch.float32, device=dst.device).index_add_(
+        0, dst.to(torch.long), w)
+
+
+@_stat("in_degree")
+def in_degree(src: Tensor, dst: Tensor, weight: Optional[Tensor], num_nodes: int) -> Tensor:
+    """Number of in-edges (duplicates and self loops counted), float32."""
+    return _weighted_in(torch.as_tensor(dst), None, num_nodes)
+
+
+@_stat("weighted_in_degree")
+def weighted_in_degree(src: Tensor, dst: Tensor, weight: Optional[Tensor],
+                       num_nodes: int) -> Tensor:
+    """Sum of in-edge weights (1 per edge without weights), no self-loop policy: GCNConv's degree
+    with normalize=True, add_self_loops=False."""
+    return _weighted_in(torch.as_tensor(dst), None if weight is None else torch.as_tensor(weight),
+                        num_nodes)
+
+
+@_stat("gcn_degree")
+def gcn_degree(src: Tensor, dst: Tensor, weight: Optional[Tensor], num_nodes: int) -> Tensor:
+    """GCNConv's degree: weighted in-degree after add_remaining_self_loops (fill value 1)."""
+    s, d, w = apply_self_loops(src, dst, weight, num_nodes, "remaining")
+    return _weighted_in(d, w, num_nodes)

@@ -1,0 +1,164 @@
+"""Model: a GNN as a chain of merge-aware convs with node-wise ops in between.
+
+    x -> pre -> conv_0 -> post_0 -> conv_1 -> post_1 ... conv_{L-1} -> post_{L-1} -> output
+
+WHY this normal form: the executor runs one conv per dataflow round (scatter, collect, merge,
+update) and everything between two convs is node-wise, so it can be fused into the same worker
+call as the preceding `update`. Any supported PyG model (BasicGNN, Sequential stacks) is brought
+into this form by `from_pyg`, which copies weights into sparkgnn's own modules: the model never
+aliases the user's PyG module, is always float32 and always in eval mode, and is described by a
+JSON `spec` plus a state_dict, so it can be saved, loaded with `weights_only=True`, and
+fingerprinted (the PE store and the messenger use the fingerprint to refuse stale or foreign
+results).
+"""
+from __future__ import annotations
+
+import copy
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from sparkgnn.layers.base import MergeableConv, build_conv, propagate
+from sparkgnn.layers.nodeops import NodeOpStack
+
+SPEC_FORMAT = "sparkgnn.Model"
+SPEC_VERSION = 1
+OUTPUTS = ("logits", "embedding")
+
+
+class Model(torch.nn.Module):
+    def __init__(self, spec: dict, _modules=None):
+        """Build from a spec (weights zero until a state_dict is loaded). `_modules` (pre, convs,
+        posts) is used by `from_pyg`, which has already built the modules with copied weights."""
+        super().__init__()
+        if not isinstance(spec, dict):
+            raise ValueError("spec must be a dict")
+        if spec.get("format") != SPEC_FORMAT or spec.get("version") != SPEC_VERSION:
+            raise ValueError(f"spec format/version {spec.get('format')!r}/{spec.get('version')!r}"
+                             f" is not {SPEC_FORMAT!r}/{SPEC_VERSION}")
+        output = spec.get("output")
+        if output not in OUTPUTS:
+            raise ValueError(f"output must be one of {OUTPUTS}, got {output!r}")
+        if _modules is None:
+            if len(spec["post"]) != len(spec["convs"]):
+                raise ValueError("spec needs one 'post' list per conv")
+            pre = NodeOpStack(spec["pre"])
+            convs = [build_conv(c) for c in spec["convs"]]
+            posts = [NodeOpStack(p) for p in spec["post"]]
+        else:
+            pre, convs, posts = _modules
+        if not convs:
+            raise ValueError("a model needs at least one graph convolution")
+        self.pre_ops = pre
+        self.convs = torch.nn.ModuleList(convs)
+        self.post_ops = torch.nn.ModuleList(posts)
+        self.output = output
+        self.in_dim = int(spec["in_dim"])
+        self.out_dim = self._check_dims()
+        self.spec = {
+            "format": SPEC_FORMAT, "version": SPEC_VERSION, "source": spec.get("source"),
+            "output": output, "in_dim": self.in_dim, "out_dim": self.out_dim,
+            "pre": self.pre_ops.config(), "convs": [c.config() for c in self.convs],
+            "post": [p.config() for p in self.post_ops],
+        }
+        if "out_dim" in spec and int(spec["out_dim"]) != self.out_dim:
+            raise ValueError(f"spec out_dim {spec['out_dim']} != computed {self.out_dim}")
+        self.float()
+        for p in self.parameters():
+            p.requires_grad_(False)
+        super().train(False)
+
+    def _check_dims(self) -> int:
+        dim = self.pre_ops.out_dim(self.in_dim)
+        for l, (conv, post) in enumerate(zip(self.convs, self.post_ops)):
+            if conv.in_dim != dim:
+                raise ValueError(f"conv {l} ({conv.kind}) expects width {conv.in_dim}, "
+                                 f"gets {dim}")
+            dim = post.out_dim(conv.out_dim)
+        return dim
+
+    def train(self, mode: bool = True):
+        """Inference only: the model stays in eval mode whatever is asked (dropout off,
+        BatchNorm on running statistics), because exactness against PyG eval depends on it."""
+        return super().train(False)
+
+    # -- structure -------------------------------------------------------------------------
+    @property
+    def num_layers(self) -> int:
+        return len(self.convs)
+
+    def conv(self, l: int) -> MergeableConv:
+        return self.convs[l]
+
+    def pre(self, x: Tensor) -> Tensor:
+        return self.pre_ops(x)
+
+    def post(self, l: int, h: Tensor) -> Tensor:
+        return self.post_ops[l](h)
+
+    def plan_info(self) -> list[dict]:
+        return [{"index": l, **conv.plan_info()} for l, conv in enumerate(self.convs)]
+
+    # -- execution -------------------------------------------------------------------------
+    @staticmethod
+    def choose_pre_transform(conv: MergeableConv) -> bool:
+        """Default mode when the caller does not force one: transform-then-propagate when the
+        layer allows it and it makes the payload shipped to edges strictly narrower."""
+        return conv.can_pre_transform and conv.src_width(True) < conv.src_width(False)
+
+    @torch.no_grad()
+    def forward(self, x, edge_index, edge_weight=None, parts: Optional[int] = None,
+                seed: int = 0, pre_transform: Optional[bool] = None) -> Tensor:
+        """Decomposed forward: every conv goes through the partial/merge path with the edges
+        split into `parts` random (seeded) partitions. Equals the PyG model's eval forward for
+        any `parts`. `pre_transform` forces a mode for every layer (None: per-layer default)."""
+        x = torch.as_tensor(x, dtype=torch.float32)
+        edge_index = torch.as_tensor(edge_index, dtype=torch.long)
+        if edge_index.dim() != 2 or edge_index.shape[0] != 2:
+            raise ValueError(f"edge_index must be [2, E], got {tuple(edge_index.shape)}")
+        if edge_weight is not None:
+            edge_weight = torch.as_tensor(edge_weight, dtype=torch.float32)
+        h = self.pre(x)
+        for l, conv in enumerate(self.convs):
+            pre = self.choose_pre_transform(conv) if pre_transform is None else bool(pre_transform)
+            h = propagate(conv, h, edge_index[0], edge_index[1], edge_weight,
+                          parts=parts or 1, seed=seed * 1000003 + l, pre_transform=pre)
+            h = self.post(l, h)
+        return h
+
+    @torch.no_grad()
+    def predict(self, x, edge_index, edge_weight=None, **kwargs) -> Tensor:
+        """Class predictions (argmax of logits); only for output == "logits"."""
+        if self.output != "logits":
+            raise ValueError("predict() needs a model with output='logits'")
+        return self.forward(x, edge_index, edge_weight, **kwargs).argmax(dim=-1)
+
+    # -- construction, persistence ---------------------------------------------------------
+    @classmethod
+    def from_pyg(cls, module, output: str = "logits") -> "Model":
+        from sparkgnn.models.from_pyg import convert
+
+        return convert(cls, module, output)
+
+    def save(self, path) -> None:
+        from sparkgnn.models.serialization import save_model
+
+        save_model(self, path)
+
+    @classmethod
+    def load(cls, path) -> "Model":
+        from sparkgnn.models.serialization import load_model
+
+        return load_model(cls, path)
+
+    def fingerprint(self) -> str:
+        from sparkgnn.models.serialization import fingerprint
+
+        return fingerprint(self)
+
+    def describe(self) -> dict:
+        return copy.deepcopy(self.spec)
+
+    def extra_repr(self) -> str:
+        return f"output={self.output!r}, in_dim={self.in_dim}, out_dim={self.out_dim}"

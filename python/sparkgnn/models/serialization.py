@@ -1,0 +1,118 @@
+"""Saving, loading and fingerprinting models.
+
+Layout: a directory with
+  model.json   {"format", "version", "spec", "weights_file", "weights_sha256", "fingerprint"}
+  weights.pt   torch.save(state_dict) -- tensors only
+
+WHY this layout: workers load models by fingerprint from a shared store, possibly written by
+someone else, so loading must never execute code: the structure comes from JSON (a closed
+vocabulary of layer kinds and node ops) and the tensors from `torch.load(weights_only=True)`.
+The checksum and fingerprint in model.json make a corrupted or tampered weights file, or a spec
+edited after saving, a clear ModelLoadError instead of a silently different model.
+
+The fingerprint is sha256 over the canonical spec JSON and every state_dict tensor (name, dtype,
+shape, raw bytes) in sorted-name order: same model -> same string, in any process.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from sparkgnn.errors import ModelLoadError
+
+MANIFEST = "model.json"
+WEIGHTS = "weights.pt"
+MANIFEST_FORMAT = "sparkgnn-model"
+MANIFEST_VERSION = 1
+
+
+def canonical_json(obj) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+
+
+def fingerprint(model) -> str:
+    h = hashlib.sha256()
+    h.update(b"sparkgnn-model-fingerprint-v1\0")
+    h.update(canonical_json(model.spec))
+    state = model.state_dict()
+    for name in sorted(state):
+        t = state[name].detach().to("cpu").contiguous()
+        h.update(f"\0{name}\0{t.dtype}\0{tuple(t.shape)}\0".encode())
+        h.update(t.numpy().tobytes())
+    return h.hexdigest()
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def save_model(model, path) -> None:
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    buf = io.BytesIO()
+    torch.save({k: v.detach().to("cpu").clone() for k, v in model.state_dict().items()}, buf)
+    data = buf.getvalue()
+    _atomic_write(path / WEIGHTS, data)
+    manifest = {
+        "format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "spec": model.spec,
+        "weights_file": WEIGHTS, "weights_sha256": hashlib.sha256(data).hexdigest(),
+        "fingerprint": fingerprint(model),
+    }
+    _atomic_write(path / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True).encode())
+
+
+def load_model(cls, path):
+    path = Path(path)
+    if path.is_file() and path.name == MANIFEST:
+        path = path.parent
+    mpath = path / MANIFEST
+    if not mpath.is_file():
+        raise ModelLoadError(f"no saved model at {path}: {MANIFEST} is missing")
+    try:
+        manifest = json.loads(mpath.read_text())
+    except (OSError, ValueError) as e:
+        raise ModelLoadError(f"{mpath} is not valid JSON: {e}") from e
+    if (not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT
+            or manifest.get("version") != MANIFEST_VERSION):
+        raise ModelLoadError(f"{mpath} is not a {MANIFEST_FORMAT} v{MANIFEST_VERSION} manifest")
+    for key in ("spec", "weights_file", "weights_sha256", "fingerprint"):
+        if key not in manifest:
+            raise ModelLoadError(f"{mpath} lacks {key!r}")
+    wname = str(manifest["weights_file"])
+    if os.sep in wname or (os.altsep and os.altsep in wname) or wname in ("", ".", ".."):
+        raise ModelLoadError(f"{mpath}: weights_file must be a plain file name, got {wname!r}")
+    wpath = path / wname
+    if not wpath.is_file():
+        raise ModelLoadError(f"weights file {wpath} is missing")
+    data = wpath.read_bytes()
+    if hashlib.sha256(data).hexdigest() != manifest["weights_sha256"]:
+        raise ModelLoadError(f"weights file {wpath} does not match the checksum in {mpath} "
+                             f"(corrupt or modified after saving)")
+    try:
+        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except Exception as e:  # torch raises many types for bad archives
+        raise ModelLoadError(f"cannot read weights file {wpath}: {e}") from e
+    if not isinstance(state, dict) or not all(torch.is_tensor(v) for v in state.values()):
+        raise ModelLoadError(f"weights file {wpath} does not hold a state_dict of tensors")
+    try:
+        model = cls(manifest["spec"])
+    except Exception as e:
+        raise ModelLoadError(f"invalid model spec in {mpath}: {e}") from e
+    try:
+        model.load_state_dict(state, strict=True)
+    except Exception as e:
+        raise ModelLoadError(f"weights in {wpath} do not match the spec in {mpath}: {e}") from e
+    if fingerprint(model) != manifest["fingerprint"]:
+        raise ModelLoadError(f"model loaded from {path} has fingerprint {fingerprint(model)}, "
+                             f"manifest says {manifest['fingerprint']} (spec edited after saving?)")
+    return model
