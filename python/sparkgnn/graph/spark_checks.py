@@ -93,13 +93,20 @@ def vertex_problems(vertices, expected_width: int | None = None) -> tuple[list[P
     if row.bad_split:
         shown = _examples(vertices, BAD_SPLIT, ["id", "split"])
         problems.append(Problem("bad_split", row.bad_split, tuple(f"id {r.id} ({r.split!r})" for r in shown)))
-    return problems, {"num_vertices": row.n, "feature_dim": int(width or 0)}
+    facts = {"num_vertices": row.n, "feature_dim": int(width or 0),
+             "unique_ids": row.distinct_ids == non_null_ids}
+    return problems, facts
 
 
-def edge_problems(edges, vertices) -> tuple[list[Problem], dict]:
-    """Problems of normalised edges (src, dst bigint, [weight float]) against the vertex ids."""
+def edge_problems(edges, vertices, unique_ids: bool = True) -> tuple[list[Problem], dict]:
+    """Problems of normalised edges (src, dst bigint, [weight float]) against the vertex ids.
+
+    unique_ids=False (known from vertex_problems) adds a distinct() so the joins cannot multiply
+    edge rows; valid graphs skip that extra shuffle."""
     has_weight = "weight" in edges.columns
     ids = vertices.where("id IS NOT NULL").select("id")
+    if not unique_ids:
+        ids = ids.distinct()
     flagged = (edges
                .join(ids.selectExpr("id AS src", "true AS src_ok"), "src", "left")
                .join(ids.selectExpr("id AS dst", "true AS dst_ok"), "dst", "left"))
@@ -123,6 +130,4 @@ def edge_problems(edges, vertices) -> tuple[list[Problem], dict]:
         shown = _examples(edges, BAD_WEIGHT, ["src", "dst", "weight"])
         problems.append(Problem("bad_weight", row.bad_weight, tuple(
             fmt_edge_weight(r.src, r.dst, r.weight) for r in shown)))
-    # n is the edge count only when vertex ids are unique (else the joins multiply rows); callers
-    # use the facts only for a graph that passed validation.
     return problems, {"num_edges": row.n}

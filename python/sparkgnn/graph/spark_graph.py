@@ -196,7 +196,8 @@ class Graph:
             return self
         expected = (self.meta or {}).get("feature_dim")
         v_problems, v_facts = spark_checks.vertex_problems(self.vertices, expected)
-        e_problems, e_facts = spark_checks.edge_problems(self.edges, self.vertices)
+        e_problems, e_facts = spark_checks.edge_problems(self.edges, self.vertices,
+                                                         unique_ids=v_facts.pop("unique_ids"))
         raise_if_any(v_problems + e_problems, self.name)
         self._facts.update(v_facts, **e_facts)
         self._validated = True
