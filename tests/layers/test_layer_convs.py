@@ -1,0 +1,157 @@
+"""Each supported conv, converted from PyG, equals the PyG conv's eval forward when its
+aggregation is split over 1, 2 or 7 random partitions and merged, in both payload modes
+(raw and transform-then-propagate), on the corner-case synthetic graph and on Cora."""
+import importlib
+
+import pytest
+import torch
+import torch_geometric.nn as gnn
+import torch_geometric.nn.aggr as A
+
+from sparkgnn.layers import MergeableConv, propagate
+from sparkgnn.models import Model
+
+graphs = importlib.import_module("_sparkgnn_test_graphs")
+rel_err = graphs.rel_err
+TOL = 1e-5
+PARTS = (1, 2, 7)
+
+
+def _randomize(module, seed=0):
+    """Non-trivial values everywhere (biases, BatchNorm statistics, attention vectors, eps)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in list(module.named_parameters()) + list(module.named_buffers()):
+            if not p.is_floating_point():
+                continue
+            if name.endswith("running_var"):
+                p.copy_(torch.rand(p.shape, generator=g) + 0.5)
+            else:
+                p.copy_(torch.randn(p.shape, generator=g) * (0.3 if p.dim() > 1 else 0.5))
+    return module.eval()
+
+
+def _powermean():
+    return A.PowerMeanAggregation(p=2.0)
+
+
+def _powermean_learn():
+    agg = A.PowerMeanAggregation(learn=True, p=1.5)
+    return agg
+
+
+def _softmax_aggr():
+    return A.SoftmaxAggregation(t=0.7)
+
+
+CONVS = {
+    "gcn": lambda f: gcn_conv(f),
+    "gcn_noloops": lambda f: gnn.GCNConv(f, 8, add_self_loops=False),
+    "gcn_nonorm": lambda f: gnn.GCNConv(f, 8, normalize=False, bias=False),
+    "sage_mean": lambda f: gnn.SAGEConv(f, 8),
+    "sage_max": lambda f: gnn.SAGEConv(f, 8, aggr="max"),
+    "sage_sum_norm_noroot": lambda f: gnn.SAGEConv(f, 8, aggr="sum", normalize=True,
+                                                   root_weight=False),
+    "sage_min_nobias": lambda f: gnn.SAGEConv(f, 8, aggr="min", bias=False),
+    "sage_powermean": lambda f: gnn.SAGEConv(f, 8, aggr=_powermean()),
+    "sage_powermean_learn": lambda f: gnn.SAGEConv(f, 8, aggr=_powermean_learn()),
+    "sage_var": lambda f: gnn.SAGEConv(f, 8, aggr=A.VarAggregation()),
+    "sage_std": lambda f: gnn.SAGEConv(f, 8, aggr="std"),
+    "sage_softmax": lambda f: gnn.SAGEConv(f, 8, aggr=_softmax_aggr()),
+    "gin_seq_bn": lambda f: gnn.GINConv(torch.nn.Sequential(
+        torch.nn.Linear(f, 16), torch.nn.BatchNorm1d(16), torch.nn.ReLU(), torch.nn.Dropout(0.5),
+        torch.nn.Linear(16, 8)), eps=0.25, train_eps=True),
+    "gin_mlp": lambda f: gnn.GINConv(gnn.MLP([f, 16, 8], norm="batch_norm", dropout=0.3)),
+    "gin_bn_first": lambda f: gnn.GINConv(torch.nn.Sequential(
+        torch.nn.BatchNorm1d(f), torch.nn.Linear(f, 8), torch.nn.ELU(0.7))),
+    "gat_concat": lambda f: gnn.GATConv(f, 4, heads=3, dropout=0.5),
+    "gat_mean": lambda f: gnn.GATConv(f, 5, heads=2, concat=False, negative_slope=0.1),
+    "gat_residual_noloops": lambda f: gnn.GATConv(f, 4, heads=2, residual=True,
+                                                  add_self_loops=False, bias=False),
+    "gat_bipartite_lins": lambda f: gnn.GATConv((f, f), 4, heads=2),
+}
+
+
+def gcn_conv(f):
+    return gnn.GCNConv(f, 8)
+
+
+@pytest.fixture(scope="module", params=sorted(CONVS))
+def conv_case(request):
+    return request.param
+
+
+def _check(case, graph, weighted):
+    torch.manual_seed(0)
+    pyg = _randomize(CONVS[case](graph.num_features), seed=len(case))
+    x = graph.x
+    if "powermean" in case:
+        x = x.abs()          # power means of negative inputs are clamped away (PyG semantics)
+    w = graph.edge_weight if weighted else None
+    with torch.no_grad():
+        ref = pyg(x, graph.edge_index, w) if weighted else pyg(x, graph.edge_index)
+    model = Model.from_pyg(pyg, output="embedding")
+    conv = model.conv(0)
+    assert isinstance(conv, MergeableConv)
+    modes = [False, True] if conv.can_pre_transform else [False]
+    for pre in modes:
+        for parts in PARTS:
+            out = model(x, graph.edge_index, w, parts=parts, seed=parts, pre_transform=pre)
+            err = rel_err(out, ref)
+            assert err <= TOL, (case, graph.name, pre, parts, err)
+
+
+def test_conv_equals_pyg(conv_case, graph):
+    _check(conv_case, graph, weighted=False)
+
+
+@pytest.mark.parametrize("case", ["gcn", "gcn_noloops", "gcn_nonorm"])
+def test_gcn_with_edge_weights_equals_pyg(case, graph):
+    _check(case, graph, weighted=True)
+
+
+def test_contract_widths(synthetic):
+    """Declared widths are the widths the contract functions actually produce."""
+    f = synthetic.num_features
+    ei = synthetic.edge_index
+    for case, make in sorted(CONVS.items()):
+        model = Model.from_pyg(_randomize(make(f)), output="embedding")
+        conv = model.conv(0)
+        from sparkgnn.layers.base import compute_stats
+
+        stats = compute_stats(conv, ei[0], ei[1], synthetic.edge_weight, synthetic.num_nodes)
+        assert set(stats) == set(conv.required_stats)
+        for pre in (False, True):
+            xs = conv.prepare_src(synthetic.x, stats, pre)
+            assert xs.shape == (synthetic.num_nodes, conv.src_width(pre)), case
+            xd = conv.prepare_dst(synthetic.x, stats)
+            if conv.needs_dst_in_message:
+                assert xd.shape == (synthetic.num_nodes, conv.dst_width()), case
+            else:
+                assert xd is None and conv.dst_width() == 0, case
+            e = 10
+            m = conv.message(xs[:e], None if xd is None else xd[:e], torch.ones(e), pre)
+            assert m.shape == (e, conv.msg_width(pre)), case
+            st = conv.aggregator.partial(m, torch.zeros(e, dtype=torch.long), 1)
+            assert st.shape == (1, conv.state_width(pre)), case
+        if not conv.can_pre_transform:
+            assert conv.src_width(True) == conv.src_width(False)
+
+
+def test_pre_transform_flags():
+    f = 10
+    flags = {case: Model.from_pyg(make(f)).conv(0).can_pre_transform
+             for case, make in CONVS.items()}
+    assert flags["gcn"] and flags["sage_mean"] and flags["gat_concat"] and flags["gin_mlp"]
+    for case in ("sage_max", "sage_min_nobias", "sage_powermean", "sage_var", "sage_std",
+                 "sage_softmax", "gin_bn_first"):
+        assert not flags[case], case
+
+
+def test_propagate_without_edges():
+    conv = Model.from_pyg(_randomize(gnn.SAGEConv(4, 3, aggr="max"))).conv(0)
+    x = torch.randn(5, 4)
+    empty = torch.empty(0, dtype=torch.long)
+    out = propagate(conv, x, empty, empty, parts=3)
+    ref = conv.update(x, torch.zeros(5, 4), {}, False)
+    assert torch.allclose(out, ref)
