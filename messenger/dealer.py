@@ -1,0 +1,409 @@
+"""MessengerTransport: the dealer client used inside Spark tasks.
+
+Per batch: LEASE to the broker -> ASSIGN(worker data endpoint) -> TASK straight to that worker ->
+RESULT straight back; the broker never carries payload bytes (see broker.py for why). Batches are
+encoded once (Arrow IPC into exactly sized buffers, hashed) and the same payload frames are
+re-sent, copy=False, on every retry; only the small header changes.
+
+Failure handling, each bounded by `timeout_s` per attempt and `retries` re-sends:
+- worker dies: the broker expires it and re-ASSIGNs its leases (same token, requeued=True); the
+  dealer re-sends the batch to the new worker. A slow result from the old worker still counts if
+  it arrives first; whichever valid result comes second is dropped as a duplicate, so each batch
+  is delivered exactly once.
+- broker dies: results of batches already sent keep arriving (the data path does not cross the
+  broker). Batches waiting for a lease ping the broker every heartbeat; after `liveness` silent
+  intervals the dealer reconnects (fresh socket) and asks again, so a restarted broker picks up
+  where the old one stopped; no broker within the attempt deadline -> TransportError naming the
+  batch, op and endpoint.
+- queue full: the broker answers BUSY; the dealer waits `retry_after` and asks again. The dealer's
+  own memory is bounded by the in-flight window.
+- ERROR from the worker: raised at once as RemoteTaskError (handler errors are deterministic),
+  unless marked retryable (the worker could not decode the frames).
+Not thread-safe: one transport per Spark task / thread.
+"""
+from __future__ import annotations
+
+import itertools
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator
+
+import zmq
+
+from sparkgnn.messenger import memory, sockets
+from sparkgnn.messenger import verify
+from sparkgnn.messenger.errors import RemoteTaskError, TransportError
+from sparkgnn.messenger.protocol import (DEFAULT_MAX_MESSAGE_BYTES, Kind, ProtocolError, control,
+                                          decode, encode_header, peek_header, serialize_table, stamp)
+
+_WAITING, _SENT, _DONE, _FAILED = "waiting", "sent", "done", "failed"
+
+
+@dataclass
+class _Batch:
+    seq: int
+    header: dict                  # stamped TASK header (v, kind, tables, rows, hash, batch, ...)
+    payload: list                 # pyarrow Buffers, one Arrow IPC stream per table
+    ids: str | None               # digest of the request's id column, or None
+    state: str = _WAITING
+    tries: int = 0
+    token: str = ""
+    lease: object = None
+    worker: str | None = None
+    deadline: float = 0.0
+    retry_lease_at: float = 0.0
+    reason: str = ""
+    result: tuple | None = None
+    error: Exception | None = None
+    history: list = field(default_factory=list)
+
+
+class MessengerTransport:
+    """Dealer client of a messenger broker at `endpoint` (its front socket)."""
+
+    def __init__(self, endpoint: str, timeout_s: float = 60.0, retries: int = 3, window: int = 4,
+                 curve_server_key=None, *, heartbeat_s: float = 1.0, liveness: int = 3,
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, job: str | None = None,
+                 context: zmq.Context | None = None, tune_malloc: bool = True):
+        if tune_malloc:
+            memory.tune_malloc()
+        self.endpoint = endpoint
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.window = window
+        self.curve_server_key = curve_server_key
+        self.heartbeat_s = heartbeat_s
+        self.liveness = liveness
+        self.max_message_bytes = max_message_bytes
+        self.job = job
+        self._context = context or zmq.Context.instance()
+        self._client = uuid.uuid4().hex[:12]
+        self._seq = itertools.count()
+        self._batches: dict[int, _Batch] = {}
+        self._data: dict[str, zmq.Socket] = {}
+        self._poller = zmq.Poller()
+        self._broker = None
+        self._closed = False
+        self.counts = dict(sent=0, results=0, duplicates=0, resent=0, busy=0, broker_reconnects=0,
+                           bad_results=0, orphans=0)
+        self._open_broker()
+
+    # -- Transport interface ---------------------------------------------------------------
+    def call(self, header: dict, tables: dict) -> tuple[dict, dict]:
+        return next(iter(self.map([(header, tables)], window=1)))
+
+    def map(self, requests: Iterable[tuple[dict, dict]], window: int | None = None) -> Iterator[tuple[dict, dict]]:
+        """Results in request order, at most `window` batches in flight (encoded and unanswered)."""
+        if self._closed:
+            raise TransportError(f"transport to {self.endpoint} is closed")
+        window = max(1, window or self.window)
+        source = iter(requests)
+        order: deque[_Batch] = deque()
+        exhausted = False
+        try:
+            while True:
+                while not exhausted and len(order) < window:
+                    try:
+                        header, tables = next(source)
+                    except StopIteration:
+                        exhausted = True
+                        break
+                    order.append(self._submit(header, tables))
+                if not order:
+                    return
+                head = order[0]
+                if head.state == _DONE:
+                    order.popleft()
+                    self._batches.pop(head.seq, None)
+                    yield head.result
+                    continue
+                failed = next((b for b in order if b.state == _FAILED), None)
+                if failed is not None:
+                    raise failed.error
+                self._pump()
+        finally:
+            for batch in order:
+                self._abandon(batch)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for batch in list(self._batches.values()):
+            self._abandon(batch)
+        for sock in [self._broker, *self._data.values()]:
+            if sock is not None:
+                sock.close(0)
+        self._data.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def stats(self, timeout_s: float = 5.0) -> dict:
+        """The broker's metrics (a STATS round trip on a throw-away socket)."""
+        return broker_stats(self.endpoint, timeout_s, self.curve_server_key, self._context)
+
+    # -- submission ------------------------------------------------------------------------
+    def _submit(self, header: dict, tables: dict) -> _Batch:
+        seq = next(self._seq)
+        header = dict(header)
+        header.setdefault("batch", f"{self._client}-{seq}")
+        if self.job is not None:
+            header.setdefault("job", self.job)
+        if any(b.header.get("batch") == header["batch"] for b in self._batches.values()):
+            raise ValueError(f"batch id {header['batch']!r} is already in flight")
+        payload = [serialize_table(t) for t in tables.values()]
+        stamped = stamp(header, Kind.TASK.value, tables, payload)
+        size = sum(p.size for p in payload)
+        if size > self.max_message_bytes:
+            raise TransportError(f"batch {header['batch']!r} op {header.get('op')!r}: {size} bytes "
+                                 f"exceeds max_message_bytes={self.max_message_bytes}")
+        batch = _Batch(seq, stamped, payload, verify.request_ids(header, tables))
+        self._batches[seq] = batch
+        self._new_attempt(batch, time.monotonic(), "")
+        return batch
+
+    def _new_attempt(self, batch: _Batch, now: float, reason: str) -> None:
+        if reason:
+            batch.history.append(reason)
+            batch.reason = reason
+        if batch.lease is not None or batch.token:
+            self._send_broker(control(Kind.RELEASE, lease=batch.lease, token=batch.token))
+        if batch.tries > self.retries:
+            self._fail(batch, TransportError(self._describe(batch, f"gave up after {batch.tries} attempts")))
+            return
+        batch.tries += 1
+        if batch.tries > 1:
+            self.counts["resent"] += 1
+        batch.token = f"{self._client}:{batch.seq}:{batch.tries}"
+        batch.lease, batch.state = None, _WAITING
+        batch.deadline = now + self.timeout_s
+        self._ask_lease(batch)
+
+    def _ask_lease(self, batch: _Batch) -> None:
+        h = batch.header
+        self._send_broker(control(Kind.LEASE, token=batch.token, batch=h.get("batch"), op=h.get("op"),
+                                  ttl=self.timeout_s, affinity=h.get("affinity")))
+        batch.retry_lease_at = 0.0
+
+    def _abandon(self, batch: _Batch) -> None:
+        if batch.state in (_WAITING, _SENT):
+            self._send_broker(control(Kind.RELEASE, lease=batch.lease, token=batch.token))
+            batch.state = _FAILED
+            batch.error = TransportError(self._describe(batch, "abandoned"))
+        self._batches.pop(batch.seq, None)
+
+    def _fail(self, batch: _Batch, error: Exception) -> None:
+        batch.state, batch.error = _FAILED, error
+
+    def _describe(self, batch: _Batch, what: str) -> str:
+        h = batch.header
+        detail = f"; last: {batch.reason}" if batch.reason else ""
+        return (f"batch {h.get('batch')!r} op {h.get('op')!r} (job {h.get('job')!r}) via broker "
+                f"{self.endpoint}, last worker {batch.worker or 'none'}: {what}{detail}")
+
+    # -- event loop ------------------------------------------------------------------------
+    def _pump(self) -> None:
+        now = time.monotonic()
+        live = [b for b in self._batches.values() if b.state in (_WAITING, _SENT)]
+        wake = min([b.deadline for b in live] + [b.retry_lease_at for b in live if b.retry_lease_at]
+                   + [self._next_ping, now + 0.1])
+        for sock, _ in self._poller.poll(max(0.0, wake - now) * 1000):
+            while True:
+                try:
+                    frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                except zmq.Again:
+                    break
+                if sock is self._broker:
+                    self._on_broker(frames)
+                else:
+                    self._on_data(frames)
+        self._on_time(time.monotonic())
+
+    def _on_time(self, now: float) -> None:
+        waiting = False
+        for batch in list(self._batches.values()):
+            if batch.state not in (_WAITING, _SENT):
+                continue
+            if now >= batch.deadline:
+                what = "no worker assigned" if batch.state == _WAITING else "no result"
+                self._new_attempt(batch, now, f"{what} within timeout_s={self.timeout_s}")
+            elif batch.state == _WAITING and batch.retry_lease_at and now >= batch.retry_lease_at:
+                self._ask_lease(batch)
+            waiting = waiting or batch.state == _WAITING
+        if not waiting:
+            self._broker_heard = now  # only judge the broker while we need it
+            self._next_ping = now + self.heartbeat_s
+            return
+        if now - self._broker_heard > self.heartbeat_s * self.liveness:
+            self._reconnect_broker(now)
+        elif now >= self._next_ping:
+            self._send_broker(control(Kind.HEARTBEAT))
+            self._next_ping = now + self.heartbeat_s
+
+    def _on_broker(self, frames) -> None:
+        try:
+            header = peek_header(frames, sockets.CONTROL_MAX_BYTES)
+        except ProtocolError:
+            self.counts["orphans"] += 1
+            return
+        self._broker_heard = time.monotonic()
+        self._backoff = self.heartbeat_s
+        kind = header["kind"]
+        batch = self._by_token(header.get("token"))
+        if kind == Kind.ASSIGN.value:
+            self._on_assign(batch, header)
+        elif kind == Kind.BUSY.value and batch is not None and batch.state == _WAITING:
+            self.counts["busy"] += 1
+            retry_after = header.get("retry_after")
+            retry_after = retry_after if isinstance(retry_after, (int, float)) else self.heartbeat_s
+            batch.retry_lease_at = time.monotonic() + min(max(retry_after, 0.001), self.heartbeat_s)
+
+    def _on_assign(self, batch: _Batch | None, header: dict) -> None:
+        lease, data = header.get("lease"), header.get("data")
+        if batch is None or batch.state not in (_WAITING, _SENT) or not isinstance(data, str):
+            self._send_broker(control(Kind.RELEASE, lease=lease))
+            return
+        if lease == batch.lease:
+            return  # the broker repeating itself (idempotent LEASE)
+        if batch.state == _SENT and not header.get("requeued"):
+            self._send_broker(control(Kind.RELEASE, lease=lease))
+            return
+        if batch.state == _SENT:  # requeued: the worker we sent to was declared dead
+            batch.history.append(f"worker {batch.worker} expired; requeued")
+            if batch.tries > self.retries:
+                self._fail(batch, TransportError(self._describe(batch, f"gave up after {batch.tries} attempts")))
+                return
+            batch.tries += 1
+            self.counts["resent"] += 1
+        now = time.monotonic()
+        batch.lease, batch.worker, batch.state = lease, data, _SENT
+        batch.deadline = now + self.timeout_s
+        header_bytes = encode_header(dict(batch.header, token=batch.token, lease=lease,
+                                          attempt=batch.tries))
+        sock = self._data_socket(data, header.get("curve"))
+        try:
+            sock.send_multipart([header_bytes] + batch.payload, copy=False)
+            self.counts["sent"] += 1
+        except zmq.ZMQError as exc:
+            self._new_attempt(batch, now, f"send to {data} failed: {exc}")
+
+    def _on_data(self, frames) -> None:
+        try:
+            header, tables = decode(frames, self.max_message_bytes)
+        except ProtocolError as exc:
+            self.counts["bad_results"] += 1
+            try:
+                batch = self._by_token(peek_header(frames, self.max_message_bytes).get("token"))
+            except ProtocolError:
+                batch = None
+            if batch is not None and batch.state == _SENT:
+                self._new_attempt(batch, time.monotonic(), f"undecodable result: {exc}")
+            return
+        batch = self._by_seq_of(header.get("token"))
+        if batch is None or batch.state not in (_WAITING, _SENT):
+            self.counts["duplicates" if batch is not None or header.get("token") else "orphans"] += 1
+            return
+        if header["kind"] == Kind.ERROR.value:
+            if header.get("token") != batch.token:
+                self.counts["duplicates"] += 1  # an earlier attempt's refusal; a later one is out
+                return
+            message = f"worker {header.get('worker') or batch.worker} answered ERROR: {header.get('error')}"
+            if header.get("retryable"):
+                self._new_attempt(batch, time.monotonic(), message)
+            else:
+                err = RemoteTaskError(self._describe(batch, message))
+                err.remote_traceback = header.get("traceback")
+                self._fail(batch, err)
+            return
+        if header["kind"] != Kind.RESULT.value:
+            self.counts["bad_results"] += 1
+            return
+        try:
+            verify.check_result(batch.header, header, tables, batch.ids)
+        except ProtocolError as exc:
+            self.counts["bad_results"] += 1
+            self._new_attempt(batch, time.monotonic(), f"result failed verification: {exc}")
+            return
+        if batch.state == _WAITING:  # an earlier attempt answered after all: cancel the new ask
+            self._send_broker(control(Kind.RELEASE, lease=batch.lease, token=batch.token))
+        batch.state, batch.result = _DONE, (header, tables)
+        batch.payload = []
+        self.counts["results"] += 1
+
+    # -- lookup ----------------------------------------------------------------------------
+    def _by_token(self, token) -> _Batch | None:
+        batch = self._by_seq_of(token)
+        return batch if batch is not None and batch.token == token else None
+
+    def _by_seq_of(self, token) -> _Batch | None:
+        """Any attempt's token finds its batch: results of earlier attempts are still valid."""
+        if not isinstance(token, str):
+            return None
+        client, _, rest = token.partition(":")
+        seq = rest.partition(":")[0]
+        if client != self._client or not seq.isdigit():
+            return None
+        return self._batches.get(int(seq))
+
+    # -- sockets ---------------------------------------------------------------------------
+    def _open_broker(self) -> None:
+        self._broker = sockets.make(self._context, zmq.DEALER, max_frame_bytes=sockets.CONTROL_MAX_BYTES,
+                                    curve_server_key=self.curve_server_key)
+        self._broker.connect(self.endpoint)
+        self._poller.register(self._broker, zmq.POLLIN)
+        self._broker_heard = time.monotonic()
+        self._next_ping = self._broker_heard + self.heartbeat_s
+        self._backoff = getattr(self, "_backoff", self.heartbeat_s)
+
+    def _reconnect_broker(self, now: float) -> None:
+        """Lazy Pirate: a silent broker gets a fresh socket and every waiting batch asks again."""
+        self._poller.unregister(self._broker)
+        self._broker.close(0)
+        self.counts["broker_reconnects"] += 1
+        backoff = self._backoff
+        self._open_broker()
+        self._broker_heard = now + backoff  # do not judge the new socket before backoff ends
+        self._backoff = min(backoff * 2, 8 * self.heartbeat_s)
+        for batch in self._batches.values():
+            if batch.state == _WAITING:
+                self._ask_lease(batch)
+
+    def _send_broker(self, frames) -> None:
+        try:
+            self._broker.send_multipart(frames, zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass  # queue full / no peer: the liveness check reconnects
+
+    def _data_socket(self, endpoint: str, curve) -> zmq.Socket:
+        sock = self._data.get(endpoint)
+        if sock is None:
+            key = curve or self.curve_server_key
+            sock = sockets.make(self._context, zmq.DEALER, max_frame_bytes=self.max_message_bytes,
+                                curve_server_key=key)
+            sock.connect(endpoint)
+            self._data[endpoint] = sock
+            self._poller.register(sock, zmq.POLLIN)
+        return sock
+
+
+def broker_stats(endpoint: str, timeout_s: float = 5.0, curve_server_key=None,
+                 context: zmq.Context | None = None) -> dict:
+    """One STATS round trip to a broker's front endpoint; TransportError if it does not answer."""
+    context = context or zmq.Context.instance()
+    sock = sockets.make(context, zmq.DEALER, max_frame_bytes=sockets.CONTROL_MAX_BYTES,
+                        curve_server_key=curve_server_key)
+    try:
+        sock.connect(endpoint)
+        sock.send_multipart(control(Kind.STATS))
+        if not sock.poll(timeout_s * 1000):
+            raise TransportError(f"broker {endpoint} did not answer STATS within {timeout_s}s")
+        header = peek_header(sock.recv_multipart(), sockets.CONTROL_MAX_BYTES)
+        return header.get("metrics") or {}
+    finally:
+        sock.close(0)

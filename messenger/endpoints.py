@@ -1,0 +1,87 @@
+"""ZeroMQ endpoint helpers: loopback checks and the worker's own data endpoint.
+
+WHY: the broker stays on the control path and payloads travel dealer<->worker directly, so each
+worker binds a data socket next to where it reaches the broker (same transport: ipc next to
+ipc, loopback tcp next to loopback tcp, inproc next to inproc) and advertises it in READY.
+"""
+from __future__ import annotations
+
+import ipaddress
+import os
+import tempfile
+import uuid
+
+from sparkgnn.messenger.errors import SecurityError
+
+_LOCAL_SCHEMES = ("ipc", "inproc")
+
+
+def scheme(endpoint: str) -> str:
+    if "://" not in endpoint:
+        raise ValueError(f"not a ZeroMQ endpoint: {endpoint!r} (want tcp://, ipc:// or inproc://)")
+    return endpoint.split("://", 1)[0]
+
+
+def tcp_host(endpoint: str) -> str:
+    rest = endpoint.split("://", 1)[1]
+    host = rest.rsplit(":", 1)[0] if ":" in rest else rest
+    return host.strip("[]")
+
+
+def is_loopback(endpoint: str) -> bool:
+    """True for ipc://, inproc:// and tcp:// on 127.0.0.0/8, ::1 or localhost."""
+    kind = scheme(endpoint)
+    if kind in _LOCAL_SCHEMES:
+        return True
+    if kind != "tcp":
+        return False
+    host = tcp_host(endpoint)
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # interface names, hostnames, '*': treat as exposed
+
+
+def check_bind(endpoint: str, curve_keys_dir, bind_any: bool = True) -> None:
+    """Refuse to bind a non-loopback address unless explicitly allowed and CURVE-protected."""
+    if is_loopback(endpoint):
+        return
+    if not bind_any:
+        raise SecurityError(f"refusing to bind non-loopback {endpoint}: pass --bind-any "
+                            f"(and --curve-keys DIR) to expose the messenger on a network")
+    if not curve_keys_dir:
+        raise SecurityError(f"binding non-loopback {endpoint} requires CURVE keys "
+                            f"(--curve-keys DIR, see zmq.auth.create_certificates)")
+
+
+def data_bind_for(broker_endpoint: str) -> str:
+    """Where a worker binds its data socket, next to how it reaches the broker."""
+    kind = scheme(broker_endpoint)
+    if kind == "inproc":
+        return f"inproc://sparkgnn-data-{uuid.uuid4().hex}"
+    if kind == "ipc":
+        folder = os.environ.get("SPARKGNN_IPC_DIR") or tempfile.gettempdir()
+        return f"ipc://{folder}/sparkgnn-w{os.getpid()}-{uuid.uuid4().hex[:8]}.ipc"
+    host = tcp_host(broker_endpoint)
+    if is_loopback(broker_endpoint):
+        return f"tcp://{'[::1]' if ':' in host else '127.0.0.1'}:*"
+    return "tcp://0.0.0.0:*"
+
+
+def advertised(bound: str, advertise_host: str | None = None) -> str:
+    """The endpoint dealers connect to for a socket bound at `bound` (tcp wildcard -> host)."""
+    if scheme(bound) != "tcp" or advertise_host is None:
+        return bound
+    port = bound.rsplit(":", 1)[1]
+    return f"tcp://{advertise_host}:{port}"
+
+
+def cleanup_ipc(endpoint: str) -> None:
+    """Remove the socket file an ipc:// bind left behind (ZeroMQ does not)."""
+    if endpoint.startswith("ipc://"):
+        try:
+            os.unlink(endpoint[len("ipc://"):])
+        except OSError:
+            pass

@@ -1,0 +1,200 @@
+"""LocalCluster: a broker and N workers as child processes on this machine (`local[N]`).
+
+WHY processes, not threads: the workers run PyTorch and must not share the driver's GIL or die
+with it quietly; children are started with `python -m ...` in their own session (so a terminal's
+Ctrl-C reaches only the parent, which then stops them in order), log to files in a private
+temporary folder (pipes could fill and block them), run a parent-death watchdog (SIGKILL of the
+parent leaves nothing behind) and are stopped on context exit, on failure while starting, at
+interpreter exit and on Ctrl-C.
+
+Which program a worker runs:
+- `worker_argv_factory(index, back_endpoint) -> argv`: anything (it must reach the broker at
+  back_endpoint and call sparkgnn.messenger.watchdog.start_from_env(); the mains here do);
+- else `handler="module:function"`: the generic worker `python -m sparkgnn.messenger.worker
+  --handler module:function` (tests use this with a fixture handler; put its module on
+  PYTHONPATH via `env=`);
+- else the product worker `python -m sparkgnn.worker.cli --device ... --model-store ...`.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Callable, Sequence
+
+from sparkgnn.messenger.dealer import MessengerTransport, broker_stats
+from sparkgnn.messenger.errors import TransportError
+from sparkgnn.messenger.watchdog import ENV as PARENT_ENV
+
+_LOG_TAIL = 3000
+
+
+def free_tcp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LocalCluster:
+    def __init__(self, num_workers: int, handler: str | None = None,
+                 worker_argv_factory: Callable[[int, str], Sequence[str]] | None = None, *,
+                 transport: str = "ipc", model_store=None, device: str = "cpu",
+                 threads: int | None = None, heartbeat_s: float = 1.0, liveness: int = 3,
+                 slots: int = 2, max_queue: int = 1024, env: dict | None = None,
+                 start_timeout_s: float = 60.0, metrics_interval_s: float = 10.0,
+                 python: str = sys.executable):
+        if num_workers < 1:
+            raise ValueError("LocalCluster needs at least one worker")
+        if transport not in ("ipc", "tcp"):
+            raise ValueError(f"transport must be 'ipc' or 'tcp', got {transport!r}")
+        self.num_workers = num_workers
+        self.handler = handler
+        self.worker_argv_factory = worker_argv_factory
+        self.transport = transport
+        self.model_store = model_store
+        self.device = device
+        self.threads = threads
+        self.heartbeat_s = heartbeat_s
+        self.liveness = liveness
+        self.slots = slots
+        self.max_queue = max_queue
+        self.extra_env = dict(env or {})
+        self.start_timeout_s = start_timeout_s
+        self.metrics_interval_s = metrics_interval_s
+        self.python = python
+        self.dir: str | None = None
+        self.front = self.back = None
+        self.broker: subprocess.Popen | None = None
+        self.workers: list[subprocess.Popen] = []
+        self._logs: dict[int, str] = {}
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self) -> "LocalCluster":
+        self.dir = tempfile.mkdtemp(prefix="sparkgnn-local-")
+        if self.transport == "ipc":
+            self.front, self.back = f"ipc://{self.dir}/front.ipc", f"ipc://{self.dir}/back.ipc"
+        else:
+            self.front = f"tcp://127.0.0.1:{free_tcp_port()}"
+            self.back = f"tcp://127.0.0.1:{free_tcp_port()}"
+        atexit.register(self.stop)
+        try:
+            self.start_broker()
+            for index in range(self.num_workers):
+                self.workers.append(self._spawn(f"worker{index}", self._worker_argv(index)))
+            self.wait_ready(self.num_workers)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def start_broker(self) -> subprocess.Popen:
+        """(Re)start the broker on the same endpoints (tests restart it to simulate a crash)."""
+        argv = [self.python, "-m", "sparkgnn.messenger.broker", "--front", self.front,
+                "--back", self.back, "--heartbeat", str(self.heartbeat_s),
+                "--liveness", str(self.liveness), "--max-queue", str(self.max_queue),
+                "--metrics-interval", str(self.metrics_interval_s)]
+        self.broker = self._spawn("broker", argv)
+        return self.broker
+
+    def wait_ready(self, count: int, timeout_s: float | None = None) -> dict:
+        """Until the broker reports `count` live workers; raises with the children's logs."""
+        deadline = time.monotonic() + (timeout_s or self.start_timeout_s)
+        metrics: dict = {}
+        while time.monotonic() < deadline:
+            dead = [p for p in [self.broker, *self.workers] if p is not None and p.poll() is not None]
+            if dead:
+                raise TransportError(f"local cluster: a child exited with {dead[0].returncode} "
+                                     f"while starting\n{self.logs()}")
+            try:
+                metrics = broker_stats(self.front, timeout_s=1.0)
+            except TransportError:
+                continue
+            if metrics.get("live_workers", 0) >= count:
+                return metrics
+            time.sleep(0.05)
+        raise TransportError(f"local cluster: {metrics.get('live_workers', 0)}/{count} workers "
+                             f"READY after {timeout_s or self.start_timeout_s}s at {self.front}\n{self.logs()}")
+
+    def stop(self, grace_s: float = 3.0) -> None:
+        """Workers first (they send DISCONNECT), then the broker; SIGKILL after grace_s."""
+        procs = [p for p in [*self.workers, self.broker] if p is not None]
+        for p in procs:
+            if p.poll() is None:
+                try:
+                    p.send_signal(signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + grace_s
+        for p in procs:
+            try:
+                p.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self.workers, self.broker = [], None
+        if self.dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+        atexit.unregister(self.stop)
+
+    def __enter__(self) -> "LocalCluster":
+        return self.start() if self.broker is None else self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- helpers ---------------------------------------------------------------------------
+    def client(self, **options) -> MessengerTransport:
+        options.setdefault("heartbeat_s", self.heartbeat_s)
+        options.setdefault("liveness", self.liveness)
+        return MessengerTransport(self.front, **options)
+
+    def add_worker(self) -> subprocess.Popen:
+        proc = self._spawn(f"worker{len(self.workers)}", self._worker_argv(len(self.workers)))
+        self.workers.append(proc)
+        return proc
+
+    def logs(self) -> str:
+        out = []
+        for name, path in sorted(self._logs.items()):
+            try:
+                with open(path, "rb") as f:
+                    f.seek(0, os.SEEK_END)
+                    f.seek(max(0, f.tell() - _LOG_TAIL))
+                    out.append(f"--- {name} ---\n{f.read().decode(errors='replace')}")
+            except OSError:
+                pass
+        return "\n".join(out)
+
+    def _worker_argv(self, index: int) -> list[str]:
+        if self.worker_argv_factory is not None:
+            return list(self.worker_argv_factory(index, self.back))
+        common = ["--connect", self.back, "--heartbeat", str(self.heartbeat_s),
+                  "--liveness", str(self.liveness), "--slots", str(self.slots)]
+        if self.handler is not None:
+            return [self.python, "-m", "sparkgnn.messenger.worker", *common, "--handler", self.handler]
+        if self.model_store is None:
+            raise ValueError("LocalCluster needs handler='module:function', worker_argv_factory "
+                             "or model_store= (for the sparkgnn-worker GNN handler)")
+        argv = [self.python, "-m", "sparkgnn.worker.cli", *common, "--device", self.device,
+                "--model-store", os.fspath(self.model_store)]
+        if self.threads:
+            argv += ["--threads", str(self.threads)]
+        return argv
+
+    def _spawn(self, name: str, argv: Sequence[str]) -> subprocess.Popen:
+        env = dict(os.environ, **self.extra_env)
+        env[PARENT_ENV] = str(os.getpid())
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        env.setdefault("SPARKGNN_IPC_DIR", self.dir)
+        log_path = os.path.join(self.dir, f"{name}.{len(self._logs)}.log")
+        self._logs[len(self._logs)] = log_path
+        with open(log_path, "wb") as log:
+            return subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=log,
+                                    stderr=subprocess.STDOUT, env=env, start_new_session=True)

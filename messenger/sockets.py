@@ -1,0 +1,37 @@
+"""Socket construction shared by broker, worker and dealer, so the same options (size caps,
+linger, high-water marks, CURVE) apply everywhere."""
+from __future__ import annotations
+
+import zmq
+
+from sparkgnn.messenger import security
+
+# Broker sockets only ever see control messages; this caps what a peer can make it allocate.
+CONTROL_MAX_BYTES = 1024 * 1024
+
+
+def make(context: zmq.Context, kind: int, *, max_frame_bytes: int | None = None,
+         curve_server_dir=None, curve_server_key=None, hwm: int | None = None,
+         identity: bytes | None = None) -> zmq.Socket:
+    sock = context.socket(kind)
+    sock.linger = 0
+    if max_frame_bytes:
+        # libzmq drops (and disconnects) a peer sending a frame larger than this before
+        # allocating it; the whole-message cap is checked by protocol.decode.
+        sock.setsockopt(zmq.MAXMSGSIZE, int(max_frame_bytes))
+    if hwm is not None:
+        sock.sndhwm = sock.rcvhwm = hwm
+    if identity is not None:
+        sock.setsockopt(zmq.ROUTING_ID, identity)
+    if curve_server_dir:
+        security.make_server(sock, curve_server_dir)
+    elif curve_server_key:
+        security.make_client(sock, curve_server_key)
+    return sock
+
+
+def bind(sock: zmq.Socket, endpoint: str) -> str:
+    """Bind and return the concrete endpoint (tcp port resolved for `tcp://host:*`)."""
+    sock.bind(endpoint)
+    last = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+    return last or endpoint

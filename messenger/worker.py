@@ -1,0 +1,286 @@
+"""The worker loop (Paranoid Pirate worker + a direct data socket).
+
+Two threads, each owning its sockets (ZeroMQ sockets are not thread-safe):
+- the *control* thread talks to the broker: READY, a HEARTBEAT every `heartbeat_s` (carrying the
+  data endpoint, so a restarted broker re-learns the worker from any heartbeat), DONE per finished
+  lease; when the broker is silent for `liveness` intervals it reconnects with exponential
+  backoff. WHY a thread: a GNN layer can run for seconds; heartbeats from the task loop would
+  stop meanwhile and the broker would expire a healthy worker and requeue its batch.
+- the *task* loop (the caller's thread) owns the data ROUTER socket that dealers send TASKs to
+  directly, decodes them (protocol.decode validates everything), runs the handler and answers
+  RESULT, or ERROR when the frames are malformed or the handler raises, and keeps serving.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+import uuid
+
+import zmq
+
+from sparkgnn.messenger import endpoints, memory, security, sockets, watchdog
+from sparkgnn.messenger.protocol import (DEFAULT_MAX_MESSAGE_BYTES, RESERVED, Handler, Kind,
+                                          ProtocolError, control, decode, encode, peek_header)
+
+_ECHOED = ("job", "batch", "op", "layer", "model", "token", "lease", "attempt")
+_ERROR_TEXT = 4000
+
+
+class Worker:
+    def __init__(self, connect: str, handler: Handler, heartbeat_s: float = 1.0, liveness: int = 3,
+                 *, slots: int = 2, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+                 curve_keys_dir=None, data_bind: str | None = None, advertise_host: str | None = None,
+                 max_backoff_s: float | None = None, context: zmq.Context | None = None,
+                 info: dict | None = None):
+        self.connect = connect
+        self.handler = handler
+        self.heartbeat_s = heartbeat_s
+        self.liveness = liveness
+        self.slots = slots
+        self.max_message_bytes = max_message_bytes
+        self.curve_keys_dir = curve_keys_dir
+        self.data_bind = data_bind or endpoints.data_bind_for(connect)
+        endpoints.check_bind(self.data_bind, curve_keys_dir)
+        self.advertise_host = advertise_host
+        self.max_backoff_s = max_backoff_s if max_backoff_s is not None else max(2.0, 16 * heartbeat_s)
+        self.info = dict(info or {}, pid=os.getpid())
+        self.data_endpoint: str | None = None
+        self.identity = b"w-" + uuid.uuid4().bytes
+        self._context = context or zmq.Context.instance()
+        self._pipe_name = f"inproc://sparkgnn-worker-ctl-{uuid.uuid4().hex}"
+        self._ready = threading.Event()
+        self._lock = threading.Lock()
+        self.counts = dict(tasks=0, results=0, errors=0, malformed=0, unknown_kind=0,
+                           reconnects=0, heartbeats=0, broker_messages=0)
+
+    def metrics(self) -> dict:
+        with self._lock:
+            return dict(self.counts)
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        return self._ready.wait(timeout)
+
+    def _count(self, key: str, n: int = 1) -> None:
+        with self._lock:
+            self.counts[key] += n
+
+    # -- task loop -------------------------------------------------------------------------
+    def run(self, stop_event: threading.Event | None = None) -> None:
+        stop_event = stop_event or threading.Event()
+        data = sockets.make(self._context, zmq.ROUTER, max_frame_bytes=self.max_message_bytes,
+                            curve_server_dir=self.curve_keys_dir)
+        auth = security.start_authenticator(self._context, self.curve_keys_dir) if self.curve_keys_dir else None
+        pipe = self._context.socket(zmq.PAIR)
+        pipe.linger = 0
+        pipe.bind(self._pipe_name)
+        control_thread = threading.Thread(target=self._control, args=(stop_event,),
+                                          name="sparkgnn-worker-control", daemon=True)
+        try:
+            bound = sockets.bind(data, self.data_bind)
+            self.data_endpoint = endpoints.advertised(bound, self.advertise_host)
+            self._bound_at = bound
+            control_thread.start()
+            while not stop_event.is_set():
+                if data.poll(100):
+                    frames = data.recv_multipart(copy=False)
+                    self._serve_one(data, pipe, frames)
+        finally:
+            stop_event.set()
+            control_thread.join(timeout=5 * self.heartbeat_s + 1) if control_thread.ident else None
+            data.close(0)
+            pipe.close(0)
+            endpoints.cleanup_ipc(getattr(self, "_bound_at", ""))
+            if auth is not None:
+                auth.stop()
+
+    def _serve_one(self, data, pipe, frames) -> None:
+        identity, body = frames[0].bytes, frames[1:]
+        try:
+            reply, lease = self._answer(body)
+        except Exception as exc:  # last line of defence: a worker never dies of one message
+            reply, lease = self._error({}, exc, retryable=False), None
+        try:
+            data.send_multipart([identity] + reply, copy=False)
+        except zmq.ZMQError:
+            pass
+        if lease is not None:
+            pipe.send_multipart(control(Kind.DONE, lease=lease))
+
+    def _answer(self, body) -> tuple[list, object]:
+        try:
+            header, tables = decode(body, self.max_message_bytes)
+        except ProtocolError as exc:
+            self._count("malformed")
+            seen = _best_effort_header(body, self.max_message_bytes)
+            return self._error(seen, exc, retryable=True), seen.get("lease")
+        lease = header.get("lease")
+        if header["kind"] != Kind.TASK.value:
+            self._count("unknown_kind")
+            return self._error(header, ProtocolError(f"worker expects TASK, got {header['kind']}"),
+                               retryable=False), lease
+        self._count("tasks")
+        try:
+            fields, out_tables = self.handler(header, tables)
+            if not isinstance(fields, dict) or not isinstance(out_tables, dict):
+                raise TypeError("handler must return (dict of header fields, dict of tables)")
+            reply_header = {k: v for k, v in fields.items() if k not in RESERVED}
+            reply_header.update({k: header.get(k) for k in _ECHOED}, kind=Kind.RESULT.value)
+            frames = encode(reply_header, out_tables)
+        except Exception as exc:
+            self._count("errors")
+            return self._error(header, exc, retryable=False), lease
+        self._count("results")
+        return frames, lease
+
+    def _error(self, header: dict, exc: BaseException, retryable: bool) -> list:
+        text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        tb = "".join(traceback.format_exception(exc))[-_ERROR_TEXT:]
+        fields = {k: header.get(k) for k in _ECHOED}
+        return control(Kind.ERROR, **fields, error=text[:_ERROR_TEXT], error_type=type(exc).__name__,
+                       retryable=retryable, traceback=tb, worker=self.data_endpoint)
+
+    # -- control thread --------------------------------------------------------------------
+    def _broker_socket(self):
+        sock = sockets.make(self._context, zmq.DEALER, max_frame_bytes=sockets.CONTROL_MAX_BYTES,
+                            identity=self.identity)
+        if self.curve_keys_dir:
+            security.make_client(sock, security.server_public_key(self.curve_keys_dir))
+        sock.connect(self.connect)
+        return sock
+
+    def _announce(self, sock, kind: Kind) -> None:
+        curve = security.server_public_key(self.curve_keys_dir).decode() if self.curve_keys_dir else None
+        sock.send_multipart(control(kind, data=self.data_endpoint, slots=self.slots, curve=curve,
+                                    **self.info))
+
+    def _control(self, stop_event: threading.Event) -> None:
+        pipe = self._context.socket(zmq.PAIR)
+        pipe.linger = 0
+        pipe.connect(self._pipe_name)
+        sock = self._broker_socket()
+        self._announce(sock, Kind.READY)
+        self._ready.set()
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        poller.register(pipe, zmq.POLLIN)
+        silence_limit = self.heartbeat_s * self.liveness
+        heard = time.monotonic()
+        next_beat = heard + self.heartbeat_s
+        backoff = self.heartbeat_s
+        try:
+            while not stop_event.is_set():
+                events = dict(poller.poll(max(0.0, min(next_beat - time.monotonic(), 0.1)) * 1000))
+                if pipe in events:
+                    while pipe.poll(0):
+                        sock.send_multipart(pipe.recv_multipart())
+                lost = False
+                if sock in events:
+                    while sock.poll(0):
+                        frames = sock.recv_multipart()
+                        try:
+                            header = peek_header(frames, sockets.CONTROL_MAX_BYTES)
+                        except ProtocolError:
+                            self._count("malformed")
+                            continue
+                        heard, backoff = time.monotonic(), self.heartbeat_s
+                        self._count("broker_messages")
+                        lost = lost or header["kind"] == Kind.DISCONNECT.value
+                now = time.monotonic()
+                if now >= next_beat:
+                    self._announce(sock, Kind.HEARTBEAT)
+                    self._count("heartbeats")
+                    next_beat = now + self.heartbeat_s
+                if lost or now - heard > silence_limit:
+                    # Paranoid Pirate: drop the socket, wait, reconnect; double the wait each time.
+                    poller.unregister(sock)
+                    sock.close(0)
+                    if stop_event.wait(backoff):
+                        return
+                    backoff = min(backoff * 2, self.max_backoff_s)
+                    self._count("reconnects")
+                    sock = self._broker_socket()
+                    poller.register(sock, zmq.POLLIN)
+                    self._announce(sock, Kind.READY)
+                    heard = time.monotonic()
+                    next_beat = heard + self.heartbeat_s
+        finally:
+            try:
+                sock.send_multipart(control(Kind.DISCONNECT), zmq.NOBLOCK)
+            except zmq.ZMQError:
+                pass
+            sock.close(0 if not stop_event.is_set() else 100)
+            pipe.close(0)
+
+
+def _best_effort_header(body, max_bytes) -> dict:
+    """Batch/token of a message that failed validation, so the dealer can match the ERROR."""
+    try:
+        return peek_header(body, max_bytes)
+    except ProtocolError:
+        return {}
+
+
+def serve(connect: str, handler: Handler, heartbeat_s: float = 1.0, liveness: int = 3,
+          stop_event: threading.Event | None = None, **options) -> None:
+    """Run a worker until stop_event is set: READY, heartbeats, TASK -> handler -> RESULT/ERROR,
+    reconnect with exponential backoff when the broker goes away. Options: see `Worker`."""
+    Worker(connect, handler, heartbeat_s, liveness, **options).run(stop_event)
+
+
+def import_handler(spec: str) -> Handler:
+    """`module:attribute` -> the handler object (local code named on the command line; nothing
+    from the wire is ever imported or evaluated)."""
+    module, _, attr = spec.partition(":")
+    if not module or not attr:
+        raise ValueError(f"--handler wants module:function, got {spec!r}")
+    obj = importlib.import_module(module)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise TypeError(f"{spec} is not callable")
+    return obj
+
+
+def add_common_args(p: argparse.ArgumentParser) -> None:
+    """Options every worker executable shares (generic and sparkgnn-worker)."""
+    p.add_argument("--connect", default="tcp://127.0.0.1:5556", help="broker back endpoint")
+    p.add_argument("--heartbeat", type=float, default=1.0, help="heartbeat interval, seconds")
+    p.add_argument("--liveness", type=int, default=3, help="silent intervals before reconnecting")
+    p.add_argument("--slots", type=int, default=2, help="tasks assigned at once (1 running + prefetch)")
+    p.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES)
+    p.add_argument("--curve-keys", default=None, help="dir with server.key(_secret) (zmq.auth)")
+    p.add_argument("--data-bind", default=None, help="data socket bind (default: next to --connect)")
+    p.add_argument("--advertise", default=None, help="host dealers use for a wildcard tcp data bind")
+
+
+def run_from_args(args: argparse.Namespace, handler: Handler, info: dict | None = None) -> int:
+    """Shared main body: watchdog, malloc tuning, SIGTERM -> clean stop, serve."""
+    watchdog.start_from_env()
+    memory.tune_malloc()
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    serve(args.connect, handler, args.heartbeat, args.liveness, stop, slots=args.slots,
+          max_message_bytes=args.max_message_bytes, curve_keys_dir=args.curve_keys,
+          data_bind=args.data_bind, advertise_host=args.advertise, info=info)
+    return 0
+
+
+def main(argv=None) -> int:
+    """Generic worker: `python -m sparkgnn.messenger.worker --connect EP --handler mod:fn`.
+    The product's worker is `sparkgnn-worker` (sparkgnn.worker.cli), which builds the GNN handler."""
+    p = argparse.ArgumentParser(prog="python -m sparkgnn.messenger.worker")
+    add_common_args(p)
+    p.add_argument("--handler", required=True, help="module:function implementing Handler")
+    args = p.parse_args(argv)
+    return run_from_args(args, import_handler(args.handler), info={"handler": args.handler})
+
+
+if __name__ == "__main__":
+    sys.exit(main())
