@@ -1,1 +1,24 @@
-"""Planner: plan IR, compile, rewrites, cost model, explain. Pure Python (no torch, no pyspark)."""
+"""Planner: compiles a trained model's layers + graph statistics + a task into an operator plan.
+
+Pure Python (no torch, no pyspark: the design's dependency rule, so the planner can run on a
+driver, in a notebook or in the bench without either). Modules, one job each:
+  inputs      check and normalise the plain-dict inputs (PlanError naming the fault)
+  ir          Operator / LayerPlan / Plan, JSON round trip
+  segments    row sizes and Pipe round-trip building blocks
+  strategies  registry of physical data-movement strategies (edge_join, replicate, combine)
+  rewrites    transform-then-propagate, fusion of DL operators into one Pipe round trip
+  cost        CostModel (calibrated constants) and measuring an operator list
+  partitions  choose_partitions (cores unless memory needs more)
+  compile     compile(layers, graph_stats, task) -> Plan
+  explain     Plan.explain() text
+"""
+from sparkgnn.planner.compile import compile
+from sparkgnn.planner.cost import CostModel, Estimate, measure
+from sparkgnn.planner.ir import ENGINES, OPERATORS, LayerPlan, Operator, Plan
+from sparkgnn.planner.partitions import MEMORY_SAFETY_FACTOR, choose_partitions, task_memory_bytes
+from sparkgnn.planner.strategies import STRATEGIES
+
+__all__ = [
+    "compile", "choose_partitions", "Plan", "LayerPlan", "Operator", "CostModel", "Estimate",
+    "measure", "STRATEGIES", "OPERATORS", "ENGINES", "MEMORY_SAFETY_FACTOR", "task_memory_bytes",
+]

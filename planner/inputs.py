@@ -1,0 +1,250 @@
+"""Turn the plain-dict inputs (layers from Model.plan_info(), graph stats from Spark, the task)
+into checked, typed specs.
+
+Why a module of its own: the planner is fed by three other components written independently
+(models, the Spark statistics job, the CLI/API), so every malformed input must be refused here,
+once, with a PlanError that names the layer/key at fault — not surface later as a KeyError or a
+silently absurd cost.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any, Mapping
+
+from sparkgnn.errors import PlanError
+
+LAYER_KEYS = (
+    "index", "kind", "in_dim", "out_dim", "aggregator", "src_width", "dst_width", "msg_width",
+    "state_width", "needs_dst_in_message", "can_pre_transform", "self_loops", "uses_edge_weight",
+    "required_stats", "decomposable",
+)
+WIDTH_KEYS = ("raw", "pre_transform")
+
+#: Graph statistics every plan needs.
+CORE_STAT_KEYS = ("num_vertices", "num_edges", "feature_dim", "partitions")
+#: Statistics only some strategies need; when absent those strategies are not applicable.
+OPTIONAL_STAT_KEYS = ("mirror_rows", "combine_rows", "in_mirror_rows", "max_partition_edges",
+                      "local_combine_rows")
+
+TASK_DEFAULTS: dict[str, Any] = {
+    "partitions": None, "ids": None, "fuse": True, "collect_all": False,
+}
+TASK_REQUIRED = ("strategy", "cores", "memory_per_task_bytes")
+
+
+@dataclass(frozen=True)
+class Widths:
+    raw: int
+    pre_transform: int
+
+    def pick(self, pre_transform: bool) -> int:
+        return self.pre_transform if pre_transform else self.raw
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """One conv layer as the planner sees it (see Model.plan_info())."""
+
+    index: int
+    kind: str
+    in_dim: int
+    out_dim: int
+    aggregator: str
+    src_width: Widths
+    dst_width: int
+    msg_width: Widths
+    state_width: Widths
+    needs_dst_in_message: bool
+    can_pre_transform: bool
+    self_loops: str
+    uses_edge_weight: bool
+    required_stats: tuple[str, ...]
+    decomposable: bool
+
+    @property
+    def label(self) -> str:
+        return f"layer {self.index} ({self.kind}, aggregator {self.aggregator!r})"
+
+
+@dataclass(frozen=True)
+class GraphStats:
+    """Statistics Spark computed once for a partition count P (see DESIGN/brief for each)."""
+
+    num_vertices: int
+    num_edges: int
+    feature_dim: int
+    partitions: int
+    mirror_rows: int | None = None
+    combine_rows: int | None = None
+    in_mirror_rows: int | None = None
+    max_partition_edges: int | None = None
+    local_combine_rows: int | None = None
+
+    def single_partition(self) -> "GraphStats":
+        """The stats of the same graph on one partition: nothing is ever remote."""
+        return replace(self, partitions=1, mirror_rows=0, combine_rows=0, in_mirror_rows=0,
+                       max_partition_edges=self.num_edges,
+                       local_combine_rows=min(self.num_vertices, self.num_edges))
+
+    def as_dict(self) -> dict[str, int]:
+        keys = CORE_STAT_KEYS + OPTIONAL_STAT_KEYS
+        return {k: getattr(self, k) for k in keys if getattr(self, k) is not None}
+
+
+@dataclass(frozen=True)
+class Task:
+    strategy: str
+    partitions: int | None
+    cores: int
+    memory_per_task_bytes: int
+    ids: int | None
+    fuse: bool
+    collect_all: bool
+
+
+def _int(value: Any, what: str, minimum: int = 0) -> int:
+    """An integer >= minimum. bool is refused (True would silently mean 1)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and value.is_integer() and math.isfinite(value):
+            value = int(value)
+        else:
+            raise PlanError(f"{what} must be an integer, got {value!r}")
+    if value < minimum:
+        bound = "positive" if minimum == 1 else f">= {minimum}"
+        raise PlanError(f"{what} must be {bound}, got {value}")
+    return value
+
+
+def _bool(value: Any, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise PlanError(f"{what} must be a bool, got {value!r}")
+    return value
+
+
+def _str(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise PlanError(f"{what} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _mapping(value: Any, what: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise PlanError(f"{what} must be a dict, got {type(value).__name__}")
+    return value
+
+
+def _widths(value: Any, what: str) -> Widths:
+    value = _mapping(value, what)
+    missing = [k for k in WIDTH_KEYS if k not in value]
+    if missing:
+        raise PlanError(f"{what} is missing key(s) {missing} (expected {list(WIDTH_KEYS)})")
+    return Widths(_int(value["raw"], f"{what}['raw']", 1), _int(value["pre_transform"], f"{what}['pre_transform']", 1))
+
+
+def parse_layer(data: Any, position: int) -> LayerSpec:
+    where = f"layers[{position}]"
+    data = _mapping(data, where)
+    missing = [k for k in LAYER_KEYS if k not in data]
+    if missing:
+        raise PlanError(f"{where} is missing key(s) {missing}; Model.plan_info() must provide {list(LAYER_KEYS)}")
+    stats = data["required_stats"]
+    if isinstance(stats, str) or not isinstance(stats, (list, tuple)):
+        raise PlanError(f"{where}['required_stats'] must be a list of names, got {stats!r}")
+    spec = LayerSpec(
+        index=_int(data["index"], f"{where}['index']"),
+        kind=_str(data["kind"], f"{where}['kind']"),
+        in_dim=_int(data["in_dim"], f"{where}['in_dim']", 1),
+        out_dim=_int(data["out_dim"], f"{where}['out_dim']", 1),
+        aggregator=_str(data["aggregator"], f"{where}['aggregator']"),
+        src_width=_widths(data["src_width"], f"{where}['src_width']"),
+        dst_width=_int(data["dst_width"], f"{where}['dst_width']"),
+        msg_width=_widths(data["msg_width"], f"{where}['msg_width']"),
+        state_width=_widths(data["state_width"], f"{where}['state_width']"),
+        needs_dst_in_message=_bool(data["needs_dst_in_message"], f"{where}['needs_dst_in_message']"),
+        can_pre_transform=_bool(data["can_pre_transform"], f"{where}['can_pre_transform']"),
+        self_loops=str(data["self_loops"]),
+        uses_edge_weight=_bool(data["uses_edge_weight"], f"{where}['uses_edge_weight']"),
+        required_stats=tuple(_str(s, f"{where}['required_stats'] entry") for s in stats),
+        decomposable=_bool(data["decomposable"], f"{where}['decomposable']"),
+    )
+    if spec.needs_dst_in_message and spec.dst_width == 0:
+        raise PlanError(f"{where} ({spec.kind}) needs the destination in its message but reports dst_width 0")
+    return spec
+
+
+def parse_layers(layers: Any) -> list[LayerSpec]:
+    """Check every layer and that they chain: indices 0..L-1 in order, out_dim of one layer is
+    the in_dim of the next (a mismatch means plan_info and the model disagree, and every width
+    based estimate would be wrong)."""
+    if isinstance(layers, (str, bytes)) or not isinstance(layers, (list, tuple)):
+        raise PlanError(f"layers must be a list of layer dicts, got {type(layers).__name__}")
+    if not layers:
+        raise PlanError("layers is empty: a model needs at least one conv layer to plan")
+    specs = [parse_layer(layer, i) for i, layer in enumerate(layers)]
+    for position, spec in enumerate(specs):
+        if spec.index != position:
+            raise PlanError(f"layers[{position}] has index {spec.index}; layers must be listed in order with indices 0..{len(specs) - 1}")
+    for prev, nxt in zip(specs, specs[1:]):
+        if prev.out_dim != nxt.in_dim:
+            raise PlanError(f"layer {prev.index} outputs {prev.out_dim} features but layer {nxt.index} expects in_dim {nxt.in_dim}")
+    return specs
+
+
+def parse_graph_stats(stats: Any) -> GraphStats:
+    stats = _mapping(stats, "graph_stats")
+    missing = [k for k in CORE_STAT_KEYS if k not in stats]
+    if missing:
+        raise PlanError(f"graph_stats is missing key(s) {missing}")
+    core = {
+        "num_vertices": _int(stats["num_vertices"], "graph_stats['num_vertices']", 1),
+        "num_edges": _int(stats["num_edges"], "graph_stats['num_edges']"),
+        "feature_dim": _int(stats["feature_dim"], "graph_stats['feature_dim']", 1),
+        "partitions": _int(stats["partitions"], "graph_stats['partitions']", 1),
+    }
+    optional = {
+        key: _int(stats[key], f"graph_stats[{key!r}]")
+        for key in OPTIONAL_STAT_KEYS if stats.get(key) is not None
+    }
+    parsed = GraphStats(**core, **optional)
+    # A (vertex, remote partition) pair needs at least one edge and a remote partition, so these
+    # bounds hold for any partitioning; violating them means the stats were swapped or stale.
+    cross_bound = min(parsed.num_edges, parsed.num_vertices * (parsed.partitions - 1))
+    for key in ("mirror_rows", "combine_rows", "in_mirror_rows"):
+        value = getattr(parsed, key)
+        if value is not None and value > cross_bound:
+            raise PlanError(
+                f"graph_stats[{key!r}] = {value} is impossible: it cannot exceed "
+                f"min(num_edges, num_vertices x (partitions - 1)) = {cross_bound}")
+    for key in ("max_partition_edges", "local_combine_rows"):
+        value = getattr(parsed, key)
+        limit = parsed.num_edges if key == "max_partition_edges" else min(parsed.num_edges, parsed.num_vertices)
+        if value is not None and value > limit:
+            raise PlanError(f"graph_stats[{key!r}] = {value} exceeds its bound {limit}")
+    return parsed
+
+
+def parse_task(task: Any, strategy_names: tuple[str, ...]) -> Task:
+    task = _mapping(task, "task")
+    unknown = sorted(set(task) - set(TASK_REQUIRED) - set(TASK_DEFAULTS))
+    if unknown:
+        raise PlanError(f"task has unknown key(s) {unknown}; accepted keys are {sorted(TASK_REQUIRED + tuple(TASK_DEFAULTS))}")
+    missing = [k for k in TASK_REQUIRED if k not in task]
+    if missing:
+        raise PlanError(f"task is missing key(s) {missing}")
+    merged = {**TASK_DEFAULTS, **task}
+    strategy = merged["strategy"]
+    choices = ("auto",) + strategy_names
+    if strategy not in choices:
+        raise PlanError(f"unknown strategy {strategy!r}; choose one of {', '.join(choices)}")
+    partitions = merged["partitions"]
+    ids = merged["ids"]
+    return Task(
+        strategy=strategy,
+        partitions=None if partitions is None else _int(partitions, "task['partitions']", 1),
+        cores=_int(merged["cores"], "task['cores']", 1),
+        memory_per_task_bytes=_int(merged["memory_per_task_bytes"], "task['memory_per_task_bytes']", 1),
+        ids=None if ids is None else _int(ids, "task['ids'] (count of requested ids)", 1),
+        fuse=_bool(merged["fuse"], "task['fuse']"),
+        collect_all=_bool(merged["collect_all"], "task['collect_all']"),
+    )

@@ -1,0 +1,74 @@
+"""Number of partitions: total cores, unless memory needs more (Lotan §6 / A.1.2).
+
+Why this rule and not a cost search: Lotan's eq. (3) makes runtime non-linear in P (more
+partitions = more parallelism until P exceeds the cores, then only overhead), and PLATFORM.md
+measured 4 partitions beating 16 on 2 cores. So P = cores is the sweet spot, and the only reason
+to go higher is that one task's working set would not fit in its memory share.
+
+Per-task memory estimate (bytes) for a partition holding e edges and v vertices, taken over the
+widest layer (raw widths: the planner may or may not pre-transform, so assume it does not):
+
+    task_bytes = MEMORY_SAFETY_FACTOR x ( e x (16 + 4 + 4 x F_src)             edge rows with payload
+                                        + v x (16 + 4 x (in + out + state + dst)) ) own rows, h in/out, states
+
+with e = |E| / P, v = |V| / P. MEMORY_SAFETY_FACTOR = 3 covers the copies one row has at once:
+Spark's row (UnsafeRow / shuffle buffer), the Arrow batch handed to Python, and the torch tensor
+built from it (Lotan A.1.3: "one extra ephemeral copy" is not negligible at graph scale), plus
+hash skew. When more partitions than cores are needed, P is rounded up to a multiple of the
+cores: tasks run in waves of `cores` (eq. 3: max(P/ML, 1) rounds), so a partial last wave costs
+a full wave of time while the extra partitions shrink every task's memory for free.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from sparkgnn.errors import PlanError
+from sparkgnn.planner.inputs import LayerSpec, _int, parse_layers
+from sparkgnn.planner.segments import FLOAT_BYTES, ROW_BYTES, WEIGHT_BYTES
+
+MEMORY_SAFETY_FACTOR = 3.0
+
+
+def task_memory_bytes(edges: float, vertices: float, src: int, in_dim: int, out_dim: int,
+                      state: int, dst: int = 0) -> float:
+    """Estimated peak bytes of one task holding `edges` edges and `vertices` vertices."""
+    edge_part = edges * (ROW_BYTES + WEIGHT_BYTES + FLOAT_BYTES * src)
+    vertex_part = vertices * (ROW_BYTES + FLOAT_BYTES * (in_dim + out_dim + state + dst))
+    return MEMORY_SAFETY_FACTOR * (edge_part + vertex_part)
+
+
+def widest_layer_bytes(specs: list[LayerSpec], edges: float, vertices: float) -> float:
+    """task_memory_bytes of the most demanding layer (raw widths)."""
+    return max(
+        task_memory_bytes(edges, vertices, s.src_width.raw, s.in_dim, s.out_dim,
+                          s.state_width.raw, s.dst_width)
+        for s in specs
+    )
+
+
+def choose_partitions(layers: Any, num_vertices: int, num_edges: int, feature_dim: int, cores: int,
+                      memory_per_task_bytes: int, requested: int | None = None) -> int:
+    """The requested count if given (validated >= 1), else `cores`, raised to the smallest
+    multiple of `cores` whose per-task memory estimate fits `memory_per_task_bytes`."""
+    if requested is not None:
+        return _int(requested, "requested partitions", 1)
+    specs = parse_layers(layers)
+    num_vertices = _int(num_vertices, "num_vertices", 1)
+    num_edges = _int(num_edges, "num_edges")
+    feature_dim = _int(feature_dim, "feature_dim", 1)
+    cores = _int(cores, "cores", 1)
+    memory = _int(memory_per_task_bytes, "memory_per_task_bytes", 1)
+    if feature_dim != specs[0].in_dim:
+        raise PlanError(f"feature_dim {feature_dim} does not match layer 0's in_dim {specs[0].in_dim}")
+    return partitions_for(specs, num_vertices, num_edges, cores, memory)
+
+
+def partitions_for(specs: list[LayerSpec], num_vertices: int, num_edges: int, cores: int,
+                   memory_per_task_bytes: int) -> int:
+    """choose_partitions on already-checked inputs (the rule is documented in the module)."""
+    total = widest_layer_bytes(specs, num_edges, num_vertices)
+    needed = max(1, math.ceil(total / memory_per_task_bytes))
+    if needed <= cores:
+        return cores
+    return math.ceil(needed / cores) * cores

@@ -1,0 +1,388 @@
+"""The three physical data-movement strategies of one layer, as a registry.
+
+Each strategy says (1) whether it can run a layer (`blocker`: the reason it cannot, or None),
+(2) the operator chain the executor runs (`program`), written unfused so the fusion rewrite can
+merge round trips, and (3) which static edge partitioning it needs (`edges_by`). Costs are never
+written here: they are measured from the operators (cost.measure), so a strategy's cost and its
+plan cannot drift apart. Adding a strategy = writing these three things and calling register().
+
+What the executor does, and the bytes each moves (F = floats per row, +16 = key + id):
+  edge_join  edges cached by src; join h on src (local), shuffle edge rows to part(dst); DL
+             aggregates + updates at dst.         |E|(F_src*4+16) + |V|(in_dim*4+16)
+  replicate  edges cached by dst; each owner ships its src payload once to every OTHER partition
+             holding an out-edge (mirror_rows, Lotan eq. 4: R_f = 1 + mirror_rows/|V|) and its
+             own row home.                        mirror_rows(F_src*4+16) + |V|(in_dim*4+16)
+  combine    edges cached by src; partial states per (src partition, dst) are computed where the
+             sources live, only cross-partition partials move, merged at dst.
+                                                  combine_rows(F_state*4+16) + |V|(in_dim*4+16)
+             + if the message needs the dst (GAT): dst payloads to in-mirrors first
+                                                  in_mirror_rows(F_dst*4+16), one more pass.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+from sparkgnn.errors import PlanError
+from sparkgnn.planner.inputs import GraphStats, LayerSpec
+from sparkgnn.planner.ir import Operator
+from sparkgnn.planner.rewrites import LayerWidths
+from sparkgnn.planner.segments import (
+    ROW_BYTES, dl, edge_row_bytes, graph, segment, shuffled, to_python,
+)
+
+#: required_stats names that depend on the neighbourhood's data (normalized moments need the
+#: neighbourhood mean before the central moments can be summed). Partial states at the source
+#: partitions cannot be formed without them, so `combine` does not apply; every other name is
+#: a static per-vertex graph statistic (degrees) computed once by the graph engine.
+DATA_DEPENDENT_STATS = frozenset({"mean", "neighbor_mean", "neighbourhood_mean", "moments_mean"})
+
+
+@dataclass(frozen=True)
+class Rows:
+    """Row counts one layer works on (scaled down for the last layer when ids are requested)."""
+
+    vertices: int
+    edges: int
+    mirror: int | None
+    combine: int | None
+    in_mirror: int | None
+    local_combine: int
+    fraction: float = 1.0
+
+    @classmethod
+    def of(cls, stats: GraphStats, fraction: float = 1.0) -> "Rows":
+        def scale(value: int | None) -> int | None:
+            return None if value is None else int(math.ceil(value * fraction))
+
+        # Partial states that stay inside their partition: unknown unless Spark measured them;
+        # each partition can hold at most one per vertex and one per local edge.
+        local = stats.local_combine_rows
+        if local is None:
+            local = min(stats.num_vertices, math.ceil(stats.num_edges / stats.partitions))
+        return cls(
+            vertices=scale(stats.num_vertices), edges=scale(stats.num_edges),
+            mirror=scale(stats.mirror_rows), combine=scale(stats.combine_rows),
+            in_mirror=scale(stats.in_mirror_rows), local_combine=scale(local), fraction=fraction,
+        )
+
+    @property
+    def partial(self) -> int:
+        """All partial-state rows the source partitions produce (cross-partition + local)."""
+        return (self.combine or 0) + self.local_combine
+
+
+@dataclass(frozen=True)
+class LayerContext:
+    """Everything a strategy needs to write one layer's operators."""
+
+    spec: LayerSpec
+    pre_transform: bool
+    widths: LayerWidths
+    rows: Rows
+    partitions: int
+    last: bool
+
+    @property
+    def index(self) -> int:
+        return self.spec.index
+
+    @property
+    def edge_row(self) -> int:
+        return edge_row_bytes(self.spec.uses_edge_weight)
+
+
+@dataclass(frozen=True)
+class Program:
+    """A layer's operators, unfused. `prefix` is owner-side DL preparation that reads only h^l at
+    the vertex's owner partition (+ static edges), so fusion may hoist it into the previous
+    layer's pass; `body` is the rest (starts with a Spark operator)."""
+
+    prefix: list[Operator]
+    body: list[Operator]
+
+
+@dataclass(frozen=True)
+class Strategy:
+    name: str
+    edges_by: str
+    summary: str
+    blocker: Callable[[LayerContext], str | None]
+    program: Callable[[LayerContext], Program]
+    why: Callable[[LayerContext], str]
+
+
+STRATEGIES: dict[str, Strategy] = {}
+
+
+def register(strategy: Strategy) -> Strategy:
+    if strategy.name in STRATEGIES:
+        raise PlanError(f"strategy {strategy.name!r} is already registered")
+    if strategy.edges_by not in PARTITIONINGS:
+        raise PlanError(f"strategy {strategy.name!r} needs unknown edge partitioning {strategy.edges_by!r}")
+    STRATEGIES[strategy.name] = strategy
+    return strategy
+
+
+def get(name: str) -> Strategy:
+    try:
+        return STRATEGIES[name]
+    except KeyError:
+        raise PlanError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}") from None
+
+
+# ---------------------------------------------------------------- static edge partitionings
+
+def _partition_by_src(stats: GraphStats, edge_row: int) -> Operator:
+    return graph("Partition", stats.num_edges * edge_row,
+                 "edges by hash(src) % P, cached once (static, reused by every layer)",
+                 rows=stats.num_edges, key="src", static=True, reads=["edges"], provides=["edges_by_src"])
+
+
+def _partition_by_dst(stats: GraphStats, edge_row: int) -> Operator:
+    routes = (stats.mirror_rows or 0) + stats.num_vertices
+    return graph("Partition", stats.num_edges * edge_row + routes * ROW_BYTES,
+                 "edges by hash(dst) % P, cached once (static) + mirror routing table "
+                 "(distinct (src, partition) pairs)",
+                 rows=stats.num_edges, key="dst", static=True, reads=["edges"],
+                 provides=["edges_by_dst", "mirror_routes"])
+
+
+#: edges_by name -> builder of the one-time Partition operator.
+PARTITIONINGS: dict[str, Callable[[GraphStats, int], Operator]] = {
+    "src": _partition_by_src,
+    "dst": _partition_by_dst,
+}
+
+
+# ---------------------------------------------------------------- shared pieces
+
+def _key(name: str, layer: int) -> str:
+    return f"{name}^{layer}"
+
+
+def _prepare_src(ctx: LayerContext) -> list[Operator]:
+    """prepare_src as a DL op when transform-then-propagate applies, else nothing (the raw
+    payload is h itself and needs no Python)."""
+    if not ctx.pre_transform:
+        return []
+    spec, w = ctx.spec, ctx.widths
+    return [dl("ApplyVertex", f"prepare_src of layer {spec.index}: transform before propagating "
+               f"({spec.src_width.raw} -> {w.src} floats)", rows=ctx.rows.vertices, layer=spec.index)]
+
+
+def _update(ctx: LayerContext) -> list[Operator]:
+    """The update round trip: state + own row in, h of the next layer out (kept by Spark)."""
+    l, v, w = ctx.index, ctx.rows.vertices, ctx.widths
+    what = "output (embeddings/predictions)" if ctx.last else f"h^{l + 1}"
+    op = dl("ApplyVertex", f"finalize + update ({ctx.spec.kind}) -> {what}, {w.out_dim} floats", rows=v, layer=l)
+    return segment([op], layer=l, carried=to_python(v, w.state), carried_as=_key("state", l),
+                   side={_key("own_rows", l): to_python(v, w.in_dim)},
+                   kept={f"h^{l + 1}": to_python(v, w.out_dim)})
+
+
+def _aggregate_detail(ctx: LayerContext, where: str) -> str:
+    spec, w = ctx.spec, ctx.widths
+    extra = f", self_loops={spec.self_loops}" if spec.self_loops not in ("", "none", "None", "False") else ""
+    weight = ", edge weights" if spec.uses_edge_weight else ""
+    return (f"message + {spec.aggregator} aggregation {where} (state {w.state} floats{extra}{weight})")
+
+
+def _single_batch(ctx: LayerContext) -> dict[str, bool]:
+    """A non-decomposable aggregation (collect-all path) must see all rows in one batch."""
+    return {} if ctx.spec.decomposable else {"single_batch": True}
+
+
+def _owner_prefix(ctx: LayerContext) -> list[Operator]:
+    """edge_join/replicate preparation: only prepare_src, and only when pre-transforming."""
+    ops = _prepare_src(ctx)
+    if not ops:
+        return []
+    l, v, w = ctx.index, ctx.rows.vertices, ctx.widths
+    return segment(ops, layer=l, carried=to_python(v, w.in_dim), carried_as=f"h^{l}",
+                   kept={_key("src_payload", l): to_python(v, w.src)})
+
+
+# ---------------------------------------------------------------- edge_join
+
+def _edge_join_program(ctx: LayerContext) -> Program:
+    l, r, w = ctx.index, ctx.rows, ctx.widths
+    payload = w.src  # the prepared payload, or h itself
+    edge_rows = r.edges * (payload * 4 + ctx.edge_row)
+    own = shuffled(r.vertices, w.in_dim)
+    side = {_key("edge_rows", l): edge_rows}
+    if ctx.spec.needs_dst_in_message:
+        side[_key("own_rows", l)] = to_python(r.vertices, w.in_dim)
+    body = [
+        graph("Join", edge_rows, f"edges(by src) with src payload on src ({payload} floats): "
+              "co-partitioned, no shuffle", rows=r.edges, layer=l, reads=["edges_by_src"]),
+        graph("Shuffle", edge_rows + own, "edge rows + own rows -> partition of dst",
+              rows=r.edges + r.vertices, layer=l, key="dst"),
+        graph("Collect", edge_rows + own, "group each partition's rows into Arrow batches",
+              rows=r.edges + r.vertices, layer=l),
+        *segment([dl("LocalAggregate", _aggregate_detail(ctx, "per dst, all in-edges local"),
+                     rows=r.edges, edges=r.edges, layer=l, **_single_batch(ctx))],
+                 layer=l, side=side, intermediate=to_python(r.vertices, w.state)),
+        *_update(ctx),
+    ]
+    return Program(_owner_prefix(ctx), body)
+
+
+def _edge_join_why(ctx: LayerContext) -> str:
+    return (f"ships every edge row ({ctx.rows.edges:,} rows of {ctx.widths.src} floats) to its "
+            "destination's partition; needs no replication metadata")
+
+
+register(Strategy(
+    name="edge_join", edges_by="src",
+    summary="join edges with h on src, shuffle edge rows by dst",
+    blocker=lambda ctx: None,
+    program=_edge_join_program,
+    why=_edge_join_why,
+))
+
+
+# ---------------------------------------------------------------- replicate
+
+def _replicate_blocker(ctx: LayerContext) -> str | None:
+    if ctx.rows.mirror is None:
+        return "graph_stats has no 'mirror_rows' (replication needs the mirror count)"
+    return None
+
+
+def _replicate_program(ctx: LayerContext) -> Program:
+    l, r, w = ctx.index, ctx.rows, ctx.widths
+    payload = w.src  # the prepared payload, or h itself
+    mirrors = shuffled(r.mirror, payload)
+    own = shuffled(r.vertices, w.in_dim)
+    edges = r.edges * ctx.edge_row
+    body = [
+        graph("Scatter", mirrors, f"src payload ({payload} floats) once to every other partition "
+              "holding an out-edge (mirror routing table)", rows=r.mirror, layer=l, reads=["mirror_routes"]),
+        graph("Shuffle", mirrors + own, "mirror rows + own rows -> their partitions",
+              rows=r.mirror + r.vertices, layer=l, key="partition"),
+        graph("Collect", mirrors + own + edges, "with the partition's cached dst-partitioned edges",
+              rows=r.mirror + r.vertices + r.edges, layer=l, reads=["edges_by_dst"]),
+        *segment([dl("LocalAggregate", _aggregate_detail(ctx, "per dst, all in-edges local"),
+                     rows=r.edges, edges=r.edges, layer=l, **_single_batch(ctx))],
+                 layer=l,
+                 side={_key("mirrors", l): to_python(r.mirror, payload),
+                       _key("own_rows", l): to_python(r.vertices, w.in_dim),
+                       "edges_by_dst": edges},
+                 intermediate=to_python(r.vertices, w.state)),
+        *_update(ctx),
+    ]
+    return Program(_owner_prefix(ctx), body)
+
+
+def _replicate_why(ctx: LayerContext) -> str:
+    r = ctx.rows
+    rf = 1 + r.mirror / max(r.vertices, 1)
+    return (f"ships each source once per remote partition holding its out-edges: {r.mirror:,} "
+            f"mirror rows (R_f = {rf:.2f}) instead of {r.edges:,} edge rows")
+
+
+register(Strategy(
+    name="replicate", edges_by="dst",
+    summary="edges static by dst; ship h to mirror partitions",
+    blocker=_replicate_blocker,
+    program=_replicate_program,
+    why=_replicate_why,
+))
+
+
+# ---------------------------------------------------------------- combine
+
+def _combine_blocker(ctx: LayerContext) -> str | None:
+    spec, r = ctx.spec, ctx.rows
+    if not spec.decomposable:
+        return f"aggregator {spec.aggregator!r} is not decomposable: partial states cannot be merged"
+    dependent = sorted(set(spec.required_stats) & DATA_DEPENDENT_STATS)
+    if dependent:
+        return (f"the aggregation needs the neighbourhood statistic(s) {dependent} before partial "
+                "states can be formed at the source partitions")
+    if r.combine is None:
+        return "graph_stats has no 'combine_rows' (the combiner needs the cross-partition partial count)"
+    if spec.needs_dst_in_message and r.in_mirror is None:
+        return "the message needs the destination's payload but graph_stats has no 'in_mirror_rows'"
+    return None
+
+
+def _combine_prefix(ctx: LayerContext) -> list[Operator]:
+    """Owner-side work for combine. Without a dst-dependent message the partial aggregation
+    itself reads only h at the source's owner + its cached out-edges, so it is part of the
+    prefix (fusion runs it in the previous layer's pass). With one (GAT) only the payloads are."""
+    l, r, w, spec = ctx.index, ctx.rows, ctx.widths, ctx.spec
+    ops = _prepare_src(ctx)
+    if spec.needs_dst_in_message:
+        ops.append(dl("ApplyVertex", f"prepare_dst of layer {l}: destination payload ({w.dst} floats)",
+                      rows=r.vertices, layer=l))
+        kept = {_key("dst_payload", l): to_python(r.vertices, w.dst)}
+        if ctx.pre_transform:
+            kept[_key("src_payload", l)] = to_python(r.vertices, w.src)
+        return segment(ops, layer=l, carried=to_python(r.vertices, w.in_dim), carried_as=f"h^{l}", kept=kept)
+    ops.append(dl("LocalAggregate", _aggregate_detail(ctx, "into partial states per distinct dst of this src partition"),
+                  rows=r.edges, edges=r.edges, layer=l))
+    return segment(ops, layer=l, carried=to_python(r.vertices, w.in_dim), carried_as=f"h^{l}",
+                   side={"edges_by_src": r.edges * ctx.edge_row},
+                   kept={_key("partials", l): shuffled(r.partial, w.state)})
+
+
+def _combine_program(ctx: LayerContext) -> Program:
+    l, r, w, spec = ctx.index, ctx.rows, ctx.widths, ctx.spec
+    body: list[Operator] = []
+    if spec.needs_dst_in_message:
+        dst_rows = shuffled(r.in_mirror, w.dst)
+        edges = r.edges * ctx.edge_row
+        payload_key = _key("src_payload", l) if ctx.pre_transform else _key("own_rows", l)
+        body += [
+            graph("Scatter", dst_rows, f"dst payload ({w.dst} floats) to every other partition holding "
+                  "an in-edge (edges by src)", rows=r.in_mirror, layer=l, reads=["edges_by_src"]),
+            graph("Shuffle", dst_rows, "in-mirror rows -> partitions of the sources",
+                  rows=r.in_mirror, layer=l, key="partition"),
+            graph("Collect", dst_rows + edges, "with the partition's cached src-partitioned edges",
+                  rows=r.in_mirror + r.edges, layer=l, reads=["edges_by_src"]),
+            *segment([dl("LocalAggregate", _aggregate_detail(ctx, "into partial states per distinct dst of this src partition"),
+                          rows=r.edges, edges=r.edges, layer=l)],
+                     layer=l,
+                     side={_key("in_mirrors", l): to_python(r.in_mirror, w.dst),
+                           payload_key: to_python(r.vertices, w.src if ctx.pre_transform else w.in_dim),
+                           _key("dst_payload", l): to_python(r.vertices, w.dst),
+                           "edges_by_src": edges},
+                     kept={_key("partials", l): shuffled(r.partial, w.state)}),
+        ]
+    crossing = shuffled(r.combine, w.state)
+    local = shuffled(r.local_combine, w.state)
+    own = shuffled(r.vertices, w.in_dim)
+    body += [
+        graph("Shuffle", crossing + own, "cross-partition partial states + own rows -> partition of dst "
+              "(local partials stay put)", rows=r.combine + r.vertices, layer=l, key="dst"),
+        graph("Collect", crossing + own + local, "with the partition's local partial states",
+              rows=r.partial + r.vertices, layer=l),
+        *segment([dl("Merge", f"merge partial states per dst ({spec.aggregator}, associative)",
+                     rows=r.partial, layer=l)],
+                 layer=l, side={_key("partials", l): to_python(r.partial, w.state)},
+                 intermediate=to_python(r.vertices, w.state)),
+        *_update(ctx),
+    ]
+    return Program(_combine_prefix(ctx), body)
+
+
+def _combine_why(ctx: LayerContext) -> str:
+    r = ctx.rows
+    share = r.combine / max(r.edges, 1)
+    text = (f"pre-aggregates where the sources live: {r.combine:,} partial states of "
+            f"{ctx.widths.state} floats cross partitions ({share:.0%} of the {r.edges:,} edges)")
+    if ctx.spec.needs_dst_in_message:
+        text += f", after {r.in_mirror:,} dst payload rows reach the source partitions (one extra pass)"
+    return text
+
+
+register(Strategy(
+    name="combine", edges_by="src",
+    summary="partial states at src partitions, shuffle partials, merge at dst",
+    blocker=_combine_blocker,
+    program=_combine_program,
+    why=_combine_why,
+))
