@@ -49,6 +49,7 @@ class Rows:
     combine: int | None
     in_mirror: int | None
     local_combine: int
+    sources: int
     fraction: float = 1.0
 
     @classmethod
@@ -64,7 +65,10 @@ class Rows:
         return cls(
             vertices=scale(stats.num_vertices), edges=scale(stats.num_edges),
             mirror=scale(stats.mirror_rows), combine=scale(stats.combine_rows),
-            in_mirror=scale(stats.in_mirror_rows), local_combine=scale(local), fraction=fraction,
+            in_mirror=scale(stats.in_mirror_rows), local_combine=scale(local),
+            # The sources of the kept edges: each kept edge brings at most one new source.
+            sources=min(stats.num_vertices, scale(stats.num_edges)) if fraction < 1 else stats.num_vertices,
+            fraction=fraction,
         )
 
     @property
@@ -163,13 +167,13 @@ def _key(name: str, layer: int) -> str:
 
 
 def _prepare_src(ctx: LayerContext) -> list[Operator]:
-    """prepare_src as a DL op when transform-then-propagate applies, else nothing (the raw
-    payload is h itself and needs no Python)."""
-    if not ctx.pre_transform:
-        return []
+    """prepare_src: the payload a source ships along its edges. With transform-then-propagate it
+    is h·W (narrower); otherwise h as is, still emitted as its own rows (the executor's steps
+    write own rows and payload rows separately, and the first step always runs in Python)."""
     spec, w = ctx.spec, ctx.widths
-    return [dl("ApplyVertex", f"prepare_src of layer {spec.index}: transform before propagating "
-               f"({spec.src_width.raw} -> {w.src} floats)", rows=ctx.rows.vertices, layer=spec.index)]
+    what = (f"transform before propagating ({spec.src_width.raw} -> {w.src} floats)" if ctx.pre_transform
+            else f"h as is ({w.src} floats)")
+    return [dl("ApplyVertex", f"prepare_src of layer {spec.index}: {what}", rows=ctx.rows.sources, layer=spec.index)]
 
 
 def _update(ctx: LayerContext) -> list[Operator]:
@@ -195,12 +199,9 @@ def _single_batch(ctx: LayerContext) -> dict[str, bool]:
 
 
 def _owner_prefix(ctx: LayerContext) -> list[Operator]:
-    """edge_join/replicate preparation: only prepare_src, and only when pre-transforming."""
-    ops = _prepare_src(ctx)
-    if not ops:
-        return []
-    l, v, w = ctx.index, ctx.rows.vertices, ctx.widths
-    return segment(ops, layer=l, carried=to_python(v, w.in_dim), carried_as=f"h^{l}",
+    """edge_join/replicate preparation: the source payload, computed at the vertex's owner."""
+    l, v, w = ctx.index, ctx.rows.sources, ctx.widths
+    return segment(_prepare_src(ctx), layer=l, carried=to_python(v, w.in_dim), carried_as=f"h^{l}",
                    kept={_key("src_payload", l): to_python(v, w.src)})
 
 
@@ -318,13 +319,12 @@ def _combine_prefix(ctx: LayerContext) -> list[Operator]:
     if spec.needs_dst_in_message:
         ops.append(dl("ApplyVertex", f"prepare_dst of layer {l}: destination payload ({w.dst} floats)",
                       rows=r.vertices, layer=l))
-        kept = {_key("dst_payload", l): to_python(r.vertices, w.dst)}
-        if ctx.pre_transform:
-            kept[_key("src_payload", l)] = to_python(r.vertices, w.src)
-        return segment(ops, layer=l, carried=to_python(r.vertices, w.in_dim), carried_as=f"h^{l}", kept=kept)
+        kept = {_key("dst_payload", l): to_python(r.vertices, w.dst),
+                _key("src_payload", l): to_python(r.sources, w.src)}
+        return segment(ops, layer=l, carried=to_python(r.sources, w.in_dim), carried_as=f"h^{l}", kept=kept)
     ops.append(dl("LocalAggregate", _aggregate_detail(ctx, "into partial states per distinct dst of this src partition"),
                   rows=r.edges, edges=r.edges, layer=l))
-    return segment(ops, layer=l, carried=to_python(r.vertices, w.in_dim), carried_as=f"h^{l}",
+    return segment(ops, layer=l, carried=to_python(r.sources, w.in_dim), carried_as=f"h^{l}",
                    side={"edges_by_src": r.edges * ctx.edge_row},
                    kept={_key("partials", l): shuffled(r.partial, w.state)})
 
@@ -335,7 +335,6 @@ def _combine_program(ctx: LayerContext) -> Program:
     if spec.needs_dst_in_message:
         dst_rows = shuffled(r.in_mirror, w.dst)
         edges = r.edges * ctx.edge_row
-        payload_key = _key("src_payload", l) if ctx.pre_transform else _key("own_rows", l)
         body += [
             graph("Scatter", dst_rows, f"dst payload ({w.dst} floats) to every other partition holding "
                   "an in-edge (edges by src)", rows=r.in_mirror, layer=l, reads=["edges_by_src"]),
@@ -347,7 +346,7 @@ def _combine_program(ctx: LayerContext) -> Program:
                           rows=r.edges, edges=r.edges, layer=l)],
                      layer=l,
                      side={_key("in_mirrors", l): to_python(r.in_mirror, w.dst),
-                           payload_key: to_python(r.vertices, w.src if ctx.pre_transform else w.in_dim),
+                           _key("src_payload", l): to_python(r.sources, w.src),
                            _key("dst_payload", l): to_python(r.vertices, w.dst),
                            "edges_by_src": edges},
                      kept={_key("partials", l): shuffled(r.partial, w.state)}),
