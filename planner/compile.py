@@ -261,6 +261,8 @@ def _link(chains: list[list[Operator]], last_reads_requested: bool) -> None:
             op.id = f"op{counter}"
             counter += 1
             reads = list(op.attrs.get("reads", []))
+            # A Pipe shipping a static input (e.g. the cached edges) reads it too.
+            reads += [name for name in op.attrs.get("side", {}) if name in providers and name not in reads]
             if last_reads_requested and position == len(chains) - 1 and first_of_layer and not op.attrs.get("static"):
                 reads.append("requested")
                 op.attrs["reads"] = reads

@@ -38,7 +38,7 @@ def gat_layer(index, in_dim, out_dim, heads=4):
 def stats(num_vertices=200_000, num_edges=2_000_000, feature_dim=128, partitions=4, **extra):
     base = {"num_vertices": num_vertices, "num_edges": num_edges, "feature_dim": feature_dim,
             "partitions": partitions, "mirror_rows": 100_000, "combine_rows": 500_000,
-            "in_mirror_rows": 100_000, "max_partition_edges": num_edges // partitions}
+            "in_mirror_rows": 100_000, "max_partition_edges": num_edges // max(partitions, 1)}
     base.update(extra)
     return base
 
