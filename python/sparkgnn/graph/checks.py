@@ -19,8 +19,13 @@ SPLIT_NAMES = ("train", "val", "test")
 NO_SPLIT = ""
 
 
-def _first(mask: np.ndarray) -> np.ndarray:
-    return np.flatnonzero(mask)[:MAX_EXAMPLES]
+def first_rows(mask: np.ndarray, *keys: np.ndarray) -> np.ndarray:
+    """Rows of the first offenders, ordered by `keys` (e.g. id, or (src, dst)) when given, so the
+    examples are the smallest offenders, the same ones the Spark path shows."""
+    rows = np.flatnonzero(mask)
+    if keys and len(rows):
+        rows = rows[np.lexsort([k[rows] for k in reversed(keys)])]
+    return rows[:MAX_EXAMPLES]
 
 
 def duplicate_ids(index: IdIndex) -> Problem | None:
@@ -34,7 +39,7 @@ def duplicate_ids(index: IdIndex) -> Problem | None:
 def nonfinite_features(ids: np.ndarray, x: np.ndarray) -> Problem | None:
     bad = ~np.isfinite(x).all(axis=1) if x.size else np.zeros(len(ids), bool)
     count = int(bad.sum())
-    return Problem("x_nonfinite", count, fmt_ids(ids[_first(bad)])) if count else None
+    return Problem("x_nonfinite", count, fmt_ids(ids[first_rows(bad, ids)])) if count else None
 
 
 def dangling(kind: str, found: np.ndarray, src_ids: np.ndarray, dst_ids: np.ndarray) -> Problem | None:
@@ -43,7 +48,7 @@ def dangling(kind: str, found: np.ndarray, src_ids: np.ndarray, dst_ids: np.ndar
     count = int(bad.sum())
     if not count:
         return None
-    rows = _first(bad)
+    rows = first_rows(bad, src_ids, dst_ids)
     return Problem(kind, count, tuple(fmt_edge(s, d) for s, d in zip(src_ids[rows], dst_ids[rows])))
 
 
@@ -54,7 +59,7 @@ def bad_weights(weight: np.ndarray | None, src_ids, dst_ids) -> Problem | None:
     count = int(bad.sum())
     if not count:
         return None
-    rows = _first(bad)
+    rows = first_rows(bad, src_ids, dst_ids)
     return Problem("bad_weight", count, tuple(
         fmt_edge_weight(src_ids[i], dst_ids[i], weight[i]) for i in rows))
 
@@ -65,7 +70,7 @@ def bad_labels(ids: np.ndarray, y: np.ndarray | None) -> Problem | None:
     bad = y < -1
     count = int(bad.sum())
     return Problem("bad_label", count, tuple(
-        f"id {ids[i]} (y={y[i]})" for i in _first(bad))) if count else None
+        f"id {ids[i]} (y={y[i]})" for i in first_rows(bad, ids))) if count else None
 
 
 def bad_splits(ids: np.ndarray, split: np.ndarray | None) -> Problem | None:
@@ -74,7 +79,7 @@ def bad_splits(ids: np.ndarray, split: np.ndarray | None) -> Problem | None:
     bad = ~np.isin(split, (*SPLIT_NAMES, NO_SPLIT))
     count = int(bad.sum())
     return Problem("bad_split", count, tuple(
-        f"id {ids[i]} ({split[i]!r})" for i in _first(bad))) if count else None
+        f"id {ids[i]} ({str(split[i])!r})" for i in first_rows(bad, ids))) if count else None
 
 
 def bad_dense_index(num_nodes: int, edge_src: np.ndarray, edge_dst: np.ndarray) -> Problem | None:
@@ -83,7 +88,7 @@ def bad_dense_index(num_nodes: int, edge_src: np.ndarray, edge_dst: np.ndarray) 
     if not count:
         return None
     return Problem("bad_index", count, tuple(
-        fmt_edge(edge_src[i], edge_dst[i]) for i in _first(bad)), detail=str(num_nodes))
+        fmt_edge(edge_src[i], edge_dst[i]) for i in first_rows(bad, edge_src, edge_dst)), detail=str(num_nodes))
 
 
 def vector_column(ids: np.ndarray, column, expected_width: int | None = None):
@@ -100,7 +105,7 @@ def vector_column(ids: np.ndarray, column, expected_width: int | None = None):
     nulls = np.concatenate([c.is_null().to_numpy(zero_copy_only=False) for c in chunks]) if chunks else np.zeros(0, bool)
     problems = []
     if nulls.any():
-        problems.append(Problem("null_x", int(nulls.sum()), fmt_ids(ids[_first(nulls)])))
+        problems.append(Problem("null_x", int(nulls.sum()), fmt_ids(ids[first_rows(nulls, ids)])))
     lengths = np.concatenate([
         pc.fill_null(pc.list_value_length(c), -1).to_numpy(zero_copy_only=False) for c in chunks
     ]).astype(np.int64) if chunks else np.zeros(0, np.int64)
@@ -113,7 +118,7 @@ def vector_column(ids: np.ndarray, column, expected_width: int | None = None):
             expected_width = int(widths[np.argmax(counts)])
     wrong = ~nulls & (lengths != expected_width)
     if wrong.any():
-        rows = _first(wrong)
+        rows = first_rows(wrong, ids)
         problems.append(Problem("x_width", int(wrong.sum()), tuple(
             f"id {ids[i]} (len {lengths[i]})" for i in rows), detail=str(expected_width)))
     if problems:

@@ -36,13 +36,13 @@ def _as_matrix(ids: np.ndarray, x, problems: list) -> np.ndarray:
         lengths = np.array([-1 if r is None else len(r) for r in rows], dtype=np.int64)
         nulls = lengths < 0
         if nulls.any():
-            problems.append(Problem("null_x", int(nulls.sum()), fmt_ids(ids[np.flatnonzero(nulls)])))
+            problems.append(Problem("null_x", int(nulls.sum()), fmt_ids(ids[checks.first_rows(nulls, ids)])))
         widths, counts = np.unique(lengths[~nulls], return_counts=True)
         expected = int(widths[np.argmax(counts)]) if len(widths) else 0
-        wrong = np.flatnonzero(~nulls & (lengths != expected))
-        if len(wrong):
-            problems.append(Problem("x_width", len(wrong), tuple(
-                f"id {ids[i]} (len {lengths[i]})" for i in wrong[:5]), detail=str(expected)))
+        wrong = ~nulls & (lengths != expected)
+        if wrong.any():
+            problems.append(Problem("x_width", int(wrong.sum()), tuple(
+                f"id {ids[i]} (len {lengths[i]})" for i in checks.first_rows(wrong, ids)), detail=str(expected)))
         return np.zeros((len(rows), expected), np.float32)
     if arr.ndim != 2:
         problems.append(Problem("shape", 1, (f"x has shape {arr.shape}, expected [num_nodes, F]",)))

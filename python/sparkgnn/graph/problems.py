@@ -73,6 +73,16 @@ def fmt_ids(values: Iterable) -> tuple[str, ...]:
     return tuple(_fmt_id(v) for v in list(values)[:MAX_EXAMPLES])
 
 
+def schema_problems(missing: list[str], wrong: list[str]) -> list[Problem]:
+    """Missing and mistyped columns of vertices AND edges, as (at most) two problems."""
+    problems = []
+    if missing:
+        problems.append(Problem("missing_column", len(missing), tuple(missing)))
+    if wrong:
+        problems.append(Problem("column_type", len(wrong), tuple(wrong)))
+    return problems
+
+
 def raise_if_any(problems: Sequence[Problem], name: str | None) -> None:
     """Raise one GraphValidationError listing every problem found (not just the first), so a user
     fixes their data in one round trip. The error keeps the structured list as `.problems`."""

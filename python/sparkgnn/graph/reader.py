@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 from sparkgnn.errors import GraphValidationError
 from sparkgnn.graph import checks, layout
 from sparkgnn.graph.data import GraphData
-from sparkgnn.graph.problems import Problem, fmt_edge, raise_if_any
+from sparkgnn.graph.problems import Problem, fmt_edge, raise_if_any, schema_problems
 
 
 def _is_integer(t: pa.DataType) -> bool:
@@ -32,20 +32,16 @@ def _is_vector(t: pa.DataType) -> bool:
 VERTEX_COLUMNS = {"id": (_is_integer, "int64"), "x": (_is_vector, "array<float>")}
 OPTIONAL_VERTEX_COLUMNS = {"y": (_is_integer, "int64"), "split": (pa.types.is_string, "string")}
 EDGE_COLUMNS = {"src": (_is_integer, "int64"), "dst": (_is_integer, "int64")}
-OPTIONAL_EDGE_COLUMNS = {"weight": (lambda t: pa.types.is_floating(t) or pa.types.is_integer(t), "float")}
+OPTIONAL_EDGE_COLUMNS = {"weight": (lambda t: pa.types.is_floating(t) or pa.types.is_integer(t), "float32")}
 
 
-def schema_problems(schema: pa.Schema, required: dict, optional: dict, what: str) -> list[Problem]:
-    missing = [name for name in required if name not in schema.names]
+def column_defects(schema: pa.Schema, required: dict, optional: dict, what: str) -> tuple[list, list]:
+    """(missing "what.col" names, "what.col is T, expected U" lines) of one table."""
+    missing = [f"{what}.{name}" for name in required if name not in schema.names]
     wrong = [f"{what}.{name} is {schema.field(name).type}, expected {desc}"
              for name, (ok, desc) in {**required, **optional}.items()
              if name in schema.names and not ok(schema.field(name).type)]
-    problems = []
-    if missing:
-        problems.append(Problem("missing_column", len(missing), tuple(f"{what}.{m}" for m in missing)))
-    if wrong:
-        problems.append(Problem("column_type", len(wrong), tuple(wrong)))
-    return problems
+    return missing, wrong
 
 
 def _read_table(folder: str) -> pa.Table:
@@ -79,8 +75,9 @@ def graph_data_from_tables(vertices: pa.Table, edges: pa.Table, name: str = "gra
                            meta: dict | None = None) -> GraphData:
     """Arrow vertex and edge tables (GraphFrames schema, x as any list type) -> validated GraphData."""
     meta = meta or {}
-    raise_if_any(schema_problems(vertices.schema, VERTEX_COLUMNS, OPTIONAL_VERTEX_COLUMNS, "vertices")
-                 + schema_problems(edges.schema, EDGE_COLUMNS, OPTIONAL_EDGE_COLUMNS, "edges"), name)
+    v_missing, v_wrong = column_defects(vertices.schema, VERTEX_COLUMNS, OPTIONAL_VERTEX_COLUMNS, "vertices")
+    e_missing, e_wrong = column_defects(edges.schema, EDGE_COLUMNS, OPTIONAL_EDGE_COLUMNS, "edges")
+    raise_if_any(schema_problems(v_missing + e_missing, v_wrong + e_wrong), name)
 
     problems: list[Problem] = []
     ids, id_nulls = _int_column(vertices, "id")

@@ -15,10 +15,11 @@ NUMERIC = INTEGRAL | {"float", "double"}
 VECTOR = {f"array<{t}>" for t in NUMERIC}
 
 # column -> (accepted Spark type strings, description); see reader.py for the Arrow twin.
-VERTEX_REQUIRED = {"id": (INTEGRAL, "bigint"), "x": (VECTOR, "array<float>")}
-VERTEX_OPTIONAL = {"y": (INTEGRAL, "bigint"), "split": ({"string"}, "string")}
-EDGE_REQUIRED = {"src": (INTEGRAL, "bigint"), "dst": (INTEGRAL, "bigint")}
-EDGE_OPTIONAL = {"weight": (NUMERIC, "float")}
+# Descriptions use the Arrow names so both paths word a type error the same way.
+VERTEX_REQUIRED = {"id": (INTEGRAL, "int64"), "x": (VECTOR, "array<float>")}
+VERTEX_OPTIONAL = {"y": (INTEGRAL, "int64"), "split": ({"string"}, "string")}
+EDGE_REQUIRED = {"src": (INTEGRAL, "int64"), "dst": (INTEGRAL, "int64")}
+EDGE_OPTIONAL = {"weight": (NUMERIC, "float32")}
 
 _INF = "CAST('Infinity' AS FLOAT)"
 NONFINITE_X = f"exists(x, v -> v IS NULL OR isnan(v) OR abs(v) = {_INF})"
@@ -26,22 +27,20 @@ BAD_WEIGHT = f"(weight IS NULL OR isnan(weight) OR abs(weight) = {_INF} OR weigh
 BAD_SPLIT = "(split IS NOT NULL AND split NOT IN ('train', 'val', 'test'))"
 
 
-def schema_problems(df, required: dict, optional: dict, what: str) -> list[Problem]:
+def column_defects(df, required: dict, optional: dict, what: str) -> tuple[list, list]:
+    """(missing "what.col" names, "what.col is T, expected U" lines) of one DataFrame."""
     types = dict(df.dtypes)
-    missing = [name for name in required if name not in types]
+    missing = [f"{what}.{name}" for name in required if name not in types]
     wrong = [f"{what}.{name} is {types[name]}, expected {desc}"
              for name, (accepted, desc) in {**required, **optional}.items()
              if name in types and types[name] not in accepted]
-    problems = []
-    if missing:
-        problems.append(Problem("missing_column", len(missing), tuple(f"{what}.{m}" for m in missing)))
-    if wrong:
-        problems.append(Problem("column_type", len(wrong), tuple(wrong)))
-    return problems
+    return missing, wrong
 
 
-def _examples(df, condition: str, columns: list[str]) -> list:
-    return df.where(condition).selectExpr(*columns).limit(MAX_EXAMPLES).collect()
+def _examples(df, condition: str, columns: list[str], order: tuple[str, ...] = ("id",)) -> list:
+    """The smallest offenders by `order` (Spark turns orderBy + limit into a cheap top-k), the same
+    rows the numpy path shows."""
+    return df.where(condition).orderBy(*order).selectExpr(*columns).limit(MAX_EXAMPLES).collect()
 
 
 def vertex_problems(vertices, expected_width: int | None = None) -> tuple[list[Problem], dict]:
@@ -119,15 +118,15 @@ def edge_problems(edges, vertices, unique_ids: bool = True) -> tuple[list[Proble
     ).collect()[0]
     problems: list[Problem] = []
     if row.null_endpoint:
-        shown = _examples(edges, "src IS NULL OR dst IS NULL", ["src", "dst"])
+        shown = _examples(edges, "src IS NULL OR dst IS NULL", ["src", "dst"], ("src", "dst"))
         problems.append(Problem("null_endpoint", row.null_endpoint, tuple(fmt_edge(r.src, r.dst) for r in shown)))
     for kind, condition in (("dangling_src", "src IS NOT NULL AND src_ok IS NULL"),
                             ("dangling_dst", "dst IS NOT NULL AND dst_ok IS NULL")):
         if row[kind]:
-            shown = _examples(flagged, condition, ["src", "dst"])
+            shown = _examples(flagged, condition, ["src", "dst"], ("src", "dst"))
             problems.append(Problem(kind, row[kind], tuple(fmt_edge(r.src, r.dst) for r in shown)))
     if row.bad_weight:
-        shown = _examples(edges, BAD_WEIGHT, ["src", "dst", "weight"])
+        shown = _examples(edges, BAD_WEIGHT, ["src", "dst", "weight"], ("src", "dst"))
         problems.append(Problem("bad_weight", row.bad_weight, tuple(
             fmt_edge_weight(r.src, r.dst, r.weight) for r in shown)))
     return problems, {"num_edges": row.n}

@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from sparkgnn.graph import checks, layout, spark_checks
 from sparkgnn.graph.fingerprint import FingerprintAccumulator, edge_hash_sum, vertex_hash_sum
-from sparkgnn.graph.problems import raise_if_any
+from sparkgnn.graph.problems import raise_if_any, schema_problems
 
 _MASK = (1 << 64) - 1
 _PARTIAL_SCHEMA = "n bigint, h bigint"
@@ -88,11 +88,11 @@ class Graph:
                  meta: dict | None = None):
         self.meta = dict(meta) if meta else None
         self.name = name or (self.meta or {}).get("name") or "graph"
-        raise_if_any(
-            spark_checks.schema_problems(vertices, spark_checks.VERTEX_REQUIRED,
-                                         spark_checks.VERTEX_OPTIONAL, "vertices")
-            + spark_checks.schema_problems(edges, spark_checks.EDGE_REQUIRED,
-                                           spark_checks.EDGE_OPTIONAL, "edges"), self.name)
+        v_missing, v_wrong = spark_checks.column_defects(
+            vertices, spark_checks.VERTEX_REQUIRED, spark_checks.VERTEX_OPTIONAL, "vertices")
+        e_missing, e_wrong = spark_checks.column_defects(
+            edges, spark_checks.EDGE_REQUIRED, spark_checks.EDGE_OPTIONAL, "edges")
+        raise_if_any(schema_problems(v_missing + e_missing, v_wrong + e_wrong), self.name)
         self.vertices = _normalise(vertices, _VERTEX_TYPES)
         self.edges = _normalise(edges, _EDGE_TYPES)
         self.path = path

@@ -1,0 +1,99 @@
+"""On-disk format: round trips (fixed_size_list and plain lists), graph.json, fingerprint."""
+import json
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from _graph_helpers import write_raw
+from sparkgnn.graph import GraphData, fingerprint_arrays, read_graph_dir, write_graph_dir
+
+
+def _assert_same(a: GraphData, b: GraphData):
+    np.testing.assert_array_equal(a.ids, b.ids)
+    np.testing.assert_array_equal(a.x, b.x)
+    np.testing.assert_array_equal(a.src_ids, b.src_ids)
+    np.testing.assert_array_equal(a.dst_ids, b.dst_ids)
+    for name in ("weight", "y", "split"):
+        left, right = getattr(a, name), getattr(b, name)
+        assert (left is None) == (right is None)
+        if left is not None:
+            np.testing.assert_array_equal(left, right)
+
+
+def test_round_trip_fixed_size_list(small_graph, tmp_path):
+    meta = write_graph_dir(small_graph, tmp_path / "g", rows_per_file=4)
+    schema = pq.read_schema(next((tmp_path / "g" / "vertices").glob("*.parquet")))
+    assert pa.types.is_fixed_size_list(schema.field("x").type)
+    assert len(list((tmp_path / "g" / "edges").glob("*.parquet"))) == 2  # 7 edges, 4 per file
+    back = read_graph_dir(tmp_path / "g")
+    _assert_same(small_graph, back)
+    assert back.x.flags["C_CONTIGUOUS"] and back.name == "small"
+    on_disk = json.loads((tmp_path / "g" / "graph.json").read_text())
+    for key in ("num_vertices", "num_edges", "feature_dim", "has_weight", "has_labels", "num_classes",
+                "name", "fingerprint"):
+        assert on_disk[key] == meta[key]
+    assert (on_disk["num_vertices"], on_disk["num_edges"], on_disk["feature_dim"]) == (6, 7, 4)
+    assert on_disk["num_classes"] == 3 and on_disk["fingerprint"] == small_graph.fingerprint
+
+
+@pytest.mark.parametrize("value_type", [pa.float32(), pa.float64(), pa.int64()])
+def test_reads_plain_list_vectors(tmp_path, value_type):
+    """A directory written by another tool (x as list<float|double|int>, no graph.json)."""
+    x = [[1, 0, 2], [0, 1, 1], [3, 3, 0]]
+    path = write_raw(tmp_path, {"id": [5, 6, 7], "x": x}, {"src": [5, 6], "dst": [6, 7], "weight": [1.0, 2.0]},
+                     vertex_types={"x": pa.list_(value_type)})
+    g = read_graph_dir(path)
+    assert g.x.dtype == np.float32 and g.x.tolist() == x
+    assert g.dst_ids.tolist() == [6, 7] and g.weight.dtype == np.float32
+    assert g.name == os.path.basename(path)
+    assert g.fingerprint == fingerprint_arrays([5, 6, 7], np.array(x, np.float32), [5, 6], [6, 7],
+                                               np.array([1.0, 2.0], np.float32))
+
+
+def test_fingerprint_tracks_content_not_layout(small_graph, tmp_path):
+    fp = small_graph.fingerprint
+    # same content, other row order and file layout -> same fingerprint
+    perm = np.array([3, 0, 5, 1, 4, 2])
+    shuffled = GraphData.from_edge_ids(small_graph.ids[perm], small_graph.x[perm], small_graph.src_ids[::-1],
+                                       small_graph.dst_ids[::-1], weight=small_graph.weight[::-1])
+    assert shuffled.fingerprint == fp
+    assert write_graph_dir(small_graph, tmp_path / "a", rows_per_file=2)["fingerprint"] == fp
+    # any content change -> another fingerprint
+    x = small_graph.x.copy()
+    x[2, 1] += 1e-6
+    changes = [
+        dict(x=x),
+        dict(weight=small_graph.weight * 2),
+        dict(weight=None),
+        dict(dst=np.roll(small_graph.dst_ids, 1)),
+        dict(src=small_graph.src_ids[:-1], dst=small_graph.dst_ids[:-1], weight=small_graph.weight[:-1]),
+    ]
+    for change in changes:
+        args = dict(x=small_graph.x, src=small_graph.src_ids, dst=small_graph.dst_ids, weight=small_graph.weight)
+        args.update(change)
+        other = GraphData.from_edge_ids(small_graph.ids, args["x"], args["src"], args["dst"], weight=args["weight"])
+        assert other.fingerprint != fp, change
+    # labels and splits do not change embeddings, so they do not change the fingerprint
+    relabelled = GraphData.from_edge_ids(small_graph.ids, small_graph.x, small_graph.src_ids, small_graph.dst_ids,
+                                         weight=small_graph.weight, y=np.zeros(6))
+    assert relabelled.fingerprint == fp
+
+
+def test_refuses_to_overwrite_unless_asked(small_graph, tmp_path):
+    write_graph_dir(small_graph, tmp_path)
+    (tmp_path / "notes.txt").write_text("keep me")
+    with pytest.raises(FileExistsError):
+        write_graph_dir(small_graph, tmp_path)
+    write_graph_dir(small_graph, tmp_path, overwrite=True)
+    assert (tmp_path / "notes.txt").read_text() == "keep me"
+    assert read_graph_dir(tmp_path).num_edges == 7
+
+
+def test_empty_edges_round_trip(tmp_path):
+    g = GraphData(np.array([4, 2]), np.ones((2, 3)), np.empty(0), np.empty(0), name="lonely")
+    write_graph_dir(g, tmp_path)
+    back = read_graph_dir(tmp_path)
+    assert back.num_nodes == 2 and back.num_edges == 0 and back.feature_dim == 3
