@@ -49,7 +49,7 @@ def compile(layers: Any, graph_stats: Any, task: Any, cost_model: CostModel | No
     if collect_all:
         stats = stats.single_partition()
 
-    contexts = [_context(spec, stats, job, position == len(specs) - 1) for position, spec in enumerate(specs)]
+    contexts = [_context(specs, position, stats, job) for position in range(len(specs))]
     edge_partitionings: list[str] = []
     decisions = []
     for ctx in contexts:
@@ -76,8 +76,6 @@ def compile(layers: Any, graph_stats: Any, task: Any, cost_model: CostModel | No
 # ---------------------------------------------------------------- checks
 
 def _check_consistency(specs: list[LayerSpec], stats: GraphStats, job: Task) -> None:
-    if stats.feature_dim != specs[0].in_dim:
-        raise PlanError(f"graph_stats feature_dim {stats.feature_dim} does not match layer 0's in_dim {specs[0].in_dim}")
     if job.partitions is not None and job.partitions != stats.partitions:
         raise PlanError(
             f"task asks for {job.partitions} partitions but graph_stats were computed for "
@@ -106,13 +104,18 @@ def _needs_collect_all(specs: list[LayerSpec], job: Task) -> bool:
 
 # ---------------------------------------------------------------- per-layer decision
 
-def _context(spec: LayerSpec, stats: GraphStats, job: Task, last: bool) -> LayerContext:
+def _context(specs: list[LayerSpec], position: int, stats: GraphStats, job: Task) -> LayerContext:
+    spec = specs[position]
+    last = position == len(specs) - 1
     pre, _ = rewrites.choose_pre_transform(spec)
+    input_width = stats.feature_dim if position == 0 else spec.in_dim
+    output_width = spec.out_dim if last else specs[position + 1].in_dim
     # Selecting ids only prunes the last layer (its destinations are exactly the ids); earlier
     # layers would need the k-hop in-neighbourhood, which the stats do not give, so they stay
     # whole. Requested ids are assumed to be a uniform sample of the vertices.
     fraction = job.ids / stats.num_vertices if (last and job.ids is not None) else 1.0
-    return LayerContext(spec=spec, pre_transform=pre, widths=rewrites.widths(spec, pre),
+    return LayerContext(spec=spec, pre_transform=pre,
+                        widths=rewrites.widths(spec, pre, input_width, output_width),
                         rows=Rows.of(stats, fraction), partitions=stats.partitions, last=last)
 
 
@@ -293,7 +296,7 @@ def _memory_warnings(decisions: list[_Decision], specs: list[LayerSpec], stats: 
                 advice = "the collect-all path runs on one partition; it may spill or fail"
             else:
                 suggested = partitions_for(specs, stats.num_vertices, stats.num_edges, job.cores,
-                                           job.memory_per_task_bytes)
+                                           job.memory_per_task_bytes, stats.feature_dim)
                 advice = f"choose_partitions suggests {suggested} partitions"
             warnings.append(
                 f"layer {decision.ctx.index}: estimated peak task memory {need / 2**20:,.0f} MiB "

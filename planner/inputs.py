@@ -174,9 +174,9 @@ def parse_layer(data: Any, position: int) -> LayerSpec:
 
 
 def parse_layers(layers: Any) -> list[LayerSpec]:
-    """Check every layer and that they chain: indices 0..L-1 in order, out_dim of one layer is
-    the in_dim of the next (a mismatch means plan_info and the model disagree, and every width
-    based estimate would be wrong)."""
+    """Check every layer and that they are listed in order (indices 0..L-1). Widths need not
+    chain: node-wise ops between convs (a Linear, a head) may change them, and the model checks
+    its own chain."""
     if isinstance(layers, (str, bytes)) or not isinstance(layers, (list, tuple)):
         raise PlanError(f"layers must be a list of layer dicts, got {type(layers).__name__}")
     if not layers:
@@ -185,9 +185,6 @@ def parse_layers(layers: Any) -> list[LayerSpec]:
     for position, spec in enumerate(specs):
         if spec.index != position:
             raise PlanError(f"layers[{position}] has index {spec.index}; layers must be listed in order with indices 0..{len(specs) - 1}")
-    for prev, nxt in zip(specs, specs[1:]):
-        if prev.out_dim != nxt.in_dim:
-            raise PlanError(f"layer {prev.index} outputs {prev.out_dim} features but layer {nxt.index} expects in_dim {nxt.in_dim}")
     return specs
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from sparkgnn.errors import PlanError
 from sparkgnn.planner.inputs import LayerSpec, _int, parse_layers
 from sparkgnn.planner.segments import FLOAT_BYTES, ROW_BYTES, WEIGHT_BYTES
 
@@ -38,11 +37,12 @@ def task_memory_bytes(edges: float, vertices: float, src: int, in_dim: int, out_
     return MEMORY_SAFETY_FACTOR * (edge_part + vertex_part)
 
 
-def widest_layer_bytes(specs: list[LayerSpec], edges: float, vertices: float) -> float:
-    """task_memory_bytes of the most demanding layer (raw widths)."""
+def widest_layer_bytes(specs: list[LayerSpec], edges: float, vertices: float, feature_dim: int = 0) -> float:
+    """task_memory_bytes of the most demanding layer (raw widths; layer 0 reads x, which may be
+    wider than its in_dim when node-wise ops precede the first conv)."""
     return max(
-        task_memory_bytes(edges, vertices, s.src_width.raw, s.in_dim, s.out_dim,
-                          s.state_width.raw, s.dst_width)
+        task_memory_bytes(edges, vertices, s.src_width.raw, max(s.in_dim, feature_dim if s.index == 0 else 0),
+                          s.out_dim, s.state_width.raw, s.dst_width)
         for s in specs
     )
 
@@ -59,15 +59,13 @@ def choose_partitions(layers: Any, num_vertices: int, num_edges: int, feature_di
     feature_dim = _int(feature_dim, "feature_dim", 1)
     cores = _int(cores, "cores", 1)
     memory = _int(memory_per_task_bytes, "memory_per_task_bytes", 1)
-    if feature_dim != specs[0].in_dim:
-        raise PlanError(f"feature_dim {feature_dim} does not match layer 0's in_dim {specs[0].in_dim}")
-    return partitions_for(specs, num_vertices, num_edges, cores, memory)
+    return partitions_for(specs, num_vertices, num_edges, cores, memory, feature_dim)
 
 
 def partitions_for(specs: list[LayerSpec], num_vertices: int, num_edges: int, cores: int,
-                   memory_per_task_bytes: int) -> int:
+                   memory_per_task_bytes: int, feature_dim: int = 0) -> int:
     """choose_partitions on already-checked inputs (the rule is documented in the module)."""
-    total = widest_layer_bytes(specs, num_edges, num_vertices)
+    total = widest_layer_bytes(specs, num_edges, num_vertices, feature_dim)
     needed = max(1, math.ceil(total / memory_per_task_bytes))
     if needed <= cores:
         return cores

@@ -25,7 +25,12 @@ from sparkgnn.planner.segments import refresh_pipe
 
 @dataclass(frozen=True)
 class LayerWidths:
-    """Floats per row each boundary carries, after the transform-ordering decision."""
+    """Floats per row each boundary carries, after the transform-ordering decision.
+
+    `input` is what Spark holds before the layer (x for layer 0, else h = in_dim) and `output`
+    what the update hands back (the next conv's in_dim: node-wise ops between convs, e.g. a
+    Linear head, run fused after the update and may change the width; the last layer's out_dim
+    otherwise)."""
 
     in_dim: int
     out_dim: int
@@ -33,6 +38,8 @@ class LayerWidths:
     msg: int
     state: int
     dst: int
+    input: int
+    output: int
 
 
 def choose_pre_transform(spec: LayerSpec) -> tuple[bool, str]:
@@ -45,7 +52,8 @@ def choose_pre_transform(spec: LayerSpec) -> tuple[bool, str]:
     return False, f"transform-then-propagate skipped: it would not shrink the payload ({raw} -> {pre} floats)"
 
 
-def widths(spec: LayerSpec, pre_transform: bool) -> LayerWidths:
+def widths(spec: LayerSpec, pre_transform: bool, input_width: int | None = None,
+           output_width: int | None = None) -> LayerWidths:
     return LayerWidths(
         in_dim=spec.in_dim,
         out_dim=spec.out_dim,
@@ -53,6 +61,8 @@ def widths(spec: LayerSpec, pre_transform: bool) -> LayerWidths:
         msg=spec.msg_width.pick(pre_transform),
         state=spec.state_width.pick(pre_transform),
         dst=spec.dst_width,
+        input=spec.in_dim if input_width is None else input_width,
+        output=spec.out_dim if output_width is None else output_width,
     )
 
 

@@ -180,10 +180,11 @@ def _update(ctx: LayerContext) -> list[Operator]:
     """The update round trip: state + own row in, h of the next layer out (kept by Spark)."""
     l, v, w = ctx.index, ctx.rows.vertices, ctx.widths
     what = "output (embeddings/predictions)" if ctx.last else f"h^{l + 1}"
-    op = dl("ApplyVertex", f"finalize + update ({ctx.spec.kind}) -> {what}, {w.out_dim} floats", rows=v, layer=l)
+    op = dl("ApplyVertex", f"finalize + update ({ctx.spec.kind}) + node-wise ops -> {what}, {w.output} floats",
+            rows=v, layer=l)
     return segment([op], layer=l, carried=to_python(v, w.state), carried_as=_key("state", l),
                    side={_key("own_rows", l): to_python(v, w.in_dim)},
-                   kept={f"h^{l + 1}": to_python(v, w.out_dim)})
+                   kept={f"h^{l + 1}": to_python(v, w.output)})
 
 
 def _aggregate_detail(ctx: LayerContext, where: str) -> str:
@@ -201,7 +202,7 @@ def _single_batch(ctx: LayerContext) -> dict[str, bool]:
 def _owner_prefix(ctx: LayerContext) -> list[Operator]:
     """edge_join/replicate preparation: the source payload, computed at the vertex's owner."""
     l, v, w = ctx.index, ctx.rows.sources, ctx.widths
-    return segment(_prepare_src(ctx), layer=l, carried=to_python(v, w.in_dim), carried_as=f"h^{l}",
+    return segment(_prepare_src(ctx), layer=l, carried=to_python(v, w.input), carried_as=f"h^{l}",
                    kept={_key("src_payload", l): to_python(v, w.src)})
 
 
@@ -321,10 +322,10 @@ def _combine_prefix(ctx: LayerContext) -> list[Operator]:
                       rows=r.vertices, layer=l))
         kept = {_key("dst_payload", l): to_python(r.vertices, w.dst),
                 _key("src_payload", l): to_python(r.sources, w.src)}
-        return segment(ops, layer=l, carried=to_python(r.sources, w.in_dim), carried_as=f"h^{l}", kept=kept)
+        return segment(ops, layer=l, carried=to_python(r.sources, w.input), carried_as=f"h^{l}", kept=kept)
     ops.append(dl("LocalAggregate", _aggregate_detail(ctx, "into partial states per distinct dst of this src partition"),
                   rows=r.edges, edges=r.edges, layer=l))
-    return segment(ops, layer=l, carried=to_python(r.sources, w.in_dim), carried_as=f"h^{l}",
+    return segment(ops, layer=l, carried=to_python(r.sources, w.input), carried_as=f"h^{l}",
                    side={"edges_by_src": r.edges * ctx.edge_row},
                    kept={_key("partials", l): shuffled(r.partial, w.state)})
 

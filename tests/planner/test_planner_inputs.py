@@ -81,15 +81,18 @@ def test_non_decomposable_layer_runs_collect_all_when_allowed(make):
         compile(layers, make.stats(), make.task("combine", collect_all=True))
 
 
-def test_feature_dim_must_match_the_first_layer(make):
-    with pytest.raises(PlanError, match="feature_dim 100 does not match layer 0's in_dim 128"):
-        compile(make.sage_model(), make.stats(feature_dim=100), make.task())
+def test_widths_need_not_chain(make):
+    """Node-wise ops between convs (a Linear, a head) may change widths: h^1 is what the next
+    conv reads, x what the first pass reads."""
+    from sparkgnn.planner import compile as plan_compile
 
-
-def test_layers_must_chain(make):
     layers = [make.layer(0, 128, 64), make.layer(1, 32, 16)]
-    with pytest.raises(PlanError, match="layer 0 outputs 64 features but layer 1 expects in_dim 32"):
-        compile(layers, make.stats(), make.task())
+    plan = plan_compile(layers, make.stats(feature_dim=300), make.task("edge_join"))
+    kept = [op for op in plan.layers[0].ops if op.name == "Pipe" and "h^1" in op.attrs.get("kept", {})]
+    assert kept and kept[0].attrs["kept"]["h^1"] == 200_000 * (32 * 4 + 8)
+    first = plan.layers[0].ops
+    opener = next(op for op in first if op.name == "Pipe")
+    assert opener.attrs["carried"] == 200_000 * (300 * 4 + 8)  # x enters the first pass
 
 
 def test_layers_must_be_in_order(make):

@@ -53,9 +53,10 @@ def test_bad_arguments(make, field, value, message):
         choose_partitions(make.sage_model(), 100, 1000, 128, **kwargs)
 
 
-def test_feature_dim_is_checked(make):
-    with pytest.raises(PlanError, match="feature_dim"):
-        choose_partitions(make.sage_model(), 100, 1000, 3, 2, 1 << 30)
+def test_wide_raw_features_count_for_the_first_layer(make):
+    narrow = choose_partitions(make.sage_model(), 200_000, 2_000_000, 128, 2, 64 << 20)
+    wide = choose_partitions(make.sage_model(), 200_000, 2_000_000, 4096, 2, 64 << 20)
+    assert wide > narrow
 
 
 def test_compile_warns_when_the_largest_partition_does_not_fit(make):
