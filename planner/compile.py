@@ -196,10 +196,6 @@ def _setup_ops(decisions: list[_Decision], stats: GraphStats, job: Task,
     ops = [graph("Scan", stats.num_edges * edge_row, "edges (src, dst" + (", weight)" if weighted else ")"),
                  rows=stats.num_edges, static=True, provides=["edges"])]
     ops += [PARTITIONINGS[by](stats, edge_row) for by in edge_partitionings]
-    if job.ids is not None:
-        ops.append(graph("Join", job.ids * ID_BYTES,
-                         f"the {job.ids:,} requested ids (broadcast) with edges on dst: in-edges the last layer needs",
-                         rows=job.ids, static=True, reads=["edges"], provides=["requested"]))
     ops.append(graph("Scan", to_python(stats.num_vertices, stats.feature_dim),
                      f"vertices (id, x: {stats.feature_dim} floats)", rows=stats.num_vertices))
     names = sorted({s for d in decisions for s in d.ctx.spec.required_stats})
@@ -208,6 +204,15 @@ def _setup_ops(decisions: list[_Decision], stats: GraphStats, job: Task,
                          f"static per-vertex statistics {names}, computed once from the edges and "
                          "joined onto the vertex rows", rows=stats.num_vertices, reads=["edges"]))
     return ops
+
+
+def _requested_ids(job: Task) -> list[Operator]:
+    """With selected ids, the last layer only needs the in-edges of those ids."""
+    if job.ids is None:
+        return []
+    return [graph("Join", job.ids * ID_BYTES,
+                  f"the {job.ids:,} requested ids (broadcast) with edges on dst: in-edges the last layer needs",
+                  rows=job.ids, static=True, reads=["edges"], provides=["requested"])]
 
 
 def _materialize(ctx: LayerContext) -> Operator:
@@ -220,6 +225,8 @@ def _assemble(decisions: list[_Decision], stats: GraphStats, job: Task, model: C
     chains: list[list[Operator]] = []
     for position, decision in enumerate(decisions):
         ops = _setup_ops(decisions, stats, job, edge_partitionings) if position == 0 else []
+        if position == len(decisions) - 1:
+            ops += _requested_ids(job)
         if not (job.fuse and position > 0):
             ops += decision.program.prefix
         ops += decision.program.body + [_materialize(decision.ctx)]

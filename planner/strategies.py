@@ -29,7 +29,7 @@ from sparkgnn.planner.inputs import GraphStats, LayerSpec
 from sparkgnn.planner.ir import Operator
 from sparkgnn.planner.rewrites import LayerWidths
 from sparkgnn.planner.segments import (
-    ROW_BYTES, dl, edge_row_bytes, graph, segment, shuffled, to_python,
+    FLOAT_BYTES, ROW_BYTES, dl, edge_row_bytes, graph, segment, shuffled, to_python,
 )
 
 #: required_stats names that depend on the neighbourhood's data (normalized moments need the
@@ -211,7 +211,7 @@ def _owner_prefix(ctx: LayerContext) -> list[Operator]:
 def _edge_join_program(ctx: LayerContext) -> Program:
     l, r, w = ctx.index, ctx.rows, ctx.widths
     payload = w.src  # the prepared payload, or h itself
-    edge_rows = r.edges * (payload * 4 + ctx.edge_row)
+    edge_rows = r.edges * (payload * FLOAT_BYTES + ctx.edge_row)
     own = shuffled(r.vertices, w.in_dim)
     side = {_key("edge_rows", l): edge_rows}
     if ctx.spec.needs_dst_in_message:
