@@ -57,6 +57,10 @@ def compile(layers: Any, graph_stats: Any, task: Any, cost_model: CostModel | No
         if decision.strategy.edges_by not in edge_partitionings:
             edge_partitionings.append(decision.strategy.edges_by)
         decisions.append(decision)
+    if collect_all:
+        labels = ", ".join(f"layer {s.index} ({s.aggregator})" for s in specs if not s.decomposable)
+        for decision in decisions:
+            decision.reason = f"collect-all on 1 partition, one batch, because {labels} is not decomposable; {decision.reason}"
 
     layer_plans = _assemble(decisions, stats, job, model, edge_partitionings)
     total = sum((measure(lp.ops) for lp in layer_plans), Estimate())

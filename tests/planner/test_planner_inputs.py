@@ -77,8 +77,12 @@ def test_non_decomposable_layer_runs_collect_all_when_allowed(make):
     lstm = [op for op in plan.operators() if op.layer == 1 and op.name == "LocalAggregate"]
     assert lstm and all(op.attrs.get("single_batch") for op in lstm)
     assert plan.layers[1].strategy in ("edge_join", "replicate")
+    assert all(lp.reason.startswith("collect-all on 1 partition") and "layer 1 (lstm)" in lp.reason
+               for lp in plan.layers)
     with pytest.raises(PlanError, match="combine.*cannot"):
         compile(layers, make.stats(), make.task("combine", collect_all=True))
+    small = compile(layers, make.stats(), make.task(collect_all=True, memory_per_task_bytes=64 << 20))
+    assert small.warnings and "collect-all path runs on one partition" in small.warnings[0]
 
 
 def test_widths_need_not_chain(make):
