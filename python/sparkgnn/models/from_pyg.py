@@ -483,6 +483,8 @@ def convert(cls, module, output: str = "logits"):
         raise UnsupportedModelError(f"output={output!r} is not supported (one of {OUTPUTS})")
     where = "model"
     fn = MODEL_CONVERTERS.get(type(module))
+    if fn is None and _is_message_passing(module):
+        fn = _single_conv          # refuses with the conv-specific reason
     if fn is None:
         import torch_geometric.nn.models.basic_gnn as bg
 

@@ -1,0 +1,92 @@
+"""Layers and options sparkgnn cannot run exactly are refused with UnsupportedModelError naming
+the module (and its place in the model) and the offending option."""
+import pytest
+import torch
+import torch_geometric.nn as gnn
+import torch_geometric.nn.aggr as A
+
+from sparkgnn.errors import UnsupportedModelError
+from sparkgnn.models import Model
+
+F = 8
+
+
+class Custom(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = gnn.GCNConv(F, 4)
+
+    def forward(self, x, edge_index):
+        return self.conv(x, edge_index) * 2
+
+
+class MyGCNConv(gnn.GCNConv):
+    pass
+
+
+CASES = [
+    # (name, builder, substrings the message must contain)
+    ("gatv2", lambda: gnn.GATv2Conv(F, 4, heads=2), ["GATv2Conv", "v1"]),
+    ("gat_basic_v2", lambda: gnn.GAT(F, 8, 2, v2=True), ["convs.0", "GATv2Conv"]),
+    ("gat_edge_dim", lambda: gnn.GATConv(F, 4, edge_dim=3), ["GATConv", "edge_dim=3"]),
+    ("gcn_improved", lambda: gnn.GCNConv(F, 4, improved=True), ["GCNConv", "improved=True"]),
+    ("gcn_aggr_mean", lambda: gnn.GCNConv(F, 4, aggr="mean"), ["GCNConv", "aggr='mean'"]),
+    ("gcn_flow", lambda: gnn.GCNConv(F, 4, flow="target_to_source"), ["GCNConv", "flow"]),
+    ("gcn_lazy", lambda: gnn.GCNConv(-1, 4), ["GCNConv", "lazy"]),
+    ("sage_project", lambda: gnn.SAGEConv(F, 4, project=True), ["SAGEConv", "project=True"]),
+    ("sage_lstm", lambda: gnn.SAGEConv(F, 4, aggr="lstm"), ["SAGEConv", "LSTMAggregation"]),
+    ("sage_multi", lambda: gnn.SAGEConv(F, 4, aggr=["mean", "max"]),
+     ["SAGEConv", "MultiAggregation"]),
+    ("sage_median", lambda: gnn.SAGEConv(F, 4, aggr=A.MedianAggregation()),
+     ["MedianAggregation"]),
+    ("sage_bipartite", lambda: gnn.SAGEConv((F, F + 1), 4), ["SAGEConv", "bipartite"]),
+    ("gine", lambda: gnn.GINEConv(torch.nn.Linear(F, 4)), ["GINEConv", "edge features"]),
+    ("gin_layernorm", lambda: gnn.GINConv(torch.nn.Sequential(
+        torch.nn.Linear(F, 4), torch.nn.LayerNorm(4))), ["nn.1", "LayerNorm"]),
+    ("gin_bn_no_stats", lambda: gnn.GINConv(torch.nn.Sequential(
+        torch.nn.Linear(F, 4), torch.nn.BatchNorm1d(4, track_running_stats=False))),
+     ["BatchNorm1d", "track_running_stats=False"]),
+    ("cheb", lambda: gnn.ChebConv(F, 4, K=2), ["ChebConv", "not supported"]),
+    ("subclass", lambda: MyGCNConv(F, 4), ["MyGCNConv", "subclass of GCNConv"]),
+    ("pna", lambda: gnn.PNA(F, 8, 2, aggregators=["mean"], scalers=["identity"],
+                            deg=torch.ones(3, dtype=torch.long)), ["PNA", "BasicGNN"]),
+    ("jk", lambda: gnn.GCN(F, 8, 2, jk="cat"), ["GCN", "jk='cat'"]),
+    ("layer_norm", lambda: gnn.GCN(F, 8, 2, norm="layer_norm"), ["norms.0", "LayerNorm"]),
+    ("custom", lambda: Custom(), ["Custom", "forward"]),
+    ("conv_inside_gin_nn", lambda: gnn.GINConv(torch.nn.Sequential(
+        torch.nn.Linear(F, 4), gnn.GCNConv(4, 4))), ["model.nn.1", "GCNConv", "nested"]),
+    ("seq_unknown_module", lambda: torch.nn.Sequential(gnn.GCNConv(F, 4), torch.nn.Hardswish()),
+     ["model.1", "Hardswish"]),
+    ("seq_no_conv", lambda: torch.nn.Sequential(torch.nn.Linear(F, 4)), ["no graph convolution"]),
+    ("pyg_seq_skip", lambda: gnn.Sequential("x, edge_index", [
+        (gnn.GCNConv(F, F), "x, edge_index -> x1"), (torch.nn.ReLU(), "x1 -> x2"),
+        (gnn.GCNConv(F, 4), "x, edge_index -> x3")]), ["module_2", "reads"]),
+    ("pyg_seq_edge_attr", lambda: gnn.Sequential("x, edge_index, edge_attr", [
+        (gnn.GATConv(F, 4), "x, edge_index, edge_attr -> x")]), ["GATConv", "edge_attr"]),
+    ("width_mismatch", lambda: torch.nn.Sequential(gnn.GCNConv(F, 4), gnn.GCNConv(5, 3)),
+     ["inconsistent layer widths", "expects width 5"]),
+    ("softmax_dim0", lambda: torch.nn.Sequential(gnn.GCNConv(F, 4), torch.nn.Softmax(dim=0)),
+     ["Softmax", "dim=0"]),
+]
+
+
+@pytest.mark.parametrize("name,build,needles", CASES, ids=[c[0] for c in CASES])
+def test_unsupported_is_refused_with_a_named_reason(name, build, needles):
+    module = build()
+    with pytest.raises(UnsupportedModelError) as info:
+        Model.from_pyg(module)
+    msg = str(info.value)
+    for needle in needles:
+        assert needle in msg, (needle, msg)
+
+
+def test_bad_output_mode():
+    with pytest.raises(UnsupportedModelError, match="output='probabilities'"):
+        Model.from_pyg(gnn.GCN(F, 8, 2), output="probabilities")
+
+
+def test_unsupported_error_is_a_sparkgnn_error():
+    from sparkgnn.errors import SparkGNNError
+
+    with pytest.raises(SparkGNNError):
+        Model.from_pyg(gnn.GATv2Conv(F, 4))
