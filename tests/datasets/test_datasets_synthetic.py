@@ -67,7 +67,7 @@ def test_streaming_writer_equals_in_memory(tmp_path):
 
 def test_streamed_graph_readable_by_spark(spark, tmp_path):
     meta = write_synthetic(tmp_path / "s", 2000, 10_000, 5, seed=5)
-    graph = Graph.load(spark, str(tmp_path / "s"), validate=True)  # force the content checks
+    graph = Graph.load(spark, str(tmp_path / "s"), validate=True)  # forces the content checks
     assert graph.stats()["num_edges"] == 10_000 and graph.feature_dim == 5
     graph._fingerprint = None  # recompute with Spark
     assert graph.fingerprint == meta["fingerprint"]

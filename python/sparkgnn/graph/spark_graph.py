@@ -116,7 +116,7 @@ class Graph:
         graph = cls(spark.read.parquet(_join(path, layout.VERTICES_DIR)),
                     spark.read.parquet(_join(path, layout.EDGES_DIR)), name=name, path=path, meta=meta)
         if validate or (validate is None and not graph._validated):
-            graph.validate()
+            graph.validate(force=bool(validate))
         return graph
 
     @classmethod
@@ -190,9 +190,11 @@ class Graph:
         return dict(self._stats)
 
     # --- validation and conversion ----------------------------------------------------------------
-    def validate(self) -> "Graph":
-        """Raise GraphValidationError naming every defect (count + first offenders); else self."""
-        if self._validated:
+    def validate(self, force: bool = False) -> "Graph":
+        """Raise GraphValidationError naming every defect (count + first offenders); else self.
+        Runs once per Graph (and not at all for a directory whose writer validated it) unless
+        force=True."""
+        if self._validated and not force:
             return self
         expected = (self.meta or {}).get("feature_dim")
         v_problems, v_facts = spark_checks.vertex_problems(self.vertices, expected)
