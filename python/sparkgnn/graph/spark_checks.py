@@ -74,7 +74,7 @@ def vertex_problems(vertices, expected_width: int | None = None) -> tuple[list[P
     width = expected_width
     if width is None and row.min_w is not None and row.min_w != row.max_w:
         width = (vertices.where("x IS NOT NULL").selectExpr("size(x) AS w").groupBy("w").count()
-                 .orderBy("count", ascending=False).first().w)
+                 .orderBy(["count", "w"], ascending=[False, True]).first().w)  # ties: smallest, like numpy
     elif width is None:
         width = row.min_w if row.min_w is not None else 0
     if row.min_w is not None and (row.min_w != width or row.max_w != width):
