@@ -59,8 +59,11 @@ def test_round_trip(model, synthetic, tmp_path):
 def test_fingerprint_stable_across_processes(synthetic, tmp_path):
     model = Model.from_pyg(_randomize(MODELS["gat_seq_head"](synthetic.num_features)))
     model.save(tmp_path / "m")
+    # a worker loads and fingerprints without torch_geometric or pyspark
     code = ("import sys; from sparkgnn.models import Model; "
-            "print(Model.load(sys.argv[1]).fingerprint())")
+            "fp = Model.load(sys.argv[1]).fingerprint(); "
+            "assert not [m for m in sys.modules if m.startswith(('torch_geometric', 'pyspark'))]; "
+            "print(fp)")
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "m")], check=True,
                          capture_output=True, text=True, timeout=120).stdout.strip()
     assert out == model.fingerprint()

@@ -19,6 +19,9 @@ applies the map before the message anyway (GAT). It is a request: a layer with
 `can_pre_transform == False` ignores it and behaves as in raw mode, so widths reported for
 "pre_transform" are then the raw ones.
 
+`stats` (dict name -> Tensor[rows]) is always row-aligned with the `h` / `h_dst` it is passed
+with: the executor joins the per-node statistics of STATS onto node rows before calling.
+
 Convolutions register themselves in `CONVS` by kind, and rebuild from `config()` (JSON) plus a
 state_dict, which is how saved models are loaded without pickling code.
 """
