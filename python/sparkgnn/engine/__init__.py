@@ -1,2 +1,5 @@
 """Spark executor: runs a planner Plan on DataFrames. The only package (with spark_jobs/) that
 imports pyspark."""
+from sparkgnn.engine.api import infer, plan_for
+
+__all__ = ["infer", "plan_for"]

@@ -1,0 +1,49 @@
+"""The Handler a DL worker runs per task: header + Arrow tables in, header + Arrow tables out.
+
+Same callable in-process (inside a Spark Python worker) and behind the messenger (a standalone
+`sparkgnn-worker`). Ops are looked up in a registry; models by fingerprint in a model store.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from sparkgnn.dl.model_store import ModelRegistry
+from sparkgnn.dl.step import StepError, run_step
+from sparkgnn.errors import SparkGNNError
+
+
+def _op_layer_step(registry: ModelRegistry, header: dict, tables: dict) -> dict:
+    fingerprint = header.get("model")
+    if not fingerprint:
+        raise StepError("task header carries no model fingerprint")
+    return run_step(registry.get(fingerprint), header, tables, registry.device)
+
+
+OPS = {"layer_step": _op_layer_step}
+
+
+class Handler:
+    """Callable(header, tables) -> (result header, result tables)."""
+
+    def __init__(self, registry: ModelRegistry):
+        self.registry = registry
+
+    def __call__(self, header: dict, tables: dict):
+        op = header.get("op")
+        if op not in OPS:
+            raise StepError(f"unknown op {op!r}; known ops: {sorted(OPS)}")
+        started = time.perf_counter()
+        result = OPS[op](self.registry, header, tables)
+        return {"op": op, "compute_s": time.perf_counter() - started}, result
+
+
+def build_handler(model_store: str, device: str = "cpu", threads: int | None = None) -> Handler:
+    """The handler a worker serves. `threads` caps torch's intra-op threads (Spark already runs one
+    task per core, so in-process handlers use 1)."""
+    if threads:
+        torch.set_num_threads(int(threads))
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise SparkGNNError(f"device {device!r} requested but CUDA is not available on this worker")
+    return Handler(ModelRegistry(model_store, device))

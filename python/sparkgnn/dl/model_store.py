@@ -1,0 +1,64 @@
+"""Models addressed by fingerprint.
+
+Why: a DL worker may be a separate process (or machine) that receives only a model fingerprint in a
+task header. It loads `<store>/<fingerprint>/` with weights_only loading and refuses a fingerprint
+it does not hold, or a directory whose content hashes to something else (no silent wrong model).
+"""
+from __future__ import annotations
+
+import os
+import threading
+
+from sparkgnn.errors import ModelLoadError
+
+
+def model_dir(store: str, fingerprint: str) -> str:
+    return os.path.join(store, fingerprint)
+
+
+def register(model, store: str) -> str:
+    """Save `model` under its fingerprint in `store` (idempotent) and return the fingerprint."""
+    fingerprint = model.fingerprint()
+    target = model_dir(store, fingerprint)
+    if not os.path.isdir(target):
+        os.makedirs(store, exist_ok=True)
+        staging = f"{target}.tmp-{os.getpid()}-{threading.get_ident()}"
+        model.save(staging)
+        try:
+            os.rename(staging, target)
+        except OSError:
+            if not os.path.isdir(target):  # lost a race only if someone else created it
+                raise
+    return fingerprint
+
+
+class ModelRegistry:
+    """Process-wide cache of loaded models, keyed by fingerprint."""
+
+    def __init__(self, store: str, device: str = "cpu"):
+        self.store = store
+        self.device = device
+        self._models: dict[str, object] = {}
+        self._lock = threading.Lock()
+
+    def get(self, fingerprint: str):
+        with self._lock:
+            model = self._models.get(fingerprint)
+            if model is None:
+                model = self._load(fingerprint)
+                self._models[fingerprint] = model
+            return model
+
+    def _load(self, fingerprint: str):
+        from sparkgnn.models import Model
+
+        path = model_dir(self.store, fingerprint)
+        if not os.path.isdir(path):
+            raise ModelLoadError(f"unknown model fingerprint {fingerprint!r}: not in model store {self.store!r}")
+        model = Model.load(path)
+        actual = model.fingerprint()
+        if actual != fingerprint:
+            raise ModelLoadError(
+                f"model store entry {path!r} hashes to {actual!r}, not the requested {fingerprint!r}; refusing it"
+            )
+        return model.to(self.device)

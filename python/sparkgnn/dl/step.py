@@ -1,0 +1,237 @@
+"""One owner-partition step of a layer: aggregate what arrived, update, and prepare what the next
+layer needs to ship. This is the fused DL operator of a plan (one Pipe round trip per partition per
+layer, DESIGN.md "fusion of adjacent DL operators").
+
+A step is configured by two registry keys in the task header:
+- `aggregate`: how layer l's aggregation input arrived
+    "none"   - first step: h = model.pre(x), no conv applied
+    "given"  - own.h already is h^(l) (second step of a combine layer with attention)
+    "edges"  - local edges + source payloads (replicate and edge_join strategies)
+    "states" - partial aggregation states computed where the edges are (combine strategy)
+- `emit`: what to prepare for layer l+1
+    "none"     - last layer: return h (and predictions for classifiers)
+    "src"      - source payloads of own vertices (shipped to mirror partitions / joined onto edges)
+    "partials" - partial states of layer l+1 over this partition's out-edges (combine)
+    "dst"      - destination payloads of own vertices (combine with attention: shipped to the
+                 partitions that hold the in-edges, before partials can be formed)
+
+Tables in (all row orders are the owner's local order, decided by the graph engine):
+  own:   h (vector), one float32 column per node statistic (e.g. gcn_degree)
+  mirror: p (vector) source payloads of foreign sources       [aggregate=edges]
+  edges: src (local in [own | mirror]), dst (local own), weight [aggregate=edges]
+  states: s (vector), seg (local own)                          [aggregate=states]
+  out_edges: src (local own), dst (local in [own | foreign]), weight  [emit=partials]
+  foreign_dst: d (vector) destination payloads of foreign dsts [emit=partials, attention layers]
+Tables out: own: h (+ pred), src: p, partials: row, s, dst: d.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+import torch
+
+from sparkgnn.dl.tensors import fixed_list, index, matrix, vector
+from sparkgnn.errors import SparkGNNError
+
+
+class StepError(SparkGNNError, ValueError):
+    """A task's tables do not fit the step it asks for (missing table, wrong width, NaN)."""
+
+
+@dataclass
+class StepContext:
+    model: object
+    header: dict
+    tables: dict
+    device: str
+
+    @property
+    def n_own(self) -> int:
+        return self.tables["own"].num_rows
+
+    def table(self, name: str) -> pa.Table:
+        try:
+            return self.tables[name]
+        except KeyError:
+            raise StepError(f"step {self.header.get('aggregate')}/{self.header.get('emit')} needs table {name!r}") from None
+
+    def stats(self) -> dict:
+        own = self.table("own")
+        return {name: vector(own, name, self.device) for name in own.column_names if name != "h"}
+
+    def required_stats(self, conv) -> dict:
+        stats = self.stats()
+        missing = [name for name in conv.required_stats if name not in stats]
+        if missing:
+            raise StepError(f"layer {conv.kind} needs node statistics {missing} that the task did not carry")
+        return stats
+
+
+def _check_finite(name: str, values: torch.Tensor) -> None:
+    if values.numel() and not torch.isfinite(values).all():
+        bad = (~torch.isfinite(values)).any(dim=-1).nonzero().flatten()[:5].tolist()
+        raise StepError(f"table {name!r} holds NaN/Inf values in rows {bad}")
+
+
+def _own_h(ctx: StepContext, table: str = "own") -> torch.Tensor:
+    h = matrix(ctx.table(table), "h", ctx.device)
+    _check_finite(table, h)
+    return h
+
+
+def _edge_weight(table: pa.Table, conv, device: str):
+    if conv.uses_edge_weight and "weight" in table.column_names:
+        return vector(table, "weight", device)
+    return None
+
+
+# ---- aggregate stages: produce h^(l) for own vertices -------------------------------------------
+
+def aggregate_none(ctx: StepContext) -> tuple[torch.Tensor, torch.Tensor | None]:
+    x = _own_h(ctx)
+    return ctx.model.pre(x), None
+
+
+def _layer(ctx: StepContext):
+    layer = int(ctx.header["layer"])
+    if not 0 <= layer < ctx.model.num_layers:
+        raise StepError(f"layer {layer} out of range for a {ctx.model.num_layers}-layer model")
+    return layer, ctx.model.conv(layer), bool(ctx.header.get("pre_transform", False))
+
+
+def aggregate_edges(ctx: StepContext) -> tuple[torch.Tensor, torch.Tensor]:
+    from sparkgnn.layers.selfloops import apply_self_loops
+
+    layer, conv, pre = _layer(ctx)
+    h = _own_h(ctx)
+    if h.shape[1] != conv.in_dim:
+        raise StepError(f"layer {layer} expects {conv.in_dim}-wide inputs, own.h is {h.shape[1]} wide")
+    stats = ctx.required_stats(conv)
+    n_own = h.shape[0]
+    mirror = matrix(ctx.table("mirror"), "p", ctx.device, conv.src_width(pre)) if "mirror" in ctx.tables else None
+    src_all = conv.prepare_src(h, stats, pre)
+    if mirror is not None and mirror.shape[0]:
+        _check_finite("mirror", mirror)
+        src_all = torch.cat([src_all, mirror.to(src_all.dtype)], dim=0)
+    dst_pay = conv.prepare_dst(h, stats) if conv.dst_width() else None
+    edges = ctx.table("edges")
+    src, dst = index(edges, "src", ctx.device), index(edges, "dst", ctx.device)
+    _check_range("edges.src", src, src_all.shape[0])
+    _check_range("edges.dst", dst, n_own)
+    src, dst, weight = apply_self_loops(src, dst, _edge_weight(edges, conv, ctx.device), n_own, conv.self_loops)
+    message = conv.message(src_all[src], None if dst_pay is None else dst_pay[dst], weight, pre)
+    aggregated = conv.aggregator.finalize(conv.aggregator.partial(message, dst, n_own))
+    return ctx.model.post(layer, conv.update(h, aggregated, stats, pre)), h
+
+
+def aggregate_states(ctx: StepContext) -> tuple[torch.Tensor, torch.Tensor]:
+    layer, conv, pre = _layer(ctx)
+    h = _own_h(ctx)
+    if h.shape[1] != conv.in_dim:
+        raise StepError(f"layer {layer} expects {conv.in_dim}-wide inputs, own.h is {h.shape[1]} wide")
+    stats = ctx.required_stats(conv)
+    n_own = h.shape[0]
+    states_table = ctx.table("states")
+    states = matrix(states_table, "s", ctx.device, conv.state_width(pre))
+    seg = index(states_table, "seg", ctx.device)
+    _check_range("states.seg", seg, n_own)
+    merged = conv.aggregator.merge(states, seg, n_own)
+    aggregated = conv.aggregator.finalize(merged)
+    return ctx.model.post(layer, conv.update(h, aggregated, stats, pre)), h
+
+
+def _check_range(name: str, values: torch.Tensor, bound: int) -> None:
+    if values.numel() and (int(values.min()) < 0 or int(values.max()) >= bound):
+        raise StepError(f"{name} holds local ids outside [0, {bound})")
+
+
+def aggregate_given(ctx: StepContext) -> tuple[torch.Tensor, None]:
+    """own.h already holds h^(l) (computed by the previous step of a two-step layer)."""
+    return _own_h(ctx), None
+
+
+AGGREGATE_STAGES = {
+    "none": aggregate_none,
+    "given": aggregate_given,
+    "edges": aggregate_edges,
+    "states": aggregate_states,
+}
+
+
+# ---- emit stages: what layer l+1 needs shipped --------------------------------------------------
+
+def _next(ctx: StepContext):
+    layer = int(ctx.header["layer"]) + 1
+    if layer >= ctx.model.num_layers:
+        raise StepError(f"emit {ctx.header.get('emit')!r} asked after the last layer")
+    return layer, ctx.model.conv(layer), bool(ctx.header.get("next_pre_transform", False))
+
+
+def emit_none(ctx: StepContext, h: torch.Tensor) -> dict:
+    own = {"h": fixed_list(h)}
+    if getattr(ctx.model, "output", "embedding") == "logits":
+        own["pred"] = pa.array(h.argmax(dim=1).to("cpu").numpy())
+    return {"own": pa.table(own)}
+
+
+def emit_src(ctx: StepContext, h: torch.Tensor) -> dict:
+    _, conv, pre = _next(ctx)
+    payload = conv.prepare_src(h, ctx.required_stats(conv), pre)
+    return {"own": pa.table({"h": fixed_list(h)}), "src": pa.table({"p": fixed_list(payload)})}
+
+
+def emit_dst(ctx: StepContext, h: torch.Tensor) -> dict:
+    _, conv, _ = _next(ctx)
+    payload = conv.prepare_dst(h, ctx.required_stats(conv))
+    return {"own": pa.table({"h": fixed_list(h)}), "dst": pa.table({"d": fixed_list(payload)})}
+
+
+def emit_partials(ctx: StepContext, h: torch.Tensor) -> dict:
+    from sparkgnn.layers.selfloops import apply_self_loops
+
+    _, conv, pre = _next(ctx)
+    stats = ctx.required_stats(conv)
+    n_own = h.shape[0]
+    num_foreign = int(ctx.header.get("num_foreign", 0))
+    src_pay = conv.prepare_src(h, stats, pre)
+    dst_pay = None
+    if conv.dst_width():
+        own_dst = conv.prepare_dst(h, stats)
+        foreign = matrix(ctx.table("foreign_dst"), "d", ctx.device, conv.dst_width()) if num_foreign else own_dst[:0]
+        if foreign.shape[0] != num_foreign:
+            raise StepError(f"foreign_dst has {foreign.shape[0]} rows, header says {num_foreign}")
+        dst_pay = torch.cat([own_dst, foreign.to(own_dst.dtype)], dim=0)
+    edges = ctx.table("out_edges")
+    src, dst = index(edges, "src", ctx.device), index(edges, "dst", ctx.device)
+    _check_range("out_edges.src", src, n_own)
+    _check_range("out_edges.dst", dst, n_own + num_foreign)
+    src, dst, weight = apply_self_loops(src, dst, _edge_weight(edges, conv, ctx.device), n_own, conv.self_loops)
+    message = conv.message(src_pay[src], None if dst_pay is None else dst_pay[dst], weight, pre)
+    num_dst = n_own + num_foreign
+    states = conv.aggregator.partial(message, dst, num_dst)
+    touched = torch.bincount(dst, minlength=num_dst) > 0
+    rows = touched.nonzero().flatten()
+    return {
+        "own": pa.table({"h": fixed_list(h)}),
+        "partials": pa.table({"row": pa.array(rows.to("cpu").numpy().astype("int64")), "s": fixed_list(states[rows])}),
+    }
+
+
+EMIT_STAGES = {"none": emit_none, "src": emit_src, "dst": emit_dst, "partials": emit_partials}
+
+
+def run_step(model, header: dict, tables: dict, device: str = "cpu") -> dict:
+    """Run one fused layer step; returns the result tables."""
+    aggregate = header.get("aggregate", "none")
+    emit = header.get("emit", "none")
+    if aggregate not in AGGREGATE_STAGES:
+        raise StepError(f"unknown aggregate stage {aggregate!r}; known: {sorted(AGGREGATE_STAGES)}")
+    if emit not in EMIT_STAGES:
+        raise StepError(f"unknown emit stage {emit!r}; known: {sorted(EMIT_STAGES)}")
+    ctx = StepContext(model=model, header=header, tables=tables, device=device)
+    if "own" not in tables:
+        raise StepError("every step needs the 'own' table (the partition's vertices)")
+    with torch.inference_mode():
+        h, _ = AGGREGATE_STAGES[aggregate](ctx)
+        return EMIT_STAGES[emit](ctx, h)

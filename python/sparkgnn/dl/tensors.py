@@ -1,0 +1,37 @@
+"""Arrow tables <-> torch tensors for the DL handler (buffer views, no per-row work)."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from sparkgnn.arrowvec import to_fixed_list, to_numpy_matrix
+
+
+def tensor(values: np.ndarray, device: str) -> torch.Tensor:
+    """numpy -> torch on `device`. Arrow buffers are read-only; torch warns about that but the DL ops
+    never write into their inputs, so the view is safe and saves a copy."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        out = torch.from_numpy(values)
+    return out.to(device) if device != "cpu" else out
+
+
+def matrix(table: pa.Table, column: str, device: str, width: int | None = None) -> torch.Tensor:
+    return tensor(to_numpy_matrix(table.column(column), width), device)
+
+
+def index(table: pa.Table, column: str, device: str) -> torch.Tensor:
+    values = table.column(column).to_numpy()
+    return tensor(np.ascontiguousarray(values, dtype=np.int64), device)
+
+
+def vector(table: pa.Table, column: str, device: str) -> torch.Tensor:
+    values = table.column(column).to_numpy()
+    return tensor(np.ascontiguousarray(values, dtype=np.float32), device)
+
+
+def fixed_list(values: torch.Tensor) -> pa.FixedSizeListArray:
+    return to_fixed_list(values.detach().to("cpu").contiguous().numpy())

@@ -1,0 +1,111 @@
+"""`sparkgnn.infer`: exact batch inference of a trained model over a whole graph on Spark."""
+from __future__ import annotations
+
+import os
+import tempfile
+
+from sparkgnn.engine.executor import execute, finish
+from sparkgnn.engine.prepare import prepare
+from sparkgnn.engine.session import configure, default_parallelism
+from sparkgnn.errors import PlanError, SparkGNNError
+
+DEFAULT_MEMORY_PER_TASK = 2 * 2**30
+
+
+def coerce_graph(spark, graph):
+    """A Graph, a graph directory, or anything GraphFrame-shaped (.vertices/.edges)."""
+    from sparkgnn.graph import Graph
+
+    if isinstance(graph, Graph):
+        return graph
+    if isinstance(graph, (str, os.PathLike)):
+        return Graph.load(spark, os.fspath(graph))
+    if hasattr(graph, "vertices") and hasattr(graph, "edges"):
+        return Graph.from_graphframe(graph)
+    raise SparkGNNError(f"cannot use {type(graph).__name__} as a graph: pass a sparkgnn.Graph, a graph directory or a GraphFrame")
+
+
+def coerce_model(model):
+    """A sparkgnn Model, a saved model path, or a PyTorch Geometric module."""
+    from sparkgnn.models import Model
+
+    if isinstance(model, Model):
+        return model
+    if isinstance(model, (str, os.PathLike)):
+        return Model.load(os.fspath(model))
+    return Model.from_pyg(model)
+
+
+def _work_dir(spark, out: str | None, work_dir: str | None) -> str:
+    if work_dir:
+        return work_dir
+    if out:
+        return os.path.join(os.path.dirname(os.path.abspath(out.rstrip("/"))), "_sparkgnn_work")
+    return os.path.join(tempfile.gettempdir(), f"sparkgnn-{spark.sparkContext.applicationId}")
+
+
+def _transport_spec(workers, model_store: str) -> dict:
+    from sparkgnn.engine.transports import spec_for
+
+    return spec_for(workers, model_store)
+
+
+def plan_for(spark, graph, model, strategy: str = "auto", partitions: int | None = None,
+             work_dir: str | None = None, out: str | None = None, log=print):
+    """Prepare the graph for a partition count and compile the plan (no inference yet)."""
+    from sparkgnn import planner
+
+    layers = model.plan_info()
+    stats = graph.stats()
+    cores = default_parallelism(spark)
+    num_partitions = planner.choose_partitions(
+        layers, stats["num_vertices"], stats["num_edges"], graph.feature_dim, cores, DEFAULT_MEMORY_PER_TASK, requested=partitions,
+    )
+    prepared = prepare(spark, graph, num_partitions, _work_dir(spark, out, work_dir), log=log)
+    graph_stats = dict(prepared.stats, feature_dim=graph.feature_dim)
+    task = {"strategy": strategy, "partitions": num_partitions, "cores": cores,
+            "memory_per_task_bytes": DEFAULT_MEMORY_PER_TASK, "ids": None, "fuse": True}
+    return prepared, planner.compile(layers, graph_stats, task)
+
+
+def infer(spark, graph, model, out: str | None = None, strategy: str = "auto", partitions: int | None = None,
+          ids=None, workers="inprocess", explain: bool = False, work_dir: str | None = None, validate: bool = True,
+          log=print, return_report: bool = False):
+    """Exact embeddings/predictions of `model` for every vertex of `graph` (or the ones in `ids`).
+
+    Returns a DataFrame (id, h[, pred]) where h is the model's final output (float32 list) and pred its
+    argmax when the model ends in a classifier. With `out`, the result is also written there as Parquet.
+    """
+    from sparkgnn.dl.model_store import register
+
+    configure(spark)
+    graph = coerce_graph(spark, graph)
+    model = coerce_model(model)
+    if validate:
+        graph.validate()
+    if graph.feature_dim != model.in_dim:
+        raise SparkGNNError(f"the graph's features are {graph.feature_dim} wide but the model expects {model.in_dim}")
+    root = _work_dir(spark, out, work_dir)
+    prepared, plan = plan_for(spark, graph, model, strategy, partitions, work_dir=root, log=log)
+    if explain:
+        log(plan.explain())
+    model_store = os.path.join(root, "models")
+    fingerprint = register(model, model_store)
+    needs_dst = [bool(info["needs_dst_in_message"]) for info in model.plan_info()]
+    final_df, report, meter, label = execute(
+        spark, prepared, plan, fingerprint, graph, _transport_spec(workers, model_store),
+        with_pred=model.output == "logits", needs_dst=needs_dst, log=log,
+    )
+    if ids is not None:
+        final_df = final_df.join(_ids_frame(spark, ids), "id", "left_semi")
+    result = finish(spark, final_df, report, meter, label, out, log=log)
+    return (result, report, plan) if return_report else result
+
+
+def _ids_frame(spark, ids):
+    if hasattr(ids, "columns"):
+        if "id" not in ids.columns:
+            raise PlanError("the ids DataFrame needs an 'id' column")
+        return ids.selectExpr("cast(id as long) as id").distinct()
+    values = sorted({int(i) for i in ids})
+    return spark.createDataFrame([(v,) for v in values], "id long")

@@ -1,0 +1,128 @@
+"""Runs a compiled Plan on Spark DataFrames.
+
+Each step (schedule.py) is one mapInArrow over the rows routed to each partition; between steps
+rows are routed with Spark's shuffle (or, for edge_join, joined onto the edges first). Every step's
+output is materialised (localCheckpoint) so lineage stays one step long and each layer is timed on
+its own; the last step's output is the result. One console line per step, and the Spark UI names
+each job "sparkgnn layer l/k: strategy".
+"""
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import dataclass, field
+
+from sparkgnn.engine.metrics import ShuffleMeter
+from sparkgnn.engine.routing import (
+    OUTPUT_PRED_SCHEMA_DDL,
+    OUTPUT_SCHEMA_DDL,
+    ROW_SCHEMA_DDL,
+    key_expr,
+    partition_expr,
+    partition_keys,
+    route,
+)
+from sparkgnn.engine.schedule import schedule
+from sparkgnn.engine.steps import StepConfig, run_partition
+
+
+@dataclass
+class StepReport:
+    label: str
+    seconds: float
+    shuffle: dict | None
+    rows_out: int | None = None
+
+
+@dataclass
+class RunReport:
+    steps: list = field(default_factory=list)
+
+    def layer_seconds(self) -> list[float]:
+        """Seconds per layer: a layer's steps are the ones whose label names it."""
+        return [s.seconds for s in self.steps]
+
+
+def _initial_rows(graph, keys, partitions: int):
+    part = partition_expr("id", partitions)
+    return graph.vertices.selectExpr(
+        f"{key_expr(keys, part)} as k", f"cast({part} as int) as pt", "0 as kind", "cast(id as long) as id",
+        "cast(-1 as long) as aux", "cast(1.0 as float) as w", "x",
+    )
+
+
+def _join_edges(spark, rows, prepared, keys):
+    """edge_join wiring: own rows stay; each unrouted source payload is joined onto every out-edge of
+    its vertex and routed to the edge's destination partition."""
+    own = rows.where("kind = 0")
+    payloads = rows.where("kind = 1").selectExpr("id as src", "v")
+    edges = prepared.edges_by_dst(spark)
+    per_edge = payloads.join(edges, "src").selectExpr(
+        f"{key_expr(keys, 'pd')} as k", "cast(pd as int) as pt", "4 as kind", "src as id", "dst as aux", "w", "v",
+    )
+    return own.unionByName(per_edge)
+
+
+def _wire(spark, step, rows, prepared, keys, partitions: int):
+    if step.inputs == "edges_rows":
+        rows = _join_edges(spark, rows, prepared, keys)
+    return route(rows, partitions)
+
+
+def execute(spark, prepared, plan, model_fingerprint: str, graph, transport: dict, with_pred: bool,
+            needs_dst: list[bool], log=print):
+    """Run all steps; returns (final DataFrame (id, h[, pred]) not yet materialised, RunReport)."""
+    partitions = plan.partitions
+    keys = partition_keys(spark, partitions)
+    strategies = [layer.strategy for layer in plan.layers]
+    pre = [layer.pre_transform for layer in plan.layers]
+    steps = schedule(strategies, needs_dst)
+    num_layers = len(plan.layers)
+    meter = ShuffleMeter(spark)
+    report = RunReport()
+    rows = _initial_rows(graph, keys, partitions)
+    final_df = None
+    for index, step in enumerate(steps):
+        last = index == len(steps) - 1
+        cfg = StepConfig(
+            prep_dir=prepared.path, partitions=partitions, keys=tuple(int(k) for k in keys), model=model_fingerprint,
+            layer=step.layer, num_layers=num_layers, inputs=step.inputs, outputs=step.outputs,
+            pre_transform=pre[step.layer] if step.layer >= 0 else False,
+            next_pre_transform=pre[step.layer + 1] if step.layer + 1 < num_layers else False,
+            transport=transport, with_pred=with_pred,
+        )
+        schema = (OUTPUT_PRED_SCHEMA_DDL if with_pred else OUTPUT_SCHEMA_DDL) if last else ROW_SCHEMA_DDL
+        out = _wire(spark, step, rows, prepared, keys, partitions).mapInArrow(functools.partial(run_partition, cfg), schema)
+        if last:
+            final_df = out
+            break
+        spark.sparkContext.setJobDescription(f"sparkgnn {step.label}")
+        started = time.perf_counter()
+        rows = out.localCheckpoint(eager=True)
+        seconds = time.perf_counter() - started
+        shuffle = meter.delta()
+        report.steps.append(StepReport(step.label, seconds, shuffle))
+        log(f"sparkgnn {step.label}: {seconds:.2f} s" + (f", shuffled {_mb(shuffle['shuffle_write_bytes'])}" if shuffle else ""))
+    return final_df, report, meter, steps[-1].label
+
+
+def _mb(num_bytes: int) -> str:
+    return f"{num_bytes / 2**20:.1f} MiB"
+
+
+def finish(spark, final_df, report, meter, label: str, out: str | None, log=print):
+    """Materialise the last step: write Parquet under `out`, or checkpoint in memory."""
+    spark.sparkContext.setJobDescription(f"sparkgnn {label}")
+    started = time.perf_counter()
+    if out:
+        final_df.write.mode("overwrite").parquet(out)
+        result = spark.read.parquet(out)
+    else:
+        result = final_df.localCheckpoint(eager=True)
+    seconds = time.perf_counter() - started
+    shuffle = meter.delta()
+    report.steps.append(StepReport(label, seconds, shuffle))
+    log(f"sparkgnn {label}: {seconds:.2f} s" + (f", shuffled {_mb(shuffle['shuffle_write_bytes'])}" if shuffle else "")
+        + (f" -> {out}" if out else ""))
+    spark.sparkContext.setJobDescription(None)
+    return result

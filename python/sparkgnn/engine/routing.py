@@ -1,0 +1,92 @@
+"""Routing rows to a chosen partition with Spark's own shuffle.
+
+Why: the executor decides which partition needs which row (vertex-cut mirrors, partial states),
+but DataFrame.repartition(n, col) hashes the column. Spark's HashPartitioning puts a row in
+pmod(murmur3(key, 42), n), so for every partition p we find one small long key whose hash lands in
+p ("representative key"), write it in column `k`, and repartition on `k`: the row lands exactly in p.
+Adaptive coalescing must be off (engine.session.REQUIRED_CONF) so shuffle partition i is task i.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pyarrow as pa
+
+# Kinds of routed rows (column `kind`).
+OWN, SRC, STATE, DST, EDGE = 0, 1, 2, 3, 4
+KIND_NAMES = {OWN: "own", SRC: "src", STATE: "state", DST: "dst", EDGE: "edge"}
+
+ROW_SCHEMA_DDL = "k long, pt int, kind int, id long, aux long, w float, v binary"
+ROW_SCHEMA = pa.schema(
+    [("k", pa.int64()), ("pt", pa.int32()), ("kind", pa.int32()), ("id", pa.int64()),
+     ("aux", pa.int64()), ("w", pa.float32()), ("v", pa.binary())]
+)
+OUTPUT_SCHEMA_DDL = "id long, h array<float>"
+OUTPUT_PRED_SCHEMA_DDL = "id long, h array<float>, pred long"
+
+PARTITION_EXPR = "pmod(hash({col}), {n})"
+
+
+def partition_expr(column: str, partitions: int) -> str:
+    """SQL for the partition that owns a vertex id (the same hash Spark's repartition(id) uses)."""
+    return PARTITION_EXPR.format(col=column, n=int(partitions))
+
+
+@functools.lru_cache(maxsize=64)
+def _keys_cached(app_id: str, partitions: int, spark_ref) -> tuple:
+    spark = spark_ref()
+    rows = (
+        spark.range(0, 64 * partitions + 1024)
+        .selectExpr("id", f"{partition_expr('id', partitions)} as p")
+        .groupBy("p").min("id").collect()
+    )
+    keys = dict((int(r[0]), int(r[1])) for r in rows)
+    missing = [p for p in range(partitions) if p not in keys]
+    if missing:
+        raise RuntimeError(f"no representative routing key found for partitions {missing[:5]}")
+    return tuple(keys[p] for p in range(partitions))
+
+
+def partition_keys(spark, partitions: int) -> np.ndarray:
+    """Representative key per partition: key[p] hashes into partition p."""
+    import weakref
+
+    return np.array(_keys_cached(spark.sparkContext.applicationId, int(partitions), weakref.ref(spark)), dtype=np.int64)
+
+
+def route(df, partitions: int):
+    """Shuffle routed rows so that every row lands in partition `pt` (via its key `k`)."""
+    return df.repartition(int(partitions), "k")
+
+
+def key_expr(keys: np.ndarray, pt_column: str) -> str:
+    """SQL expression mapping a partition column to its representative key. The key must be a long:
+    Spark hashes an int and a long of the same value differently."""
+    return f"cast(element_at(array({', '.join(str(int(k)) for k in keys)}), {pt_column} + 1) as long)"
+
+
+def make_rows(keys: np.ndarray, pt: np.ndarray, kind: int, ids: np.ndarray, v: pa.Array,
+              aux: np.ndarray | None = None, w: np.ndarray | None = None) -> pa.RecordBatch:
+    """Build a batch of routed rows (vectorised)."""
+    n = len(ids)
+    pt = np.asarray(pt, dtype=np.int32)
+    routed_keys = np.where(pt >= 0, keys[np.clip(pt, 0, len(keys) - 1)], -1).astype(np.int64)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(routed_keys),
+            pa.array(pt),
+            pa.array(np.full(n, kind, dtype=np.int32)),
+            pa.array(np.asarray(ids, dtype=np.int64)),
+            pa.array(np.full(n, -1, dtype=np.int64) if aux is None else np.asarray(aux, dtype=np.int64)),
+            pa.array(np.ones(n, dtype=np.float32) if w is None else np.asarray(w, dtype=np.float32)),
+            v,
+        ],
+        schema=ROW_SCHEMA,
+    )
+
+
+def split_batches(batch: pa.RecordBatch, max_rows: int = 32768):
+    """Spark converts Arrow batches to rows batch by batch; moderate sizes keep memory flat."""
+    for start in range(0, batch.num_rows, max_rows):
+        yield batch.slice(start, max_rows)

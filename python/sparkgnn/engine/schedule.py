@@ -1,0 +1,51 @@
+"""From per-layer strategies to the sequence of fused steps the executor runs (pure Python).
+
+A step finishes layer l's aggregation (how its input arrived depends on layer l's strategy) and
+prepares what layer l+1's strategy needs shipped. The first step only prepares layer 0's inputs;
+the last one emits the output. A combine layer whose messages need the destination (attention)
+takes one extra step: destination payloads must reach the source side before partials exist.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# What a layer's strategy expects to find when its aggregation step runs.
+INPUT_FOR = {"replicate": "edges_static", "edge_join": "edges_rows", "combine": "states"}
+# What the previous step must emit so the layer's strategy can run.
+EMIT_FOR = {"replicate": "mirrors", "edge_join": "edge_payloads", "combine": "partials"}
+
+
+@dataclass(frozen=True)
+class Step:
+    layer: int          # conv whose aggregation this step finishes (-1 for the first step)
+    inputs: str         # steps.INPUTS key
+    outputs: str        # steps.OUTPUTS key
+    label: str          # what the progress line and the Spark UI say
+
+
+def schedule(strategies: list[str], needs_dst: list[bool]) -> list[Step]:
+    num_layers = len(strategies)
+    if num_layers == 0:
+        raise ValueError("a model needs at least one layer")
+    unknown = [s for s in strategies if s not in INPUT_FOR]
+    if unknown:
+        raise ValueError(f"unknown strategies {unknown}; known: {sorted(INPUT_FOR)}")
+    steps: list[Step] = []
+
+    def emit_towards(layer_next: int, from_layer: int, inputs: str, label: str) -> None:
+        strategy = strategies[layer_next]
+        if strategy == "combine" and needs_dst[layer_next]:
+            steps.append(Step(from_layer, inputs, "dst_payloads", label))
+            steps.append(Step(from_layer, "given", "partials", f"layer {layer_next + 1}/{num_layers}: combine (partials)"))
+        else:
+            steps.append(Step(from_layer, inputs, EMIT_FOR[strategy], label))
+
+    emit_towards(0, -1, "first", f"scan + scatter for layer 1/{num_layers}: {strategies[0]}")
+    for layer in range(num_layers):
+        label = f"layer {layer + 1}/{num_layers}: {strategies[layer]}"
+        inputs = INPUT_FOR[strategies[layer]]
+        if layer + 1 < num_layers:
+            emit_towards(layer + 1, layer, inputs, label)
+        else:
+            steps.append(Step(layer, inputs, "final", label))
+    return steps

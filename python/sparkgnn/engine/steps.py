@@ -1,0 +1,271 @@
+"""The graph-engine side of one fused layer step, run inside a Spark Python task (mapInArrow).
+
+Collect: the task receives every row routed to its partition (own vertices' h, mirrors' payloads,
+partial states, ...), maps ids to the partition's local order with the static indexes, hands the
+DL engine one set of tables through the transport (one Pipe round trip per partition per step),
+and Scatters the results as routed rows for the next step (or as output rows after the last layer).
+numpy + pyarrow only: with a messenger transport, Spark tasks never import torch.
+
+Registries, not flags: INPUTS maps how a layer's input arrived to a table builder; OUTPUTS maps
+what the next layer needs to a row builder.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sparkgnn.arrowvec import pack_binary, to_fixed_list, to_list, to_numpy_matrix
+from sparkgnn.engine import static
+from sparkgnn.engine.routing import DST, EDGE, KIND_NAMES, OWN, SRC, STATE, make_rows, split_batches
+from sparkgnn.errors import SparkGNNError
+
+
+class StepFailed(SparkGNNError, RuntimeError):
+    """A layer step failed inside a Spark task; the message names partition, layer and cause."""
+
+
+@dataclass(frozen=True)
+class StepConfig:
+    prep_dir: str
+    partitions: int
+    keys: tuple
+    model: str                      # model fingerprint
+    layer: int                      # conv whose aggregation this step finishes (-1: first step)
+    num_layers: int
+    inputs: str                     # key of INPUTS
+    outputs: str                    # key of OUTPUTS
+    pre_transform: bool = False
+    next_pre_transform: bool = False
+    transport: dict = field(default_factory=dict)
+    with_pred: bool = False
+
+    @property
+    def dl_aggregate(self) -> str:
+        return INPUT_STAGE[self.inputs]
+
+    @property
+    def dl_emit(self) -> str:
+        return OUTPUT_STAGE[self.outputs]
+
+
+def _rows_of(table: pa.Table, kind: int) -> pa.Table:
+    return table.filter(pc.equal(table.column("kind"), kind))
+
+
+def _vectors(rows: pa.Table) -> np.ndarray:
+    return to_numpy_matrix(rows.column("v" if "v" in rows.column_names else "x"))
+
+
+def _own_table(rows: pa.Table, owned: static.Owned, part: int) -> pa.Table:
+    own_rows = _rows_of(rows, OWN)
+    ids = own_rows.column("id").to_numpy()
+    if len(ids) != len(owned.ids):
+        raise ValueError(
+            f"partition {part} owns {len(owned.ids)} vertices but received {len(ids)} own rows "
+            f"(a vertex is missing or duplicated upstream)"
+        )
+    order = np.empty(len(ids), dtype=np.int64)
+    order[static.positions(owned.ids, ids, "own")] = np.arange(len(ids))
+    h = _vectors(own_rows)[order]
+    columns = {"h": to_fixed_list(h)}
+    columns.update({name: pa.array(values) for name, values in owned.stats.items()})
+    return pa.table(columns)
+
+
+def _payloads_in_order(rows: pa.Table, kind: int, sorted_ids: np.ndarray, what: str) -> np.ndarray:
+    kind_rows = _rows_of(rows, kind)
+    ids = kind_rows.column("id").to_numpy()
+    if len(ids) != len(sorted_ids):
+        raise ValueError(f"expected {len(sorted_ids)} {what} rows, received {len(ids)}")
+    values = _vectors(kind_rows) if len(ids) else np.zeros((0, 0), np.float32)
+    ordered = np.empty_like(values)
+    ordered[static.positions(sorted_ids, ids, what)] = values
+    return ordered
+
+
+# ---- inputs: routed rows -> DL tables ------------------------------------------------------------
+
+def inputs_first(cfg, rows, part):
+    return {"own": _own_table(rows, static.owned(cfg.prep_dir, part), part)}
+
+
+def inputs_edges_static(cfg, rows, part):
+    edges = static.in_edges(cfg.prep_dir, part)
+    mirror = _payloads_in_order(rows, SRC, edges.mirror_ids, "mirror payload")
+    return {
+        "own": _own_table(rows, static.owned(cfg.prep_dir, part), part),
+        "mirror": pa.table({"p": to_fixed_list(mirror) if len(mirror) else pa.array([], pa.list_(pa.float32(), 1))}),
+        "edges": pa.table({"src": edges.src, "dst": edges.dst, "weight": edges.w}),
+    }
+
+
+def inputs_edges_rows(cfg, rows, part):
+    owned = static.owned(cfg.prep_dir, part)
+    edge_rows = _rows_of(rows, EDGE)
+    src_ids = edge_rows.column("id").to_numpy()
+    dst_ids = edge_rows.column("aux").to_numpy()
+    dst = static.positions(owned.ids, dst_ids, "edge dst")
+    src = len(owned.ids) + np.arange(len(src_ids), dtype=np.int64)
+    loops = src_ids == dst_ids  # a self loop's source is the own vertex itself (self-loop policies rely on it)
+    src[loops] = dst[loops]
+    mirror = _vectors(edge_rows) if edge_rows.num_rows else None
+    tables = {
+        "own": _own_table(rows, owned, part),
+        "edges": pa.table({"src": src, "dst": dst.astype(np.int64), "weight": edge_rows.column("w").to_numpy()}),
+    }
+    if mirror is not None:
+        tables["mirror"] = pa.table({"p": to_fixed_list(mirror)})
+    return tables
+
+
+def inputs_states(cfg, rows, part):
+    owned = static.owned(cfg.prep_dir, part)
+    state_rows = _rows_of(rows, STATE)
+    seg = static.positions(owned.ids, state_rows.column("id").to_numpy(), "partial-state dst")
+    states = _vectors(state_rows) if state_rows.num_rows else None
+    table = {"seg": pa.array(seg.astype(np.int64))}
+    if states is not None:
+        table["s"] = to_fixed_list(states)
+    else:
+        table["s"] = pa.array([], pa.list_(pa.float32(), 1))
+    return {"own": _own_table(rows, owned, part), "states": pa.table(table)}
+
+
+def inputs_given(cfg, rows, part):
+    """Second step of a combine layer with attention: own rows carry h^(l); DST rows carry the
+    destination payloads of foreign destinations of this partition's out-edges."""
+    out = static.out_edges(cfg.prep_dir, part)
+    foreign = _payloads_in_order(rows, DST, out.foreign_ids, "foreign destination payload")
+    tables = {"own": _own_table(rows, static.owned(cfg.prep_dir, part), part)}
+    if len(foreign):
+        tables["foreign_dst"] = pa.table({"d": to_fixed_list(foreign)})
+    return tables
+
+
+INPUTS = {
+    "first": inputs_first,
+    "edges_static": inputs_edges_static,
+    "edges_rows": inputs_edges_rows,
+    "states": inputs_states,
+    "given": inputs_given,
+}
+INPUT_STAGE = {"first": "none", "edges_static": "edges", "edges_rows": "edges", "states": "states", "given": "given"}
+
+
+# ---- outputs: DL tables -> routed rows ------------------------------------------------------------
+
+def _own_rows(cfg, result, owned, part):
+    h = to_numpy_matrix(result["own"].column("h"))
+    return make_rows(np.asarray(cfg.keys), np.full(len(owned.ids), part), OWN, owned.ids, pack_binary(h))
+
+
+def outputs_final(cfg, result, part, header):
+    owned = static.owned(cfg.prep_dir, part)
+    own = result["own"]
+    columns = [pa.array(owned.ids), to_list(to_numpy_matrix(own.column("h")))]
+    names = ["id", "h"]
+    if cfg.with_pred:
+        columns.append(pc.cast(own.column("pred"), pa.int64()).combine_chunks())
+        names.append("pred")
+    yield pa.RecordBatch.from_arrays(columns, names=names)
+
+
+def outputs_mirrors(cfg, result, part, header):
+    """replicate: h to self, the next layer's source payload to every other partition holding an
+    out-edge of the vertex (vertex-cut mirrors)."""
+    owned = static.owned(cfg.prep_dir, part)
+    yield _own_rows(cfg, result, owned, part)
+    targets = static.targets(cfg.prep_dir, "out_targets", part)
+    payload = to_numpy_matrix(result["src"].column("p"))
+    yield make_rows(np.asarray(cfg.keys), targets.part, SRC, owned.ids[targets.local], pack_binary(payload[targets.local]))
+
+
+def outputs_edge_payloads(cfg, result, part, header):
+    """edge_join: h to self; the source payload of every own vertex unrouted (pt = -1): Spark joins it
+    onto the edges by src and routes one row per edge to the dst's partition."""
+    owned = static.owned(cfg.prep_dir, part)
+    yield _own_rows(cfg, result, owned, part)
+    payload = to_numpy_matrix(result["src"].column("p"))
+    yield make_rows(np.asarray(cfg.keys), np.full(len(owned.ids), -1), SRC, owned.ids, pack_binary(payload))
+
+
+def outputs_partials(cfg, result, part, header):
+    """combine: h to self, one partial state per distinct destination of this partition's out-edges,
+    routed to the destination's owner."""
+    owned = static.owned(cfg.prep_dir, part)
+    yield _own_rows(cfg, result, owned, part)
+    out = static.out_edges(cfg.prep_dir, part)
+    partials = result["partials"]
+    row = partials.column("row").to_numpy()
+    n_own = len(owned.ids)
+    is_own = row < n_own
+    foreign = np.where(is_own, 0, row - n_own)
+    ids = np.where(is_own, owned.ids[np.minimum(row, max(n_own - 1, 0))] if n_own else 0, out.foreign_ids[foreign] if len(out.foreign_ids) else 0)
+    pts = np.where(is_own, part, out.foreign_part[foreign] if len(out.foreign_part) else part)
+    if len(row):
+        yield make_rows(np.asarray(cfg.keys), pts, STATE, ids, pack_binary(to_numpy_matrix(partials.column("s"))))
+
+
+def outputs_dst_payloads(cfg, result, part, header):
+    """combine with attention, first half: h to self, destination payloads to the partitions holding
+    in-edges of own vertices."""
+    owned = static.owned(cfg.prep_dir, part)
+    yield _own_rows(cfg, result, owned, part)
+    targets = static.targets(cfg.prep_dir, "in_targets", part)
+    payload = to_numpy_matrix(result["dst"].column("d"))
+    yield make_rows(np.asarray(cfg.keys), targets.part, DST, owned.ids[targets.local], pack_binary(payload[targets.local]))
+
+
+OUTPUTS = {
+    "final": outputs_final,
+    "mirrors": outputs_mirrors,
+    "edge_payloads": outputs_edge_payloads,
+    "partials": outputs_partials,
+    "dst_payloads": outputs_dst_payloads,
+}
+OUTPUT_STAGE = {"final": "none", "mirrors": "src", "edge_payloads": "src", "partials": "partials", "dst_payloads": "dst"}
+
+
+# ---- the mapInArrow function ----------------------------------------------------------------------
+
+def _partition_of(rows: pa.Table) -> int:
+    parts = pc.unique(rows.column("pt")).to_numpy()
+    if len(parts) != 1:
+        raise StepFailed(f"rows of several partitions {parts[:5].tolist()} reached one task; is adaptive coalescing on?")
+    return int(parts[0])
+
+
+def run_partition(cfg: StepConfig, batches):
+    """Collect one partition's rows, run the DL step through the transport, scatter the results."""
+    from sparkgnn.engine.transports import get_transport
+
+    batches = [b for b in batches if b.num_rows]
+    if not batches:
+        return
+    rows = pa.Table.from_batches(batches)
+    part = _partition_of(rows)
+    try:
+        tables = INPUTS[cfg.inputs](cfg, rows, part)
+        if cfg.dl_emit == "partials":
+            out = static.out_edges(cfg.prep_dir, part)
+            tables["out_edges"] = pa.table({"src": out.src, "dst": out.dst, "weight": out.w})
+        header = {
+            "op": "layer_step", "model": cfg.model, "layer": cfg.layer, "partition": part,
+            "aggregate": cfg.dl_aggregate, "emit": cfg.dl_emit, "pre_transform": cfg.pre_transform,
+            "next_pre_transform": cfg.next_pre_transform,
+            "num_foreign": len(static.out_edges(cfg.prep_dir, part).foreign_ids) if cfg.dl_emit == "partials" else 0,
+        }
+        _, result = get_transport(cfg.transport).call(header, tables)
+    except SparkGNNError as exc:
+        raise StepFailed(f"layer step {cfg.layer + 1}/{cfg.num_layers} ({cfg.inputs} -> {cfg.outputs}) failed in partition {part}: {exc}") from exc
+    except ValueError as exc:
+        raise StepFailed(f"layer step {cfg.layer + 1}/{cfg.num_layers} ({cfg.inputs} -> {cfg.outputs}) failed in partition {part}: {exc}") from exc
+    for batch in OUTPUTS[cfg.outputs](cfg, result, part, header):
+        yield from split_batches(batch)
+
+
+def kind_name(kind: int) -> str:
+    return KIND_NAMES.get(kind, str(kind))

@@ -1,0 +1,91 @@
+"""Exact batch inference: embeddings / predictions of a trained model for every vertex of a graph.
+
+    spark-submit spark_jobs/batch_inference.py --graph DIR --model PATH --out DIR [options]
+    python spark_jobs/batch_inference.py ...            (creates a local session)
+
+Output Parquet under --out: id (long), h (float32 list: the model's final output), pred (argmax)
+when the model ends in a classifier.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="batch_inference.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--graph", required=True, help="graph directory (vertices/, edges/, graph.json)")
+    parser.add_argument("--model", required=True, help="model saved with sparkgnn Model.save")
+    parser.add_argument("--out", required=True, help="output directory (Parquet)")
+    parser.add_argument("--strategy", default="auto", choices=["auto", "edge_join", "replicate", "combine"],
+                        help="data movement per layer (default: chosen by the cost model)")
+    parser.add_argument("--partitions", type=int, default=None, help="number of partitions (default: total cores)")
+    parser.add_argument("--ids", default=None, help="file with one vertex id per line: infer only these")
+    parser.add_argument("--workers", default="inprocess",
+                        help="where layers run: inprocess (default) | local[N] | tcp://host:port")
+    parser.add_argument("--work-dir", default=None, help="where prepared graph layouts and models are cached")
+    parser.add_argument("--explain", action="store_true", help="print the plan before running")
+    args = parser.parse_args(argv)
+    if args.partitions is not None and args.partitions < 1:
+        parser.error(f"--partitions must be >= 1, got {args.partitions}")
+    for flag, path in (("--graph", args.graph), ("--model", args.model)):
+        if not os.path.exists(path):
+            parser.error(f"{flag} {path!r} does not exist")
+    if args.ids and not os.path.isfile(args.ids):
+        parser.error(f"--ids {args.ids!r} is not a file")
+    return args
+
+
+def read_ids(path: str) -> list[int]:
+    ids = []
+    with open(path) as fh:
+        for number, line in enumerate(fh, 1):
+            text = line.strip()
+            if not text or text.startswith("#"):
+                continue
+            try:
+                ids.append(int(text))
+            except ValueError:
+                raise SystemExit(f"--ids {path}: line {number} is not an integer id: {text!r}") from None
+    return ids
+
+
+def get_session():
+    """The active session under spark-submit, or a local one under plain python."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    if "PYSPARK_GATEWAY_PORT" in os.environ:  # launched by spark-submit: keep its master and conf
+        return SparkSession.builder.appName("sparkgnn-batch-inference").getOrCreate()
+    from sparkgnn.engine.session import local_session
+
+    return local_session("sparkgnn-batch-inference")
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from sparkgnn import infer
+    from sparkgnn.errors import SparkGNNError
+
+    started = time.perf_counter()
+    spark = get_session()
+    try:
+        result = infer(
+            spark, args.graph, args.model, out=args.out, strategy=args.strategy, partitions=args.partitions,
+            ids=read_ids(args.ids) if args.ids else None, workers=args.workers, explain=args.explain,
+            work_dir=args.work_dir,
+        )
+        rows = result.count()
+    except SparkGNNError as exc:
+        print(f"batch_inference: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"batch_inference: wrote {rows} rows to {args.out} in {time.perf_counter() - started:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
