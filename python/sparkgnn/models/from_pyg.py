@@ -316,7 +316,7 @@ def conv_layer(conv, where: str, use_edge_weight: bool = True):
                              f"only the exact classes {supported} are supported")
         _unsupported(where, conv, f"layer {_name(conv)} is not supported (supported convs: "
                      f"{supported})")
-    if t.__name__ == "GCNConv":
+    if fn is _gcn:          # the only supported conv that consumes edge weights
         return fn(conv, where, use_edge_weight=use_edge_weight)
     return fn(conv, where)
 
