@@ -35,7 +35,7 @@ class WorkerEntry:
     expiry: float
     curve: str | None = None
     info: dict = field(default_factory=dict)
-    leases: set = field(default_factory=set)
+    leases: dict = field(default_factory=dict)  # lease id -> None, in assignment order
 
     @property
     def free(self) -> int:
@@ -64,7 +64,8 @@ class Dispatcher:
         self.queue: deque[Request] = deque()
         self.leases: dict[str, Lease] = {}
         self._by_token: dict[tuple, str] = {}
-        self._ids = (f"{uuid.uuid4().hex[:8]}-{n}" for n in itertools.count())
+        prefix = uuid.uuid4().hex[:8]  # lease ids stay unique across broker restarts
+        self._ids = (f"{prefix}-{n}" for n in itertools.count())
         self._affinity: dict = {}
         self.counts = dict(assigned=0, done=0, released=0, requeued=0, busy=0,
                            leases_expired=0, workers_expired=0, queue_max=0)
@@ -142,7 +143,7 @@ class Dispatcher:
 
     # -- internals -------------------------------------------------------------------------
     def _requeue(self, entry: WorkerEntry, now: float) -> list:
-        for lease_id in sorted(entry.leases, reverse=True):
+        for lease_id in reversed(list(entry.leases)):
             lease = self.leases.pop(lease_id, None)
             if lease is None:
                 continue
@@ -158,7 +159,7 @@ class Dispatcher:
         self._by_token.pop((lease.request.client, lease.request.token), None)
         entry = self.workers.get(lease.worker)
         if entry is not None:
-            entry.leases.discard(lease.lease_id)
+            entry.leases.pop(lease.lease_id, None)
 
     def _pick(self, req: Request) -> WorkerEntry | None:
         preferred = self.workers.get(self._affinity.get(req.affinity)) if req.affinity is not None else None
@@ -176,7 +177,7 @@ class Dispatcher:
             lease = Lease(next(self._ids), req, entry.wid, now + req.ttl + self.lease_grace_s)
             self.leases[lease.lease_id] = lease
             self._by_token[(req.client, req.token)] = lease.lease_id
-            entry.leases.add(lease.lease_id)
+            entry.leases[lease.lease_id] = None
             self.workers.move_to_end(entry.wid)  # most recently used goes last
             if req.affinity is not None:
                 self._affinity[req.affinity] = entry.wid

@@ -75,7 +75,10 @@ class Worker:
         stop_event = stop_event or threading.Event()
         data = sockets.make(self._context, zmq.ROUTER, max_frame_bytes=self.max_message_bytes,
                             curve_server_dir=self.curve_keys_dir)
-        auth = security.start_authenticator(self._context, self.curve_keys_dir) if self.curve_keys_dir else None
+        # No ZAP authenticator of its own: without one libzmq's CURVE server admits any client
+        # that completes the handshake, which needs the server's public key (the same policy as
+        # the broker's CURVE_ALLOW_ANY), and a second authenticator would clash with the
+        # broker's when both share a context.
         pipe = self._context.socket(zmq.PAIR)
         pipe.linger = 0
         pipe.bind(self._pipe_name)
@@ -96,8 +99,6 @@ class Worker:
             data.close(0)
             pipe.close(0)
             endpoints.cleanup_ipc(getattr(self, "_bound_at", ""))
-            if auth is not None:
-                auth.stop()
 
     def _serve_one(self, data, pipe, frames) -> None:
         identity, body = frames[0].bytes, frames[1:]

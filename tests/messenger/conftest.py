@@ -1,0 +1,97 @@
+"""Fixtures for messenger tests: a broker + worker threads cluster (fast: no child processes),
+tmp ipc paths, short heartbeats. Every fixture stops what it started."""
+import os
+import pathlib
+import threading
+import time
+import uuid
+
+import pytest
+import zmq
+
+import fixture_handlers
+
+HERE = pathlib.Path(__file__).resolve().parent
+HB = 0.05  # heartbeat for tests: expiry after 3 x 50 ms
+
+
+def wait_for(predicate, timeout=10.0, interval=0.01):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return False
+
+
+class ThreadCluster:
+    """Broker + workers in threads of this process, on inproc:// (or ipc://) endpoints."""
+
+    def __init__(self, tmp_path, scheme="inproc", workers=2, handler=fixture_handlers.scale,
+                 broker_kwargs=None, worker_kwargs=None, context=None):
+        from sparkgnn.messenger.broker import Broker
+
+        self.context = context or zmq.Context.instance()
+        tag = uuid.uuid4().hex[:8]
+        if scheme == "inproc":
+            front, back = f"inproc://front-{tag}", f"inproc://back-{tag}"
+        else:
+            front, back = f"ipc://{tmp_path}/front-{tag}.ipc", f"ipc://{tmp_path}/back-{tag}.ipc"
+        self.stop_event = threading.Event()
+        kwargs = dict(heartbeat_s=HB, metrics_interval_s=3600)
+        kwargs.update(broker_kwargs or {})
+        self.broker = Broker(front, back, context=self.context, **kwargs)
+        self.broker_thread = threading.Thread(target=self.broker.run, args=(self.stop_event,), daemon=True)
+        self.broker_thread.start()
+        assert self.broker.wait_bound(5)
+        self.front, self.back = self.broker.front_endpoint, self.broker.back_endpoint
+        self.workers, self.worker_threads = [], []
+        for _ in range(workers):
+            self.add_worker(handler, **(worker_kwargs or {}))
+        assert wait_for(lambda: self.broker.metrics().get("live_workers", 0) >= workers)
+
+    def add_worker(self, handler, stop_event=None, **kwargs):
+        from sparkgnn.messenger.worker import Worker
+
+        kwargs.setdefault("context", self.context)
+        worker = Worker(self.back, handler, heartbeat_s=HB, **kwargs)
+        thread = threading.Thread(target=worker.run, args=(stop_event or self.stop_event,), daemon=True)
+        thread.start()
+        assert worker.wait_ready(5)
+        self.workers.append(worker)
+        self.worker_threads.append(thread)
+        return worker
+
+    def client(self, **kwargs):
+        from sparkgnn.messenger.dealer import MessengerTransport
+
+        kwargs.setdefault("timeout_s", 10)
+        kwargs.setdefault("heartbeat_s", HB)
+        kwargs.setdefault("context", self.context)
+        return MessengerTransport(self.front, **kwargs)
+
+    def close(self):
+        self.stop_event.set()
+        for t in [*self.worker_threads, self.broker_thread]:
+            t.join(5)
+            assert not t.is_alive(), "a messenger thread did not stop"
+
+
+@pytest.fixture
+def thread_cluster(tmp_path):
+    clusters = []
+
+    def make(**kwargs):
+        cluster = ThreadCluster(tmp_path, **kwargs)
+        clusters.append(cluster)
+        return cluster
+
+    yield make
+    for cluster in clusters:
+        cluster.close()
+
+
+@pytest.fixture
+def child_env():
+    """Environment for child worker processes: the fixture handlers importable."""
+    return {"PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
