@@ -24,5 +24,24 @@ $(STAMP): requirements.txt pyproject.toml setup.py
 test: venv
 	$(PY) -m pytest -q tests
 
+# The main job on the embedded default: Cora from the packaged dataset, a GraphSAGE trained in
+# PyTorch Geometric, batch inference through spark-submit on local Spark, accuracy vs PyG.
+DEMO_DATA := data/demo
+demo: venv
+	$(PY) -m sparkgnn.datasets cora --out $(DEMO_DATA)/cora --overwrite
+	rm -rf $(DEMO_DATA)/models/cora_sage
+	$(PY) examples/train_cora_sage.py --graph $(DEMO_DATA)/cora --model-out $(DEMO_DATA)/models/cora_sage
+	$(VENV)/bin/spark-submit --master 'local[2]' --driver-memory 2g \
+		--conf spark.ui.showConsoleProgress=false --conf spark.driver.host=127.0.0.1 --conf spark.ui.enabled=false \
+		--driver-java-options -Dlog4j.configurationFile=spark_jobs/log4j2.properties \
+		spark_jobs/batch_inference.py --graph $(DEMO_DATA)/cora --model $(DEMO_DATA)/models/cora_sage \
+		--out $(DEMO_DATA)/out/cora_pred --work-dir $(DEMO_DATA)/work --explain
+	$(PY) examples/demo_report.py --graph $(DEMO_DATA)/cora --model $(DEMO_DATA)/models/cora_sage --out $(DEMO_DATA)/out/cora_pred
+
 clean:
 	rm -rf $(VENV) build *.egg-info python/*.egg-info .pytest_cache
+
+# Messenger throughput/latency report: bench/results/messenger.json + messenger.png.
+.PHONY: bench-messenger
+bench-messenger: venv
+	$(PY) bench/bench_messenger.py

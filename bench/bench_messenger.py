@@ -22,6 +22,7 @@ import multiprocessing as mp
 import os
 import pathlib
 import platform
+import shutil
 import statistics
 import sys
 import time
@@ -235,6 +236,7 @@ def main(argv=None):
                     "malloc_tuned": tune_malloc()},
         "design": "broker on the control path (LEASE/ASSIGN/DONE); payloads dealer<->worker direct",
     }
+    shutil.rmtree(tmp, ignore_errors=True)
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "messenger.json").write_text(json.dumps(results, indent=2) + "\n")

@@ -1,0 +1,49 @@
+"""`sparkgnn-worker --connect tcp://127.0.0.1:5556 --device cpu|cuda[:i] --model-store DIR
+[--threads N]`: a standalone PyTorch worker behind the messenger broker.
+
+WHY here and not in the messenger: the messenger must not import torch (it is what lets the
+broker and dealers run anywhere); this module glues the messenger's generic worker loop
+(`sparkgnn.messenger.worker.serve`) to the torch handler (`sparkgnn.dl.handler.build_handler`),
+which loads models by fingerprint from the model store and refuses unknown ones. Heartbeats,
+reconnect with backoff, ERROR answers for bad tasks and the parent-death watchdog (when started
+by LocalCluster) come from the messenger.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from sparkgnn.messenger import worker as messenger_worker
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="sparkgnn-worker", description=__doc__.split("\n\n")[0])
+    messenger_worker.add_common_args(p)
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:i")
+    p.add_argument("--model-store", required=True, help="folder of saved models, by fingerprint")
+    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
+    args = p.parse_args(argv)
+    if not (args.device == "cpu" or args.device == "cuda" or
+            (args.device.startswith("cuda:") and args.device[5:].isdigit())):
+        p.error(f"--device must be cpu, cuda or cuda:i, got {args.device!r}")
+    if not os.path.isdir(args.model_store):
+        p.error(f"--model-store {args.model_store!r} is not a folder")
+    return args
+
+
+def build(args: argparse.Namespace):
+    """The GNN handler for these arguments (imports torch)."""
+    from sparkgnn.dl.handler import build_handler
+
+    return build_handler(model_store=args.model_store, device=args.device, threads=args.threads)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    handler = build(args)
+    return messenger_worker.run_from_args(args, handler, info={"device": args.device})
+
+
+if __name__ == "__main__":
+    sys.exit(main())

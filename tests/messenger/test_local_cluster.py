@@ -1,0 +1,147 @@
+"""Real child processes: LocalCluster start/stop, SIGKILL of a worker mid-job, broker crash and
+restart mid-job, broker gone for good, parent-death watchdog. Heartbeats are 0.1 s."""
+import collections
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import fixture_handlers as fh
+from conftest import wait_for
+from sparkgnn.messenger.errors import TransportError
+from sparkgnn.messenger.local import LocalCluster
+from sparkgnn.messenger.transport import InProcessTransport
+
+HB = 0.1
+
+
+def requests(n, sleep=0.0):
+    return [({"op": "scale", "batch": i, "id_column": "id", "sleep": sleep}, fh.batch(20, 100 * i))
+            for i in range(n)]
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie (exited, not yet reaped by its parent) counts as gone
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def cluster(child_env):
+    clusters = []
+
+    def make(n=2, **kw):
+        c = LocalCluster(n, handler="fixture_handlers:scale", env=child_env, heartbeat_s=HB, **kw)
+        clusters.append(c.start())
+        return c
+
+    yield make
+    for c in clusters:
+        c.stop()
+
+
+@pytest.mark.parametrize("transport", ["ipc", "tcp"])
+def test_local_cluster_equals_inprocess_and_stops_its_children(cluster, transport):
+    c = cluster(2, transport=transport)
+    pids = [c.broker.pid] + [w.pid for w in c.workers]
+    reqs = requests(12)
+    with c.client(timeout_s=10) as client:
+        remote = list(client.map(reqs, window=4))
+    local = list(InProcessTransport(fh.scale).map(reqs))
+    assert [o["out"].equals(lo["out"]) for (_, o), (_, lo) in zip(remote, local)] == [True] * 12
+    assert len({h["worker_pid"] for h, _ in remote}) == 2
+    folder = c.dir
+    c.stop()
+    assert not any(alive(p) for p in pids)
+    assert not os.path.exists(folder)
+
+
+def test_worker_sigkill_mid_job_every_batch_applied_exactly_once(cluster):
+    c = cluster(2)
+    applied = collections.Counter()
+    outputs = {}
+    victim = c.workers[0].pid
+    killed = False
+    with c.client(timeout_s=10, retries=3) as client:
+        for header, out in client.map(requests(40, sleep=0.03), window=4):
+            applied[header["batch"]] += 1
+            outputs[header["batch"]] = out["out"].column("id").to_pylist()
+            if len(applied) == 5 and not killed:
+                os.kill(victim, signal.SIGKILL)
+                killed = True
+        resent = client.counts["resent"]
+    assert applied == collections.Counter(range(40))  # none lost, none twice
+    assert all(outputs[i] == list(range(100 * i, 100 * i + 20)) for i in range(40))
+    assert resent >= 1  # the victim's in-flight batch went to the other worker
+    assert c.client().stats()["workers_expired"] + c.client().stats()["requeued"] >= 1
+
+
+def test_broker_killed_and_restarted_mid_job_completes(cluster):
+    c = cluster(2)
+    applied = collections.Counter()
+    with c.client(timeout_s=10, retries=3) as client:
+        for header, _ in client.map(requests(30, sleep=0.03), window=4):
+            applied[header["batch"]] += 1
+            if len(applied) == 5:
+                c.broker.kill()
+                c.broker.wait()
+                time.sleep(0.3)
+                c.start_broker()
+        reconnects = client.counts["broker_reconnects"]
+    assert applied == collections.Counter(range(30))
+    assert reconnects >= 1
+    assert c.wait_ready(2, timeout_s=10)["live_workers"] == 2  # workers re-registered
+
+
+def test_broker_gone_for_good_fails_within_timeout_naming_endpoint(cluster):
+    c = cluster(1)
+    c.broker.kill()
+    c.broker.wait()
+    start = time.monotonic()
+    with c.client(timeout_s=0.5, retries=1) as client:
+        with pytest.raises(TransportError, match=rf"batch 'late' op 'scale' .*broker {c.front}"):
+            client.call({"batch": "late", "op": "scale"}, fh.batch(2))
+    assert time.monotonic() - start < 30  # generous: never hangs
+
+
+_PARENT = """
+import sys, time
+from sparkgnn.messenger.local import LocalCluster
+c = LocalCluster(1, handler="fixture_handlers:scale", heartbeat_s=0.1).start()
+print(c.broker.pid, c.workers[0].pid, c.dir, flush=True)
+time.sleep(60)
+"""
+
+
+def test_children_exit_when_the_parent_is_killed(child_env):
+    parent = subprocess.Popen([sys.executable, "-c", _PARENT], stdout=subprocess.PIPE,
+                              env=dict(os.environ, **child_env), text=True)
+    try:
+        *pids, folder = parent.stdout.readline().split()
+        pids = [int(p) for p in pids]
+        assert len(pids) == 2 and all(alive(p) for p in pids)
+    finally:
+        parent.kill()
+        parent.wait()
+    assert wait_for(lambda: not any(alive(p) for p in pids), timeout=10)
+    shutil.rmtree(folder, ignore_errors=True)  # the dead parent could not clean its folder
+
+
+def test_product_worker_executable_serves_and_refuses_an_unknown_op(tmp_path):
+    """LocalCluster's default worker is `python -m sparkgnn.worker.cli` with the torch handler."""
+    from sparkgnn.messenger.errors import RemoteTaskError
+
+    with LocalCluster(1, model_store=tmp_path, heartbeat_s=HB, threads=1) as c:
+        with c.client(timeout_s=20) as client:
+            with pytest.raises(RemoteTaskError, match="unknown op 'frobnicate'"):
+                client.call({"batch": "x", "op": "frobnicate"}, fh.batch(2))
