@@ -1,0 +1,28 @@
+"""Comparison helpers shared by the executor tests."""
+import numpy as np
+import torch
+
+from sparkgnn.graph import GraphData
+
+
+def pyg_reference(module, data: GraphData) -> np.ndarray:
+    x = torch.from_numpy(data.x)
+    edge_index = data.edge_index_torch()
+    weight = torch.from_numpy(data.weight) if data.weight is not None else None
+    with torch.no_grad():
+        if weight is not None and getattr(module, "supports_edge_weight", False):
+            return module(x, edge_index, edge_weight=weight).numpy()
+        return module(x, edge_index).numpy()
+
+
+def spark_output(result, data: GraphData) -> np.ndarray:
+    table = result.toArrow()
+    ids = table.column("id").to_numpy()
+    h = np.stack(table.column("h").to_numpy(zero_copy_only=False))
+    out = np.full((data.num_nodes, h.shape[1]), np.nan, dtype=np.float32)
+    out[data.index_of(ids)] = h
+    return out
+
+
+def relative_error(actual: np.ndarray, expected: np.ndarray) -> float:
+    return float(np.abs(actual - expected).max() / max(np.abs(expected).max(), 1e-30))
