@@ -171,7 +171,7 @@ class Broker:
                 return
             assignments = self.dispatcher.ready(wid, header["data"], _positive(header.get("slots"), 1),
                                                 now, header.get("curve"),
-                                                {k: header.get(k) for k in ("pid", "device")})
+                                                {k: header.get(k) for k in ("pid", "device", "host", "shm")})
         elif kind == Kind.HEARTBEAT.value:
             self.dispatcher.heard(wid, now)
         elif kind == Kind.DONE.value:

@@ -32,11 +32,11 @@ from typing import Iterable, Iterator
 
 import zmq
 
-from sparkgnn.messenger import memory, sockets
-from sparkgnn.messenger import verify
+from sparkgnn.messenger import memory, shm, sockets, verify
 from sparkgnn.messenger.errors import RemoteTaskError, TransportError
 from sparkgnn.messenger.protocol import (DEFAULT_MAX_MESSAGE_BYTES, Kind, ProtocolError, control,
                                           decode, encode_header, peek_header, serialize_table, stamp)
+
 
 _WAITING, _SENT, _DONE, _FAILED = "waiting", "sent", "done", "failed"
 
@@ -44,9 +44,13 @@ _WAITING, _SENT, _DONE, _FAILED = "waiting", "sent", "done", "failed"
 @dataclass
 class _Batch:
     seq: int
-    header: dict                  # stamped TASK header (v, kind, tables, rows, hash, batch, ...)
-    payload: list                 # pyarrow Buffers, one Arrow IPC stream per table
+    header: dict                  # the caller's header + kind/batch/job (unstamped)
+    tables: dict | None           # the request tables (kept until done: a retry may re-encode)
+    nbytes: int                   # total size of the Arrow IPC streams
     ids: str | None               # digest of the request's id column, or None
+    framed: tuple | None = None   # (stamped header, payload Buffers) for the frames route
+    segment: object = None        # shm.Segment holding the streams, for the shm route
+    shm_header: dict | None = None
     state: str = _WAITING
     tries: int = 0
     token: str = ""
@@ -66,7 +70,8 @@ class MessengerTransport:
     def __init__(self, endpoint: str, timeout_s: float = 60.0, retries: int = 3, window: int = 4,
                  curve_server_key=None, *, heartbeat_s: float = 1.0, liveness: int = 3,
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, job: str | None = None,
-                 context: zmq.Context | None = None, tune_malloc: bool = True):
+                 context: zmq.Context | None = None, tune_malloc: bool = True,
+                 shm_payloads: bool = True):
         if tune_malloc:
             memory.tune_malloc()
         self.endpoint = endpoint
@@ -80,13 +85,17 @@ class MessengerTransport:
         self.job = job
         self._context = context or zmq.Context.instance()
         self._client = uuid.uuid4().hex[:12]
+        self._pool = shm.SegmentPool(self._client) if shm_payloads and shm.supported() else None
+        self._shm_ok = True
+        self._host = shm.host_id()
+        self._no_shm: set[str] = set()
         self._seq = itertools.count()
         self._batches: dict[int, _Batch] = {}
         self._data: dict[str, zmq.Socket] = {}
         self._poller = zmq.Poller()
         self._broker = None
         self._closed = False
-        self.counts = dict(sent=0, results=0, duplicates=0, resent=0, busy=0, broker_reconnects=0,
+        self.counts = dict(sent=0, sent_shm=0, results=0, duplicates=0, resent=0, busy=0, broker_reconnects=0,
                            bad_results=0, orphans=0)
         self._open_broker()
 
@@ -137,6 +146,8 @@ class MessengerTransport:
             if sock is not None:
                 sock.close(0)
         self._data.clear()
+        if self._pool is not None:
+            self._pool.close()
 
     def __enter__(self):
         return self
@@ -157,13 +168,13 @@ class MessengerTransport:
             header.setdefault("job", self.job)
         if any(b.header.get("batch") == header["batch"] for b in self._batches.values()):
             raise ValueError(f"batch id {header['batch']!r} is already in flight")
-        payload = [serialize_table(t) for t in tables.values()]
-        stamped = stamp(header, Kind.TASK.value, tables, payload)
-        size = sum(p.size for p in payload)
+        tables = dict(tables)
+        size = sum((n + 7) // 8 * 8 for n in shm.stream_sizes(tables.values()))
         if size > self.max_message_bytes:
             raise TransportError(f"batch {header['batch']!r} op {header.get('op')!r}: {size} bytes "
                                  f"exceeds max_message_bytes={self.max_message_bytes}")
-        batch = _Batch(seq, stamped, payload, verify.request_ids(header, tables))
+        header["kind"] = Kind.TASK.value
+        batch = _Batch(seq, header, tables, size, verify.request_ids(header, tables))
         self._batches[seq] = batch
         self._new_attempt(batch, time.monotonic(), "")
         return batch
@@ -196,10 +207,20 @@ class MessengerTransport:
             self._send_broker(control(Kind.RELEASE, lease=batch.lease, token=batch.token))
             batch.state = _FAILED
             batch.error = TransportError(self._describe(batch, "abandoned"))
+        self._drop_payload(batch, reusable=False)
         self._batches.pop(batch.seq, None)
 
     def _fail(self, batch: _Batch, error: Exception) -> None:
         batch.state, batch.error = _FAILED, error
+        self._drop_payload(batch, reusable=False)
+
+    def _drop_payload(self, batch: _Batch, reusable: bool) -> None:
+        """Return the batch's segment to the pool (or retire it) and drop its encodings."""
+        if batch.segment is not None:
+            self._pool.release(batch.segment, reusable)
+            if not reusable:
+                self.counts["shm_retired"] = self.counts.get("shm_retired", 0) + 1
+        batch.segment = batch.shm_header = batch.framed = batch.tables = None
 
     def _describe(self, batch: _Batch, what: str) -> str:
         h = batch.header
@@ -284,14 +305,44 @@ class MessengerTransport:
         now = time.monotonic()
         batch.lease, batch.worker, batch.state = lease, data, _SENT
         batch.deadline = now + self.timeout_s
-        header_bytes = encode_header(dict(batch.header, token=batch.token, lease=lease,
-                                          attempt=batch.tries))
+        use_shm = (self._pool is not None and self._shm_ok and header.get("shm") and header.get("host") == self._host
+                   and data not in self._no_shm)
+        try:
+            frames = self._task_frames(batch, use_shm, lease)
+        except OSError as exc:  # /dev/shm full or unavailable: frames from now on
+            self._shm_ok = False
+            frames = self._task_frames(batch, False, lease)
+            batch.history.append(f"shared memory unavailable ({exc}); using frames")
         sock = self._data_socket(data, header.get("curve"))
         try:
-            sock.send_multipart([header_bytes] + batch.payload, copy=False)
+            sock.send_multipart(frames, copy=False)
             self.counts["sent"] += 1
+            self.counts["sent_shm"] += use_shm and len(frames) == 1
         except zmq.ZMQError as exc:
             self._new_attempt(batch, now, f"send to {data} failed: {exc}")
+
+    def _task_frames(self, batch: _Batch, use_shm: bool, lease) -> list:
+        """The TASK for this attempt: header naming the shm segment, or header + payload frames.
+        Each encoding is made once per batch and reused by retries."""
+        extra = dict(token=batch.token, lease=lease, attempt=batch.tries)
+        if use_shm:
+            if batch.segment is None:
+                segment = self._pool.acquire(batch.nbytes)
+                try:
+                    parts, views = segment.write_tables(batch.tables.values())
+                    stamped = stamp(batch.header, Kind.TASK.value, batch.tables, views)
+                    del views
+                except BaseException:
+                    self._pool.release(segment, reusable=False)
+                    raise
+                stamped["shm"] = {"name": segment.name, "parts": parts}
+                batch.segment, batch.shm_header = segment, stamped
+            return [encode_header(dict(batch.shm_header, **extra))]
+        if batch.framed is None:
+            payload = [serialize_table(t) for t in batch.tables.values()]
+            batch.framed = (stamp(batch.header, Kind.TASK.value, batch.tables, payload), payload)
+        stamped, payload = batch.framed
+        return [encode_header(dict(stamped, **extra))] + payload
 
     def _on_data(self, frames) -> None:
         try:
@@ -314,6 +365,8 @@ class MessengerTransport:
                 self.counts["duplicates"] += 1  # an earlier attempt's refusal; a later one is out
                 return
             message = f"worker {header.get('worker') or batch.worker} answered ERROR: {header.get('error')}"
+            if header.get("error_type") == "ShmUnavailable" and batch.worker:
+                self._no_shm.add(batch.worker)  # e.g. same host name, other /dev/shm: use frames
             if header.get("retryable"):
                 self._new_attempt(batch, time.monotonic(), message)
             else:
@@ -333,7 +386,7 @@ class MessengerTransport:
         if batch.state == _WAITING:  # an earlier attempt answered after all: cancel the new ask
             self._send_broker(control(Kind.RELEASE, lease=batch.lease, token=batch.token))
         batch.state, batch.result = _DONE, (header, tables)
-        batch.payload = []
+        self._drop_payload(batch, reusable=batch.tries == 1 and header.get("shm_pinned") is False)
         self.counts["results"] += 1
 
     # -- lookup ----------------------------------------------------------------------------

@@ -190,7 +190,8 @@ class Dispatcher:
         req = lease.request
         return req.client, dict(token=req.token, batch=req.batch, lease=lease.lease_id,
                                 worker=entry.wid.hex(), data=entry.data, curve=entry.curve,
-                                requeued=req.requeued)
+                                requeued=req.requeued, host=entry.info.get("host"),
+                                shm=bool(entry.info.get("shm")))
 
     def snapshot(self) -> dict:
         return dict(self.counts, live_workers=len(self.workers), queue_depth=len(self.queue),

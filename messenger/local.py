@@ -28,6 +28,7 @@ import tempfile
 import time
 from typing import Callable, Sequence
 
+from sparkgnn.messenger import shm
 from sparkgnn.messenger.dealer import MessengerTransport, broker_stats
 from sparkgnn.messenger.errors import TransportError
 from sparkgnn.messenger.watchdog import ENV as PARENT_ENV
@@ -138,6 +139,7 @@ class LocalCluster:
                 p.kill()
                 p.wait()
         self.workers, self.broker = [], None
+        shm.sweep_stale()  # segments of dealers that died with this cluster
         if self.dir:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None

@@ -200,8 +200,18 @@ def _has_offsets(t: pa.DataType) -> bool:
 def decode(frames: Sequence, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> tuple[dict, dict]:
     """(header, tables) of a received message, or ProtocolError naming what is wrong."""
     header = peek_header(frames, max_bytes)
-    names = _table_names(header, len(frames) - 1)
-    buffers = [_frame_buffer(f) for f in frames[1:]]
+    if header.get("shm") is not None:
+        raise ProtocolError("message refers to shared memory; this receiver takes frames only")
+    return decode_payload(header, [_frame_buffer(f) for f in frames[1:]], max_bytes)
+
+
+def decode_payload(header: dict, buffers: list, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> tuple[dict, dict]:
+    """Validate `buffers` (payload frames, or views of a shared memory segment) against the
+    already peeked `header` and read the tables zero-copy."""
+    total = sum(b.size for b in buffers)
+    if total > max_bytes:
+        raise ProtocolError(f"oversize message: {total} payload bytes > cap {max_bytes}")
+    names = _table_names(header, len(buffers))
     _check_hash(header, buffers)
     rows = header.get("rows") or {}
     if names and not isinstance(rows, dict):

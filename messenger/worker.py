@@ -24,11 +24,23 @@ import uuid
 
 import zmq
 
-from sparkgnn.messenger import endpoints, memory, security, sockets, watchdog
+import pyarrow as pa
+
+from sparkgnn.messenger import endpoints, memory, security, shm, sockets, watchdog
 from sparkgnn.messenger.protocol import (DEFAULT_MAX_MESSAGE_BYTES, RESERVED, Handler, Kind,
-                                          ProtocolError, control, decode, encode, peek_header)
+                                          ProtocolError, _frame_buffer as _buffer, control,
+                                          decode_payload, encode_header, peek_header,
+                                          serialize_table, stamp)
 
 _ECHOED = ("job", "batch", "op", "layer", "model", "token", "lease", "attempt")
+
+
+class _RowCount:
+    """Stands in for a result table in protocol.stamp (which only reads num_rows), so the worker
+    can drop the tables themselves before unmapping the request's shared memory."""
+
+    def __init__(self, num_rows: int):
+        self.num_rows = num_rows
 _ERROR_TEXT = 4000
 
 
@@ -37,8 +49,9 @@ class Worker:
                  *, slots: int = 2, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
                  curve_keys_dir=None, data_bind: str | None = None, advertise_host: str | None = None,
                  max_backoff_s: float | None = None, context: zmq.Context | None = None,
-                 info: dict | None = None):
+                 info: dict | None = None, shm_payloads: bool = True):
         self.connect = connect
+        self.shm = shm_payloads and shm.supported()
         self.handler = handler
         self.heartbeat_s = heartbeat_s
         self.liveness = liveness
@@ -49,7 +62,7 @@ class Worker:
         endpoints.check_bind(self.data_bind, curve_keys_dir)
         self.advertise_host = advertise_host
         self.max_backoff_s = max_backoff_s if max_backoff_s is not None else max(2.0, 16 * heartbeat_s)
-        self.info = dict(info or {}, pid=os.getpid())
+        self.info = dict(info or {}, pid=os.getpid(), host=shm.host_id(), shm=self.shm)
         self.data_endpoint: str | None = None
         self.identity = b"w-" + uuid.uuid4().bytes
         self._context = context or zmq.Context.instance()
@@ -114,36 +127,83 @@ class Worker:
             pipe.send_multipart(control(Kind.DONE, lease=lease))
 
     def _answer(self, body) -> tuple[list, object]:
+        """(reply frames, lease to report DONE for)."""
         try:
-            header, tables = decode(body, self.max_message_bytes)
+            header = peek_header(body, self.max_message_bytes)
         except ProtocolError as exc:
             self._count("malformed")
-            seen = _best_effort_header(body, self.max_message_bytes)
-            return self._error(seen, exc, retryable=True), seen.get("lease")
+            return self._error({}, exc, retryable=True), None
         lease = header.get("lease")
+        mapping = None
+        try:
+            if header.get("shm") is not None:
+                mapping = self._map(header, len(body))
+                buffers = mapping.views(header["shm"].get("parts"))
+            else:
+                buffers = [_buffer(f) for f in body[1:]]
+            result = self._run(header, buffers)
+            del buffers
+        except shm.ShmUnavailable as exc:
+            self._count("malformed")
+            return self._error(header, exc, retryable=True, error_type="ShmUnavailable"), lease
+        except (ProtocolError, ValueError) as exc:
+            self._count("malformed")
+            return self._error(header, exc, retryable=True), lease
+        finally:
+            # The handler's views of the dealer's segment must be gone before the dealer reuses
+            # it; if anything still holds one, the segment is pinned and the dealer retires it.
+            pinned = mapping is not None and not mapping.close()
+        if isinstance(result, list):
+            return result, lease  # an ERROR reply
+        fields, payload, out_tables_meta = result
+        fields["shm_pinned"] = pinned
+        reply = stamp(fields, Kind.RESULT.value, out_tables_meta, payload)
+        return [encode_header(reply)] + payload, lease
+
+    def _map(self, header: dict, nframes: int) -> "shm.Mapping":
+        if nframes != 1:
+            raise ProtocolError("a shared memory task must not carry payload frames")
+        if not self.shm:
+            raise shm.ShmUnavailable("this worker does not take shared memory payloads")
+        ref = header["shm"]
+        if not isinstance(ref, dict):
+            raise ProtocolError(f"header 'shm' must be an object, got {ref!r}")
+        try:
+            return shm.Mapping(ref.get("name"), self.max_message_bytes)
+        except ValueError as exc:
+            raise ProtocolError(str(exc)) from None
+
+    def _run(self, header: dict, buffers: list):
+        """Decode, run the handler, serialize its result. Everything that may reference the
+        input lives in this frame only, so it is released when this returns."""
+        header, tables = decode_payload(header, buffers, self.max_message_bytes)
         if header["kind"] != Kind.TASK.value:
             self._count("unknown_kind")
             return self._error(header, ProtocolError(f"worker expects TASK, got {header['kind']}"),
-                               retryable=False), lease
+                               retryable=False)
         self._count("tasks")
         try:
             fields, out_tables = self.handler(header, tables)
             if not isinstance(fields, dict) or not isinstance(out_tables, dict):
                 raise TypeError("handler must return (dict of header fields, dict of tables)")
-            reply_header = {k: v for k, v in fields.items() if k not in RESERVED}
-            reply_header.update({k: header.get(k) for k in _ECHOED}, kind=Kind.RESULT.value)
-            frames = encode(reply_header, out_tables)
+            for name, table in out_tables.items():
+                if not isinstance(name, str) or not isinstance(table, pa.Table):
+                    raise TypeError(f"handler returned {name!r}: {type(table).__name__}, want str -> pyarrow.Table")
+            reply = {k: v for k, v in fields.items() if k not in RESERVED}
+            reply.update({k: header.get(k) for k in _ECHOED})
+            payload = [serialize_table(t) for t in out_tables.values()]
+            meta = {name: _RowCount(t.num_rows) for name, t in out_tables.items()}
         except Exception as exc:
             self._count("errors")
-            return self._error(header, exc, retryable=False), lease
+            return self._error(header, exc, retryable=False)
         self._count("results")
-        return frames, lease
+        return reply, payload, meta
 
-    def _error(self, header: dict, exc: BaseException, retryable: bool) -> list:
+    def _error(self, header: dict, exc: BaseException, retryable: bool, error_type: str | None = None) -> list:
         text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         tb = "".join(traceback.format_exception(exc))[-_ERROR_TEXT:]
         fields = {k: header.get(k) for k in _ECHOED}
-        return control(Kind.ERROR, **fields, error=text[:_ERROR_TEXT], error_type=type(exc).__name__,
+        return control(Kind.ERROR, **fields, error=text[:_ERROR_TEXT], error_type=error_type or type(exc).__name__,
                        retryable=retryable, traceback=tb, worker=self.data_endpoint)
 
     # -- control thread --------------------------------------------------------------------

@@ -31,3 +31,13 @@ def sink(header, tables):
 def batch(n, start=0, seed=None):
     ids = np.arange(start, start + n, dtype=np.int64)
     return {"batch": pa.table({"id": ids, "x": ids.astype(np.float64) * 0.5})}
+
+
+KEPT = []
+
+
+def keep(header, tables):
+    """Retains its input (like a cache of zero-copy views would): the shared memory segment the
+    input lives in must then never be overwritten."""
+    KEPT.append(tables["batch"])
+    return {}, {"out": tables["batch"]}

@@ -1,0 +1,114 @@
+"""The same-host shared memory payload route and its guards (reuse, pinning, fallback, sweep)."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+import fixture_handlers as fh
+from sparkgnn.messenger import shm
+from sparkgnn.messenger.protocol import Kind, control, decode
+
+pytestmark = pytest.mark.skipif(not shm.supported(), reason="no writable /dev/shm")
+
+
+def own_segments(client):
+    return [n for n in os.listdir(shm.SHM_DIR) if n.startswith(f"sparkgnn-{os.getpid()}-{client._client}-")]
+
+
+def test_payloads_go_through_reused_segments_and_are_cleaned_up(thread_cluster):
+    cluster = thread_cluster(workers=2)
+    client = cluster.client(window=3)
+    reqs = [({"batch": i, "id_column": "id"}, fh.batch(1000, 1000 * i)) for i in range(12)]
+    results = list(client.map(reqs))
+    assert [o["out"].column("id")[0].as_py() for _, o in results] == [1000 * i for i in range(12)]
+    assert client.counts["sent_shm"] == 12 and client.counts.get("shm_retired", 0) == 0
+    assert all(h["shm_pinned"] is False for h, _ in results)
+    assert 1 <= len(own_segments(client)) <= 3  # one per in-flight batch, reused
+    client.close()
+    assert own_segments(client) == []
+
+
+def test_a_handler_that_keeps_its_input_pins_the_segment_and_nothing_is_overwritten(thread_cluster):
+    fh.KEPT.clear()
+    cluster = thread_cluster(workers=1, handler=fh.keep)
+    with cluster.client(window=2) as client:
+        sent = [fh.batch(500, 1000 * i) for i in range(6)]
+        results = list(client.map(({"batch": i}, t) for i, t in enumerate(sent)))
+        assert all(h["shm_pinned"] is True for h, _ in results)
+        assert client.counts["shm_retired"] == 6
+    # the worker's retained tables still hold exactly what was sent, segments long retired
+    assert [k.equals(t["batch"]) for k, t in zip(fh.KEPT, sent)] == [True] * 6
+    fh.KEPT.clear()
+
+
+def test_frames_route_when_disabled_on_either_side(thread_cluster):
+    cluster = thread_cluster(workers=1)
+    with cluster.client(shm_payloads=False) as client:
+        assert client.call({"batch": "a", "id_column": "id"}, fh.batch(10))[0]["batch"] == "a"
+        assert client.counts["sent_shm"] == 0
+    only_frames = thread_cluster(workers=1, worker_kwargs=dict(shm_payloads=False))
+    with only_frames.client() as client:
+        assert client.call({"batch": "b", "id_column": "id"}, fh.batch(10))[0]["batch"] == "b"
+        assert client.counts["sent_shm"] == 0
+
+
+def test_worker_that_cannot_open_the_segment_makes_the_dealer_fall_back_to_frames(thread_cluster, monkeypatch):
+    cluster = thread_cluster(workers=1)
+
+    def unavailable(name, max_bytes):
+        raise shm.ShmUnavailable(f"cannot open shared memory segment {name!r}: other namespace")
+
+    monkeypatch.setattr(shm, "Mapping", unavailable)
+    with cluster.client() as client:
+        header, out = client.call({"batch": "x", "id_column": "id"}, fh.batch(10))
+        assert out["out"].num_rows == 10
+        assert client.counts["sent_shm"] == 1 and client.counts["sent"] == 2  # shm, then frames
+    assert cluster.workers[0].metrics()["malformed"] == 1
+
+
+@pytest.mark.parametrize("ref, message", [
+    ({"name": "../../etc/passwd", "parts": [[0, 10]]}, "bad shared memory segment name"),
+    ({"name": "sparkgnn-1-0123456789ab-1", "parts": [[0, 10]]}, "cannot open shared memory segment"),
+    ("not-an-object", "header 'shm' must be an object"),
+])
+def test_bad_segment_references_are_refused_and_counted(thread_cluster, ref, message):
+    import zmq
+
+    cluster = thread_cluster(workers=1)
+    sock = cluster.context.socket(zmq.DEALER)
+    sock.linger = 0
+    sock.connect(cluster.workers[0].data_endpoint)
+    sock.send_multipart(control(Kind.TASK, batch="evil", shm=ref))
+    assert sock.poll(5000)
+    header, _ = decode(sock.recv_multipart(), 1 << 20)
+    sock.close(0)
+    assert header["kind"] == "ERROR" and message in header["error"]
+    assert cluster.workers[0].metrics()["malformed"] == 1
+
+
+def test_out_of_bounds_parts_are_refused(tmp_path):
+    seg = shm.Segment(f"sparkgnn-{os.getpid()}-{'ab' * 6}-99", 1 << 20)
+    try:
+        mapping = shm.Mapping(seg.name, 1 << 30)
+        with pytest.raises(ValueError, match="outside segment"):
+            mapping.views([[1 << 20, 8]])
+        with pytest.raises(ValueError, match="bad shm part"):
+            mapping.views([[0, "8"]])
+        assert mapping.close() is True
+    finally:
+        seg.destroy()
+
+
+def test_segments_of_dead_dealers_are_swept():
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    path = os.path.join(shm.SHM_DIR, f"sparkgnn-{dead}-{'cd' * 6}-1")
+    open(path, "wb").close()
+    mine = shm.Segment(f"sparkgnn-{os.getpid()}-{'cd' * 6}-2", 1 << 20)
+    try:
+        assert shm.sweep_stale() >= 1
+        assert not os.path.exists(path)
+        assert os.path.exists(os.path.join(shm.SHM_DIR, mine.name))  # live owner: kept
+    finally:
+        mine.destroy()
