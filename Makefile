@@ -45,3 +45,8 @@ clean:
 .PHONY: bench-messenger
 bench-messenger: venv
 	$(PY) bench/bench_messenger.py
+
+# Batch inference vs PyG: bench/results/batch.json + batch.png (several minutes; makes data/bench).
+.PHONY: bench-batch
+bench-batch: venv
+	$(PY) bench/bench_batch.py

@@ -12,7 +12,11 @@ class ShuffleMeter:
 
     def _stage_list(self):
         try:
-            return list(self._sc._jsc.sc().statusStore().stageList(None))
+            jvm = self._sc._jvm
+            no_quantiles = self._sc._gateway.new_array(jvm.double, 0)
+            # Scala default arguments are invisible to py4j: pass all five.
+            stages = self._sc._jsc.sc().statusStore().stageList(None, False, False, no_quantiles, jvm.java.util.ArrayList())
+            return list(jvm.scala.jdk.javaapi.CollectionConverters.asJava(stages))
         except Exception:  # noqa: BLE001 - private API; metrics are optional
             return None
 

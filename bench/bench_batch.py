@@ -1,0 +1,212 @@
+"""Batch inference benchmark (make bench-batch): sparkgnn on local Spark vs PyG in memory.
+
+Bench graph: synthetic 200K nodes / 2M edges / 128-d (Zipf in-degrees), 2-layer SAGE-mean, hidden 128.
+Measured in one run: PyG full-graph forward seconds per layer; sparkgnn seconds per layer for each
+strategy (steady state: after a warm-up run in the same JVM; session start reported apart); bytes
+shuffled per layer (Spark's stage metrics); max relative error vs PyG; the planner's auto choice;
+a scaling series; and a graph that PyG cannot run under an address-space cap that sparkgnn's
+Python workers run under too (spark.executor.pyspark.memory).
+Writes bench/results/batch.json and bench/results/batch.png.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_common import DATA, RESULTS, machine, median_seconds, synthetic_dir, write_result  # noqa: E402
+
+STRATEGIES = ["edge_join", "replicate", "combine"]
+
+
+def pyg_per_layer(module, data) -> list[float]:
+    x = torch.from_numpy(data.x)
+    edge_index = data.edge_index_torch()
+    with torch.no_grad():
+        h1 = module.act(module.convs[0](x, edge_index))
+        timings = [median_seconds(lambda: module.convs[0](x, edge_index)),
+                   median_seconds(lambda: module.convs[1](h1, edge_index))]
+    return timings
+
+
+def spark_output(result, num_nodes: int, index_of) -> np.ndarray:
+    table = result.toArrow()
+    h = np.stack(table.column("h").to_numpy(zero_copy_only=False))
+    out = np.empty((num_nodes, h.shape[1]), dtype=np.float32)
+    out[index_of(table.column("id").to_numpy())] = h
+    return out
+
+
+def run_strategy(spark, graph_dir, model, strategy, work_dir, partitions=None):
+    from sparkgnn import infer
+
+    lines = []
+    started = time.perf_counter()
+    result, report, plan = infer(spark, graph_dir, model, strategy=strategy, partitions=partitions, work_dir=work_dir,
+                                 log=lines.append, return_report=True, validate=False)
+    wall = time.perf_counter() - started
+    steps = [{"label": s.label, "seconds": s.seconds, **(s.shuffle or {})} for s in report.steps]
+    return result, {
+        "strategy": strategy,
+        "chosen": [layer.strategy for layer in plan.layers],
+        "partitions": plan.partitions,
+        "steps": steps,
+        "seconds_total": sum(s["seconds"] for s in steps),
+        "seconds_per_layer": sum(s["seconds"] for s in steps) / len(plan.layers),
+        "wall_seconds_incl_planning": wall,
+        "shuffle_write_bytes_per_layer": sum(s.get("shuffle_write_bytes", 0) for s in steps) / len(plan.layers),
+        "planner_estimate_seconds": plan.estimates.get("seconds") if isinstance(plan.estimates, dict) else None,
+    }
+
+
+def save_pyg_model(module, path: str, dims: dict) -> None:
+    torch.save({"weights": module.state_dict(), **dims}, path)
+
+
+def pyg_probe(graph_dir: str, model_path: str, cap_bytes: int = 0) -> dict:
+    out = subprocess.run(
+        [sys.executable, os.path.join(os.path.dirname(__file__), "pyg_layer_probe.py"), "--graph", graph_dir,
+         "--model", model_path, "--cap-bytes", str(cap_bytes)],
+        capture_output=True, text=True, timeout=1800,
+    )
+    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    if lines:
+        return json.loads(lines[-1])
+    return {"ok": False, "error": f"exit {out.returncode}: {out.stderr.strip().splitlines()[-1:] if out.stderr else ''}"}
+
+
+def plot(result: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
+    names = ["PyG (in memory)"] + [f"sparkgnn {r['strategy']}" for r in result["strategies"]]
+    seconds = [result["pyg_seconds_per_layer"]] + [r["seconds_per_layer"] for r in result["strategies"]]
+    axes[0].bar(names, seconds, color=["tab:gray"] + ["tab:blue"] * len(result["strategies"]))
+    axes[0].set_ylabel("seconds per layer")
+    axes[0].set_title(f"{result['graph']['label']}\nbest/PyG = {result['ratio_best_vs_pyg']:.2f}x")
+    axes[0].tick_params(axis="x", rotation=20)
+    axes[1].bar([r["strategy"] for r in result["strategies"]],
+                [r["shuffle_write_bytes_per_layer"] / 2**20 for r in result["strategies"]], color="tab:orange")
+    axes[1].set_ylabel("MiB shuffled per layer")
+    axes[1].set_title("bytes moved by strategy")
+    if result.get("scaling"):
+        edges = [p["edges"] for p in result["scaling"]]
+        axes[2].plot(edges, [p["sparkgnn_seconds_per_layer"] for p in result["scaling"]], "o-", label="sparkgnn (auto)")
+        axes[2].plot(edges, [p["pyg_seconds_per_layer"] or np.nan for p in result["scaling"]], "s-", label="PyG")
+        axes[2].set_xscale("log")
+        axes[2].set_yscale("log")
+        axes[2].set_xlabel("edges")
+        axes[2].set_ylabel("seconds per layer")
+        axes[2].legend()
+        axes[2].set_title("scaling (nodes = edges / 10, 128-d)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=200_000)
+    parser.add_argument("--edges", type=int, default=2_000_000)
+    parser.add_argument("--dim", type=int, default=128)
+    parser.add_argument("--scaling", default="500000,1000000,2000000,4000000,8000000")
+    parser.add_argument("--cap-gb", type=float, default=4.0)
+    parser.add_argument("--cap-edges", type=int, default=8_000_000)
+    args = parser.parse_args()
+
+    from pyspark.sql import SparkSession  # noqa: F401  (bench drives Spark directly)
+    from torch_geometric.nn import GraphSAGE
+
+    from sparkgnn.engine.session import local_session
+    from sparkgnn.graph import read_graph_dir
+    from sparkgnn.models import Model
+
+    torch.set_num_threads(2)
+    cap_bytes = int(args.cap_gb * 2**30)
+    work_dir = os.path.join(DATA, "work")
+    started = time.perf_counter()
+    spark = local_session("sparkgnn-bench-batch", cores=2,
+                          extra_conf={"spark.executor.pyspark.memory": f"{int(args.cap_gb * 1024)}m"})
+    session_start = time.perf_counter() - started
+
+    graph_dir = synthetic_dir(args.nodes, args.edges, args.dim)
+    data = read_graph_dir(graph_dir)
+    torch.manual_seed(0)
+    module = GraphSAGE(args.dim, 128, 2).eval()
+    model = Model.from_pyg(module, output="embedding")
+    pyg_layers = pyg_per_layer(module, data)
+    with torch.no_grad():
+        reference = module(torch.from_numpy(data.x), data.edge_index_torch()).numpy()
+    pyg_seconds = float(np.mean(pyg_layers))
+    print(f"PyG: {pyg_layers} s per layer", flush=True)
+
+    _, warm = run_strategy(spark, graph_dir, model, "auto", work_dir)  # warm-up: JVM, Python workers, prepare
+    print(f"warm-up (auto -> {warm['chosen']}): {warm['seconds_per_layer']:.2f} s/layer", flush=True)
+    runs = []
+    for strategy in STRATEGIES:
+        result, run = run_strategy(spark, graph_dir, model, strategy, work_dir)
+        actual = spark_output(result, data.num_nodes, data.index_of)
+        run["max_rel_error_vs_pyg"] = float(np.abs(actual - reference).max() / np.abs(reference).max())
+        runs.append(run)
+        print(f"{strategy}: {run['seconds_per_layer']:.2f} s/layer, shuffled {run['shuffle_write_bytes_per_layer'] / 2**20:.0f} MiB/layer, "
+              f"err {run['max_rel_error_vs_pyg']:.1e}", flush=True)
+    _, auto = run_strategy(spark, graph_dir, model, "auto", work_dir)
+    best = min(runs, key=lambda r: r["seconds_per_layer"])
+    result = {
+        "machine": machine(),
+        "graph": {"nodes": args.nodes, "edges": args.edges, "dim": args.dim,
+                  "label": f"synthetic {args.nodes // 1000}K nodes / {args.edges / 1e6:g}M edges / {args.dim}-d"},
+        "model": "2-layer GraphSAGE (mean), hidden 128",
+        "session_start_seconds": session_start,
+        "pyg_seconds_per_layer": pyg_seconds,
+        "pyg_layers_seconds": pyg_layers,
+        "strategies": runs,
+        "auto": {"chosen": auto["chosen"], "seconds_per_layer": auto["seconds_per_layer"],
+                 "matches_fastest": all(s == best["strategy"] for s in auto["chosen"])},
+        "best_strategy": best["strategy"],
+        "ratio_best_vs_pyg": best["seconds_per_layer"] / pyg_seconds,
+        "scaling": [],
+    }
+    write_result("batch", result)
+
+    module_path = os.path.join(DATA, "pyg_sage_128.pt")
+    save_pyg_model(module, module_path, {"in": args.dim, "hidden": 128, "layers": 2})
+    for edges in [int(e) for e in args.scaling.split(",") if e]:
+        nodes = edges // 10
+        path = synthetic_dir(nodes, edges, args.dim)
+        _, run_auto = run_strategy(spark, path, model, "auto", work_dir)
+        probe = pyg_probe(path, module_path)
+        point = {"edges": edges, "nodes": nodes, "sparkgnn_seconds_per_layer": run_auto["seconds_per_layer"],
+                 "sparkgnn_chosen": run_auto["chosen"],
+                 "pyg_seconds_per_layer": probe["seconds"] / 2 if probe.get("ok") else None, "pyg_probe": probe}
+        result["scaling"].append(point)
+        print(f"scaling {edges}: sparkgnn {point['sparkgnn_seconds_per_layer']:.2f} s/layer, PyG {point['pyg_seconds_per_layer']}", flush=True)
+        write_result("batch", result)
+
+    cap_path = synthetic_dir(args.cap_edges // 10, args.cap_edges, args.dim)
+    capped = pyg_probe(cap_path, module_path, cap_bytes)
+    _, capped_spark = run_strategy(spark, cap_path, model, "auto", work_dir)
+    result["memory_cap"] = {
+        "cap_bytes": cap_bytes, "edges": args.cap_edges, "nodes": args.cap_edges // 10,
+        "pyg": capped, "sparkgnn_completed": True, "sparkgnn_seconds_per_layer": capped_spark["seconds_per_layer"],
+        "how": "PyG in a child process with RLIMIT_AS = cap; sparkgnn's Python workers with spark.executor.pyspark.memory = cap",
+    }
+    path = write_result("batch", result)
+    plot(result, os.path.join(RESULTS, "batch.png"))
+    print(json.dumps({k: result[k] for k in ("ratio_best_vs_pyg", "best_strategy", "pyg_seconds_per_layer")}, indent=1))
+    print(f"wrote {path} and {os.path.join(RESULTS, 'batch.png')}")
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

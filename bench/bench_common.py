@@ -1,0 +1,45 @@
+"""Shared bench plumbing: result files, timing, the synthetic bench graphs (made once, seeded)."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(ROOT, "bench", "results")
+DATA = os.path.join(ROOT, "data", "bench")
+
+
+def machine() -> dict:
+    import torch
+
+    return {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__,
+            "torch_threads": torch.get_num_threads()}
+
+
+def median_seconds(fn, repeats: int = 3) -> float:
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def synthetic_dir(num_nodes: int, num_edges: int, dim: int, seed: int = 0) -> str:
+    from sparkgnn.datasets.synthetic import write_synthetic
+
+    path = os.path.join(DATA, f"synthetic_{num_nodes}_{num_edges}_{dim}_s{seed}")
+    if not os.path.exists(os.path.join(path, "graph.json")):
+        write_synthetic(path, num_nodes, num_edges, dim, seed=seed, overwrite=True)
+    return path
+
+
+def write_result(name: str, result: dict) -> str:
+    os.makedirs(RESULTS, exist_ok=True)
+    path = os.path.join(RESULTS, f"{name}.json")
+    with open(path, "w") as fh:
+        json.dump(result, fh, indent=2, sort_keys=True)
+    return path

@@ -1,0 +1,45 @@
+"""Runs a PyG full-graph forward in a child process, optionally under an address-space cap, and
+prints one JSON line. Why a child: RLIMIT_AS must bind PyG alone, not the bench driver or Spark."""
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import time
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--graph", required=True)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--cap-bytes", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    import numpy as np  # noqa: F401
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from sparkgnn.graph import read_graph_dir
+    from torch_geometric.nn import GraphSAGE
+
+    data = read_graph_dir(args.graph)
+    x = torch.from_numpy(data.x)
+    edge_index = data.edge_index_torch()
+    state = torch.load(args.model, weights_only=True)
+    module = GraphSAGE(state["in"], state["hidden"], state["layers"]).eval()
+    module.load_state_dict(state["weights"])
+    if args.cap_bytes:
+        resource.setrlimit(resource.RLIMIT_AS, (args.cap_bytes, args.cap_bytes))
+    try:
+        started = time.perf_counter()
+        with torch.no_grad():
+            module(x, edge_index)
+        print(json.dumps({"ok": True, "seconds": time.perf_counter() - started}))
+    except (MemoryError, RuntimeError) as exc:
+        print(json.dumps({"ok": False, "error": f"{type(exc).__name__}: {str(exc)[:200]}"}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
