@@ -71,7 +71,7 @@ class MessengerTransport:
                  curve_server_key=None, *, heartbeat_s: float = 1.0, liveness: int = 3,
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, job: str | None = None,
                  context: zmq.Context | None = None, tune_malloc: bool = True,
-                 shm_payloads: bool = True):
+                 shm_payloads: bool = True, shm_min_bytes: int = 256 * 1024):
         if tune_malloc:
             memory.tune_malloc()
         self.endpoint = endpoint
@@ -87,6 +87,7 @@ class MessengerTransport:
         self._client = uuid.uuid4().hex[:12]
         self._pool = shm.SegmentPool(self._client) if shm_payloads and shm.supported() else None
         self._shm_ok = True
+        self.shm_min_bytes = shm_min_bytes  # below this, mapping a segment costs more than a copy
         self._host = shm.host_id()
         self._no_shm: set[str] = set()
         self._seq = itertools.count()
@@ -305,7 +306,8 @@ class MessengerTransport:
         now = time.monotonic()
         batch.lease, batch.worker, batch.state = lease, data, _SENT
         batch.deadline = now + self.timeout_s
-        use_shm = (self._pool is not None and self._shm_ok and header.get("shm") and header.get("host") == self._host
+        use_shm = (self._pool is not None and self._shm_ok and header.get("shm")
+                   and batch.nbytes >= self.shm_min_bytes and header.get("host") == self._host
                    and data not in self._no_shm)
         try:
             frames = self._task_frames(batch, use_shm, lease)

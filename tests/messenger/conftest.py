@@ -68,6 +68,7 @@ class ThreadCluster:
         kwargs.setdefault("timeout_s", 10)
         kwargs.setdefault("heartbeat_s", HB)
         kwargs.setdefault("context", self.context)
+        kwargs.setdefault("shm_min_bytes", 0)  # tiny test batches still take the shm route
         return MessengerTransport(self.front, **kwargs)
 
     def close(self):

@@ -66,13 +66,14 @@ def test_local_cluster_equals_inprocess_and_stops_its_children(cluster, transpor
     assert not os.path.exists(folder)
 
 
-def test_worker_sigkill_mid_job_every_batch_applied_exactly_once(cluster):
+@pytest.mark.parametrize("route", ["shm", "frames"])
+def test_worker_sigkill_mid_job_every_batch_applied_exactly_once(cluster, route):
     c = cluster(2)
     applied = collections.Counter()
     outputs = {}
     victim = c.workers[0].pid
     killed = False
-    with c.client(timeout_s=10, retries=3) as client:
+    with c.client(timeout_s=10, retries=3, shm_min_bytes=0 if route == "shm" else 1 << 30) as client:
         for header, out in client.map(requests(40, sleep=0.03), window=4):
             applied[header["batch"]] += 1
             outputs[header["batch"]] = out["out"].column("id").to_pylist()
@@ -80,6 +81,7 @@ def test_worker_sigkill_mid_job_every_batch_applied_exactly_once(cluster):
                 os.kill(victim, signal.SIGKILL)
                 killed = True
         resent = client.counts["resent"]
+        assert (client.counts["sent_shm"] > 0) == (route == "shm")
     assert applied == collections.Counter(range(40))  # none lost, none twice
     assert all(outputs[i] == list(range(100 * i, 100 * i + 20)) for i in range(40))
     assert resent >= 1  # the victim's in-flight batch went to the other worker
