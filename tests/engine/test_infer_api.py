@@ -1,0 +1,80 @@
+"""infer(): requested ids, clear errors for bad inputs, the spark job entry point."""
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+import torch
+from torch_geometric.nn import GraphSAGE
+
+from sparkgnn import GraphValidationError, SparkGNNError, infer
+from sparkgnn.graph import Graph
+from sparkgnn.models import Model
+
+from engine_helpers import pyg_reference, relative_error
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "spark_jobs"))
+import batch_inference  # noqa: E402
+
+
+def _sage(data, hidden=8):
+    torch.manual_seed(1)
+    return GraphSAGE(data.feature_dim, hidden, 2, out_channels=int(data.y.max()) + 1).eval()
+
+
+def test_only_requested_ids_are_returned(spark, graph_dirs, work_dir):
+    path, data = graph_dirs["skewed"]
+    module = _sage(data)
+    wanted = data.ids[[0, 5, 17, 400]].tolist()
+    result = infer(spark, path, Model.from_pyg(module), ids=wanted, work_dir=work_dir, log=lambda _: None)
+    table = result.toArrow()
+    assert sorted(table.column("id").to_pylist()) == sorted(wanted)
+    h = np.stack(table.column("h").to_numpy(zero_copy_only=False))
+    expected = pyg_reference(module, data)[data.index_of(table.column("id").to_numpy())]
+    assert relative_error(h, expected) <= 1e-5
+
+
+def test_graph_with_nan_features_is_refused_naming_the_rows(spark, graph_dirs, work_dir):
+    _, data = graph_dirs["skewed"]
+    vertices = spark.createDataFrame([(1, [0.0, float("nan")]), (2, [1.0, 2.0])], "id long, x array<float>")
+    edges = spark.createDataFrame([(1, 2)], "src long, dst long")
+    model = Model.from_pyg(GraphSAGE(2, 4, 2).eval())
+    with pytest.raises(GraphValidationError, match="NaN"):
+        infer(spark, Graph(vertices, edges), model, work_dir=work_dir, log=lambda _: None)
+
+
+def test_model_width_mismatch_is_named(spark, graph_dirs, work_dir):
+    path, data = graph_dirs["skewed"]
+    model = Model.from_pyg(GraphSAGE(data.feature_dim + 1, 4, 2).eval())
+    with pytest.raises(SparkGNNError, match=f"{data.feature_dim} wide but the model expects {data.feature_dim + 1}"):
+        infer(spark, path, model, work_dir=work_dir, log=lambda _: None)
+
+
+def test_batch_job_writes_parquet_and_explains(spark, graph_dirs, work_dir, tmp_path, capsys):
+    path, data = graph_dirs["skewed"]
+    module = _sage(data)
+    model_path = str(tmp_path / "model")
+    Model.from_pyg(module).save(model_path)
+    ids_file = tmp_path / "ids.txt"
+    ids_file.write_text("# two vertices\n" + "\n".join(str(i) for i in data.ids[:2]) + "\n")
+    out = str(tmp_path / "out")
+    code = batch_inference.main(["--graph", path, "--model", model_path, "--out", out, "--strategy", "combine",
+                                 "--partitions", "3", "--explain", "--work-dir", work_dir, "--ids", str(ids_file)])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "strategy=combine" in printed and "[GRAPH]" in printed and "[DL]" in printed and "[PIPE]" in printed
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(out)
+    assert set(table.column_names) == {"id", "h", "pred"}
+    assert sorted(table.column("id").to_pylist()) == sorted(data.ids[:2].tolist())
+
+
+def test_batch_job_rejects_bad_arguments(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        batch_inference.main(["--graph", str(tmp_path / "missing"), "--model", "x", "--out", "y"])
+    assert "does not exist" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        batch_inference.main(["--graph", str(tmp_path), "--model", str(tmp_path), "--out", "y", "--partitions", "0"])
+    assert "--partitions must be >= 1" in capsys.readouterr().err
