@@ -144,6 +144,8 @@ class Broker:
                                                   retry_after=self.heartbeat_s / 4,
                                                   queue=len(self.dispatcher.queue)))
             self._send_assignments(front, assignments)
+        elif kind == Kind.LEASE.value:
+            self.counts["malformed_front"] += 1  # a LEASE without a token cannot be answered
         elif kind == Kind.RELEASE.value:
             self._send_assignments(front, self.dispatcher.release(client, now, header.get("lease"),
                                                                   header.get("token")))
@@ -171,9 +173,10 @@ class Broker:
                 return
             assignments = self.dispatcher.ready(wid, header["data"], _positive(header.get("slots"), 1),
                                                 now, header.get("curve"),
-                                                {k: header.get(k) for k in ("pid", "device", "host", "shm")})
+                                                {k: header.get(k) for k in ("pid", "device", "host", "shm",
+                                                                            "metrics")})
         elif kind == Kind.HEARTBEAT.value:
-            self.dispatcher.heard(wid, now)
+            self.dispatcher.heard(wid, now, header.get("metrics"))
         elif kind == Kind.DONE.value:
             assignments = self.dispatcher.done(wid, header.get("lease"), now)
         elif kind == Kind.DISCONNECT.value:

@@ -85,7 +85,8 @@ class MessengerTransport:
         self.job = job
         self._context = context or zmq.Context.instance()
         self._client = uuid.uuid4().hex[:12]
-        self._pool = shm.SegmentPool(self._client) if shm_payloads and shm.supported() else None
+        self._pool = (shm.SegmentPool(self._client, max_free=max(2, window))
+                      if shm_payloads and shm.supported() else None)
         self._shm_ok = True
         self.shm_min_bytes = shm_min_bytes  # below this, mapping a segment costs more than a copy
         self._host = shm.host_id()
@@ -164,7 +165,8 @@ class MessengerTransport:
     def _submit(self, header: dict, tables: dict) -> _Batch:
         seq = next(self._seq)
         header = dict(header)
-        header.setdefault("batch", f"{self._client}-{seq}")
+        if header.get("batch") is None:
+            header["batch"] = f"{self._client}-{seq}"
         if self.job is not None:
             header.setdefault("job", self.job)
         if any(b.header.get("batch") == header["batch"] for b in self._batches.values()):
@@ -236,7 +238,7 @@ class MessengerTransport:
         wake = min([b.deadline for b in live] + [b.retry_lease_at for b in live if b.retry_lease_at]
                    + [self._next_ping, now + 0.1])
         for sock, _ in self._poller.poll(max(0.0, wake - now) * 1000):
-            while True:
+            while not sock.closed:  # handling one message may close another worker's socket
                 try:
                     frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
                 except zmq.Again:
@@ -298,6 +300,7 @@ class MessengerTransport:
             return
         if batch.state == _SENT:  # requeued: the worker we sent to was declared dead
             batch.history.append(f"worker {batch.worker} expired; requeued")
+            self._forget_worker(batch.worker, batch)
             if batch.tries > self.retries:
                 self._fail(batch, TransportError(self._describe(batch, f"gave up after {batch.tries} attempts")))
                 return
@@ -434,6 +437,17 @@ class MessengerTransport:
             self._broker.send_multipart(frames, zmq.NOBLOCK)
         except zmq.ZMQError:
             pass  # queue full / no peer: the liveness check reconnects
+
+    def _forget_worker(self, endpoint: str | None, moving: _Batch) -> None:
+        """Close the data socket of a worker the broker declared dead, unless another batch still
+        waits on it (its result may yet come: a slow worker is not always a dead one)."""
+        if endpoint is None or endpoint not in self._data:
+            return
+        if any(b is not moving and b.state == _SENT and b.worker == endpoint for b in self._batches.values()):
+            return
+        sock = self._data.pop(endpoint)
+        self._poller.unregister(sock)
+        sock.close(0)
 
     def _data_socket(self, endpoint: str, curve) -> zmq.Socket:
         sock = self._data.get(endpoint)

@@ -79,13 +79,16 @@ class Dispatcher:
             self.workers[wid] = entry
         else:
             entry.data, entry.slots, entry.curve = data, max(1, int(slots)), curve
+            entry.info.update(info or {})
         entry.expiry = now + self.liveness_s
         return self._drain(now)
 
-    def heard(self, wid: bytes, now: float) -> bool:
+    def heard(self, wid: bytes, now: float, metrics=None) -> bool:
         entry = self.workers.get(wid)
         if entry is not None:
             entry.expiry = now + self.liveness_s
+            if isinstance(metrics, dict):
+                entry.info["metrics"] = metrics
         return entry is not None
 
     def done(self, wid: bytes, lease_id, now: float) -> list:
@@ -196,4 +199,7 @@ class Dispatcher:
     def snapshot(self) -> dict:
         return dict(self.counts, live_workers=len(self.workers), queue_depth=len(self.queue),
                     leases_active=len(self.leases),
-                    free_slots=sum(max(0, w.free) for w in self.workers.values()))
+                    free_slots=sum(max(0, w.free) for w in self.workers.values()),
+                    workers=[dict(data=w.data, slots=w.slots, leases=len(w.leases),
+                                  **{k: w.info.get(k) for k in ("pid", "device", "metrics")})
+                             for w in self.workers.values()])

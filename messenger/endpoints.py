@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import socket
 import tempfile
 import uuid
 
@@ -71,9 +72,14 @@ def data_bind_for(broker_endpoint: str) -> str:
 
 
 def advertised(bound: str, advertise_host: str | None = None) -> str:
-    """The endpoint dealers connect to for a socket bound at `bound` (tcp wildcard -> host)."""
-    if scheme(bound) != "tcp" or advertise_host is None:
+    """The endpoint dealers connect to for a socket bound at `bound` (tcp wildcard -> this
+    host's name unless `advertise_host` says otherwise)."""
+    if scheme(bound) != "tcp":
         return bound
+    if advertise_host is None:
+        if tcp_host(bound) not in ("0.0.0.0", "*", "::"):
+            return bound
+        advertise_host = socket.gethostname()
     port = bound.rsplit(":", 1)[1]
     return f"tcp://{advertise_host}:{port}"
 

@@ -141,8 +141,9 @@ def stream_sizes(tables) -> list[int]:
 class SegmentPool:
     """A dealer's segments: acquire one big enough, release it for reuse or retire it."""
 
-    def __init__(self, client: str):
+    def __init__(self, client: str, max_free: int = 8):
         self.client = client
+        self.max_free = max_free  # bounds /dev/shm use: window in flight + this many idle
         self._free: list[Segment] = []
         self._n = 0
         self.retired = 0
@@ -158,7 +159,7 @@ class SegmentPool:
         return Segment(f"sparkgnn-{os.getpid()}-{self.client}-{self._n}", size)
 
     def release(self, seg: Segment, reusable: bool) -> None:
-        if reusable and len(self._free) < 64:
+        if reusable and len(self._free) < self.max_free:
             self._free.append(seg)
         else:
             self.retired += 0 if reusable else 1

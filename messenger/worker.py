@@ -218,7 +218,7 @@ class Worker:
     def _announce(self, sock, kind: Kind) -> None:
         curve = security.server_public_key(self.curve_keys_dir).decode() if self.curve_keys_dir else None
         sock.send_multipart(control(kind, data=self.data_endpoint, slots=self.slots, curve=curve,
-                                    **self.info))
+                                    metrics=self.metrics(), **self.info))
 
     def _control(self, stop_event: threading.Event) -> None:
         pipe = self._context.socket(zmq.PAIR)

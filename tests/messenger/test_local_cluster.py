@@ -147,3 +147,58 @@ def test_product_worker_executable_serves_and_refuses_an_unknown_op(tmp_path):
         with c.client(timeout_s=20) as client:
             with pytest.raises(RemoteTaskError, match="unknown op 'frobnicate'"):
                 client.call({"batch": "x", "op": "frobnicate"}, fh.batch(2))
+
+
+def test_worker_processes_survive_garbage_and_report_it_through_the_broker(cluster):
+    import zmq
+
+    from sparkgnn.messenger.transport import connect
+
+    c = cluster(1)
+    worker = c.client().stats()["workers"][0]
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.linger = 0
+    sock.connect(worker["data"])
+    for junk in ([os.urandom(100)], [b'{"v":1,"kind":"TASK","tables":["t"]}', b"not arrow"]):
+        sock.send_multipart(junk)
+        assert sock.poll(5000) and b"ERROR" in sock.recv_multipart()[0]
+    sock.close(0)
+    assert wait_for(lambda: c.client().stats()["workers"][0]["metrics"]["malformed"] == 2, timeout=10)
+    with c.client(timeout_s=10) as client:
+        assert client.call({"batch": "still-fine"}, fh.batch(3))[0]["batch"] == "still-fine"
+
+
+def test_connect_local_spec_owns_its_cluster(child_env):
+    from sparkgnn.messenger.transport import connect
+
+    t = connect("local[1]", cluster_options=dict(handler="fixture_handlers:scale", env=child_env,
+                                                 heartbeat_s=HB), timeout_s=10)
+    broker = t.cluster.broker
+    assert t.call({"batch": 1, "id_column": "id"}, fh.batch(4))[1]["out"].num_rows == 4
+    t.close()
+    assert broker.poll() is not None  # stopped with the transport
+
+
+_CTRL_C = """
+import time
+from sparkgnn.messenger.local import LocalCluster
+with LocalCluster(1, handler="fixture_handlers:scale", heartbeat_s=0.1) as c:
+    print(c.broker.pid, c.workers[0].pid, c.dir, flush=True)
+    time.sleep(60)
+"""
+
+
+def test_ctrl_c_in_the_parent_stops_the_children_cleanly(child_env):
+    parent = subprocess.Popen([sys.executable, "-c", _CTRL_C], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, env=dict(os.environ, **child_env), text=True)
+    try:
+        *pids, folder = parent.stdout.readline().split()
+        pids = [int(p) for p in pids]
+        parent.send_signal(signal.SIGINT)
+        assert parent.wait(15) != 0  # KeyboardInterrupt propagated after the with-block cleaned up
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+    assert not any(alive(p) for p in pids)
+    assert not os.path.exists(folder)

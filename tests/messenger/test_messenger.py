@@ -173,3 +173,12 @@ def test_curve_without_the_server_key_gets_nothing_through_and_with_it_works(tmp
     finally:
         stop.set()
         [t.join(5) for t in threads]
+
+
+def test_broker_cli_refuses_exposed_binds_without_keys():
+    from sparkgnn.messenger.broker import main
+
+    with pytest.raises(SecurityError, match="--bind-any"):
+        main(["--front", "tcp://0.0.0.0:5999", "--back", "tcp://127.0.0.1:5998"])
+    with pytest.raises(SecurityError, match="requires CURVE keys"):
+        main(["--front", "tcp://0.0.0.0:5999", "--back", "tcp://127.0.0.1:5998", "--bind-any"])
