@@ -173,7 +173,7 @@ class Broker:
                 return
             assignments = self.dispatcher.ready(wid, header["data"], _positive(header.get("slots"), 1),
                                                 now, header.get("curve"),
-                                                {k: header.get(k) for k in ("pid", "device", "host", "shm",
+                                                {k: header.get(k) for k in ("pid", "device", "host", "shm", "max_bytes",
                                                                             "metrics")})
         elif kind == Kind.HEARTBEAT.value:
             self.dispatcher.heard(wid, now, header.get("metrics"))

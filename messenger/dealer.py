@@ -307,6 +307,13 @@ class MessengerTransport:
             batch.tries += 1
             self.counts["resent"] += 1
         now = time.monotonic()
+        cap = header.get("max_bytes")
+        if isinstance(cap, int) and batch.nbytes > cap:
+            # the worker's socket would drop it unread and we would only see a timeout
+            self._send_broker(control(Kind.RELEASE, lease=lease))
+            self._fail(batch, TransportError(self._describe(
+                batch, f"batch is {batch.nbytes} bytes, over worker {data}'s max_message_bytes={cap}")))
+            return
         batch.lease, batch.worker, batch.state = lease, data, _SENT
         batch.deadline = now + self.timeout_s
         use_shm = (self._pool is not None and self._shm_ok and header.get("shm")
@@ -329,7 +336,8 @@ class MessengerTransport:
     def _task_frames(self, batch: _Batch, use_shm: bool, lease) -> list:
         """The TASK for this attempt: header naming the shm segment, or header + payload frames.
         Each encoding is made once per batch and reused by retries."""
-        extra = dict(token=batch.token, lease=lease, attempt=batch.tries)
+        extra = dict(token=batch.token, lease=lease, attempt=batch.tries,
+                     max_result_bytes=self.max_message_bytes)
         if use_shm:
             if batch.segment is None:
                 segment = self._pool.acquire(batch.nbytes)

@@ -194,6 +194,7 @@ class Dispatcher:
         return req.client, dict(token=req.token, batch=req.batch, lease=lease.lease_id,
                                 worker=entry.wid.hex(), data=entry.data, curve=entry.curve,
                                 requeued=req.requeued, host=entry.info.get("host"),
+                                max_bytes=entry.info.get("max_bytes"),
                                 shm=bool(entry.info.get("shm")))
 
     def snapshot(self) -> dict:

@@ -62,7 +62,8 @@ class Worker:
         endpoints.check_bind(self.data_bind, curve_keys_dir)
         self.advertise_host = advertise_host
         self.max_backoff_s = max_backoff_s if max_backoff_s is not None else max(2.0, 16 * heartbeat_s)
-        self.info = dict(info or {}, pid=os.getpid(), host=shm.host_id(), shm=self.shm)
+        self.info = dict(info or {}, pid=os.getpid(), host=shm.host_id(), shm=self.shm,
+                         max_bytes=max_message_bytes)
         self.data_endpoint: str | None = None
         self.identity = b"w-" + uuid.uuid4().bytes
         self._context = context or zmq.Context.instance()
@@ -193,6 +194,10 @@ class Worker:
             reply.update({k: header.get(k) for k in _ECHOED})
             payload = [serialize_table(t) for t in out_tables.values()]
             meta = {name: _RowCount(t.num_rows) for name, t in out_tables.items()}
+            size, cap = sum(p.size for p in payload), header.get("max_result_bytes")
+            if isinstance(cap, int) and size > cap:
+                # the dealer would drop the connection on it and only see a timeout
+                raise ValueError(f"result is {size} bytes, over the dealer's max_message_bytes={cap}")
         except Exception as exc:
             self._count("errors")
             return self._error(header, exc, retryable=False)

@@ -20,6 +20,8 @@ def scale(header, tables):
         raise ValueError(f"asked to fail: {header['fail']}")
     x = pc.multiply(t.column("x"), pa.scalar(factor, pa.float64()))
     out = pa.table({"id": t.column("id"), "x": x})
+    if header.get("repeat"):  # a result larger than the request
+        out = pa.concat_tables([out] * header["repeat"])
     return {"worker_pid": os.getpid()}, {"out": out}
 
 

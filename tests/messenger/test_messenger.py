@@ -93,7 +93,9 @@ def test_malformed_frames_are_counted_and_survived(thread_cluster):
 
 
 def test_full_broker_queue_means_busy_back_pressure_and_bounded_memory(thread_cluster):
-    cluster = thread_cluster(workers=1, broker_kwargs=dict(max_queue=1), worker_kwargs=dict(slots=1))
+    # a slower broker heartbeat: a false expiry under CPU load would requeue past max_queue
+    cluster = thread_cluster(workers=1, broker_kwargs=dict(max_queue=1, heartbeat_s=0.3),
+                             worker_kwargs=dict(slots=1))
     clients = [cluster.client(window=4) for _ in range(2)]
     results = {}
 
@@ -182,3 +184,14 @@ def test_broker_cli_refuses_exposed_binds_without_keys():
         main(["--front", "tcp://0.0.0.0:5999", "--back", "tcp://127.0.0.1:5998"])
     with pytest.raises(SecurityError, match="requires CURVE keys"):
         main(["--front", "tcp://0.0.0.0:5999", "--back", "tcp://127.0.0.1:5998", "--bind-any"])
+
+
+def test_size_caps_fail_fast_with_a_clear_error_instead_of_a_timeout(thread_cluster):
+    cluster = thread_cluster(workers=1, worker_kwargs=dict(max_message_bytes=50_000))
+    with cluster.client(timeout_s=10) as client:
+        with pytest.raises(TransportError, match="over worker .* max_message_bytes=50000"):
+            client.call({"batch": "big"}, fh.batch(10_000))
+    with cluster.client(timeout_s=10, max_message_bytes=20_000) as client:
+        with pytest.raises(RemoteTaskError, match="over the dealer's max_message_bytes=20000"):
+            client.call({"batch": "big-result", "repeat": 4}, fh.batch(500))
+        assert client.call({"batch": "small"}, fh.batch(10))[0]["batch"] == "small"
