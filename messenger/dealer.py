@@ -302,6 +302,7 @@ class MessengerTransport:
             batch.history.append(f"worker {batch.worker} expired; requeued")
             self._forget_worker(batch.worker, batch)
             if batch.tries > self.retries:
+                self._send_broker(control(Kind.RELEASE, lease=lease))
                 self._fail(batch, TransportError(self._describe(batch, f"gave up after {batch.tries} attempts")))
                 return
             batch.tries += 1

@@ -35,6 +35,26 @@ from sparkgnn.messenger.protocol import (DEFAULT_MAX_MESSAGE_BYTES, RESERVED, Ha
 _ECHOED = ("job", "batch", "op", "layer", "model", "token", "lease", "attempt")
 
 
+class _Either:
+    """Set when either event is: the control thread stops with the caller's stop_event or when
+    the task loop ends, without the worker setting an event the caller may share."""
+
+    def __init__(self, a: threading.Event, b: threading.Event):
+        self.a, self.b = a, b
+
+    def is_set(self) -> bool:
+        return self.a.is_set() or self.b.is_set()
+
+    def wait(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while not self.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self.b.wait(min(left, 0.05))
+        return True
+
+
 class _RowCount:
     """Stands in for a result table in protocol.stamp (which only reads num_rows), so the worker
     can drop the tables themselves before unmapping the request's shared memory."""
@@ -96,7 +116,8 @@ class Worker:
         pipe = self._context.socket(zmq.PAIR)
         pipe.linger = 0
         pipe.bind(self._pipe_name)
-        control_thread = threading.Thread(target=self._control, args=(stop_event,),
+        halt = threading.Event()
+        control_thread = threading.Thread(target=self._control, args=(_Either(stop_event, halt),),
                                           name="sparkgnn-worker-control", daemon=True)
         try:
             bound = sockets.bind(data, self.data_bind)
@@ -108,7 +129,7 @@ class Worker:
                     frames = data.recv_multipart(copy=False)
                     self._serve_one(data, pipe, frames)
         finally:
-            stop_event.set()
+            halt.set()
             control_thread.join(timeout=5 * self.heartbeat_s + 1) if control_thread.ident else None
             data.close(0)
             pipe.close(0)
@@ -225,7 +246,7 @@ class Worker:
         sock.send_multipart(control(kind, data=self.data_endpoint, slots=self.slots, curve=curve,
                                     metrics=self.metrics(), **self.info))
 
-    def _control(self, stop_event: threading.Event) -> None:
+    def _control(self, stop_event: _Either) -> None:
         pipe = self._context.socket(zmq.PAIR)
         pipe.linger = 0
         pipe.connect(self._pipe_name)
