@@ -35,7 +35,9 @@ import zmq
 from sparkgnn.messenger import memory, shm, sockets, verify
 from sparkgnn.messenger.errors import RemoteTaskError, TransportError
 from sparkgnn.messenger.protocol import (DEFAULT_MAX_MESSAGE_BYTES, Kind, ProtocolError, control,
-                                          decode, encode_header, peek_header, serialize_table, stamp)
+                                          decode_payload, encode_header, peek_header,
+                                          serialize_table, stamp)
+from sparkgnn.messenger.protocol import frame_buffer
 
 
 _WAITING, _SENT, _DONE, _FAILED = "waiting", "sent", "done", "failed"
@@ -51,6 +53,7 @@ class _Batch:
     framed: tuple | None = None   # (stamped header, payload Buffers) for the frames route
     segment: object = None        # shm.Segment holding the streams, for the shm route
     shm_header: dict | None = None
+    replies: dict = field(default_factory=dict)  # lease -> shm.Segment offered for the result
     state: str = _WAITING
     tries: int = 0
     token: str = ""
@@ -85,12 +88,13 @@ class MessengerTransport:
         self.job = job
         self._context = context or zmq.Context.instance()
         self._client = uuid.uuid4().hex[:12]
-        self._pool = (shm.SegmentPool(self._client, max_free=max(2, window))
+        self._pool = (shm.SegmentPool(self._client, max_free=2 * max(2, window))
                       if shm_payloads and shm.supported() else None)
         self._shm_ok = True
         self.shm_min_bytes = shm_min_bytes  # below this, mapping a segment costs more than a copy
         self._host = shm.host_id()
         self._no_shm: set[str] = set()
+        self._result_sizes: dict = {}  # op -> largest result seen: sizes the reply segments
         self._seq = itertools.count()
         self._batches: dict[int, _Batch] = {}
         self._data: dict[str, zmq.Socket] = {}
@@ -223,6 +227,10 @@ class MessengerTransport:
             self._pool.release(batch.segment, reusable)
             if not reusable:
                 self.counts["shm_retired"] = self.counts.get("shm_retired", 0) + 1
+        for segment in batch.replies.values():
+            # reply segments are private copies' sources; only a second sender could still write
+            self._pool.release(segment, batch.tries == 1)
+        batch.replies = {}
         batch.segment = batch.shm_header = batch.framed = batch.tables = None
 
     def _describe(self, batch: _Batch, what: str) -> str:
@@ -351,6 +359,9 @@ class MessengerTransport:
                     raise
                 stamped["shm"] = {"name": segment.name, "parts": parts}
                 batch.segment, batch.shm_header = segment, stamped
+            reply = self._reply_offer(batch, lease)
+            if reply is not None:
+                extra["reply_shm"] = reply
             return [encode_header(dict(batch.shm_header, **extra))]
         if batch.framed is None:
             payload = [serialize_table(t) for t in batch.tables.values()]
@@ -358,22 +369,42 @@ class MessengerTransport:
         stamped, payload = batch.framed
         return [encode_header(dict(stamped, **extra))] + payload
 
+    def _reply_offer(self, batch: _Batch, lease) -> dict | None:
+        """A segment for the worker to write the result into, sized from the largest result this
+        op returned so far (the first result of an op comes back as frames)."""
+        size = self._result_sizes.get(batch.header.get("op"), 0)
+        if size < self.shm_min_bytes:
+            return None
+        try:
+            segment = self._pool.acquire(size)
+        except OSError:
+            return None
+        batch.replies[lease] = segment
+        return {"name": segment.name, "size": segment.size}
+
     def _on_data(self, frames) -> None:
         try:
-            header, tables = decode(frames, self.max_message_bytes)
-        except ProtocolError as exc:
-            self.counts["bad_results"] += 1
-            try:
-                batch = self._by_token(peek_header(frames, self.max_message_bytes).get("token"))
-            except ProtocolError:
-                batch = None
-            if batch is not None and batch.state == _SENT:
-                self._new_attempt(batch, time.monotonic(), f"undecodable result: {exc}")
+            header = peek_header(frames, self.max_message_bytes)
+        except ProtocolError:
+            self.counts["orphans"] += 1
             return
         batch = self._by_seq_of(header.get("token"))
         if batch is None or batch.state not in (_WAITING, _SENT):
             self.counts["duplicates" if batch is not None or header.get("token") else "orphans"] += 1
             return
+        try:
+            if header.get("shm") is not None:
+                buffers = self._reply_buffers(batch, header, len(frames))
+            else:
+                buffers = [frame_buffer(f) for f in frames[1:]]
+            header, tables = decode_payload(header, buffers, self.max_message_bytes)
+        except ProtocolError as exc:
+            self.counts["bad_results"] += 1
+            if batch.state == _SENT and header.get("token") == batch.token:
+                self._new_attempt(batch, time.monotonic(), f"undecodable result: {exc}")
+            return
+        op = batch.header.get("op")
+        self._result_sizes[op] = max(self._result_sizes.get(op, 0), sum(b.size for b in buffers))
         if header["kind"] == Kind.ERROR.value:
             if header.get("token") != batch.token:
                 self.counts["duplicates"] += 1  # an earlier attempt's refusal; a later one is out
@@ -468,6 +499,20 @@ class MessengerTransport:
             self._data[endpoint] = sock
             self._poller.register(sock, zmq.POLLIN)
         return sock
+
+
+    def _reply_buffers(self, batch: _Batch, header: dict, nframes: int) -> list:
+        """Copy a result out of the reply segment this dealer offered for that lease."""
+        segment = batch.replies.get(header.get("lease"))
+        ref = header["shm"]
+        if nframes != 1 or segment is None or not isinstance(ref, dict) or ref.get("name") != segment.name:
+            raise ProtocolError(f"result names a shared memory segment this dealer did not offer: {ref!r}")
+        try:
+            buffers = segment.copy_parts(ref.get("parts"))
+        except ValueError as exc:
+            raise ProtocolError(str(exc)) from None
+        self.counts["results_shm"] = self.counts.get("results_shm", 0) + 1
+        return buffers
 
 
 def broker_stats(endpoint: str, timeout_s: float = 5.0, curve_server_key=None,

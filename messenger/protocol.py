@@ -144,7 +144,7 @@ def peek_header(frames: Sequence, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) ->
     return _parse_header(frames[0])
 
 
-def _frame_buffer(frame) -> pa.Buffer:
+def frame_buffer(frame) -> pa.Buffer:
     """Zero-copy view of a zmq.Frame / bytes / memoryview as a pyarrow Buffer."""
     if isinstance(frame, pa.Buffer):
         return frame
@@ -202,7 +202,7 @@ def decode(frames: Sequence, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> tupl
     header = peek_header(frames, max_bytes)
     if header.get("shm") is not None:
         raise ProtocolError("message refers to shared memory; this receiver takes frames only")
-    return decode_payload(header, [_frame_buffer(f) for f in frames[1:]], max_bytes)
+    return decode_payload(header, [frame_buffer(f) for f in frames[1:]], max_bytes)
 
 
 def decode_payload(header: dict, buffers: list, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> tuple[dict, dict]:

@@ -26,6 +26,7 @@ import os
 import re
 import socket
 
+import numpy as np
 import pyarrow as pa
 
 SHM_DIR = "/dev/shm"
@@ -101,21 +102,19 @@ class Segment:
             os.close(fd)
 
     def write_tables(self, tables) -> tuple[list, list[pa.Buffer]]:
-        """Serialize each table as an Arrow IPC stream into the segment, back to back (8-byte
-        aligned). Returns ([[offset, length], ...], read views for hashing)."""
-        parts, views, offset = [], [], 0
-        for table in tables:
-            mock = pa.MockOutputStream()
-            with pa.ipc.new_stream(mock, table.schema) as w:
-                w.write_table(table)
-            n = mock.size()
-            dest = pa.py_buffer(memoryview(self._mm)[offset:offset + n])
-            with pa.ipc.new_stream(pa.FixedSizeBufferWriter(dest), table.schema) as w:
-                w.write_table(table)
-            parts.append([offset, n])
-            views.append(dest)
-            offset += (n + 7) // 8 * 8
-        return parts, views
+        return write_tables(self._mm, tables)
+
+    def copy_parts(self, parts) -> list[pa.Buffer]:
+        """Private copies of byte ranges (a reply written here by a worker): the caller keeps
+        the tables as long as it likes and the segment is free for the next batch at once."""
+        out = []
+        for offset, length in check_parts(parts, self.size):
+            dest = np.empty(length, dtype=np.uint8)
+            view = memoryview(self._mm)[offset:offset + length]
+            dest[:] = np.frombuffer(view, dtype=np.uint8)
+            view.release()
+            out.append(pa.py_buffer(dest))
+        return out
 
     def destroy(self) -> None:
         try:
@@ -126,6 +125,39 @@ class Segment:
             self._mm.close()
         except BufferError:
             pass  # a view is still alive somewhere; the mapping goes with it
+
+
+def write_tables(mm: mmap.mmap, tables) -> tuple[list, list[pa.Buffer]]:
+    """Serialize each table as an Arrow IPC stream into `mm`, back to back (8-byte aligned).
+    Returns ([[offset, length], ...], views of the written bytes for hashing)."""
+    parts, views, offset = [], [], 0
+    for table, n in zip(tables, stream_sizes(tables)):
+        if offset + n > len(mm):
+            raise ValueError(f"tables need more than the segment's {len(mm)} bytes")
+        dest = pa.py_buffer(memoryview(mm)[offset:offset + n])
+        with pa.ipc.new_stream(pa.FixedSizeBufferWriter(dest), table.schema) as w:
+            w.write_table(table)
+        parts.append([offset, n])
+        views.append(dest)
+        offset += (n + 7) // 8 * 8
+    return parts, views
+
+
+def aligned_size(sizes) -> int:
+    return sum((n + 7) // 8 * 8 for n in sizes)
+
+
+def check_parts(parts, size: int) -> list:
+    if not isinstance(parts, list):
+        raise ValueError(f"shm parts must be a list of [offset, length], got {parts!r}")
+    for part in parts:
+        if (not isinstance(part, list) or len(part) != 2
+                or not all(isinstance(v, int) and not isinstance(v, bool) for v in part)):
+            raise ValueError(f"bad shm part {part!r}")
+        offset, length = part
+        if offset < 0 or length < 0 or offset + length > size:
+            raise ValueError(f"shm part {part!r} outside segment of {size} bytes")
+    return parts
 
 
 def stream_sizes(tables) -> list[int]:
@@ -174,36 +206,29 @@ class SegmentPool:
 class Mapping:
     """A worker's read-only view of a dealer's segment for one task."""
 
-    def __init__(self, name, max_bytes: int):
+    def __init__(self, name, max_bytes: int, writable: bool = False):
         if not isinstance(name, str) or not _NAME.match(name):
             raise ValueError(f"bad shared memory segment name {name!r}")
         try:
-            fd = os.open(os.path.join(SHM_DIR, name), os.O_RDONLY)
+            fd = os.open(os.path.join(SHM_DIR, name), os.O_RDWR if writable else os.O_RDONLY)
         except OSError as exc:
             raise ShmUnavailable(f"cannot open shared memory segment {name!r}: {exc}") from None
         try:
             size = os.fstat(fd).st_size
             if not 0 < size <= max_bytes + (1 << 20):
                 raise ValueError(f"segment {name!r} is {size} bytes, cap {max_bytes}")
-            self._mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | _MAP_POPULATE, prot=mmap.PROT_READ)
+            prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
+            self._mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | _MAP_POPULATE, prot=prot)
         finally:
             os.close(fd)
         self.name, self.size = name, size
 
     def views(self, parts) -> list[pa.Buffer]:
-        if not isinstance(parts, list):
-            raise ValueError(f"shm parts must be a list of [offset, length], got {parts!r}")
         whole = pa.py_buffer(self._mm)
-        out = []
-        for part in parts:
-            if (not isinstance(part, list) or len(part) != 2
-                    or not all(isinstance(v, int) and not isinstance(v, bool) for v in part)):
-                raise ValueError(f"bad shm part {part!r}")
-            offset, length = part
-            if offset < 0 or length < 0 or offset + length > self.size:
-                raise ValueError(f"shm part {part!r} outside segment of {self.size} bytes")
-            out.append(whole.slice(offset, length))
-        return out
+        return [whole.slice(offset, length) for offset, length in check_parts(parts, self.size)]
+
+    def write_tables(self, tables) -> tuple[list, list[pa.Buffer]]:
+        return write_tables(self._mm, tables)
 
     def close(self) -> bool:
         """Unmap; False when something still references the data (the segment is pinned)."""

@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from sparkgnn.messenger import endpoints, memory, security, shm, sockets, watchdog
 from sparkgnn.messenger.protocol import (DEFAULT_MAX_MESSAGE_BYTES, RESERVED, Handler, Kind,
-                                          ProtocolError, _frame_buffer as _buffer, control,
+                                          ProtocolError, control, frame_buffer,
                                           decode_payload, encode_header, peek_header,
                                           serialize_table, stamp)
 
@@ -91,7 +91,7 @@ class Worker:
         self._ready = threading.Event()
         self._lock = threading.Lock()
         self.counts = dict(tasks=0, results=0, errors=0, malformed=0, unknown_kind=0,
-                           reconnects=0, heartbeats=0, broker_messages=0)
+                           reconnects=0, heartbeats=0, broker_messages=0, reply_shm_unavailable=0)
 
     def metrics(self) -> dict:
         with self._lock:
@@ -162,7 +162,7 @@ class Worker:
                 mapping = self._map(header, len(body))
                 buffers = mapping.views(header["shm"].get("parts"))
             else:
-                buffers = [_buffer(f) for f in body[1:]]
+                buffers = [frame_buffer(f) for f in body[1:]]
             result = self._run(header, buffers)
             del buffers
         except shm.ShmUnavailable as exc:
@@ -177,10 +177,17 @@ class Worker:
             pinned = mapping is not None and not mapping.close()
         if isinstance(result, list):
             return result, lease  # an ERROR reply
-        fields, payload, out_tables_meta = result
+        fields, payload, out_tables_meta, reply_mapping, shm_ref = result
+        del result
         fields["shm_pinned"] = pinned
         reply = stamp(fields, Kind.RESULT.value, out_tables_meta, payload)
-        return [encode_header(reply)] + payload, lease
+        if reply_mapping is None:
+            return [encode_header(reply)] + payload, lease
+        # the result was written into the dealer's reply segment: the header says where
+        reply["shm"] = shm_ref
+        del payload
+        reply_mapping.close()
+        return [encode_header(reply)], lease
 
     def _map(self, header: dict, nframes: int) -> "shm.Mapping":
         if nframes != 1:
@@ -213,17 +220,39 @@ class Worker:
                     raise TypeError(f"handler returned {name!r}: {type(table).__name__}, want str -> pyarrow.Table")
             reply = {k: v for k, v in fields.items() if k not in RESERVED}
             reply.update({k: header.get(k) for k in _ECHOED})
-            payload = [serialize_table(t) for t in out_tables.values()]
-            meta = {name: _RowCount(t.num_rows) for name, t in out_tables.items()}
-            size, cap = sum(p.size for p in payload), header.get("max_result_bytes")
+            size = shm.aligned_size(shm.stream_sizes(out_tables.values()))
+            cap = header.get("max_result_bytes")
             if isinstance(cap, int) and size > cap:
                 # the dealer would drop the connection on it and only see a timeout
                 raise ValueError(f"result is {size} bytes, over the dealer's max_message_bytes={cap}")
+            meta = {name: _RowCount(t.num_rows) for name, t in out_tables.items()}
+            mapping, shm_ref, payload = self._reply_segment(header.get("reply_shm"), size, out_tables)
+            if mapping is None:
+                payload = [serialize_table(t) for t in out_tables.values()]
         except Exception as exc:
             self._count("errors")
             return self._error(header, exc, retryable=False)
         self._count("results")
-        return reply, payload, meta
+        return reply, payload, meta, mapping, shm_ref
+
+    def _reply_segment(self, ref, size: int, out_tables: dict):
+        """Write the result straight into the dealer's reply segment when it offered one that
+        fits (one copy instead of serialize + socket in + socket out); else (None, None, None)
+        and the result goes back as frames."""
+        if not (self.shm and isinstance(ref, dict) and isinstance(ref.get("size"), int)
+                and size <= ref["size"]):
+            return None, None, None
+        try:
+            mapping = shm.Mapping(ref.get("name"), self.max_message_bytes, writable=True)
+        except (OSError, ValueError):
+            self._count("reply_shm_unavailable")
+            return None, None, None
+        try:
+            parts, views = mapping.write_tables(out_tables.values())
+        except ValueError:
+            mapping.close()
+            return None, None, None
+        return mapping, {"name": mapping.name, "parts": parts}, views
 
     def _error(self, header: dict, exc: BaseException, retryable: bool, error_type: str | None = None) -> list:
         text = "".join(traceback.format_exception_only(type(exc), exc)).strip()

@@ -24,7 +24,10 @@ def test_payloads_go_through_reused_segments_and_are_cleaned_up(thread_cluster):
     assert [o["out"].column("id")[0].as_py() for _, o in results] == [1000 * i for i in range(12)]
     assert client.counts["sent_shm"] == 12 and client.counts.get("shm_retired", 0) == 0
     assert all(h["shm_pinned"] is False for h, _ in results)
-    assert 1 <= len(own_segments(client)) <= 3  # one per in-flight batch, reused
+    # results come back through reply segments offered by the dealer (with the default
+    # shm_min_bytes only once an op's first result has shown its size)
+    assert client.counts["results_shm"] >= 12 - 3
+    assert 1 <= len(own_segments(client)) <= 2 * 3  # request + reply per in-flight batch, reused
     client.close()
     assert own_segments(client) == []
 
@@ -112,3 +115,62 @@ def test_segments_of_dead_dealers_are_swept():
         assert os.path.exists(os.path.join(shm.SHM_DIR, mine.name))  # live owner: kept
     finally:
         mine.destroy()
+
+
+def test_results_that_outgrow_the_reply_segment_come_back_as_frames(thread_cluster):
+    cluster = thread_cluster(workers=1)
+    with cluster.client(shm_min_bytes=1) as client:
+        small = client.call({"batch": "s", "op": "scale"}, fh.batch(10))          # sizes the offer
+        big = client.call({"batch": "b", "op": "scale", "repeat": 400, "factor": 1.0}, fh.batch(5000))
+        again = client.call({"batch": "a", "op": "scale"}, fh.batch(10))
+    assert big[1]["out"].num_rows == 2_000_000 and small[1]["out"].num_rows == 10
+    assert again[1]["out"].column("id").to_pylist() == list(range(10))
+
+
+def test_a_result_naming_a_segment_the_dealer_did_not_offer_is_rejected(thread_cluster):
+    """A fake worker (raw sockets) answers with a forged shared memory reference."""
+    import threading
+
+    import zmq
+
+    from conftest import wait_for
+    from sparkgnn.messenger.errors import TransportError
+    from sparkgnn.messenger.protocol import peek_header
+
+    cluster = thread_cluster(workers=0)
+    ctx = cluster.context
+    data = ctx.socket(zmq.ROUTER)
+    data.linger = 0
+    data.bind("inproc://fake-worker-data")
+    ctl = ctx.socket(zmq.DEALER)
+    ctl.linger = 0
+    ctl.connect(cluster.back)
+    ctl.send_multipart(control(Kind.READY, data="inproc://fake-worker-data", slots=1,
+                               host=shm.host_id(), shm=True))
+    assert wait_for(lambda: cluster.broker.metrics().get("live_workers") == 1)
+    stop = threading.Event()
+
+    def fake_worker():
+        while not stop.is_set():
+            if data.poll(20):
+                ident, *frames = data.recv_multipart()
+                task = peek_header(frames)
+                forged = {k: task.get(k) for k in ("batch", "token", "lease")}
+                forged["shm"] = {"name": f"sparkgnn-{os.getpid()}-{'ef' * 6}-1", "parts": [[0, 8]]}
+                forged.update(tables=["out"], rows={"out": 1}, hash="xxh3_64:0")
+                data.send_multipart([ident] + control(Kind.RESULT, **{k: v for k, v in forged.items()
+                                                                        if k not in ("tables", "rows", "hash")}))
+            ctl.send_multipart(control(Kind.HEARTBEAT, data="inproc://fake-worker-data", slots=1))
+
+    thread = threading.Thread(target=fake_worker)
+    thread.start()
+    try:
+        with cluster.client(timeout_s=0.5, retries=0) as client:
+            with pytest.raises(TransportError, match="did not offer"):
+                client.call({"batch": "forged"}, fh.batch(10))
+            assert client.counts["bad_results"] == 1
+    finally:
+        stop.set()
+        thread.join(5)
+        data.close(0)
+        ctl.close(0)
