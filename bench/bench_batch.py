@@ -52,7 +52,7 @@ def run_strategy(spark, graph_dir, model, strategy, work_dir, partitions=None):
     result, report, plan = infer(spark, graph_dir, model, strategy=strategy, partitions=partitions, work_dir=work_dir,
                                  log=lines.append, return_report=True, validate=False)
     wall = time.perf_counter() - started
-    steps = [{"label": s.label, "seconds": s.seconds, **(s.shuffle or {})} for s in report.steps]
+    steps = [{"label": s.label, "seconds": s.seconds, **(s.shuffle or {}), "task_seconds": s.task_seconds} for s in report.steps]
     return result, {
         "strategy": strategy,
         "chosen": [layer.strategy for layer in plan.layers],

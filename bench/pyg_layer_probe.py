@@ -29,6 +29,8 @@ def main() -> int:
     state = torch.load(args.model, weights_only=True)
     module = GraphSAGE(state["in"], state["hidden"], state["layers"]).eval()
     module.load_state_dict(state["weights"])
+    with torch.no_grad():  # start the OpenMP thread pool before the cap: only data allocations should hit it
+        torch.ones(256, 256) @ torch.ones(256, 256)
     if args.cap_bytes:
         resource.setrlimit(resource.RLIMIT_AS, (args.cap_bytes, args.cap_bytes))
     try:

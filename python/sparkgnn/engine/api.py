@@ -92,13 +92,13 @@ def infer(spark, graph, model, out: str | None = None, strategy: str = "auto", p
     model_store = os.path.join(root, "models")
     fingerprint = register(model, model_store)
     needs_dst = [bool(info["needs_dst_in_message"]) for info in model.plan_info()]
-    final_df, report, meter, label = execute(
+    final_df, report, meter, label, timers = execute(
         spark, prepared, plan, fingerprint, graph, _transport_spec(workers, model_store),
         with_pred=model.output == "logits", needs_dst=needs_dst, log=log,
     )
     if ids is not None:
         final_df = final_df.join(_ids_frame(spark, ids), "id", "left_semi")
-    result = finish(spark, final_df, report, meter, label, out, log=log)
+    result = finish(spark, final_df, report, meter, label, out, log=log, timers=timers)
     return (result, report, plan) if return_report else result
 
 

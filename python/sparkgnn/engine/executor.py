@@ -23,7 +23,7 @@ from sparkgnn.engine.routing import (
     route,
 )
 from sparkgnn.engine.schedule import schedule
-from sparkgnn.engine.steps import StepConfig, run_partition
+from sparkgnn.engine.steps import TIMERS, StepConfig, run_partition
 
 
 @dataclass
@@ -31,7 +31,7 @@ class StepReport:
     label: str
     seconds: float
     shuffle: dict | None
-    rows_out: int | None = None
+    task_seconds: dict = field(default_factory=dict)   # summed over tasks: rows_in, collect, dl, scatter
 
 
 @dataclass
@@ -92,25 +92,41 @@ def execute(spark, prepared, plan, model_fingerprint: str, graph, transport: dic
             transport=transport, with_pred=with_pred,
         )
         schema = (OUTPUT_PRED_SCHEMA_DDL if with_pred else OUTPUT_SCHEMA_DDL) if last else ROW_SCHEMA_DDL
-        out = _wire(spark, step, rows, prepared, keys, partitions).mapInArrow(functools.partial(run_partition, cfg), schema)
+        timers = {name: spark.sparkContext.accumulator(0.0) for name in TIMERS}
+        out = _wire(spark, step, rows, prepared, keys, partitions).mapInArrow(
+            functools.partial(run_partition, cfg, timers=timers), schema)
         if last:
             final_df = out
+            final_timers = timers
             break
         spark.sparkContext.setJobDescription(f"sparkgnn {step.label}")
         started = time.perf_counter()
         rows = out.localCheckpoint(eager=True)
         seconds = time.perf_counter() - started
         shuffle = meter.delta()
-        report.steps.append(StepReport(step.label, seconds, shuffle))
-        log(f"sparkgnn {step.label}: {seconds:.2f} s" + (f", shuffled {_mb(shuffle['shuffle_write_bytes'])}" if shuffle else ""))
-    return final_df, report, meter, steps[-1].label
+        report.steps.append(StepReport(step.label, seconds, shuffle, _read(timers)))
+        log(_progress(report.steps[-1]))
+    return final_df, report, meter, steps[-1].label, final_timers
+
+
+def _read(timers: dict) -> dict:
+    return {name: round(acc.value, 3) for name, acc in timers.items()}
+
+
+def _progress(step: StepReport, suffix: str = "") -> str:
+    line = f"sparkgnn {step.label}: {step.seconds:.2f} s"
+    if step.shuffle:
+        line += f", shuffled {_mb(step.shuffle['shuffle_write_bytes'])}"
+    if step.task_seconds:
+        line += " (task s: " + ", ".join(f"{k[:-2]} {v:.2f}" for k, v in step.task_seconds.items()) + ")"
+    return line + suffix
 
 
 def _mb(num_bytes: int) -> str:
     return f"{num_bytes / 2**20:.1f} MiB"
 
 
-def finish(spark, final_df, report, meter, label: str, out: str | None, log=print):
+def finish(spark, final_df, report, meter, label: str, out: str | None, log=print, timers: dict | None = None):
     """Materialise the last step: write Parquet under `out`, or checkpoint in memory."""
     spark.sparkContext.setJobDescription(f"sparkgnn {label}")
     started = time.perf_counter()
@@ -121,8 +137,7 @@ def finish(spark, final_df, report, meter, label: str, out: str | None, log=prin
         result = final_df.localCheckpoint(eager=True)
     seconds = time.perf_counter() - started
     shuffle = meter.delta()
-    report.steps.append(StepReport(label, seconds, shuffle))
-    log(f"sparkgnn {label}: {seconds:.2f} s" + (f", shuffled {_mb(shuffle['shuffle_write_bytes'])}" if shuffle else "")
-        + (f" -> {out}" if out else ""))
+    report.steps.append(StepReport(label, seconds, shuffle, _read(timers) if timers else {}))
+    log(_progress(report.steps[-1], f" -> {out}" if out else ""))
     spark.sparkContext.setJobDescription(None)
     return result

@@ -11,6 +11,7 @@ what the next layer needs to a row builder.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -238,14 +239,22 @@ def _partition_of(rows: pa.Table) -> int:
     return int(parts[0])
 
 
-def run_partition(cfg: StepConfig, batches):
-    """Collect one partition's rows, run the DL step through the transport, scatter the results."""
+TIMERS = ("rows_in_s", "collect_s", "dl_s", "scatter_s")
+
+
+def run_partition(cfg: StepConfig, batches, timers: dict | None = None):
+    """Collect one partition's rows, run the DL step through the transport, scatter the results.
+    `timers` (Spark accumulators, optional) sum task seconds spent receiving rows from Spark,
+    building the DL tables, in the DL engine, and building the output rows: where the time goes."""
     from sparkgnn.engine.transports import get_transport
 
+    clock = time.perf_counter()
     batches = [b for b in batches if b.num_rows]
     if not batches:
         return
     rows = pa.Table.from_batches(batches)
+    spent = {"rows_in_s": time.perf_counter() - clock}
+    clock = time.perf_counter()
     part = _partition_of(rows)
     try:
         tables = INPUTS[cfg.inputs](cfg, rows, part)
@@ -258,13 +267,21 @@ def run_partition(cfg: StepConfig, batches):
             "next_pre_transform": cfg.next_pre_transform,
             "num_foreign": len(static.out_edges(cfg.prep_dir, part).foreign_ids) if cfg.dl_emit == "partials" else 0,
         }
+        spent["collect_s"] = time.perf_counter() - clock
+        clock = time.perf_counter()
         _, result = get_transport(cfg.transport).call(header, tables)
+        spent["dl_s"] = time.perf_counter() - clock
     except SparkGNNError as exc:
         raise StepFailed(f"layer step {cfg.layer + 1}/{cfg.num_layers} ({cfg.inputs} -> {cfg.outputs}) failed in partition {part}: {exc}") from exc
     except ValueError as exc:
         raise StepFailed(f"layer step {cfg.layer + 1}/{cfg.num_layers} ({cfg.inputs} -> {cfg.outputs}) failed in partition {part}: {exc}") from exc
+    clock = time.perf_counter()
     for batch in OUTPUTS[cfg.outputs](cfg, result, part, header):
         yield from split_batches(batch)
+    spent["scatter_s"] = time.perf_counter() - clock
+    for name, value in spent.items():
+        if timers and name in timers:
+            timers[name].add(value)
 
 
 def kind_name(kind: int) -> str:
