@@ -33,6 +33,7 @@ class Broker:
     def __init__(self, front: str, back: str, heartbeat_s: float = 1.0, liveness: int = 3,
                  max_queue: int = 1024, max_message_bytes: int = sockets.CONTROL_MAX_BYTES,
                  curve_keys_dir=None, *, bind_any: bool = True, metrics_interval_s: float = 10.0,
+                 stuck_after_s: float = 300.0,
                  metrics_stream=None, context: zmq.Context | None = None):
         for endpoint in (front, back):
             endpoints.check_bind(endpoint, curve_keys_dir, bind_any)
@@ -43,7 +44,8 @@ class Broker:
         self.metrics_stream = metrics_stream if metrics_stream is not None else sys.stderr
         self.curve_keys_dir = curve_keys_dir
         self.dispatcher = Dispatcher(liveness_s=heartbeat_s * liveness, max_queue=max_queue,
-                                     lease_grace_s=max(5.0, heartbeat_s * liveness))
+                                     lease_grace_s=max(5.0, heartbeat_s * liveness),
+                                     stuck_after_s=stuck_after_s)
         self.counts = dict(malformed_front=0, malformed_back=0, unknown_kind=0, stats_requests=0)
         self._context = context or zmq.Context.instance()
         self._bound = threading.Event()
@@ -176,7 +178,7 @@ class Broker:
                                                 {k: header.get(k) for k in ("pid", "device", "host", "shm", "max_bytes",
                                                                             "metrics")})
         elif kind == Kind.HEARTBEAT.value:
-            self.dispatcher.heard(wid, now, header.get("metrics"))
+            assignments = self.dispatcher.heard(wid, now, header.get("metrics"), header.get("busy_s"))
         elif kind == Kind.DONE.value:
             assignments = self.dispatcher.done(wid, header.get("lease"), now)
         elif kind == Kind.DISCONNECT.value:
@@ -225,6 +227,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max-queue", type=int, default=1024, help="queued lease requests before BUSY")
     p.add_argument("--max-message-bytes", type=int, default=sockets.CONTROL_MAX_BYTES)
     p.add_argument("--metrics-interval", type=float, default=10.0, help="seconds between metrics lines")
+    p.add_argument("--stuck-after", type=float, default=300.0,
+                   help="seconds a worker's current task may run before it gets no new leases")
     p.add_argument("--curve-keys", default=None, help="dir with server.key_secret (zmq.auth)")
     p.add_argument("--bind-any", action="store_true", help="allow non-loopback binds (needs --curve-keys)")
     return p.parse_args(argv)
@@ -237,7 +241,7 @@ def main(argv=None) -> int:
     broker = Broker(args.front, args.back, heartbeat_s=args.heartbeat, liveness=args.liveness,
                     max_queue=args.max_queue, max_message_bytes=args.max_message_bytes,
                     curve_keys_dir=args.curve_keys, bind_any=args.bind_any,
-                    metrics_interval_s=args.metrics_interval)
+                    metrics_interval_s=args.metrics_interval, stuck_after_s=args.stuck_after)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

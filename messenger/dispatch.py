@@ -35,6 +35,7 @@ class WorkerEntry:
     expiry: float
     curve: str | None = None
     info: dict = field(default_factory=dict)
+    busy_s: float = 0.0  # age of the task it is running, from its last heartbeat
     leases: dict = field(default_factory=dict)  # lease id -> None, in assignment order
 
     @property
@@ -56,10 +57,14 @@ Assignment = tuple  # (client identity, ASSIGN fields dict)
 class Dispatcher:
     """LRU load balancing with bounded queueing. All methods take `now` (monotonic seconds)."""
 
-    def __init__(self, *, liveness_s: float, max_queue: int = 1024, lease_grace_s: float = 5.0):
+    def __init__(self, *, liveness_s: float, max_queue: int = 1024, lease_grace_s: float = 5.0,
+                 stuck_after_s: float = 300.0):
         self.liveness_s = liveness_s
         self.max_queue = max_queue
         self.lease_grace_s = lease_grace_s
+        # Heartbeats come from a worker thread, so a hung handler still looks alive; a worker
+        # whose current task has run this long gets no new leases until it finishes.
+        self.stuck_after_s = stuck_after_s
         self.workers: OrderedDict[bytes, WorkerEntry] = OrderedDict()  # least recently used first
         self.queue: deque[Request] = deque()
         self.leases: dict[str, Lease] = {}
@@ -83,13 +88,24 @@ class Dispatcher:
         entry.expiry = now + self.liveness_s
         return self._drain(now)
 
-    def heard(self, wid: bytes, now: float, metrics=None) -> bool:
+    def heard(self, wid: bytes, now: float, metrics=None, busy_s=None) -> list:
+        """Refresh a worker's expiry (and what its heartbeat reports); returns assignments that
+        became possible because a stuck worker recovered."""
         entry = self.workers.get(wid)
-        if entry is not None:
-            entry.expiry = now + self.liveness_s
-            if isinstance(metrics, dict):
-                entry.info["metrics"] = metrics
-        return entry is not None
+        if entry is None:
+            return []
+        entry.expiry = now + self.liveness_s
+        if isinstance(metrics, dict):
+            entry.info["metrics"] = metrics
+        if isinstance(busy_s, (int, float)):
+            was_stuck = self._stuck(entry)
+            entry.busy_s = float(busy_s)
+            if was_stuck and not self._stuck(entry):
+                return self._drain(now)
+        return []
+
+    def _stuck(self, entry: WorkerEntry) -> bool:
+        return entry.busy_s > self.stuck_after_s
 
     def done(self, wid: bytes, lease_id, now: float) -> list:
         self.heard(wid, now)
@@ -166,9 +182,9 @@ class Dispatcher:
 
     def _pick(self, req: Request) -> WorkerEntry | None:
         preferred = self.workers.get(self._affinity.get(req.affinity)) if req.affinity is not None else None
-        if preferred is not None and preferred.free > 0:
+        if preferred is not None and preferred.free > 0 and not self._stuck(preferred):
             return preferred
-        return next((w for w in self.workers.values() if w.free > 0), None)
+        return next((w for w in self.workers.values() if w.free > 0 and not self._stuck(w)), None)
 
     def _drain(self, now: float) -> list:
         out = []
@@ -201,6 +217,8 @@ class Dispatcher:
         return dict(self.counts, live_workers=len(self.workers), queue_depth=len(self.queue),
                     leases_active=len(self.leases),
                     free_slots=sum(max(0, w.free) for w in self.workers.values()),
+                    stuck_workers=sum(self._stuck(w) for w in self.workers.values()),
                     workers=[dict(data=w.data, slots=w.slots, leases=len(w.leases),
+                                  busy_s=w.busy_s,
                                   **{k: w.info.get(k) for k in ("pid", "device", "metrics")})
                              for w in self.workers.values()])

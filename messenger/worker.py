@@ -88,6 +88,7 @@ class Worker:
         self.identity = b"w-" + uuid.uuid4().bytes
         self._context = context or zmq.Context.instance()
         self._pipe_name = f"inproc://sparkgnn-worker-ctl-{uuid.uuid4().hex}"
+        self._busy_since: float | None = None  # when the running handler call started
         self._ready = threading.Event()
         self._lock = threading.Lock()
         self.counts = dict(tasks=0, results=0, errors=0, malformed=0, unknown_kind=0,
@@ -211,6 +212,7 @@ class Worker:
             return self._error(header, ProtocolError(f"worker expects TASK, got {header['kind']}"),
                                retryable=False)
         self._count("tasks")
+        self._busy_since = time.monotonic()
         try:
             fields, out_tables = self.handler(header, tables)
             if not isinstance(fields, dict) or not isinstance(out_tables, dict):
@@ -232,6 +234,8 @@ class Worker:
         except Exception as exc:
             self._count("errors")
             return self._error(header, exc, retryable=False)
+        finally:
+            self._busy_since = None
         self._count("results")
         return reply, payload, meta, mapping, shm_ref
 
@@ -272,8 +276,10 @@ class Worker:
 
     def _announce(self, sock, kind: Kind) -> None:
         curve = security.server_public_key(self.curve_keys_dir).decode() if self.curve_keys_dir else None
+        busy_since = self._busy_since
+        busy_s = time.monotonic() - busy_since if busy_since is not None else 0.0
         sock.send_multipart(control(kind, data=self.data_endpoint, slots=self.slots, curve=curve,
-                                    metrics=self.metrics(), **self.info))
+                                    metrics=self.metrics(), busy_s=round(busy_s, 3), **self.info))
 
     def _control(self, stop_event: _Either) -> None:
         pipe = self._context.socket(zmq.PAIR)

@@ -195,3 +195,22 @@ def test_size_caps_fail_fast_with_a_clear_error_instead_of_a_timeout(thread_clus
         with pytest.raises(RemoteTaskError, match="over the dealer's max_message_bytes=20000"):
             client.call({"batch": "big-result", "repeat": 4}, fh.batch(500))
         assert client.call({"batch": "small"}, fh.batch(10))[0]["batch"] == "small"
+
+
+def test_a_worker_stuck_in_its_handler_gets_no_new_batches(thread_cluster):
+    cluster = thread_cluster(workers=2, broker_kwargs=dict(stuck_after_s=0.2))
+    stuck_client = cluster.client()
+    results = {}
+    thread = threading.Thread(target=lambda: results.update(
+        slow=stuck_client.call({"batch": "slow", "sleep": 1.5}, fh.batch(2))))
+    thread.start()
+    assert wait_for(lambda: cluster.broker.metrics().get("stuck_workers") == 1)
+    stuck = next(w for w in cluster.workers if w.metrics()["tasks"] == 1)
+    with cluster.client() as client:
+        done = [h["batch"] for h, _ in client.map((({"batch": i}, fh.batch(2)) for i in range(8)), window=4)]
+    assert done == list(range(8))
+    assert stuck.metrics()["tasks"] == 1  # everything went to the healthy worker
+    thread.join(10)
+    stuck_client.close()
+    assert results["slow"][0]["batch"] == "slow"
+    assert wait_for(lambda: cluster.broker.metrics().get("stuck_workers") == 0)
