@@ -152,8 +152,6 @@ def test_product_worker_executable_serves_and_refuses_an_unknown_op(tmp_path):
 def test_worker_processes_survive_garbage_and_report_it_through_the_broker(cluster):
     import zmq
 
-    from sparkgnn.messenger.transport import connect
-
     c = cluster(1)
     worker = c.client().stats()["workers"][0]
     sock = zmq.Context.instance().socket(zmq.DEALER)

@@ -3,8 +3,6 @@ import io
 import os
 import threading
 
-import numpy as np
-import pyarrow as pa
 import pytest
 import zmq
 

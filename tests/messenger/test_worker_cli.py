@@ -2,7 +2,6 @@
 real one is the lead's sparkgnn.dl.handler)."""
 import pathlib
 import sys
-import threading
 import types
 
 import pytest
