@@ -26,6 +26,7 @@ from __future__ import annotations
 import itertools
 import time
 import uuid
+import weakref
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
@@ -90,6 +91,9 @@ class MessengerTransport:
         self._client = uuid.uuid4().hex[:12]
         self._pool = (shm.SegmentPool(self._client, max_free=2 * max(2, window))
                       if shm_payloads and shm.supported() else None)
+        # segments are files in /dev/shm: unlink them when the transport is collected or the
+        # interpreter exits without close() (a cached transport in a Spark Python worker)
+        self._finalizer = weakref.finalize(self, self._pool.close) if self._pool is not None else None
         self._shm_ok = True
         self.shm_min_bytes = shm_min_bytes  # below this, mapping a segment costs more than a copy
         self._host = shm.host_id()
@@ -152,8 +156,8 @@ class MessengerTransport:
             if sock is not None:
                 sock.close(0)
         self._data.clear()
-        if self._pool is not None:
-            self._pool.close()
+        if self._finalizer is not None:
+            self._finalizer()
 
     def __enter__(self):
         return self

@@ -112,11 +112,25 @@ def test_full_broker_queue_means_busy_back_pressure_and_bounded_memory(thread_cl
         c.close()
 
 
-def test_periodic_metrics_line(tmp_path):
+@pytest.fixture
+def fresh_context():
+    """Separate contexts (each CURVE server side needs its own ZAP handler); destroyed after."""
+    made = []
+
+    def make():
+        made.append(zmq.Context())
+        return made[-1]
+
+    yield make
+    for ctx in made:
+        ctx.destroy(linger=0)
+
+
+def test_periodic_metrics_line(tmp_path, fresh_context):
     stream = io.StringIO()
     stop = threading.Event()
     broker = Broker(f"ipc://{tmp_path}/f.ipc", f"ipc://{tmp_path}/b.ipc", heartbeat_s=HB,
-                    metrics_interval_s=0.05, metrics_stream=stream, context=zmq.Context())
+                    metrics_interval_s=0.05, metrics_stream=stream, context=fresh_context())
     thread = threading.Thread(target=broker.run, args=(stop,))
     thread.start()
     assert wait_for(lambda: stream.getvalue().count("\n") >= 2)
@@ -144,7 +158,7 @@ def test_non_loopback_binds_need_curve_keys():
     assert endpoints.is_loopback("tcp://[::1]:5") and not endpoints.is_loopback("tcp://*:5")
 
 
-def test_curve_without_the_server_key_gets_nothing_through_and_with_it_works(tmp_path):
+def test_curve_without_the_server_key_gets_nothing_through_and_with_it_works(tmp_path, fresh_context):
     zmq_auth = pytest.importorskip("zmq.auth")
     keys = tmp_path / "keys"
     keys.mkdir()
@@ -156,17 +170,17 @@ def test_curve_without_the_server_key_gets_nothing_through_and_with_it_works(tmp
 
     front, back = f"tcp://127.0.0.1:{free_tcp_port()}", f"tcp://127.0.0.1:{free_tcp_port()}"
     stop = threading.Event()
-    broker = Broker(front, back, heartbeat_s=HB, curve_keys_dir=str(keys), context=zmq.Context())
-    worker = Worker(back, fh.scale, heartbeat_s=HB, curve_keys_dir=str(keys), context=zmq.Context())
+    broker = Broker(front, back, heartbeat_s=HB, curve_keys_dir=str(keys), context=fresh_context())
+    worker = Worker(back, fh.scale, heartbeat_s=HB, curve_keys_dir=str(keys), context=fresh_context())
     threads = [threading.Thread(target=broker.run, args=(stop,)), threading.Thread(target=worker.run, args=(stop,))]
     [t.start() for t in threads]
     try:
         assert wait_for(lambda: broker.metrics().get("live_workers") == 1)
-        with MessengerTransport(front, timeout_s=0.3, retries=0, heartbeat_s=HB, context=zmq.Context()) as plain:
+        with MessengerTransport(front, timeout_s=0.3, retries=0, heartbeat_s=HB, context=fresh_context()) as plain:
             with pytest.raises(TransportError, match=front):
                 plain.call({"batch": "sneaky"}, fh.batch(2))
         key = server_public_key(str(keys))
-        with MessengerTransport(front, timeout_s=5, heartbeat_s=HB, curve_server_key=key, context=zmq.Context()) as good:
+        with MessengerTransport(front, timeout_s=5, heartbeat_s=HB, curve_server_key=key, context=fresh_context()) as good:
             header, out = good.call({"batch": "ok", "id_column": "id"}, fh.batch(3))
         assert header["batch"] == "ok" and out["out"].num_rows == 3
         assert worker.metrics()["tasks"] == 1  # the key-less client's task never arrived
