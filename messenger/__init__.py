@@ -7,6 +7,10 @@
     dispatch   the broker's socket-free bookkeeping (LRU slots, bounded queue, expiry)
     worker     worker loop (`serve`), generic `python -m sparkgnn.messenger.worker --handler m:f`
     local      LocalCluster: broker + N worker child processes (`local[N]`)
+    shm        same-host payload route through reused shared memory segments
+    verify     result checks shared by all transports (batch id, row ids)
+    endpoints, security, sockets, memory, watchdog, hashing: small helpers, one job each
+See README.md in this folder for the design, measured numbers and the API.
 """
 from sparkgnn.messenger.errors import RemoteTaskError, SecurityError, TransportError
 from sparkgnn.messenger.protocol import PROTOCOL_VERSION, Handler, Kind, ProtocolError, decode, encode
