@@ -7,21 +7,13 @@ import time
 import uuid
 
 import pytest
+
+from messenger_helpers import HB, wait_for  # noqa: F401  (re-exported for fixtures)
 import zmq
 
 import fixture_handlers
 
 HERE = pathlib.Path(__file__).resolve().parent
-HB = 0.05  # heartbeat for tests: expiry after 3 x 50 ms
-
-
-def wait_for(predicate, timeout=10.0, interval=0.01):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return False
 
 
 class ThreadCluster:

@@ -11,7 +11,7 @@ import time
 import pytest
 
 import fixture_handlers as fh
-from conftest import wait_for
+from messenger_helpers import wait_for
 from sparkgnn.messenger.errors import TransportError
 from sparkgnn.messenger.local import LocalCluster
 from sparkgnn.messenger.transport import InProcessTransport

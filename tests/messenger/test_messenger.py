@@ -7,7 +7,7 @@ import pytest
 import zmq
 
 import fixture_handlers as fh
-from conftest import HB, wait_for
+from messenger_helpers import HB, wait_for
 from sparkgnn.messenger import endpoints
 from sparkgnn.messenger.broker import Broker
 from sparkgnn.messenger.dealer import MessengerTransport

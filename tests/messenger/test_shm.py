@@ -133,7 +133,7 @@ def test_a_result_naming_a_segment_the_dealer_did_not_offer_is_rejected(thread_c
 
     import zmq
 
-    from conftest import wait_for
+    from messenger_helpers import wait_for
     from sparkgnn.messenger.errors import TransportError
     from sparkgnn.messenger.protocol import peek_header
 
@@ -165,7 +165,7 @@ def test_a_result_naming_a_segment_the_dealer_did_not_offer_is_rejected(thread_c
     thread = threading.Thread(target=fake_worker)
     thread.start()
     try:
-        with cluster.client(timeout_s=0.5, retries=0) as client:
+        with cluster.client(timeout_s=5.0, retries=0) as client:
             with pytest.raises(TransportError, match="did not offer"):
                 client.call({"batch": "forged"}, fh.batch(10))
             assert client.counts["bad_results"] == 1

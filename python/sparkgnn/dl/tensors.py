@@ -10,9 +10,23 @@ import torch
 from sparkgnn.arrowvec import to_fixed_list, to_numpy_matrix
 
 
+ALIGNMENT = 64
+
+
 def tensor(values: np.ndarray, device: str) -> torch.Tensor:
     """numpy -> torch on `device`. Arrow buffers are read-only; torch warns about that but the DL ops
-    never write into their inputs, so the view is safe and saves a copy."""
+    never write into their inputs, so the view is safe and saves a copy. Buffers that are not
+    64-byte aligned (e.g. read from a messenger payload) are copied: CPU kernels pick code paths by
+    alignment, and results must not depend on how the data arrived (in-process == messenger,
+    bit for bit)."""
+    if values.ctypes.data % ALIGNMENT:
+        values = np.array(values, copy=True)
+        if values.ctypes.data % ALIGNMENT:
+            buffer = np.empty(values.nbytes + ALIGNMENT, dtype=np.uint8)
+            start = (-buffer.ctypes.data) % ALIGNMENT
+            aligned = buffer[start:start + values.nbytes].view(values.dtype).reshape(values.shape)
+            aligned[...] = values
+            values = aligned
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         out = torch.from_numpy(values)

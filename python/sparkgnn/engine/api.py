@@ -7,6 +7,7 @@ import tempfile
 from sparkgnn.engine.executor import execute, finish
 from sparkgnn.engine.prepare import prepare
 from sparkgnn.engine.session import configure, default_parallelism
+from sparkgnn.engine.transports import workers_for
 from sparkgnn.errors import PlanError, SparkGNNError
 
 DEFAULT_MEMORY_PER_TASK = 2 * 2**30
@@ -44,12 +45,6 @@ def _work_dir(spark, out: str | None, work_dir: str | None) -> str:
     return os.path.join(tempfile.gettempdir(), f"sparkgnn-{spark.sparkContext.applicationId}")
 
 
-def _transport_spec(workers, model_store: str) -> dict:
-    from sparkgnn.engine.transports import spec_for
-
-    return spec_for(workers, model_store)
-
-
 def plan_for(spark, graph, model, strategy: str = "auto", partitions: int | None = None,
              work_dir: str | None = None, out: str | None = None, log=print):
     """Prepare the graph for a partition count and compile the plan (no inference yet)."""
@@ -70,11 +65,14 @@ def plan_for(spark, graph, model, strategy: str = "auto", partitions: int | None
 
 def infer(spark, graph, model, out: str | None = None, strategy: str = "auto", partitions: int | None = None,
           ids=None, workers="inprocess", explain: bool = False, work_dir: str | None = None, validate: bool = True,
-          log=print, return_report: bool = False):
+          log=print, return_report: bool = False, model_store: str | None = None):
     """Exact embeddings/predictions of `model` for every vertex of `graph` (or the ones in `ids`).
 
     Returns a DataFrame (id, h[, pred]) where h is the model's final output (float32 list) and pred its
     argmax when the model ends in a classifier. With `out`, the result is also written there as Parquet.
+    `workers`: where the layers run: "inprocess" (inside Spark's Python workers), "local[N]" (a
+    broker + N standalone PyTorch workers started for this job), "tcp://host:port" (a running
+    broker; its workers' --model-store must be `model_store`), or a started LocalCluster.
     """
     from sparkgnn.dl.model_store import register
 
@@ -89,16 +87,20 @@ def infer(spark, graph, model, out: str | None = None, strategy: str = "auto", p
     prepared, plan = plan_for(spark, graph, model, strategy, partitions, work_dir=root, log=log)
     if explain:
         log(plan.explain())
-    model_store = os.path.join(root, "models")
+    model_store = model_store or os.path.join(root, "models")
     fingerprint = register(model, model_store)
     needs_dst = [bool(info["needs_dst_in_message"]) for info in model.plan_info()]
-    final_df, report, meter, label, timers = execute(
-        spark, prepared, plan, fingerprint, graph, _transport_spec(workers, model_store),
-        with_pred=model.output == "logits", needs_dst=needs_dst, log=log,
-    )
-    if ids is not None:
-        final_df = final_df.join(_ids_frame(spark, ids), "id", "left_semi")
-    result = finish(spark, final_df, report, meter, label, out, log=log, timers=timers)
+    runners = workers_for(workers, model_store)
+    try:
+        final_df, report, meter, label, timers = execute(
+            spark, prepared, plan, fingerprint, graph, runners.spec,
+            with_pred=model.output == "logits", needs_dst=needs_dst, log=log,
+        )
+        if ids is not None:
+            final_df = final_df.join(_ids_frame(spark, ids), "id", "left_semi")
+        result = finish(spark, final_df, report, meter, label, out, log=log, timers=timers)
+    finally:
+        runners.close()
     return (result, report, plan) if return_report else result
 
 

@@ -1,12 +1,23 @@
-"""How a Spark task reaches the DL engine. A transport spec is plain data (it travels inside the
-Spark closure): {"kind": "inprocess", "model_store": DIR} runs the handler inside the Spark Python
-worker; the messenger plugs its own kinds into TRANSPORTS.
-One transport per spec per process (handlers hold loaded models)."""
+"""How a Spark task reaches the DL engine, and how infer(workers=...) sets that up.
+
+A transport spec is plain data (it travels inside the Spark closure):
+  {"kind": "inprocess", "model_store": DIR}      the handler runs inside Spark's Python worker
+  {"kind": "messenger", "endpoint": URL, ...}    a broker's front endpoint; standalone
+                                                 `sparkgnn-worker`s run the layers (Spark tasks
+                                                 then never import torch)
+One transport per spec per process: handlers hold loaded models, dealers hold sockets.
+"""
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import dataclass
 
 _CACHE: dict[str, object] = {}
+
+# A layer step of a big partition can take minutes; a dead worker is detected by the broker's
+# heartbeats (seconds), not by this timeout.
+DEFAULT_MESSENGER_OPTIONS = {"timeout_s": 900.0, "retries": 3}
 
 
 class InProcess:
@@ -21,7 +32,21 @@ class InProcess:
         return self.handler(header, tables)
 
 
-TRANSPORTS = {"inprocess": InProcess}
+class Messenger:
+    """A dealer to the broker at spec["endpoint"]; the partition is the affinity key so the broker
+    prefers the worker that served this partition before (per-partition caches stay warm)."""
+
+    def __init__(self, spec: dict):
+        from sparkgnn.messenger.transport import connect
+
+        self.transport = connect(spec["endpoint"], **{**DEFAULT_MESSENGER_OPTIONS, **spec.get("options", {})})
+
+    def call(self, header: dict, tables: dict):
+        header = dict(header, affinity=f"{header.get('model')}:{header.get('partition')}")
+        return self.transport.call(header, tables)
+
+
+TRANSPORTS = {"inprocess": InProcess, "messenger": Messenger}
 
 
 def get_transport(spec: dict):
@@ -35,11 +60,53 @@ def get_transport(spec: dict):
     return transport
 
 
-def spec_for(workers, model_store: str) -> dict:
-    """The transport spec for infer(workers=...): "inprocess" runs layers inside Spark's Python
-    workers; messenger kinds are registered by the messenger integration."""
-    if isinstance(workers, dict):
-        return workers
-    if workers in (None, "inprocess"):
-        return {"kind": "inprocess", "model_store": model_store}
-    raise ValueError(f"unknown workers spec {workers!r}; use 'inprocess'")
+@dataclass
+class Workers:
+    """What infer() runs the layers on: a transport spec plus, for local[N], the cluster it owns."""
+    spec: dict
+    cluster: object = None
+
+    def close(self) -> None:
+        if self.cluster is not None:
+            self.cluster.stop()
+
+
+def _inprocess(workers, model_store: str) -> Workers:
+    return Workers({"kind": "inprocess", "model_store": model_store})
+
+
+def _local(workers: str, model_store: str) -> Workers:
+    from sparkgnn.messenger.local import LocalCluster
+
+    count = int(re.fullmatch(r"local\[(\d+)\]", workers).group(1))
+    if count < 1:
+        raise ValueError(f"workers={workers!r}: need at least one worker")
+    cluster = LocalCluster(count, model_store=model_store, threads=1).start()
+    return Workers({"kind": "messenger", "endpoint": cluster.front}, cluster)
+
+
+def _endpoint(workers: str, model_store: str) -> Workers:
+    return Workers({"kind": "messenger", "endpoint": workers})
+
+
+def _cluster(cluster, model_store: str) -> Workers:
+    """A LocalCluster the caller started (and stops): its workers must serve `model_store`."""
+    return Workers({"kind": "messenger", "endpoint": cluster.front})
+
+
+WORKER_SPECS = [
+    (lambda w: w in (None, "inprocess"), _inprocess),
+    (lambda w: isinstance(w, str) and re.fullmatch(r"local\[\d+\]", w) is not None, _local),
+    (lambda w: isinstance(w, str) and re.match(r"(tcp|ipc|inproc)://", w) is not None, _endpoint),
+    (lambda w: hasattr(w, "front") and hasattr(w, "stop"), _cluster),
+]
+
+
+def workers_for(workers, model_store: str) -> Workers:
+    """infer(workers=...): "inprocess" (default), "local[N]" (starts a broker + N sparkgnn-worker
+    processes, stopped when the job ends), "tcp://host:port" / "ipc://path" (a running broker whose
+    workers load models from the same model store), or a started LocalCluster."""
+    for matches, build in WORKER_SPECS:
+        if matches(workers):
+            return build(workers, model_store)
+    raise ValueError(f"unknown workers spec {workers!r}; use 'inprocess', 'local[N]', 'tcp://host:port' or 'ipc://path'")

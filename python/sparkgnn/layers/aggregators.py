@@ -95,6 +95,14 @@ class Aggregator:
     def merge(self, states: Tensor, index: Tensor, num: int) -> Tensor:
         raise NotImplementedError
 
+    # True when the state follows from per-destination message sums and edge counts (sum, mean):
+    # an executor may then aggregate with a sparse matrix product instead of materialising one
+    # message row per edge, and build the state with partial_from_sums.
+    from_sums: bool = False
+
+    def partial_from_sums(self, sums: Tensor, counts: Tensor) -> Tensor:
+        raise NotImplementedError(f"{type(self).__name__} state does not follow from sums and counts")
+
     def finalize(self, state: Tensor) -> Tensor:
         raise NotImplementedError
 
@@ -145,6 +153,11 @@ class SumAggregator(_Additive):
     def _parts(self, m):
         return [m]
 
+    from_sums = True
+
+    def partial_from_sums(self, sums, counts):
+        return _f32(sums)
+
     def finalize(self, state):
         return state
 
@@ -159,6 +172,11 @@ class MeanAggregator(_Additive):
 
     def _parts(self, m):
         return [m, _ones_col(m)]
+
+    from_sums = True
+
+    def partial_from_sums(self, sums, counts):
+        return torch.cat([_f32(sums), _f32(counts).unsqueeze(-1)], dim=1)
 
     def finalize(self, state):
         return _mean_of(state[:, :-1], state[:, -1:])

@@ -122,6 +122,12 @@ class MergeableConv(torch.nn.Module):
     def update(self, h_dst: Tensor, agg: Tensor, stats: dict, pre_transform: bool) -> Tensor:
         raise NotImplementedError
 
+    def message_scale(self, weight_e: Optional[Tensor], pre_transform: bool):
+        """(True, scale) when message(src_e, ...) == scale[:, None] * src_e (scale None meaning 1)
+        for this layer, i.e. the message needs neither the destination nor a non-linearity; then an
+        executor may aggregate with a sparse matrix product. (False, None) otherwise."""
+        return False, None
+
     # -- reference single-process execution of the contract --------------------------------
     def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor] = None,
                 parts: int = 1, seed: int = 0, pre_transform: bool = False) -> Tensor:

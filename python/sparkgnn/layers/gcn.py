@@ -64,6 +64,11 @@ class GCNLayer(MergeableConv):
             return src_e
         return src_e * weight_e.to(src_e.dtype).unsqueeze(-1)
 
+    def message_scale(self, weight_e, pre_transform):
+        if weight_e is None or not self.uses_edge_weight:
+            return True, None
+        return True, weight_e.to(torch.float32)
+
     def update(self, h_dst, agg, stats, pre_transform):
         if self.normalize:
             agg = agg * self._deg_inv_sqrt(stats).unsqueeze(-1)

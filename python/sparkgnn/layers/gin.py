@@ -44,6 +44,9 @@ class GINLayer(MergeableConv):
     def message(self, src_e, dst_e, weight_e, pre_transform):
         return src_e
 
+    def message_scale(self, weight_e, pre_transform):
+        return True, None
+
     def update(self, h_dst, agg, stats, pre_transform):
         if self._pre(pre_transform):
             lin = self.nn.first_linear()

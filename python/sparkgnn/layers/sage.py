@@ -67,6 +67,9 @@ class SAGELayer(MergeableConv):
             return torch.cat([logit, src_e], dim=1)
         return src_e
 
+    def message_scale(self, weight_e, pre_transform):
+        return (self.aggr != "softmax"), None
+
     def update(self, h_dst, agg, stats, pre_transform):
         if self._pre(pre_transform):
             out = agg + self.bias_l if self.bias_l is not None else agg
