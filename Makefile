@@ -33,6 +33,7 @@ demo: venv
 	$(PY) examples/train_cora_sage.py --graph $(DEMO_DATA)/cora --model-out $(DEMO_DATA)/models/cora_sage
 	$(VENV)/bin/spark-submit --master 'local[2]' --driver-memory 2g \
 		--conf spark.ui.showConsoleProgress=false --conf spark.driver.host=127.0.0.1 --conf spark.ui.enabled=false \
+		--conf spark.shuffle.compress=false \
 		--driver-java-options -Dlog4j.configurationFile=spark_jobs/log4j2.properties \
 		spark_jobs/batch_inference.py --graph $(DEMO_DATA)/cora --model $(DEMO_DATA)/models/cora_sage \
 		--out $(DEMO_DATA)/out/cora_pred --work-dir $(DEMO_DATA)/work --explain

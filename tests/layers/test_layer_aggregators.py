@@ -1,7 +1,6 @@
 """Aggregator properties: single-shot result equals PyG's aggregation modules, and merging
 partial states is associative and commutative for ANY split of the edges, any merge order and
 grouping (the exactness property the distributed executor relies on)."""
-import importlib
 import math
 import random
 
@@ -12,7 +11,7 @@ from torch_geometric.utils import softmax as pyg_softmax
 
 from sparkgnn.layers.aggregators import AGGREGATORS, get_aggregator
 
-graphs = importlib.import_module("_sparkgnn_test_graphs")
+import torch_test_graphs as graphs  # noqa: E402
 rel_err = graphs.rel_err
 TOL = 1e-5
 

@@ -1,7 +1,6 @@
 """Each supported conv, converted from PyG, equals the PyG conv's eval forward when its
 aggregation is split over 1, 2 or 7 random partitions and merged, in both payload modes
 (raw and transform-then-propagate), on the corner-case synthetic graph and on Cora."""
-import importlib
 
 import pytest
 import torch
@@ -11,24 +10,13 @@ import torch_geometric.nn.aggr as A
 from sparkgnn.layers import MergeableConv, propagate
 from sparkgnn.models import Model
 
-graphs = importlib.import_module("_sparkgnn_test_graphs")
+import torch_test_graphs as graphs  # noqa: E402
 rel_err = graphs.rel_err
 TOL = 1e-5
 PARTS = (1, 2, 7)
 
 
-def _randomize(module, seed=0):
-    """Non-trivial values everywhere (biases, BatchNorm statistics, attention vectors, eps)."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in list(module.named_parameters()) + list(module.named_buffers()):
-            if not p.is_floating_point():
-                continue
-            if name.endswith("running_var"):
-                p.copy_(torch.rand(p.shape, generator=g) + 0.5)
-            else:
-                p.copy_(torch.randn(p.shape, generator=g) * (0.3 if p.dim() > 1 else 0.5))
-    return module.eval()
+_randomize = graphs.randomize
 
 
 def _powermean():

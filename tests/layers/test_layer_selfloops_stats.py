@@ -1,6 +1,5 @@
 """Self-loop policies and node statistics against PyG's own utilities, on graphs with existing,
 duplicated and missing self loops."""
-import importlib
 
 import pytest
 import torch
@@ -9,7 +8,7 @@ from torch_geometric.utils import add_remaining_self_loops, add_self_loops, remo
 from sparkgnn.layers.selfloops import SELF_LOOP_POLICIES, apply_self_loops
 from sparkgnn.layers.stats import STATS
 
-graphs = importlib.import_module("_sparkgnn_test_graphs")
+import torch_test_graphs as graphs  # noqa: E402
 
 
 def _as_multiset(src, dst, w=None):

@@ -1,7 +1,6 @@
 """Whole models: Model.from_pyg(m).forward(x, edge_index, parts=p) equals m.eval()(x, edge_index)
 for p in {1, 2, 7}, for 2- and 3-layer BasicGNNs and Sequential stacks of every supported layer,
 on the corner-case synthetic graph and on Cora."""
-import importlib
 
 import pytest
 import torch
@@ -10,24 +9,14 @@ import torch_geometric.nn.aggr as A
 
 from sparkgnn.models import Model
 
-graphs = importlib.import_module("_sparkgnn_test_graphs")
+import torch_test_graphs as graphs  # noqa: E402
 rel_err = graphs.rel_err
 TOL = 1e-5
 PARTS = (1, 2, 7)
 NUM_CLASSES = 7
 
 
-def randomize(module, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in list(module.named_parameters()) + list(module.named_buffers()):
-            if not p.is_floating_point():
-                continue
-            if name.endswith("running_var"):
-                p.copy_(torch.rand(p.shape, generator=g) + 0.5)
-            else:
-                p.copy_(torch.randn(p.shape, generator=g) * (0.3 if p.dim() > 1 else 0.5))
-    return module.eval()
+randomize = graphs.randomize
 
 
 def basic(name, layers, f):

@@ -128,14 +128,19 @@ def _layer(ctx: StepContext):
     return layer, ctx.model.conv(layer), bool(ctx.header.get("pre_transform", False))
 
 
-def aggregate_edges(ctx: StepContext) -> tuple[torch.Tensor, torch.Tensor]:
-    from sparkgnn.layers.selfloops import apply_self_loops
-
+def _layer_inputs(ctx: StepContext):
+    """The conv finishing in this step, its mode, the own vertices' h^(l-1) (checked) and stats."""
     layer, conv, pre = _layer(ctx)
     h = _own_h(ctx)
     if h.shape[1] != conv.in_dim:
         raise StepError(f"layer {layer} expects {conv.in_dim}-wide inputs, own.h is {h.shape[1]} wide")
-    stats = ctx.required_stats(conv)
+    return layer, conv, pre, h, ctx.required_stats(conv)
+
+
+def aggregate_edges(ctx: StepContext) -> tuple[torch.Tensor, torch.Tensor]:
+    from sparkgnn.layers.selfloops import apply_self_loops
+
+    layer, conv, pre, h, stats = _layer_inputs(ctx)
     n_own = h.shape[0]
     mirror = matrix(ctx.table("mirror"), "p", ctx.device, conv.src_width(pre)) if "mirror" in ctx.tables else None
     src_all = conv.prepare_src(h, stats, pre)
@@ -153,11 +158,7 @@ def aggregate_edges(ctx: StepContext) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def aggregate_states(ctx: StepContext) -> tuple[torch.Tensor, torch.Tensor]:
-    layer, conv, pre = _layer(ctx)
-    h = _own_h(ctx)
-    if h.shape[1] != conv.in_dim:
-        raise StepError(f"layer {layer} expects {conv.in_dim}-wide inputs, own.h is {h.shape[1]} wide")
-    stats = ctx.required_stats(conv)
+    layer, conv, pre, h, stats = _layer_inputs(ctx)
     n_own = h.shape[0]
     states_table = ctx.table("states")
     states = matrix(states_table, "s", ctx.device, conv.state_width(pre))

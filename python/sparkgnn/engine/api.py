@@ -6,12 +6,9 @@ import tempfile
 
 from sparkgnn.engine.executor import execute, finish
 from sparkgnn.engine.prepare import prepare
-from sparkgnn.engine.session import configure, default_parallelism
+from sparkgnn.engine.session import configure, default_parallelism, memory_per_task
 from sparkgnn.engine.transports import workers_for
 from sparkgnn.errors import PlanError, SparkGNNError
-
-DEFAULT_MEMORY_PER_TASK = 2 * 2**30
-
 
 def coerce_graph(spark, graph):
     """A Graph, a graph directory, or anything GraphFrame-shaped (.vertices/.edges)."""
@@ -53,13 +50,14 @@ def plan_for(spark, graph, model, strategy: str = "auto", partitions: int | None
     layers = model.plan_info()
     stats = graph.stats()
     cores = default_parallelism(spark)
+    task_memory = memory_per_task(spark)
     num_partitions = planner.choose_partitions(
-        layers, stats["num_vertices"], stats["num_edges"], graph.feature_dim, cores, DEFAULT_MEMORY_PER_TASK, requested=partitions,
+        layers, stats["num_vertices"], stats["num_edges"], graph.feature_dim, cores, task_memory, requested=partitions,
     )
     prepared = prepare(spark, graph, num_partitions, _work_dir(spark, out, work_dir), log=log)
     graph_stats = dict(prepared.stats, feature_dim=graph.feature_dim)
     task = {"strategy": strategy, "partitions": num_partitions, "cores": cores,
-            "memory_per_task_bytes": DEFAULT_MEMORY_PER_TASK, "ids": None, "fuse": True}
+            "memory_per_task_bytes": task_memory, "ids": None, "fuse": True}
     return prepared, planner.compile(layers, graph_stats, task)
 
 

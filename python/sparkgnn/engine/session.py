@@ -26,6 +26,9 @@ LOCAL_CONF = {
     "spark.driver.memory": "4g",
     "spark.python.worker.reuse": "true",
     "spark.sql.execution.arrow.maxRecordsPerBatch": "20000",
+    # Rows are mostly packed float32 vectors, which lz4 barely shrinks; on one machine compressing
+    # them only costs CPU (measured: a 200K/2M/128 replicate layer 5.4 s -> 2.9 s without it).
+    "spark.shuffle.compress": "false",
 }
 
 
@@ -57,3 +60,24 @@ def configure(spark) -> None:
 def default_parallelism(spark) -> int:
     """Total cores of the cluster as Spark reports them."""
     return int(spark.sparkContext.defaultParallelism)
+
+
+def _bytes(text: str) -> int:
+    units = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+    text = text.strip().lower().rstrip("b")
+    return int(float(text[:-1]) * units[text[-1]]) if text[-1] in units else int(text) * 2**20
+
+
+def memory_per_task(spark) -> int:
+    """Memory a Python task may use. With spark.executor.pyspark.memory set, Spark caps every Python
+    worker at that amount divided by spark.executor.cores (RLIMIT_AS), so that is the budget; else
+    half of this machine's memory divided among the cores (local mode: Python workers live outside
+    the JVM heap)."""
+    cores = max(default_parallelism(spark), 1)
+    conf = spark.sparkContext.getConf()
+    configured = conf.get("spark.executor.pyspark.memory", None)
+    if configured:
+        return max(_bytes(configured) // max(int(conf.get("spark.executor.cores", "1")), 1), 1)
+    import psutil
+
+    return int(psutil.virtual_memory().total * 0.5 / cores)
