@@ -22,7 +22,9 @@ Tables in (all row orders are the owner's local order, decided by the graph engi
   states: s (vector), seg (local own)                          [aggregate=states]
   out_edges: src (local own), dst (local in [own | foreign]), weight  [emit=partials]
   foreign_dst: d (vector) destination payloads of foreign dsts [emit=partials, attention layers]
-Tables out: own: h (+ pred), src: p, partials: row, s, dst: d.
+Tables out: own: h (+ pred), src: p, partials: row, s, dst: d; with header with_state, also
+  state: s, each own vertex's merged aggregation state of layer l (what a PE store keeps so a node
+  can later be recomputed from its state plus only its changed in-edges).
 """
 from __future__ import annotations
 
@@ -153,8 +155,8 @@ def aggregate_edges(ctx: StepContext) -> tuple[torch.Tensor, torch.Tensor]:
     _check_range("edges.src", src, src_all.shape[0])
     _check_range("edges.dst", dst, n_own)
     src, dst, weight = apply_self_loops(src, dst, _edge_weight(edges, conv, ctx.device), n_own, conv.self_loops)
-    aggregated = conv.aggregator.finalize(local_partial(conv, src_all, dst_pay, src, dst, weight, n_own, pre))
-    return ctx.model.post(layer, conv.update(h, aggregated, stats, pre)), h
+    state = local_partial(conv, src_all, dst_pay, src, dst, weight, n_own, pre)  # all in-edges are here: the full state
+    return ctx.model.post(layer, conv.update(h, conv.aggregator.finalize(state), stats, pre)), state
 
 
 def aggregate_states(ctx: StepContext) -> tuple[torch.Tensor, torch.Tensor]:
@@ -165,8 +167,7 @@ def aggregate_states(ctx: StepContext) -> tuple[torch.Tensor, torch.Tensor]:
     seg = index(states_table, "seg", ctx.device)
     _check_range("states.seg", seg, n_own)
     merged = conv.aggregator.merge(states, seg, n_own)
-    aggregated = conv.aggregator.finalize(merged)
-    return ctx.model.post(layer, conv.update(h, aggregated, stats, pre)), h
+    return ctx.model.post(layer, conv.update(h, conv.aggregator.finalize(merged), stats, pre)), merged
 
 
 def _check_range(name: str, values: torch.Tensor, bound: int) -> None:
@@ -260,5 +261,8 @@ def run_step(model, header: dict, tables: dict, device: str = "cpu") -> dict:
     if "own" not in tables:
         raise StepError("every step needs the 'own' table (the partition's vertices)")
     with torch.inference_mode():
-        h, _ = AGGREGATE_STAGES[aggregate](ctx)
-        return EMIT_STAGES[emit](ctx, h)
+        h, state = AGGREGATE_STAGES[aggregate](ctx)
+        result = EMIT_STAGES[emit](ctx, h)
+        if header.get("with_state") and state is not None:
+            result["state"] = pa.table({"s": fixed_list(state)})  # the node's merged state (PE store)
+        return result

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from sparkgnn.engine.metrics import ShuffleMeter
 from sparkgnn.engine.routing import (
+    PE_STATE,
     OUTPUT_PRED_SCHEMA_DDL,
     OUTPUT_SCHEMA_DDL,
     ROW_SCHEMA_DDL,
@@ -38,16 +39,14 @@ class StepReport:
 class RunReport:
     steps: list = field(default_factory=list)
 
-    def layer_seconds(self) -> list[float]:
-        """Seconds per layer: a layer's steps are the ones whose label names it."""
-        return [s.seconds for s in self.steps]
 
-
-def _initial_rows(graph, keys, partitions: int):
+def _initial_rows(vertices, keys, partitions: int, column: str = "x"):
+    """Own rows of every vertex, routed to its owner: x for a fresh run, or a stored h^(l) (PE store)
+    to resume from layer l."""
     part = partition_expr("id", partitions)
-    return graph.vertices.selectExpr(
+    return vertices.selectExpr(
         f"{key_expr(keys, part)} as k", f"cast({part} as int) as pt", "0 as kind", "cast(id as long) as id",
-        "cast(-1 as long) as aux", "cast(1.0 as float) as w", "x",
+        "cast(-1 as long) as aux", "cast(1.0 as float) as w", f"{column} as x",
     )
 
 
@@ -70,18 +69,23 @@ def _wire(spark, step, rows, prepared, keys, partitions: int):
 
 
 def execute(spark, prepared, plan, model_fingerprint: str, graph, transport: dict, with_pred: bool,
-            needs_dst: list[bool], log=print):
-    """Run all steps; returns (final DataFrame (id, h[, pred]) not yet materialised, RunReport)."""
+            needs_dst: list[bool], log=print, on_layer=None, resume=None):
+    """Run all steps; returns (final DataFrame (id, h[, pred]) not yet materialised, RunReport, ...).
+
+    With `on_layer(l, rows)` (PE precomputation) every step that completes conv l-1 hands its
+    materialised rows (own rows with h^(l) and state rows) to the callback, including the last, and
+    no output DataFrame is returned. `resume=(l, DataFrame(id, h))` starts from a stored h^(l)."""
     partitions = plan.partitions
     keys = partition_keys(spark, partitions)
     strategies = [layer.strategy for layer in plan.layers]
     pre = [layer.pre_transform for layer in plan.layers]
-    steps = schedule(strategies, needs_dst)
+    start_layer = resume[0] if resume else 0
+    steps = schedule(strategies, needs_dst, start_layer, final="final" if on_layer is None else "own_only")
     num_layers = len(plan.layers)
     meter = ShuffleMeter(spark)
     report = RunReport()
-    rows = _initial_rows(graph, keys, partitions)
-    final_df = None
+    rows = _initial_rows(resume[1], keys, partitions, "h") if resume else _initial_rows(graph.vertices, keys, partitions)
+    final_df = final_timers = None
     for index, step in enumerate(steps):
         last = index == len(steps) - 1
         cfg = StepConfig(
@@ -89,13 +93,13 @@ def execute(spark, prepared, plan, model_fingerprint: str, graph, transport: dic
             layer=step.layer, num_layers=num_layers, inputs=step.inputs, outputs=step.outputs,
             pre_transform=pre[step.layer] if step.layer >= 0 else False,
             next_pre_transform=pre[step.layer + 1] if step.layer + 1 < num_layers else False,
-            transport=transport, with_pred=with_pred,
+            transport=transport, with_pred=with_pred, with_state=on_layer is not None,
         )
-        schema = (OUTPUT_PRED_SCHEMA_DDL if with_pred else OUTPUT_SCHEMA_DDL) if last else ROW_SCHEMA_DDL
+        schema = (OUTPUT_PRED_SCHEMA_DDL if with_pred else OUTPUT_SCHEMA_DDL) if step.outputs == "final" else ROW_SCHEMA_DDL
         timers = {name: spark.sparkContext.accumulator(0.0) for name in TIMERS}
         out = _wire(spark, step, rows, prepared, keys, partitions).mapInArrow(
             functools.partial(run_partition, cfg, timers=timers), schema)
-        if last:
+        if last and on_layer is None:
             final_df = out
             final_timers = timers
             break
@@ -106,6 +110,9 @@ def execute(spark, prepared, plan, model_fingerprint: str, graph, transport: dic
         shuffle = meter.delta()
         report.steps.append(StepReport(step.label, seconds, shuffle, _read(timers)))
         log(_progress(report.steps[-1]))
+        if on_layer is not None and step.layer >= 0 and step.inputs != "given":
+            on_layer(step.layer + 1, rows)
+            rows = rows.where(f"kind != {PE_STATE}")
     return final_df, report, meter, steps[-1].label, final_timers
 
 

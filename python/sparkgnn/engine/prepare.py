@@ -109,9 +109,8 @@ def _graph_stats(spark, path: str, edges, partitions: int) -> dict:
     read = lambda name: read_layout(spark, path, name)  # noqa: E731
     per_part = edges.groupBy("pd").count().collect()
     cross = edges.where("ps != pd")
-    first_vertex = read("vertices").selectExpr("count(*)").collect()[0][0]
     return {
-        "num_vertices": int(first_vertex),
+        "num_vertices": int(read("vertices").count()),
         "num_edges": int(sum(r[1] for r in per_part)),
         "partitions": partitions,
         "mirror_rows": int(read("out_targets").count()),

@@ -8,14 +8,12 @@ Adaptive coalescing must be off (engine.session.REQUIRED_CONF) so shuffle partit
 """
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 import pyarrow as pa
 
 # Kinds of routed rows (column `kind`).
 OWN, SRC, STATE, DST, EDGE = 0, 1, 2, 3, 4
-KIND_NAMES = {OWN: "own", SRC: "src", STATE: "state", DST: "dst", EDGE: "edge"}
+PE_STATE = 5  # a vertex's merged aggregation state, kept for the PE store (never routed onwards)
 
 ROW_SCHEMA_DDL = "k long, pt int, kind int, id long, aux long, w float, v binary"
 ROW_SCHEMA = pa.schema(
@@ -33,26 +31,25 @@ def partition_expr(column: str, partitions: int) -> str:
     return PARTITION_EXPR.format(col=column, n=int(partitions))
 
 
-@functools.lru_cache(maxsize=64)
-def _keys_cached(app_id: str, partitions: int, spark_ref) -> tuple:
-    spark = spark_ref()
-    rows = (
-        spark.range(0, 64 * partitions + 1024)
-        .selectExpr("id", f"{partition_expr('id', partitions)} as p")
-        .groupBy("p").min("id").collect()
-    )
-    keys = dict((int(r[0]), int(r[1])) for r in rows)
-    missing = [p for p in range(partitions) if p not in keys]
-    if missing:
-        raise RuntimeError(f"no representative routing key found for partitions {missing[:5]}")
-    return tuple(keys[p] for p in range(partitions))
+_KEYS: dict[tuple, np.ndarray] = {}
 
 
 def partition_keys(spark, partitions: int) -> np.ndarray:
-    """Representative key per partition: key[p] hashes into partition p."""
-    import weakref
-
-    return np.array(_keys_cached(spark.sparkContext.applicationId, int(partitions), weakref.ref(spark)), dtype=np.int64)
+    """Representative key per partition: key[p] hashes into partition p. Asked of Spark itself (its
+    hash is the ground truth), once per application and partition count."""
+    cache_key = (spark.sparkContext.applicationId, int(partitions))
+    if cache_key not in _KEYS:
+        rows = (
+            spark.range(0, 64 * partitions + 1024)
+            .selectExpr("id", f"{partition_expr('id', partitions)} as p")
+            .groupBy("p").min("id").collect()
+        )
+        keys = {int(r[0]): int(r[1]) for r in rows}
+        missing = [p for p in range(partitions) if p not in keys]
+        if missing:
+            raise RuntimeError(f"no representative routing key found for partitions {missing[:5]}")
+        _KEYS[cache_key] = np.array([keys[p] for p in range(partitions)], dtype=np.int64)
+    return _KEYS[cache_key]
 
 
 def route(df, partitions: int):

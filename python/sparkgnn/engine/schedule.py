@@ -23,7 +23,10 @@ class Step:
     label: str          # what the progress line and the Spark UI say
 
 
-def schedule(strategies: list[str], needs_dst: list[bool]) -> list[Step]:
+def schedule(strategies: list[str], needs_dst: list[bool], start_layer: int = 0, final: str = "final") -> list[Step]:
+    """Steps for convs start_layer..k-1. start_layer > 0 resumes from stored h^(start_layer) (PE
+    store); `final` is what the last step emits ("final": output rows, "own_only": routed own rows
+    for a PE store)."""
     num_layers = len(strategies)
     if num_layers == 0:
         raise ValueError("a model needs at least one layer")
@@ -40,12 +43,18 @@ def schedule(strategies: list[str], needs_dst: list[bool]) -> list[Step]:
         else:
             steps.append(Step(from_layer, inputs, EMIT_FOR[strategy], label))
 
-    emit_towards(0, -1, "first", f"scan + scatter for layer 1/{num_layers}: {strategies[0]}")
-    for layer in range(num_layers):
+    if not 0 <= start_layer < num_layers:
+        raise ValueError(f"start layer {start_layer} outside a {num_layers}-layer model")
+    if start_layer:
+        emit_towards(start_layer, start_layer - 1, "resume",
+                     f"load h^{start_layer} + scatter for layer {start_layer + 1}/{num_layers}: {strategies[start_layer]}")
+    else:
+        emit_towards(0, -1, "first", f"scan + scatter for layer 1/{num_layers}: {strategies[0]}")
+    for layer in range(start_layer, num_layers):
         label = f"layer {layer + 1}/{num_layers}: {strategies[layer]}"
         inputs = INPUT_FOR[strategies[layer]]
         if layer + 1 < num_layers:
             emit_towards(layer + 1, layer, inputs, label)
         else:
-            steps.append(Step(layer, inputs, "final", label))
+            steps.append(Step(layer, inputs, final, label))
     return steps

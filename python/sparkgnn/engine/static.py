@@ -20,10 +20,9 @@ STAT_COLUMNS = ("gcn_degree",)
 
 
 def _read_part(prep_dir: str, table: str, part: int, columns: list[str]) -> pa.Table:
+    """One partition's slice of a layout; a partition with no rows has no directory (Spark writes none)."""
     path = os.path.join(prep_dir, table, f"part={part}")
-    if not os.path.isdir(path):
-        return pa.table({c: pa.array([], pa.float32() if c in ("w",) + STAT_COLUMNS else pa.int64()) for c in columns})
-    files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".parquet"))
+    files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".parquet")) if os.path.isdir(path) else []
     if not files:
         return pa.table({c: pa.array([], pa.float32() if c in ("w",) + STAT_COLUMNS else pa.int64()) for c in columns})
     return pa.concat_tables([pq.read_table(f, columns=columns) for f in files])

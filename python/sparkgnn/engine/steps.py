@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 
 from sparkgnn.arrowvec import pack_binary, to_fixed_list, to_list, to_numpy_matrix
 from sparkgnn.engine import static
-from sparkgnn.engine.routing import DST, EDGE, KIND_NAMES, OWN, SRC, STATE, make_rows, split_batches
+from sparkgnn.engine.routing import DST, EDGE, OWN, PE_STATE, SRC, STATE, make_rows, split_batches
 from sparkgnn.errors import SparkGNNError
 
 
@@ -42,6 +42,7 @@ class StepConfig:
     next_pre_transform: bool = False
     transport: dict = field(default_factory=dict)
     with_pred: bool = False
+    with_state: bool = False        # also emit each own vertex's merged state (PE store)
 
     @property
     def dl_aggregate(self) -> str:
@@ -148,12 +149,13 @@ def inputs_given(cfg, rows, part):
 
 INPUTS = {
     "first": inputs_first,
+    "resume": inputs_first,
     "edges_static": inputs_edges_static,
     "edges_rows": inputs_edges_rows,
     "states": inputs_states,
     "given": inputs_given,
 }
-INPUT_STAGE = {"first": "none", "edges_static": "edges", "edges_rows": "edges", "states": "states", "given": "given"}
+INPUT_STAGE = {"first": "none", "resume": "given", "edges_static": "edges", "edges_rows": "edges", "states": "states", "given": "given"}
 
 
 # ---- outputs: DL tables -> routed rows ------------------------------------------------------------
@@ -201,13 +203,16 @@ def outputs_partials(cfg, result, part, header):
     out = static.out_edges(cfg.prep_dir, part)
     partials = result["partials"]
     row = partials.column("row").to_numpy()
+    if not len(row):
+        return
     n_own = len(owned.ids)
     is_own = row < n_own
-    foreign = np.where(is_own, 0, row - n_own)
-    ids = np.where(is_own, owned.ids[np.minimum(row, max(n_own - 1, 0))] if n_own else 0, out.foreign_ids[foreign] if len(out.foreign_ids) else 0)
-    pts = np.where(is_own, part, out.foreign_part[foreign] if len(out.foreign_part) else part)
-    if len(row):
-        yield make_rows(np.asarray(cfg.keys), pts, STATE, ids, pack_binary(to_numpy_matrix(partials.column("s"))))
+    foreign = row[~is_own] - n_own
+    ids = np.empty(len(row), dtype=np.int64)
+    pts = np.empty(len(row), dtype=np.int32)
+    ids[is_own], pts[is_own] = owned.ids[row[is_own]], part
+    ids[~is_own], pts[~is_own] = out.foreign_ids[foreign], out.foreign_part[foreign]
+    yield make_rows(np.asarray(cfg.keys), pts, STATE, ids, pack_binary(to_numpy_matrix(partials.column("s"))))
 
 
 def outputs_dst_payloads(cfg, result, part, header):
@@ -220,14 +225,20 @@ def outputs_dst_payloads(cfg, result, part, header):
     yield make_rows(np.asarray(cfg.keys), targets.part, DST, owned.ids[targets.local], pack_binary(payload[targets.local]))
 
 
+def outputs_own_only(cfg, result, part, header):
+    """Last step of a PE precomputation: h^(k) as routed own rows (no output schema, no routing)."""
+    yield _own_rows(cfg, result, static.owned(cfg.prep_dir, part), part)
+
+
 OUTPUTS = {
     "final": outputs_final,
+    "own_only": outputs_own_only,
     "mirrors": outputs_mirrors,
     "edge_payloads": outputs_edge_payloads,
     "partials": outputs_partials,
     "dst_payloads": outputs_dst_payloads,
 }
-OUTPUT_STAGE = {"final": "none", "mirrors": "src", "edge_payloads": "src", "partials": "partials", "dst_payloads": "dst"}
+OUTPUT_STAGE = {"final": "none", "own_only": "none", "mirrors": "src", "edge_payloads": "src", "partials": "partials", "dst_payloads": "dst"}
 
 
 # ---- the mapInArrow function ----------------------------------------------------------------------
@@ -264,25 +275,23 @@ def run_partition(cfg: StepConfig, batches, timers: dict | None = None):
         header = {
             "op": "layer_step", "model": cfg.model, "layer": cfg.layer, "partition": part,
             "aggregate": cfg.dl_aggregate, "emit": cfg.dl_emit, "pre_transform": cfg.pre_transform,
-            "next_pre_transform": cfg.next_pre_transform,
+            "next_pre_transform": cfg.next_pre_transform, "with_state": cfg.with_state,
             "num_foreign": len(static.out_edges(cfg.prep_dir, part).foreign_ids) if cfg.dl_emit == "partials" else 0,
         }
         spent["collect_s"] = time.perf_counter() - clock
         clock = time.perf_counter()
         _, result = get_transport(cfg.transport).call(header, tables)
         spent["dl_s"] = time.perf_counter() - clock
-    except SparkGNNError as exc:
-        raise StepFailed(f"layer step {cfg.layer + 1}/{cfg.num_layers} ({cfg.inputs} -> {cfg.outputs}) failed in partition {part}: {exc}") from exc
-    except ValueError as exc:
+    except (SparkGNNError, ValueError) as exc:
         raise StepFailed(f"layer step {cfg.layer + 1}/{cfg.num_layers} ({cfg.inputs} -> {cfg.outputs}) failed in partition {part}: {exc}") from exc
     clock = time.perf_counter()
     for batch in OUTPUTS[cfg.outputs](cfg, result, part, header):
         yield from split_batches(batch)
+    if "state" in result:
+        owned = static.owned(cfg.prep_dir, part)
+        state = to_numpy_matrix(result["state"].column("s"))
+        yield from split_batches(make_rows(np.asarray(cfg.keys), np.full(len(owned.ids), part), PE_STATE, owned.ids, pack_binary(state)))
     spent["scatter_s"] = time.perf_counter() - clock
     for name, value in spent.items():
         if timers and name in timers:
             timers[name].add(value)
-
-
-def kind_name(kind: int) -> str:
-    return KIND_NAMES.get(kind, str(kind))

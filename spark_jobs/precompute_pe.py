@@ -1,0 +1,66 @@
+"""Offline PE precomputation: per-layer embeddings h^(1..k), their aggregation states and workload
+metrics of a trained model over a graph, into a PE store.
+
+    spark-submit spark_jobs/precompute_pe.py --graph DIR --model PATH --store DIR [options]
+    python spark_jobs/precompute_pe.py ...              (creates a local session)
+
+Layers commit atomically; a rerun resumes after the last committed layer (--force recomputes).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from batch_inference import get_session  # noqa: E402  (same session rules for every job)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="precompute_pe.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--graph", required=True, help="graph directory (vertices/, edges/, graph.json)")
+    parser.add_argument("--model", required=True, help="model saved with sparkgnn Model.save")
+    parser.add_argument("--store", required=True, help="PE store root directory")
+    parser.add_argument("--no-states", action="store_true", help="store embeddings only, no aggregation states")
+    parser.add_argument("--no-metrics", action="store_true", help="skip workload metrics (degrees, PSGS, FAP)")
+    parser.add_argument("--fanouts", default="25,10", help="fanouts for PSGS, comma separated (default 25,10)")
+    parser.add_argument("--workers", default="inprocess", help="inprocess (default) | local[N] | tcp://host:port")
+    parser.add_argument("--strategy", default="auto", choices=["auto", "edge_join", "replicate", "combine"])
+    parser.add_argument("--partitions", type=int, default=None)
+    parser.add_argument("--work-dir", default=None)
+    parser.add_argument("--force", action="store_true", help="recompute every layer even if committed")
+    args = parser.parse_args(argv)
+    for flag, path in (("--graph", args.graph), ("--model", args.model)):
+        if not os.path.exists(path):
+            parser.error(f"{flag} {path!r} does not exist")
+    try:
+        args.fanouts = [int(f) for f in args.fanouts.split(",") if f]
+    except ValueError:
+        parser.error(f"--fanouts must be comma separated integers, got {args.fanouts!r}")
+    if args.partitions is not None and args.partitions < 1:
+        parser.error(f"--partitions must be >= 1, got {args.partitions}")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from sparkgnn.engine.precompute import precompute
+    from sparkgnn.errors import SparkGNNError
+
+    started = time.perf_counter()
+    spark = get_session()
+    try:
+        store = precompute(spark, args.graph, args.model, args.store, states=not args.no_states,
+                           metrics=not args.no_metrics, workers=args.workers, force=args.force,
+                           strategy=args.strategy, partitions=args.partitions, work_dir=args.work_dir,
+                           fanouts=args.fanouts)
+    except SparkGNNError as exc:
+        print(f"precompute_pe: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"precompute_pe: store complete ({store.layers} layers) at {args.store} in {time.perf_counter() - started:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
