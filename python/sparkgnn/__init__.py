@@ -21,6 +21,8 @@ _LAZY = {
     "Graph": "sparkgnn.graph",
     "Model": "sparkgnn.models",
     "infer": "sparkgnn.engine",
+    "PEStore": "sparkgnn.pe",
+    "precompute": "sparkgnn.engine",
 }
 
 
@@ -31,6 +33,6 @@ def __getattr__(name):
 
 
 __all__ = [
-    "Graph", "Model", "infer", "SparkGNNError", "GraphValidationError", "UnsupportedModelError",
+    "Graph", "Model", "infer", "PEStore", "precompute", "SparkGNNError", "GraphValidationError", "UnsupportedModelError",
     "ModelLoadError", "PlanError", "StalePEStore",
 ]

@@ -1,0 +1,137 @@
+"""Quiver's workload metrics on Spark DataFrames: degrees, PSGS (section 4.1), FAP (section 5.1).
+
+Everything is a join / groupBy over the edge DataFrame (sparse matrix-vector products expressed
+as SQL), iterated once per hop -- never a per-node Python loop -- so it scales with the graph.
+No pyspark import at module level: the DataFrames passed in carry their own session.
+
+Sampling model (shared by both metrics, and the paper's):
+  * Direction: a node's neighbours are its IN-neighbours (src of edges whose dst is the node),
+    because message passing aggregates over in-edges, so a sampler building the computation graph
+    of a seed follows in-edges. deg(i) below is therefore the in-degree.
+  * Transition matrix A (Quiver's "weighted adjacency matrix"): A[i][j] = (#edges j->i) / deg(i),
+    the probability of stepping from i to a uniformly chosen neighbour j -- exactly what the
+    paper's worked examples use (node 3 with two neighbours -> 1/2 each). Edge weights are
+    ignored: neighbour samplers sample uniformly and GNN weights are not probabilities.
+    A node without in-neighbours has an all-zero row (the walk stops there).
+
+PSGS (Quiver eq. in 4.1): Q_K[i] = sum_{k=0..K} q_k[i], q_0 = 1,
+    q_k[i] = sum_{j in N_{k-1}(i)} min(deg(j), l_k) * A^{k-1}[i][j]  =  (A^{k-1} c_k)[i],
+    c_k[j] = min(deg(j), l_k), l_k = fanouts[k-1]. Computed by Horner's rule
+    Q - 1 = c_1 + A (c_2 + A (c_3 + ...)), i.e. K-1 sparse products.
+FAP (Quiver eq. in 5.1): P_K[i] = sum_{k=0..K} p_k[i], p_k = (A^T)^k p_0 (p_0 uniform 1/|V| or
+    given). Computed as P = p_0 + A^T (p_0 + A^T (...)), K sparse products.
+The paper's approximation, kept as is: a hop is ONE random-walk step (fanouts do not enter FAP,
+and in PSGS they only cap the size at the last hop of each path), and probabilities of different
+paths/hops are ADDED (linearity of expectation, no inclusion-exclusion for overlaps), so FAP is
+an expected number of accesses per request and can exceed 1; PSGS is an expected size, not a
+count of distinct nodes.
+"""
+from __future__ import annotations
+
+
+def _with_zero(vertices, values, column: str):
+    """Every vertex id with `column` from `values` (id, v), 0 where absent."""
+    return (vertices.select("id").join(values.withColumnRenamed("v", column), "id", "left")
+            .selectExpr("id", f"CAST(coalesce({column}, 0) AS DOUBLE) AS {column}"))
+
+
+def degrees(graph):
+    """DataFrame(id, in_degree, out_degree) for every vertex (isolated ones with 0). Parallel
+    edges count once each; a self-loop counts in both."""
+    e = graph.edges
+    ind = e.groupBy("dst").count().selectExpr("dst AS id", "count AS in_degree")
+    outd = e.groupBy("src").count().selectExpr("src AS id", "count AS out_degree")
+    return (graph.vertices.select("id").join(ind, "id", "left").join(outd, "id", "left")
+            .selectExpr("id", "CAST(coalesce(in_degree, 0) AS BIGINT) AS in_degree",
+                        "CAST(coalesce(out_degree, 0) AS BIGINT) AS out_degree"))
+
+
+def _transitions(graph):
+    """(src, dst, p) per edge, p = 1/in_degree(dst) = A[dst][src] (parallel edges add up)."""
+    ind = graph.edges.groupBy("dst").count().selectExpr("dst", "CAST(count AS DOUBLE) AS d")
+    return graph.edges.select("src", "dst").join(ind, "dst").selectExpr("src", "dst", "1.0 / d AS p")
+
+
+def _apply_a(trans, v):
+    """(A v)[i] = sum_{edges j->i} v[j] / deg(i): pull from in-neighbours. v: (id, v)."""
+    return (trans.join(v.withColumnRenamed("id", "src"), "src")
+            .selectExpr("dst AS id", "p * v AS v").groupBy("id").sum("v")
+            .withColumnRenamed("sum(v)", "v"))
+
+
+def _apply_at(trans, v):
+    """(A^T v)[j] = sum_{edges j->i} v[i] / deg(i): push a node's mass to its in-neighbours."""
+    return (trans.join(v.withColumnRenamed("id", "dst"), "dst")
+            .selectExpr("src AS id", "p * v AS v").groupBy("id").sum("v")
+            .withColumnRenamed("sum(v)", "v"))
+
+
+def _add(a, b):
+    return a.unionByName(b).groupBy("id").sum("v").withColumnRenamed("sum(v)", "v")
+
+
+def psgs(graph, fanouts):
+    """DataFrame(id, psgs double): expected sampled-subgraph size of each seed (hop 0 included)
+    for neighbour sampling with per-hop fanouts [l_1, ..., l_K] (hop 1 first)."""
+    fanouts = [int(f) for f in fanouts]
+    if not fanouts or min(fanouts) < 0:
+        raise ValueError(f"fanouts must be a non-empty list of non-negative ints, got {fanouts}")
+    ind = graph.edges.groupBy("dst").count().selectExpr("dst AS id", "count AS d")
+
+    def cap(l):
+        return ind.selectExpr("id", f"CAST(least(d, {l}) AS DOUBLE) AS v")
+
+    trans = _transitions(graph)
+    r = cap(fanouts[-1])
+    for l in reversed(fanouts[:-1]):
+        r = _add(cap(l), _apply_a(trans, r))
+    return _with_zero(graph.vertices, r, "psgs").selectExpr("id", "psgs + 1.0 AS psgs")
+
+
+def fap(graph, hops: int, seeds=None):
+    """DataFrame(id, fap double): Quiver's access probability within `hops` hops. `seeds`:
+    DataFrame(id, p) of seed probabilities (used as given; the paper assumes they sum to 1),
+    default uniform 1/|V|."""
+    hops = int(hops)
+    if hops < 0:
+        raise ValueError(f"hops must be >= 0, got {hops}")
+    if seeds is None:
+        n = graph.vertices.count()
+        p0 = graph.vertices.selectExpr("id", f"CAST(1.0 / {max(n, 1)} AS DOUBLE) AS v")
+    else:
+        p0 = seeds.selectExpr("CAST(id AS BIGINT) AS id", "CAST(p AS DOUBLE) AS v")
+    trans = _transitions(graph)
+    r = p0
+    for _ in range(hops):
+        r = _add(p0, _apply_at(trans, r))
+    return _with_zero(graph.vertices, r, "fap")
+
+
+def compute_metrics(graph, fanouts, hops: int, seeds=None, top_fractions=(0.01, 0.1)):
+    """(frames, summary): frames = {"degrees", "psgs", "fap"} DataFrames; summary = JSON-able
+    facts for the manifest (degree and PSGS mean/max, FAP total and the share of FAP mass held by
+    the top 1% / 10% of nodes -- how much a feature cache of that size would serve)."""
+    import math
+
+    frames = {"degrees": degrees(graph), "psgs": psgs(graph, fanouts), "fap": fap(graph, hops, seeds)}
+    d = frames["degrees"].selectExpr("count(1) AS n", "avg(in_degree) AS mean_in", "max(in_degree) AS max_in",
+                                     "avg(out_degree) AS mean_out", "max(out_degree) AS max_out").first()
+    q = frames["psgs"].selectExpr("avg(psgs) AS mean", "max(psgs) AS max").first()
+    total = frames["fap"].selectExpr("sum(fap) AS s").first().s or 0.0
+    n = int(d.n)
+    top = {}
+    for frac in top_fractions:
+        k = max(1, math.ceil(frac * n)) if n else 0
+        mass = (frames["fap"].orderBy("fap", ascending=False).limit(k)
+                .selectExpr("sum(fap) AS s").first().s or 0.0) if k else 0.0
+        top[f"top_{frac:g}"] = {"nodes": k, "fap_share": (mass / total) if total else 0.0}
+    summary = {
+        "fanouts": [int(f) for f in fanouts], "hops": int(hops),
+        "seeds": "uniform" if seeds is None else "given",
+        "num_vertices": n,
+        "in_degree": {"mean": float(d.mean_in or 0.0), "max": int(d.max_in or 0)},
+        "out_degree": {"mean": float(d.mean_out or 0.0), "max": int(d.max_out or 0)},
+        "psgs": {"mean": float(q.mean or 0.0), "max": float(q.max or 0.0)},
+        "fap": {"total": float(total), "top_mass": top},
+    }
+    return frames, summary

@@ -1,0 +1,181 @@
+"""PEStore: open a committed PE store for ONE (graph, model) pair, refusing it when stale.
+
+WHY verification is mandatory on open: PEs are only meaningful for the exact weights and the
+exact graph they were computed from; a store silently reused after retraining or after the graph
+changed gives plausible-looking, wrong answers. So `open` needs the model and the graph and names
+every difference it finds (weights, graph, layer count, widths, layers never committed) in one
+StalePEStore message.
+
+Lookups load a layer's Parquet with pyarrow once (cached per layer) and answer id batches with a
+vectorised search (lookup.py); `frame` hands the same layer to Spark for joins at scale.
+"""
+from __future__ import annotations
+
+import os
+
+import pyarrow.parquet as pq
+
+from sparkgnn.errors import StalePEStore
+from sparkgnn.pe import layout
+from sparkgnn.pe.identity import graph_fingerprint, model_identity
+from sparkgnn.pe.lookup import SortedTable, UnknownIds, vectors
+from sparkgnn.pe.writer import PEWriter
+
+__all__ = ["PEStore", "PEWriter", "UnknownIds"]
+
+
+def _short(fp: str) -> str:
+    return fp[:12]
+
+
+def _listdirs(path: str) -> list[str]:
+    return sorted(d for d in os.listdir(path) if os.path.isdir(os.path.join(path, d))) \
+        if os.path.isdir(path) else []
+
+
+def _missing_dir_problem(root: str, graph_fp: str, model) -> str:
+    """Why <root>/<graph>/<model> does not exist, in the caller's terms."""
+    graphs = [g for g in _listdirs(root) if not g.startswith(".")]
+    if graph_fp not in graphs:
+        have = ", ".join(_short(g) for g in graphs) or "none"
+        return (f"graph fingerprint differs: no PEs for graph {_short(graph_fp)} under {root} "
+                f"(store has graph(s): {have})")
+    models = _listdirs(os.path.join(root, graph_fp))
+    same_spec = [m for m in models
+                 if (layout.read_manifest(os.path.join(root, graph_fp, m)) or {})
+                 .get("model_spec_sha256") == model.spec_sha]
+    if same_spec:
+        return (f"model weights differ: the store has PEs of the same architecture for this graph "
+                f"but model fingerprint(s) {', '.join(_short(m) for m in same_spec)}, "
+                f"not {_short(model.fingerprint)} (retrained or edited weights)")
+    have = ", ".join(_short(m) for m in models) or "none"
+    return (f"model fingerprint differs: no PEs for model {_short(model.fingerprint)} on this graph "
+            f"(store has model(s): {have}, none with this architecture)")
+
+
+def manifest_problems(manifest: dict, graph_fp: str, model) -> list[str]:
+    """Every way a manifest fails to describe a complete store for (graph, model)."""
+    problems = []
+    if manifest.get("format") != layout.FORMAT:
+        problems.append(f"manifest format {manifest.get('format')!r} != {layout.FORMAT}")
+    if manifest.get("graph_fingerprint") != graph_fp:
+        problems.append(f"graph fingerprint differs: store {_short(str(manifest.get('graph_fingerprint')))}"
+                        f" vs graph {_short(graph_fp)}")
+    if manifest.get("model_fingerprint") != model.fingerprint:
+        what = ("model weights differ" if manifest.get("model_spec_sha256") == model.spec_sha
+                else "model fingerprint differs")
+        problems.append(f"{what}: store {_short(str(manifest.get('model_fingerprint')))} vs "
+                        f"model {_short(model.fingerprint)}")
+    k = manifest.get("num_layers")
+    if k != model.num_layers:
+        problems.append(f"layer count differs: store has {k} layers, model {model.num_layers}")
+    if list(manifest.get("dims") or []) != list(model.dims):
+        problems.append(f"dims differ: store {manifest.get('dims')} vs model {list(model.dims)}")
+    done = set(int(l) for l in manifest.get("layers_complete") or [])
+    for l in range(1, int(k or 0) + 1):
+        if l not in done:
+            problems.append(f"layer {l} of {k} never committed")
+    return problems
+
+
+class PEStore:
+    """A verified, complete PE store. Construct with PEStore.open."""
+
+    def __init__(self, base: str, manifest: dict):
+        self.base = base
+        self.manifest = manifest
+        self._tables: dict = {}
+
+    @classmethod
+    def open(cls, path, *, model, graph) -> "PEStore":
+        """`path`: the store root (or a <root>/<graph fp>/<model fp> directory). `model`: a Model
+        or saved-model path. `graph`: a Graph or graph directory. Raises StalePEStore naming
+        what differs."""
+        ident = model_identity(model)
+        graph_fp = graph_fingerprint(graph)
+        root = layout.local_path(path)
+        if os.path.exists(os.path.join(root, layout.MANIFEST_FILE)):
+            base = root
+        else:
+            base = layout.store_dir(root, graph_fp, ident.fingerprint)
+            if not os.path.isdir(base):
+                raise StalePEStore(f"PE store {root}: {_missing_dir_problem(root, graph_fp, ident)}")
+        manifest = layout.read_manifest(base)
+        if manifest is None:
+            raise StalePEStore(f"PE store {base}: no manifest.json (no layer ever committed)")
+        problems = manifest_problems(manifest, graph_fp, ident)
+        if problems:
+            raise StalePEStore(f"PE store {base} is stale or incomplete: " + "; ".join(problems))
+        return cls(base, manifest)
+
+    # -- facts ---------------------------------------------------------------------------------
+    @property
+    def layers(self) -> list[int]:
+        return sorted(int(l) for l in self.manifest["layers_complete"])
+
+    @property
+    def with_states(self) -> bool:
+        return bool(self.manifest.get("with_states"))
+
+    def width(self, layer: int) -> int:
+        return int(self.manifest["dims"][self._check_layer(layer) - 1])
+
+    def state_width(self, layer: int) -> int | None:
+        sd = self.manifest.get("state_dims")
+        return None if not sd else sd[self._check_layer(layer) - 1]
+
+    def _check_layer(self, layer: int) -> int:
+        if int(layer) not in self.layers:
+            raise ValueError(f"layer {layer} not in this store (layers {self.layers})")
+        return int(layer)
+
+    def layer_path(self, layer: int) -> str:
+        return layout.layer_dir(self.base, self._check_layer(layer))
+
+    # -- lookups -------------------------------------------------------------------------------
+    def _table(self, layer: int) -> SortedTable:
+        layer = self._check_layer(layer)
+        if layer not in self._tables:
+            table = pq.read_table(self.layer_path(layer))
+            what = f"PE store layer {layer}"
+            cols = {"h": vectors(table.column("h"), self.width(layer), f"{what} h")}
+            if "state" in table.column_names:
+                cols["state"] = vectors(table.column("state"), self.state_width(layer), f"{what} state")
+            ids = table.column("id").to_numpy().astype("int64", copy=False)
+            self._tables[layer] = SortedTable(ids, cols, what)
+        return self._tables[layer]
+
+    def lookup(self, ids, layer: int, states: bool = False):
+        """(h [n, w] float32, state [n, s] float32 or None) for `ids` in the given order.
+        Unknown ids raise UnknownIds (a SparkGNNError and KeyError) naming count + examples."""
+        t = self._table(layer)
+        pos = t.positions(ids)
+        if states and "state" not in t.columns:
+            raise ValueError(f"layer {layer} was stored without partial states")
+        return t.columns["h"][pos], (t.columns["state"][pos] if states else None)
+
+    def lookup_torch(self, ids, layer: int, states: bool = False, device=None):
+        import torch
+
+        h, s = self.lookup(ids, layer, states)
+        h = torch.from_numpy(h).to(device) if device else torch.from_numpy(h)
+        if s is not None:
+            s = torch.from_numpy(s).to(device) if device else torch.from_numpy(s)
+        return h, s
+
+    def frame(self, spark, layer: int):
+        """The layer as a Spark DataFrame (id, h[, state])."""
+        return spark.read.parquet(layout.spark_uri(self.layer_path(layer)))
+
+    def metrics_frame(self, spark, name: str):
+        if name not in (self.manifest.get("metric_tables") or []):
+            raise ValueError(f"no metrics table {name!r} (have {self.manifest.get('metric_tables')})")
+        return spark.read.parquet(layout.spark_uri(os.path.join(self.base, layout.METRICS_DIR, name)))
+
+    def size_report(self) -> dict:
+        from sparkgnn.pe.sizes import size_report
+
+        return size_report(self.base, self.manifest)
+
+    def __repr__(self) -> str:
+        return f"PEStore({self.base!r}, layers={self.layers}, states={self.with_states})"

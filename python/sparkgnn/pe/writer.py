@@ -1,0 +1,149 @@
+"""PEWriter: commits one layer of PEs at a time, so a crashed precompute resumes where it died.
+
+Commit protocol for layer l (and for each metrics table), WHY in this order:
+  1. remove stale `layer=<l>.tmp-*` dirs left by a crashed attempt;
+  2. Spark writes the DataFrame to a fresh `layer=<l>.tmp-<uuid>/` (a crash here leaves only a
+     tmp dir, which step 1 of the next run deletes);
+  3. the tmp dir is renamed to `layer=<l>/` (atomic on a local FS; an orphaned `layer=<l>/` that
+     the manifest does not list is deleted first);
+  4. manifest.json is rewritten atomically with l added to `layers_complete` -- THIS is the commit
+     point. A crash between 3 and 4 leaves a directory the manifest does not vouch for; it is
+     recomputed, never trusted.
+Readers (PEStore) only look at layers listed in the manifest. On HDFS the same protocol needs
+FileSystem.rename; see layout.py.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+
+from sparkgnn.pe import layout
+from sparkgnn.pe.identity import graph_fingerprint, graph_sizes, model_identity
+
+
+class PEWriter:
+    def __init__(self, store_root, graph, model, with_states: bool, force: bool = False):
+        self.model = model_identity(model)
+        self.graph_fingerprint = graph_fingerprint(graph)
+        self.with_states = bool(with_states)
+        self.base = layout.store_dir(store_root, self.graph_fingerprint, self.model.fingerprint)
+        self._graph = graph
+        old = layout.read_manifest(self.base)
+        if old is not None and not force and self._reusable(old):
+            self.manifest = old
+        else:
+            self.manifest = self._fresh_manifest(old)
+            layout.write_manifest(self.base, self.manifest)
+
+    # -- manifest ------------------------------------------------------------------------------
+    def _reusable(self, old: dict) -> bool:
+        """Committed layers of an earlier run count only if they were written for exactly what
+        this run would write (same widths; states present if this run wants states)."""
+        return (old.get("format") == layout.FORMAT
+                and old.get("num_layers") == self.model.num_layers
+                and list(old.get("dims") or []) == list(self.model.dims)
+                and (bool(old.get("with_states")) or not self.with_states))
+
+    def _fresh_manifest(self, old: dict | None) -> dict:
+        k = self.model.num_layers
+        return {
+            "format": layout.FORMAT,
+            "graph_fingerprint": self.graph_fingerprint,
+            "model_fingerprint": self.model.fingerprint,
+            "model_spec_sha256": self.model.spec_sha,
+            "num_layers": k,
+            "dims": list(self.model.dims),
+            "state_dims": [None] * k if self.with_states else None,
+            "dtype": "float32",
+            "layers_complete": [],
+            "rows": {},
+            "created": (old or {}).get("created") or layout.now(),
+            "updated": layout.now(),
+            "with_states": self.with_states,
+            "metrics": None,
+            "metric_tables": [],
+            "graph": graph_sizes(self._graph),
+            "sizes": None,
+        }
+
+    def _save(self) -> None:
+        self.manifest["updated"] = layout.now()
+        layout.write_manifest(self.base, self.manifest)
+
+    def completed_layers(self) -> list[int]:
+        """Layers the manifest vouches for, ascending (with force=True: none, the old entry was
+        dropped when the writer was created)."""
+        return sorted(int(l) for l in self.manifest["layers_complete"])
+
+    def next_layer(self) -> int:
+        """First layer a resumed run has to compute (k + 1 when all are done)."""
+        done, l = set(self.completed_layers()), 1
+        while l in done:
+            l += 1
+        return l
+
+    # -- commits -------------------------------------------------------------------------------
+    def _commit_dir(self, df, final: str, columns: list[str]) -> int:
+        for stale in layout.stale_tmp_dirs(final):
+            shutil.rmtree(stale, ignore_errors=True)
+        tmp = layout.tmp_dir(final)
+        df.select(*columns).write.mode("overwrite").parquet(layout.spark_uri(tmp))
+        rows = df.sparkSession.read.parquet(layout.spark_uri(tmp)).count()
+        if os.path.exists(final):
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+        return int(rows)
+
+    def commit_layer(self, l: int, df, width: int, state_width: int | None = None) -> None:
+        """Write h^(l) (and the merged partial states of conv l) for every node and commit it.
+        `df` has columns id (long), h (array<float>) and, when the writer has states, state."""
+        k = self.model.num_layers
+        if not 1 <= int(l) <= k:
+            raise ValueError(f"layer {l} out of range 1..{k}")
+        l = int(l)
+        if int(width) != self.model.dims[l - 1]:
+            raise ValueError(f"layer {l}: h width {width} != model's {self.model.dims[l - 1]}")
+        columns = ["id", "h"]
+        if self.with_states:
+            if state_width is None or "state" not in df.columns:
+                raise ValueError(f"layer {l}: the store keeps states; pass a 'state' column and "
+                                 "state_width")
+            columns.append("state")
+        if l in self.manifest["layers_complete"]:       # recommit: un-vouch first
+            self.manifest["layers_complete"].remove(l)
+            self._save()
+        rows = self._commit_dir(df, layout.layer_dir(self.base, l), columns)
+        if self.with_states:
+            self.manifest["state_dims"][l - 1] = int(state_width)
+        self.manifest["rows"][str(l)] = rows
+        self.manifest["layers_complete"] = sorted(set(self.manifest["layers_complete"]) | {l})
+        self._save()
+
+    def commit_metrics(self, metrics: dict) -> None:
+        """name -> DataFrame (written to metrics/<name>/ with the same protocol) or a JSON-able
+        value (kept in the manifest's "metrics"), e.g. {**frames, "summary": summary} from
+        sparkgnn.pe.metrics.compute_metrics."""
+        values, tables = {}, set(self.manifest.get("metric_tables") or [])
+        for name, value in metrics.items():
+            if hasattr(value, "write") and hasattr(value, "columns"):
+                tables.discard(name)
+                self.manifest["metric_tables"] = sorted(tables)
+                self._save()
+                final = os.path.join(self.base, layout.METRICS_DIR, name)
+                os.makedirs(os.path.dirname(final), exist_ok=True)
+                self._commit_dir(value, final, list(value.columns))
+                tables.add(name)
+            else:
+                values[name] = value
+        self.manifest["metric_tables"] = sorted(tables)
+        self.manifest["metrics"] = {**(self.manifest.get("metrics") or {}), **values} or None
+        self._save()
+
+    def finish(self, sizes: dict | None = None) -> dict:
+        """Record sizes (caller's timings/bytes merged with the store's own per-layer bytes) and
+        return the manifest."""
+        from sparkgnn.pe.sizes import size_report
+
+        self.manifest["sizes"] = {**size_report(self.base, self.manifest), **(sizes or {})}
+        self._save()
+        return dict(self.manifest)
