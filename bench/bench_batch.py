@@ -44,13 +44,13 @@ def spark_output(result, num_nodes: int, index_of) -> np.ndarray:
     return out
 
 
-def run_strategy(spark, graph_dir, model, strategy, work_dir, partitions=None):
+def run_strategy(spark, graph_dir, model, strategy, work_dir, partitions=None, workers="inprocess"):
     from sparkgnn import infer
 
     lines = []
     started = time.perf_counter()
     result, report, plan = infer(spark, graph_dir, model, strategy=strategy, partitions=partitions, work_dir=work_dir,
-                                 log=lines.append, return_report=True, validate=False)
+                                 log=lines.append, return_report=True, validate=False, workers=workers)
     wall = time.perf_counter() - started
     steps = [{"label": s.label, "seconds": s.seconds, **(s.shuffle or {}), "task_seconds": s.task_seconds} for s in report.steps]
     return result, {
@@ -64,6 +64,21 @@ def run_strategy(spark, graph_dir, model, strategy, work_dir, partitions=None):
         "shuffle_write_bytes_per_layer": sum(s.get("shuffle_write_bytes", 0) for s in steps) / len(plan.layers),
         "planner_estimate_seconds": plan.estimates.get("seconds") if isinstance(plan.estimates, dict) else None,
     }
+
+
+def _note_in_messenger_report(run: dict) -> None:
+    """The messenger report (make bench-messenger) carries the end-to-end batch inference ratio."""
+    path = os.path.join(RESULTS, "messenger.json")
+    if not os.path.exists(path):
+        return
+    with open(path) as fh:
+        report = json.load(fh)
+    report["batch_inference_end_to_end"] = {
+        "strategy": run["strategy"], "messenger_local2_seconds_per_layer": run["seconds_per_layer"],
+        "messenger_vs_inprocess": run["messenger_vs_inprocess"], "source": "bench/bench_batch.py",
+    }
+    with open(path, "w") as fh:
+        json.dump(report, fh, indent=2, sort_keys=True)
 
 
 def save_pyg_model(module, path: str, dims: dict) -> None:
@@ -134,8 +149,7 @@ def main() -> int:
     cap_bytes = int(args.cap_gb * 2**30)
     work_dir = os.path.join(DATA, "work")
     started = time.perf_counter()
-    spark = local_session("sparkgnn-bench-batch", cores=2,
-                          extra_conf={"spark.executor.pyspark.memory": f"{int(args.cap_gb * 1024)}m"})
+    spark = local_session("sparkgnn-bench-batch", cores=2)
     session_start = time.perf_counter() - started
 
     graph_dir = synthetic_dir(args.nodes, args.edges, args.dim)
@@ -161,6 +175,10 @@ def main() -> int:
               f"err {run['max_rel_error_vs_pyg']:.1e}", flush=True)
     _, auto = run_strategy(spark, graph_dir, model, "auto", work_dir)
     best = min(runs, key=lambda r: r["seconds_per_layer"])
+    via, messenger_run = run_strategy(spark, graph_dir, model, best["strategy"], work_dir, workers="local[2]")
+    messenger_run["max_rel_error_vs_pyg"] = float(
+        np.abs(spark_output(via, data.num_nodes, data.index_of) - reference).max() / np.abs(reference).max())
+    print(f"{best['strategy']} via messenger local[2]: {messenger_run['seconds_per_layer']:.2f} s/layer", flush=True)
     result = {
         "machine": machine(),
         "graph": {"nodes": args.nodes, "edges": args.edges, "dim": args.dim,
@@ -173,6 +191,8 @@ def main() -> int:
         "auto": {"chosen": auto["chosen"], "seconds_per_layer": auto["seconds_per_layer"],
                  "matches_fastest": all(s == best["strategy"] for s in auto["chosen"])},
         "best_strategy": best["strategy"],
+        "messenger": {**messenger_run,
+                      "messenger_vs_inprocess": messenger_run["seconds_per_layer"] / best["seconds_per_layer"]},
         "ratio_best_vs_pyg": best["seconds_per_layer"] / pyg_seconds,
         "scaling": [],
     }
@@ -194,13 +214,18 @@ def main() -> int:
 
     cap_path = synthetic_dir(args.cap_edges // 10, args.cap_edges, args.dim)
     capped = pyg_probe(cap_path, module_path, cap_bytes)
+    spark.stop()  # the capped run gets a session whose Python workers Spark caps (RLIMIT_AS)
+    spark = local_session("sparkgnn-bench-batch-capped", cores=2,
+                          extra_conf={"spark.executor.pyspark.memory": f"{int(args.cap_gb * 1024)}m"})
     _, capped_spark = run_strategy(spark, cap_path, model, "auto", work_dir)
     result["memory_cap"] = {
         "cap_bytes": cap_bytes, "edges": args.cap_edges, "nodes": args.cap_edges // 10,
         "pyg": capped, "sparkgnn_completed": True, "sparkgnn_seconds_per_layer": capped_spark["seconds_per_layer"],
+        "sparkgnn_partitions": capped_spark["partitions"],
         "how": "PyG in a child process with RLIMIT_AS = cap; sparkgnn's Python workers with spark.executor.pyspark.memory = cap",
     }
     path = write_result("batch", result)
+    _note_in_messenger_report(result["messenger"])
     plot(result, os.path.join(RESULTS, "batch.png"))
     print(json.dumps({k: result[k] for k in ("ratio_best_vs_pyg", "best_strategy", "pyg_seconds_per_layer")}, indent=1))
     print(f"wrote {path} and {os.path.join(RESULTS, 'batch.png')}")
