@@ -52,13 +52,13 @@ def _tree(op: Operator, layer: LayerPlan, own: set[str], printed: set[str], pref
         _tree(child, layer, own, printed, child_prefix, "+- " if last else ":- ", out)
 
 
-def _header(layer: LayerPlan) -> list[str]:
+def _header(layer: LayerPlan, num_layers: int) -> list[str]:
     est = layer.estimates
     candidates = " | ".join(
         f"{name} {_seconds(cost)}{' (chosen)' if name == layer.strategy else ''}"
         for name, cost in layer.candidates.items())
     return [
-        f"== Layer {layer.index}: {layer.kind} {layer.in_dim} -> {layer.out_dim}, "
+        f"== Layer {layer.index + 1}/{num_layers}: {layer.kind} {layer.in_dim} -> {layer.out_dim}, "
         f"aggregator={layer.aggregator}, strategy={layer.strategy}, "
         f"pre_transform={'yes' if layer.pre_transform else 'no'} ==",
         f"candidates: {candidates}",
@@ -84,7 +84,7 @@ def explain(plan: Plan) -> str:
     ]
     for layer in plan.layers:
         lines.append("")
-        lines += _header(layer)
+        lines += _header(layer, len(plan.layers))
         own = {op.id for op in layer.ops}
         printed: set[str] = set()
         roots = [op for op in layer.ops if not _consumed_in_layer(op, layer)]

@@ -28,7 +28,7 @@ def test_explain_lists_operators_engines_bytes_and_layer_headers(make):
     plan = _plan(make, strategy="edge_join")
     text = plan.explain()
     for layer in plan.layers:
-        assert f"== Layer {layer.index}: sage" in text
+        assert f"== Layer {layer.index + 1}/{len(plan.layers)}: sage" in text
     assert text.count("strategy=edge_join, pre_transform=") == 3
     assert "pre_transform=yes" in text and "pre_transform=no" in text
     assert "candidates: edge_join " in text and "(chosen)" in text and "replicate " in text
