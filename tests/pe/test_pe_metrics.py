@@ -111,8 +111,9 @@ def test_fap_given_seeds(spark, spark_graph, graph_data):
 
 
 def test_compute_metrics_summary(spark_graph, graph_data):
-    frames, summary = compute_metrics(spark_graph, [3, 2], 2)
-    assert set(frames) == {"degrees", "psgs", "fap"}
+    metrics = compute_metrics(spark_graph, [3, 2], 2)
+    assert set(metrics) == {"degrees", "psgs", "fap", "summary"}
+    summary = metrics["summary"]
     ids, ind, outd, a = _dense(graph_data)
     assert summary["num_vertices"] == len(ids)
     assert summary["in_degree"]["max"] == int(ind.max())

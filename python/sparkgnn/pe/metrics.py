@@ -108,9 +108,12 @@ def fap(graph, hops: int, seeds=None):
 
 
 def compute_metrics(graph, fanouts, hops: int, seeds=None, top_fractions=(0.01, 0.1)):
-    """(frames, summary): frames = {"degrees", "psgs", "fap"} DataFrames; summary = JSON-able
-    facts for the manifest (degree and PSGS mean/max, FAP total and the share of FAP mass held by
-    the top 1% / 10% of nodes -- how much a feature cache of that size would serve)."""
+    """{"degrees", "psgs", "fap": DataFrames, "summary": JSON-able dict} -- the shape
+    PEWriter.commit_metrics takes as is. The summary (for the manifest) has degree and PSGS
+    mean/max, the FAP total and the share of FAP mass held by the top 1% / 10% of nodes (how much
+    a feature cache of that size would serve). The FAP ranking sorts once per fraction; the
+    degree/PSGS/FAP frames are recomputed by each action (persist the graph's edges to avoid
+    that on big graphs)."""
     import math
 
     frames = {"degrees": degrees(graph), "psgs": psgs(graph, fanouts), "fap": fap(graph, hops, seeds)}
@@ -134,4 +137,4 @@ def compute_metrics(graph, fanouts, hops: int, seeds=None, top_fractions=(0.01, 
         "psgs": {"mean": float(q.mean or 0.0), "max": float(q.max or 0.0)},
         "fap": {"total": float(total), "top_mass": top},
     }
-    return frames, summary
+    return {**frames, "summary": summary}

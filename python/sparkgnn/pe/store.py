@@ -48,9 +48,13 @@ def _missing_dir_problem(root: str, graph_fp: str, model) -> str:
         return (f"model weights differ: the store has PEs of the same architecture for this graph "
                 f"but model fingerprint(s) {', '.join(_short(m) for m in same_spec)}, "
                 f"not {_short(model.fingerprint)} (retrained or edited weights)")
-    have = ", ".join(_short(m) for m in models) or "none"
-    return (f"model fingerprint differs: no PEs for model {_short(model.fingerprint)} on this graph "
-            f"(store has model(s): {have}, none with this architecture)")
+    have = []
+    for m in models:
+        mf = layout.read_manifest(os.path.join(root, graph_fp, m)) or {}
+        have.append(f"{_short(m)} ({mf.get('num_layers')} layers, dims {mf.get('dims')})")
+    return (f"model fingerprint differs: no PEs for model {_short(model.fingerprint)} "
+            f"({model.num_layers} layers, dims {list(model.dims)}) on this graph; the store has "
+            f"{', '.join(have) or 'none'}, none with this architecture")
 
 
 def manifest_problems(manifest: dict, graph_fp: str, model) -> list[str]:

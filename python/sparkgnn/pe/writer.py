@@ -119,6 +119,17 @@ class PEWriter:
         self.manifest["layers_complete"] = sorted(set(self.manifest["layers_complete"]) | {l})
         self._save()
 
+    def has_metrics(self) -> bool:
+        """Whether workload metrics were committed (a resumed run need not recompute them)."""
+        return bool(self.manifest.get("metrics") or self.manifest.get("metric_tables"))
+
+    def layer_frame(self, spark, l: int):
+        """A committed layer as a DataFrame (id, h[, state]): the input a resumed run continues
+        from."""
+        if int(l) not in self.completed_layers():
+            raise ValueError(f"layer {l} is not committed (committed: {self.completed_layers()})")
+        return spark.read.parquet(layout.spark_uri(layout.layer_dir(self.base, int(l))))
+
     def commit_metrics(self, metrics: dict) -> None:
         """name -> DataFrame (written to metrics/<name>/ with the same protocol) or a JSON-able
         value (kept in the manifest's "metrics"), e.g. {**frames, "summary": summary} from
