@@ -1,0 +1,19 @@
+"""Serving new query nodes (DESIGN.md "Serving new query nodes", issue 6).
+
+    request     Request (Q's ids, features, edges), validation (RequestError), Parquet files
+    workload    the OMEGA 8.1 workload: 25% of test vertices held out, requests of B queries
+    context     ServingContext: G's CSC index, G's layer statistics, counted feature access
+    compgraph   k-hop in-neighbourhood computation graph (exact or sampled) + layered forward
+    modes       registry of modes (full, ns; he/srpe/exact plug in) and Answer
+    engine      QueryEngine(graph, model, mode=..., **mode_options).answer(request)
+    evaluate    score modes against FULL and labels (CLI)
+"""
+from sparkgnn.serving.context import Meter, ServingContext
+from sparkgnn.serving.engine import QueryEngine
+from sparkgnn.serving.modes import MODES, Answer, Mode, ModeError, register_mode
+from sparkgnn.serving.request import Request, RequestError, read_requests, write_requests
+from sparkgnn.serving.workload import Workload, WorkloadError, make_workload
+
+__all__ = ["Answer", "MODES", "Meter", "Mode", "ModeError", "QueryEngine", "Request", "RequestError",
+           "ServingContext", "Workload", "WorkloadError", "make_workload", "read_requests",
+           "register_mode", "write_requests"]

@@ -1,0 +1,194 @@
+"""ServingContext: what every serving mode shares about G, built once per engine.
+
+WHY: a request touches a few thousand vertices of a graph that may have millions, so the
+per-request work must be proportional to the computation graph, not to G. The context therefore
+builds, once, G's in-edge (CSC) index (vectorised numpy: one stable argsort of the edge
+destinations), keeps G's per-node layer statistics (GCN degrees) for every conv the model has,
+and is the ONLY door to G's stored features, so the bytes a request reads are counted
+(`Meter.bytes_fetched`, the quantity of OMEGA Fig. 11).
+
+Union indexing: for one request, vertices of G keep their dense index 0..N-1 and query i gets
+N + i. Request edges carry no weight: where G is weighted they count with weight 1.0.
+"""
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from sparkgnn.errors import UnsupportedModelError
+from sparkgnn.layers.base import compute_stats
+from sparkgnn.layers.stats import STATS
+from sparkgnn.serving.request import Request
+
+# Statistics that are sums over a node's in-edges of (weight or 1), with self loops handled
+# inside the statistic. Request edges are never self loops on a vertex of G (every request edge
+# touches a query), so for a vertex of G: stat(G + request) = stat(G) + (number of request
+# in-edges), request edges having weight 1. A stat not listed here cannot be served exactly.
+ADDITIVE_STATS = ("in_degree", "weighted_in_degree", "gcn_degree")
+
+
+@dataclass
+class Meter:
+    """Per-request cost counters; `timer(key)` adds wall seconds to `seconds[key]`."""
+
+    seconds: dict = field(default_factory=lambda: {"plan_s": 0.0, "fetch_s": 0.0,
+                                                   "compute_s": 0.0, "merge_s": 0.0})
+    bytes_fetched: int = 0
+
+    @contextmanager
+    def timer(self, key: str):
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[key] = self.seconds.get(key, 0.0) + time.perf_counter() - t0
+
+
+@dataclass
+class PreparedRequest:
+    """A validated request in union indices (see module doc)."""
+
+    request: Request
+    num_g: int              # N, the number of vertices of G
+    src: np.ndarray         # union index of each request edge's source
+    dst: np.ndarray         # union index of each request edge's destination
+
+    @property
+    def batch_size(self) -> int:
+        return self.request.batch_size
+
+    @property
+    def query_union(self) -> np.ndarray:
+        return self.num_g + np.arange(self.batch_size, dtype=np.int64)
+
+
+def range_gather(indptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Positions of all CSR entries of `rows` (concatenated in row order) and each row's count,
+    without a Python loop: repeat each row's start, add a running offset."""
+    starts = indptr[rows]
+    counts = indptr[rows + 1] - starts
+    total = int(counts.sum())
+    if total == 0:
+        return np.empty(0, np.int64), counts
+    offsets = np.repeat(starts - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
+    return offsets + np.arange(total, dtype=np.int64), counts
+
+
+class ServingContext:
+    """G (a GraphData), the model, G's CSC index and G's layer statistics. `store` is reserved
+    for the PE store of the modes that reuse embeddings (HE, SRPE, EXACT); FULL and NS ignore it."""
+
+    def __init__(self, graph, model, store=None, validate: bool = True):
+        self.graph = graph
+        self.model = model
+        self.store = store
+        self.validate = bool(validate)
+        n = graph.num_nodes
+        order = np.argsort(graph.edge_dst, kind="stable")   # stable: a node's in-edges keep G's order
+        self.indptr = np.zeros(n + 1, np.int64)
+        np.cumsum(np.bincount(graph.edge_dst, minlength=n), out=self.indptr[1:])
+        self.in_src = np.ascontiguousarray(graph.edge_src[order])
+        self.in_weight = None if graph.weight is None else np.ascontiguousarray(graph.weight[order])
+        self._g_stats: dict = {}
+
+    @property
+    def num_nodes(self) -> int:
+        return self.graph.num_nodes
+
+    @property
+    def weighted(self) -> bool:
+        return self.in_weight is not None
+
+    # -- storage ----------------------------------------------------------------------------
+    def fetch_features(self, rows: np.ndarray, meter: Meter) -> np.ndarray:
+        """Raw features of G's vertices `rows` (dense indices), counted into the meter."""
+        out = self.graph.x[rows]
+        meter.bytes_fetched += int(out.nbytes)
+        return out
+
+    # -- requests ---------------------------------------------------------------------------
+    def prepare(self, request: Request) -> PreparedRequest:
+        """Validate (unless disabled) and map the request's edges to union indices."""
+        if self.validate:
+            request.validate(self.graph)
+        n = self.num_nodes
+        order = np.argsort(request.qid, kind="stable")
+        sorted_q = request.qid[order]
+
+        def to_union(ids):
+            g_idx, in_g = self.graph.id_index.lookup(ids)
+            pos = np.minimum(np.searchsorted(sorted_q, ids), max(len(sorted_q) - 1, 0))
+            return np.where(in_g, g_idx, n + order[pos] if len(order) else 0)
+
+        return PreparedRequest(request, n, to_union(request.src), to_union(request.dst))
+
+    def in_edges(self, prep: PreparedRequest, frontier: np.ndarray):
+        """All in-edges (src, dst, weight-or-None) of the union vertices `frontier`: G's in-edges
+        of the frontier's G vertices (CSC order), then the request edges into the frontier."""
+        n = self.num_nodes
+        g_rows = frontier[frontier < n]
+        pos, counts = range_gather(self.indptr, g_rows)
+        sel = np.isin(prep.dst, frontier)
+        src = np.concatenate([self.in_src[pos], prep.src[sel]])
+        dst = np.concatenate([np.repeat(g_rows, counts), prep.dst[sel]])
+        w = None
+        if self.weighted:
+            w = np.concatenate([self.in_weight[pos], np.ones(int(sel.sum()), np.float32)])
+        return src, dst, w
+
+    # -- layer statistics -------------------------------------------------------------------
+    def g_stat(self, name: str, use_weight: bool) -> torch.Tensor:
+        """A per-node statistic of G (computed once, cached), e.g. GCN's degree."""
+        key = (name, bool(use_weight and self.weighted))
+        if key not in self._g_stats:
+            g = self.graph
+            w = torch.from_numpy(g.weight) if key[1] else None
+            self._g_stats[key] = STATS[name](torch.from_numpy(g.edge_src), torch.from_numpy(g.edge_dst),
+                                             w, g.num_nodes)
+        return self._g_stats[key]
+
+    def union_stats(self, conv, prep: PreparedRequest, nodes: np.ndarray) -> dict:
+        """conv's statistics for the union vertices `nodes`, as on the WHOLE union graph G + Q +
+        request edges (not on a computation subgraph, whose boundary vertices lack in-edges)."""
+        if not conv.required_stats:
+            return {}
+        unknown = [s for s in conv.required_stats if s not in ADDITIVE_STATS]
+        if unknown:
+            raise UnsupportedModelError(f"{conv.kind}: statistic(s) {unknown} cannot be updated "
+                                        f"for a request; supported: {ADDITIVE_STATS}")
+        n, b = self.num_nodes, prep.batch_size
+        is_g = nodes < n
+        g_rows = nodes[is_g]
+        # request in-edge counts of G vertices (weight 1 each)
+        into_g = prep.dst[prep.dst < n]
+        order = np.argsort(g_rows)
+        pos = np.minimum(np.searchsorted(g_rows[order], into_g), max(len(g_rows) - 1, 0))
+        hit = (g_rows[order][pos] == into_g) if len(g_rows) else np.zeros(len(into_g), bool)
+        delta = np.bincount(order[pos[hit]], minlength=len(g_rows)).astype(np.float32)
+        # queries: all their in-edges are request edges; sources that are not queries map to a
+        # dummy row b so in-edge statistics see them as ordinary (non-loop) sources.
+        into_q = prep.dst >= n
+        q_dst = torch.from_numpy(prep.dst[into_q] - n)
+        q_src = prep.src[into_q]
+        q_src = torch.from_numpy(np.where(q_src >= n, q_src - n, b))
+        q_pos = nodes[~is_g] - n
+        out = {}
+        for name in conv.required_stats:
+            g_part = self.g_stat(name, conv.uses_edge_weight)[torch.from_numpy(g_rows)] + torch.from_numpy(delta)
+            q_part = STATS[name](q_src, q_dst, None, b + 1)[torch.from_numpy(q_pos)]
+            full = torch.empty(len(nodes), dtype=torch.float32)
+            full[torch.from_numpy(is_g)] = g_part.to(torch.float32)
+            full[torch.from_numpy(~is_g)] = q_part.to(torch.float32)
+            out[name] = full
+        return out
+
+
+def subgraph_stats(conv, src: np.ndarray, dst: np.ndarray, weight, num_nodes: int) -> dict:
+    """conv's statistics computed on a computation subgraph alone (what a sampled-subgraph
+    pipeline such as PyG NeighborLoader + GCNConv does)."""
+    w = None if weight is None else torch.from_numpy(weight)
+    return compute_stats(conv, torch.from_numpy(src), torch.from_numpy(dst), w, num_nodes)

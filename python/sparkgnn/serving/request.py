@@ -1,0 +1,253 @@
+"""Request: the unit a serving engine answers (query nodes Q that G has never seen, their
+features, and the edges that attach them to G and to each other), plus its Parquet file format.
+
+WHY validation lives here and not in the engine: a malformed request (a query id that already
+names a vertex of G, an edge to a vertex that does not exist) would not crash the layers, it would
+silently answer a different graph. Every problem is reported at once, with its count and the
+first offenders, in the same style as the graph validators (sparkgnn.graph.problems).
+
+WHY an edge must touch a query: an edge between two existing vertices changes G itself, i.e. the
+stored embeddings of every mode that reuses them (HE, SRPE, EXACT) would be stale; that is a graph
+update, not a query, and is refused. Request edges carry no weight; where G is weighted they
+count with weight 1.0 (documented in ServingContext).
+
+File format (one Parquet file per request or per batch of requests, one row per node OR edge):
+
+    request_id : string    the request the row belongs to (requests keep their file order)
+    kind       : string    "node" or "edge"
+    node       : int64     node rows: the query id;               edge rows: null
+    x          : list<float32>  node rows: the query's features;  edge rows: null
+    src, dst   : int64     edge rows: endpoints (query or G ids); node rows: null
+
+One table (not a nodes file plus an edges file) so that a request is atomic on disk: a file
+source (Spark Structured Streaming) that sees the file sees the whole request. A request with
+nodes but no edges is legal (its queries are isolated); a request with no node is not.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sparkgnn.errors import SparkGNNError
+from sparkgnn.graph.problems import MAX_EXAMPLES
+
+KIND_NODE, KIND_EDGE = "node", "edge"
+SCHEMA = pa.schema([
+    ("request_id", pa.string()), ("kind", pa.string()), ("node", pa.int64()),
+    ("x", pa.list_(pa.float32())), ("src", pa.int64()), ("dst", pa.int64()),
+])
+
+
+class RequestError(SparkGNNError, ValueError):
+    """A serving request is malformed (duplicate or colliding query ids, unknown endpoints,
+    wrong feature width, NaN/Inf, no query node) or a request file does not follow SCHEMA."""
+
+
+def _examples(values, n: int = MAX_EXAMPLES) -> str:
+    shown = ", ".join(str(v) for v in list(values[:n]))
+    return shown + (", ..." if len(values) > n else "")
+
+
+@dataclass(eq=False)
+class Request:
+    """Q = qid (new ids), x[i] = features of qid[i]; edges src[j] -> dst[j] in ORIGINAL ids."""
+
+    request_id: str
+    qid: np.ndarray
+    x: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+
+    def __post_init__(self):
+        self.request_id = str(self.request_id)
+        self.qid = np.ascontiguousarray(self.qid, dtype=np.int64).reshape(-1)
+        self.x = np.ascontiguousarray(self.x, dtype=np.float32)
+        if self.x.ndim == 1 and self.x.size == 0:
+            self.x = self.x.reshape(0, 0)
+        self.src = np.ascontiguousarray(self.src, dtype=np.int64).reshape(-1)
+        self.dst = np.ascontiguousarray(self.dst, dtype=np.int64).reshape(-1)
+
+    @property
+    def batch_size(self) -> int:
+        return int(len(self.qid))
+
+    @property
+    def num_edges(self) -> int:
+        return int(len(self.src))
+
+    def problems(self, graph=None, feature_dim: int | None = None) -> list[str]:
+        """Every defect as one sentence (count + first offenders); empty when valid. With `graph`
+        (a GraphData) ids are checked against its id index and the width against its features."""
+        out: list[str] = []
+        if self.batch_size == 0:
+            out.append("the request has no query node")
+        if feature_dim is None and graph is not None:
+            feature_dim = graph.feature_dim
+        if self.x.ndim != 2 or self.x.shape[0] != self.batch_size:
+            out.append(f"x has shape {self.x.shape}, expected [{self.batch_size}, F] (one row per qid)")
+        elif feature_dim is not None and self.x.shape[1] != feature_dim and self.batch_size:
+            out.append(f"x has width {self.x.shape[1]}, the graph's features have width {feature_dim}")
+        elif self.x.size and not np.isfinite(self.x).all():
+            bad = ~np.isfinite(self.x).all(axis=1)
+            out.append(f"{int(bad.sum())} query nodes have NaN/Inf features; first: {_examples(self.qid[bad])}")
+        if len(self.src) != len(self.dst):
+            out.append(f"src has {len(self.src)} entries but dst has {len(self.dst)}")
+            return out
+        values, counts = np.unique(self.qid, return_counts=True)
+        if (counts > 1).any():
+            out.append(f"{int((counts > 1).sum())} query ids appear more than once; first: "
+                       f"{_examples(values[counts > 1])}")
+        in_g_src = in_g_dst = np.zeros(len(self.src), bool)
+        if graph is not None:
+            _, collide = graph.id_index.lookup(self.qid)
+            if collide.any():
+                out.append(f"{int(collide.sum())} query ids are already vertex ids of the graph; "
+                           f"first: {_examples(self.qid[collide])}")
+            _, in_g_src = graph.id_index.lookup(self.src)
+            _, in_g_dst = graph.id_index.lookup(self.dst)
+        q_src, q_dst = np.isin(self.src, values), np.isin(self.dst, values)
+        if graph is not None:
+            unknown = ~((q_src | in_g_src) & (q_dst | in_g_dst))
+            if unknown.any():
+                out.append(f"{int(unknown.sum())} edges name an id that is neither a query nor a "
+                           f"vertex of the graph; first: {_examples(_fmt_edges(self, unknown))}")
+        no_query = ~(q_src | q_dst)
+        if no_query.any():
+            out.append(f"{int(no_query.sum())} edges touch no query node (an edge between existing "
+                       f"vertices is a graph update, not a query); first: "
+                       f"{_examples(_fmt_edges(self, no_query))}")
+        return out
+
+    def validate(self, graph=None, feature_dim: int | None = None) -> "Request":
+        """Raise RequestError listing every problem; else self."""
+        problems = self.problems(graph, feature_dim)
+        if problems:
+            raise RequestError(f"request {self.request_id!r} is invalid:\n  - " + "\n  - ".join(problems))
+        return self
+
+
+def _fmt_edges(req: Request, mask: np.ndarray) -> list[str]:
+    idx = np.flatnonzero(mask)[:MAX_EXAMPLES + 1]
+    return [f"({req.src[i]} -> {req.dst[i]})" for i in idx]
+
+
+# --- files -------------------------------------------------------------------------------------
+
+def requests_table(requests) -> pa.Table:
+    """Requests -> one Arrow table in SCHEMA (node rows of a request, then its edge rows)."""
+    requests = list(requests)
+    if not requests:
+        raise RequestError("no requests to write")
+    parts = []
+    for r in requests:     # per-request grouping; the rows themselves are built vectorised
+        b, m = r.batch_size, r.num_edges
+        n = b + m
+        x_flat = r.x.reshape(-1)
+        w = r.x.shape[1] if r.x.ndim == 2 else 0
+        offsets = np.concatenate([np.arange(b + 1, dtype=np.int32) * w,
+                                  np.full(m, b * w, dtype=np.int32)])
+        mask = np.concatenate([np.zeros(b, bool), np.ones(m, bool)])
+        x = pa.ListArray.from_arrays(pa.array(offsets), pa.array(x_flat, pa.float32()),
+                                     mask=pa.array(mask))
+        node_mask = np.concatenate([np.zeros(b, bool), np.ones(m, bool)])
+        edge_mask = ~node_mask
+        pad_q = np.concatenate([r.qid, np.zeros(m, np.int64)])
+        pad_s = np.concatenate([np.zeros(b, np.int64), r.src])
+        pad_d = np.concatenate([np.zeros(b, np.int64), r.dst])
+        kind = pa.DictionaryArray.from_arrays(pa.array(node_mask.astype(np.int8)),
+                                              pa.array([KIND_NODE, KIND_EDGE])).cast(pa.string())
+        parts.append(pa.table({
+            "request_id": pa.array(np.full(n, r.request_id, dtype=object), pa.string()),
+            "kind": kind,
+            "node": pa.array(pad_q, mask=node_mask),
+            "x": x,
+            "src": pa.array(pad_s, mask=edge_mask),
+            "dst": pa.array(pad_d, mask=edge_mask),
+        }, schema=SCHEMA))
+    return pa.concat_tables(parts)
+
+
+def write_requests(path: str, requests) -> str:
+    """Write requests as ONE Parquet file at `path` (a file name; its folder is created).
+    Returns the path. Writing to a temp name and renaming makes the file appear atomically, so a
+    streaming file source never reads half a batch."""
+    table = requests_table(requests)
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    tmp = os.path.join(folder, f".{os.path.basename(path)}.tmp")
+    pq.write_table(table, tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def requests_from_table(table: pa.Table) -> list[Request]:
+    """Arrow table in SCHEMA -> requests, in order of first appearance of each request_id."""
+    missing = [f.name for f in SCHEMA if f.name not in table.column_names]
+    if missing:
+        raise RequestError(f"request file lacks column(s) {missing}; expected {SCHEMA.names}")
+    rid = table.column("request_id").to_numpy(zero_copy_only=False).astype(str)
+    kind = table.column("kind").to_numpy(zero_copy_only=False).astype(str)
+    bad_kind = ~np.isin(kind, (KIND_NODE, KIND_EDGE))
+    if bad_kind.any():
+        raise RequestError(f"{int(bad_kind.sum())} rows have a kind not in {{node, edge}}; "
+                           f"first: {_examples(np.unique(kind[bad_kind]))}")
+    names, first, code = np.unique(rid, return_index=True, return_inverse=True)
+    order_of_name = np.argsort(np.argsort(first, kind="stable"), kind="stable")
+    code = order_of_name[code]                      # request number in file order
+    names = names[np.argsort(first, kind="stable")]
+    is_node = kind == KIND_NODE
+
+    node_rows = np.flatnonzero(is_node)
+    node_rows = node_rows[np.argsort(code[node_rows], kind="stable")]
+    nodes = table.take(pa.array(node_rows))
+    qid = _non_null_int(nodes.column("node"), "node", "node rows")
+    x_col = nodes.column("x").combine_chunks()
+    if x_col.null_count:
+        raise RequestError(f"{x_col.null_count} node rows have a null x")
+    lengths = np.diff(x_col.offsets.to_numpy()) if len(x_col) else np.zeros(0, np.int64)
+    flat = x_col.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
+
+    edge_rows = np.flatnonzero(~is_node)
+    edge_rows = edge_rows[np.argsort(code[edge_rows], kind="stable")]
+    edges = table.take(pa.array(edge_rows))
+    src = _non_null_int(edges.column("src"), "src", "edge rows")
+    dst = _non_null_int(edges.column("dst"), "dst", "edge rows")
+
+    k = len(names)
+    node_bounds = np.searchsorted(code[node_rows], np.arange(k + 1))
+    edge_bounds = np.searchsorted(code[edge_rows], np.arange(k + 1))
+    x_bounds = np.concatenate([[0], np.cumsum(lengths)])
+    out = []
+    for i in range(k):                               # per-request grouping only
+        a, b = node_bounds[i], node_bounds[i + 1]
+        widths = np.unique(lengths[a:b])
+        if len(widths) > 1:
+            raise RequestError(f"request {names[i]!r}: feature vectors of different lengths {widths.tolist()}")
+        w = int(widths[0]) if len(widths) else 0
+        x = flat[x_bounds[a]:x_bounds[b]].reshape(b - a, w)
+        e0, e1 = edge_bounds[i], edge_bounds[i + 1]
+        out.append(Request(names[i], qid[a:b], x, src[e0:e1], dst[e0:e1]))
+    return out
+
+
+def _non_null_int(column, name: str, rows: str) -> np.ndarray:
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if arr.null_count:
+        raise RequestError(f"{arr.null_count} {rows} have a null {name}")
+    return arr.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+
+
+def read_requests(path: str) -> list[Request]:
+    """Read one request file, or every *.parquet file in a folder (sorted by name; hidden and
+    temp files skipped), into requests in file order."""
+    if os.path.isdir(path):
+        files = sorted(f for f in os.listdir(path) if f.endswith(".parquet") and not f.startswith((".", "_")))
+        out: list[Request] = []
+        for f in files:
+            out.extend(requests_from_table(pq.read_table(os.path.join(path, f), schema=SCHEMA)))
+        return out
+    return requests_from_table(pq.read_table(path, schema=SCHEMA))

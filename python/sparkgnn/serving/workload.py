@@ -1,0 +1,150 @@
+"""The serving workload of OMEGA section 8.1: hold out a random 25% of the test vertices as the
+query pool, serve the rest of the graph (G), and send requests of B pool vertices as NEW nodes.
+
+WHY this shape: the model and the PE store are built on G, so a query vertex is genuinely unseen
+(no stored embedding, no edge in G) while its label is known for scoring. Each request carries
+its vertices' features and every edge between them and G (both directions) and among the
+request's own queries. Edges from a query to pool vertices OUTSIDE the request are dropped: those
+vertices are not in G and not in the request, so the edge names nothing the engine can see (the
+same choice OMEGA makes by removing the held-out nodes "and their connected edges").
+Queries are drawn without replacement within a request; different requests may share queries
+(each request is answered on G alone, independently).
+
+CLI: python -m sparkgnn.serving.workload --graph DIR --out DIR --batch-sizes 64,256 --requests N
+     --seed S  ->  <out>/graph/ (G), <out>/requests/<request_id>.parquet, <out>/labels.parquet,
+     <out>/workload.json.  --requests is the number of requests PER batch size.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sparkgnn.errors import SparkGNNError
+from sparkgnn.graph import GraphData, read_graph_dir, write_graph_dir
+from sparkgnn.serving.request import Request, write_requests
+
+POOL_FRACTION = 0.25
+BATCH_SIZES = (64, 128, 256, 512, 1024)
+
+
+class WorkloadError(SparkGNNError, ValueError):
+    """The graph cannot produce the requested workload (no test split, pool too small)."""
+
+
+@dataclass
+class Workload:
+    graph_G: GraphData
+    requests: list
+    labels: dict            # query id -> label (every pool vertex)
+    pool: np.ndarray        # original ids of the held-out pool
+
+    def label_array(self, qid: np.ndarray) -> np.ndarray:
+        return np.array([self.labels[int(q)] for q in qid], dtype=np.int64)
+
+
+def split_pool(data: GraphData, seed: int, fraction: float = POOL_FRACTION) -> np.ndarray:
+    """Dense indices of a random (seeded) `fraction` of the test vertices, sorted."""
+    if data.split is None:
+        raise WorkloadError(f"graph {data.name!r} has no split column: the query pool is drawn "
+                            f"from its test vertices")
+    test = np.flatnonzero(data.mask("test"))
+    size = int(round(fraction * len(test)))
+    if size == 0:
+        raise WorkloadError(f"graph {data.name!r} has {len(test)} test vertices: a {fraction:.0%} "
+                            f"pool would be empty")
+    rng = np.random.default_rng([int(seed), 0])
+    return np.sort(rng.choice(test, size=size, replace=False))
+
+
+def remove_vertices(data: GraphData, drop: np.ndarray, name: str | None = None) -> GraphData:
+    """The graph without the dense vertices `drop` and every edge touching them."""
+    keep = np.ones(data.num_nodes, bool)
+    keep[drop] = False
+    new_index = np.cumsum(keep) - 1
+    e_keep = keep[data.edge_src] & keep[data.edge_dst]
+    sub = lambda a: None if a is None else a[keep]
+    return GraphData(data.ids[keep], data.x[keep], new_index[data.edge_src[e_keep]],
+                     new_index[data.edge_dst[e_keep]],
+                     weight=None if data.weight is None else data.weight[e_keep],
+                     y=sub(data.y), split=sub(data.split), name=name or f"{data.name}-G")
+
+
+def make_workload(data: GraphData, batch_sizes=BATCH_SIZES, num_requests: int = 10,
+                  seed: int = 0) -> Workload:
+    """num_requests requests per batch size (see module doc). Deterministic for a seed."""
+    if data.y is None:
+        raise WorkloadError(f"graph {data.name!r} has no labels")
+    pool = split_pool(data, seed)
+    G = remove_vertices(data, pool)
+    in_pool = np.zeros(data.num_nodes, bool)
+    in_pool[pool] = True
+    # edges touching the pool, found once; each request then filters this short list
+    touch = in_pool[data.edge_src] | in_pool[data.edge_dst]
+    p_src, p_dst = data.edge_src[touch], data.edge_dst[touch]
+    rng = np.random.default_rng([int(seed), 1])
+    requests = []
+    for b in batch_sizes:
+        b = int(b)
+        if b > len(pool):
+            raise WorkloadError(f"batch size {b} exceeds the query pool ({len(pool)} vertices = "
+                                f"{POOL_FRACTION:.0%} of the test split of {data.name!r})")
+        for i in range(int(num_requests)):
+            q = np.sort(rng.choice(pool, size=b, replace=False))
+            in_req = np.isin(p_src, q), np.isin(p_dst, q)
+            # keep an edge if it touches the request and its other end is in G or the request
+            ok = (in_req[0] | ~in_pool[p_src]) & (in_req[1] | ~in_pool[p_dst]) & (in_req[0] | in_req[1])
+            requests.append(Request(f"b{b}-{i:05d}", data.ids[q], data.x[q],
+                                    data.ids[p_src[ok]], data.ids[p_dst[ok]]))
+    labels = dict(zip(data.ids[pool].tolist(), data.y[pool].tolist()))
+    return Workload(G, requests, labels, data.ids[pool])
+
+
+def write_workload(workload: Workload, out: str, meta: dict | None = None) -> dict:
+    os.makedirs(out, exist_ok=True)
+    write_graph_dir(workload.graph_G, os.path.join(out, "graph"), overwrite=True)
+    req_dir = os.path.join(out, "requests")
+    os.makedirs(req_dir, exist_ok=True)
+    for r in workload.requests:
+        write_requests(os.path.join(req_dir, f"{r.request_id}.parquet"), [r])
+    ids = np.fromiter(workload.labels.keys(), np.int64, len(workload.labels))
+    ys = np.fromiter(workload.labels.values(), np.int64, len(workload.labels))
+    pq.write_table(pa.table({"id": ids, "y": ys}), os.path.join(out, "labels.parquet"))
+    doc = {"pool_size": int(len(workload.pool)), "num_requests": len(workload.requests),
+           "graph_G": workload.graph_G.meta(), **(meta or {})}
+    with open(os.path.join(out, "workload.json"), "w") as f:
+        json.dump(doc, f, indent=2)
+    return doc
+
+
+def read_labels(path: str) -> dict:
+    t = pq.read_table(path)
+    return dict(zip(t.column("id").to_numpy().tolist(), t.column("y").to_numpy().tolist()))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m sparkgnn.serving.workload", description=__doc__.split("\n")[0])
+    ap.add_argument("--graph", required=True, help="graph directory (with labels and a split)")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--batch-sizes", default="64,128,256,512,1024")
+    ap.add_argument("--requests", type=int, default=10, help="requests per batch size")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    data = read_graph_dir(args.graph)
+    sizes = [int(s) for s in args.batch_sizes.split(",") if s]
+    wl = make_workload(data, sizes, args.requests, args.seed)
+    doc = write_workload(wl, args.out, {"source": os.path.abspath(args.graph), "seed": args.seed,
+                                        "batch_sizes": sizes, "requests_per_size": args.requests,
+                                        "source_fingerprint": data.fingerprint})
+    print(f"G: {wl.graph_G.summary()}\npool {doc['pool_size']} vertices, {doc['num_requests']} "
+          f"requests -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
