@@ -248,6 +248,14 @@ def read_requests(path: str) -> list[Request]:
         files = sorted(f for f in os.listdir(path) if f.endswith(".parquet") and not f.startswith((".", "_")))
         out: list[Request] = []
         for f in files:
-            out.extend(requests_from_table(pq.read_table(os.path.join(path, f), schema=SCHEMA)))
+            out.extend(_read_file(os.path.join(path, f)))
         return out
-    return requests_from_table(pq.read_table(path, schema=SCHEMA))
+    return _read_file(path)
+
+
+def _read_file(path: str) -> list[Request]:
+    names = pq.read_schema(path).names
+    missing = [f.name for f in SCHEMA if f.name not in names]
+    if missing:
+        raise RequestError(f"request file {path} lacks column(s) {missing}; expected {SCHEMA.names}")
+    return requests_from_table(pq.read_table(path, columns=SCHEMA.names))

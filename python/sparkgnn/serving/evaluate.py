@@ -1,0 +1,145 @@
+"""Score serving modes against FULL (the exact answer) and against the held-out labels.
+
+WHY FULL as the reference and not only labels: accuracy mixes the model's own errors with the
+mode's approximation; agreement with FULL's predictions and the relative error of h isolate what
+the mode itself loses (the quantity OMEGA's Table 3 / Fig. 12 report as accuracy drop).
+
+CLI: python -m sparkgnn.serving.evaluate --workload DIR --model PATH --modes full,ns
+     [--fanouts 25,10] [--seed S] [--ns-norm full|sampled] [--out FILE]
+prints one table row per mode (and batch size) and writes JSON (default <workload>/evaluation.json).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import numpy as np
+
+from sparkgnn.errors import SparkGNNError
+
+
+def _rel_err(a: np.ndarray, b: np.ndarray) -> float:
+    scale = float(np.abs(b).max()) if b.size else 0.0
+    return float(np.abs(a.astype(np.float64) - b).max() / (scale if scale > 0 else 1.0)) if b.size else 0.0
+
+
+def _summary(rows: list[dict]) -> dict:
+    lat = np.array([r["latency_s"] for r in rows])
+    n_q = sum(r["batch_size"] for r in rows)
+    correct = sum(r["correct"] for r in rows)
+    agree = sum(r["agree"] for r in rows)
+    out = {
+        "requests": len(rows), "queries": int(n_q),
+        "accuracy": correct / n_q if n_q else None,
+        "agreement_with_reference": agree / n_q if n_q else None,
+        "max_rel_err_vs_reference": max((r["rel_err"] for r in rows), default=0.0),
+        "latency_p50_ms": float(np.percentile(lat, 50) * 1e3) if len(lat) else None,
+        "latency_p99_ms": float(np.percentile(lat, 99) * 1e3) if len(lat) else None,
+    }
+    for key in ("bytes_fetched", "nodes_recomputed", "nodes_touched"):
+        vals = np.array([r[key] for r in rows], dtype=np.float64)
+        out[f"{key}_mean"] = float(vals.mean()) if len(vals) else 0.0
+        out[f"{key}_total"] = int(vals.sum())
+    for key in ("fetch_s", "compute_s", "merge_s"):
+        out[f"{key}_mean"] = float(np.mean([r[key] for r in rows])) if rows else 0.0
+    return out
+
+
+def evaluate(engine_by_mode: dict, requests, labels: dict, reference_mode: str = "full") -> dict:
+    """Per mode: {"overall": summary, "by_batch_size": {B: summary}} where a summary has accuracy,
+    agreement_with_reference, max_rel_err_vs_reference, latency_p50_ms / p99_ms, and mean/total
+    bytes_fetched, nodes_recomputed, nodes_touched, and mean fetch/compute/merge seconds."""
+    if reference_mode not in engine_by_mode:
+        raise SparkGNNError(f"reference mode {reference_mode!r} is not among the engines "
+                            f"{sorted(engine_by_mode)}")
+    requests = list(requests)
+    reference, ref_latency = {}, {}
+    for r in requests:
+        t0 = time.perf_counter()
+        reference[r.request_id] = engine_by_mode[reference_mode].answer(r)
+        ref_latency[r.request_id] = time.perf_counter() - t0
+    result = {}
+    for mode, engine in engine_by_mode.items():
+        rows = []
+        for r in requests:
+            t0 = time.perf_counter()
+            a = reference[r.request_id] if mode == reference_mode else engine.answer(r)
+            latency = (time.perf_counter() - t0 if mode != reference_mode
+                       else ref_latency[r.request_id])
+            ref = reference[r.request_id]
+            y = np.array([labels.get(int(q), -1) for q in a.qid], dtype=np.int64)
+            known = y >= 0
+            pred, ref_pred = a.pred, ref.pred
+            rows.append({
+                "batch_size": int(known.sum()), "latency_s": latency,
+                "correct": int((pred[known] == y[known]).sum()) if pred is not None else 0,
+                "agree": int((pred[known] == ref_pred[known]).sum()) if pred is not None else 0,
+                "rel_err": _rel_err(a.h, ref.h),
+                **{k: a.breakdown.get(k, 0) for k in ("bytes_fetched", "nodes_recomputed", "nodes_touched",
+                                                     "fetch_s", "compute_s", "merge_s")},
+                "B": r.batch_size,
+            })
+        by_b = {}
+        for b in sorted({row["B"] for row in rows}):
+            by_b[b] = _summary([row for row in rows if row["B"] == b])
+        result[mode] = {"overall": _summary(rows), "by_batch_size": by_b}
+    return result
+
+
+def format_table(result: dict) -> str:
+    head = f"{'mode':<10}{'B':>6}{'n':>5}{'acc':>8}{'agree':>8}{'max_rel':>10}{'p50 ms':>9}{'p99 ms':>9}{'MB/req':>9}{'recomp':>9}"
+    lines = [head, "-" * len(head)]
+    for mode, res in result.items():
+        for b, s in [("all", res["overall"]), *res["by_batch_size"].items()]:
+            acc = "-" if s["accuracy"] is None else f"{s['accuracy']:.4f}"
+            agr = "-" if s["agreement_with_reference"] is None else f"{s['agreement_with_reference']:.4f}"
+            lines.append(f"{mode:<10}{str(b):>6}{s['requests']:>5}{acc:>8}{agr:>8}"
+                         f"{s['max_rel_err_vs_reference']:>10.2e}{s['latency_p50_ms']:>9.2f}"
+                         f"{s['latency_p99_ms']:>9.2f}{s['bytes_fetched_mean'] / 1e6:>9.3f}"
+                         f"{s['nodes_recomputed_mean']:>9.1f}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    from sparkgnn.graph import read_graph_dir
+    from sparkgnn.models import Model
+    from sparkgnn.serving.engine import QueryEngine
+    from sparkgnn.serving.request import read_requests
+    from sparkgnn.serving.workload import read_labels
+
+    ap = argparse.ArgumentParser(prog="python -m sparkgnn.serving.evaluate", description=__doc__.split("\n")[0])
+    ap.add_argument("--workload", required=True, help="folder written by sparkgnn.serving.workload")
+    ap.add_argument("--model", required=True, help="a saved sparkgnn Model (Model.save)")
+    ap.add_argument("--modes", default="full,ns")
+    ap.add_argument("--fanouts", default=None, help="NS fanouts, e.g. 25,10 (default per depth)")
+    ap.add_argument("--ns-norm", default="full", choices=("full", "sampled"))
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+
+    graph = read_graph_dir(os.path.join(args.workload, "graph"))
+    model = Model.load(args.model)
+    requests = read_requests(os.path.join(args.workload, "requests"))
+    labels = read_labels(os.path.join(args.workload, "labels.parquet"))
+    fanouts = [int(f) for f in args.fanouts.split(",")] if args.fanouts else None
+    modes = [m for m in args.modes.split(",") if m]
+    if "full" not in modes:
+        modes.insert(0, "full")
+    engines = {}
+    for m in modes:
+        opts = {"fanouts": fanouts, "ns_norm": args.ns_norm} if m == "ns" else {}
+        engines[m] = QueryEngine(graph, model, mode=m, seed=args.seed, **opts)
+    result = evaluate(engines, requests, labels)
+    print(format_table(result))
+    out = args.out or os.path.join(args.workload, "evaluation.json")
+    with open(out, "w") as f:
+        json.dump({"modes": result, "fanouts": fanouts, "seed": args.seed, "ns_norm": args.ns_norm},
+                  f, indent=2, default=str)
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
