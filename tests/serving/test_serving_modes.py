@@ -1,0 +1,143 @@
+"""FULL equals PyG's forward on the whole union graph G + Q + request edges; NS is seeded and
+equals FULL when no sampling happens; the GCN degree trap is real (subgraph degrees differ)."""
+import numpy as np
+import pytest
+import torch
+
+from conftest import pyg_model
+from sparkgnn.models import Model
+from sparkgnn.serving import ModeError, QueryEngine, Request
+from sparkgnn.serving.modes import BREAKDOWN_KEYS, MODES
+
+KINDS = ["gcn", "sage", "gin", "gat"]
+
+
+def union_forward(pyg, G, r: Request, kind: str) -> np.ndarray:
+    """The reference: PyG's own module on the whole union graph, read at Q."""
+    n = G.num_nodes
+    order = np.argsort(r.qid)
+
+    def union(ids):
+        g, found = G.id_index.lookup(ids)
+        return np.where(found, g, n + order[np.searchsorted(r.qid[order], ids).clip(0, len(order) - 1)])
+
+    ei = torch.from_numpy(np.stack([np.concatenate([G.edge_src, union(r.src)]),
+                                    np.concatenate([G.edge_dst, union(r.dst)])]))
+    x = torch.from_numpy(np.concatenate([G.x, r.x]))
+    kw = {}
+    if G.weight is not None and kind == "gcn":
+        kw["edge_weight"] = torch.from_numpy(np.concatenate([G.weight, np.ones(len(r.src), np.float32)]))
+    with torch.no_grad():
+        return pyg(x, ei, **kw)[n:].numpy()
+
+
+def rel(a, b):
+    return float(np.abs(a.astype(np.float64) - b).max() / max(np.abs(b).max(), 1e-30))
+
+
+@pytest.mark.parametrize("layers", [2, 3])
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("which", ["cora", "skewed"])
+def test_full_equals_pyg_on_union_graph(which, kind, layers, request):
+    wl = request.getfixturevalue(f"{which}_workload")
+    G = wl.graph_G
+    pyg = pyg_model(kind, G.feature_dim, layers, seed=layers)
+    engine = QueryEngine(G, Model.from_pyg(pyg), mode="full")
+    for r in wl.requests[::2]:
+        a = engine.answer(r)
+        ref = union_forward(pyg, G, r, kind)
+        assert rel(a.h, ref) < 1e-5, (which, kind, layers, r.request_id)
+        np.testing.assert_array_equal(a.qid, r.qid)
+        np.testing.assert_array_equal(a.pred, ref.argmax(1))
+        assert set(BREAKDOWN_KEYS) <= set(a.breakdown)
+        assert a.breakdown["bytes_fetched"] == (a.breakdown["nodes_touched"] - r.batch_size) * G.feature_dim * 4
+
+
+def test_subgraph_degrees_would_be_wrong_for_gcn(skewed_workload):
+    """Why FULL takes degrees from the union graph: NS without sampling but with subgraph
+    degrees (PyG NeighborLoader semantics) differs from the exact answer for GCN, not for SAGE."""
+    wl = skewed_workload
+    G, r = wl.graph_G, wl.requests[0]
+    big = (10 ** 6,) * 2
+    for kind, differs in [("gcn", True), ("sage", False)]:
+        model = Model.from_pyg(pyg_model(kind, G.feature_dim, 2))
+        full = QueryEngine(G, model, "full").answer(r).h
+        sub = QueryEngine(G, model, "ns", fanouts=big, ns_norm="sampled").answer(r).h
+        assert (rel(sub, full) > 1e-3) == differs, kind
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_ns_equals_full_without_sampling(skewed_workload, kind):
+    wl = skewed_workload
+    G = wl.graph_G
+    max_in = int(np.bincount(G.edge_dst).max()) + max(r.num_edges for r in wl.requests)
+    model = Model.from_pyg(pyg_model(kind, G.feature_dim, 3))
+    full = QueryEngine(G, model, "full")
+    ns = QueryEngine(G, model, "ns", fanouts=(max_in,) * 3)
+    for r in wl.requests:
+        assert rel(ns.answer(r).h, full.answer(r).h) < 1e-5
+
+
+def test_ns_seeded_and_samples(skewed_workload):
+    wl = skewed_workload
+    G = wl.graph_G
+    model = Model.from_pyg(pyg_model("sage", G.feature_dim, 2))
+    a = QueryEngine(G, model, "ns", fanouts=(3, 2), seed=7)
+    b = QueryEngine(G, model, "ns", fanouts=(3, 2), seed=7)
+    c = QueryEngine(G, model, "ns", fanouts=(3, 2), seed=8)
+    full = QueryEngine(G, model, "full")
+    r = wl.requests[-1]
+    ha, hb, hc = a.answer(r).h, b.answer(r).h, c.answer(r).h
+    np.testing.assert_array_equal(ha, hb)
+    np.testing.assert_array_equal(ha, a.answer(r).h)       # same request, same sample
+    assert not np.array_equal(ha, hc)
+    fa, ff = a.answer(r).breakdown, full.answer(r).breakdown
+    assert fa["nodes_touched"] < ff["nodes_touched"] and fa["bytes_fetched"] < ff["bytes_fetched"]
+    assert a.mode.fanouts == (3, 2) and QueryEngine(G, model, "ns").mode.fanouts == (25, 10)
+
+
+def test_sampling_is_without_replacement_and_capped():
+    from sparkgnn.serving.compgraph import sample_in_edges
+
+    dst = np.repeat(np.arange(4), [1, 5, 30, 0][:4])
+    src = np.arange(len(dst))
+    s, d, _ = sample_in_edges(src, dst, None, 4, np.random.default_rng(0))
+    counts = np.bincount(d, minlength=4)
+    assert counts.tolist() == [1, 4, 4, 0]
+    assert len(np.unique(s)) == len(s)
+
+
+def test_registry_and_option_errors(cora_workload):
+    G = cora_workload.graph_G
+    model = Model.from_pyg(pyg_model("gcn", G.feature_dim, 2))
+    assert {"full", "ns"} <= set(MODES)
+    with pytest.raises(ModeError, match="unknown serving mode 'nope'"):
+        QueryEngine(G, model, mode="nope")
+    with pytest.raises(ModeError, match="does not take option"):
+        QueryEngine(G, model, mode="full", gamma=0.1)
+    with pytest.raises(ModeError, match="one positive fanout per layer"):
+        QueryEngine(G, model, mode="ns", fanouts=(5,))
+
+
+def test_invalid_request_is_refused_by_the_engine(cora_workload):
+    from sparkgnn.serving import RequestError
+
+    G = cora_workload.graph_G
+    engine = QueryEngine(G, Model.from_pyg(pyg_model("gcn", G.feature_dim, 2)))
+    with pytest.raises(RequestError, match="already vertex ids"):
+        engine.answer(Request("bad", G.ids[:2], G.x[:2], [], []))
+
+
+def test_request_without_edges_and_with_query_self_loops(skewed_workload):
+    """Isolated queries (no request edge) and edges among queries only, incl. a q -> q loop."""
+    wl = skewed_workload
+    G = wl.graph_G
+    pyg = pyg_model("gcn", G.feature_dim, 2)
+    engine = QueryEngine(G, Model.from_pyg(pyg), "full")
+    q = np.array([10 ** 9, 10 ** 9 + 1])
+    x = np.random.default_rng(0).standard_normal((2, G.feature_dim)).astype(np.float32)
+    for src, dst in [([], []), ([q[0], q[1]], [q[1], q[1]])]:
+        r = Request("iso", q, x, src, dst)
+        a = engine.answer(r)
+        assert rel(a.h, union_forward(pyg, G, r, "gcn")) < 1e-5
+        assert a.breakdown["bytes_fetched"] == 0 and a.breakdown["nodes_recomputed"] == 0
