@@ -22,7 +22,6 @@ LOCAL_CONF = {
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.sql.shuffle.partitions": "4",
-    "spark.default.parallelism": "4",
     "spark.driver.memory": "4g",
     "spark.python.worker.reuse": "true",
     "spark.sql.execution.arrow.maxRecordsPerBatch": "20000",
