@@ -5,19 +5,9 @@ enumeration of every random-walk path, which is what the formulas sum over."""
 import numpy as np
 import pytest
 
-from sparkgnn.pe.metrics import compute_metrics, degrees, fap, psgs
+from pe_reference import dense, psgs_matrix
 
-
-def _dense(gd):
-    """(ids, in_deg, out_deg, A) with A[i][j] = #edges j->i / in_deg(i) (dense indices)."""
-    n = len(gd.ids)
-    pos = {int(v): k for k, v in enumerate(gd.ids)}
-    cnt = np.zeros((n, n))
-    for s, d in zip(gd.src_ids, gd.dst_ids):
-        cnt[pos[int(d)], pos[int(s)]] += 1            # row = node, column = in-neighbour
-    ind, outd = cnt.sum(1), cnt.sum(0)
-    a = np.divide(cnt, ind[:, None], out=np.zeros_like(cnt), where=ind[:, None] > 0)
-    return np.asarray(gd.ids), ind, outd, a
+from sparkgnn.pe.metrics import degrees, fap, psgs
 
 
 def _as_map(df, col):
@@ -25,17 +15,10 @@ def _as_map(df, col):
 
 
 def test_degrees_match_numpy(spark_graph, graph_data):
-    ids, ind, outd, _ = _dense(graph_data)
+    ids, ind, outd, _ = dense(graph_data)
     rows = {int(r.id): (r.in_degree, r.out_degree) for r in degrees(spark_graph).collect()}
     assert rows == {int(i): (int(a), int(b)) for i, a, b in zip(ids, ind, outd)}
     assert rows[99] == (0, 0) and rows[2][0] == 0
-
-
-def _psgs_matrix(a, ind, fanouts):
-    q = np.ones(len(ind))
-    for k, l in enumerate(fanouts, start=1):
-        q += np.linalg.matrix_power(a, k - 1) @ np.minimum(ind, l)
-    return q
 
 
 def _psgs_paths(a, ind, fanouts, i):
@@ -52,11 +35,11 @@ def _psgs_paths(a, ind, fanouts, i):
     return total
 
 
-@pytest.mark.parametrize("fanouts", [[2], [3, 2], [25, 10], [3, 2, 1]])
+@pytest.mark.parametrize("fanouts", [[2], [25, 10], [3, 2, 1]])
 def test_psgs_matches_brute_force(spark_graph, graph_data, fanouts):
-    ids, ind, _, a = _dense(graph_data)
+    ids, ind, _, a = dense(graph_data)
     got = _as_map(psgs(spark_graph, fanouts), "psgs")
-    want = _psgs_matrix(a, ind, fanouts)
+    want = psgs_matrix(a, ind, fanouts)
     for k, i in enumerate(ids):
         assert got[int(i)] == pytest.approx(want[k], rel=1e-12, abs=1e-12)
         assert want[k] == pytest.approx(_psgs_paths(a, ind, fanouts, k), rel=1e-12)
@@ -71,7 +54,7 @@ def test_psgs_paper_example():
     a[3, 0] = a[3, 1] = 0.5
     a[0, 2] = 1.0
     ind = np.array([1, 0, 0, 2])
-    assert _psgs_matrix(a, ind, [1, 1])[3] == pytest.approx(1 + 1 + 0.5)
+    assert psgs_matrix(a, ind, [1, 1])[3] == pytest.approx(1 + 1 + 0.5)
 
 
 def _fap_paths(a, p0, hops):
@@ -90,9 +73,9 @@ def _fap_paths(a, p0, hops):
     return total
 
 
-@pytest.mark.parametrize("hops", [0, 1, 2, 3])
+@pytest.mark.parametrize("hops", [0, 3])
 def test_fap_uniform_matches_matrix_power(spark_graph, graph_data, hops):
-    ids, _, _, a = _dense(graph_data)
+    ids, _, _, a = dense(graph_data)
     p0 = np.full(len(ids), 1.0 / len(ids))
     want = sum(np.linalg.matrix_power(a.T, k) @ p0 for k in range(hops + 1))
     np.testing.assert_allclose(want, _fap_paths(a, p0, hops), rtol=1e-12)
@@ -101,25 +84,10 @@ def test_fap_uniform_matches_matrix_power(spark_graph, graph_data, hops):
 
 
 def test_fap_given_seeds(spark, spark_graph, graph_data):
-    ids, _, _, a = _dense(graph_data)
+    ids, _, _, a = dense(graph_data)
     p0 = np.zeros(len(ids))
     p0[[0, 3]] = [0.7, 0.3]
     seeds = spark.createDataFrame([(int(ids[0]), 0.7), (int(ids[3]), 0.3)], "id long, p double")
     want = sum(np.linalg.matrix_power(a.T, k) @ p0 for k in range(3))
     got = _as_map(fap(spark_graph, 2, seeds=seeds), "fap")
     np.testing.assert_allclose([got[int(i)] for i in ids], want, rtol=1e-12, atol=1e-15)
-
-
-def test_compute_metrics_summary(spark_graph, graph_data):
-    metrics = compute_metrics(spark_graph, [3, 2], 2)
-    assert set(metrics) == {"degrees", "psgs", "fap", "summary"}
-    summary = metrics["summary"]
-    ids, ind, outd, a = _dense(graph_data)
-    assert summary["num_vertices"] == len(ids)
-    assert summary["in_degree"]["max"] == int(ind.max())
-    q = _psgs_matrix(a, ind, [3, 2])
-    assert summary["psgs"]["mean"] == pytest.approx(q.mean())
-    assert summary["psgs"]["max"] == pytest.approx(q.max())
-    p = sum(np.linalg.matrix_power(a.T, k) @ np.full(len(ids), 1 / len(ids)) for k in range(3))
-    top = summary["fap"]["top_mass"]["top_0.1"]
-    assert top["nodes"] == 1 and top["fap_share"] == pytest.approx(p.max() / p.sum())

@@ -179,7 +179,9 @@ def test_other_architecture_names_layer_count(spark, spark_graph, graph_data, mo
 
 
 def test_metrics_commit_as_the_driver_does(spark, spark_graph, graph_data, model, tmp_path):
+    """compute_metrics -> commit_metrics as is; the manifest's summary equals numpy."""
     from sparkgnn.pe.metrics import compute_metrics
+    from pe_reference import dense, psgs_matrix
 
     w, _ = _write_all(spark, tmp_path, spark_graph, model, graph_data.ids)
     assert not w.has_metrics()
@@ -188,7 +190,16 @@ def test_metrics_commit_as_the_driver_does(spark, spark_graph, graph_data, model
     assert PEWriter(tmp_path, spark_graph, model, with_states=True).has_metrics()
     store = PEStore.open(tmp_path, model=model, graph=spark_graph)
     assert store.manifest["metric_tables"] == ["degrees", "fap", "psgs"]
-    assert store.manifest["metrics"]["summary"]["hops"] == 2
+    summary = store.manifest["metrics"]["summary"]
+    assert summary["hops"] == 2 and summary["fanouts"] == [2, 2]
+    ids, ind, _, a = dense(graph_data)
+    assert summary["num_vertices"] == len(ids) and summary["in_degree"]["max"] == int(ind.max())
+    q = psgs_matrix(a, ind, [2, 2])
+    assert summary["psgs"]["mean"] == pytest.approx(q.mean())
+    assert summary["psgs"]["max"] == pytest.approx(q.max())
+    p = sum(np.linalg.matrix_power(a.T, k) @ np.full(len(ids), 1 / len(ids)) for k in range(3))
+    top = summary["fap"]["top_mass"]["top_0.1"]                 # ceil(0.1 x 10) = 1 node
+    assert top["nodes"] == 1 and top["fap_share"] == pytest.approx(p.max() / p.sum())
     assert store.metrics_frame(spark, "psgs").count() == len(graph_data.ids)
     assert w.layer_frame(spark, 2).count() == len(graph_data.ids)
 

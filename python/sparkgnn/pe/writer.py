@@ -87,7 +87,7 @@ class PEWriter:
         for stale in layout.stale_tmp_dirs(final):
             shutil.rmtree(stale, ignore_errors=True)
         tmp = layout.tmp_dir(final)
-        df.select(*columns).write.mode("overwrite").parquet(layout.spark_uri(tmp))
+        df.selectExpr(*columns).write.mode("overwrite").parquet(layout.spark_uri(tmp))
         rows = df.sparkSession.read.parquet(layout.spark_uri(tmp)).count()
         if os.path.exists(final):
             shutil.rmtree(final)
@@ -103,12 +103,12 @@ class PEWriter:
         l = int(l)
         if int(width) != self.model.dims[l - 1]:
             raise ValueError(f"layer {l}: h width {width} != model's {self.model.dims[l - 1]}")
-        columns = ["id", "h"]
+        columns = ["CAST(id AS BIGINT) AS id", "CAST(h AS ARRAY<FLOAT>) AS h"]
         if self.with_states:
             if state_width is None or "state" not in df.columns:
                 raise ValueError(f"layer {l}: the store keeps states; pass a 'state' column and "
                                  "state_width")
-            columns.append("state")
+            columns.append("CAST(state AS ARRAY<FLOAT>) AS state")
         if l in self.manifest["layers_complete"]:       # recommit: un-vouch first
             self.manifest["layers_complete"].remove(l)
             self._save()
@@ -142,7 +142,7 @@ class PEWriter:
                 self._save()
                 final = os.path.join(self.base, layout.METRICS_DIR, name)
                 os.makedirs(os.path.dirname(final), exist_ok=True)
-                self._commit_dir(value, final, list(value.columns))
+                self._commit_dir(value, final, [f"`{c}`" for c in value.columns])
                 tables.add(name)
             else:
                 values[name] = value
