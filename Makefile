@@ -51,3 +51,8 @@ bench-messenger: venv
 .PHONY: bench-batch
 bench-batch: venv
 	$(PY) bench/bench_batch.py
+
+# PE precomputation: bench/results/precompute.json + precompute.png.
+.PHONY: bench-precompute
+bench-precompute: venv
+	$(PY) bench/bench_precompute.py

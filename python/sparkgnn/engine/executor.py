@@ -24,7 +24,10 @@ from sparkgnn.engine.routing import (
     route,
 )
 from sparkgnn.engine.schedule import schedule
-from sparkgnn.engine.steps import TIMERS, StepConfig, run_partition
+from sparkgnn.engine.steps import INPUT_STAGE, TIMERS, StepConfig, run_partition
+
+# DL stages that finish a conv (the others only load or prepare): the steps a PE store commits.
+AGGREGATING_STAGES = ("edges", "states")
 
 
 @dataclass
@@ -110,7 +113,7 @@ def execute(spark, prepared, plan, model_fingerprint: str, graph, transport: dic
         shuffle = meter.delta()
         report.steps.append(StepReport(step.label, seconds, shuffle, _read(timers)))
         log(_progress(report.steps[-1]))
-        if on_layer is not None and step.layer >= 0 and step.inputs != "given":
+        if on_layer is not None and INPUT_STAGE[step.inputs] in AGGREGATING_STAGES:
             on_layer(step.layer + 1, rows)
             rows = rows.where(f"kind != {PE_STATE}")
     return final_df, report, meter, steps[-1].label, final_timers

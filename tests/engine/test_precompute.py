@@ -1,0 +1,116 @@
+"""PE precomputation: each stored h^(l) equals the first l layers of the model; each stored state,
+merged with nothing new and updated, reproduces h^(l); a crash after layer 1 resumes to the same
+store; a store for other weights is refused."""
+import numpy as np
+import pytest
+import torch
+from torch_geometric.nn import GCN, GraphSAGE
+
+from sparkgnn import StalePEStore
+from sparkgnn.engine.precompute import precompute
+from sparkgnn.layers.base import compute_stats, propagate
+from sparkgnn.models import Model
+from sparkgnn.pe import PEStore
+
+from engine_helpers import relative_error
+
+
+def _quiet(_line):
+    pass
+
+
+def _layers_in_memory(model, data):
+    """h^(1..k) with the in-memory decomposed path (itself tested equal to PyG)."""
+    src, dst = (torch.from_numpy(a) for a in (data.edge_src, data.edge_dst))
+    weight = torch.from_numpy(data.weight) if data.weight is not None else None
+    h = model.pre(torch.from_numpy(data.x))
+    outputs, inputs = [], []
+    with torch.no_grad():
+        for layer in range(model.num_layers):
+            inputs.append(h)
+            h = model.post(layer, propagate(model.conv(layer), h, src, dst, weight))
+            outputs.append(h.numpy())
+    return inputs, outputs
+
+
+@pytest.mark.parametrize("build, strategy", [(GraphSAGE, "replicate"), (GCN, "combine")])
+def test_layers_and_states_reproduce_the_model(spark, graph_dirs, work_dir, tmp_path, build, strategy):
+    path, data = graph_dirs["skewed"]
+    torch.manual_seed(11)
+    model = Model.from_pyg(build(data.feature_dim, 12, 2, out_channels=5).eval())
+    store = precompute(spark, path, model, str(tmp_path / "store"), strategy=strategy, partitions=3,
+                       work_dir=work_dir, metrics=False, log=_quiet)
+    inputs, outputs = _layers_in_memory(model, data)
+    src, dst = (torch.from_numpy(a) for a in (data.edge_src, data.edge_dst))
+    weight = torch.from_numpy(data.weight) if data.weight is not None else None
+    for layer in (1, 2):
+        h, state = store.lookup(data.ids, layer, states=True)
+        assert relative_error(h, outputs[layer - 1]) <= 1e-5
+        conv = model.conv(layer - 1)
+        stats = compute_stats(conv, src, dst, weight, data.num_nodes)
+        with torch.no_grad():
+            merged = conv.aggregator.merge(torch.from_numpy(state), torch.arange(data.num_nodes), data.num_nodes)
+            again = model.post(layer - 1, conv.update(inputs[layer - 1], conv.aggregator.finalize(merged), stats, False))
+        assert relative_error(again.numpy(), outputs[layer - 1]) <= 1e-5
+
+
+def test_crash_after_layer_one_resumes_to_the_same_store(spark, graph_dirs, work_dir, tmp_path):
+    path, data = graph_dirs["cora"]
+    torch.manual_seed(2)
+    model = Model.from_pyg(GraphSAGE(data.feature_dim, 16, 3, out_channels=7).eval())
+    clean = precompute(spark, path, model, str(tmp_path / "clean"), work_dir=work_dir, metrics=False, log=_quiet)
+
+    class Crash(Exception):
+        pass
+
+    def crash_after_first(layer):
+        if layer == 1:
+            raise Crash
+
+    crashed_root = str(tmp_path / "crashed")
+    with pytest.raises(Crash):
+        precompute(spark, path, model, crashed_root, work_dir=work_dir, metrics=False, log=_quiet,
+                   on_layer_committed=crash_after_first)
+    lines = []
+    resumed = precompute(spark, path, model, crashed_root, work_dir=work_dir, metrics=False, log=lines.append)
+    assert any("resuming" in line for line in lines)
+    for layer in (1, 2, 3):
+        a, sa = clean.lookup(data.ids, layer, states=True)
+        b, sb = resumed.lookup(data.ids, layer, states=True)
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(sa, sb)
+
+
+def test_store_for_other_weights_is_refused(spark, graph_dirs, work_dir, tmp_path):
+    path, data = graph_dirs["skewed"]
+    torch.manual_seed(4)
+    module = GraphSAGE(data.feature_dim, 8, 2).eval()
+    root = str(tmp_path / "store")
+    precompute(spark, path, Model.from_pyg(module), root, work_dir=work_dir, metrics=False, log=_quiet)
+    with torch.no_grad():
+        module.convs[0].lin_l.weight[0, 0] += 1.0
+    with pytest.raises(StalePEStore, match="model"):
+        PEStore.open(root, model=Model.from_pyg(module), graph=path)
+
+
+def test_precompute_job_with_metrics(spark, graph_dirs, work_dir, tmp_path, capsys):
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "spark_jobs"))
+    import precompute_pe
+
+    path, data = graph_dirs["skewed"]
+    torch.manual_seed(6)
+    model_path = str(tmp_path / "model")
+    Model.from_pyg(GraphSAGE(data.feature_dim, 8, 2).eval()).save(model_path)
+    root = str(tmp_path / "store")
+    assert precompute_pe.main(["--graph", path, "--model", model_path, "--store", root, "--work-dir", work_dir,
+                               "--fanouts", "5,3"]) == 0
+    assert "store complete" in capsys.readouterr().out
+    store = PEStore.open(root, model=model_path, graph=path)
+    assert store.layers == [1, 2] and store.with_states
+    summary = store.manifest["metrics"]["summary"]
+    assert summary["psgs"]["max"] >= summary["psgs"]["mean"] > 1
+    report = store.size_report()
+    assert report["omega_formula_bytes"] == 8 * 4 * data.num_nodes
