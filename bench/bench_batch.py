@@ -24,6 +24,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_common import DATA, RESULTS, machine, median_seconds, synthetic_dir, write_result  # noqa: E402
 
 STRATEGIES = ["edge_join", "replicate", "combine"]
+# Each configuration runs REPEATS times after the warm-up and the fastest counts (all are kept):
+# the first runs in a JVM are still slower (PLATFORM.md: 2-3x for the very first).
+REPEATS = 2
+
+
+def best_of(repeats: int, run):
+    attempts = [run() for _ in range(repeats)]
+    result, best = min(attempts, key=lambda pair: pair[1]["seconds_per_layer"])
+    best = dict(best, all_runs_seconds_per_layer=[a[1]["seconds_per_layer"] for a in attempts])
+    return result, best
 
 
 def pyg_per_layer(module, data) -> list[float]:
@@ -167,15 +177,15 @@ def main() -> int:
     print(f"warm-up (auto -> {warm['chosen']}): {warm['seconds_per_layer']:.2f} s/layer", flush=True)
     runs = []
     for strategy in STRATEGIES:
-        result, run = run_strategy(spark, graph_dir, model, strategy, work_dir)
+        result, run = best_of(REPEATS, lambda: run_strategy(spark, graph_dir, model, strategy, work_dir))
         actual = spark_output(result, data.num_nodes, data.index_of)
         run["max_rel_error_vs_pyg"] = float(np.abs(actual - reference).max() / np.abs(reference).max())
         runs.append(run)
         print(f"{strategy}: {run['seconds_per_layer']:.2f} s/layer, shuffled {run['shuffle_write_bytes_per_layer'] / 2**20:.0f} MiB/layer, "
               f"err {run['max_rel_error_vs_pyg']:.1e}", flush=True)
-    _, auto = run_strategy(spark, graph_dir, model, "auto", work_dir)
+    _, auto = best_of(REPEATS, lambda: run_strategy(spark, graph_dir, model, "auto", work_dir))
     best = min(runs, key=lambda r: r["seconds_per_layer"])
-    via, messenger_run = run_strategy(spark, graph_dir, model, best["strategy"], work_dir, workers="local[2]")
+    via, messenger_run = best_of(REPEATS, lambda: run_strategy(spark, graph_dir, model, best["strategy"], work_dir, workers="local[2]"))
     messenger_run["max_rel_error_vs_pyg"] = float(
         np.abs(spark_output(via, data.num_nodes, data.index_of) - reference).max() / np.abs(reference).max())
     print(f"{best['strategy']} via messenger local[2]: {messenger_run['seconds_per_layer']:.2f} s/layer", flush=True)
