@@ -69,8 +69,11 @@ def _own_table(rows: pa.Table, owned: static.Owned, part: int) -> pa.Table:
             f"partition {part} owns {len(owned.ids)} vertices but received {len(ids)} own rows "
             f"(a vertex is missing or duplicated upstream)"
         )
+    positions = static.positions(owned.ids, ids, "own")
+    if len(np.unique(positions)) != len(positions):  # as many rows as vertices, but one twice, one missing
+        raise ValueError(f"partition {part} received duplicate own rows for some vertices")
     order = np.empty(len(ids), dtype=np.int64)
-    order[static.positions(owned.ids, ids, "own")] = np.arange(len(ids))
+    order[positions] = np.arange(len(ids))
     h = _vectors(own_rows)[order]
     columns = {"h": to_fixed_list(h)}
     columns.update({name: pa.array(values) for name, values in owned.stats.items()})
