@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import DATA, RESULTS, machine, median_seconds, synthetic_dir, write_result  # noqa: E402
+from bench_common import DATA, RESULTS, graph_arguments, machine, median_seconds, synthetic_dir, write_result  # noqa: E402
 
 STRATEGIES = ["edge_join", "replicate", "combine"]
 # Each configuration runs REPEATS times after the warm-up and the fastest counts (all are kept):
@@ -139,10 +139,7 @@ def plot(result: dict, path: str) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--nodes", type=int, default=200_000)
-    parser.add_argument("--edges", type=int, default=2_000_000)
-    parser.add_argument("--dim", type=int, default=128)
+    parser = graph_arguments(argparse.ArgumentParser(description=__doc__.split("\n\n")[0]))
     parser.add_argument("--scaling", default="500000,1000000,2000000,4000000,8000000")
     parser.add_argument("--cap-gb", type=float, default=4.0)
     parser.add_argument("--cap-edges", type=int, default=8_000_000)

@@ -43,3 +43,11 @@ def write_result(name: str, result: dict) -> str:
     with open(path, "w") as fh:
         json.dump(result, fh, indent=2, sort_keys=True)
     return path
+
+
+def graph_arguments(parser):
+    """The bench graph every batch/precompute benchmark shares (200K nodes / 2M edges / 128-d)."""
+    parser.add_argument("--nodes", type=int, default=200_000)
+    parser.add_argument("--edges", type=int, default=2_000_000)
+    parser.add_argument("--dim", type=int, default=128)
+    return parser

@@ -14,7 +14,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import DATA, RESULTS, machine, synthetic_dir, write_result  # noqa: E402
+from bench_common import DATA, RESULTS, graph_arguments, machine, synthetic_dir, write_result  # noqa: E402
 
 
 def _timed_precompute(spark, graph_dir, model, store, states, metrics, work_dir):
@@ -57,10 +57,7 @@ def plot(result: dict, path: str) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--nodes", type=int, default=200_000)
-    parser.add_argument("--edges", type=int, default=2_000_000)
-    parser.add_argument("--dim", type=int, default=128)
+    parser = graph_arguments(argparse.ArgumentParser(description=__doc__.split("\n\n")[0]))
     args = parser.parse_args()
     from torch_geometric.nn import GraphSAGE
 
