@@ -29,6 +29,8 @@ import socket
 import numpy as np
 import pyarrow as pa
 
+from sparkgnn.messenger.watchdog import pid_alive
+
 SHM_DIR = "/dev/shm"
 _NAME = re.compile(r"^sparkgnn-(\d+)-([0-9a-f]{12})-(\d+)$")
 _MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
@@ -52,16 +54,6 @@ def host_id() -> str:
     return f"{socket.gethostname()}/{boot}"
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def sweep_stale() -> int:
     """Unlink segments whose creating process is gone; returns how many."""
     removed = 0
@@ -71,7 +63,7 @@ def sweep_stale() -> int:
         return 0
     for name in names:
         m = _NAME.match(name)
-        if m and not _pid_alive(int(m.group(1))):
+        if m and not pid_alive(int(m.group(1))):
             try:
                 os.unlink(os.path.join(SHM_DIR, name))
                 removed += 1

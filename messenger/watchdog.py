@@ -15,9 +15,8 @@ import threading
 ENV = "SPARKGNN_PARENT_PID"
 
 
-def _parent_alive(pid: int) -> bool:
-    if os.getppid() != pid:
-        return False
+def pid_alive(pid: int) -> bool:
+    """Whether a process exists (signal 0; a process owned by another user still counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -25,6 +24,10 @@ def _parent_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _parent_alive(pid: int) -> bool:
+    return os.getppid() == pid and pid_alive(pid)
 
 
 def start(parent_pid: int, interval_s: float = 0.5) -> threading.Thread:

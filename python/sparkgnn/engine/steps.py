@@ -179,14 +179,19 @@ def outputs_final(cfg, result, part, header):
     yield pa.RecordBatch.from_arrays(columns, names=names)
 
 
+def _own_and_targeted(cfg, result, part, targets_table: str, kind: int, payload_column):
+    """h to self, and each own vertex's payload once to every partition its routing table names."""
+    owned = static.owned(cfg.prep_dir, part)
+    yield _own_rows(cfg, result, owned, part)
+    targets = static.targets(cfg.prep_dir, targets_table, part)
+    payload = to_numpy_matrix(payload_column)
+    yield make_rows(np.asarray(cfg.keys), targets.part, kind, owned.ids[targets.local], pack_binary(payload[targets.local]))
+
+
 def outputs_mirrors(cfg, result, part, header):
     """replicate: h to self, the next layer's source payload to every other partition holding an
     out-edge of the vertex (vertex-cut mirrors)."""
-    owned = static.owned(cfg.prep_dir, part)
-    yield _own_rows(cfg, result, owned, part)
-    targets = static.targets(cfg.prep_dir, "out_targets", part)
-    payload = to_numpy_matrix(result["src"].column("p"))
-    yield make_rows(np.asarray(cfg.keys), targets.part, SRC, owned.ids[targets.local], pack_binary(payload[targets.local]))
+    yield from _own_and_targeted(cfg, result, part, "out_targets", SRC, result["src"].column("p"))
 
 
 def outputs_edge_payloads(cfg, result, part, header):
@@ -221,11 +226,7 @@ def outputs_partials(cfg, result, part, header):
 def outputs_dst_payloads(cfg, result, part, header):
     """combine with attention, first half: h to self, destination payloads to the partitions holding
     in-edges of own vertices."""
-    owned = static.owned(cfg.prep_dir, part)
-    yield _own_rows(cfg, result, owned, part)
-    targets = static.targets(cfg.prep_dir, "in_targets", part)
-    payload = to_numpy_matrix(result["dst"].column("d"))
-    yield make_rows(np.asarray(cfg.keys), targets.part, DST, owned.ids[targets.local], pack_binary(payload[targets.local]))
+    yield from _own_and_targeted(cfg, result, part, "in_targets", DST, result["dst"].column("d"))
 
 
 def outputs_own_only(cfg, result, part, header):
