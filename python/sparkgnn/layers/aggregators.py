@@ -74,6 +74,10 @@ class Aggregator:
 
     name: str = ""
     linear: bool = False
+    # True when a state can be UN-merged: merge(s, negate(p)) removes partial p from s. That is
+    # what lets serving update a stored state when some in-edges' messages changed (subtract the
+    # old messages, add the new ones); max/min/softmax cannot, they recompute the node instead.
+    invertible: bool = False
 
     def config(self) -> dict:
         """JSON-able keyword arguments that rebuild this aggregator via get_aggregator."""
@@ -100,6 +104,10 @@ class Aggregator:
     # message row per edge, and build the state with partial_from_sums.
     from_sums: bool = False
 
+    def negate(self, state: Tensor) -> Tensor:
+        """The inverse of a partial state under merge (only when `invertible`)."""
+        raise NotImplementedError(f"{self.name}: states cannot be un-merged (not invertible)")
+
     def partial_from_sums(self, sums: Tensor, counts: Tensor) -> Tensor:
         raise NotImplementedError(f"{type(self).__name__} state does not follow from sums and counts")
 
@@ -113,7 +121,13 @@ class Aggregator:
 
 class _Additive(Aggregator):
     """Aggregators whose state is a vector of sums (sum, mean, power mean, variance): merging is
-    plain addition, so `merge` is shared and exact up to float32 summation order."""
+    plain addition, so `merge` is shared and exact up to float32 summation order, and a partial
+    is removed by adding its negation (`invertible`)."""
+
+    invertible = True
+
+    def negate(self, state: Tensor) -> Tensor:
+        return -_f32(state)
 
     def _parts(self, m: Tensor) -> list[Tensor]:
         """Per-edge contributions to the state columns, in packed order."""

@@ -185,3 +185,24 @@ def propagate(conv: MergeableConv, h: Tensor, src: Tensor, dst: Tensor,
     else:
         merged = agg.identity(num_nodes, msg_w)
     return conv.update(h, agg.finalize(merged), stats, pre)
+
+
+def aggregate_state(conv: MergeableConv, h: Tensor, src: Tensor, dst: Tensor,
+                    weight: Optional[Tensor] = None, *, stats: Optional[dict] = None,
+                    pre_transform: bool = False) -> Tensor:
+    """The MERGED aggregation state of every node (one partial over all edges, self-loop policy
+    applied): what a PE store keeps next to h^(l) so that serving can later recompute a node from
+    its state merged with only the edges that changed, instead of refetching all its neighbours.
+    `update(h, finalize(aggregate_state(...)), stats, pre_transform)` equals propagate(...)."""
+    num_nodes = h.shape[0]
+    src = torch.as_tensor(src, dtype=torch.long)
+    dst = torch.as_tensor(dst, dtype=torch.long)
+    w_in = None if weight is None or not conv.uses_edge_weight else torch.as_tensor(weight)
+    if stats is None:
+        stats = compute_stats(conv, src, dst, w_in, num_nodes)
+    s, d, w = apply_self_loops(src, dst, w_in, num_nodes, conv.self_loops)
+    pre = conv._pre(pre_transform)
+    xs = conv.prepare_src(h, stats, pre)
+    xd = conv.prepare_dst(h, stats)
+    m = conv.message(xs.index_select(0, s), None if xd is None else xd.index_select(0, d), w, pre)
+    return conv.aggregator.partial(m, d, num_nodes)

@@ -58,6 +58,9 @@ def graph_sizes(graph) -> dict:
         from sparkgnn.pe.layout import local_path
 
         meta = read_meta(local_path(graph)) or {}
-    else:
+    elif hasattr(graph, "stats"):
         meta = graph.stats()
+    else:                                   # an in-memory GraphData
+        meta = {"num_vertices": graph.num_nodes, "num_edges": graph.num_edges,
+                "feature_dim": graph.feature_dim}
     return {k: int(meta[k]) for k in ("num_vertices", "num_edges", "feature_dim") if k in meta}

@@ -84,40 +84,86 @@ class PEWriter:
 
     # -- commits -------------------------------------------------------------------------------
     def _commit_dir(self, df, final: str, columns: list[str]) -> int:
+        return self._commit_with(final, lambda tmp: self._commit_dir_write(df, tmp, columns))
+
+    @staticmethod
+    def _commit_dir_write(df, tmp: str, columns: list[str]) -> int:
+        df.selectExpr(*columns).write.mode("overwrite").parquet(layout.spark_uri(tmp))
+        return int(df.sparkSession.read.parquet(layout.spark_uri(tmp)).count())
+
+    @staticmethod
+    def _commit_with(final: str, write) -> int:
+        """Steps 1-3 of the protocol (module doc) around `write(tmp_dir) -> rows`."""
         for stale in layout.stale_tmp_dirs(final):
             shutil.rmtree(stale, ignore_errors=True)
         tmp = layout.tmp_dir(final)
-        df.selectExpr(*columns).write.mode("overwrite").parquet(layout.spark_uri(tmp))
-        rows = df.sparkSession.read.parquet(layout.spark_uri(tmp)).count()
+        rows = write(tmp)
         if os.path.exists(final):
             shutil.rmtree(final)
         os.rename(tmp, final)
         return int(rows)
 
-    def commit_layer(self, l: int, df, width: int, state_width: int | None = None) -> None:
-        """Write h^(l) (and the merged partial states of conv l) for every node and commit it.
-        `df` has columns id (long), h (array<float>) and, when the writer has states, state."""
+    def _check_commit(self, l: int, width: int, state_width: int | None, has_state: bool) -> int:
         k = self.model.num_layers
         if not 1 <= int(l) <= k:
             raise ValueError(f"layer {l} out of range 1..{k}")
         l = int(l)
         if int(width) != self.model.dims[l - 1]:
             raise ValueError(f"layer {l}: h width {width} != model's {self.model.dims[l - 1]}")
-        columns = ["CAST(id AS BIGINT) AS id", "CAST(h AS ARRAY<FLOAT>) AS h"]
-        if self.with_states:
-            if state_width is None or "state" not in df.columns:
-                raise ValueError(f"layer {l}: the store keeps states; pass a 'state' column and "
-                                 "state_width")
-            columns.append("CAST(state AS ARRAY<FLOAT>) AS state")
+        if self.with_states and (state_width is None or not has_state):
+            raise ValueError(f"layer {l}: the store keeps states; pass a 'state' column and "
+                             "state_width")
+        return l
+
+    def _record(self, l: int, write, state_width: int | None) -> None:
         if l in self.manifest["layers_complete"]:       # recommit: un-vouch first
             self.manifest["layers_complete"].remove(l)
             self._save()
-        rows = self._commit_dir(df, layout.layer_dir(self.base, l), columns)
+        rows = self._commit_with(layout.layer_dir(self.base, l), write)
         if self.with_states:
             self.manifest["state_dims"][l - 1] = int(state_width)
         self.manifest["rows"][str(l)] = rows
         self.manifest["layers_complete"] = sorted(set(self.manifest["layers_complete"]) | {l})
         self._save()
+
+    def commit_layer_arrays(self, l: int, ids, h, state=None) -> None:
+        """Same commit as `commit_layer`, from in-memory arrays (ids int64 [n], h float32 [n, w],
+        state float32 [n, s]) written with pyarrow: the single-machine precompute's path
+        (sparkgnn.pe.local), no Spark needed. Vectors are fixed_size_list<float32>."""
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        h = np.ascontiguousarray(h, dtype=np.float32)
+        if h.ndim != 2 or h.shape[0] != len(ids):
+            raise ValueError(f"layer {l}: h has shape {h.shape}, expected [{len(ids)}, width]")
+        state_width = None
+        cols = {"id": pa.array(ids), "h": pa.FixedSizeListArray.from_arrays(pa.array(h.reshape(-1)), h.shape[1])}
+        if self.with_states and state is not None:
+            state = np.ascontiguousarray(state, dtype=np.float32)
+            if state.shape[0] != len(ids):
+                raise ValueError(f"layer {l}: state has {state.shape[0]} rows, expected {len(ids)}")
+            state_width = int(state.shape[1])
+            cols["state"] = pa.FixedSizeListArray.from_arrays(pa.array(state.reshape(-1)), state_width)
+        l = self._check_commit(l, h.shape[1], state_width, state is not None)
+        table = pa.table(cols)
+
+        def write(tmp: str) -> int:
+            os.makedirs(tmp)
+            pq.write_table(table, os.path.join(tmp, "part-00000.parquet"))
+            return table.num_rows
+
+        self._record(l, write, state_width)
+
+    def commit_layer(self, l: int, df, width: int, state_width: int | None = None) -> None:
+        """Write h^(l) (and the merged partial states of conv l) for every node and commit it.
+        `df` has columns id (long), h (array<float>) and, when the writer has states, state."""
+        l = self._check_commit(l, width, state_width, "state" in df.columns)
+        columns = ["CAST(id AS BIGINT) AS id", "CAST(h AS ARRAY<FLOAT>) AS h"]
+        if self.with_states:
+            columns.append("CAST(state AS ARRAY<FLOAT>) AS state")
+        self._record(l, lambda tmp: self._commit_dir_write(df, tmp, columns), state_width)
 
     def has_metrics(self) -> bool:
         """Whether workload metrics were committed (a resumed run need not recompute them)."""

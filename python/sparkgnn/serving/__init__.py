@@ -4,13 +4,18 @@
     workload    the OMEGA 8.1 workload: 25% of test vertices held out, requests of B queries
     context     ServingContext: G's CSC index, G's layer statistics, counted feature access
     compgraph   k-hop in-neighbourhood computation graph (exact or sampled) + layered forward
-    modes       registry of modes (full, ns; he/srpe/exact plug in) and Answer
+    modes       registry of modes (full, ns) and Answer
+    reuse_modes he, srpe, exact: modes that reuse the PE store (stored.py aligns it to G)
+    plans       what each reuse mode recomputes, layer by layer (LayerWork lists)
+    delta       evaluates LayerWork: stored state + new - old messages; CGP over P partitions
+    policies    SRPE recomputation policies (qer, is, random, ae)
     engine      QueryEngine(graph, model, mode=..., **mode_options).answer(request)
     evaluate    score modes against FULL and labels (CLI)
 """
 from sparkgnn.serving.context import Meter, ServingContext
 from sparkgnn.serving.engine import QueryEngine
 from sparkgnn.serving.modes import MODES, Answer, Mode, ModeError, register_mode
+from sparkgnn.serving import reuse_modes  # noqa: F401  (registers he, srpe, exact)
 from sparkgnn.serving.request import Request, RequestError, read_requests, write_requests
 from sparkgnn.serving.workload import Workload, WorkloadError, make_workload
 

@@ -94,6 +94,24 @@ class ServingContext:
         self.in_src = np.ascontiguousarray(graph.edge_src[order])
         self.in_weight = None if graph.weight is None else np.ascontiguousarray(graph.weight[order])
         self._g_stats: dict = {}
+        self._out = None
+
+    def out_neighbors(self, rows: np.ndarray) -> np.ndarray:
+        """Distinct G out-neighbours of G vertices `rows` (the out-index is built on first use:
+        only the modes that track which stored values a request changes need it)."""
+        if self._out is None:
+            g = self.graph
+            order = np.argsort(g.edge_src, kind="stable")
+            indptr = np.zeros(g.num_nodes + 1, np.int64)
+            np.cumsum(np.bincount(g.edge_src, minlength=g.num_nodes), out=indptr[1:])
+            self._out = (indptr, np.ascontiguousarray(g.edge_dst[order]))
+        indptr, out_dst = self._out
+        pos, _ = range_gather(indptr, np.asarray(rows, np.int64))
+        return np.unique(out_dst[pos])
+
+    def g_in_degree(self) -> np.ndarray:
+        """Number of in-edges of each G vertex (from the CSC index)."""
+        return np.diff(self.indptr)
 
     @property
     def num_nodes(self) -> int:

@@ -19,6 +19,8 @@ class QueryEngine:
         if fanouts is not None:
             mode_options["fanouts"] = fanouts
         self.mode = get_mode(mode, model, seed=seed, **mode_options)
+        # engines sharing one context (same G) may serve different stores
+        self.mode.store = store if store is not None else self.context.store
 
     @property
     def mode_name(self) -> str:

@@ -1,0 +1,63 @@
+"""StoredLayers: a PE store's h^(l) and merged states, aligned to G's dense vertex index.
+
+WHY aligned arrays: the serving modes that reuse PEs (HE, SRPE, EXACT) look up a few thousand
+rows per request and layer; G's serving index is dense (0..N-1), the store is keyed by original
+id in whatever order Spark wrote it. Mapping every id once when the engine starts (one vectorised
+search per layer, which also proves that the store covers every vertex of G) turns each later
+lookup into a plain row gather, and a store that misses vertices fails at start-up, not in the
+middle of a request.
+
+Layer 0 is G's raw features passed through the model's node-wise `pre` ops, so "the value of v
+at layer l-1" means the same thing for every l. Only the layers serving can use are loaded:
+h^(1..k-1) (inputs of layers 2..k) and, when asked for, states 1..k-1 (the last layer is only ever
+computed for queries, which have no stored state).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from sparkgnn.errors import SparkGNNError
+from sparkgnn.serving.context import Meter
+
+
+class StoreMismatch(SparkGNNError, ValueError):
+    """The PE store cannot serve this mode (no states, or it does not cover G's vertices)."""
+
+
+class StoredLayers:
+    def __init__(self, store, graph, model, states: bool):
+        k = model.num_layers
+        self.num_layers = k
+        self.graph = graph
+        self.model = model
+        self._pre_x = None
+        self.h: dict[int, np.ndarray] = {}
+        self.state: dict[int, np.ndarray] = {}
+        if states and not store.with_states:
+            raise StoreMismatch(f"{store!r} was written without partial aggregation states; SRPE "
+                                f"and EXACT recompute from them (rerun precompute with states)")
+        for l in range(1, k):
+            table = store._table(l)
+            pos = table.positions(graph.ids)      # raises UnknownIds naming vertices it lacks
+            self.h[l] = np.ascontiguousarray(table.columns["h"][pos])
+            if states:
+                self.state[l] = np.ascontiguousarray(table.columns["state"][pos])
+
+    @torch.no_grad()
+    def _layer0(self) -> np.ndarray:
+        if self._pre_x is None:
+            self._pre_x = self.model.pre(torch.from_numpy(self.graph.x)).numpy()
+        return self._pre_x
+
+    def value(self, layer: int, rows: np.ndarray, meter: Meter) -> torch.Tensor:
+        """h^(layer) of G vertices `rows` (layer 0: pre(x)), counted as fetched bytes."""
+        src = self._layer0() if layer == 0 else self.h[layer]
+        out = src[rows]
+        meter.bytes_fetched += int(out.nbytes)
+        return torch.from_numpy(out)
+
+    def stored_state(self, layer: int, rows: np.ndarray, meter: Meter) -> torch.Tensor:
+        out = self.state[layer][rows]
+        meter.bytes_fetched += int(out.nbytes)
+        return torch.from_numpy(out)
