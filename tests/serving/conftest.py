@@ -1,12 +1,12 @@
 """Shared fixtures for the serving tests: Cora and a small skewed synthetic graph, workloads on
 both, PyG models of each kind converted to sparkgnn Models, one torch thread per test."""
-import numpy as np
 import pytest
 import torch
 
-from sparkgnn.datasets import load_cora, synthetic_graph
-from sparkgnn.graph import GraphData
+from sparkgnn.datasets import load_cora
 from sparkgnn.serving.workload import make_workload
+
+from serving_models import pyg_model, skewed_graph
 
 
 @pytest.fixture(autouse=True)
@@ -15,17 +15,6 @@ def _one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
-
-
-def skewed_graph() -> GraphData:
-    """Zipf in-degrees, weights, isolated vertices, plus self loops (one duplicated) so GCN's
-    remaining-self-loop rule is exercised across the serving path."""
-    g = synthetic_graph(600, 6000, 12, num_classes=4, seed=3, weighted=True, zipf_alpha=1.0,
-                        isolated_frac=0.03)
-    loops = np.array([0, 1, 2, 3, 3, 4, 5, 6, 7, 8])
-    w_loops = np.linspace(0.5, 2.0, len(loops)).astype(np.float32)
-    return GraphData(g.ids, g.x, np.concatenate([g.edge_src, loops]), np.concatenate([g.edge_dst, loops]),
-                     weight=np.concatenate([g.weight, w_loops]), y=g.y, split=g.split, name="skewed")
 
 
 @pytest.fixture(scope="session")
@@ -48,24 +37,25 @@ def skewed_workload(skewed):
     return make_workload(skewed, (8, 16), 2, seed=1)
 
 
-def randomize(module, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in list(module.named_parameters()) + list(module.named_buffers()):
-            if p.is_floating_point():
-                p.copy_(torch.randn(p.shape, generator=g) * (0.3 if p.dim() > 1 else 0.5))
-    return module.eval()
+@pytest.fixture(scope="session")
+def reuse_setup(tmp_path_factory):
+    """(G, pyg module, Model, PEStore, FULL engine) per (workload fixture name, kind, layers),
+    built once: a single-machine PE store (sparkgnn.pe.local) with states."""
+    from sparkgnn.models import Model
+    from sparkgnn.pe.local import precompute_local
+    from sparkgnn.serving import QueryEngine
 
+    cache = {}
 
-def pyg_model(kind: str, in_dim: int, layers: int, out: int = 5, seed: int = 0):
-    import torch_geometric.nn as gnn
+    def get(request, which: str, kind: str, layers: int):
+        key = (which, kind, layers)
+        if key not in cache:
+            wl = request.getfixturevalue(f"{which}_workload")
+            G = wl.graph_G
+            pyg = pyg_model(kind, G.feature_dim, layers, seed=layers)
+            model = Model.from_pyg(pyg)
+            store = precompute_local(G, model, str(tmp_path_factory.mktemp("pe")), log=None)
+            cache[key] = (wl, pyg, model, store, QueryEngine(G, model, mode="full"))
+        return cache[key]
 
-    hidden = 16
-    build = {
-        "gcn": lambda: gnn.GCN(in_dim, hidden, layers, out_channels=out),
-        "sage": lambda: gnn.GraphSAGE(in_dim, hidden, layers, out_channels=out),
-        "gin": lambda: gnn.GIN(in_dim, hidden, layers, out_channels=out),
-        "gat": lambda: gnn.GAT(in_dim, hidden, layers, out_channels=out, heads=2),
-    }[kind]
-    torch.manual_seed(seed)
-    return randomize(build(), seed)
+    return get

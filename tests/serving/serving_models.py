@@ -1,0 +1,41 @@
+"""Graphs and PyG models shared by the serving tests (a uniquely named module: importing from
+`conftest` picks whichever test directory's conftest was loaded last)."""
+import numpy as np
+import torch
+
+from sparkgnn.datasets import synthetic_graph
+from sparkgnn.graph import GraphData
+
+
+def skewed_graph() -> GraphData:
+    """Zipf in-degrees, weights, isolated vertices, plus self loops (one duplicated) so GCN's
+    remaining-self-loop rule is exercised across the serving path."""
+    g = synthetic_graph(600, 6000, 12, num_classes=4, seed=3, weighted=True, zipf_alpha=1.0,
+                        isolated_frac=0.03)
+    loops = np.array([0, 1, 2, 3, 3, 4, 5, 6, 7, 8])
+    w_loops = np.linspace(0.5, 2.0, len(loops)).astype(np.float32)
+    return GraphData(g.ids, g.x, np.concatenate([g.edge_src, loops]), np.concatenate([g.edge_dst, loops]),
+                     weight=np.concatenate([g.weight, w_loops]), y=g.y, split=g.split, name="skewed")
+
+
+def randomize(module, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in list(module.named_parameters()) + list(module.named_buffers()):
+            if p.is_floating_point():
+                p.copy_(torch.randn(p.shape, generator=g) * (0.3 if p.dim() > 1 else 0.5))
+    return module.eval()
+
+
+def pyg_model(kind: str, in_dim: int, layers: int, out: int = 5, seed: int = 0):
+    import torch_geometric.nn as gnn
+
+    hidden = 16
+    build = {
+        "gcn": lambda: gnn.GCN(in_dim, hidden, layers, out_channels=out),
+        "sage": lambda: gnn.GraphSAGE(in_dim, hidden, layers, out_channels=out),
+        "gin": lambda: gnn.GIN(in_dim, hidden, layers, out_channels=out),
+        "gat": lambda: gnn.GAT(in_dim, hidden, layers, out_channels=out, heads=2),
+    }[kind]
+    torch.manual_seed(seed)
+    return randomize(build(), seed)
