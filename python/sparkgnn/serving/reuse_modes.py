@@ -4,6 +4,7 @@ verified against the same graph and model, with states for SRPE and EXACT).
 
 `partitions` (P >= 1) runs computation graph parallelism in-process (delta.py): answers equal
 P = 1 up to float summation order; the breakdown adds the bytes exchanged between partitions.
+spark_cgp.use_spark_cgp(engine, spark, ...) runs the same partitions as Spark tasks instead.
 """
 from __future__ import annotations
 
@@ -47,7 +48,8 @@ class ReuseMode(Mode):
         with meter.timer("plan_s"):
             prep = ctx.prepare(request)
             works, extra = self.works(ctx, prep, meter)
-        values, comm = LayerExecutor(ctx, self.model, stored, self.partitions).run(works, prep, meter)
+        executor = getattr(self, "executor", None) or LayerExecutor(ctx, self.model, stored, self.partitions)
+        values, comm = executor.run(works, prep, meter)
         b = prep.batch_size
         h = values[-1][:b].numpy().astype(np.float32, copy=False)
         pred = h.argmax(axis=1).astype(np.int64) if self.model.output == "logits" else None
