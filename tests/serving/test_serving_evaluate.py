@@ -45,3 +45,36 @@ def test_cli(tmp_path, skewed, capsys):
     doc = json.loads((tmp_path / "wl" / "evaluation.json").read_text())
     assert doc["fanouts"] == [3, 2] and set(doc["modes"]) == {"full", "ns"}
     assert np.isclose(doc["modes"]["full"]["overall"]["agreement_with_reference"], 1.0)
+
+
+def test_cli_reuse_modes_with_a_store(tmp_path, skewed, capsys):
+    """The CLI opens the store against the workload's G (verified), runs mode specs with SRPE
+    budgets and policies, and EXACT agrees with FULL completely."""
+    import pytest
+
+    from sparkgnn.errors import SparkGNNError, StalePEStore
+    from sparkgnn.graph import read_graph_dir
+    from sparkgnn.pe.local import precompute_local
+
+    write_graph_dir(skewed, str(tmp_path / "g"))
+    workload_main(["--graph", str(tmp_path / "g"), "--out", str(tmp_path / "wl"),
+                   "--batch-sizes", "8", "--requests", "2"])
+    model = Model.from_pyg(pyg_model("gcn", skewed.feature_dim, 2, out=4))
+    model.save(str(tmp_path / "m.pt"))
+    G = read_graph_dir(str(tmp_path / "wl" / "graph"))
+    precompute_local(G, model, str(tmp_path / "store"), log=None)
+    args = ["--workload", str(tmp_path / "wl"), "--model", str(tmp_path / "m.pt"), "--store", str(tmp_path / "store")]
+    assert main(args + ["--modes", "he,srpe@0.5/qer,srpe@1/is,exact", "--partitions", "2"]) == 0
+    doc = json.loads((tmp_path / "wl" / "evaluation.json").read_text())
+    assert set(doc["modes"]) == {"full", "he", "srpe@0.5/qer", "srpe@1/is", "exact"}
+    assert doc["modes"]["exact"]["overall"]["agreement_with_reference"] == 1.0
+    assert doc["modes"]["exact"]["overall"]["max_rel_err_vs_reference"] < 1e-5
+    with pytest.raises(SparkGNNError, match="only srpe"):
+        main(args + ["--modes", "exact@0.1"])
+    with pytest.raises(SparkGNNError, match="pass --store"):
+        main(args[:4] + ["--modes", "he"])
+    other = Model.from_pyg(pyg_model("gcn", skewed.feature_dim, 2, out=4, seed=7))
+    other.save(str(tmp_path / "other.pt"))
+    with pytest.raises(StalePEStore, match="model weights differ"):
+        main(["--workload", str(tmp_path / "wl"), "--model", str(tmp_path / "other.pt"),
+              "--store", str(tmp_path / "store"), "--modes", "he"])

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import torch
 
 from sparkgnn.layers.base import aggregate_state, compute_stats
@@ -23,10 +24,10 @@ from sparkgnn.pe.writer import PEWriter
 @torch.no_grad()
 def layer_outputs(graph, model, states: bool = True):
     """Yield (l, h^(l) [N, w], state^(l) [N, s] or None) for l = 1..k over the whole graph."""
-    src = torch.from_numpy(graph.edge_src)
-    dst = torch.from_numpy(graph.edge_dst)
-    weight = None if graph.weight is None else torch.from_numpy(graph.weight)
-    h = model.pre(torch.from_numpy(graph.x))
+    tensor = lambda a: torch.from_numpy(np.require(a, requirements="W"))  # Arrow-backed arrays are read-only
+    src, dst = tensor(graph.edge_src), tensor(graph.edge_dst)
+    weight = None if graph.weight is None else tensor(graph.weight)
+    h = model.pre(tensor(graph.x))
     for l, conv in enumerate(model.convs):
         w = weight if conv.uses_edge_weight else None
         stats = compute_stats(conv, src, dst, w, graph.num_nodes)

@@ -4,9 +4,13 @@ WHY FULL as the reference and not only labels: accuracy mixes the model's own er
 mode's approximation; agreement with FULL's predictions and the relative error of h isolate what
 the mode itself loses (the quantity OMEGA's Table 3 / Fig. 12 report as accuracy drop).
 
-CLI: python -m sparkgnn.serving.evaluate --workload DIR --model PATH --modes full,ns
+CLI: python -m sparkgnn.serving.evaluate --workload DIR --model PATH
+     --modes full,ns,he,srpe@0.05/qer,srpe@0.2/random,exact  [--store DIR] [--partitions P]
      [--fanouts 25,10] [--seed S] [--ns-norm full|sampled] [--out FILE]
-prints one table row per mode (and batch size) and writes JSON (default <workload>/evaluation.json).
+A mode spec is NAME[@GAMMA][/POLICY] (SRPE's budget and policy; defaults --gamma, --policy). The
+reuse modes (he, srpe, exact) need --store, opened and verified against the workload's G and the
+model (a stale store is refused). Prints one table row per mode (and batch size) and writes JSON
+(default <workload>/evaluation.json).
 """
 from __future__ import annotations
 
@@ -102,6 +106,25 @@ def format_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+REUSE_MODES = ("he", "srpe", "exact")
+
+
+def parse_mode_spec(spec: str, args) -> tuple[str, dict]:
+    """NAME[@GAMMA][/POLICY] -> (mode name, options)."""
+    name, _, policy = spec.partition("/")
+    name, _, gamma = name.partition("@")
+    opts: dict = {}
+    if name == "srpe":
+        opts.update(gamma=float(gamma) if gamma else args.gamma, policy=policy or args.policy)
+    elif gamma or policy:
+        raise SparkGNNError(f"mode spec {spec!r}: only srpe takes @gamma and /policy")
+    if name in REUSE_MODES:
+        if not args.store:
+            raise SparkGNNError(f"mode {name!r} reuses precomputed embeddings: pass --store")
+        opts["partitions"] = args.partitions
+    return name, opts
+
+
 def main(argv=None) -> int:
     from sparkgnn.graph import read_graph_dir
     from sparkgnn.models import Model
@@ -112,7 +135,11 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m sparkgnn.serving.evaluate", description=__doc__.split("\n")[0])
     ap.add_argument("--workload", required=True, help="folder written by sparkgnn.serving.workload")
     ap.add_argument("--model", required=True, help="a saved sparkgnn Model (Model.save)")
-    ap.add_argument("--modes", default="full,ns")
+    ap.add_argument("--modes", default="full,ns", help="comma separated NAME[@GAMMA][/POLICY]")
+    ap.add_argument("--store", default=None, help="PE store root (for he, srpe, exact)")
+    ap.add_argument("--gamma", type=float, default=0.1, help="SRPE budget when a spec gives none")
+    ap.add_argument("--policy", default="qer", help="SRPE policy when a spec gives none")
+    ap.add_argument("--partitions", type=int, default=1, help="CGP partitions of the reuse modes")
     ap.add_argument("--fanouts", default=None, help="NS fanouts, e.g. 25,10 (default per depth)")
     ap.add_argument("--ns-norm", default="full", choices=("full", "sampled"))
     ap.add_argument("--seed", type=int, default=0)
@@ -124,18 +151,28 @@ def main(argv=None) -> int:
     requests = read_requests(os.path.join(args.workload, "requests"))
     labels = read_labels(os.path.join(args.workload, "labels.parquet"))
     fanouts = [int(f) for f in args.fanouts.split(",")] if args.fanouts else None
-    modes = [m for m in args.modes.split(",") if m]
-    if "full" not in modes:
-        modes.insert(0, "full")
-    engines = {}
-    for m in modes:
-        opts = {"fanouts": fanouts, "ns_norm": args.ns_norm} if m == "ns" else {}
-        engines[m] = QueryEngine(graph, model, mode=m, seed=args.seed, **opts)
+    specs = [m for m in args.modes.split(",") if m]
+    if "full" not in specs:
+        specs.insert(0, "full")
+    store = None
+    if args.store:
+        from sparkgnn.pe import PEStore
+
+        store = PEStore.open(args.store, model=model, graph=graph)
+    engines, context = {}, None
+    for spec in specs:
+        name, opts = parse_mode_spec(spec, args)
+        if name == "ns":
+            opts.update(fanouts=fanouts, ns_norm=args.ns_norm)
+        engine = QueryEngine(graph, model, mode=name, seed=args.seed, store=store, context=context, **opts)
+        context = engine.context
+        engines[spec] = engine
     result = evaluate(engines, requests, labels)
     print(format_table(result))
     out = args.out or os.path.join(args.workload, "evaluation.json")
     with open(out, "w") as f:
-        json.dump({"modes": result, "fanouts": fanouts, "seed": args.seed, "ns_norm": args.ns_norm},
+        json.dump({"modes": result, "fanouts": fanouts, "seed": args.seed, "ns_norm": args.ns_norm,
+                   "store": args.store, "partitions": args.partitions},
                   f, indent=2, default=str)
     print(f"wrote {out}")
     return 0
