@@ -164,9 +164,9 @@ class ServingContext:
         key = (name, bool(use_weight and self.weighted))
         if key not in self._g_stats:
             g = self.graph
-            w = torch.from_numpy(g.weight) if key[1] else None
-            self._g_stats[key] = STATS[name](torch.from_numpy(g.edge_src), torch.from_numpy(g.edge_dst),
-                                             w, g.num_nodes)
+            tensor = lambda a: torch.from_numpy(np.require(a, requirements="W"))  # Arrow arrays are read-only
+            w = tensor(g.weight) if key[1] else None
+            self._g_stats[key] = STATS[name](tensor(g.edge_src), tensor(g.edge_dst), w, g.num_nodes)
         return self._g_stats[key]
 
     def union_stats(self, conv, prep: PreparedRequest, nodes: np.ndarray) -> dict:
