@@ -208,7 +208,7 @@ class LayerExecutor:
 
     def run(self, works: list, prep: PreparedRequest, meter: Meter):
         """Evaluate works[0..k-1] (layer 1..k); returns (per-layer target values, comm bytes)."""
-        x_query = self.model.pre(torch.from_numpy(np.ascontiguousarray(prep.request.x)))
+        x_query = self.model.pre(torch.from_numpy(np.require(prep.request.x, np.float32, ["C", "W"])))
         prev_targets, prev_h = None, None
         comm = {"partial_bytes": 0, "allgather_bytes": 0}
         values = []
