@@ -3,10 +3,15 @@
 Why: ids need not be dense (Cora uses paper ids up to 1.1M), but tensors index rows densely.
 One sorted copy of the ids plus searchsorted maps millions of ids per call without a Python dict
 (a dict of 20M ints costs GBs and a per-row loop). Dense ids 0..N-1 in order skip the search.
+Ids spread over at most TABLE_SPAN_FACTOR x N values (dense ids with holes, e.g. a graph with the
+serving query pool removed) get a direct table instead: serving maps every request's ids, and a
+gather is 5-10x faster than a binary search with its cache misses.
 """
 from __future__ import annotations
 
 import numpy as np
+
+TABLE_SPAN_FACTOR = 4
 
 
 class IdIndex:
@@ -17,12 +22,18 @@ class IdIndex:
         n = len(self.ids)
         self.identity = bool(n == 0 or (self.ids[0] == 0 and self.ids[-1] == n - 1
                                         and np.all(np.diff(self.ids) == 1)))
+        self._table = None
         if self.identity:
             self._order = None
             self._sorted = self.ids
         else:
             self._order = np.argsort(self.ids, kind="stable")
             self._sorted = self.ids[self._order]
+            lo, hi = int(self._sorted[0]), int(self._sorted[-1])
+            if hi - lo + 1 <= TABLE_SPAN_FACTOR * n + 1024:
+                table = np.full(hi - lo + 1, -1, np.int64)
+                table[self._sorted[::-1] - lo] = self._order[::-1]   # first occurrence wins
+                self._table, self._lo = table, lo
 
     def lookup(self, query) -> tuple[np.ndarray, np.ndarray]:
         """Return (dense index, found mask). Positions whose id is unknown hold 0 in the index."""
@@ -33,6 +44,12 @@ class IdIndex:
         if self.identity:
             found = (query >= 0) & (query < n)
             return np.where(found, query, 0), found
+        if self._table is not None:
+            off = query - self._lo
+            inside = (off >= 0) & (off < len(self._table))
+            idx = self._table[np.where(inside, off, 0)]
+            found = inside & (idx >= 0)
+            return np.where(found, idx, 0), found
         pos = np.searchsorted(self._sorted, query)
         pos = np.minimum(pos, n - 1)
         found = self._sorted[pos] == query
