@@ -138,9 +138,11 @@ class ServingContext:
         sorted_q = request.qid[order]
 
         def to_union(ids):
-            g_idx, in_g = self.graph.id_index.lookup(ids)
-            pos = np.minimum(np.searchsorted(sorted_q, ids), max(len(sorted_q) - 1, 0))
-            return np.where(in_g, g_idx, n + order[pos] if len(order) else 0)
+            out, in_g = self.graph.id_index.lookup(ids)      # validated: the rest are queries
+            if len(order) and not in_g.all():
+                q = ~in_g
+                out[q] = n + order[np.minimum(np.searchsorted(sorted_q, ids[q]), len(sorted_q) - 1)]
+            return out
 
         return PreparedRequest(request, n, to_union(request.src), to_union(request.dst))
 

@@ -83,6 +83,8 @@ def edges_into(ctx: ServingContext, prep: PreparedRequest, targets: np.ndarray, 
 
 def owner_of(ctx: ServingContext, prep: PreparedRequest, union: np.ndarray, parts: int) -> np.ndarray:
     """Partition of each union vertex: G vertex -> original id mod P, query i -> i mod P."""
+    if parts == 1:
+        return np.zeros(len(union), np.int64)
     n = ctx.num_nodes
     out = np.empty(len(union), np.int64)
     g = union < n
@@ -98,14 +100,20 @@ class LayerExecutor:
         self.ctx, self.model, self.stored, self.parts = ctx, model, stored, max(1, int(parts))
 
     # -- values ------------------------------------------------------------------------------
+    def _order_of(self, targets: np.ndarray) -> np.ndarray:
+        """argsort of a layer's targets, computed once per layer (every lookup reuses it)."""
+        cached = getattr(self, "_sorted_for", None)
+        if cached is None or cached[0] is not targets:
+            self._sorted_for = (targets, np.argsort(targets, kind="stable"))
+        return self._sorted_for[1]
+
     def _values(self, layer_prev: int, nodes: np.ndarray, prev_targets, prev_h, x_query,
                 prep, meter: Meter) -> torch.Tensor:
         """Current value at layer `layer_prev` of union vertices `nodes` (see module doc)."""
         n = self.ctx.num_nodes
-        out = None
         pos = None
         if prev_targets is not None and len(prev_targets):
-            order = np.argsort(prev_targets)
+            order = self._order_of(prev_targets)
             pos = order[np.searchsorted(prev_targets[order], nodes).clip(0, len(prev_targets) - 1)]
             hit = prev_targets[pos] == nodes
         else:
