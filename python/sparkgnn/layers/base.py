@@ -141,6 +141,19 @@ def compute_stats(conv: MergeableConv, src: Tensor, dst: Tensor, weight: Optiona
     return {name: STATS[name](src, dst, w, num_nodes) for name in conv.required_stats}
 
 
+def _layer_inputs(conv: MergeableConv, h: Tensor, src, dst, weight, stats, pre_transform):
+    """What every execution of a layer starts from: node statistics, the edge list after the
+    self-loop policy, the effective pre-transform flag and the src / dst node payloads."""
+    src = torch.as_tensor(src, dtype=torch.long)
+    dst = torch.as_tensor(dst, dtype=torch.long)
+    w_in = None if weight is None or not conv.uses_edge_weight else torch.as_tensor(weight)
+    if stats is None:
+        stats = compute_stats(conv, src, dst, w_in, h.shape[0])
+    edges = apply_self_loops(src, dst, w_in, h.shape[0], conv.self_loops)
+    pre = conv._pre(pre_transform)
+    return stats, edges, pre, conv.prepare_src(h, stats, pre), conv.prepare_dst(h, stats)
+
+
 def propagate(conv: MergeableConv, h: Tensor, src: Tensor, dst: Tensor,
               weight: Optional[Tensor] = None, *, parts: int = 1, seed: int = 0,
               pre_transform: bool = False, stats: Optional[dict] = None) -> Tensor:
@@ -150,15 +163,7 @@ def propagate(conv: MergeableConv, h: Tensor, src: Tensor, dst: Tensor,
     order, finalize, update. With any `parts` the result must equal PyG's forward."""
     num_nodes = h.shape[0]
     parts = max(1, int(parts))
-    src = torch.as_tensor(src, dtype=torch.long)
-    dst = torch.as_tensor(dst, dtype=torch.long)
-    w_in = None if weight is None or not conv.uses_edge_weight else torch.as_tensor(weight)
-    if stats is None:
-        stats = compute_stats(conv, src, dst, w_in, num_nodes)
-    s, d, w = apply_self_loops(src, dst, w_in, num_nodes, conv.self_loops)
-    pre = conv._pre(pre_transform)
-    xs = conv.prepare_src(h, stats, pre)
-    xd = conv.prepare_dst(h, stats)
+    stats, (s, d, w), pre, xs, xd = _layer_inputs(conv, h, src, dst, weight, stats, pre_transform)
     agg = conv.aggregator
     msg_w = conv.msg_width(pre)
 
@@ -195,14 +200,6 @@ def aggregate_state(conv: MergeableConv, h: Tensor, src: Tensor, dst: Tensor,
     its state merged with only the edges that changed, instead of refetching all its neighbours.
     `update(h, finalize(aggregate_state(...)), stats, pre_transform)` equals propagate(...)."""
     num_nodes = h.shape[0]
-    src = torch.as_tensor(src, dtype=torch.long)
-    dst = torch.as_tensor(dst, dtype=torch.long)
-    w_in = None if weight is None or not conv.uses_edge_weight else torch.as_tensor(weight)
-    if stats is None:
-        stats = compute_stats(conv, src, dst, w_in, num_nodes)
-    s, d, w = apply_self_loops(src, dst, w_in, num_nodes, conv.self_loops)
-    pre = conv._pre(pre_transform)
-    xs = conv.prepare_src(h, stats, pre)
-    xd = conv.prepare_dst(h, stats)
+    stats, (s, d, w), pre, xs, xd = _layer_inputs(conv, h, src, dst, weight, stats, pre_transform)
     m = conv.message(xs.index_select(0, s), None if xd is None else xd.index_select(0, d), w, pre)
     return conv.aggregator.partial(m, d, num_nodes)
