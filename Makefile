@@ -56,3 +56,10 @@ bench-batch: venv
 .PHONY: bench-precompute
 bench-precompute: venv
 	$(PY) bench/bench_precompute.py
+
+# Serving modes (full, ns, he, srpe, exact, CGP) on Cora and a 1.2M-edge synthetic graph, the OMEGA
+# section 8 experiments: bench/results/serving.json + serving_{latency,recovery,bytes}.png
+# (~5 minutes on 2 cores with the trained weights cached under data/bench/serving, ~8 without).
+.PHONY: bench-serving
+bench-serving: venv
+	$(PY) bench/bench_serving.py
