@@ -22,6 +22,7 @@ import torch
 from sparkgnn.errors import UnsupportedModelError
 from sparkgnn.layers.base import compute_stats
 from sparkgnn.layers.stats import STATS
+from sparkgnn.serving.nodesets import NodeSets
 from sparkgnn.serving.request import Request
 
 # Statistics that are sums over a node's in-edges of (weight or 1), with self loops handled
@@ -95,6 +96,8 @@ class ServingContext:
         self.in_weight = None if graph.weight is None else np.ascontiguousarray(graph.weight[order])
         self._g_stats: dict = {}
         self._out = None
+        self._aligned: dict = {}
+        self.sets = NodeSets(n + 1024)      # reusable marks over union indices (nodesets.py)
 
     def out_neighbors(self, rows: np.ndarray) -> np.ndarray:
         """Distinct G out-neighbours of G vertices `rows` (the out-index is built on first use:
@@ -107,7 +110,7 @@ class ServingContext:
             self._out = (indptr, np.ascontiguousarray(g.edge_dst[order]))
         indptr, out_dst = self._out
         pos, _ = range_gather(indptr, np.asarray(rows, np.int64))
-        return np.unique(out_dst[pos])
+        return self.sets.unique(out_dst[pos])
 
     def g_in_degree(self) -> np.ndarray:
         """Number of in-edges of each G vertex (from the CSC index)."""
@@ -128,12 +131,26 @@ class ServingContext:
         meter.bytes_fetched += int(out.nbytes)
         return out
 
+    def stored_layers(self, store, model, states: bool):
+        """The store aligned to G (stored.py), built once per (store, model) and shared by every
+        engine on this context: aligning costs ~N x (embedding + state) bytes and a search."""
+        from sparkgnn.serving.stored import StoredLayers
+
+        key = (store.base, model.fingerprint(), bool(states))
+        with_states = (store.base, model.fingerprint(), True)
+        if key not in self._aligned and with_states in self._aligned:
+            return self._aligned[with_states]          # a copy with states serves HE too
+        if key not in self._aligned:
+            self._aligned[key] = StoredLayers(store, self.graph, model, states=states)
+        return self._aligned[key]
+
     # -- requests ---------------------------------------------------------------------------
     def prepare(self, request: Request) -> PreparedRequest:
         """Validate (unless disabled) and map the request's edges to union indices."""
         if self.validate:
             request.validate(self.graph)
         n = self.num_nodes
+        self.sets.ensure(n + request.batch_size + 1)
         order = np.argsort(request.qid, kind="stable")
         sorted_q = request.qid[order]
 
@@ -152,7 +169,7 @@ class ServingContext:
         n = self.num_nodes
         g_rows = frontier[frontier < n]
         pos, counts = range_gather(self.indptr, g_rows)
-        sel = np.isin(prep.dst, frontier)
+        sel = self.sets.member(prep.dst, frontier)
         src = np.concatenate([self.in_src[pos], prep.src[sel]])
         dst = np.concatenate([np.repeat(g_rows, counts), prep.dst[sel]])
         w = None
@@ -185,10 +202,9 @@ class ServingContext:
         g_rows = nodes[is_g]
         # request in-edge counts of G vertices (weight 1 each)
         into_g = prep.dst[prep.dst < n]
-        order = np.argsort(g_rows)
-        pos = np.minimum(np.searchsorted(g_rows[order], into_g), max(len(g_rows) - 1, 0))
-        hit = (g_rows[order][pos] == into_g) if len(g_rows) else np.zeros(len(into_g), bool)
-        delta = np.bincount(order[pos[hit]], minlength=len(g_rows)).astype(np.float32)
+        g_unique, g_inv = self.sets.unique_inverse(g_rows)
+        pos = self.sets.positions(g_unique, into_g)
+        delta = np.bincount(pos[pos >= 0], minlength=len(g_unique)).astype(np.float32)[g_inv]
         # queries: all their in-edges are request edges; sources that are not queries map to a
         # dummy row b so in-edge statistics see them as ordinary (non-loop) sources.
         into_q = prep.dst >= n

@@ -62,17 +62,15 @@ def edges_into(ctx: ServingContext, prep: PreparedRequest, targets: np.ndarray, 
     drop loops of the destinations, and a destination's loops are among its in-edges. Returns
     (src union index, target position, weight or None)."""
     t = len(targets)
+    sets = ctx.sets
     src, dst, w = ctx.in_edges(prep, targets)
-    order = np.argsort(targets)
-    tgt = order[np.searchsorted(targets[order], dst)]
+    tgt = sets.positions(targets, dst)
     if policy == "none":
         return src, tgt, w
     # local numbering for the policy: targets 0..T-1, other sources T.. (never looped)
-    is_t = np.isin(src, targets)
-    t_pos = order[np.searchsorted(targets[order], src).clip(0, max(t - 1, 0))]
-    others, other_pos = np.unique(src[~is_t], return_inverse=True)
-    local = np.empty(len(src), np.int64)
-    local[is_t] = t_pos[is_t]
+    local = sets.positions(targets, src)
+    is_t = local >= 0
+    others, other_pos = sets.unique_inverse(src[~is_t])
     local[~is_t] = t + other_pos
     s, d, w2 = apply_self_loops(torch.from_numpy(local), torch.from_numpy(tgt),
                                 None if w is None else torch.from_numpy(w), t, policy)
@@ -100,22 +98,14 @@ class LayerExecutor:
         self.ctx, self.model, self.stored, self.parts = ctx, model, stored, max(1, int(parts))
 
     # -- values ------------------------------------------------------------------------------
-    def _order_of(self, targets: np.ndarray) -> np.ndarray:
-        """argsort of a layer's targets, computed once per layer (every lookup reuses it)."""
-        cached = getattr(self, "_sorted_for", None)
-        if cached is None or cached[0] is not targets:
-            self._sorted_for = (targets, np.argsort(targets, kind="stable"))
-        return self._sorted_for[1]
-
     def _values(self, layer_prev: int, nodes: np.ndarray, prev_targets, prev_h, x_query,
                 prep, meter: Meter) -> torch.Tensor:
         """Current value at layer `layer_prev` of union vertices `nodes` (see module doc)."""
         n = self.ctx.num_nodes
         pos = None
         if prev_targets is not None and len(prev_targets):
-            order = self._order_of(prev_targets)
-            pos = order[np.searchsorted(prev_targets[order], nodes).clip(0, len(prev_targets) - 1)]
-            hit = prev_targets[pos] == nodes
+            pos = self.ctx.sets.positions(prev_targets, nodes)
+            hit = pos >= 0
         else:
             hit = np.zeros(len(nodes), bool)
         is_q = nodes >= n
@@ -148,7 +138,7 @@ class LayerExecutor:
                   prev_targets, prev_h, x_query, prep, meter):
         """Messages of the edges `sel` (all NEW or all OLD)."""
         src = work.src[sel]
-        uniq, inv = np.unique(src, return_inverse=True)
+        uniq, inv = self.ctx.sets.unique_inverse(src)
         l0 = work.layer - 1
         if old:
             with meter.timer("fetch_s"):
@@ -190,7 +180,7 @@ class LayerExecutor:
                 with meter.timer("compute_s"):
                     m = self._messages(conv, work, sel, old, dst_old if old else dst_new,
                                        prev_targets, prev_h, x_query, prep, meter)
-                    uniq, local = np.unique(work.tgt[sel], return_inverse=True)
+                    uniq, local = self.ctx.sets.unique_inverse(work.tgt[sel])
                     part = agg.partial(m, torch.from_numpy(local), len(uniq))
                     if old:
                         part = agg.negate(part)

@@ -29,13 +29,11 @@ from sparkgnn.serving.delta import LayerWork, edges_into
 EMPTY = np.empty(0, np.int64)
 
 
-def _query_edges_into(prep, delta: np.ndarray, offset: int):
+def _query_edges_into(ctx, prep, delta: np.ndarray, offset: int):
     """Request edges from a query into the G vertices `delta` (positions offset + i)."""
     n = prep.num_g
-    sel = (prep.src >= n) & np.isin(prep.dst, delta)
-    order = np.argsort(delta)
-    tgt = offset + order[np.searchsorted(delta[order], prep.dst[sel])]
-    return prep.src[sel], tgt
+    sel = (prep.src >= n) & ctx.sets.member(prep.dst, delta)
+    return prep.src[sel], offset + ctx.sets.positions(delta, prep.dst[sel])
 
 
 def layer_work(ctx, prep, conv, layer: int, fresh: np.ndarray, delta: np.ndarray = EMPTY,
@@ -47,7 +45,7 @@ def layer_work(ctx, prep, conv, layer: int, fresh: np.ndarray, delta: np.ndarray
     weighted = ctx.weighted
     if changed_src is None:              # SRPE: never touches delta targets' G in-edges
         src, tgt, w = edges_into(ctx, prep, fresh, conv.self_loops)
-        qs, qt = _query_edges_into(prep, delta, nf)
+        qs, qt = _query_edges_into(ctx, prep, delta, nf)
         src, tgt = np.concatenate([src, qs]), np.concatenate([tgt, qt])
         if weighted:
             w = np.concatenate([w, np.ones(len(qs), np.float32)])
@@ -55,7 +53,7 @@ def layer_work(ctx, prep, conv, layer: int, fresh: np.ndarray, delta: np.ndarray
     else:
         s, t, w0 = edges_into(ctx, prep, targets, conv.self_loops)
         on_delta = t >= nf
-        changed = on_delta & (s < prep.num_g) & np.isin(s, changed_src)
+        changed = on_delta & (s < prep.num_g) & ctx.sets.member(s, changed_src)
         keep_new = ~on_delta | (s >= prep.num_g) | changed
         src = np.concatenate([s[keep_new], s[changed]])
         tgt = np.concatenate([t[keep_new], t[changed]])
@@ -80,7 +78,7 @@ def srpe_works(ctx, prep, model, recompute: np.ndarray) -> list:
 def changed_sets(ctx, prep, model) -> list:
     """changed[l] for l = 0..k-1: sorted G vertices whose h^(l) differs from the stored one."""
     n = prep.num_g
-    d = np.unique(prep.dst[prep.dst < n])
+    d = ctx.sets.unique(prep.dst[prep.dst < n])
     out_d = None
     changed = [EMPTY]
     for l in range(1, model.num_layers):
@@ -90,7 +88,7 @@ def changed_sets(ctx, prep, model) -> list:
         if conv.required_stats:
             out_d = ctx.out_neighbors(d) if out_d is None else out_d
             parts.append(out_d)
-        changed.append(np.unique(np.concatenate(parts)))
+        changed.append(ctx.sets.unique(*parts))
     return changed
 
 
@@ -99,10 +97,10 @@ def _needs_scratch(ctx, prep, conv, g_targets, changed_src, changed_prev) -> np.
     or a destination-reading message (GAT) whose destination changed."""
     scratch = np.zeros(len(g_targets), bool)
     if conv.needs_dst_in_message:
-        scratch |= np.isin(g_targets, changed_prev)
+        scratch |= ctx.sets.member(g_targets, changed_prev)
     if not conv.aggregator.invertible:
         s, t, _ = edges_into(ctx, prep, g_targets, conv.self_loops)
-        hit = (s < prep.num_g) & np.isin(s, changed_src)
+        hit = (s < prep.num_g) & ctx.sets.member(s, changed_src)
         scratch |= np.bincount(t[hit], minlength=len(g_targets)) > 0
     return scratch
 
@@ -112,16 +110,17 @@ def exact_works(ctx, prep, model, also: np.ndarray | None = None) -> list:
     1..k-1 where they changed (the AE oracle's candidates)."""
     n, k = prep.num_g, model.num_layers
     q = prep.query_union
+    sets = ctx.sets
     changed = changed_sets(ctx, prep, model)
-    d = np.unique(prep.dst[prep.dst < n])
+    d = sets.unique(prep.dst[prep.dst < n])
     works = [None] * k
     need = EMPTY
     for l in range(k, 0, -1):
         conv = model.convs[l - 1]
         g_targets = need
         if also is not None and l < k:
-            g_targets = np.union1d(g_targets, np.intersect1d(also, changed[l]))
-        changed_src = np.union1d(changed[l - 1], d) if conv.required_stats else changed[l - 1]
+            g_targets = sets.unique(g_targets, sets.intersect(also, changed[l]))
+        changed_src = sets.unique(changed[l - 1], d) if conv.required_stats else changed[l - 1]
         scratch = _needs_scratch(ctx, prep, conv, g_targets, changed_src, changed[l - 1])
         work = layer_work(ctx, prep, conv, l, np.concatenate([q, g_targets[scratch]]),
                           g_targets[~scratch], changed_src)
@@ -129,5 +128,5 @@ def exact_works(ctx, prep, model, also: np.ndarray | None = None) -> list:
         if l > 1:
             new_src = work.src[~work.old]
             cand = np.concatenate([new_src[new_src < n], g_targets])
-            need = np.intersect1d(np.unique(cand), changed[l - 1])
+            need = sets.intersect(cand, changed[l - 1])
     return works

@@ -30,10 +30,11 @@ def register_policy(name: str):
     return deco
 
 
-def candidates(prep) -> np.ndarray:
+def candidates(prep, ctx=None) -> np.ndarray:
+    """Sorted G vertices with a request edge into a query."""
     n = prep.num_g
     sel = (prep.dst >= n) & (prep.src < n)
-    return np.unique(prep.src[sel])
+    return ctx.sets.unique(prep.src[sel]) if ctx is not None else np.unique(prep.src[sel])
 
 
 def select(scores: np.ndarray, cands: np.ndarray, gamma: float) -> np.ndarray:
@@ -48,7 +49,8 @@ def select(scores: np.ndarray, cands: np.ndarray, gamma: float) -> np.ndarray:
 def qer_scores(ctx, prep, cands, mode) -> np.ndarray:
     n = prep.num_g
     into_g = prep.dst[(prep.dst < n) & (prep.src >= n)]
-    nq = np.searchsorted(np.sort(into_g), cands, side="right") - np.searchsorted(np.sort(into_g), cands)
+    pos = ctx.sets.positions(cands, into_g)
+    nq = np.bincount(pos[pos >= 0], minlength=len(cands))
     deg = ctx.g_in_degree()[cands] + nq
     return np.where(deg > 0, nq / np.maximum(deg, 1), 0.0)
 

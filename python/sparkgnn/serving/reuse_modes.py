@@ -16,7 +16,6 @@ from sparkgnn.serving.delta import LayerExecutor
 from sparkgnn.serving.modes import Answer, Mode, ModeError, register_mode
 from sparkgnn.serving.plans import exact_works, he_works, srpe_works
 from sparkgnn.serving.policies import POLICIES, candidates, select
-from sparkgnn.serving.stored import StoredLayers
 
 
 class ReuseMode(Mode):
@@ -36,7 +35,7 @@ class ReuseMode(Mode):
             raise ModeError(f"mode {self.name!r} reuses precomputed embeddings: pass store= (a "
                             f"PEStore opened for this graph and model) to the engine")
         if self._stored is None or self._stored.graph is not ctx.graph:
-            self._stored = StoredLayers(store, ctx.graph, self.model, states=self.needs_states)
+            self._stored = ctx.stored_layers(store, self.model, self.needs_states)
         return self._stored
 
     def works(self, ctx, prep, meter: Meter) -> tuple[list, dict]:
@@ -58,9 +57,9 @@ class ReuseMode(Mode):
         breakdown = dict(meter.seconds)
         breakdown.update(
             bytes_fetched=int(meter.bytes_fetched),
-            nodes_recomputed=int(len(np.unique(np.concatenate(g_targets)))),
+            nodes_recomputed=int(len(ctx.sets.unique(*g_targets))),
             recomputed_per_layer=[int(len(t)) for t in g_targets],
-            nodes_touched=int(len(np.unique(np.concatenate([w.src for w in works] + [w.targets for w in works])))),
+            nodes_touched=int(len(ctx.sets.unique(*[w.src for w in works], *[w.targets for w in works]))),
             edges=int(sum(len(w.src) for w in works)),
             partitions=self.partitions, **comm, **extra)
         return Answer(prep.request.qid.copy(), h, pred, breakdown)
@@ -102,7 +101,7 @@ class SRPEMode(ReuseMode):
         return err
 
     def works(self, ctx, prep, meter):
-        cands = candidates(prep)
+        cands = candidates(prep, ctx)
         scores = POLICIES[self.policy](ctx, prep, cands, self)
         chosen = select(np.asarray(scores, np.float64), cands, self.gamma)
         return srpe_works(ctx, prep, self.model, chosen), {
