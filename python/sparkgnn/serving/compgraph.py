@@ -76,19 +76,17 @@ def build_compgraph(ctx: ServingContext, prep: PreparedRequest, num_layers: int,
         if fanouts is not None:
             s, d, w = sample_in_edges(s, d, w, int(fanouts[hop]), rng)
         e_src.append(s), e_dst.append(d), e_w.append(w)
-        cand = np.unique(s)
-        new = cand[~np.isin(cand, seen, assume_unique=True)]
+        cand = ctx.sets.unique(s)
+        new = cand[~ctx.sets.member(cand, seen)]
         parts.append(new)
-        seen = np.union1d(seen, new)
+        seen = ctx.sets.unique(seen, new)
         frontier = new
     nodes = np.concatenate(parts)
     counts = np.cumsum([len(p) for p in parts])
     sizes = [int(counts[num_layers - l]) for l in range(num_layers + 1)]
     src, dst = np.concatenate(e_src), np.concatenate(e_dst)
     weight = None if e_w[0] is None else np.concatenate(e_w)
-    sorter = np.argsort(nodes)
-    to_local = lambda u: sorter[np.searchsorted(nodes[sorter], u)]
-    src_l, dst_l = to_local(src), to_local(dst)
+    src_l, dst_l = ctx.sets.positions(nodes, src), ctx.sets.positions(nodes, dst)
     order = np.argsort(dst_l, kind="stable")     # stable: keeps each vertex's in-edge order
     return CompGraph(nodes, sizes, src_l[order], dst_l[order],
                      None if weight is None else weight[order])
