@@ -57,6 +57,21 @@ bench-batch: venv
 bench-precompute: venv
 	$(PY) bench/bench_precompute.py
 
+# Streaming query micro-batches (spark_jobs/stream_queries.py): Cora's held-out test vertices
+# arrive as request files over ~30 s; answers print as they commit, then accuracy vs labels.
+# Reuses make demo's Cora + trained model when present, else builds them.
+.PHONY: demo-stream
+demo-stream: venv
+	test -f $(DEMO_DATA)/cora/graph.json || $(PY) -m sparkgnn.datasets cora --out $(DEMO_DATA)/cora --overwrite
+	test -f $(DEMO_DATA)/models/cora_sage/model.json || $(PY) examples/train_cora_sage.py --graph $(DEMO_DATA)/cora --model-out $(DEMO_DATA)/models/cora_sage
+	$(PY) examples/stream_demo.py --graph $(DEMO_DATA)/cora --model $(DEMO_DATA)/models/cora_sage --work $(DEMO_DATA)/stream
+
+# Streaming latency/throughput, degree-aware vs FIFO grouping under Poisson arrivals:
+# bench/results/stream.json + stream.png (a few minutes; makes data/bench).
+.PHONY: bench-stream
+bench-stream: venv
+	$(PY) bench/bench_stream.py
+
 # Serving modes (full, ns, he, srpe, exact, CGP) on Cora and a 1.2M-edge synthetic graph, the OMEGA
 # section 8 experiments: bench/results/serving.json + serving_{latency,recovery,bytes}.png
 # (~5 minutes on 2 cores with the trained weights cached under data/bench/serving, ~8 without).

@@ -1,0 +1,240 @@
+"""The streaming job: start-up checks, the Structured Streaming query, and its run loop.
+
+Start-up order (cheap refusals before the ~10 s SparkSession start):
+  1. the mode is known (serving.modes.MODES) and its options are accepted (the registry says);
+  2. G is read from --graph, the model loaded, the PE store opened and VERIFIED against both
+     (PEStore.open raises StalePEStore naming what differs); modes other than full/ns need one;
+  3. ONE QueryEngine is built (and warmed up with one synthetic request, so the first real
+     request does not pay for loading the store's layers); every micro-batch reuses it;
+  4. the output directory is checked against the checkpoint (sink.py: one output per checkpoint);
+  5. only then the SparkSession and the query.
+
+Source: Spark's `binaryFile` file source over the request directory (path, modificationTime,
+content per file; the schema must be given for a stream). Files are picked up by name glob
+(*.parquet); hidden and temp names (leading '.' or '_') are never listed, which is why request
+files are written to a hidden temp name and renamed into place (serving.request.write_requests).
+`max_files_per_trigger` is Spark's maxFilesPerTrigger (oldest files first); a request file holds
+whole requests, so with one request per file (what the workload writer produces) it is also the
+maximum number of requests per micro-batch.
+
+Sink: foreachBatch(MicroBatchHandler) with the atomic, idempotent per-batch-id directory writes of
+sink.py; together with the checkpoint's offset and commit logs that is exactly-once output per
+request file (sink.py explains the argument).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from sparkgnn.errors import SparkGNNError
+
+STORELESS_MODES = ("full", "ns")
+BINARY_FILE_SCHEMA = "path string, modificationTime timestamp, length long, content binary"
+
+
+class StreamStartError(SparkGNNError):
+    """The streaming job refuses to start (missing store for a reuse mode)."""
+
+
+class StreamJobError(SparkGNNError):
+    """The streaming query stopped with an error."""
+
+
+@dataclass
+class StreamConfig:
+    graph: str
+    model: str
+    requests: str
+    out: str
+    checkpoint: str
+    store: Optional[str] = None
+    mode: str = "full"
+    mode_options: dict = field(default_factory=dict)
+    workers: str = "inprocess"                 # inprocess | spark (reuse modes: CGP as Spark tasks) | other: to the mode
+    grouping: str = "degree"
+    grouping_options: dict = field(default_factory=dict)
+    trigger_s: Optional[float] = None          # None or 0: next micro-batch right after the last
+    available_now: bool = False                # process what is there, then stop (tests, backfill)
+    max_files_per_trigger: Optional[int] = None
+    dead_letter: Optional[str] = None          # default <out>/_dead_letter
+    glob: str = "*.parquet"
+    max_batches: Optional[int] = None
+    timeout_s: Optional[float] = None
+    seed: int = 0
+    warmup: bool = True
+
+    @property
+    def dead_letter_dir(self) -> str:
+        return self.dead_letter or os.path.join(self.out, "_dead_letter")
+
+
+@dataclass
+class RunResult:
+    query_id: str
+    batches: int                      # micro-batches handled by this run
+    last_batch_id: Optional[int]
+    history: list                     # progress.BatchProgress per micro-batch
+    stopped_by: str                   # finished | max_batches | timeout | signal | stop_when
+
+
+def build_engine(cfg: StreamConfig, log=print):
+    """Steps 1-3 of the module doc. Returns (graph G, QueryEngine)."""
+    from sparkgnn.graph import read_graph_dir
+    from sparkgnn.models import Model
+    from sparkgnn.pe import PEStore
+    from sparkgnn.serving import MODES, QueryEngine
+    from sparkgnn.serving.modes import ModeError
+
+    if cfg.mode not in MODES:
+        raise ModeError(f"unknown serving mode {cfg.mode!r}; known: {sorted(MODES)}")
+    if cfg.store is None and cfg.mode not in STORELESS_MODES:
+        raise StreamStartError(f"mode {cfg.mode!r} reuses precomputed embeddings: --store is required "
+                             f"(only {', '.join(STORELESS_MODES)} run without a PE store)")
+    started = time.perf_counter()
+    graph = read_graph_dir(cfg.graph)
+    model = Model.load(cfg.model)
+    store = PEStore.open(cfg.store, model=model, graph=graph) if cfg.store else None
+    options = dict(cfg.mode_options)
+    if cfg.workers == "spark":
+        if cfg.mode in STORELESS_MODES:
+            raise StreamStartError(f"--workers spark runs the CGP partitions of a reuse mode (he, "
+                                   f"srpe, exact) as Spark tasks; mode {cfg.mode!r} has none")
+    elif cfg.workers and cfg.workers != "inprocess":
+        options["workers"] = cfg.workers       # the mode registry accepts or refuses it by name
+    engine = QueryEngine(graph, model, mode=cfg.mode, store=store, seed=cfg.seed, **options)
+    if cfg.warmup:
+        engine.answer(warmup_request(graph))
+    log(f"stream: engine ready in {time.perf_counter() - started:.1f} s: mode {engine.mode_name}"
+        f"{' ' + json.dumps(options, sort_keys=True) if options else ''}, G {graph.num_nodes} vertices / "
+        f"{len(graph.edge_src)} edges{', store ' + cfg.store if cfg.store else ''}")
+    return graph, engine
+
+
+def warmup_request(graph):
+    """One query (an id G does not have) with zero features and one in-edge from G's first
+    vertex: exercises the whole answer path once, output discarded."""
+    import numpy as np
+
+    from sparkgnn.serving import Request
+
+    q = int(graph.ids.max()) + 1 if graph.num_nodes else 0
+    return Request("__warmup__", np.array([q]), np.zeros((1, graph.feature_dim), np.float32),
+                   graph.ids[:1].copy(), np.array([q])[:min(1, graph.num_nodes)])
+
+
+def checkpoint_query_id(checkpoint: str) -> Optional[str]:
+    """The query id Spark keeps in <checkpoint>/metadata, None for a fresh checkpoint."""
+    path = os.path.join(checkpoint, "metadata")
+    if not os.path.exists(path):
+        return None
+    with open(path) as fh:
+        return json.load(fh).get("id")
+
+
+def start_query(spark, cfg: StreamConfig, handler):
+    """The streaming query: binaryFile source over cfg.requests -> foreachBatch(handler)."""
+    reader = (spark.readStream.format("binaryFile").schema(BINARY_FILE_SCHEMA)
+              .option("pathGlobFilter", cfg.glob))
+    if cfg.max_files_per_trigger:
+        reader = reader.option("maxFilesPerTrigger", int(cfg.max_files_per_trigger))
+    df = reader.load(os.path.abspath(cfg.requests))
+    writer = (df.writeStream.foreachBatch(handler)
+              .option("checkpointLocation", os.path.abspath(cfg.checkpoint)))
+    if cfg.available_now:
+        writer = writer.trigger(availableNow=True)
+    elif cfg.trigger_s:
+        writer = writer.trigger(processingTime=f"{float(cfg.trigger_s)} seconds")
+    return writer.start()
+
+
+def _last_committed(query) -> Optional[int]:
+    progress = query.lastProgress
+    if progress is None:
+        return None
+    try:
+        return int(progress["batchId"])
+    except (TypeError, KeyError):
+        return int(getattr(progress, "batchId"))
+
+
+def run(cfg: StreamConfig, spark, log=print, handle_signals: bool = False,
+        on_started: Callable | None = None, stop_when: Callable | None = None,
+        engine=None) -> RunResult:
+    """Start the job and run it until the source is exhausted (available_now), max_batches
+    micro-batches are committed, timeout_s passes, SIGTERM/SIGINT (handle_signals) or
+    stop_when(handler) is true after a committed micro-batch (benchmarks).
+    `spark`: a SparkSession, or a zero-argument callable returning one (called after the engine
+    checks, so a refusal does not wait for Spark). `engine`: a (graph, QueryEngine) pair built by
+    build_engine, to share one across runs (benchmarks); default: built from cfg."""
+    from sparkgnn.streaming.deadletter import DeadLetter
+    from sparkgnn.streaming.grouping import get_grouping
+    from sparkgnn.streaming.handler import MicroBatchHandler
+    from sparkgnn.streaming.sink import AnswerSink
+
+    grouping = get_grouping(cfg.grouping, **cfg.grouping_options)
+    graph, engine = engine if engine is not None else build_engine(cfg, log)
+    sink = AnswerSink(cfg.out)
+    sink.check_binding(checkpoint_query_id(cfg.checkpoint), cfg.checkpoint)
+    sink.sweep()
+    dead = DeadLetter(cfg.dead_letter_dir)
+    os.makedirs(cfg.requests, exist_ok=True)
+    handler = MicroBatchHandler(engine, graph, grouping, sink, dead, log=log)
+
+    session = spark() if callable(spark) else spark
+    if cfg.workers == "spark":
+        from sparkgnn.serving.spark_cgp import use_spark_cgp
+
+        parts = cfg.mode_options.get("partitions") or engine.mode.partitions
+        use_spark_cgp(engine, session, cfg.graph, cfg.model, partitions=parts)
+        log(f"stream: each request's layers run as {parts} Spark tasks (CGP over the cached PE store)")
+    query = start_query(session, cfg, handler)
+    sink.bind(query.id, cfg.checkpoint)
+    log(f"stream: query {query.id} watching {os.path.abspath(cfg.requests)} -> {sink.out} "
+        f"(checkpoint {os.path.abspath(cfg.checkpoint)}, grouping {json.dumps(grouping.describe())})")
+    if on_started:
+        on_started(query, handler)
+
+    stop = threading.Event()
+    previous = {}
+    if handle_signals and threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, lambda *_: stop.set())
+    deadline = None if not cfg.timeout_s else time.monotonic() + float(cfg.timeout_s)
+    stopped_by = "finished"
+    try:
+        while True:
+            try:
+                if query.awaitTermination(0.2):
+                    break
+            except Exception:          # the query died; query.exception() below says why
+                break
+            if stop.is_set():
+                stopped_by = "signal"
+                break
+            last = _last_committed(query)      # progress is reported after the commit log entry
+            committed = bool(handler.batches_handled) and last is not None and last >= handler.last_batch_id
+            if cfg.max_batches and handler.batches_handled >= cfg.max_batches and committed:
+                stopped_by = "max_batches"
+                break
+            if stop_when is not None and committed and stop_when(handler):
+                stopped_by = "stop_when"
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                stopped_by = "timeout"
+                break
+    finally:
+        if query.isActive:
+            query.stop()
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+    exc = query.exception()
+    if exc is not None:
+        raise StreamJobError(f"streaming query {query.id} failed: {exc}")
+    log(f"stream: stopped ({stopped_by}) after {handler.batches_handled} micro-batches in this run")
+    return RunResult(str(query.id), handler.batches_handled, handler.last_batch_id, handler.history,
+                     stopped_by)

@@ -1,0 +1,116 @@
+"""Streaming query micro-batches: answer request files dropped into a directory, exactly once per
+request, restartable from a checkpoint (Spark Structured Streaming, foreachBatch).
+
+    spark-submit spark_jobs/stream_queries.py --graph DIR --model PATH --requests DIR --out DIR
+        --checkpoint DIR [--store DIR] [--mode srpe|exact|he|full|ns] [options]
+    python spark_jobs/stream_queries.py ...             (creates a local session)
+
+Output: <out>/batch_id=<id>/part-00000.parquet, one row per request (request_id, qid, h, pred,
+error, arrival/queue/service/latency seconds, ...); malformed files under --dead-letter (default
+<out>/_dead_letter) with a reason file. Exit codes: 0 stopped cleanly, 2 refused to start (stale
+PE store, unknown mode or option, output of another checkpoint), 1 the query failed.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from batch_inference import get_session  # noqa: E402  (same session rules for every job)
+
+
+def _positive(kind):
+    def parse(text):
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+        return value
+    return parse
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="stream_queries.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--graph", required=True, help="G's graph directory (edges and features; the store is verified against it)")
+    p.add_argument("--model", required=True, help="model saved with sparkgnn Model.save")
+    p.add_argument("--store", default=None, help="PE store root (required except for modes full and ns)")
+    p.add_argument("--requests", required=True, help="directory watched for request files (*.parquet)")
+    p.add_argument("--out", required=True, help="answers: <out>/batch_id=<id>/")
+    p.add_argument("--checkpoint", required=True, help="Spark checkpoint directory (restart with the same one)")
+    p.add_argument("--mode", default="full", help="serving mode (full, ns, he, srpe, exact; default full)")
+    p.add_argument("--gamma", type=float, default=None, help="SRPE recomputation budget")
+    p.add_argument("--policy", default=None, help="SRPE policy (qer, is, random, ae)")
+    p.add_argument("--partitions", type=_positive(int), default=None, help="CGP partitions (reuse modes)")
+    p.add_argument("--fanouts", default=None, help="NS fanouts, comma separated")
+    p.add_argument("--workers", default="inprocess",
+                   help="inprocess (default: the driver answers) | spark (he/srpe/exact: the --partitions CGP "
+                        "partitions run as Spark tasks over the PE store cached in the Python workers) | "
+                        "local[N] | tcp://...: handed to the mode, which refuses what it cannot use")
+    p.add_argument("--grouping", default="degree", help="grouping policy: degree (GSM, default) | fifo")
+    p.add_argument("--degree-threshold", type=_positive(float), default=None, help="degree grouping: cost sum T_d per engine batch")
+    p.add_argument("--aging", type=_positive(float), default=None, help="degree grouping: seconds after which a request jumps the queue")
+    p.add_argument("--fifo-batch-size", type=_positive(int), default=None, help="fifo grouping: requests per engine batch")
+    p.add_argument("--trigger", type=float, default=0.0, help="seconds between micro-batches (0: as soon as the last one ends)")
+    p.add_argument("--available-now", action="store_true", help="answer the files present at start-up, then stop")
+    p.add_argument("--max-requests-per-batch", type=_positive(int), default=None,
+                   help="maxFilesPerTrigger: files (= requests, one per file) admitted per micro-batch")
+    p.add_argument("--dead-letter", default=None, help="malformed files go here (default <out>/_dead_letter)")
+    p.add_argument("--max-batches", type=_positive(int), default=None, help="stop after N micro-batches (tests)")
+    p.add_argument("--timeout", type=_positive(float), default=None, help="stop after S seconds (tests, demos)")
+    p.add_argument("--seed", type=int, default=0, help="seed for sampling modes (ns)")
+    p.add_argument("--no-warmup", action="store_true", help="skip the start-up warm-up request")
+    p.add_argument("--torch-threads", type=_positive(int), default=None,
+                   help="torch intra-op threads for the engine (default: torch's)")
+    args = p.parse_args(argv)
+    for flag, path in (("--graph", args.graph), ("--model", args.model), ("--store", args.store)):
+        if path is not None and not os.path.exists(path):
+            p.error(f"{flag} {path!r} does not exist")
+    return args
+
+
+def config_from_args(args):
+    from sparkgnn.streaming.job import StreamConfig
+
+    mode_options = {k: v for k, v in (("gamma", args.gamma), ("policy", args.policy),
+                                      ("partitions", args.partitions)) if v is not None}
+    if args.fanouts:
+        mode_options["fanouts"] = tuple(int(f) for f in args.fanouts.split(",") if f)
+    grouping_options = {k: v for k, v in (("threshold", args.degree_threshold), ("aging_s", args.aging),
+                                          ("batch_size", args.fifo_batch_size)) if v is not None}
+    return StreamConfig(
+        graph=args.graph, model=args.model, store=args.store, requests=args.requests, out=args.out,
+        checkpoint=args.checkpoint, mode=args.mode, mode_options=mode_options, workers=args.workers,
+        grouping=args.grouping, grouping_options=grouping_options, trigger_s=args.trigger or None,
+        available_now=args.available_now, max_files_per_trigger=args.max_requests_per_batch,
+        dead_letter=args.dead_letter, max_batches=args.max_batches, timeout_s=args.timeout,
+        seed=args.seed, warmup=not args.no_warmup)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from sparkgnn.errors import SparkGNNError
+    from sparkgnn.streaming.job import StreamJobError, run
+
+    started = time.perf_counter()
+    if args.torch_threads:
+        import torch
+
+        torch.set_num_threads(args.torch_threads)
+    cfg = config_from_args(args)
+    log = lambda line: print(line, flush=True)  # noqa: E731
+    try:
+        result = run(cfg, get_session, log=log, handle_signals=True)
+    except StreamJobError as exc:
+        print(f"stream_queries: error: {exc}", file=sys.stderr, flush=True)
+        return 1
+    except SparkGNNError as exc:       # StalePEStore, ModeError, GroupingError, SinkError, ...
+        print(f"stream_queries: refused to start: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        return 2
+    print(f"stream_queries: {result.batches} micro-batches (last batch id {result.last_batch_id}) in "
+          f"{time.perf_counter() - started:.1f} s, stopped: {result.stopped_by}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

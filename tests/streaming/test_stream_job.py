@@ -1,0 +1,180 @@
+"""The streaming job end to end on Spark: in-process (session fixture) answers equal
+QueryEngine.answer with dead letters and error rows; a batch whose commit never reached the
+checkpoint is replayed without duplicates; SIGKILL mid-stream + restart answers every request
+exactly once (subprocess); a stale PE store, a missing store, an unknown mode and an output of
+another checkpoint are refused before Spark starts."""
+import os
+import signal
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+from streaming_helpers import (assert_rows_equal_answers, bad_requests, engine_answers, job_command,
+                               job_env, write_malformed, write_one_per_file)
+from sparkgnn.errors import StalePEStore
+from sparkgnn.serving import Request
+from sparkgnn.serving.modes import ModeError
+from sparkgnn.serving.request import write_requests
+from sparkgnn.streaming.deadletter import read_dead_letters
+from sparkgnn.streaming.job import StreamConfig, StreamJobError, StreamStartError, build_engine, run
+from sparkgnn.streaming.sink import SinkError, committed_batch_ids, read_answers, read_batch_meta
+
+
+def copies(requests, tag):
+    return [Request(f"{r.request_id}-{tag}", r.qid, r.x, r.src, r.dst) for r in requests]
+
+
+def config(setup, tmp_path, **kw):
+    base = dict(graph=setup.graph_dir, model=setup.model_path, store=setup.store, mode="exact",
+                requests=str(tmp_path / "in"), out=str(tmp_path / "out"),
+                checkpoint=str(tmp_path / "ck"), available_now=True)
+    base.update(kw)
+    return StreamConfig(**base)
+
+
+def test_stream_in_process_equals_engine_survives_bad_input_and_replays_once(spark, setup, engine, tmp_path):
+    good = setup.requests
+    write_one_per_file(str(tmp_path / "in"), good)
+    bad = bad_requests(setup.graph, good[0])
+    write_requests(str(tmp_path / "in" / "bad.parquet"), list(bad.values()))
+    malformed = write_malformed(str(tmp_path / "in"))
+    lines = []
+    cfg = config(setup, tmp_path, max_files_per_trigger=3)
+    result = run(cfg, spark, log=lines.append)
+
+    files = len(good) + 1 + len(malformed)
+    assert result.stopped_by == "finished" and result.batches == -(-files // 3)
+    assert committed_batch_ids(cfg.out) == list(range(result.batches))
+    t = read_answers(cfg.out)
+    assert_rows_equal_answers(t.filter(t.column("error").is_null()), engine_answers(engine, good))
+    errors = {r["request_id"]: r["error"] for r in t.to_pylist() if r["error"]}
+    assert set(errors) == {r.request_id for r in bad.values()}
+    for r, words in zip(bad.values(), bad):
+        assert words in errors[r.request_id]
+    reasons = {os.path.basename(d["file"]): d["reason"] for d in read_dead_letters(cfg.dead_letter_dir)}
+    assert {n: w in reasons[n] for n, w in malformed.items()} == {n: True for n in malformed}
+    progress = [l for l in lines if l.startswith("stream batch") and "requests from" in l]
+    assert len(progress) == result.batches and all("mode exact" in l and "p99" in l for l in progress)
+    for b in range(result.batches):
+        assert len(read_batch_meta(cfg.out, b)["files"]) <= 3
+
+    # a crash after the sink wrote the last batch but before Spark committed it: drop the commit
+    # entry, add new files, run again from the checkpoint: the last batch is replayed in place
+    last = result.last_batch_id
+    for name in (str(last), f".{last}.crc"):      # the commit entry and its Hadoop checksum
+        os.remove(os.path.join(cfg.checkpoint, "commits", name))
+    before = read_batch_meta(cfg.out, last)
+    extra = copies(good[:2], "late")
+    write_one_per_file(cfg.requests, extra)
+    again = run(cfg, spark, log=lines.append)
+    assert again.batches >= 2 and read_batch_meta(cfg.out, last)["files"] == before["files"]
+    assert read_batch_meta(cfg.out, last)["written_ts"] > before["written_ts"]
+    t2 = read_answers(cfg.out)
+    ids = t2.column("request_id").to_pylist()
+    assert len(ids) == len(set(ids)) == len(good) + len(bad) + len(extra)
+    assert_rows_equal_answers(t2.filter(t2.column("error").is_null()),
+                              engine_answers(engine, good + extra))
+
+    with pytest.raises(SinkError, match="batch ids would restart at 0"):
+        run(config(setup, tmp_path, checkpoint=str(tmp_path / "ck-new")), spark, log=lines.append)
+
+
+def test_sigkill_mid_stream_then_restart_answers_every_request_exactly_once(setup, engine, tmp_path):
+    requests = setup.requests + copies(setup.requests, "b")
+    write_one_per_file(str(tmp_path / "in"), requests)
+    out, ck = str(tmp_path / "out"), str(tmp_path / "ck")
+    cmd = job_command(setup, str(tmp_path / "in"), out, ck, "--mode", "exact")
+    log1 = open(tmp_path / "run1.log", "w")
+    proc = subprocess.Popen(cmd + ["--max-requests-per-batch", "1", "--timeout", "240"],
+                            stdout=log1, stderr=subprocess.STDOUT, env=job_env())
+    try:
+        deadline = time.monotonic() + 180
+        while len(committed_batch_ids(out)) < 2:
+            assert proc.poll() is None, open(tmp_path / "run1.log").read()
+            assert time.monotonic() < deadline, "the job committed no batch in time"
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == -signal.SIGKILL
+    answered = read_answers(out).num_rows
+    assert 2 <= answered < len(requests), "the kill must land mid-stream"
+
+    done = subprocess.run(cmd + ["--available-now"], capture_output=True, text=True, env=job_env(), timeout=240)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    t = read_answers(out)
+    ids = t.column("request_id").to_pylist()
+    assert sorted(ids) == sorted(r.request_id for r in requests)      # each exactly once
+    assert_rows_equal_answers(t, engine_answers(engine, requests))
+    assert not os.listdir(os.path.join(out, "_tmp"))
+
+
+def test_stale_store_is_refused_with_what_differs(setup, tmp_path):
+    proc = subprocess.run(job_command(setup, str(tmp_path / "in"), str(tmp_path / "out"),
+                                      str(tmp_path / "ck"), "--mode", "srpe", model=setup.other_model_path),
+                          capture_output=True, text=True, env=job_env(), timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "refused to start: StalePEStore" in proc.stderr and "model weights differ" in proc.stderr
+    assert not os.path.exists(tmp_path / "ck")            # refused before any query started
+    with pytest.raises(StalePEStore, match="model weights differ"):
+        build_engine(config(setup, tmp_path, model=setup.other_model_path), log=lambda _: None)
+
+
+def test_other_start_up_refusals(setup, tmp_path):
+    with pytest.raises(StreamStartError, match="--store is required"):
+        build_engine(config(setup, tmp_path, store=None, mode="srpe"), log=lambda _: None)
+    with pytest.raises(ModeError, match="unknown serving mode 'magic'.*exact"):
+        build_engine(config(setup, tmp_path, mode="magic"), log=lambda _: None)
+    with pytest.raises(ModeError, match="does not take option"):
+        build_engine(config(setup, tmp_path, mode="full", workers="local[2]"), log=lambda _: None)
+    quiet = lambda _: None  # noqa: E731
+    _, eng = build_engine(config(setup, tmp_path, store=None, mode="full"), log=quiet)
+    assert eng.mode_name == "full"
+
+
+class FailingOnce:
+    """An engine whose answer to one request fails like a bug would (not a request error)."""
+
+    def __init__(self, engine, request_id):
+        self.engine, self.request_id, self.mode_name = engine, request_id, engine.mode_name
+
+    def answer(self, request):
+        if request.request_id == self.request_id:
+            raise RuntimeError("simulated fault in the job")
+        return self.engine.answer(request)
+
+
+def test_a_fault_of_the_job_stops_the_query_uncommitted_and_a_restart_replays_the_batch(spark, setup, engine, tmp_path):
+    good = setup.requests[:3]
+    write_one_per_file(str(tmp_path / "in"), good)
+    cfg = config(setup, tmp_path)
+    with pytest.raises(StreamJobError, match="simulated fault"):
+        run(cfg, spark, log=lambda _: None, engine=(setup.graph, FailingOnce(engine, good[1].request_id)))
+    assert committed_batch_ids(cfg.out) == []
+    assert not os.path.exists(os.path.join(cfg.checkpoint, "commits", "0"))
+    result = run(cfg, spark, log=lambda _: None, engine=(setup.graph, engine))
+    assert result.batches == 1 and result.last_batch_id == 0          # the same batch, run again
+    assert_rows_equal_answers(read_answers(cfg.out), engine_answers(engine, good))
+
+
+def test_workers_spark_runs_cgp_partitions_as_spark_tasks_with_the_same_answers(spark, setup, engine, tmp_path):
+    good = setup.requests[:3]
+    write_one_per_file(str(tmp_path / "in"), good)
+    cfg = config(setup, tmp_path, workers="spark", mode_options={"partitions": 2})
+    lines = []
+    result = run(cfg, spark, log=lines.append)
+    assert result.batches == 1 and any("run as 2 Spark tasks" in l for l in lines)
+    t = read_answers(cfg.out).to_pylist()
+    expected = engine_answers(engine, good)
+    assert sorted(r["request_id"] for r in t) == sorted(expected)
+    for r in t:                          # CGP sums partials in another order: equal up to rounding
+        a = expected[r["request_id"]]
+        np.testing.assert_allclose(np.array(r["h"], np.float32), a.h, rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(np.array(r["pred"]), a.pred)
+        assert r["error"] is None
+    with pytest.raises(StreamStartError, match="--workers spark runs the CGP partitions"):
+        build_engine(config(setup, tmp_path, store=None, mode="full", workers="spark"), log=lambda _: None)
