@@ -83,28 +83,24 @@ def rel_err(a: np.ndarray, b: np.ndarray) -> float:
 
 # -- engines ---------------------------------------------------------------------------------------
 class Engines:
-    """Every engine of one (graph, model) shares one ServingContext (G's index built once) and one
-    StoredLayers (the store aligned to G once, instead of once per engine)."""
+    """Every engine of one (graph, model) shares one ServingContext: G's index is built once and
+    the store is aligned to G once (ServingContext.stored_layers), not once per engine."""
 
     def __init__(self, G, model, store):
         from sparkgnn.serving import QueryEngine
-        from sparkgnn.serving.stored import StoredLayers
 
         self.QueryEngine = QueryEngine
         self.G, self.model, self.store = G, model, store
         self.full = QueryEngine(G, model, mode="full", store=store)
         self.ctx = self.full.context
         started = time.perf_counter()
-        self.stored = StoredLayers(store, G, model, states=True)
+        self.ctx.stored_layers(store, model, states=True)
         self.align_seconds = time.perf_counter() - started
 
     def make(self, mode: str, **options):
         if mode == "full":
             return self.full
-        e = self.QueryEngine(self.G, self.model, mode=mode, store=self.store, context=self.ctx, seed=0, **options)
-        if hasattr(e.mode, "_stored"):
-            e.mode._stored = self.stored      # bench-only sharing (see class doc)
-        return e
+        return self.QueryEngine(self.G, self.model, mode=mode, store=self.store, context=self.ctx, seed=0, **options)
 
 
 def measure(engines: dict, requests: list, wl, reference: str = "full", keep_answers: bool = False,
