@@ -6,7 +6,7 @@ import torch
 from sparkgnn.datasets import load_cora
 from sparkgnn.serving.workload import make_workload
 
-from serving_models import pyg_model, skewed_graph
+from serving_testkit import pyg_model, skewed_graph
 
 
 @pytest.fixture(autouse=True)

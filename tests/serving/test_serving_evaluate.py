@@ -3,7 +3,7 @@ import json
 
 import numpy as np
 
-from serving_models import pyg_model
+from serving_testkit import pyg_model
 from sparkgnn.graph import write_graph_dir
 from sparkgnn.models import Model
 from sparkgnn.serving import QueryEngine

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from serving_models import pyg_model
+from serving_testkit import pyg_model
 from sparkgnn.models import Model
 from sparkgnn.serving import ModeError, QueryEngine, Request
 from sparkgnn.serving.modes import BREAKDOWN_KEYS, MODES

@@ -103,7 +103,7 @@ def test_partitions_exchange_bytes_and_agree(reuse_setup, request):
 
 def test_reuse_modes_need_a_store(cora_workload):
     G = cora_workload.graph_G
-    from serving_models import pyg_model
+    from serving_testkit import pyg_model
     model = Model.from_pyg(pyg_model("sage", G.feature_dim, 2))
     with pytest.raises(ModeError, match="pass store="):
         QueryEngine(G, model, mode="exact").answer(cora_workload.requests[0])
@@ -117,7 +117,7 @@ def test_reuse_modes_need_a_store(cora_workload):
 
 def test_states_required_for_srpe_and_exact(cora_workload, tmp_path):
     G = cora_workload.graph_G
-    from serving_models import pyg_model
+    from serving_testkit import pyg_model
     model = Model.from_pyg(pyg_model("sage", G.feature_dim, 2))
     store = precompute_local(G, model, str(tmp_path), states=False, log=None)
     r = cora_workload.requests[0]
@@ -132,7 +132,7 @@ def test_exact_with_max_recomputes_from_scratch(aggr, skewed_workload, tmp_path)
     stored values (and still equal FULL); sum takes the delta and recomputes none from scratch."""
     import torch_geometric.nn as gnn
 
-    from serving_models import randomize
+    from serving_testkit import randomize
 
     wl = skewed_workload
     G = wl.graph_G

@@ -4,7 +4,7 @@ read the destination), reading the same stored bytes."""
 import numpy as np
 import pytest
 
-from serving_models import pyg_model
+from serving_testkit import pyg_model
 from sparkgnn.graph import write_graph_dir
 from sparkgnn.models import Model
 from sparkgnn.pe.local import precompute_local

@@ -3,7 +3,7 @@ precompute job (replicate strategy, 3 partitions) serves EXACT answers equal to 
 states agree with the single-machine producer's."""
 import numpy as np
 
-from serving_models import pyg_model
+from serving_testkit import pyg_model
 from sparkgnn.engine.precompute import precompute
 from sparkgnn.graph import write_graph_dir
 from sparkgnn.models import Model
