@@ -344,7 +344,7 @@ def run_graph(name: str, spec: dict, kinds, args, log) -> dict:
             srpe_label = f"srpe@{g1:g}" if g1 is not None else "srpe@0.1"
             profiles = {f"{label} B={b_max}": profile(engines[label], big[1 % len(big)])
                         for label in (srpe_label, "exact")}
-        res = {"model": f"2-layer {'GraphSAGE (mean)' if kind == 'sage' else 'GCN'}, hidden {spec['hidden']}",
+        res = {"model": f"{model.num_layers}-layer {'GCN' if kind == 'gcn' else 'GraphSAGE (mean)'}, hidden {spec['hidden']}",
                "training": report, "pe_precompute_seconds": pe_seconds,
                "store_align_seconds": eng.align_seconds, "recovery": rec, "modes": table, "cgp": parallel,
                "profile": profiles, "headline": headline(table, rec, b_max),
@@ -504,6 +504,13 @@ def summary(result: dict) -> str:
     for goal, v in result["goals"].items():
         detail = ", ".join(f"{k}={round(x, 3) if isinstance(x, float) else x}" for k, x in v.items() if k != "met")
         lines.append(f"  goal {goal}: {'MET' if v['met'] else 'NOT MET'} ({detail})")
+    if "three_layer" in result:
+        lines.append("three layers (sage3, same graph and B):")
+        for key, v in result["three_layer"].items():
+            if key != "goals":
+                lines.append(f"  {key:<28} {v if not isinstance(v, float) else round(v, 3)}")
+        for goal, v in result["three_layer"]["goals"].items():
+            lines.append(f"  goal {goal}: {'MET' if v['met'] else 'NOT MET'}")
     return "\n".join(lines)
 
 
@@ -525,7 +532,7 @@ def main() -> int:
     result = {"machine": {**machine(), "torch_threads_serving": 1, "torch_threads_training": 2},
               "load_average_start": load_start,
               "settings": {"gammas": list(GAMMAS), "policies": list(POLICIES), "table_gammas": list(TABLE_GAMMAS),
-                           "ns_fanouts": [25, 10], "cgp_partitions": PARTITIONS, "cgp_srpe_gamma": CGP_GAMMA,
+                           "ns_fanouts": "(25, 10) for 2 layers, (15, 10, 5) for 3", "cgp_partitions": PARTITIONS, "cgp_srpe_gamma": CGP_GAMMA,
                            "timing": "torch.set_num_threads(1); one warm-up request per engine; requests "
                                      "round-robin over engines; latency = wall time of engine.answer()",
                            "accuracy": "predictions vs held-out labels over all queries of all requests "
@@ -544,6 +551,13 @@ def main() -> int:
                 "he_accuracy_drop_pts", "srpe_gamma"):
         result[key] = top.get(key)
     result["goals"] = top["goals"]
+    deep = result["graphs"][source]["models"].get("sage3")
+    if deep is not None:          # OMEGA's 3-layer setting: FULL's 3-hop graph is most of G
+        h3 = deep["headline"]
+        result["three_layer"] = {key: h3.get(key) for key in (
+            "full_over_srpe_latency", "full_over_srpe_bytes", "exact_over_he_latency",
+            "srpe_accuracy_drop_pts", "he_accuracy_drop_pts", "srpe_gamma", "full_p50_ms", "srpe_p50_ms",
+            "exact_p50_ms", "he_p50_ms", "goals")}
     result["load_average_end"] = load_average()
     result["seconds_total"] = time.perf_counter() - started
     path = write_result(args.name, result)

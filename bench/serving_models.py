@@ -28,7 +28,9 @@ import torch
 from bench_common import DATA
 
 SERVING_DATA = os.path.join(DATA, "serving")
-MODEL_KINDS = ("sage", "gcn")
+# kind -> (PyG class, layers); "sage3" is OMEGA's 3-layer setting (fanouts (15, 10, 5))
+MODELS = {"sage": ("sage", 2), "gcn": ("gcn", 2), "sage3": ("sage", 3)}
+MODEL_KINDS = tuple(MODELS)
 
 GRAPHS = {
     "cora": {"hidden": 64, "epochs": 200, "batch_sizes": (64, 256, 512), "requests": 30},
@@ -60,8 +62,9 @@ def load_graph(name: str, spec: dict):
 def _pyg_module(kind: str, in_dim: int, hidden: int, out_dim: int):
     from torch_geometric.nn import GCN, GraphSAGE
 
-    cls = {"sage": GraphSAGE, "gcn": GCN}[kind]
-    return cls(in_dim, hidden, num_layers=2, out_channels=out_dim, dropout=0.5)
+    cls, layers = MODELS[kind]
+    return {"sage": GraphSAGE, "gcn": GCN}[cls](in_dim, hidden, num_layers=layers, out_channels=out_dim,
+                                                dropout=0.5)
 
 
 def _accuracy(module, G) -> dict:
