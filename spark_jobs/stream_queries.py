@@ -46,7 +46,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--workers", default="inprocess",
                    help="inprocess (default: the driver answers) | spark (he/srpe/exact: the --partitions CGP "
                         "partitions run as Spark tasks over the PE store cached in the Python workers) | "
-                        "local[N] | tcp://...: handed to the mode, which refuses what it cannot use")
+                        "local[N] | tcp://... | ipc://... (he/srpe/exact: the partitions run on messenger "
+                        "workers, op serving_partials; local[N] starts and stops N of them)")
     p.add_argument("--grouping", default="degree", help="grouping policy: degree (GSM, default) | fifo")
     p.add_argument("--degree-threshold", type=_positive(float), default=None, help="degree grouping: cost sum T_d per engine batch")
     p.add_argument("--aging", type=_positive(float), default=None, help="degree grouping: seconds after which a request jumps the queue")

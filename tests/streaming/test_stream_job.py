@@ -129,8 +129,8 @@ def test_other_start_up_refusals(setup, tmp_path):
         build_engine(config(setup, tmp_path, store=None, mode="srpe"), log=lambda _: None)
     with pytest.raises(ModeError, match="unknown serving mode 'magic'.*exact"):
         build_engine(config(setup, tmp_path, mode="magic"), log=lambda _: None)
-    with pytest.raises(ModeError, match="does not take option"):
-        build_engine(config(setup, tmp_path, mode="full", workers="local[2]"), log=lambda _: None)
+    with pytest.raises(StreamStartError, match="--workers local.2. runs the CGP partitions of a reuse mode"):
+        build_engine(config(setup, tmp_path, store=None, mode="full", workers="local[2]"), log=lambda _: None)
     quiet = lambda _: None  # noqa: E731
     _, eng = build_engine(config(setup, tmp_path, store=None, mode="full"), log=quiet)
     assert eng.mode_name == "full"
@@ -178,3 +178,21 @@ def test_workers_spark_runs_cgp_partitions_as_spark_tasks_with_the_same_answers(
         assert r["error"] is None
     with pytest.raises(StreamStartError, match="--workers spark runs the CGP partitions"):
         build_engine(config(setup, tmp_path, store=None, mode="full", workers="spark"), log=lambda _: None)
+
+
+def test_workers_local_runs_cgp_partitions_on_messenger_workers(spark, setup, engine, tmp_path):
+    """local[2]: a broker and two sparkgnn-worker processes serve the partitions (op
+    serving_partials); answers equal the engine's, and the workers are stopped with the job."""
+    good = setup.requests[:2]
+    write_one_per_file(str(tmp_path / "in"), good)
+    cfg = config(setup, tmp_path, workers="local[2]", mode_options={"partitions": 2})
+    lines = []
+    result = run(cfg, spark, log=lines.append)
+    assert result.batches == 1 and any("partitions on messenger workers local[2]" in l for l in lines)
+    t = read_answers(cfg.out).to_pylist()
+    expected = engine_answers(engine, good)
+    assert sorted(r["request_id"] for r in t) == sorted(expected)
+    for r in t:
+        a = expected[r["request_id"]]
+        np.testing.assert_allclose(np.array(r["h"], np.float32), a.h, rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(np.array(r["pred"]), a.pred)

@@ -21,7 +21,14 @@ def _op_layer_step(registry: ModelRegistry, header: dict, tables: dict) -> dict:
     return run_step(registry.get(fingerprint), header, tables, registry.device)
 
 
-OPS = {"layer_step": _op_layer_step}
+def _op_serving_partials(registry: ModelRegistry, header: dict, tables: dict) -> dict:
+    """One partition of a serving request's layer (computation graph parallelism)."""
+    from sparkgnn.serving.cgp_wire import handle
+
+    return handle(header, tables)
+
+
+OPS = {"layer_step": _op_layer_step, "serving_partials": _op_serving_partials}
 
 
 class Handler:

@@ -249,3 +249,56 @@ def use_spark_cgp(engine, spark, graph_dir: str, model_path: str, partitions: in
     executor.warm_up()
     mode.executor = executor
     return executor
+
+
+class MessengerLayerExecutor(SparkLayerExecutor):
+    """The same partitions served by DL workers through the messenger (`sparkgnn-worker`, op
+    "serving_partials"): each worker caches the shards it was sent (affinity by partition), the
+    frames are JSON + Arrow (cgp_wire.py). Partitions are called one after another."""
+
+    def __init__(self, ctx, model, workers, store, graph_dir: str, model_path: str, parts: int,
+                 states: bool = True):
+        LayerExecutor.__init__(self, ctx, model, stored=None, parts=parts)
+        from sparkgnn.engine.transports import get_transport
+
+        self.cfg = {"store_base": store.base, "graph_dir": os.path.abspath(graph_dir),
+                    "model_path": os.path.abspath(model_path), "parts": int(parts), "states": bool(states)}
+        self.workers = workers
+        self.transport = get_transport(workers.spec)
+        self.jobs = 0
+
+    def _run(self, job: dict) -> list:
+        from sparkgnn.serving.cgp_wire import request_frames, result_from_tables
+
+        self.jobs += 1
+        results = []
+        for p in range(self.parts):
+            header, tables = request_frames(p, self.cfg, job)
+            _, out = self.transport.call(header, tables)
+            results.append(result_from_tables(out))
+        return results
+
+    def close(self) -> None:
+        self.workers.close()
+
+
+def use_messenger_cgp(engine, workers: str, graph_dir: str, model_path: str, model_store: str,
+                      partitions: int | None = None):
+    """Run a reuse-mode engine's partitions on messenger workers: "local[N]" (starts a broker and
+    N workers, stopped by executor.close()), "tcp://..." / "ipc://..." (a running broker whose
+    workers can read graph_dir, model_path and the store). Loads the shards now."""
+    from sparkgnn.engine.transports import workers_for
+
+    os.makedirs(model_store, exist_ok=True)          # workers need one; serving loads model_path
+    mode = engine.mode
+    parts = int(partitions or mode.partitions)
+    store = getattr(mode, "store", None) or engine.context.store
+    executor = MessengerLayerExecutor(engine.context, mode.model, workers_for(workers, model_store), store,
+                                      graph_dir, model_path, parts, states=mode.needs_states)
+    try:
+        executor.warm_up()
+    except BaseException:
+        executor.close()
+        raise
+    mode.executor = executor
+    return executor

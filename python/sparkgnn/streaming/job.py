@@ -100,13 +100,18 @@ def build_engine(cfg: StreamConfig, log=print):
     model = Model.load(cfg.model)
     store = PEStore.open(cfg.store, model=model, graph=graph) if cfg.store else None
     options = dict(cfg.mode_options)
-    if cfg.workers == "spark":
-        if cfg.mode in STORELESS_MODES:
-            raise StreamStartError(f"--workers spark runs the CGP partitions of a reuse mode (he, "
-                                   f"srpe, exact) as Spark tasks; mode {cfg.mode!r} has none")
-    elif cfg.workers and cfg.workers != "inprocess":
-        options["workers"] = cfg.workers       # the mode registry accepts or refuses it by name
+    remote = cfg.workers not in (None, "", "inprocess")
+    if remote and cfg.mode in STORELESS_MODES:
+        raise StreamStartError(f"--workers {cfg.workers} runs the CGP partitions of a reuse mode (he, "
+                               f"srpe, exact); mode {cfg.mode!r} has none")
     engine = QueryEngine(graph, model, mode=cfg.mode, store=store, seed=cfg.seed, **options)
+    if remote and cfg.workers != "spark":      # local[N] / tcp:// / ipc://: messenger workers
+        from sparkgnn.serving.spark_cgp import use_messenger_cgp
+
+        use_messenger_cgp(engine, cfg.workers, cfg.graph, cfg.model,
+                          model_store=os.path.join(os.path.abspath(cfg.checkpoint), "_worker_models"))
+        log(f"stream: each request's layers run as {engine.mode.partitions} partitions on messenger "
+            f"workers {cfg.workers}")
     if cfg.warmup:
         engine.answer(warmup_request(graph))
     log(f"stream: engine ready in {time.perf_counter() - started:.1f} s: mode {engine.mode_name}"
@@ -171,13 +176,24 @@ def run(cfg: StreamConfig, spark, log=print, handle_signals: bool = False,
     `spark`: a SparkSession, or a zero-argument callable returning one (called after the engine
     checks, so a refusal does not wait for Spark). `engine`: a (graph, QueryEngine) pair built by
     build_engine, to share one across runs (benchmarks); default: built from cfg."""
-    from sparkgnn.streaming.deadletter import DeadLetter
     from sparkgnn.streaming.grouping import get_grouping
+
+    grouping = get_grouping(cfg.grouping, **cfg.grouping_options)
+    owns_engine = engine is None
+    graph, engine = engine if engine is not None else build_engine(cfg, log)
+    try:
+        return _run_with(cfg, graph, engine, spark, log, on_started, stop_when, handle_signals, grouping)
+    finally:
+        executor = getattr(engine.mode, "executor", None)
+        if owns_engine and hasattr(executor, "close"):
+            executor.close()                   # stops local[N] messenger workers
+
+
+def _run_with(cfg, graph, engine, spark, log, on_started, stop_when, handle_signals, grouping):
+    from sparkgnn.streaming.deadletter import DeadLetter
     from sparkgnn.streaming.handler import MicroBatchHandler
     from sparkgnn.streaming.sink import AnswerSink
 
-    grouping = get_grouping(cfg.grouping, **cfg.grouping_options)
-    graph, engine = engine if engine is not None else build_engine(cfg, log)
     sink = AnswerSink(cfg.out)
     sink.check_binding(checkpoint_query_id(cfg.checkpoint), cfg.checkpoint)
     sink.sweep()

@@ -1,0 +1,108 @@
+"""A CGP partition task as messenger frames: JSON header + Arrow tables, never pickle.
+
+WHY a codec of its own: `spark_cgp.partition_task(p, cfg, job)` takes and returns dicts of numpy
+arrays (1-D index/flag/statistic columns, 2-D value matrices), nested one level (statistics by
+name) or in lists (partial states per message kind), plus a few scalars. The messenger carries a
+header dict and named Arrow tables; this maps one onto the other, losslessly (dtype and shape are
+kept in a JSON manifest), so a serving partition can run in a `sparkgnn-worker` process exactly
+as it runs in a Spark task.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+
+META = "__meta__"
+OP = "serving_partials"
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out[key] = {"kind": "dict", "keys": list(v)}
+            out.update(_flatten(v, key + "."))
+        elif isinstance(v, list):
+            out[key] = {"kind": "list", "n": len(v)}
+            out.update(_flatten({str(i): x for i, x in enumerate(v)}, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def pack(d: dict) -> tuple[dict, dict]:
+    """dict -> (JSON-able manifest, {name: pa.Table}); arrays go to tables, the rest to JSON."""
+    manifest, tables = {}, {}
+    for key, v in _flatten(d).items():
+        if isinstance(v, dict) and v.get("kind") in ("dict", "list"):
+            manifest[key] = v
+        elif isinstance(v, np.ndarray):
+            a = np.ascontiguousarray(v)
+            manifest[key] = {"kind": "array", "dtype": a.dtype.str, "shape": list(a.shape)}
+            flat = a.reshape(-1)
+            if a.dtype == np.bool_:
+                flat = flat.astype(np.uint8)
+            tables[key] = pa.table({"v": pa.array(flat)})
+        elif v is None or isinstance(v, (bool, int, float, str)):
+            manifest[key] = {"kind": "json", "value": v}
+        elif isinstance(v, (np.integer, np.floating)):
+            manifest[key] = {"kind": "json", "value": v.item()}
+        else:
+            raise TypeError(f"cannot send {key!r} of type {type(v).__name__}")
+    return manifest, tables
+
+
+def unpack(manifest: dict, tables: dict) -> dict:
+    values = {}
+    for key, spec in manifest.items():
+        kind = spec["kind"]
+        if kind == "array":
+            col = tables[key].column("v")
+            flat = col.to_numpy(zero_copy_only=False) if col.num_chunks != 1 else col.chunk(0).to_numpy(zero_copy_only=False)
+            dtype = np.dtype(spec["dtype"])
+            a = flat.astype(np.uint8 if dtype == np.bool_ else dtype, copy=False)
+            a = a.astype(np.bool_) if dtype == np.bool_ else a
+            values[key] = np.require(a, requirements="W").reshape(spec["shape"])  # torch wants writable
+        elif kind == "json":
+            values[key] = spec["value"]
+    return _rebuild(manifest, values, "")
+
+
+def _rebuild(manifest: dict, values: dict, prefix: str) -> dict:
+    out = {}
+    for key, spec in manifest.items():
+        if not key.startswith(prefix) or "." in key[len(prefix):]:
+            continue
+        name = key[len(prefix):]
+        if spec["kind"] == "dict":
+            out[name] = _rebuild(manifest, values, key + ".")
+        elif spec["kind"] == "list":
+            inner = _rebuild(manifest, values, key + ".")
+            out[name] = [inner[str(i)] for i in range(spec["n"])]
+        else:
+            out[name] = values[key]
+    return out
+
+
+def request_frames(p: int, cfg: dict, job: dict) -> tuple[dict, dict]:
+    manifest, tables = pack(job)
+    return {"op": OP, "partition": int(p), "model": cfg["model_path"], "cfg": cfg, "job": manifest}, tables
+
+
+def handle(header: dict, tables: dict) -> dict:
+    """The worker side (a messenger handler op): run the partition, return tables."""
+    from sparkgnn.serving.spark_cgp import partition_task
+
+    job = unpack(header["job"], tables)
+    result = partition_task(int(header["partition"]), header["cfg"], job)
+    manifest, out = pack(result)
+    out[META] = pa.table({"v": pa.array([json.dumps(manifest)])})
+    return out
+
+
+def result_from_tables(tables: dict) -> dict:
+    manifest = json.loads(tables[META].column("v")[0].as_py())
+    return unpack(manifest, tables)
