@@ -161,34 +161,15 @@ def test_a_fault_of_the_job_stops_the_query_uncommitted_and_a_restart_replays_th
     assert_rows_equal_answers(read_answers(cfg.out), engine_answers(engine, good))
 
 
-def test_workers_spark_runs_cgp_partitions_as_spark_tasks_with_the_same_answers(spark, setup, engine, tmp_path):
-    good = setup.requests[:3]
+def _run_partitioned(spark, setup, engine, tmp_path, workers: str, requests: int, says: str):
+    """Run the job with the CGP partitions on `workers`; its answers equal the in-process engine's
+    up to rounding (partials are summed in another order) and the log says where they ran."""
+    good = setup.requests[:requests]
     write_one_per_file(str(tmp_path / "in"), good)
-    cfg = config(setup, tmp_path, workers="spark", mode_options={"partitions": 2})
+    cfg = config(setup, tmp_path, workers=workers, mode_options={"partitions": 2})
     lines = []
     result = run(cfg, spark, log=lines.append)
-    assert result.batches == 1 and any("run as 2 Spark tasks" in l for l in lines)
-    t = read_answers(cfg.out).to_pylist()
-    expected = engine_answers(engine, good)
-    assert sorted(r["request_id"] for r in t) == sorted(expected)
-    for r in t:                          # CGP sums partials in another order: equal up to rounding
-        a = expected[r["request_id"]]
-        np.testing.assert_allclose(np.array(r["h"], np.float32), a.h, rtol=1e-5, atol=1e-5)
-        np.testing.assert_array_equal(np.array(r["pred"]), a.pred)
-        assert r["error"] is None
-    with pytest.raises(StreamStartError, match="--workers spark runs the CGP partitions"):
-        build_engine(config(setup, tmp_path, store=None, mode="full", workers="spark"), log=lambda _: None)
-
-
-def test_workers_local_runs_cgp_partitions_on_messenger_workers(spark, setup, engine, tmp_path):
-    """local[2]: a broker and two sparkgnn-worker processes serve the partitions (op
-    serving_partials); answers equal the engine's, and the workers are stopped with the job."""
-    good = setup.requests[:2]
-    write_one_per_file(str(tmp_path / "in"), good)
-    cfg = config(setup, tmp_path, workers="local[2]", mode_options={"partitions": 2})
-    lines = []
-    result = run(cfg, spark, log=lines.append)
-    assert result.batches == 1 and any("partitions on messenger workers local[2]" in l for l in lines)
+    assert result.batches == 1 and any(says in l for l in lines)
     t = read_answers(cfg.out).to_pylist()
     expected = engine_answers(engine, good)
     assert sorted(r["request_id"] for r in t) == sorted(expected)
@@ -196,3 +177,16 @@ def test_workers_local_runs_cgp_partitions_on_messenger_workers(spark, setup, en
         a = expected[r["request_id"]]
         np.testing.assert_allclose(np.array(r["h"], np.float32), a.h, rtol=1e-5, atol=1e-5)
         np.testing.assert_array_equal(np.array(r["pred"]), a.pred)
+        assert r["error"] is None
+
+
+def test_workers_spark_runs_cgp_partitions_as_spark_tasks_with_the_same_answers(spark, setup, engine, tmp_path):
+    _run_partitioned(spark, setup, engine, tmp_path, "spark", 3, "run as 2 Spark tasks")
+    with pytest.raises(StreamStartError, match="--workers spark runs the CGP partitions"):
+        build_engine(config(setup, tmp_path, store=None, mode="full", workers="spark"), log=lambda _: None)
+
+
+def test_workers_local_runs_cgp_partitions_on_messenger_workers(spark, setup, engine, tmp_path):
+    """local[2]: a broker and two sparkgnn-worker processes serve the partitions (op
+    serving_partials); answers equal the engine's, and the workers are stopped with the job."""
+    _run_partitioned(spark, setup, engine, tmp_path, "local[2]", 2, "partitions on messenger workers local[2]")
