@@ -145,10 +145,12 @@ class LayerExecutor:
                 vals = self.stored.value(l0, uniq, meter)
         else:
             vals = self._values(l0, uniq, prev_targets, prev_h, x_query, prep, meter)
-        payload = conv.prepare_src(vals, self._stats(conv, prep, uniq, old), False)
-        w = None if work.weight is None else torch.from_numpy(work.weight[sel])
-        d = None if dst_payload is None else dst_payload[torch.from_numpy(work.tgt[sel])]
-        return conv.message(payload[torch.from_numpy(inv)], d, w, False)
+        stats = self._stats(conv, prep, uniq, old)
+        with meter.timer("compute_s"):
+            payload = conv.prepare_src(vals, stats, False)
+            w = None if work.weight is None else torch.from_numpy(work.weight[sel])
+            d = None if dst_payload is None else dst_payload[torch.from_numpy(work.tgt[sel])]
+            return conv.message(payload[torch.from_numpy(inv)], d, w, False)
 
     @torch.no_grad()
     def run_layer(self, work: LayerWork, prev_targets, prev_h, x_query, prep, meter: Meter,
@@ -177,9 +179,9 @@ class LayerExecutor:
                 sel = np.flatnonzero(mine & (work.old == old))
                 if not len(sel):
                     continue
+                m = self._messages(conv, work, sel, old, dst_old if old else dst_new,   # times itself
+                                   prev_targets, prev_h, x_query, prep, meter)
                 with meter.timer("compute_s"):
-                    m = self._messages(conv, work, sel, old, dst_old if old else dst_new,
-                                       prev_targets, prev_h, x_query, prep, meter)
                     uniq, local = self.ctx.sets.unique_inverse(work.tgt[sel])
                     part = agg.partial(m, torch.from_numpy(local), len(uniq))
                     if old:
