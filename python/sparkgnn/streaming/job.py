@@ -184,8 +184,8 @@ def run(cfg: StreamConfig, spark, log=print, handle_signals: bool = False,
     try:
         return _run_with(cfg, graph, engine, spark, log, on_started, stop_when, handle_signals, grouping)
     finally:
-        executor = getattr(engine.mode, "executor", None)
-        if owns_engine and hasattr(executor, "close"):
+        executor = getattr(getattr(engine, "mode", None), "executor", None) if owns_engine else None
+        if hasattr(executor, "close"):
             executor.close()                   # stops local[N] messenger workers
 
 
