@@ -153,8 +153,13 @@ def main() -> int:
     if job.poll() is None:
         import psutil
 
-        drivers = [p for p in psutil.Process(job.pid).children(recursive=True)
-                   if any(a.endswith("stream_queries.py") for a in p.cmdline())]
+        def is_driver(p) -> bool:
+            try:
+                return any(a.endswith("stream_queries.py") for a in p.cmdline())
+            except psutil.Error:           # exited / zombie children of the JVM
+                return False
+
+        drivers = [p for p in psutil.Process(job.pid).children(recursive=True) if is_driver(p)]
         (drivers[0] if drivers else job).send_signal(signal.SIGTERM)
     code = job.wait(120)
     t = read_answers(paths["out"]).to_pylist()
