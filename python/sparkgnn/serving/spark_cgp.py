@@ -162,21 +162,14 @@ class SparkLayerExecutor(LayerExecutor):
         conv = self.model.convs[work.layer - 1]
         agg = conv.aggregator
         t = len(work.targets)
-        # which target inputs come from last layer's targets (driver) vs the stores (owners)
-        def current(nodes):
-            if prev_targets is None or not len(prev_targets):
-                return np.full(len(nodes), -1)
-            order = np.argsort(prev_targets)
-            pos = order[np.searchsorted(prev_targets[order], nodes).clip(0, len(prev_targets) - 1)]
-            return np.where(prev_targets[pos] == nodes, pos, -1)
-
-        given = x_query if prev_h is None else prev_h          # rows the driver all-gathers
-        given_nodes = (prep.query_union if prev_h is None else prev_targets)
+        # which inputs come from last layer's targets (all-gathered by the driver: row in
+        # `given`) and which from the stores (-1: read by the owning partition)
+        given = x_query if prev_h is None else prev_h
 
         def key_of(nodes):
             if prev_h is None:
                 return np.where(nodes >= n, nodes - n, -1)
-            return current(nodes)
+            return self.ctx.sets.positions(prev_targets, nodes)
 
         t_key = key_of(work.targets)
         target_ids = np.where(work.targets < n, self.ctx.graph.ids[np.minimum(work.targets, n - 1)], -1)
@@ -251,6 +244,24 @@ def use_spark_cgp(engine, spark, graph_dir: str, model_path: str, partitions: in
     return executor
 
 
+EDGE_KEYS = ("edge_owner", "old", "src_key", "src_id", "tgt", "weight")
+
+
+def edges_of_partition(job: dict, p: int) -> dict:
+    """The job as partition p needs it: only the edges whose source it owns (a Spark broadcast
+    ships one job to every task; a messenger frame should not carry the others' edges)."""
+    if "edge_owner" not in job:
+        return job
+    mine = job["edge_owner"] == p
+    out = dict(job)
+    for key in EDGE_KEYS:
+        if out.get(key) is not None:
+            out[key] = job[key][mine]
+    for key in ("stats_new", "stats_old"):
+        out[key] = {name: v[mine] for name, v in job[key].items()}
+    return out
+
+
 class MessengerLayerExecutor(SparkLayerExecutor):
     """The same partitions served by DL workers through the messenger (`sparkgnn-worker`, op
     "serving_partials"): each worker caches the shards it was sent (affinity by partition), the
@@ -273,7 +284,7 @@ class MessengerLayerExecutor(SparkLayerExecutor):
         self.jobs += 1
         results = []
         for p in range(self.parts):
-            header, tables = request_frames(p, self.cfg, job)
+            header, tables = request_frames(p, self.cfg, edges_of_partition(job, p))
             _, out = self.transport.call(header, tables)
             results.append(result_from_tables(out))
         return results
