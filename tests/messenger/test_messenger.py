@@ -214,7 +214,7 @@ def test_a_worker_stuck_in_its_handler_gets_no_new_batches(thread_cluster):
     stuck_client = cluster.client()
     results = {}
     thread = threading.Thread(target=lambda: results.update(
-        slow=stuck_client.call({"batch": "slow", "sleep": 1.5}, fh.batch(2))))
+        slow=stuck_client.call({"batch": "slow", "sleep": 5.0}, fh.batch(2))))   # long enough for a loaded CI box
     thread.start()
     assert wait_for(lambda: cluster.broker.metrics().get("stuck_workers") == 1)
     stuck = next(w for w in cluster.workers if w.metrics()["tasks"] == 1)
@@ -222,7 +222,7 @@ def test_a_worker_stuck_in_its_handler_gets_no_new_batches(thread_cluster):
         done = [h["batch"] for h, _ in client.map((({"batch": i}, fh.batch(2)) for i in range(8)), window=4)]
     assert done == list(range(8))
     assert stuck.metrics()["tasks"] == 1  # everything went to the healthy worker
-    thread.join(10)
+    thread.join(15)
     stuck_client.close()
     assert results["slow"][0]["batch"] == "slow"
     assert wait_for(lambda: cluster.broker.metrics().get("stuck_workers") == 0)
