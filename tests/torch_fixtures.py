@@ -1,5 +1,5 @@
-"""Fixtures shared by tests/layers and tests/models (imported by their conftests): the synthetic
-corner-case graph, Cora, and one torch thread per test."""
+"""Fixtures shared by the torch-level tests (layers, models, serving, streaming; imported by their
+conftests): the synthetic corner-case graph, Cora, and one torch thread per test."""
 import pytest
 
 import torch_test_graphs as graphs

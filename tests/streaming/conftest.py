@@ -2,17 +2,9 @@
 store, requests), one torch thread per test (the job under test is run with --torch-threads 1,
 so answers compare bit for bit)."""
 import pytest
-import torch
 
+from torch_fixtures import _one_torch_thread  # noqa: F401  (autouse: one torch thread per test)
 from streaming_helpers import build_setup
-
-
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")
