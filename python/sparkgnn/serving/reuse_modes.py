@@ -43,11 +43,13 @@ class ReuseMode(Mode):
 
     def answer(self, ctx, request) -> Answer:
         meter = Meter()
-        stored = self.stored(ctx)
         with meter.timer("plan_s"):
             prep = ctx.prepare(request)
             works, extra = self.works(ctx, prep, meter)
-        executor = getattr(self, "executor", None) or LayerExecutor(ctx, self.model, stored, self.partitions)
+        # a partitioned executor (Spark tasks, messenger workers) reads the store where it runs;
+        # only the in-process one needs the store aligned in this process
+        executor = (getattr(self, "executor", None)
+                    or LayerExecutor(ctx, self.model, self.stored(ctx), self.partitions))
         values, comm = executor.run(works, prep, meter)
         b = prep.batch_size
         h = values[-1][:b].numpy().astype(np.float32, copy=False)

@@ -1,4 +1,5 @@
-"""Computation graph parallelism as Spark tasks over the cached PE store (OMEGA section 6).
+"""Computation graph parallelism as Spark tasks (or messenger workers) over the cached PE store
+(OMEGA section 6).
 
 Each of P Spark tasks owns one shard: the G vertices with id mod P == p, their features (after
 the model's `pre` ops), their stored h^(1..k-1) and states. A task loads its shard ONCE per
@@ -10,6 +11,7 @@ value. The driver merges the partials (the merge function makes the order irrele
 update and keeps the new target values for the next layer. Layers whose messages read the
 destination (GAT) first run a fetch job for the targets' input values (OMEGA's optional
 all-gather of destination embeddings). The answers equal the in-process executor's (tested).
+MessengerLayerExecutor runs the same `partition_task` in `sparkgnn-worker` processes instead.
 
 What is NOT distributed: the request's computation-graph STRUCTURE (plans.py) is built on the
 driver from G's topology held there; OMEGA's builders derive it per machine. Partials go to the
@@ -132,29 +134,28 @@ def partition_task(p: int, cfg: dict, job: dict) -> dict:
     return out
 
 
-class SparkLayerExecutor(LayerExecutor):
-    """LayerExecutor whose per-partition work runs as Spark tasks (module doc). The driver-side
-    `stored` is used for nothing but metadata; every stored row is read by its owning task."""
+class PartitionedLayerExecutor(LayerExecutor):
+    """LayerExecutor whose per-partition work (`partition_task`) runs elsewhere: the driver builds
+    each layer's job, `_run(job)` returns one result per partition, the driver merges and updates
+    (module doc). The driver never reads stored rows; every one is read by its owning partition."""
 
-    def __init__(self, ctx, model, spark, store, graph_dir: str, model_path: str, parts: int,
-                 states: bool = True):
+    def __init__(self, ctx, model, store, graph_dir: str, model_path: str, parts: int, states: bool = True):
         super().__init__(ctx, model, stored=None, parts=parts)
-        self.spark = spark
         self.cfg = {"store_base": store.base, "graph_dir": os.path.abspath(graph_dir),
                     "model_path": os.path.abspath(model_path), "parts": int(parts), "states": bool(states)}
         self.jobs = 0
 
+    def _run(self, job: dict) -> list:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
     def warm_up(self) -> None:
-        """Load every shard into the Python workers (the 'cached PE store')."""
+        """Load every shard where the partitions run (the 'cached PE store')."""
         job = {"kind": "fetch", "layer": 1, "target_owner": np.zeros(0, np.int64),
                "target_stored_input": np.zeros(0, bool), "target_ids": np.zeros(0, np.int64)}
         self._run(job)
-
-    def _run(self, job: dict) -> list:
-        cfg, parts = self.cfg, self.parts
-        self.jobs += 1
-        rdd = self.spark.sparkContext.parallelize(range(parts), parts)
-        return rdd.map(lambda p: partition_task(p, cfg, job)).collect()
 
     @torch.no_grad()
     def run_layer(self, work, prev_targets, prev_h, x_query, prep, meter: Meter, comm: dict):
@@ -231,17 +232,41 @@ class SparkLayerExecutor(LayerExecutor):
         return self.model.convs[layer].in_dim
 
 
+class SparkLayerExecutor(PartitionedLayerExecutor):
+    """The partitions as the P tasks of one Spark job per layer."""
+
+    def __init__(self, ctx, model, spark, store, graph_dir: str, model_path: str, parts: int,
+                 states: bool = True):
+        super().__init__(ctx, model, store, graph_dir, model_path, parts, states)
+        self.spark = spark
+
+    def _run(self, job: dict) -> list:
+        cfg, parts = self.cfg, self.parts
+        self.jobs += 1
+        rdd = self.spark.sparkContext.parallelize(range(parts), parts)
+        return rdd.map(lambda p: partition_task(p, cfg, job)).collect()
+
+
+def _attach(engine, build):
+    """Give a reuse-mode engine the executor `build(ctx, model, store, parts, states)` makes, with
+    its shards loaded now (closed again if loading fails)."""
+    mode = engine.mode
+    store = getattr(mode, "store", None) or engine.context.store
+    executor = build(engine.context, mode.model, store, mode.partitions, mode.needs_states)
+    try:
+        executor.warm_up()
+    except BaseException:
+        executor.close()
+        raise
+    mode.executor = executor
+    return executor
+
+
 def use_spark_cgp(engine, spark, graph_dir: str, model_path: str, partitions: int | None = None):
     """Make a reuse-mode QueryEngine run its layers as Spark tasks over P shards (P defaults to
     the mode's `partitions`); loads the shards into the Python workers now."""
-    mode = engine.mode
-    parts = int(partitions or mode.partitions)
-    store = getattr(mode, "store", None) or engine.context.store
-    executor = SparkLayerExecutor(engine.context, mode.model, spark, store, graph_dir, model_path,
-                                  parts, states=mode.needs_states)
-    executor.warm_up()
-    mode.executor = executor
-    return executor
+    return _attach(engine, lambda ctx, model, store, parts, states: SparkLayerExecutor(
+        ctx, model, spark, store, graph_dir, model_path, int(partitions or parts), states))
 
 
 EDGE_KEYS = ("edge_owner", "old", "src_key", "src_id", "tgt", "weight")
@@ -262,21 +287,18 @@ def edges_of_partition(job: dict, p: int) -> dict:
     return out
 
 
-class MessengerLayerExecutor(SparkLayerExecutor):
+class MessengerLayerExecutor(PartitionedLayerExecutor):
     """The same partitions served by DL workers through the messenger (`sparkgnn-worker`, op
     "serving_partials"): each worker caches the shards it was sent (affinity by partition), the
     frames are JSON + Arrow (cgp_wire.py). Partitions are called one after another."""
 
     def __init__(self, ctx, model, workers, store, graph_dir: str, model_path: str, parts: int,
                  states: bool = True):
-        LayerExecutor.__init__(self, ctx, model, stored=None, parts=parts)
+        super().__init__(ctx, model, store, graph_dir, model_path, parts, states)
         from sparkgnn.engine.transports import get_transport
 
-        self.cfg = {"store_base": store.base, "graph_dir": os.path.abspath(graph_dir),
-                    "model_path": os.path.abspath(model_path), "parts": int(parts), "states": bool(states)}
         self.workers = workers
         self.transport = get_transport(workers.spec)
-        self.jobs = 0
 
     def _run(self, job: dict) -> list:
         from sparkgnn.serving.cgp_wire import request_frames, result_from_tables
@@ -301,15 +323,6 @@ def use_messenger_cgp(engine, workers: str, graph_dir: str, model_path: str, mod
     from sparkgnn.engine.transports import workers_for
 
     os.makedirs(model_store, exist_ok=True)          # workers need one; serving loads model_path
-    mode = engine.mode
-    parts = int(partitions or mode.partitions)
-    store = getattr(mode, "store", None) or engine.context.store
-    executor = MessengerLayerExecutor(engine.context, mode.model, workers_for(workers, model_store), store,
-                                      graph_dir, model_path, parts, states=mode.needs_states)
-    try:
-        executor.warm_up()
-    except BaseException:
-        executor.close()
-        raise
-    mode.executor = executor
-    return executor
+    return _attach(engine, lambda ctx, model, store, parts, states: MessengerLayerExecutor(
+        ctx, model, workers_for(workers, model_store), store, graph_dir, model_path,
+        int(partitions or parts), states))
