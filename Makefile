@@ -36,7 +36,7 @@ demo: venv
 		--conf spark.shuffle.compress=false \
 		--driver-java-options -Dlog4j.configurationFile=spark_jobs/log4j2.properties \
 		spark_jobs/batch_inference.py --graph $(DEMO_DATA)/cora --model $(DEMO_DATA)/models/cora_sage \
-		--out $(DEMO_DATA)/out/cora_pred --work-dir $(DEMO_DATA)/work --explain
+		--out $(DEMO_DATA)/out/cora_pred --overwrite --work-dir $(DEMO_DATA)/work --explain
 	$(PY) examples/demo_report.py --graph $(DEMO_DATA)/cora --model $(DEMO_DATA)/models/cora_sage --out $(DEMO_DATA)/out/cora_pred
 
 clean:

@@ -23,10 +23,22 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from sparkgnn.errors import PlanError
 from sparkgnn.planner.inputs import LayerSpec, _int, parse_layers
 from sparkgnn.planner.segments import FLOAT_BYTES, ROW_BYTES, WEIGHT_BYTES
 
 MEMORY_SAFETY_FACTOR = 3.0
+# A requested partition count above max(MIN_PARTITION_CAP, PARTITIONS_PER_CORE_CAP x cores) is
+# refused: every partition is a task per step (tens of ms of scheduling and Python start each), so
+# 100,000 partitions on 2 cores is a typo, not a plan. Memory pressure never needs more: the
+# memory rule below rounds up to multiples of the cores, and 32 waves already cut a task's share
+# 32-fold.
+MIN_PARTITION_CAP = 1024
+PARTITIONS_PER_CORE_CAP = 32
+
+
+def partition_cap(cores: int) -> int:
+    return max(MIN_PARTITION_CAP, PARTITIONS_PER_CORE_CAP * max(int(cores), 1))
 
 
 def task_memory_bytes(edges: float, vertices: float, src: int, in_dim: int, out_dim: int,
@@ -49,10 +61,16 @@ def widest_layer_bytes(specs: list[LayerSpec], edges: float, vertices: float, fe
 
 def choose_partitions(layers: Any, num_vertices: int, num_edges: int, feature_dim: int, cores: int,
                       memory_per_task_bytes: int, requested: int | None = None) -> int:
-    """The requested count if given (validated >= 1), else `cores`, raised to the smallest
+    """The requested count if given (validated >= 1 and <= partition_cap(cores)), else `cores`, raised to the smallest
     multiple of `cores` whose per-task memory estimate fits `memory_per_task_bytes`."""
     if requested is not None:
-        return _int(requested, "requested partitions", 1)
+        requested = _int(requested, "requested partitions", 1)
+        cap = partition_cap(cores)
+        if requested > cap:
+            raise PlanError(f"{requested} partitions requested, over the cap of {cap} for {cores} cores "
+                            f"(max({MIN_PARTITION_CAP}, {PARTITIONS_PER_CORE_CAP} x cores)): each partition "
+                            "is a task per step; leave the count to the planner or ask for fewer")
+        return requested
     specs = parse_layers(layers)
     num_vertices = _int(num_vertices, "num_vertices", 1)
     num_edges = _int(num_edges, "num_edges")

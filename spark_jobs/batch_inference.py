@@ -4,7 +4,9 @@
     python spark_jobs/batch_inference.py ...            (creates a local session)
 
 Output Parquet under --out: id (long), h (float32 list: the model's final output), pred (argmax)
-when the model ends in a classifier.
+when the model ends in a classifier. A non-empty --out is refused unless --overwrite; an --out
+that is (or overlaps) an input always. The result is staged beside --out and swapped in at the
+end, so a failed job leaves an earlier result intact. User errors: one line on stderr, exit 2.
 """
 from __future__ import annotations
 
@@ -12,6 +14,10 @@ import argparse
 import os
 import sys
 import time
+
+from sparkgnn.cliargs import positive_int, run_cli
+from sparkgnn.errors import PlanError
+from sparkgnn.outputs import check_output
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -21,15 +27,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--out", required=True, help="output directory (Parquet)")
     parser.add_argument("--strategy", default="auto", choices=["auto", "edge_join", "replicate", "combine"],
                         help="data movement per layer (default: chosen by the cost model)")
-    parser.add_argument("--partitions", type=int, default=None, help="number of partitions (default: total cores)")
+    parser.add_argument("--partitions", type=positive_int, default=None,
+                        help="number of partitions (default: total cores, more if memory needs it)")
     parser.add_argument("--ids", default=None, help="file with one vertex id per line: infer only these")
     parser.add_argument("--workers", default="inprocess",
                         help="where layers run: inprocess (default) | local[N] | tcp://host:port")
     parser.add_argument("--work-dir", default=None, help="where prepared graph layouts and models are cached")
     parser.add_argument("--explain", action="store_true", help="print the plan before running")
+    parser.add_argument("--overwrite", action="store_true", help="replace an earlier result in --out")
     args = parser.parse_args(argv)
-    if args.partitions is not None and args.partitions < 1:
-        parser.error(f"--partitions must be >= 1, got {args.partitions}")
     for flag, path in (("--graph", args.graph), ("--model", args.model)):
         if not os.path.exists(path):
             parser.error(f"{flag} {path!r} does not exist")
@@ -39,6 +45,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def read_ids(path: str) -> list[int]:
+    """One id per line ('#' comments and blank lines skipped); an empty file is refused, since
+    asking for no ids and getting an empty result would hide the mistake."""
     ids = []
     with open(path) as fh:
         for number, line in enumerate(fh, 1):
@@ -46,9 +54,14 @@ def read_ids(path: str) -> list[int]:
             if not text or text.startswith("#"):
                 continue
             try:
-                ids.append(int(text))
+                value = int(text)
             except ValueError:
-                raise SystemExit(f"--ids {path}: line {number} is not an integer id: {text!r}") from None
+                raise PlanError(f"--ids {path}: line {number} is not an integer id: {text!r}") from None
+            if not -(1 << 63) <= value < (1 << 63):
+                raise PlanError(f"--ids {path}: line {number}: {value} does not fit a 64-bit vertex id")
+            ids.append(value)
+    if not ids:
+        raise PlanError(f"--ids {path} holds no ids (one vertex id per line); omit --ids to infer every vertex")
     return ids
 
 
@@ -68,21 +81,24 @@ def get_session():
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from sparkgnn import infer
-    from sparkgnn.errors import SparkGNNError
+    return run_cli("batch_inference", lambda: _run(args))
 
+
+def _run(args) -> int:
+    from sparkgnn import infer
+    from sparkgnn.engine.api import input_paths
+
+    ids = read_ids(args.ids) if args.ids else None
+    if args.out:   # refuse before paying for a JVM; infer checks again with the resolved work dir
+        check_output(args.out, {**input_paths(args.graph, args.model, args.work_dir), "--ids file": args.ids},
+                     args.overwrite)
     started = time.perf_counter()
     spark = get_session()
-    try:
-        result = infer(
-            spark, args.graph, args.model, out=args.out, strategy=args.strategy, partitions=args.partitions,
-            ids=read_ids(args.ids) if args.ids else None, workers=args.workers, explain=args.explain,
-            work_dir=args.work_dir,
-        )
-        rows = result.count()
-    except SparkGNNError as exc:
-        print(f"batch_inference: error: {exc}", file=sys.stderr)
-        return 2
+    result = infer(
+        spark, args.graph, args.model, out=args.out, strategy=args.strategy, partitions=args.partitions,
+        ids=ids, workers=args.workers, explain=args.explain, work_dir=args.work_dir, overwrite=args.overwrite,
+    )
+    rows = result.count()
     print(f"batch_inference: wrote {rows} rows to {args.out} in {time.perf_counter() - started:.1f} s")
     return 0
 

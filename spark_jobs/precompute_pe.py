@@ -16,6 +16,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from batch_inference import get_session  # noqa: E402  (same session rules for every job)
 
+from sparkgnn.cliargs import int_list, positive_int, run_cli  # noqa: E402
+
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="precompute_pe.py", description=__doc__.split("\n\n")[0])
@@ -24,41 +26,36 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--store", required=True, help="PE store root directory")
     parser.add_argument("--no-states", action="store_true", help="store embeddings only, no aggregation states")
     parser.add_argument("--no-metrics", action="store_true", help="skip workload metrics (degrees, PSGS, FAP)")
-    parser.add_argument("--fanouts", default="25,10", help="fanouts for PSGS, comma separated (default 25,10)")
+    parser.add_argument("--fanouts", type=int_list(1), default=[25, 10],
+                        help="fanouts for PSGS, comma separated (default 25,10)")
     parser.add_argument("--workers", default="inprocess", help="inprocess (default) | local[N] | tcp://host:port")
     parser.add_argument("--strategy", default="auto", choices=["auto", "edge_join", "replicate", "combine"])
-    parser.add_argument("--partitions", type=int, default=None)
+    parser.add_argument("--partitions", type=positive_int, default=None)
     parser.add_argument("--work-dir", default=None)
     parser.add_argument("--force", action="store_true", help="recompute every layer even if committed")
     args = parser.parse_args(argv)
     for flag, path in (("--graph", args.graph), ("--model", args.model)):
         if not os.path.exists(path):
             parser.error(f"{flag} {path!r} does not exist")
-    try:
-        args.fanouts = [int(f) for f in args.fanouts.split(",") if f]
-    except ValueError:
-        parser.error(f"--fanouts must be comma separated integers, got {args.fanouts!r}")
-    if args.partitions is not None and args.partitions < 1:
-        parser.error(f"--partitions must be >= 1, got {args.partitions}")
     return args
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    return run_cli("precompute_pe", lambda: _run(args))
+
+
+def _run(args) -> int:
     from sparkgnn.engine.precompute import precompute
-    from sparkgnn.errors import SparkGNNError
 
     started = time.perf_counter()
     spark = get_session()
-    try:
-        store = precompute(spark, args.graph, args.model, args.store, states=not args.no_states,
-                           metrics=not args.no_metrics, workers=args.workers, force=args.force,
-                           strategy=args.strategy, partitions=args.partitions, work_dir=args.work_dir,
-                           fanouts=args.fanouts)
-    except SparkGNNError as exc:
-        print(f"precompute_pe: error: {exc}", file=sys.stderr)
-        return 2
-    print(f"precompute_pe: store complete ({store.layers} layers) at {args.store} in {time.perf_counter() - started:.1f} s")
+    store = precompute(spark, args.graph, args.model, args.store, states=not args.no_states,
+                       metrics=not args.no_metrics, workers=args.workers, force=args.force,
+                       strategy=args.strategy, partitions=args.partitions, work_dir=args.work_dir,
+                       fanouts=args.fanouts)
+    print(f"precompute_pe: store complete ({len(store.layers)} layers, verified) at {args.store} "
+          f"in {time.perf_counter() - started:.1f} s")
     return 0
 
 

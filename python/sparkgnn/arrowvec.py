@@ -78,6 +78,10 @@ def to_numpy_matrix(array, width: int | None = None) -> np.ndarray:
     if array.null_count:
         raise ValueError(f"{array.null_count} vector values are null")
     n = len(array)
+    if n == 0 and width is not None:
+        # An empty column says nothing about the width (senders build empty tables with a
+        # placeholder type, e.g. a zero-edge partition's states): the caller's width wins.
+        return np.zeros((0, width), dtype=np.float32)
     if pa.types.is_fixed_size_list(kind):
         row_width = kind.list_size
         flat = array.flatten()

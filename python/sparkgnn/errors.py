@@ -25,3 +25,13 @@ class PlanError(SparkGNNError, ValueError):
 
 class StalePEStore(SparkGNNError):
     """A PE store was computed for another model or graph than the one it is asked to serve."""
+
+
+class OutputError(SparkGNNError, ValueError):
+    """An output location cannot be written safely: it holds data the caller did not ask to
+    replace, it is (or overlaps) one of the job's inputs, or it is not writable."""
+
+
+class DamagedPEStore(StalePEStore):
+    """A committed PE store layer no longer matches what its manifest recorded (a file missing,
+    truncated, changed or added): the store cannot be trusted until the layer is recomputed."""

@@ -77,4 +77,4 @@ def test_batch_job_rejects_bad_arguments(tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         batch_inference.main(["--graph", str(tmp_path), "--model", str(tmp_path), "--out", "y", "--partitions", "0"])
-    assert "--partitions must be >= 1" in capsys.readouterr().err
+    assert "--partitions: must be >= 1" in capsys.readouterr().err

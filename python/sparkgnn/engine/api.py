@@ -8,7 +8,9 @@ from sparkgnn.engine.executor import execute, finish
 from sparkgnn.engine.prepare import prepare
 from sparkgnn.engine.session import configure, default_parallelism, memory_per_task
 from sparkgnn.engine.transports import workers_for
-from sparkgnn.errors import PlanError, SparkGNNError
+from sparkgnn.errors import GraphValidationError, PlanError, SparkGNNError
+from sparkgnn.graph.problems import MAX_EXAMPLES, Problem
+from sparkgnn.outputs import check_output
 
 def coerce_graph(spark, graph):
     """A Graph, a graph directory, or anything GraphFrame-shaped (.vertices/.edges)."""
@@ -32,6 +34,20 @@ def coerce_model(model):
     if isinstance(model, (str, os.PathLike)):
         return Model.load(os.fspath(model))
     return Model.from_pyg(model)
+
+
+def check_model_fits(graph, model) -> None:
+    """The model's first layer must read the graph's feature width (checked before any Spark job,
+    so a mismatch is one clear line, not a shape error inside a task)."""
+    if graph.feature_dim != model.in_dim:
+        raise SparkGNNError(f"the graph's features are {graph.feature_dim} wide but the model expects {model.in_dim}")
+
+
+def input_paths(graph, model, work_dir: str | None) -> dict:
+    """The paths a job reads or keeps, by the name an error should use: outputs never overlap them."""
+    path = lambda obj: os.fspath(obj) if isinstance(obj, (str, os.PathLike)) else None  # noqa: E731
+    return {"graph directory": path(graph) or getattr(graph, "path", None), "model": path(model),
+            "work dir": work_dir}
 
 
 def _work_dir(spark, out: str | None, work_dir: str | None) -> str:
@@ -63,25 +79,30 @@ def plan_for(spark, graph, model, strategy: str = "auto", partitions: int | None
 
 def infer(spark, graph, model, out: str | None = None, strategy: str = "auto", partitions: int | None = None,
           ids=None, workers="inprocess", explain: bool = False, work_dir: str | None = None, validate: bool = True,
-          log=print, return_report: bool = False, model_store: str | None = None):
+          log=print, return_report: bool = False, model_store: str | None = None, overwrite: bool = False):
     """Exact embeddings/predictions of `model` for every vertex of `graph` (or the ones in `ids`).
 
     Returns a DataFrame (id, h[, pred]) where h is the model's final output (float32 list) and pred its
-    argmax when the model ends in a classifier. With `out`, the result is also written there as Parquet.
+    argmax when the model ends in a classifier. With `out`, the result is also written there as Parquet:
+    a non-empty `out` is refused unless `overwrite`, an `out` overlapping an input always, and the
+    result is staged and swapped in at the end (sparkgnn.outputs), so a failed job loses nothing.
+    `ids` (ids or a DataFrame with an `id` column) must be non-empty and name vertices of the graph.
     `workers`: where the layers run: "inprocess" (inside Spark's Python workers), "local[N]" (a
     broker + N standalone PyTorch workers started for this job), "tcp://host:port" (a running
     broker; its workers' --model-store must be `model_store`), or a started LocalCluster.
     """
     from sparkgnn.dl.model_store import register
 
+    root = _work_dir(spark, out, work_dir)
+    if out:
+        check_output(out, input_paths(graph, model, root), overwrite)
     configure(spark)
     graph = coerce_graph(spark, graph)
     model = coerce_model(model)
     if validate:
         graph.validate()
-    if graph.feature_dim != model.in_dim:
-        raise SparkGNNError(f"the graph's features are {graph.feature_dim} wide but the model expects {model.in_dim}")
-    root = _work_dir(spark, out, work_dir)
+    check_model_fits(graph, model)
+    ids_df = checked_ids(spark, graph, ids) if ids is not None else None
     prepared, plan = plan_for(spark, graph, model, strategy, partitions, work_dir=root, log=log)
     if explain:
         log(plan.explain())
@@ -94,8 +115,8 @@ def infer(spark, graph, model, out: str | None = None, strategy: str = "auto", p
             spark, prepared, plan, fingerprint, graph, runners.spec,
             with_pred=model.output == "logits", needs_dst=needs_dst, log=log,
         )
-        if ids is not None:
-            final_df = final_df.join(_ids_frame(spark, ids), "id", "left_semi")
+        if ids_df is not None:
+            final_df = final_df.join(ids_df, "id", "left_semi")
         result = finish(spark, final_df, report, meter, label, out, log=log, timers=timers)
     finally:
         runners.close()
@@ -108,4 +129,21 @@ def _ids_frame(spark, ids):
             raise PlanError("the ids DataFrame needs an 'id' column")
         return ids.selectExpr("cast(id as long) as id").distinct()
     values = sorted({int(i) for i in ids})
+    if not values:
+        raise PlanError("ids is empty: nothing to infer (pass ids=None to infer every vertex)")
     return spark.createDataFrame([(v,) for v in values], "id long")
+
+
+def checked_ids(spark, graph, ids):
+    """The requested ids as a DataFrame, refused when empty or when any is not a vertex id (a
+    silent partial answer is worse than an error): count + first offenders, like graph checks."""
+    frame = _ids_frame(spark, ids).cache()
+    if frame.limit(1).count() == 0:
+        raise PlanError("ids is empty: nothing to infer (pass ids=None to infer every vertex)")
+    unknown = frame.join(graph.vertices.select("id"), "id", "left_anti")
+    first = [row.id for row in unknown.orderBy("id").limit(MAX_EXAMPLES).collect()]
+    if first:
+        count = unknown.count() if len(first) == MAX_EXAMPLES else len(first)
+        raise GraphValidationError(f"graph {graph.name}: " + Problem(
+            "unknown_id", count, tuple(str(i) for i in first)).message())
+    return frame

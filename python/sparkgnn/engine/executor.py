@@ -25,6 +25,7 @@ from sparkgnn.engine.routing import (
 )
 from sparkgnn.engine.schedule import schedule
 from sparkgnn.engine.steps import INPUT_STAGE, TIMERS, StepConfig, run_partition
+from sparkgnn.outputs import discard, staging_path, swap_into_place
 
 # DL stages that finish a conv (the others only load or prepare): the steps a PE store commits.
 AGGREGATING_STAGES = ("edges", "states")
@@ -137,11 +138,19 @@ def _mb(num_bytes: int) -> str:
 
 
 def finish(spark, final_df, report, meter, label: str, out: str | None, log=print, timers: dict | None = None):
-    """Materialise the last step: write Parquet under `out`, or checkpoint in memory."""
+    """Materialise the last step: write Parquet under `out` (staged beside it, then swapped in:
+    a failure leaves any previous result intact; the caller checked `out` first), or checkpoint
+    in memory."""
     spark.sparkContext.setJobDescription(f"sparkgnn {label}")
     started = time.perf_counter()
     if out:
-        final_df.write.mode("overwrite").parquet(out)
+        staged = staging_path(out)
+        try:
+            final_df.write.parquet(staged)
+        except BaseException:
+            discard(staged)
+            raise
+        swap_into_place(staged, out)
         result = spark.read.parquet(out)
     else:
         result = final_df.localCheckpoint(eager=True)

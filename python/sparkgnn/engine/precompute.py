@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparkgnn.arrowvec import to_list, to_numpy_matrix
-from sparkgnn.engine.api import coerce_graph, coerce_model, plan_for, _work_dir
+from sparkgnn.engine.api import check_model_fits, coerce_graph, coerce_model, plan_for, _work_dir
 from sparkgnn.engine.executor import execute
 from sparkgnn.engine.routing import OWN, PE_STATE
 from sparkgnn.engine.session import configure
@@ -85,7 +85,8 @@ def precompute(spark, graph, model, store: str, states: bool = True, metrics: bo
     model = coerce_model(model)
     if validate:
         graph.validate()
-    writer = PEWriter(store, graph, model, with_states=states, force=force)
+    check_model_fits(graph, model)
+    writer = PEWriter(store, graph, model, with_states=states, force=force, log=log)
     start = _contiguous(writer.completed_layers())
     num_layers = model.num_layers
     if start:

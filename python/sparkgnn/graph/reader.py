@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 from sparkgnn.errors import GraphValidationError
 from sparkgnn.graph import checks, layout
 from sparkgnn.graph.data import GraphData
+from sparkgnn.graph.dirfacts import check_graph_dir, trusted_meta
 from sparkgnn.graph.problems import Problem, fmt_edge, raise_if_any, schema_problems
 
 
@@ -61,10 +62,12 @@ def read_graph_dir(path: str, name: str | None = None) -> GraphData:
     """Read `<path>/vertices`, `<path>/edges` (and graph.json when present) into a GraphData.
 
     Every defect is reported in one GraphValidationError (count + first offenders, original ids).
-    When graph.json is present its fingerprint is reused (that is what makes it cheap to read).
+    When graph.json is present and still describes the files (dirfacts) its fingerprint is reused
+    (that is what makes it cheap to read); otherwise it is computed from the content.
     """
     path = layout.strip_scheme(str(path))
-    meta = layout.read_meta(path) or {}
+    check_graph_dir(path)
+    meta = trusted_meta(path, layout.read_meta(path))[0] or {}
     name = name or meta.get("name") or os.path.basename(os.path.normpath(path))
     vertices = _read_table(os.path.join(path, layout.VERTICES_DIR))
     edges = _read_table(os.path.join(path, layout.EDGES_DIR))

@@ -18,7 +18,8 @@ from functools import partial
 import numpy as np
 import pyarrow as pa
 
-from sparkgnn.graph import checks, layout, spark_checks
+from sparkgnn import files
+from sparkgnn.graph import checks, dirfacts, layout, spark_checks
 from sparkgnn.graph.fingerprint import FingerprintAccumulator, edge_hash_sum, vertex_hash_sum
 from sparkgnn.graph.problems import raise_if_any, schema_problems
 
@@ -110,9 +111,16 @@ class Graph:
     @classmethod
     def load(cls, spark, path: str, *, validate: bool | None = None, name: str | None = None) -> "Graph":
         """Open a graph directory. validate=None validates content unless graph.json records that
-        the writer already validated it (write_graph_dir, write_synthetic, Graph.save)."""
+        the writer already validated it (write_graph_dir, write_synthetic, Graph.save) AND still
+        describes the data files (dirfacts: a changed directory is validated and fingerprinted
+        again, never served from a stale cache). Missing folders and unreadable Parquet files are
+        refused up front with their names."""
         path = str(path)
+        reachable = files.reachable(path)
+        if reachable:
+            dirfacts.check_graph_dir(path)
         meta = _read_meta(spark, path)
+        meta, _why = dirfacts.trusted_meta(path, meta) if reachable else ({"name": (meta or {}).get("name")}, None)
         graph = cls(spark.read.parquet(_join(path, layout.VERTICES_DIR)),
                     spark.read.parquet(_join(path, layout.EDGES_DIR)), name=name, path=path, meta=meta)
         if validate or (validate is None and not graph._validated):
@@ -222,7 +230,7 @@ class Graph:
         self.vertices.write.mode(mode).parquet(_join(str(path), layout.VERTICES_DIR))
         self.edges.write.mode(mode).parquet(_join(str(path), layout.EDGES_DIR))
         meta = {"name": self.name, **self.stats(), "fingerprint": self.fingerprint,
-                "fingerprint_algo": "sgfp1", "validated": True}
+                "fingerprint_algo": "sgfp1", "validated": True, dirfacts.STAMP_KEY: dirfacts.data_stamp(str(path))}
         layout.write_meta(str(path), meta)
         return meta
 

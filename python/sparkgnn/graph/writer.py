@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 
 from sparkgnn.graph import layout
 from sparkgnn.graph.checks import NO_SPLIT
+from sparkgnn.graph.dirfacts import STAMP_KEY, data_stamp
 from sparkgnn.graph.fingerprint import FingerprintAccumulator
 
 
@@ -142,6 +143,7 @@ class GraphDirWriter:
             "validated": bool(validated),
             "splits": dict(self._split_counts) if self.has_split else None,
             **(extra or {}),
+            STAMP_KEY: data_stamp(self.path),
         }
         layout.write_meta(self.path, meta)
         return meta

@@ -38,26 +38,29 @@ def model_identity(model) -> ModelIdentity:
 
 
 def graph_fingerprint(graph) -> str:
-    """From a Graph (anything with `.fingerprint`) or a graph directory (graph.json, no Spark)."""
+    """From a Graph (anything with `.fingerprint`) or a graph directory: graph.json's fingerprint
+    while it still describes the data files (graph.dirfacts), else computed from the content, so a
+    directory written by another tool (GraphFrames-shaped Parquet, no graph.json) works too."""
     if isinstance(graph, (str, os.PathLike)):
-        from sparkgnn.graph.layout import read_meta
+        from sparkgnn.graph.dirfacts import read_trusted_meta
+        from sparkgnn.graph.reader import read_graph_dir
         from sparkgnn.pe.layout import local_path
 
-        meta = read_meta(local_path(graph))
-        if not meta or not meta.get("fingerprint"):
-            raise FileNotFoundError(f"{graph}: no graph.json with a fingerprint (not a graph "
-                                    "directory written by sparkgnn?)")
-        return str(meta["fingerprint"])
+        path = local_path(graph)
+        meta, _why = read_trusted_meta(path)
+        if meta and meta.get("fingerprint"):
+            return str(meta["fingerprint"])
+        return str(read_graph_dir(path).fingerprint)
     return str(graph.fingerprint)
 
 
 def graph_sizes(graph) -> dict:
     """num_vertices / num_edges / feature_dim for the size report (graph.json or Graph.stats())."""
     if isinstance(graph, (str, os.PathLike)):
-        from sparkgnn.graph.layout import read_meta
+        from sparkgnn.graph.dirfacts import read_trusted_meta
         from sparkgnn.pe.layout import local_path
 
-        meta = read_meta(local_path(graph)) or {}
+        meta = read_trusted_meta(local_path(graph))[0] or {}
     elif hasattr(graph, "stats"):
         meta = graph.stats()
     else:                                   # an in-memory GraphData

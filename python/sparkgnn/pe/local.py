@@ -41,7 +41,7 @@ def precompute_local(graph, model, store_root, states: bool = True, force: bool 
     """Write h^(1..k) (and states) of `model` over the GraphData `graph` into `store_root` and
     return the opened (verified) store. Layers already committed for the same (graph, model) are
     kept unless `force` (they are recomputed in memory anyway: layer l needs h^(l-1))."""
-    writer = PEWriter(store_root, graph, model, with_states=states, force=force)
+    writer = PEWriter(store_root, graph, model, with_states=states, force=force, log=log)
     done = set(writer.completed_layers())
     started = time.perf_counter()
     for l, h, state in layer_outputs(graph, model, states):

@@ -15,11 +15,11 @@ import os
 
 import pyarrow.parquet as pq
 
-from sparkgnn.errors import StalePEStore
-from sparkgnn.pe import layout
+from sparkgnn.errors import DamagedPEStore, StalePEStore
+from sparkgnn.pe import integrity, layout
 from sparkgnn.pe.identity import graph_fingerprint, model_identity
 from sparkgnn.pe.lookup import SortedTable, UnknownIds, vectors
-from sparkgnn.pe.writer import PEWriter
+from sparkgnn.pe.writer import PEWriter, layer_key, metrics_key
 
 __all__ = ["PEStore", "PEWriter", "UnknownIds"]
 
@@ -82,6 +82,22 @@ def manifest_problems(manifest: dict, graph_fp: str, model) -> list[str]:
     return problems
 
 
+def damaged_parts(base: str, manifest: dict, verify: str = "checksums") -> list[str]:
+    """'layer=2: 1 file(s) missing: ...' for every committed directory whose files differ from
+    the manifest's record."""
+    recorded = manifest.get(integrity.FILES_KEY) or {}
+    columns = ("id", "h", "state") if manifest.get("with_states") else ("id", "h")
+    parts = [(layer_key(l), layout.layer_dir(base, int(l)), columns) for l in sorted(manifest["layers_complete"])]
+    parts += [(metrics_key(n), os.path.join(base, layout.METRICS_DIR, n), ())
+              for n in manifest.get("metric_tables") or []]
+    found = []
+    for key, directory, cols in parts:
+        problems = integrity.problems(directory, recorded.get(key), verify, cols)
+        if problems:
+            found.append(f"{key}: " + ", ".join(problems))
+    return found
+
+
 class PEStore:
     """A verified, complete PE store. Construct with PEStore.open."""
 
@@ -91,10 +107,11 @@ class PEStore:
         self._tables: dict = {}
 
     @classmethod
-    def open(cls, path, *, model, graph) -> "PEStore":
+    def open(cls, path, *, model, graph, verify: str = "checksums") -> "PEStore":
         """`path`: the store root (or a <root>/<graph fp>/<model fp> directory). `model`: a Model
         or saved-model path. `graph`: a Graph or graph directory. Raises StalePEStore naming
-        what differs."""
+        what differs, and DamagedPEStore naming every committed layer or metrics table whose
+        files differ from their commit record (`verify`: "checksums" or "sizes", integrity.py)."""
         ident = model_identity(model)
         graph_fp = graph_fingerprint(graph)
         root = layout.local_path(path)
@@ -110,6 +127,10 @@ class PEStore:
         problems = manifest_problems(manifest, graph_fp, ident)
         if problems:
             raise StalePEStore(f"PE store {base} is stale or incomplete: " + "; ".join(problems))
+        damage = damaged_parts(base, manifest, verify)
+        if damage:
+            raise DamagedPEStore(f"PE store {base} is damaged: " + "; ".join(damage)
+                                 + ". Rerun the precompute job on it: it recomputes damaged layers")
         return cls(base, manifest)
 
     # -- facts ---------------------------------------------------------------------------------

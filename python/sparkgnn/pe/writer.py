@@ -6,10 +6,12 @@ Commit protocol for layer l (and for each metrics table), WHY in this order:
      tmp dir, which step 1 of the next run deletes);
   3. the tmp dir is renamed to `layer=<l>/` (atomic on a local FS; an orphaned `layer=<l>/` that
      the manifest does not list is deleted first);
-  4. manifest.json is rewritten atomically with l added to `layers_complete` -- THIS is the commit
-     point. A crash between 3 and 4 leaves a directory the manifest does not vouch for; it is
-     recomputed, never trusted.
-Readers (PEStore) only look at layers listed in the manifest. On HDFS the same protocol needs
+  4. manifest.json is rewritten atomically with l added to `layers_complete` and the layer's files
+     (size, CRC-32; integrity.py) under `files` -- THIS is the commit point. A crash between 3 and
+     4 leaves a directory the manifest does not vouch for; it is recomputed, never trusted.
+Readers (PEStore) only look at layers listed in the manifest, and only after checking their files
+against the record. A resumed run checks the same way and recomputes a damaged layer (and every
+layer after it) instead of trusting the manifest. On HDFS the same protocol needs
 FileSystem.rename; see layout.py.
 """
 from __future__ import annotations
@@ -17,23 +19,60 @@ from __future__ import annotations
 import os
 import shutil
 
-from sparkgnn.pe import layout
+from sparkgnn.pe import integrity, layout
 from sparkgnn.pe.identity import graph_fingerprint, graph_sizes, model_identity
 
 
+def layer_key(l: int) -> str:
+    """Key of a layer directory in manifest["files"] (its name under the store directory)."""
+    return f"layer={int(l)}"
+
+
+def metrics_key(name: str) -> str:
+    return f"{layout.METRICS_DIR}/{name}"
+
+
 class PEWriter:
-    def __init__(self, store_root, graph, model, with_states: bool, force: bool = False):
+    def __init__(self, store_root, graph, model, with_states: bool, force: bool = False, log=None):
         self.model = model_identity(model)
         self.graph_fingerprint = graph_fingerprint(graph)
         self.with_states = bool(with_states)
         self.base = layout.store_dir(store_root, self.graph_fingerprint, self.model.fingerprint)
         self._graph = graph
+        self._log = log or (lambda _line: None)
         old = layout.read_manifest(self.base)
         if old is not None and not force and self._reusable(old):
             self.manifest = old
+            self._unvouch_damaged()
         else:
             self.manifest = self._fresh_manifest(old)
             layout.write_manifest(self.base, self.manifest)
+
+    def _unvouch_damaged(self) -> None:
+        """Resume only from layers whose files still match their commit record: a damaged layer
+        (deleted, truncated, edited) is dropped from the manifest, with a line naming it, so the
+        run recomputes it (and, being contiguous, every later layer) instead of trusting it."""
+        recorded = self.manifest.get(integrity.FILES_KEY) or {}
+        columns = ("id", "h", "state") if self.manifest.get("with_states") else ("id", "h")
+        dropped = []
+        for l in self.completed_layers():
+            found = integrity.problems(layout.layer_dir(self.base, l), recorded.get(layer_key(l)), columns=columns)
+            if found:
+                self.manifest["layers_complete"].remove(l)
+                dropped.append(l)
+                self._log(f"sparkgnn precompute: layer {l} of {self.base} is damaged ({'; '.join(found)}); "
+                          "recomputing it")
+        for name in list(self.manifest.get("metric_tables") or []):
+            found = integrity.problems(os.path.join(self.base, layout.METRICS_DIR, name),
+                                       recorded.get(metrics_key(name)))
+            if found:
+                self._log(f"sparkgnn precompute: metrics table {name} is damaged ({'; '.join(found)}); "
+                          "recomputing the metrics")
+                self.manifest["metric_tables"], self.manifest["metrics"] = [], None
+                dropped.append(name)
+                break
+        if dropped:
+            self._save()
 
     # -- manifest ------------------------------------------------------------------------------
     def _reusable(self, old: dict) -> bool:
@@ -64,6 +103,7 @@ class PEWriter:
             "metric_tables": [],
             "graph": graph_sizes(self._graph),
             "sizes": None,
+            integrity.FILES_KEY: {},
         }
 
     def _save(self) -> None:
@@ -85,6 +125,11 @@ class PEWriter:
     # -- commits -------------------------------------------------------------------------------
     def _commit_dir(self, df, final: str, columns: list[str]) -> int:
         return self._commit_with(final, lambda tmp: self._commit_dir_write(df, tmp, columns))
+
+    def _record_files(self, key: str, directory: str) -> None:
+        """Put the committed directory's file record into the manifest (saved by the caller's
+        commit, so record and commit land together)."""
+        self.manifest.setdefault(integrity.FILES_KEY, {})[key] = integrity.record(directory)
 
     @staticmethod
     def _commit_dir_write(df, tmp: str, columns: list[str]) -> int:
@@ -120,6 +165,7 @@ class PEWriter:
             self.manifest["layers_complete"].remove(l)
             self._save()
         rows = self._commit_with(layout.layer_dir(self.base, l), write)
+        self._record_files(layer_key(l), layout.layer_dir(self.base, l))
         if self.with_states:
             self.manifest["state_dims"][l - 1] = int(state_width)
         self.manifest["rows"][str(l)] = rows
@@ -189,6 +235,7 @@ class PEWriter:
                 final = os.path.join(self.base, layout.METRICS_DIR, name)
                 os.makedirs(os.path.dirname(final), exist_ok=True)
                 self._commit_dir(value, final, [f"`{c}`" for c in value.columns])
+                self._record_files(metrics_key(name), final)
                 tables.add(name)
             else:
                 values[name] = value

@@ -1,0 +1,92 @@
+"""What every sparkgnn command line shares: typed argument parsers and one way to fail.
+
+WHY: a user mistake (a bad number, a stale store, an output that already exists) must read as ONE
+line on stderr naming what is wrong, with exit code 2 (argparse's own code for usage errors), never
+as an uncaught traceback from int(), pyarrow or Spark. So numbers are parsed by argparse types
+(the error names the flag), and `run_cli` turns sparkgnn's deliberate errors, and the OS errors
+that are the user's to fix (a read-only or full disk, a missing file), into that line.
+Bugs (anything else) keep their traceback: hiding them would make them harder to report.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Callable
+
+from sparkgnn.errors import SparkGNNError
+
+USAGE_EXIT = 2
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    return _bounded_int(text, 1)
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    return _bounded_int(text, 0)
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not value > 0 or value != value or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return value
+
+
+def _bounded_int(text: str, lowest: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+    if value < lowest:
+        raise argparse.ArgumentTypeError(f"must be >= {lowest}, got {value}")
+    return value
+
+
+def int_list(lowest: int = 1) -> Callable[[str], list[int]]:
+    """argparse type: comma separated integers, each >= `lowest`, at least one (e.g. fanouts 25,10)."""
+    def parse(text: str) -> list[int]:
+        parts = [p.strip() for p in str(text).split(",") if p.strip()]
+        if not parts:
+            raise argparse.ArgumentTypeError(f"needs at least one integer, got {text!r}")
+        values = []
+        for part in parts:
+            try:
+                values.append(_bounded_int(part, lowest))
+            except argparse.ArgumentTypeError as exc:
+                raise argparse.ArgumentTypeError(f"{text!r}: {part!r} {exc}") from None
+        return values
+    parse.__name__ = "integer list"   # argparse names the type in its message
+    return parse
+
+
+def user_error_message(exc: BaseException) -> str | None:
+    """The one-line message for an error that is the user's to fix, or None for a bug."""
+    if isinstance(exc, SparkGNNError):
+        return str(exc)
+    if isinstance(exc, (PermissionError, FileNotFoundError, IsADirectoryError, NotADirectoryError)):
+        return f"{exc.strerror or exc}: {exc.filename}" if getattr(exc, "filename", None) else str(exc)
+    if isinstance(exc, OSError) and exc.errno is not None:   # disk full, read-only file system, ...
+        where = f": {exc.filename}" if getattr(exc, "filename", None) else ""
+        return f"{exc.strerror or exc}{where}"
+    return None
+
+
+def run_cli(prog: str, main: Callable[[], int | None]) -> int:
+    """Run a command's body; a user error prints `prog: error: message` and returns 2."""
+    try:
+        return int(main() or 0)
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - classified below, re-raised when it is a bug
+        message = user_error_message(exc)
+        if message is None:
+            raise
+        print(f"{prog}: error: {message}", file=sys.stderr)
+        return USAGE_EXIT
