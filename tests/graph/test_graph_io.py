@@ -8,6 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from _graph_helpers import write_raw
+from sparkgnn.errors import OutputError
 from sparkgnn.graph import GraphData, fingerprint_arrays, read_graph_dir, write_graph_dir
 
 
@@ -85,7 +86,7 @@ def test_fingerprint_tracks_content_not_layout(small_graph, tmp_path):
 def test_refuses_to_overwrite_unless_asked(small_graph, tmp_path):
     write_graph_dir(small_graph, tmp_path)
     (tmp_path / "notes.txt").write_text("keep me")
-    with pytest.raises(FileExistsError):
+    with pytest.raises(OutputError):
         write_graph_dir(small_graph, tmp_path)
     write_graph_dir(small_graph, tmp_path, overwrite=True)
     assert (tmp_path / "notes.txt").read_text() == "keep me"

@@ -6,6 +6,7 @@ import argparse
 import sys
 import time
 
+from sparkgnn.cliargs import positive_int, run_cli
 from sparkgnn.datasets.registry import DATASETS
 
 
@@ -18,7 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
         for option, (_, kind, default, text) in item.cli_options.items():
             cmd.add_argument(f"--{option}", type=kind, default=default, required=default is None, help=text)
         cmd.add_argument("--out", required=True, help="output graph directory")
-        cmd.add_argument("--rows-per-file", type=int, default=None, help="max rows per Parquet file")
+        cmd.add_argument("--rows-per-file", type=positive_int, default=None, help="max rows per Parquet file")
         cmd.add_argument("--overwrite", action="store_true", help="replace a graph already in --out")
         for flag, (_, text) in item.cli_flags.items():
             cmd.add_argument(f"--{flag}", action="store_true", help=text)
@@ -27,6 +28,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    return run_cli("sparkgnn.datasets", lambda: _write(args))
+
+
+def _write(args) -> int:
     item = DATASETS[args.dataset]
     kwargs = {kw: getattr(args, option) for option, (kw, *_rest) in item.cli_options.items()}
     kwargs.update({kw: True for flag, (kw, _) in item.cli_flags.items() if getattr(args, flag)})

@@ -12,6 +12,7 @@ from typing import Callable
 from sparkgnn.datasets.cora import load_cora
 from sparkgnn.datasets.imdb import load_imdb
 from sparkgnn.datasets.synthetic import synthetic_graph, write_synthetic
+from sparkgnn.cliargs import non_negative_int, positive_int
 from sparkgnn.graph import GraphData, write_graph_dir
 
 
@@ -35,10 +36,10 @@ class DatasetEntry:
 
 SEED_OPTION = {"seed": ("seed", int, 0, "seed of the split / generator")}
 SIZE_OPTIONS = {
-    "nodes": ("num_nodes", int, None, "number of vertices"),
-    "edges": ("num_edges", int, None, "number of edges"),
-    "dim": ("dim", int, None, "feature width F"),
-    "classes": ("num_classes", int, 8, "number of label classes"),
+    "nodes": ("num_nodes", positive_int, None, "number of vertices"),
+    "edges": ("num_edges", non_negative_int, None, "number of edges"),
+    "dim": ("dim", positive_int, None, "feature width F"),
+    "classes": ("num_classes", positive_int, 8, "number of label classes"),
 }
 
 DATASETS: dict[str, DatasetEntry] = {

@@ -159,13 +159,13 @@ def write_synthetic(out_dir: str, num_nodes: int, num_edges: int, dim: int, num_
     """
     spec = _spec(num_nodes, num_edges, dim, num_classes=num_classes, seed=seed, **options)
     plan = _Plan(spec)
-    writer = GraphDirWriter(out_dir, spec.dim, has_weight=spec.weighted, has_labels=True, has_split=True,
-                            name=spec.name, rows_per_file=rows_per_file, overwrite=overwrite)
-    for chunk, start, count in _chunks(spec.num_nodes, NODE_CHUNK):
-        writer.write_vertices(*plan.nodes(chunk, start, count))
-    for chunk, _, count in _chunks(spec.num_edges, EDGE_CHUNK):
-        src, dst, weight = plan.edges(chunk, count)
-        writer.write_edges(src + spec.id_offset, dst + spec.id_offset, weight)
-    return writer.close(num_classes=spec.num_classes, validated=True, extra={"generator": {
-        "kind": "synthetic", "seed": spec.seed, "zipf_alpha": spec.zipf_alpha, "homophily": spec.homophily,
-        "class_sep": spec.class_sep, "isolated_frac": spec.isolated_frac}})
+    with GraphDirWriter(out_dir, spec.dim, has_weight=spec.weighted, has_labels=True, has_split=True,
+                        name=spec.name, rows_per_file=rows_per_file, overwrite=overwrite) as writer:
+        for chunk, start, count in _chunks(spec.num_nodes, NODE_CHUNK):
+            writer.write_vertices(*plan.nodes(chunk, start, count))
+        for chunk, _, count in _chunks(spec.num_edges, EDGE_CHUNK):
+            src, dst, weight = plan.edges(chunk, count)
+            writer.write_edges(src + spec.id_offset, dst + spec.id_offset, weight)
+        return writer.close(num_classes=spec.num_classes, validated=True, extra={"generator": {
+            "kind": "synthetic", "seed": spec.seed, "zipf_alpha": spec.zipf_alpha, "homophily": spec.homophily,
+            "class_sep": spec.class_sep, "isolated_frac": spec.isolated_frac}})

@@ -3,16 +3,24 @@
 Why a streaming writer: synthetic graphs of tens of millions of edges are generated chunk by
 chunk and must reach Parquet without ever existing as one array; the fingerprint is accumulated
 on the way (it is an order-free sum of row hashes), and graph.json is written last by close().
+
+Why staged: the Parquet folders are written into a hidden staging folder inside the target
+(`<dir>/.sparkgnn-tmp-<uuid>/`) and moved into place by close(), so a writer that fails half way
+(a full disk, an exception in a generator) leaves the previous graph, if any, as it was and no
+truncated file behind (the writer is a context manager: an exception aborts it). An existing graph
+is replaced only with overwrite=True, and only the folders this format owns are touched.
 """
 from __future__ import annotations
 
 import os
 import shutil
+import uuid
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sparkgnn.errors import OutputError
 from sparkgnn.graph import layout
 from sparkgnn.graph.checks import NO_SPLIT
 from sparkgnn.graph.dirfacts import STAMP_KEY, data_stamp
@@ -56,14 +64,31 @@ class _RollingParquet:
             pq.write_table(self.schema.empty_table(), os.path.join(self.folder, "part-00000.parquet"))
 
 
-def _prepare_dir(path: str, overwrite: bool) -> None:
-    targets = [os.path.join(path, p) for p in (layout.VERTICES_DIR, layout.EDGES_DIR, layout.META_FILE)]
+_OWNED = (layout.VERTICES_DIR, layout.EDGES_DIR)
+
+
+def _check_target(path: str, overwrite: bool) -> None:
+    targets = [os.path.join(path, p) for p in (*_OWNED, layout.META_FILE)]
     existing = [t for t in targets if os.path.exists(t)]
     if existing and not overwrite:
-        raise FileExistsError(f"{path} already holds a graph ({', '.join(existing)}); pass overwrite=True")
-    for target in existing:  # remove only what this format owns, never the whole directory
-        shutil.rmtree(target) if os.path.isdir(target) else os.remove(target)
-    os.makedirs(path, exist_ok=True)
+        raise OutputError(f"{path} already holds a graph ({', '.join(existing)}); pass overwrite=True "
+                          "(--overwrite) to replace it")
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise OutputError(f"{path} is a file, not a graph directory")
+
+
+def _swap_in(path: str, staging: str) -> None:
+    """Replace the owned folders of `path` by the staged ones. graph.json goes first, so a crash
+    mid-swap leaves a directory without graph.json: read as content-checked, never trusted."""
+    meta = os.path.join(path, layout.META_FILE)
+    if os.path.exists(meta):
+        os.remove(meta)
+    for name in _OWNED:
+        final = os.path.join(path, name)
+        if os.path.exists(final):
+            os.rename(final, os.path.join(staging, f"old-{name}"))
+        os.rename(os.path.join(staging, name), final)
+    shutil.rmtree(staging, ignore_errors=True)
 
 
 class GraphDirWriter:
@@ -80,16 +105,18 @@ class GraphDirWriter:
         self.path = layout.strip_scheme(str(path))
         self.feature_dim, self.name = int(feature_dim), name
         self.has_weight, self.has_labels, self.has_split = has_weight, has_labels, has_split
-        _prepare_dir(self.path, overwrite)
+        _check_target(self.path, overwrite)
+        os.makedirs(self.path, exist_ok=True)
+        self._staging = os.path.join(self.path, f".sparkgnn-tmp-{uuid.uuid4().hex}")
         vrow = layout.vertex_row_bytes(self.feature_dim)
         erow = 20 if has_weight else 16
         self._vertices = _RollingParquet(
-            os.path.join(self.path, layout.VERTICES_DIR),
+            os.path.join(self._staging, layout.VERTICES_DIR),
             layout.vertex_schema(self.feature_dim, has_labels, has_split),
             rows_per_file or layout.rows_for_bytes(vrow, layout.TARGET_FILE_BYTES),
             layout.rows_for_bytes(vrow, layout.TARGET_ROW_GROUP_BYTES))
         self._edges = _RollingParquet(
-            os.path.join(self.path, layout.EDGES_DIR), layout.edge_schema(has_weight),
+            os.path.join(self._staging, layout.EDGES_DIR), layout.edge_schema(has_weight),
             rows_per_file or layout.rows_for_bytes(erow, layout.TARGET_FILE_BYTES),
             layout.rows_for_bytes(erow, layout.TARGET_ROW_GROUP_BYTES))
         self._fp = FingerprintAccumulator(self.feature_dim, has_weight)
@@ -127,9 +154,11 @@ class GraphDirWriter:
         self._fp.add_edges(src, dst, weight if self.has_weight else None)
 
     def close(self, *, num_classes: int | None = None, validated: bool = True, extra: dict | None = None) -> dict:
-        """Finish the Parquet files and write graph.json; returns the metadata written."""
+        """Finish the Parquet files, move them into place and write graph.json; returns the
+        metadata written."""
         self._vertices.close()
         self._edges.close()
+        _swap_in(self.path, self._staging)
         meta = {
             "name": self.name,
             "num_vertices": self._fp.num_vertices,
@@ -148,6 +177,22 @@ class GraphDirWriter:
         layout.write_meta(self.path, meta)
         return meta
 
+    def abort(self) -> None:
+        """Drop everything written so far; the target directory is left as it was."""
+        for rolling in (self._vertices, self._edges):
+            try:
+                rolling.close()
+            except OSError:   # the disk that failed the write may fail the close too
+                pass
+        shutil.rmtree(self._staging, ignore_errors=True)
+
+    def __enter__(self) -> "GraphDirWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self.abort()
+
 
 def write_graph_dir(data, path: str, rows_per_file: int | None = None, overwrite: bool = False) -> dict:
     """Validate `data` (a GraphData) and write it as a graph directory; returns graph.json's content.
@@ -156,9 +201,9 @@ def write_graph_dir(data, path: str, rows_per_file: int | None = None, overwrite
     how a caller controls the number of Spark input splits for small graphs.
     """
     data.validate()
-    writer = GraphDirWriter(path, data.feature_dim, has_weight=data.has_weight, has_labels=data.has_labels,
-                            has_split=data.split is not None, name=data.name, rows_per_file=rows_per_file,
-                            overwrite=overwrite)
-    writer.write_vertices(data.ids, data.x, data.y, data.split)
-    writer.write_edges(data.src_ids, data.dst_ids, data.weight)
-    return writer.close(num_classes=data.num_classes, validated=True)
+    with GraphDirWriter(path, data.feature_dim, has_weight=data.has_weight, has_labels=data.has_labels,
+                        has_split=data.split is not None, name=data.name, rows_per_file=rows_per_file,
+                        overwrite=overwrite) as writer:
+        writer.write_vertices(data.ids, data.x, data.y, data.split)
+        writer.write_edges(data.src_ids, data.dst_ids, data.weight)
+        return writer.close(num_classes=data.num_classes, validated=True)
