@@ -19,19 +19,14 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from batch_inference import get_session  # noqa: E402  (same session rules for every job)
+from sparkgnn.cliargs import int_list, non_negative_int, positive_float, positive_int, run_cli  # noqa: E402
+from sparkgnn.serving.cliopts import gamma_type, non_negative_float  # noqa: E402
 
-
-def _positive(kind):
-    def parse(text):
-        value = kind(text)
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-        return value
-    return parse
+PROG = "stream_queries.py"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="stream_queries.py", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     p.add_argument("--graph", required=True, help="G's graph directory (edges and features; the store is verified against it)")
     p.add_argument("--model", required=True, help="model saved with sparkgnn Model.save")
     p.add_argument("--store", default=None, help="PE store root (required except for modes full and ns)")
@@ -39,29 +34,29 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--out", required=True, help="answers: <out>/batch_id=<id>/")
     p.add_argument("--checkpoint", required=True, help="Spark checkpoint directory (restart with the same one)")
     p.add_argument("--mode", default="full", help="serving mode (full, ns, he, srpe, exact; default full)")
-    p.add_argument("--gamma", type=float, default=None, help="SRPE recomputation budget")
+    p.add_argument("--gamma", type=gamma_type, default=None, help="SRPE recomputation budget, in (0, 1]")
     p.add_argument("--policy", default=None, help="SRPE policy (qer, is, random, ae)")
-    p.add_argument("--partitions", type=_positive(int), default=None, help="CGP partitions (reuse modes)")
-    p.add_argument("--fanouts", default=None, help="NS fanouts, comma separated")
+    p.add_argument("--partitions", type=positive_int, default=None, help="CGP partitions (reuse modes)")
+    p.add_argument("--fanouts", type=int_list(1), default=None, help="NS fanouts, comma separated, each >= 1")
     p.add_argument("--workers", default="inprocess",
                    help="inprocess (default: the driver answers) | spark (he/srpe/exact: the --partitions CGP "
                         "partitions run as Spark tasks over the PE store cached in the Python workers) | "
                         "local[N] | tcp://... | ipc://... (he/srpe/exact: the partitions run on messenger "
                         "workers, op serving_partials; local[N] starts and stops N of them)")
     p.add_argument("--grouping", default="degree", help="grouping policy: degree (GSM, default) | fifo")
-    p.add_argument("--degree-threshold", type=_positive(float), default=None, help="degree grouping: cost sum T_d per engine batch")
-    p.add_argument("--aging", type=_positive(float), default=None, help="degree grouping: seconds after which a request jumps the queue")
-    p.add_argument("--fifo-batch-size", type=_positive(int), default=None, help="fifo grouping: requests per engine batch")
-    p.add_argument("--trigger", type=float, default=0.0, help="seconds between micro-batches (0: as soon as the last one ends)")
+    p.add_argument("--degree-threshold", type=positive_float, default=None, help="degree grouping: cost sum T_d per engine batch")
+    p.add_argument("--aging", type=positive_float, default=None, help="degree grouping: seconds after which a request jumps the queue")
+    p.add_argument("--fifo-batch-size", type=positive_int, default=None, help="fifo grouping: requests per engine batch")
+    p.add_argument("--trigger", type=non_negative_float, default=0.0, help="seconds between micro-batches (0: as soon as the last one ends)")
     p.add_argument("--available-now", action="store_true", help="answer the files present at start-up, then stop")
-    p.add_argument("--max-requests-per-batch", type=_positive(int), default=None,
+    p.add_argument("--max-requests-per-batch", type=positive_int, default=None,
                    help="maxFilesPerTrigger: files (= requests, one per file) admitted per micro-batch")
     p.add_argument("--dead-letter", default=None, help="malformed files go here (default <out>/_dead_letter)")
-    p.add_argument("--max-batches", type=_positive(int), default=None, help="stop after N micro-batches (tests)")
-    p.add_argument("--timeout", type=_positive(float), default=None, help="stop after S seconds (tests, demos)")
-    p.add_argument("--seed", type=int, default=0, help="seed for sampling modes (ns)")
+    p.add_argument("--max-batches", type=positive_int, default=None, help="stop after N micro-batches (tests)")
+    p.add_argument("--timeout", type=positive_float, default=None, help="stop after S seconds (tests, demos)")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="seed for sampling modes (ns)")
     p.add_argument("--no-warmup", action="store_true", help="skip the start-up warm-up request")
-    p.add_argument("--torch-threads", type=_positive(int), default=None,
+    p.add_argument("--torch-threads", type=positive_int, default=None,
                    help="torch intra-op threads for the engine (default: torch's)")
     args = p.parse_args(argv)
     for flag, path in (("--graph", args.graph), ("--model", args.model), ("--store", args.store)):
@@ -76,7 +71,7 @@ def config_from_args(args):
     mode_options = {k: v for k, v in (("gamma", args.gamma), ("policy", args.policy),
                                       ("partitions", args.partitions)) if v is not None}
     if args.fanouts:
-        mode_options["fanouts"] = tuple(int(f) for f in args.fanouts.split(",") if f)
+        mode_options["fanouts"] = tuple(args.fanouts)
     grouping_options = {k: v for k, v in (("threshold", args.degree_threshold), ("aging_s", args.aging),
                                           ("batch_size", args.fifo_batch_size)) if v is not None}
     return StreamConfig(
@@ -89,8 +84,14 @@ def config_from_args(args):
 
 
 def main(argv=None) -> int:
+    """Usage errors exit 2 through argparse; every refusal after parsing (stale PE store, unknown
+    mode or option, output of another checkpoint, a missing or unwritable path) through run_cli:
+    one `stream_queries.py: error: ...` line, exit 2. A query that failed while running exits 1."""
     args = parse_args(argv)
-    from sparkgnn.errors import SparkGNNError
+    return run_cli(PROG, lambda: _run(args))
+
+
+def _run(args) -> int:
     from sparkgnn.streaming.job import StreamJobError, run
 
     started = time.perf_counter()
@@ -102,12 +103,9 @@ def main(argv=None) -> int:
     log = lambda line: print(line, flush=True)  # noqa: E731
     try:
         result = run(cfg, get_session, log=log, handle_signals=True)
-    except StreamJobError as exc:
-        print(f"stream_queries: error: {exc}", file=sys.stderr, flush=True)
+    except StreamJobError as exc:       # the query started and failed: not a refusal
+        print(f"{PROG}: error: {exc}", file=sys.stderr, flush=True)
         return 1
-    except SparkGNNError as exc:       # StalePEStore, ModeError, GroupingError, SinkError, ...
-        print(f"stream_queries: refused to start: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-        return 2
     print(f"stream_queries: {result.batches} micro-batches (last batch id {result.last_batch_id}) in "
           f"{time.perf_counter() - started:.1f} s, stopped: {result.stopped_by}", flush=True)
     return 0

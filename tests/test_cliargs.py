@@ -56,3 +56,17 @@ def test_bugs_keep_their_traceback():
         raise KeyError("bug")
     with pytest.raises(KeyError):
         run_cli("tool", body)
+
+
+def test_a_jvm_disk_error_is_one_line(capsys):
+    class Py4JJavaError(Exception):
+        """Stands in for py4j's class of the same name (matched by name, like the real one)."""
+
+    text = ("An error occurred while calling o123.parquet.\n: org.apache.spark.SparkException: Job aborted.\n"
+            "Caused by: java.io.IOException: No space left on device\n\tat java.base/...")
+
+    def body():
+        raise Py4JJavaError(text)
+    assert run_cli("tool", body) == 2
+    assert capsys.readouterr().err.strip() == \
+        "tool: error: Spark could not write: Caused by: java.io.IOException: No space left on device"

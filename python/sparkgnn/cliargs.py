@@ -65,10 +65,31 @@ def int_list(lowest: int = 1) -> Callable[[str], list[int]]:
     return parse
 
 
+# Phrases of the OS errors a JVM (Spark writing Parquet) reports inside its own exception text:
+# the same user problems as the OSErrors below, reached through Py4J instead of Python.
+_JVM_IO_PHRASES = ("No space left on device", "Read-only file system", "Permission denied",
+                   "Disk quota exceeded")
+
+
+def _jvm_io_message(exc: BaseException) -> str | None:
+    """The line naming a disk problem inside a Spark/Py4J error, or None. Matched by class name so
+    this module needs no pyspark/py4j import."""
+    if type(exc).__name__ not in ("Py4JJavaError", "CapturedException") and \
+            not any(c.__name__ in ("PySparkException", "CapturedException") for c in type(exc).__mro__):
+        return None
+    for line in str(exc).splitlines():
+        if any(phrase in line for phrase in _JVM_IO_PHRASES):
+            return line.strip()
+    return None
+
+
 def user_error_message(exc: BaseException) -> str | None:
     """The one-line message for an error that is the user's to fix, or None for a bug."""
     if isinstance(exc, SparkGNNError):
         return str(exc)
+    jvm = _jvm_io_message(exc)
+    if jvm:
+        return f"Spark could not write: {jvm}"
     if isinstance(exc, (PermissionError, FileNotFoundError, IsADirectoryError, NotADirectoryError)):
         return f"{exc.strerror or exc}: {exc.filename}" if getattr(exc, "filename", None) else str(exc)
     if isinstance(exc, OSError) and exc.errno is not None:   # disk full, read-only file system, ...

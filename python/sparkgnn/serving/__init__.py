@@ -17,7 +17,19 @@ from sparkgnn.serving.engine import QueryEngine
 from sparkgnn.serving.modes import MODES, Answer, Mode, ModeError, register_mode
 from sparkgnn.serving import reuse_modes  # noqa: F401  (registers he, srpe, exact)
 from sparkgnn.serving.request import Request, RequestError, read_requests, write_requests
-from sparkgnn.serving.workload import Workload, WorkloadError, make_workload
+
+# workload is loaded on first use (PEP 562), not here: `python -m sparkgnn.serving.workload` would
+# otherwise find it imported by this package before runpy runs it, and warn on stderr each run.
+_LAZY = {"Workload": "sparkgnn.serving.workload", "WorkloadError": "sparkgnn.serving.workload",
+         "make_workload": "sparkgnn.serving.workload"}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = ["Answer", "MODES", "Meter", "Mode", "ModeError", "QueryEngine", "Request", "RequestError",
            "ServingContext", "Workload", "WorkloadError", "make_workload", "read_requests",

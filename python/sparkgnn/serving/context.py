@@ -23,7 +23,7 @@ from sparkgnn.errors import UnsupportedModelError
 from sparkgnn.layers.base import compute_stats
 from sparkgnn.layers.stats import STATS
 from sparkgnn.serving.nodesets import NodeSets
-from sparkgnn.serving.request import Request
+from sparkgnn.serving.request import Request, RequestError
 
 # Statistics that are sums over a node's in-edges of (weight or 1), with self loops handled
 # inside the statistic. Request edges are never self loops on a vertex of G (every request edge
@@ -65,6 +65,19 @@ class PreparedRequest:
     @property
     def query_union(self) -> np.ndarray:
         return self.num_g + np.arange(self.batch_size, dtype=np.int64)
+
+
+def raise_unknown_ids(request: Request, ids: np.ndarray) -> None:
+    """Refuse a request whose edges name ids that are neither its queries nor vertices of G
+    (count + first examples): mapping them to some union index would answer another graph."""
+    from sparkgnn.graph.problems import MAX_EXAMPLES
+
+    _, first = np.unique(ids, return_index=True)
+    distinct = ids[np.sort(first)]
+    shown = ", ".join(str(int(v)) for v in distinct[:MAX_EXAMPLES])
+    raise RequestError(f"request {request.request_id!r}: {len(distinct)} edge endpoint ids are neither a "
+                       f"query nor a vertex of the graph; first: {shown}"
+                       f"{', ...' if len(distinct) > MAX_EXAMPLES else ''}")
 
 
 def range_gather(indptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -155,10 +168,14 @@ class ServingContext:
         sorted_q = request.qid[order]
 
         def to_union(ids):
-            out, in_g = self.graph.id_index.lookup(ids)      # validated: the rest are queries
-            if len(order) and not in_g.all():
+            out, in_g = self.graph.id_index.lookup(ids)
+            if not in_g.all():
                 q = ~in_g
-                out[q] = n + order[np.minimum(np.searchsorted(sorted_q, ids[q]), len(sorted_q) - 1)]
+                pos = np.minimum(np.searchsorted(sorted_q, ids[q]), max(len(sorted_q) - 1, 0))
+                found = sorted_q[pos] == ids[q] if len(sorted_q) else np.zeros(int(q.sum()), bool)
+                if not found.all():       # reachable with validate=False: never map them anywhere
+                    raise_unknown_ids(request, ids[q][~found])
+                out[q] = n + order[pos]
             return out
 
         return PreparedRequest(request, n, to_union(request.src), to_union(request.dst))

@@ -4,23 +4,81 @@ WHY an engine object: G's CSC index and cached statistics (ServingContext) are b
 shared by every request; the mode is chosen by name from the registry (modes.MODES), and every
 further keyword goes to the mode, so later modes (he, srpe, exact: gamma=, policy=,
 partitions=) need no change here. `store` is handed to the context for the modes that read PEs.
+
+WHY the engine verifies its store itself: a PEStore is verified when it is OPENED, for the model
+and graph given to PEStore.open; nothing tied that pair to the engine's own model and G, so a
+store opened for model A and handed to an engine for model B mixed A's embeddings into B's
+layers and answered without a word. The engine therefore compares the store's manifest with its
+own model's and G's fingerprints (the same comparison PEStore.open makes: pe.store's
+manifest_problems) and refuses a mismatch with StalePEStore.
 """
 from __future__ import annotations
 
+from sparkgnn.errors import SparkGNNError, StalePEStore
 from sparkgnn.serving.context import ServingContext
 from sparkgnn.serving.modes import Answer, get_mode
 from sparkgnn.serving.request import Request
 
 
+class EngineSetupError(SparkGNNError, ValueError):
+    """A QueryEngine is built from parts that do not belong together (a graph other than the one
+    its shared context serves)."""
+
+
+def _short(fingerprint: str) -> str:
+    return str(fingerprint)[:12]
+
+
+def verify_store(store, graph, model) -> None:
+    """Raise StalePEStore unless `store`'s manifest describes a complete store for exactly this
+    model (weights) and this graph G; the message names both short fingerprints and what differs."""
+    from sparkgnn.pe.identity import graph_fingerprint, model_identity
+    from sparkgnn.pe.store import manifest_problems
+
+    where = getattr(store, "base", None) or repr(store)
+    manifest = getattr(store, "manifest", None)
+    if not isinstance(manifest, dict):
+        raise StalePEStore(f"store {where} has no manifest to check against this engine's model and "
+                           f"graph; pass a store opened with sparkgnn.PEStore.open(path, model=..., graph=...)")
+    ident = model_identity(model)
+    graph_fp = graph_fingerprint(graph)
+    problems = manifest_problems(manifest, graph_fp, ident)
+    if problems:
+        raise StalePEStore(
+            f"PE store {where} does not belong to this engine (model {_short(ident.fingerprint)}, "
+            f"graph {_short(graph_fp)}; the store was computed for model "
+            f"{_short(manifest.get('model_fingerprint'))} on graph {_short(manifest.get('graph_fingerprint'))}): "
+            + "; ".join(problems)
+            + ". Open the store computed for this model and graph, or recompute it "
+              "(spark_jobs/precompute_pe.py)")
+
+
+def verify_context_graph(graph, context: ServingContext) -> None:
+    """An engine given both a graph and a shared context serves the context's G: refuse a graph
+    that is another one (the caller would believe it is served)."""
+    if graph is None or graph is context.graph:
+        return
+    from sparkgnn.pe.identity import graph_fingerprint
+
+    mine, theirs = graph_fingerprint(graph), graph_fingerprint(context.graph)
+    if mine != theirs:
+        raise EngineSetupError(f"the shared context serves graph {_short(theirs)}, not the graph "
+                           f"{_short(mine)} given to this engine; build the engine without context=")
+
+
 class QueryEngine:
     def __init__(self, graph, model, mode: str = "full", fanouts=None, seed: int = 0, store=None,
                  validate: bool = True, context: ServingContext | None = None, **mode_options):
+        if context is not None:
+            verify_context_graph(graph, context)
         self.context = context or ServingContext(graph, model, store=store, validate=validate)
         if fanouts is not None:
             mode_options["fanouts"] = fanouts
         self.mode = get_mode(mode, model, seed=seed, **mode_options)
         # engines sharing one context (same G) may serve different stores
         self.mode.store = store if store is not None else self.context.store
+        if self.mode.store is not None:
+            verify_store(self.mode.store, self.context.graph, model)
 
     @property
     def mode_name(self) -> str:

@@ -15,12 +15,14 @@ model (a stale store is refused). Prints one table row per mode (and batch size)
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import time
 
 import numpy as np
 
+from sparkgnn.cliargs import run_cli
 from sparkgnn.errors import SparkGNNError
 
 
@@ -107,61 +109,99 @@ def format_table(result: dict) -> str:
 
 
 REUSE_MODES = ("he", "srpe", "exact")
+PROG = "python -m sparkgnn.serving.evaluate"
 
 
 def parse_mode_spec(spec: str, args) -> tuple[str, dict]:
-    """NAME[@GAMMA][/POLICY] -> (mode name, options)."""
+    """NAME[@GAMMA][/POLICY] -> (mode name, options); ModeError names the spec that is wrong."""
+    from sparkgnn.serving import MODES
+    from sparkgnn.serving.cliopts import check_gamma
+    from sparkgnn.serving.modes import ModeError
+    from sparkgnn.serving.policies import POLICIES
+
     name, _, policy = spec.partition("/")
     name, _, gamma = name.partition("@")
+    if name not in MODES:
+        raise ModeError(f"mode spec {spec!r}: unknown serving mode {name!r}; known: {sorted(MODES)}")
     opts: dict = {}
     if name == "srpe":
-        opts.update(gamma=float(gamma) if gamma else args.gamma, policy=policy or args.policy)
+        try:
+            opts["gamma"] = check_gamma(gamma) if gamma else args.gamma
+        except ValueError as exc:
+            raise ModeError(f"mode spec {spec!r}: gamma {exc}") from None
+        if policy and policy not in POLICIES:
+            raise ModeError(f"mode spec {spec!r}: unknown SRPE policy {policy!r}; known: {sorted(POLICIES)}")
+        opts["policy"] = policy or args.policy
     elif gamma or policy:
-        raise SparkGNNError(f"mode spec {spec!r}: only srpe takes @gamma and /policy")
+        raise ModeError(f"mode spec {spec!r}: only srpe takes @gamma and /policy")
     if name in REUSE_MODES:
         if not args.store:
-            raise SparkGNNError(f"mode {name!r} reuses precomputed embeddings: pass --store")
+            raise ModeError(f"mode {name!r} reuses precomputed embeddings: pass --store")
         opts["partitions"] = args.partitions
     return name, opts
 
 
-def main(argv=None) -> int:
-    from sparkgnn.graph import read_graph_dir
-    from sparkgnn.models import Model
-    from sparkgnn.serving.engine import QueryEngine
-    from sparkgnn.serving.request import read_requests
-    from sparkgnn.serving.workload import read_labels
+def build_parser() -> argparse.ArgumentParser:
+    """Numbers and choices are checked by argparse (a usage error naming the flag, exit 2)."""
+    from sparkgnn.cliargs import int_list, non_negative_int, positive_int
+    from sparkgnn.serving.cliopts import gamma_type
+    from sparkgnn.serving.modes import NS_NORMS
+    from sparkgnn.serving.policies import POLICIES
 
-    ap = argparse.ArgumentParser(prog="python -m sparkgnn.serving.evaluate", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
     ap.add_argument("--workload", required=True, help="folder written by sparkgnn.serving.workload")
     ap.add_argument("--model", required=True, help="a saved sparkgnn Model (Model.save)")
     ap.add_argument("--modes", default="full,ns", help="comma separated NAME[@GAMMA][/POLICY]")
     ap.add_argument("--store", default=None, help="PE store root (for he, srpe, exact)")
-    ap.add_argument("--gamma", type=float, default=0.1, help="SRPE budget when a spec gives none")
-    ap.add_argument("--policy", default="qer", help="SRPE policy when a spec gives none")
-    ap.add_argument("--partitions", type=int, default=1, help="CGP partitions of the reuse modes")
-    ap.add_argument("--fanouts", default=None, help="NS fanouts, e.g. 25,10 (default per depth)")
-    ap.add_argument("--ns-norm", default="full", choices=("full", "sampled"))
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default=None)
-    args = ap.parse_args(argv)
+    ap.add_argument("--gamma", type=gamma_type, default=0.1, help="SRPE budget in (0, 1] when a spec gives none")
+    ap.add_argument("--policy", default="qer", choices=sorted(POLICIES), help="SRPE policy when a spec gives none")
+    ap.add_argument("--partitions", type=positive_int, default=1, help="CGP partitions of the reuse modes (>= 1)")
+    ap.add_argument("--fanouts", type=int_list(1), default=None, help="NS fanouts, e.g. 25,10 (default per depth)")
+    ap.add_argument("--ns-norm", default="full", choices=NS_NORMS)
+    ap.add_argument("--seed", type=non_negative_int, default=0)
+    ap.add_argument("--out", default=None, help="result JSON (default <workload>/evaluation.json)")
+    return ap
 
-    graph = read_graph_dir(os.path.join(args.workload, "graph"))
-    model = Model.load(args.model)
-    requests = read_requests(os.path.join(args.workload, "requests"))
-    labels = read_labels(os.path.join(args.workload, "labels.parquet"))
-    fanouts = [int(f) for f in args.fanouts.split(",")] if args.fanouts else None
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    return run_cli(PROG, lambda: run_evaluation(args))
+
+
+def _workload_part(workload: str, name: str) -> str:
+    """<workload>/<name>, or FileNotFoundError saying the folder is not a workload."""
+    path = os.path.join(workload, name)
+    if not os.path.exists(path):
+        raise FileNotFoundError(errno.ENOENT, f"not a workload folder (written by "
+                                f"sparkgnn.serving.workload): no {name}", path)
+    return path
+
+
+def run_evaluation(args) -> int:
+    from sparkgnn.graph import read_graph_dir
+    from sparkgnn.models import Model
+    from sparkgnn.serving.engine import QueryEngine
+    from sparkgnn.serving.request import read_requests
+    from sparkgnn.serving.workload import WorkloadError, read_labels
+
     specs = [m for m in args.modes.split(",") if m]
     if "full" not in specs:
         specs.insert(0, "full")
+    parsed = [(spec, *parse_mode_spec(spec, args)) for spec in specs]     # refusals before loading
+    graph = read_graph_dir(_workload_part(args.workload, "graph"))
+    model = Model.load(args.model)
+    requests = read_requests(_workload_part(args.workload, "requests"))
+    if not requests:
+        raise WorkloadError(f"{os.path.join(args.workload, 'requests')} holds no request file (*.parquet)")
+    labels = read_labels(_workload_part(args.workload, "labels.parquet"))
+    fanouts = args.fanouts
     store = None
     if args.store:
         from sparkgnn.pe import PEStore
 
         store = PEStore.open(args.store, model=model, graph=graph)
     engines, context = {}, None
-    for spec in specs:
-        name, opts = parse_mode_spec(spec, args)
+    for spec, name, opts in parsed:
         if name == "ns":
             opts.update(fanouts=fanouts, ns_norm=args.ns_norm)
         engine = QueryEngine(graph, model, mode=name, seed=args.seed, store=store, context=context, **opts)
@@ -170,12 +210,23 @@ def main(argv=None) -> int:
     result = evaluate(engines, requests, labels)
     print(format_table(result))
     out = args.out or os.path.join(args.workload, "evaluation.json")
-    with open(out, "w") as f:
-        json.dump({"modes": result, "fanouts": fanouts, "seed": args.seed, "ns_norm": args.ns_norm,
-                   "store": args.store, "partitions": args.partitions},
-                  f, indent=2, default=str)
+    _write_json_atomically(out, {"modes": result, "fanouts": fanouts, "seed": args.seed,
+                                 "ns_norm": args.ns_norm, "store": args.store,
+                                 "partitions": args.partitions})
     print(f"wrote {out}")
     return 0
+
+
+def _write_json_atomically(path: str, doc: dict) -> None:
+    """A temp file renamed into place: a full disk leaves the previous file, not half a JSON."""
+    tmp = os.path.join(os.path.dirname(os.path.abspath(path)), f".{os.path.basename(path)}.tmp")
+    try:
+        with open(tmp, "w") as f:
+            json.dump(doc, f, indent=2, default=str)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
 if __name__ == "__main__":

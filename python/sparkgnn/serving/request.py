@@ -25,6 +25,7 @@ nodes but no edges is legal (its queries are isolated); a request with no node i
 """
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass
 
@@ -52,6 +53,97 @@ def _examples(values, n: int = MAX_EXAMPLES) -> str:
     return shown + (", ..." if len(values) > n else "")
 
 
+INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+
+
+def _rows_and_values(rows: np.ndarray, values) -> str:
+    """'row 3: 9223372036854775808, row 7: 1.5, ...' for the first offending rows."""
+    plain = lambda v: v.item() if isinstance(v, np.generic) else v   # noqa: E731
+    shown = [f"row {int(r)}: {plain(values[int(r)])!r}" for r in rows[:MAX_EXAMPLES]]
+    return ", ".join(shown) + (", ..." if len(rows) > MAX_EXAMPLES else "")
+
+
+def _bad_id_rows(arr: np.ndarray) -> np.ndarray | None:
+    """Rows of `arr` (any dtype numpy made of the input) that are not integers in int64 range;
+    None when the dtype is no number at all (strings, booleans)."""
+    kind = arr.dtype.kind
+    if kind == "i":
+        return np.zeros(0, np.int64)
+    if kind == "u":
+        return np.flatnonzero(arr > INT64_MAX)
+    if kind == "f":      # floats: integral, finite and in range (2**63 itself is out)
+        with np.errstate(invalid="ignore"):
+            ok = np.isfinite(arr) & (np.floor(arr) == arr) & (arr >= -2.0 ** 63) & (arr < 2.0 ** 63)
+        return np.flatnonzero(~ok)
+    if kind == "O":      # Python ints beyond 64 bits, or mixed objects
+        def fits(v) -> bool:
+            try:
+                return int(v) == v and INT64_MIN <= int(v) <= INT64_MAX
+            except (TypeError, ValueError, OverflowError):
+                return False
+        return np.flatnonzero([not fits(v) for v in arr])
+    return None
+
+
+def _id_array(values, field: str, request_id: str) -> np.ndarray:
+    """`values` as a flat int64 array, or RequestError naming the field and the first rows that
+    are not int64 ids. WHY not np.asarray(dtype=int64): it raises OverflowError for 2**63 from a
+    list, wraps it around from uint64, and truncates 1.5 to 1, i.e. answers another query."""
+    if isinstance(values, np.ndarray) and values.dtype.kind == "i":
+        return np.ascontiguousarray(values, dtype=np.int64).reshape(-1)
+    try:
+        arr = np.asarray(values)
+        if arr.dtype.kind == "f" and not isinstance(values, np.ndarray):
+            arr = np.asarray(values, dtype=object)     # keep Python ints exact (-1, 2**63 -> float64)
+    except (ValueError, TypeError) as exc:
+        raise RequestError(f"request {request_id!r}: {field} must be a flat list of int64 ids "
+                           f"({' '.join(str(exc).split())})") from None
+    arr = arr.reshape(-1)
+    bad = _bad_id_rows(arr)
+    if bad is None:
+        raise RequestError(f"request {request_id!r}: {field} must hold int64 ids, got {arr.dtype} "
+                           f"values (first: {_examples(arr)})")
+    if len(bad):
+        raise RequestError(f"request {request_id!r}: {field}: {len(bad)} value(s) are not integer ids "
+                           f"in the int64 range [-2**63, 2**63-1]; first: {_rows_and_values(bad, arr)}")
+    return np.ascontiguousarray(arr.astype(np.int64) if arr.dtype != object
+                                else np.array([int(v) for v in arr], np.int64))
+
+
+def _width_text(width) -> str:
+    return "a single number" if width is None else f"{width} value{'' if width == 1 else 's'}"
+
+
+def _row_width(row):
+    """Number of values in one feature row, None for a scalar (not a row)."""
+    try:
+        return len(row)
+    except TypeError:
+        return None
+
+
+def _feature_matrix(values, request_id: str) -> np.ndarray:
+    """`values` as a float32 array, or RequestError: ragged rows are named with their widths,
+    non-numbers with numpy's reason (NaN/Inf are left to `problems`, so that a request file holding
+    them becomes an error row under its request id, not a refused file)."""
+    try:
+        return np.ascontiguousarray(values, dtype=np.float32)
+    except (ValueError, TypeError) as exc:
+        reason = " ".join(str(exc).split())
+    try:
+        widths = [_row_width(row) for row in values]
+    except TypeError:
+        widths = []
+    if widths and len(set(widths)) > 1:
+        expected = widths[0]
+        bad = np.flatnonzero([w != expected for w in widths])
+        shown = ", ".join(f"row {int(r)} has {_width_text(widths[r])}" for r in bad[:MAX_EXAMPLES])
+        raise RequestError(f"request {request_id!r}: x has rows of different widths (ragged "
+                           f"features): row 0 has {_width_text(expected)}, {len(bad)} rows differ; "
+                           f"first: {shown}{', ...' if len(bad) > MAX_EXAMPLES else ''}")
+    raise RequestError(f"request {request_id!r}: x must be a [B, F] matrix of numbers ({reason})")
+
+
 @dataclass(eq=False)
 class Request:
     """Q = qid (new ids), x[i] = features of qid[i]; edges src[j] -> dst[j] in ORIGINAL ids."""
@@ -63,13 +155,16 @@ class Request:
     dst: np.ndarray
 
     def __post_init__(self):
+        """Coerce the fields to int64 ids and float32 features, refusing (RequestError naming the
+        field and the first offending rows) what a cast would otherwise turn into a numpy
+        traceback or, worse, silently into other values (ragged rows, ids beyond int64, 1.5)."""
         self.request_id = str(self.request_id)
-        self.qid = np.ascontiguousarray(self.qid, dtype=np.int64).reshape(-1)
-        self.x = np.ascontiguousarray(self.x, dtype=np.float32)
+        self.qid = _id_array(self.qid, "qid", self.request_id)
+        self.x = _feature_matrix(self.x, self.request_id)
         if self.x.ndim == 1 and self.x.size == 0:
             self.x = self.x.reshape(0, 0)
-        self.src = np.ascontiguousarray(self.src, dtype=np.int64).reshape(-1)
-        self.dst = np.ascontiguousarray(self.dst, dtype=np.int64).reshape(-1)
+        self.src = _id_array(self.src, "src", self.request_id)
+        self.dst = _id_array(self.dst, "dst", self.request_id)
 
     @property
     def batch_size(self) -> int:
@@ -93,7 +188,9 @@ class Request:
             out.append(f"x has width {self.x.shape[1]}, the graph's features have width {feature_dim}")
         elif self.x.size and not np.isfinite(self.x).all():
             bad = ~np.isfinite(self.x).all(axis=1)
-            out.append(f"{int(bad.sum())} query nodes have NaN/Inf features; first: {_examples(self.qid[bad])}")
+            rows = np.flatnonzero(bad)
+            out.append(f"x: {len(rows)} query nodes have NaN/Inf features; first: "
+                       f"{_examples(self.qid[rows])} (rows {_examples(rows)})")
         if len(self.src) != len(self.dst):
             out.append(f"src has {len(self.src)} entries but dst has {len(self.dst)}")
             return out
@@ -113,8 +210,10 @@ class Request:
         if graph is not None:
             unknown = ~((q_src | in_g_src) & (q_dst | in_g_dst))
             if unknown.any():
+                ids = unknown_ids(self, q_src | in_g_src, q_dst | in_g_dst)
                 out.append(f"{int(unknown.sum())} edges name an id that is neither a query nor a "
-                           f"vertex of the graph; first: {_examples(_fmt_edges(self, unknown))}")
+                           f"vertex of the graph; first: {_examples(_fmt_edges(self, unknown))} "
+                           f"({len(ids)} unknown ids; first: {_examples(ids)})")
         no_query = ~(q_src | q_dst)
         if no_query.any():
             out.append(f"{int(no_query.sum())} edges touch no query node (an edge between existing "
@@ -128,6 +227,13 @@ class Request:
         if problems:
             raise RequestError(f"request {self.request_id!r} is invalid:\n  - " + "\n  - ".join(problems))
         return self
+
+
+def unknown_ids(req: Request, src_known: np.ndarray, dst_known: np.ndarray) -> np.ndarray:
+    """The distinct endpoint ids that are neither a query nor a vertex of G (sources first)."""
+    ids = np.concatenate([req.src[~src_known], req.dst[~dst_known]])
+    _, first = np.unique(ids, return_index=True)
+    return ids[np.sort(first)]
 
 
 def _fmt_edges(req: Request, mask: np.ndarray) -> list[str]:
@@ -226,7 +332,8 @@ def requests_from_table(table: pa.Table) -> list[Request]:
         a, b = node_bounds[i], node_bounds[i + 1]
         widths = np.unique(lengths[a:b])
         if len(widths) > 1:
-            raise RequestError(f"request {names[i]!r}: feature vectors of different lengths {widths.tolist()}")
+            raise RequestError(f"request {str(names[i])!r}: feature vectors of different lengths {widths.tolist()} "
+                               f"(node rows of one request must have one width)")
         w = int(widths[0]) if len(widths) else 0
         x = flat[x_bounds[a]:x_bounds[b]].reshape(b - a, w)
         e0, e1 = edge_bounds[i], edge_bounds[i + 1]
@@ -243,19 +350,58 @@ def _non_null_int(column, name: str, rows: str) -> np.ndarray:
 
 def read_requests(path: str) -> list[Request]:
     """Read one request file, or every *.parquet file in a folder (sorted by name; hidden and
-    temp files skipped), into requests in file order."""
+    temp files skipped), into requests in file order. Any unreadable file (empty, truncated, not
+    Parquet, wrong schema, malformed rows) is a RequestError whose message starts with its path."""
     if os.path.isdir(path):
         files = sorted(f for f in os.listdir(path) if f.endswith(".parquet") and not f.startswith((".", "_")))
         out: list[Request] = []
         for f in files:
             out.extend(_read_file(os.path.join(path, f)))
         return out
+    if not os.path.exists(path):
+        raise FileNotFoundError(errno.ENOENT, "no such request file or folder", path)
     return _read_file(path)
 
 
 def _read_file(path: str) -> list[Request]:
-    names = pq.read_schema(path).names
-    missing = [f.name for f in SCHEMA if f.name not in names]
+    """One file's requests. The bytes are read first so that an OS error (permissions, a file that
+    vanished) stays an OS error and only a failure to DECODE them reads as "not Parquet"."""
+    with open(path, "rb") as fh:
+        content = fh.read()
+    return parse_request_bytes(content, path)
+
+
+def parse_request_bytes(content: bytes | None, name: str = "<bytes>") -> list[Request]:
+    """The requests of one request file's bytes, in file order. RequestError, starting with
+    `name`, says why the file is unusable: empty, not (or truncated) Parquet, a column of SCHEMA
+    missing or of a type that cannot be cast, no row, or rows requests_from_table refuses.
+    Shared by read_requests and the streaming intake, so both refuse the same files in the same
+    words."""
+    if not content:
+        raise RequestError(f"{name}: empty file (0 bytes); a request file is a Parquet file with "
+                           f"columns {SCHEMA.names}")
+    try:
+        table = pq.read_table(pa.BufferReader(content))
+    except Exception as exc:  # noqa: BLE001  (any failure to decode the bytes means: not Parquet)
+        raise RequestError(f"{name}: not a readable Parquet file, truncated or of another format "
+                           f"({len(content)} bytes; {type(exc).__name__}: {_one_line(exc)})") from None
+    missing = [f.name for f in SCHEMA if f.name not in table.column_names]
     if missing:
-        raise RequestError(f"request file {path} lacks column(s) {missing}; expected {SCHEMA.names}")
-    return requests_from_table(pq.read_table(path, columns=SCHEMA.names))
+        raise RequestError(f"{name}: lacks column(s) {missing}; a request file has {SCHEMA.names}")
+    if table.num_rows == 0:
+        raise RequestError(f"{name}: no rows (a request file holds at least one request)")
+    try:
+        table = table.select(SCHEMA.names).cast(SCHEMA)
+    except Exception as exc:  # noqa: BLE001  (ArrowInvalid / NotImplemented: types do not fit)
+        have = {f.name: str(f.type) for f in table.schema if f.name in SCHEMA.names}
+        raise RequestError(f"{name}: column types {have} do not fit the request schema "
+                           f"({_one_line(exc)})") from None
+    try:
+        return requests_from_table(table)
+    except RequestError as exc:
+        raise RequestError(f"{name}: {_one_line(exc)}") from None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 400 else text[:397] + "..."

@@ -11,8 +11,9 @@ Queries are drawn without replacement within a request; different requests may s
 (each request is answered on G alone, independently).
 
 CLI: python -m sparkgnn.serving.workload --graph DIR --out DIR --batch-sizes 64,256 --requests N
-     --seed S  ->  <out>/graph/ (G), <out>/requests/<request_id>.parquet, <out>/labels.parquet,
-     <out>/workload.json.  --requests is the number of requests PER batch size.
+     --seed S [--overwrite] ->  <out>/graph/ (G), <out>/requests/<request_id>.parquet,
+     <out>/labels.parquet, <out>/workload.json.  --requests is the number of requests PER batch
+     size. An --out that already holds something is refused unless --overwrite.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sparkgnn.cliargs import int_list, non_negative_int, positive_int, run_cli
 from sparkgnn.errors import SparkGNNError
 from sparkgnn.graph import GraphData, read_graph_dir, write_graph_dir
 from sparkgnn.serving.request import Request, write_requests
@@ -75,9 +77,22 @@ def remove_vertices(data: GraphData, drop: np.ndarray, name: str | None = None) 
                      y=sub(data.y), split=sub(data.split), name=name or f"{data.name}-G")
 
 
+def check_sizes(batch_sizes, num_requests) -> None:
+    """Refuse what would silently produce empty requests (a batch size or request count < 1)."""
+    sizes = list(batch_sizes)
+    if not sizes:
+        raise WorkloadError("no batch sizes: give at least one (e.g. 64,256)")
+    bad = [b for b in sizes if int(b) != b or int(b) < 1]
+    if bad:
+        raise WorkloadError(f"batch sizes must be integers >= 1 (a request needs a query node), got {bad}")
+    if int(num_requests) != num_requests or int(num_requests) < 1:
+        raise WorkloadError(f"the number of requests per batch size must be an integer >= 1, got {num_requests}")
+
+
 def make_workload(data: GraphData, batch_sizes=BATCH_SIZES, num_requests: int = 10,
                   seed: int = 0) -> Workload:
     """num_requests requests per batch size (see module doc). Deterministic for a seed."""
+    check_sizes(batch_sizes, num_requests)
     if data.y is None:
         raise WorkloadError(f"graph {data.name!r} has no labels")
     pool = split_pool(data, seed)
@@ -105,9 +120,29 @@ def make_workload(data: GraphData, batch_sizes=BATCH_SIZES, num_requests: int = 
     return Workload(G, requests, labels, data.ids[pool])
 
 
-def write_workload(workload: Workload, out: str, meta: dict | None = None) -> dict:
+def write_workload(workload: Workload, out: str, meta: dict | None = None, overwrite: bool = False,
+                   inputs: dict | None = None) -> dict:
+    """Write graph/, requests/, labels.parquet and workload.json under `out`. An `out` that holds
+    anything is refused unless `overwrite` (it would mix two workloads' request files, or replace
+    an earlier one without being asked), as is an `out` overlapping one of `inputs` ({flag: path});
+    the workload is written into a hidden sibling and swapped into place (sparkgnn.outputs), so a
+    failure part-way (full disk) leaves the previous `out` as it was and no half workload."""
+    from sparkgnn.outputs import check_output, discard, staging_path, swap_into_place
+
+    check_output(out, inputs or {}, overwrite=overwrite)
+    staged = staging_path(os.path.abspath(out))
+    try:
+        doc = _write_files(workload, staged, meta)
+        swap_into_place(staged, os.path.abspath(out))
+    except BaseException:
+        discard(staged)
+        raise
+    return doc
+
+
+def _write_files(workload: Workload, out: str, meta: dict | None) -> dict:
     os.makedirs(out, exist_ok=True)
-    write_graph_dir(workload.graph_G, os.path.join(out, "graph"), overwrite=True)
+    write_graph_dir(workload.graph_G, os.path.join(out, "graph"))
     req_dir = os.path.join(out, "requests")
     os.makedirs(req_dir, exist_ok=True)
     for r in workload.requests:
@@ -127,20 +162,39 @@ def read_labels(path: str) -> dict:
     return dict(zip(t.column("id").to_numpy().tolist(), t.column("y").to_numpy().tolist()))
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m sparkgnn.serving.workload", description=__doc__.split("\n")[0])
+PROG = "python -m sparkgnn.serving.workload"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Numbers are parsed by argparse types (sparkgnn.cliargs), so `--requests -1` or
+    `--batch-sizes x` is a usage error naming the flag, not an empty workload or a traceback."""
+    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
     ap.add_argument("--graph", required=True, help="graph directory (with labels and a split)")
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--batch-sizes", default="64,128,256,512,1024")
-    ap.add_argument("--requests", type=int, default=10, help="requests per batch size")
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args(argv)
+    ap.add_argument("--out", required=True, help="workload folder to create")
+    ap.add_argument("--batch-sizes", type=int_list(1), default=list(BATCH_SIZES),
+                    help="comma separated query counts per request, each >= 1 (default 64,128,256,512,1024)")
+    ap.add_argument("--requests", type=positive_int, default=10, help="requests per batch size (>= 1)")
+    ap.add_argument("--seed", type=non_negative_int, default=0)
+    ap.add_argument("--overwrite", action="store_true",
+                    help="replace --out when it already holds something (an earlier workload)")
+    return ap
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    return run_cli(PROG, lambda: _run(args))
+
+
+def _run(args) -> int:
+    from sparkgnn.outputs import check_output
+
+    check_output(args.out, {"--graph": args.graph}, overwrite=args.overwrite)   # before the work
     data = read_graph_dir(args.graph)
-    sizes = [int(s) for s in args.batch_sizes.split(",") if s]
-    wl = make_workload(data, sizes, args.requests, args.seed)
+    wl = make_workload(data, args.batch_sizes, args.requests, args.seed)
     doc = write_workload(wl, args.out, {"source": os.path.abspath(args.graph), "seed": args.seed,
-                                        "batch_sizes": sizes, "requests_per_size": args.requests,
-                                        "source_fingerprint": data.fingerprint})
+                                        "batch_sizes": args.batch_sizes, "requests_per_size": args.requests,
+                                        "source_fingerprint": data.fingerprint},
+                         overwrite=args.overwrite, inputs={"--graph": args.graph})
     print(f"G: {wl.graph_G.summary()}\npool {doc['pool_size']} vertices, {doc['num_requests']} "
           f"requests -> {args.out}")
     return 0

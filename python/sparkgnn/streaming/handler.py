@@ -17,7 +17,9 @@ an exception into an error row would commit a wrong answer exactly once, which i
 
 `handle(files, batch_id)` is the whole logic on plain Python values, so tests drive it without
 Spark; `__call__(df, batch_id)` is the foreachBatch adapter (collects path, modification time and
-content of the micro-batch's files to the driver as Arrow).
+content of the micro-batch's files to the driver as Arrow, then adds the files the checkpoint's
+source log assigns to the batch but the DataFrame lacks: Spark drops 0-byte files from it,
+sourcelog.py; read from disk, they are refused like any other unreadable file).
 """
 from __future__ import annotations
 
@@ -29,8 +31,10 @@ import pyarrow as pa
 
 from sparkgnn.errors import SparkGNNError
 from sparkgnn.streaming.grouping import RequestCost, run_schedule
-from sparkgnn.streaming.intake import IncomingFile, MalformedRequestFile, Pending, parse_request_file
+from sparkgnn.streaming.intake import (IncomingFile, MalformedRequestFile, Pending, local_path,
+                                       parse_request_file)
 from sparkgnn.streaming.progress import BatchProgress, batch_progress
+from sparkgnn.streaming.sourcelog import LoggedFile, batch_files
 from sparkgnn.streaming.sink import answers_table
 
 
@@ -44,9 +48,21 @@ def _json_safe(value):
     return value
 
 
+def read_logged(entry: LoggedFile) -> IncomingFile:
+    """A file of the source log that the DataFrame lacked, with its bytes as they are on disk now
+    (Spark skipped it for being empty, so usually none)."""
+    try:
+        with open(entry.path, "rb") as fh:
+            return IncomingFile(f"file:{entry.path}", entry.arrival_ts, fh.read())
+    except FileNotFoundError:
+        return IncomingFile(f"file:{entry.path}", entry.arrival_ts, b"", vanished=True)
+
+
 class MicroBatchHandler:
-    def __init__(self, engine, graph, grouping, sink, dead_letter, log=print, clock=time.time):
+    def __init__(self, engine, graph, grouping, sink, dead_letter, log=print, clock=time.time,
+                 checkpoint: str | None = None):
         self.engine = engine
+        self.checkpoint = checkpoint        # whose source log lists every file of a batch
         self.graph = graph
         self.grouping = grouping
         self.sink = sink
@@ -66,7 +82,17 @@ class MicroBatchHandler:
         mtime_us = table.column("modificationTime").cast(pa.int64()).to_numpy(zero_copy_only=False)
         files = [IncomingFile(p, float(t) / 1e6, c) for p, t, c in
                  zip(table.column("path").to_pylist(), mtime_us.tolist(), table.column("content").to_pylist())]
+        files += self.undelivered(files, int(batch_id))
         self.handle(files, int(batch_id))
+
+    def undelivered(self, delivered: list[IncomingFile], batch_id: int) -> list[IncomingFile]:
+        """The files the source consumed for this batch (checkpoint source log) that are not among
+        `delivered`: without them a 0-byte request file would vanish unanswered (module doc)."""
+        logged = batch_files(self.checkpoint, batch_id) if self.checkpoint else None
+        if logged is None:
+            return []
+        got = {local_path(f.path) for f in delivered}
+        return [read_logged(entry) for entry in logged if entry.path not in got]
 
     # -- the micro-batch -----------------------------------------------------------------------
     def handle(self, files: list[IncomingFile], batch_id: int) -> BatchProgress:
@@ -110,6 +136,9 @@ class MicroBatchHandler:
         pending, dead = [], []
         for f in files:
             try:
+                if f.vanished:
+                    raise MalformedRequestFile(f"{f.name}: the stream source listed this file but it "
+                                               f"was gone before it could be read")
                 requests = parse_request_file(f.content, f.name)
             except MalformedRequestFile as exc:
                 reason = str(exc)

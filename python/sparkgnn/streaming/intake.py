@@ -6,9 +6,11 @@ whole query on one corrupt or foreign file (and every restart replays the same b
 never gets past it). Parsing each file on its own turns "this file is unusable" into a value: the
 file goes to the dead-letter directory with the reason and the rest of the micro-batch is served.
 
-What counts as malformed (the whole file is refused): not Parquet, a column of SCHEMA missing, a
-column whose type cannot be cast to SCHEMA's, a kind other than node/edge, null ids, feature
-vectors of different lengths inside one request, or no row at all. A file that parses but holds
+What counts as malformed (the whole file is refused): empty (0 bytes; Spark does not even hand
+those over, handler.py finds them in the checkpoint), not Parquet or truncated, a column of SCHEMA
+missing, a column whose type cannot be cast to SCHEMA's, a kind other than node/edge, null ids,
+feature vectors of different lengths inside one request, or no row at all. The checks and their
+words are serving.request.parse_request_bytes', shared with read_requests. A file that parses but holds
 an invalid REQUEST (unknown ids, wrong width, NaN) is not malformed: that request is answered
 with an error row naming the problem (handler.py), because the fault is the request's, not the
 file's, and a client reading the answers should learn about it under its request id.
@@ -19,11 +21,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from sparkgnn.errors import SparkGNNError
-from sparkgnn.serving.request import SCHEMA, Request, requests_from_table
+from sparkgnn.serving.request import Request, RequestError, parse_request_bytes
 
 
 class MalformedRequestFile(SparkGNNError, ValueError):
@@ -36,7 +35,8 @@ class IncomingFile:
 
     path: str
     arrival_ts: float        # the file's modification time (epoch seconds): when it appeared
-    content: bytes
+    content: Optional[bytes]
+    vanished: bool = False   # listed by the source, gone from disk before it could be read
 
     @property
     def name(self) -> str:
@@ -71,33 +71,10 @@ def local_path(path: str) -> str:
     return path
 
 
-def parse_request_file(content: bytes, path: str = "<bytes>") -> list[Request]:
-    """The requests of one file in SCHEMA, in file order; MalformedRequestFile says why not."""
-    if not content:
-        raise MalformedRequestFile(f"{path}: empty file (0 bytes)")
+def parse_request_file(content: bytes | None, path: str = "<bytes>") -> list[Request]:
+    """The requests of one file in SCHEMA, in file order; MalformedRequestFile says why not (the
+    same checks and words as serving.request.read_requests: parse_request_bytes)."""
     try:
-        table = pq.read_table(pa.BufferReader(content))
-    except Exception as exc:  # noqa: BLE001  (any failure to decode the bytes means: not Parquet)
-        raise MalformedRequestFile(f"{path}: not a readable Parquet file ({type(exc).__name__}: "
-                                   f"{_one_line(exc)})") from None
-    missing = [f.name for f in SCHEMA if f.name not in table.column_names]
-    if missing:
-        raise MalformedRequestFile(f"{path}: lacks column(s) {missing}; a request file has "
-                                   f"{SCHEMA.names}")
-    if table.num_rows == 0:
-        raise MalformedRequestFile(f"{path}: no rows (a request file holds at least one request)")
-    try:
-        table = table.select(SCHEMA.names).cast(SCHEMA)
-    except Exception as exc:  # noqa: BLE001  (ArrowInvalid / NotImplemented: types do not fit)
-        have = {f.name: str(f.type) for f in table.schema if f.name in SCHEMA.names}
-        raise MalformedRequestFile(f"{path}: column types {have} do not fit the request schema "
-                                   f"({_one_line(exc)})") from None
-    try:
-        return requests_from_table(table)
-    except SparkGNNError as exc:
-        raise MalformedRequestFile(f"{path}: {_one_line(exc)}") from None
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return text if len(text) <= 400 else text[:397] + "..."
+        return parse_request_bytes(content, path)
+    except RequestError as exc:
+        raise MalformedRequestFile(str(exc)) from None

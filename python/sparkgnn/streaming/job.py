@@ -15,7 +15,9 @@ content per file; the schema must be given for a stream). Files are picked up by
 files are written to a hidden temp name and renamed into place (serving.request.write_requests).
 `max_files_per_trigger` is Spark's maxFilesPerTrigger (oldest files first); a request file holds
 whole requests, so with one request per file (what the workload writer produces) it is also the
-maximum number of requests per micro-batch.
+maximum number of requests per micro-batch. Spark leaves 0-byte files out of the micro-batch's
+DataFrame although the source consumed them; the handler finds them in the checkpoint's source
+log (sourcelog.py) and dead-letters them, so every consumed file is answered or refused.
 
 Sink: foreachBatch(MicroBatchHandler) with the atomic, idempotent per-batch-id directory writes of
 sink.py; together with the checkpoint's offset and commit logs that is exactly-once output per
@@ -199,7 +201,8 @@ def _run_with(cfg, graph, engine, spark, log, on_started, stop_when, handle_sign
     sink.sweep()
     dead = DeadLetter(cfg.dead_letter_dir)
     os.makedirs(cfg.requests, exist_ok=True)
-    handler = MicroBatchHandler(engine, graph, grouping, sink, dead, log=log)
+    handler = MicroBatchHandler(engine, graph, grouping, sink, dead, log=log,
+                                checkpoint=os.path.abspath(cfg.checkpoint))
 
     session = spark() if callable(spark) else spark
     if cfg.workers == "spark":
