@@ -10,7 +10,7 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYTHONUNBUFFERED := 1
 
-.PHONY: venv test demo bench-batch clean
+.PHONY: venv test demo bench-batch clean lint
 
 venv: $(STAMP)
 
@@ -23,6 +23,19 @@ $(STAMP): requirements.txt pyproject.toml setup.py
 
 test: venv
 	$(PY) -m pytest -q tests
+
+# Lint and types: ruff (rules and format in pyproject.toml) and mypy. mypy reads the package as it is
+# installed (planner/ and messenger/ are sparkgnn.planner / sparkgnn.messenger), so it runs on a
+# symlink tree of that shape under build/typecheck (rebuilt each time, ignored by git).
+LINT_PATHS := python planner messenger spark_jobs tests bench examples setup.py
+lint: venv
+	$(VENV)/bin/ruff check $(LINT_PATHS)
+	$(VENV)/bin/ruff format --check $(LINT_PATHS)
+	rm -rf build/typecheck && mkdir -p build/typecheck/sparkgnn
+	for f in python/sparkgnn/*; do ln -s ../../../$$f build/typecheck/sparkgnn/$$(basename $$f); done
+	ln -s ../../../planner build/typecheck/sparkgnn/planner
+	ln -s ../../../messenger build/typecheck/sparkgnn/messenger
+	cd build/typecheck && ../../$(VENV)/bin/mypy --config-file ../../pyproject.toml -p sparkgnn
 
 # The main job on the embedded default: Cora from the packaged dataset, a GraphSAGE trained in
 # PyTorch Geometric, batch inference through spark-submit on local Spark, accuracy vs PyG.
@@ -78,3 +91,9 @@ bench-stream: venv
 .PHONY: bench-serving
 bench-serving: venv
 	$(PY) bench/bench_serving.py
+
+# Cost of the refusal checks (graph footers + data_stamp, PE store CRC-32 / size verification) next to
+# the reads they guard, at two graph sizes: bench/results/integrity.json + integrity.png (~3 minutes).
+.PHONY: bench-integrity
+bench-integrity: venv
+	$(PY) bench/bench_integrity.py
