@@ -9,14 +9,18 @@
     local      LocalCluster: broker + N worker child processes (`local[N]`)
     shm        same-host payload route through reused shared memory segments
     verify     result checks shared by all transports (batch id, row ids)
+    cli        one-line argument/user errors with exit code 2 for the messenger's command lines
     endpoints, security, sockets, memory, watchdog, hashing: small helpers, one job each
 See README.md in this folder for the design, measured numbers and the API.
 """
-from sparkgnn.messenger.errors import RemoteTaskError, SecurityError, TransportError
+from sparkgnn.messenger.errors import (BindError, BrokerUnreachableError, EndpointError,
+                                       MessageTooLargeError, NoWorkerError, RemoteTaskError,
+                                       SecurityError, TransportError)
 from sparkgnn.messenger.protocol import PROTOCOL_VERSION, Handler, Kind, ProtocolError, decode, encode
 
 __all__ = ["PROTOCOL_VERSION", "Kind", "ProtocolError", "Handler", "encode", "decode",
-           "TransportError", "RemoteTaskError", "SecurityError", "connect", "Broker", "serve",
+           "TransportError", "RemoteTaskError", "SecurityError", "BrokerUnreachableError",
+           "NoWorkerError", "MessageTooLargeError", "EndpointError", "BindError", "connect", "Broker", "serve",
            "LocalCluster", "InProcessTransport", "MessengerTransport"]
 
 _LAZY = {"connect": "transport", "InProcessTransport": "transport", "MessengerTransport": "dealer",

@@ -24,8 +24,9 @@ import time
 
 import zmq
 
-from sparkgnn.messenger import endpoints, memory, security, sockets, watchdog
+from sparkgnn.messenger import cli, endpoints, memory, security, sockets, watchdog
 from sparkgnn.messenger.dispatch import Dispatcher, Request
+from sparkgnn.messenger.errors import BindError
 from sparkgnn.messenger.protocol import Kind, ProtocolError, control, peek_header
 
 
@@ -49,6 +50,8 @@ class Broker:
         self.counts = dict(malformed_front=0, malformed_back=0, unknown_kind=0, stats_requests=0)
         self._context = context or zmq.Context.instance()
         self._bound = threading.Event()
+        self._settled = threading.Event()  # bound, or binding failed (bind_error says why)
+        self.bind_error: BindError | None = None
         self._lock = threading.Lock()
         self._snapshot: dict = {}
 
@@ -59,30 +62,52 @@ class Broker:
             return dict(self._snapshot)
 
     def wait_bound(self, timeout: float | None = None) -> bool:
-        return self._bound.wait(timeout)
+        """True once both sockets are bound, False on timeout; the BindError when binding failed
+        (a taken port), so a caller running the broker in a thread does not wait in vain."""
+        self._settled.wait(timeout)
+        if self.bind_error is not None:
+            raise self.bind_error
+        return self._bound.is_set()
 
-    def run(self, stop_event: threading.Event | None = None) -> None:
-        """Serve until stop_event is set (or forever)."""
+    def run(self, stop_event: threading.Event | None = None, on_bound=None) -> None:
+        """Serve until stop_event is set (or forever). `on_bound(broker)` runs once both sockets
+        are bound (the CLI announces the concrete endpoints there, not before a bind fails)."""
         stop_event = stop_event or threading.Event()
         auth = security.start_authenticator(self._context, self.curve_keys_dir) if self.curve_keys_dir else None
         cap = self.max_message_bytes
         front = sockets.make(self._context, zmq.ROUTER, max_frame_bytes=cap, curve_server_dir=self.curve_keys_dir)
         back = sockets.make(self._context, zmq.ROUTER, max_frame_bytes=cap, curve_server_dir=self.curve_keys_dir)
         back.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a reconnecting worker keeps its identity
+        bound: list[str] = []
         try:
-            self.front_endpoint = sockets.bind(front, self.front_endpoint)
-            self.back_endpoint = sockets.bind(back, self.back_endpoint)
-            self._bound.set()
+            self._bind(front, back, bound)
+            if on_bound is not None:
+                on_bound(self)
             self._loop(front, back, stop_event)
         finally:
             for wid in list(self.dispatcher.workers):
                 self._send(back, wid, control(Kind.DISCONNECT))
             front.close(0)
             back.close(0)
-            for endpoint in (self.front_endpoint, self.back_endpoint):
+            for endpoint in bound:  # never another process's socket file after a failed bind
                 endpoints.cleanup_ipc(endpoint)
             if auth is not None:
                 auth.stop()
+
+    def _bind(self, front, back, bound: list) -> None:
+        """Bind both sockets (recording each in `bound`); a failure is kept in bind_error for
+        wait_bound() and raised."""
+        try:
+            self.front_endpoint = sockets.bind(front, self.front_endpoint)
+            bound.append(self.front_endpoint)
+            self.back_endpoint = sockets.bind(back, self.back_endpoint)
+            bound.append(self.back_endpoint)
+            self._bound.set()
+        except BindError as exc:
+            self.bind_error = exc
+            raise
+        finally:
+            self._settled.set()
 
     # -- loop ------------------------------------------------------------------------------
     def _loop(self, front, back, stop_event) -> None:
@@ -152,11 +177,14 @@ class Broker:
             self._send_assignments(front, self.dispatcher.release(client, now, header.get("lease"),
                                                                   header.get("token")))
         elif kind == Kind.HEARTBEAT.value:
-            self._send(front, client, control(Kind.HEARTBEAT))
+            # the liveness probe: a dealer waiting for a lease learns whether any worker could
+            # ever answer it, and where workers connect (for its error message)
+            self._send(front, client, control(Kind.HEARTBEAT, live_workers=len(self.dispatcher.workers),
+                                              back=self.back_endpoint))
         elif kind == Kind.STATS.value:
             self.counts["stats_requests"] += 1
             self._publish()
-            self._send(front, client, control(Kind.STATS, metrics=self.metrics()))
+            self._send(front, client, self._stats_answer())
         else:
             self.counts["unknown_kind"] += 1
 
@@ -188,6 +216,16 @@ class Broker:
             self.dispatcher.heard(wid, now)
         self._send_assignments(front, assignments)
 
+    def _stats_answer(self) -> list:
+        """STATS with per-worker details, or without them when they would not fit one header
+        (hundreds of workers): a metrics request must never take the broker down."""
+        metrics = self.metrics()
+        try:
+            return control(Kind.STATS, metrics=metrics)
+        except ProtocolError:
+            metrics.pop("workers", None)
+            return control(Kind.STATS, metrics=dict(metrics, workers_omitted=True))
+
     # -- output ----------------------------------------------------------------------------
     def _send_assignments(self, front, assignments) -> None:
         for client, fields in assignments:
@@ -218,16 +256,33 @@ def _positive(value, default):
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else default
 
 
+PROG = "sparkgnn-broker"
+
+
+def _bind_endpoint(text: str) -> str:
+    """argparse type: something a socket can bind (tcp port may be '*')."""
+    try:
+        endpoints.scheme(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="sparkgnn-broker", description=__doc__.split("\n\n")[0])
-    p.add_argument("--front", default="tcp://127.0.0.1:5555", help="endpoint dealers connect to")
-    p.add_argument("--back", default="tcp://127.0.0.1:5556", help="endpoint workers connect to")
-    p.add_argument("--heartbeat", type=float, default=1.0, help="heartbeat interval, seconds")
-    p.add_argument("--liveness", type=int, default=3, help="missed heartbeats before a worker expires")
-    p.add_argument("--max-queue", type=int, default=1024, help="queued lease requests before BUSY")
-    p.add_argument("--max-message-bytes", type=int, default=sockets.CONTROL_MAX_BYTES)
-    p.add_argument("--metrics-interval", type=float, default=10.0, help="seconds between metrics lines")
-    p.add_argument("--stuck-after", type=float, default=300.0,
+    p = cli.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    p.add_argument("--front", default="tcp://127.0.0.1:5555", type=_bind_endpoint,
+                   help="endpoint dealers (Spark tasks, --workers tcp://...) connect to")
+    p.add_argument("--back", default="tcp://127.0.0.1:5556", type=_bind_endpoint,
+                   help="endpoint workers (sparkgnn-worker --connect ...) connect to")
+    p.add_argument("--heartbeat", type=cli.positive_float, default=1.0, help="heartbeat interval, seconds")
+    p.add_argument("--liveness", type=cli.positive_int, default=3,
+                   help="missed heartbeats before a worker expires")
+    p.add_argument("--max-queue", type=cli.positive_int, default=1024, help="queued lease requests before BUSY")
+    p.add_argument("--max-message-bytes", type=cli.positive_int, default=sockets.CONTROL_MAX_BYTES,
+                   help="cap on one control message (payloads never cross the broker)")
+    p.add_argument("--metrics-interval", type=cli.positive_float, default=10.0,
+                   help="seconds between metrics lines")
+    p.add_argument("--stuck-after", type=cli.positive_float, default=300.0,
                    help="seconds a worker's current task may run before it gets no new leases")
     p.add_argument("--curve-keys", default=None, help="dir with server.key_secret (zmq.auth)")
     p.add_argument("--bind-any", action="store_true", help="allow non-loopback binds (needs --curve-keys)")
@@ -235,7 +290,13 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def main(argv=None) -> int:
+    """`sparkgnn-broker`: a taken port, an exposed bind without keys and bad arguments end as one
+    line on stderr with exit code 2 (messenger.cli)."""
     args = parse_args(argv)
+    return cli.run(PROG, lambda: _serve(args))
+
+
+def _serve(args: argparse.Namespace) -> int:
     watchdog.start_from_env()
     memory.tune_malloc()
     broker = Broker(args.front, args.back, heartbeat_s=args.heartbeat, liveness=args.liveness,
@@ -245,9 +306,13 @@ def main(argv=None) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    print(f"[sparkgnn-broker] front={args.front} back={args.back}", file=sys.stderr, flush=True)
-    broker.run(stop)
+    broker.run(stop, on_bound=_announce)
     return 0
+
+
+def _announce(broker: Broker) -> None:
+    print(f"[{PROG}] front={broker.front_endpoint} (clients connect here) "
+          f"back={broker.back_endpoint} (workers connect here)", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

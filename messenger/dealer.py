@@ -15,6 +15,14 @@ Failure handling, each bounded by `timeout_s` per attempt and `retries` re-sends
   intervals the dealer reconnects (fresh socket) and asks again, so a restarted broker picks up
   where the old one stopped; no broker within the attempt deadline -> TransportError naming the
   batch, op and endpoint.
+- no broker at all: a batch that has heard nothing from the broker since it started asking
+  fails after `connect_timeout_s` with BrokerUnreachableError (names the endpoint and the
+  command that starts a broker) instead of waiting out `timeout_s` x `retries`.
+- no worker: the broker's HEARTBEAT answers say how many workers are connected; a batch that
+  waits while the broker reports none for `no_worker_timeout_s` fails with NoWorkerError.
+- too large: a batch over the assigned worker's advertised limit (or this dealer's own) fails
+  before sending with MessageTooLargeError; a worker refusing one answers an ERROR frame marked
+  too_large (with both sizes), raised as the same error. Nothing oversize is dropped unanswered.
 - queue full: the broker answers BUSY; the dealer waits `retry_after` and asks again. The dealer's
   own memory is bounded by the in-flight window.
 - ERROR from the worker: raised at once as RemoteTaskError (handler errors are deterministic),
@@ -33,15 +41,48 @@ from typing import Iterable, Iterator
 
 import zmq
 
-from sparkgnn.messenger import memory, shm, sockets, verify
-from sparkgnn.messenger.errors import RemoteTaskError, TransportError
-from sparkgnn.messenger.protocol import (DEFAULT_MAX_MESSAGE_BYTES, Kind, ProtocolError, control,
-                                          decode_payload, encode_header, peek_header,
-                                          serialize_table, stamp)
+from sparkgnn.messenger import endpoints, memory, shm, sockets, verify
+from sparkgnn.messenger.errors import (BrokerUnreachableError, MessageTooLargeError, NoWorkerError,
+                                       RemoteTaskError, TransportError, size_text)
+from sparkgnn.messenger.protocol import (DEFAULT_MAX_MESSAGE_BYTES, Kind, MessageTooLarge,
+                                          ProtocolError, control, decode_payload, encode_header,
+                                          peek_header, serialize_table, stamp)
 from sparkgnn.messenger.protocol import frame_buffer
 
 
 _WAITING, _SENT, _DONE, _FAILED = "waiting", "sent", "done", "failed"
+
+# How long a batch waits for a broker that never answers / for a worker to connect to a broker
+# that has none. Short enough that a wrong address fails while the user still watches, long
+# enough for a broker or a worker (torch import) that is being started at the same time.
+CONNECT_TIMEOUT_S = 15.0
+NO_WORKER_TIMEOUT_S = 15.0
+
+
+def _nbytes(frame) -> int:
+    return frame.size if hasattr(frame, "size") and not isinstance(frame, (bytes, bytearray)) else len(frame)
+
+
+def unreachable_message(endpoint: str, timeout_s: float) -> str:
+    return (f"no broker answered at {endpoint} within {timeout_s:g} s: start one with "
+            f"`sparkgnn-broker --front {endpoint} --back <worker endpoint>` (clients connect to "
+            f"its --front endpoint), or check the address")
+
+
+def no_worker_message(endpoint: str, back: str | None, timeout_s: float) -> str:
+    where = back or "<the broker's --back endpoint>"
+    return (f"no worker is connected to the broker at {endpoint} (none for {timeout_s:g} s): start "
+            f"one with `sparkgnn-worker --connect {where} --model-store DIR`")
+
+
+def too_large_message(header: dict, size: int, limit: int, whose: str, remedy: str,
+                      what: str = "") -> str:
+    """'batch 17 of job 'x' (op 'y') is 300.0 MiB (N bytes), over worker W's message limit of
+    256.0 MiB, max_message_bytes=L: <remedy>, or send smaller batches (more partitions)'."""
+    subject = f"{what} batch" if what else "batch"
+    return (f"{subject} {header.get('batch')!r} of job {header.get('job')!r} (op {header.get('op')!r}) "
+            f"is {size_text(size)} ({size} bytes), over {whose} message limit of {size_text(limit)}, "
+            f"max_message_bytes={limit}: {remedy}, or send smaller batches (more partitions)")
 
 
 @dataclass
@@ -62,6 +103,7 @@ class _Batch:
     worker: str | None = None
     deadline: float = 0.0
     retry_lease_at: float = 0.0
+    asking_since: float = 0.0     # when this attempt started asking the broker for a worker
     reason: str = ""
     result: tuple | None = None
     error: Exception | None = None
@@ -75,10 +117,19 @@ class MessengerTransport:
                  curve_server_key=None, *, heartbeat_s: float = 1.0, liveness: int = 3,
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, job: str | None = None,
                  context: zmq.Context | None = None, tune_malloc: bool = True,
-                 shm_payloads: bool = True, shm_min_bytes: int = 256 * 1024):
+                 shm_payloads: bool = True, shm_min_bytes: int = 256 * 1024,
+                 connect_timeout_s: float | None = CONNECT_TIMEOUT_S,
+                 no_worker_timeout_s: float | None = NO_WORKER_TIMEOUT_S):
+        endpoints.check_connect(endpoint)
         if tune_malloc:
             memory.tune_malloc()
         self.endpoint = endpoint
+        # 0 / None: wait as long as timeout_s x retries allow (the behaviour before these existed)
+        self.connect_timeout_s = connect_timeout_s or None
+        self.no_worker_timeout_s = no_worker_timeout_s or None
+        self._last_heard = float("-inf")      # any message from the broker, ever
+        self._no_workers_since: float | None = None  # the broker has reported 0 workers since
+        self._broker_back: str | None = None  # the broker's worker endpoint, from its answers
         self.timeout_s = timeout_s
         self.retries = retries
         self.window = window
@@ -182,8 +233,9 @@ class MessengerTransport:
         tables = dict(tables)
         size = sum((n + 7) // 8 * 8 for n in shm.stream_sizes(tables.values()))
         if size > self.max_message_bytes:
-            raise TransportError(f"batch {header['batch']!r} op {header.get('op')!r}: {size} bytes "
-                                 f"exceeds max_message_bytes={self.max_message_bytes}")
+            raise MessageTooLargeError(too_large_message(
+                header, size, self.max_message_bytes, "this client's",
+                "pass a larger max_message_bytes to the transport"))
         header["kind"] = Kind.TASK.value
         batch = _Batch(seq, header, tables, size, verify.request_ids(header, tables))
         self._batches[seq] = batch
@@ -205,6 +257,7 @@ class MessengerTransport:
         batch.token = f"{self._client}:{batch.seq}:{batch.tries}"
         batch.lease, batch.state = None, _WAITING
         batch.deadline = now + self.timeout_s
+        batch.asking_since = now
         self._ask_lease(batch)
 
     def _ask_lease(self, batch: _Batch) -> None:
@@ -220,6 +273,12 @@ class MessengerTransport:
             batch.error = TransportError(self._describe(batch, "abandoned"))
         self._drop_payload(batch, reusable=False)
         self._batches.pop(batch.seq, None)
+
+    def _give_up(self, batch: _Batch, error: Exception) -> None:
+        """Fail a batch that may hold a lease or a queued request: tell the broker first, so a
+        worker that turns up later is not leased to a batch nobody waits for."""
+        self._send_broker(control(Kind.RELEASE, lease=batch.lease, token=batch.token))
+        self._fail(batch, error)
 
     def _fail(self, batch: _Batch, error: Exception) -> None:
         batch.state, batch.error = _FAILED, error
@@ -274,7 +333,10 @@ class MessengerTransport:
             waiting = waiting or batch.state == _WAITING
         if not waiting:
             self._broker_heard = now  # only judge the broker while we need it
+            self._no_workers_since = None
             self._next_ping = now + self.heartbeat_s
+            return
+        if self._fail_stalled(now):
             return
         if now - self._broker_heard > self.heartbeat_s * self.liveness:
             self._reconnect_broker(now)
@@ -282,23 +344,62 @@ class MessengerTransport:
             self._send_broker(control(Kind.HEARTBEAT))
             self._next_ping = now + self.heartbeat_s
 
+    def _fail_stalled(self, now: float) -> bool:
+        """Fail every batch that waits for a worker which cannot come: no broker has answered
+        since it started asking (connect_timeout_s), or the broker has reported no connected
+        worker for no_worker_timeout_s. Whether any batch failed."""
+        failed = False
+        for batch in list(self._batches.values()):
+            if batch.state != _WAITING:
+                continue
+            error = self._stall(batch, now)
+            if error is not None:
+                self._give_up(batch, error)
+                failed = True
+        return failed
+
+    def _stall(self, batch: _Batch, now: float) -> TransportError | None:
+        h = batch.header
+        what = f"batch {h.get('batch')!r} op {h.get('op')!r} (job {h.get('job')!r}) cannot run"
+        if (self.connect_timeout_s and self._last_heard < batch.asking_since
+                and now - batch.asking_since >= self.connect_timeout_s):
+            return BrokerUnreachableError(f"{what}: {unreachable_message(self.endpoint, self.connect_timeout_s)}")
+        if (self.no_worker_timeout_s and self._no_workers_since is not None
+                and now - max(self._no_workers_since, batch.asking_since) >= self.no_worker_timeout_s):
+            return NoWorkerError(f"{what}: {no_worker_message(self.endpoint, self._broker_back, self.no_worker_timeout_s)}")
+        return None
+
     def _on_broker(self, frames) -> None:
         try:
             header = peek_header(frames, sockets.CONTROL_MAX_BYTES)
         except ProtocolError:
             self.counts["orphans"] += 1
             return
-        self._broker_heard = time.monotonic()
+        now = self._broker_heard = self._last_heard = time.monotonic()
         self._backoff = self.heartbeat_s
         kind = header["kind"]
         batch = self._by_token(header.get("token"))
-        if kind == Kind.ASSIGN.value:
+        if kind == Kind.HEARTBEAT.value:
+            self._on_broker_heartbeat(header, now)
+        elif kind == Kind.ASSIGN.value:
+            self._no_workers_since = None
             self._on_assign(batch, header)
         elif kind == Kind.BUSY.value and batch is not None and batch.state == _WAITING:
             self.counts["busy"] += 1
             retry_after = header.get("retry_after")
             retry_after = retry_after if isinstance(retry_after, (int, float)) else self.heartbeat_s
             batch.retry_lease_at = time.monotonic() + min(max(retry_after, 0.001), self.heartbeat_s)
+
+    def _on_broker_heartbeat(self, header: dict, now: float) -> None:
+        """Remember whether the broker has a worker (a broker that does not say is trusted)."""
+        live, back = header.get("live_workers"), header.get("back")
+        if isinstance(back, str):
+            self._broker_back = back
+        if isinstance(live, int) and not isinstance(live, bool) and live == 0:
+            if self._no_workers_since is None:
+                self._no_workers_since = now
+        else:
+            self._no_workers_since = None
 
     def _on_assign(self, batch: _Batch | None, header: dict) -> None:
         lease, data = header.get("lease"), header.get("data")
@@ -323,9 +424,7 @@ class MessengerTransport:
         cap = header.get("max_bytes")
         if isinstance(cap, int) and batch.nbytes > cap:
             # the worker's socket would drop it unread and we would only see a timeout
-            self._send_broker(control(Kind.RELEASE, lease=lease))
-            self._fail(batch, TransportError(self._describe(
-                batch, f"batch is {batch.nbytes} bytes, over worker {data}'s max_message_bytes={cap}")))
+            self._refuse_oversize(batch, lease, batch.nbytes, cap, data)
             return
         batch.lease, batch.worker, batch.state = lease, data, _SENT
         batch.deadline = now + self.timeout_s
@@ -338,6 +437,11 @@ class MessengerTransport:
             self._shm_ok = False
             frames = self._task_frames(batch, False, lease)
             batch.history.append(f"shared memory unavailable ({exc}); using frames")
+        wire = sum(_nbytes(f) for f in frames)
+        if isinstance(cap, int) and len(frames) > 1 and wire > cap:
+            # the payload fits but not with its header: the worker counts whole messages
+            self._refuse_oversize(batch, lease, wire, cap, data)
+            return
         sock = self._data_socket(data, header.get("curve"))
         try:
             sock.send_multipart(frames, copy=False)
@@ -345,6 +449,13 @@ class MessengerTransport:
             self.counts["sent_shm"] += use_shm and len(frames) == 1
         except zmq.ZMQError as exc:
             self._new_attempt(batch, now, f"send to {data} failed: {exc}")
+
+    def _refuse_oversize(self, batch: _Batch, lease, size: int, cap: int, worker: str) -> None:
+        self._send_broker(control(Kind.RELEASE, lease=lease))
+        batch.worker = worker
+        self._fail(batch, MessageTooLargeError(too_large_message(
+            batch.header, size, cap, f"worker {worker}'s",
+            "start the worker with a larger --max-message-bytes")))
 
     def _task_frames(self, batch: _Batch, use_shm: bool, lease) -> list:
         """The TASK for this attempt: header naming the shm segment, or header + payload frames.
@@ -389,6 +500,9 @@ class MessengerTransport:
     def _on_data(self, frames) -> None:
         try:
             header = peek_header(frames, self.max_message_bytes)
+        except MessageTooLarge as exc:
+            self._on_oversize_result(exc)
+            return
         except ProtocolError:
             self.counts["orphans"] += 1
             return
@@ -414,6 +528,9 @@ class MessengerTransport:
                 self.counts["duplicates"] += 1  # an earlier attempt's refusal; a later one is out
                 return
             message = f"worker {header.get('worker') or batch.worker} answered ERROR: {header.get('error')}"
+            if header.get("too_large"):
+                self._fail(batch, self._refused_as_too_large(batch, header))
+                return
             if header.get("error_type") == "ShmUnavailable" and batch.worker:
                 self._no_shm.add(batch.worker)  # e.g. same host name, other /dev/shm: use frames
             if header.get("retryable"):
@@ -438,6 +555,28 @@ class MessengerTransport:
         self._drop_payload(batch, reusable=batch.tries == 1 and header.get("shm_pinned") is False)
         self.counts["results"] += 1
 
+    def _refused_as_too_large(self, batch: _Batch, header: dict) -> MessageTooLargeError:
+        """The worker's too_large ERROR as the same error a pre-send check raises."""
+        size, limit = header.get("size"), header.get("limit")
+        worker = header.get("worker") or batch.worker
+        if isinstance(size, int) and isinstance(limit, int):
+            return MessageTooLargeError(too_large_message(
+                batch.header, size, limit, f"worker {worker}'s",
+                "start the worker with a larger --max-message-bytes"))
+        return MessageTooLargeError(self._describe(batch, f"worker {worker} refused it: {header.get('error')}"))
+
+    def _on_oversize_result(self, exc: MessageTooLarge) -> None:
+        """A reply over this dealer's cap: fail its batch by name (the header was readable) rather
+        than drop it and wait for a timeout."""
+        batch = self._by_seq_of((exc.header or {}).get("token"))
+        if batch is None or batch.state not in (_WAITING, _SENT):
+            self.counts["orphans"] += 1
+            return
+        self.counts["bad_results"] += 1
+        self._give_up(batch, MessageTooLargeError(too_large_message(
+            batch.header, exc.size, exc.limit, "this client's", "pass a larger max_message_bytes "
+            "to the transport", what="the result of")))
+
     # -- lookup ----------------------------------------------------------------------------
     def _by_token(self, token) -> _Batch | None:
         batch = self._by_seq_of(token)
@@ -457,7 +596,7 @@ class MessengerTransport:
     def _open_broker(self) -> None:
         self._broker = sockets.make(self._context, zmq.DEALER, max_frame_bytes=sockets.CONTROL_MAX_BYTES,
                                     curve_server_key=self.curve_server_key)
-        self._broker.connect(self.endpoint)
+        sockets.connect(self._broker, self.endpoint)
         self._poller.register(self._broker, zmq.POLLIN)
         self._broker_heard = time.monotonic()
         self._next_ping = self._broker_heard + self.heartbeat_s
@@ -499,7 +638,7 @@ class MessengerTransport:
             key = curve or self.curve_server_key
             sock = sockets.make(self._context, zmq.DEALER, max_frame_bytes=self.max_message_bytes,
                                 curve_server_key=key)
-            sock.connect(endpoint)
+            sockets.connect(sock, endpoint)
             self._data[endpoint] = sock
             self._poller.register(sock, zmq.POLLIN)
         return sock
@@ -534,3 +673,60 @@ def broker_stats(endpoint: str, timeout_s: float = 5.0, curve_server_key=None,
         return header.get("metrics") or {}
     finally:
         sock.close(0)
+
+
+def probe_broker(endpoint: str, connect_timeout_s: float | None = CONNECT_TIMEOUT_S,
+                 no_worker_timeout_s: float | None = NO_WORKER_TIMEOUT_S, curve_server_key=None,
+                 context: zmq.Context | None = None) -> dict:
+    """Check, before a job depends on it, that a broker answers at `endpoint` (BrokerUnreachableError
+    after connect_timeout_s) and that at least one worker is connected to it (waits up to
+    no_worker_timeout_s for one, then NoWorkerError). Returns the broker's last HEARTBEAT answer.
+    WHY: a driver that starts a Spark job against a wrong address would otherwise learn it from
+    every task, deep in a JVM stack trace; 0 / None for a timeout waits without limit."""
+    endpoints.check_connect(endpoint)
+    context = context or zmq.Context.instance()
+    sock = sockets.make(context, zmq.DEALER, max_frame_bytes=sockets.CONTROL_MAX_BYTES,
+                        curve_server_key=curve_server_key)
+    try:
+        sockets.connect(sock, endpoint)
+        answer = _ping(sock, connect_timeout_s)
+        if answer is None:
+            raise BrokerUnreachableError(unreachable_message(endpoint, connect_timeout_s))
+        since = time.monotonic()
+        while answer.get("live_workers") == 0:
+            if no_worker_timeout_s and time.monotonic() - since >= no_worker_timeout_s:
+                raise NoWorkerError(no_worker_message(endpoint, answer.get("back"), no_worker_timeout_s))
+            time.sleep(0.2)
+            answer = _ping(sock, connect_timeout_s)
+            if answer is None:
+                raise BrokerUnreachableError(unreachable_message(endpoint, connect_timeout_s))
+        return answer
+    finally:
+        sock.close(0)
+
+
+def _ping(sock: zmq.Socket, timeout_s: float | None, resend_s: float = 0.5) -> dict | None:
+    """A HEARTBEAT round trip: the broker's answer header, or None when silent for timeout_s.
+    The ping is repeated every resend_s, so a broker that starts while we wait still answers."""
+    deadline = time.monotonic() + timeout_s if timeout_s else None
+    while True:
+        try:
+            sock.send_multipart(control(Kind.HEARTBEAT), zmq.NOBLOCK)
+        except zmq.Again:
+            pass  # no pipe to queue it on yet: the next round sends it again
+        resend_at = time.monotonic() + resend_s
+        while True:
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                return None
+            wait = (resend_at if deadline is None else min(resend_at, deadline)) - now
+            if wait <= 0:
+                break
+            if not sock.poll(wait * 1000):
+                continue
+            try:
+                header = peek_header(sock.recv_multipart(), sockets.CONTROL_MAX_BYTES)
+            except ProtocolError:
+                continue
+            if header["kind"] == Kind.HEARTBEAT.value:
+                return header

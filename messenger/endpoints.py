@@ -12,15 +12,42 @@ import socket
 import tempfile
 import uuid
 
-from sparkgnn.messenger.errors import SecurityError
+from sparkgnn.messenger.errors import EndpointError, SecurityError
 
 _LOCAL_SCHEMES = ("ipc", "inproc")
+FORMS = "tcp://host:port, ipc:///path/to/socket or inproc://name"
 
 
 def scheme(endpoint: str) -> str:
-    if "://" not in endpoint:
-        raise ValueError(f"not a ZeroMQ endpoint: {endpoint!r} (want tcp://, ipc:// or inproc://)")
+    if not isinstance(endpoint, str) or "://" not in endpoint:
+        raise EndpointError(f"not a ZeroMQ endpoint: {endpoint!r} (want {FORMS})")
     return endpoint.split("://", 1)[0]
+
+
+def _tcp_port_ok(rest: str) -> bool:
+    host, sep, port = rest.rpartition(":")
+    return bool(sep and host.strip("[]") and port.isdigit() and 0 < int(port) < 65536)
+
+
+# scheme -> does the part after "://" name something a socket can connect to?
+_CONNECTABLE = {
+    "tcp": lambda rest: _tcp_port_ok(rest.rsplit(";", 1)[-1]),  # "src;host:port" is libzmq syntax
+    "ipc": lambda rest: bool(rest),
+    "inproc": lambda rest: bool(rest),
+}
+
+
+def check_connect(endpoint: str) -> str:
+    """`endpoint`, or EndpointError naming what is wrong with it. WHY up front: libzmq answers
+    a malformed address with a bare "Invalid argument", and inside a worker's control thread not
+    even that reaches the user."""
+    kind = scheme(endpoint)
+    valid = _CONNECTABLE.get(kind)
+    if valid is None:
+        raise EndpointError(f"unknown scheme {kind!r} in endpoint {endpoint!r} (want {FORMS})")
+    if not valid(endpoint.split("://", 1)[1]):
+        raise EndpointError(f"cannot connect to {endpoint!r}: want {FORMS} (a tcp port is 1-65535)")
+    return endpoint
 
 
 def tcp_host(endpoint: str) -> str:

@@ -19,6 +19,9 @@ import pyarrow as pa
 from sparkgnn.errors import SparkGNNError
 from sparkgnn.messenger import hashing
 
+# Version rule: adding an optional header field keeps the version (receivers ignore fields they
+# do not know, and a sender must not rely on a peer having read one); a new kind, a removed or
+# renamed field or a changed meaning bumps it, and peers of different versions refuse each other.
 PROTOCOL_VERSION = 1
 MAX_HEADER_BYTES = 64 * 1024
 DEFAULT_MAX_MESSAGE_BYTES = 512 * 1024 * 1024
@@ -29,7 +32,8 @@ class Kind(str, Enum):
     keeps payloads off the broker (see broker.py)."""
 
     READY = "READY"            # worker -> broker: I serve at <data endpoint> with <slots>
-    HEARTBEAT = "HEARTBEAT"    # both ways (Paranoid Pirate); dealer pings, broker answers
+    HEARTBEAT = "HEARTBEAT"    # both ways (Paranoid Pirate); dealer pings, broker answers with
+                               # live_workers and back (its worker endpoint): the liveness probe
     TASK = "TASK"              # dealer -> worker (direct): run op on these tables
     RESULT = "RESULT"          # worker -> dealer (direct)
     ERROR = "ERROR"            # worker -> dealer: the task was refused (handler raised, bad frames)
@@ -44,6 +48,16 @@ class Kind(str, Enum):
 
 class ProtocolError(SparkGNNError, ValueError):
     """A message violates the wire protocol (version, kind, size, hash, truncated Arrow...)."""
+
+
+class MessageTooLarge(ProtocolError):
+    """A message is over the receiver's size cap. Carries the sizes and, when the header frame
+    itself was readable, the header, so a worker can answer the sender's batch with an ERROR
+    instead of dropping it unanswered."""
+
+    def __init__(self, message: str, size: int, limit: int, header: dict | None = None):
+        super().__init__(message)
+        self.size, self.limit, self.header = size, limit, header
 
 
 Handler = Callable[[dict, dict], tuple]
@@ -140,8 +154,18 @@ def peek_header(frames: Sequence, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) ->
         raise ProtocolError("empty message")
     total = sum(_nbytes(f) for f in frames)
     if total > max_bytes:
-        raise ProtocolError(f"oversize message: {total} bytes > cap {max_bytes}")
+        raise MessageTooLarge(f"oversize message: {total} bytes > cap {max_bytes}", total, max_bytes,
+                              _header_or_none(frames[0]))
     return _parse_header(frames[0])
+
+
+def _header_or_none(frame) -> dict | None:
+    """The header of an oversize message, when it is valid on its own (it is capped at
+    MAX_HEADER_BYTES, so reading it costs little): who to answer."""
+    try:
+        return _parse_header(frame)
+    except ProtocolError:
+        return None
 
 
 def frame_buffer(frame) -> pa.Buffer:
@@ -210,7 +234,8 @@ def decode_payload(header: dict, buffers: list, max_bytes: int = DEFAULT_MAX_MES
     already peeked `header` and read the tables zero-copy."""
     total = sum(b.size for b in buffers)
     if total > max_bytes:
-        raise ProtocolError(f"oversize message: {total} payload bytes > cap {max_bytes}")
+        raise MessageTooLarge(f"oversize message: {total} payload bytes > cap {max_bytes}", total,
+                              max_bytes, header)
     names = _table_names(header, len(buffers))
     _check_hash(header, buffers)
     rows = header.get("rows") or {}

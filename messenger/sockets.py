@@ -5,6 +5,7 @@ from __future__ import annotations
 import zmq
 
 from sparkgnn.messenger import security
+from sparkgnn.messenger.errors import BindError, EndpointError
 
 # Broker sockets only ever see control messages; this caps what a peer can make it allocate.
 CONTROL_MAX_BYTES = 1024 * 1024
@@ -31,7 +32,25 @@ def make(context: zmq.Context, kind: int, *, max_frame_bytes: int | None = None,
 
 
 def bind(sock: zmq.Socket, endpoint: str) -> str:
-    """Bind and return the concrete endpoint (tcp port resolved for `tcp://host:*`)."""
-    sock.bind(endpoint)
+    """Bind and return the concrete endpoint (tcp port resolved for `tcp://host:*`).
+    A failure is a BindError naming the endpoint and libzmq's reason ("Address already in use"),
+    not a raw ZMQError traceback: a taken port is the operator's to fix, not a bug."""
+    try:
+        sock.bind(endpoint)
+    except zmq.ZMQError as exc:
+        raise BindError(f"cannot bind {endpoint}: {_reason(exc)}") from None
     last = sock.getsockopt_string(zmq.LAST_ENDPOINT)
     return last or endpoint
+
+
+def connect(sock: zmq.Socket, endpoint: str) -> None:
+    """Connect, or EndpointError naming the endpoint (libzmq only says "Invalid argument")."""
+    try:
+        sock.connect(endpoint)
+    except zmq.ZMQError as exc:
+        raise EndpointError(f"cannot connect to {endpoint!r}: {_reason(exc)}") from None
+
+
+def _reason(exc: zmq.ZMQError) -> str:
+    """libzmq's reason alone ("Address already in use"; pyzmq appends the address itself)."""
+    return zmq.strerror(exc.errno) if exc.errno else str(exc)

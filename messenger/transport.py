@@ -12,7 +12,7 @@ from typing import Callable, Iterable, Iterator, Protocol, runtime_checkable
 
 from sparkgnn.messenger import verify
 from sparkgnn.messenger.dealer import MessengerTransport
-from sparkgnn.messenger.errors import RemoteTaskError, TransportError
+from sparkgnn.messenger.errors import EndpointError, RemoteTaskError, TransportError
 from sparkgnn.messenger.protocol import (DEFAULT_MAX_MESSAGE_BYTES, RESERVED, Handler, Kind,
                                           ProtocolError, decode, encode)
 
@@ -113,13 +113,20 @@ class _ClusterTransport(MessengerTransport):
             self.cluster.stop()
 
 
+def parse_local(spec: str) -> int:
+    """The N of "local[N]" (N >= 1), or EndpointError saying what N must be."""
+    match = re.fullmatch(r"local\[([^\]]*)\]", spec.strip()) if isinstance(spec, str) else None
+    text = match.group(1).strip() if match else None
+    if text is None or not text.isdigit() or int(text) < 1:
+        raise EndpointError(f"bad local spec {spec!r}: want local[N] with N a whole number >= 1 "
+                            f"(how many worker processes to start), e.g. local[2]")
+    return int(text)
+
+
 def _local(spec: str, handler_factory, *, cluster_options=None, **options):
     from sparkgnn.messenger.local import LocalCluster  # spawns processes: import only when asked
 
-    match = re.fullmatch(r"local\[(\d+)\]", spec)
-    if not match:
-        raise ValueError(f"bad local spec {spec!r}: want local[N]")
-    cluster = LocalCluster(int(match.group(1)), **(cluster_options or {})).start()
+    cluster = LocalCluster(parse_local(spec), **(cluster_options or {})).start()
     try:
         return _ClusterTransport(cluster, **options)
     except BaseException:
@@ -146,7 +153,8 @@ def connect(spec: str, handler_factory: Callable[[], Handler] | None = None, **o
     """A transport for `spec`: "inprocess" (handler_factory required), "tcp://...", "ipc://...",
     "inproc://..." (a broker's front endpoint), or "local[N]" (starts a LocalCluster; pass its
     arguments as cluster_options=dict(...)). Other options go to the transport's constructor."""
-    factory = TRANSPORTS.get(_key(spec))
+    factory = TRANSPORTS.get(_key(spec)) if isinstance(spec, str) else None
     if factory is None:
-        raise ValueError(f"unknown transport spec {spec!r}; known: {sorted(TRANSPORTS)}")
+        raise EndpointError(f"unknown transport spec {spec!r}; known: {sorted(TRANSPORTS)} "
+                            f"(inprocess, local[N], tcp://host:port, ipc:///path, inproc://name)")
     return factory(spec, handler_factory, **options)

@@ -5,10 +5,15 @@ Two threads, each owning its sockets (ZeroMQ sockets are not thread-safe):
   data endpoint, so a restarted broker re-learns the worker from any heartbeat), DONE per finished
   lease; when the broker is silent for `liveness` intervals it reconnects with exponential
   backoff. WHY a thread: a GNN layer can run for seconds; heartbeats from the task loop would
-  stop meanwhile and the broker would expire a healthy worker and requeue its batch.
+  stop meanwhile and the broker would expire a healthy worker and requeue its batch. A broker
+  that has never answered within `connect_timeout_s` (a wrong --connect, no broker started)
+  stops the worker with BrokerUnreachableError; once connected, a lost broker is waited for
+  indefinitely (a restarted broker gets its workers back).
 - the *task* loop (the caller's thread) owns the data ROUTER socket that dealers send TASKs to
   directly, decodes them (protocol.decode validates everything), runs the handler and answers
-  RESULT, or ERROR when the frames are malformed or the handler raises, and keeps serving.
+  RESULT, or ERROR when the frames are malformed or the handler raises, and keeps serving. A
+  task over `max_message_bytes` is answered with an ERROR marked too_large, naming both
+  sizes (never dropped unanswered, when its header frame is readable).
 """
 from __future__ import annotations
 
@@ -26,9 +31,10 @@ import zmq
 
 import pyarrow as pa
 
-from sparkgnn.messenger import endpoints, memory, security, shm, sockets, watchdog
+from sparkgnn.messenger import cli, endpoints, memory, security, shm, sockets, watchdog
+from sparkgnn.messenger.errors import BrokerUnreachableError
 from sparkgnn.messenger.protocol import (DEFAULT_MAX_MESSAGE_BYTES, RESERVED, Handler, Kind,
-                                          ProtocolError, control, frame_buffer,
+                                          MessageTooLarge, ProtocolError, control, frame_buffer,
                                           decode_payload, encode_header, peek_header,
                                           serialize_table, stamp)
 
@@ -69,8 +75,14 @@ class Worker:
                  *, slots: int = 2, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
                  curve_keys_dir=None, data_bind: str | None = None, advertise_host: str | None = None,
                  max_backoff_s: float | None = None, context: zmq.Context | None = None,
-                 info: dict | None = None, shm_payloads: bool = True):
-        self.connect = connect
+                 info: dict | None = None, shm_payloads: bool = True,
+                 connect_timeout_s: float | None = None, log=None):
+        self.connect = endpoints.check_connect(connect)
+        self.connect_timeout_s = connect_timeout_s or None  # None / 0: wait for a broker forever
+        self._log = log  # optional callable(line): connected / lost / reconnected, for the CLIs
+        self.failure: Exception | None = None  # why the worker stopped by itself (run() raises it)
+        self._abort = threading.Event()
+        self._connected = threading.Event()
         self.shm = shm_payloads and shm.supported()
         self.handler = handler
         self.heartbeat_s = heartbeat_s
@@ -92,7 +104,8 @@ class Worker:
         self._ready = threading.Event()
         self._lock = threading.Lock()
         self.counts = dict(tasks=0, results=0, errors=0, malformed=0, unknown_kind=0,
-                           reconnects=0, heartbeats=0, broker_messages=0, reply_shm_unavailable=0)
+                           reconnects=0, heartbeats=0, broker_messages=0, reply_shm_unavailable=0,
+                           oversize=0)
 
     def metrics(self) -> dict:
         with self._lock:
@@ -100,6 +113,10 @@ class Worker:
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         return self._ready.wait(timeout)
+
+    def wait_connected(self, timeout: float | None = None) -> bool:
+        """True once the broker has answered (its first heartbeat)."""
+        return self._connected.wait(timeout)
 
     def _count(self, key: str, n: int = 1) -> None:
         with self._lock:
@@ -125,7 +142,7 @@ class Worker:
             self.data_endpoint = endpoints.advertised(bound, self.advertise_host)
             self._bound_at = bound
             control_thread.start()
-            while not stop_event.is_set():
+            while not (stop_event.is_set() or self._abort.is_set()):
                 if data.poll(100):
                     frames = data.recv_multipart(copy=False)
                     self._serve_one(data, pipe, frames)
@@ -135,6 +152,8 @@ class Worker:
             data.close(0)
             pipe.close(0)
             endpoints.cleanup_ipc(getattr(self, "_bound_at", ""))
+        if self.failure is not None:
+            raise self.failure
 
     def _serve_one(self, data, pipe, frames) -> None:
         identity, body = frames[0].bytes, frames[1:]
@@ -153,6 +172,8 @@ class Worker:
         """(reply frames, lease to report DONE for)."""
         try:
             header = peek_header(body, self.max_message_bytes)
+        except MessageTooLarge as exc:
+            return self._too_large(exc), (exc.header or {}).get("lease")
         except ProtocolError as exc:
             self._count("malformed")
             return self._error({}, exc, retryable=True), None
@@ -169,6 +190,8 @@ class Worker:
         except shm.ShmUnavailable as exc:
             self._count("malformed")
             return self._error(header, exc, retryable=True, error_type="ShmUnavailable"), lease
+        except MessageTooLarge as exc:
+            return self._too_large(exc), lease
         except (ProtocolError, ValueError) as exc:
             self._count("malformed")
             return self._error(header, exc, retryable=True), lease
@@ -258,12 +281,24 @@ class Worker:
             return None, None, None
         return mapping, {"name": mapping.name, "parts": parts}, views
 
-    def _error(self, header: dict, exc: BaseException, retryable: bool, error_type: str | None = None) -> list:
+    def _error(self, header: dict, exc: BaseException, retryable: bool, error_type: str | None = None,
+               **extra) -> list:
         text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         tb = "".join(traceback.format_exception(exc))[-_ERROR_TEXT:]
         fields = {k: header.get(k) for k in _ECHOED}
-        return control(Kind.ERROR, **fields, error=text[:_ERROR_TEXT], error_type=error_type or type(exc).__name__,
-                       retryable=retryable, traceback=tb, worker=self.data_endpoint)
+        return control(Kind.ERROR, **fields, **extra, error=text[:_ERROR_TEXT],
+                       error_type=error_type or type(exc).__name__, retryable=retryable,
+                       traceback=tb, worker=self.data_endpoint)
+
+    def _too_large(self, exc: MessageTooLarge) -> list:
+        """An oversize task: answered (echoing the sender's token when its header was readable)
+        with both sizes, not retryable (any attempt at this worker would be refused the same)."""
+        self._count("malformed")
+        self._count("oversize")
+        # error_type stays the protocol family (ProtocolError, as for every refused frame);
+        # too_large + size + limit let the dealer name both sizes in its error
+        return self._error(exc.header or {}, exc, retryable=False, error_type="ProtocolError",
+                           too_large=True, size=exc.size, limit=exc.limit)
 
     # -- control thread --------------------------------------------------------------------
     def _broker_socket(self):
@@ -271,7 +306,7 @@ class Worker:
                             identity=self.identity)
         if self.curve_keys_dir:
             security.make_client(sock, security.server_public_key(self.curve_keys_dir))
-        sock.connect(self.connect)
+        sockets.connect(sock, self.connect)
         return sock
 
     def _announce(self, sock, kind: Kind) -> None:
@@ -292,9 +327,10 @@ class Worker:
         poller.register(sock, zmq.POLLIN)
         poller.register(pipe, zmq.POLLIN)
         silence_limit = self.heartbeat_s * self.liveness
-        heard = time.monotonic()
+        started = heard = time.monotonic()
         next_beat = heard + self.heartbeat_s
         backoff = self.heartbeat_s
+        online = False
         try:
             while not stop_event.is_set():
                 events = dict(poller.poll(max(0.0, min(next_beat - time.monotonic(), 0.1)) * 1000))
@@ -312,17 +348,26 @@ class Worker:
                             continue
                         heard, backoff = time.monotonic(), self.heartbeat_s
                         self._count("broker_messages")
+                        online = online or self._on_connected()
                         lost = lost or header["kind"] == Kind.DISCONNECT.value
                 now = time.monotonic()
+                if self._connect_expired(started, now):
+                    return
                 if now >= next_beat:
                     self._announce(sock, Kind.HEARTBEAT)
                     self._count("heartbeats")
                     next_beat = now + self.heartbeat_s
                 if lost or now - heard > silence_limit:
                     # Paranoid Pirate: drop the socket, wait, reconnect; double the wait each time.
+                    if online:
+                        self._say(f"lost the broker at {self.connect} (silent for {now - heard:.1f} s "
+                                  f"or said DISCONNECT); reconnecting")
+                    online = False
                     poller.unregister(sock)
                     sock.close(0)
-                    if stop_event.wait(backoff):
+                    if stop_event.wait(self._pause(backoff, started)):
+                        return
+                    if self._connect_expired(started, time.monotonic()):
                         return
                     backoff = min(backoff * 2, self.max_backoff_s)
                     self._count("reconnects")
@@ -339,13 +384,38 @@ class Worker:
             sock.close(0 if not stop_event.is_set() else 100)
             pipe.close(0)
 
+    def _on_connected(self) -> bool:
+        """The broker answered after a silence (or for the first time): say so. Returns True."""
+        if self._connected.is_set():
+            self._say(f"reconnected to broker at {self.connect}")
+        else:
+            self._connected.set()
+            self._say(f"connected to broker at {self.connect}; tasks arrive at {self.data_endpoint}")
+        return True
 
-def _best_effort_header(body, max_bytes) -> dict:
-    """Batch/token of a message that failed validation, so the dealer can match the ERROR."""
-    try:
-        return peek_header(body, max_bytes)
-    except ProtocolError:
-        return {}
+    def _pause(self, backoff: float, started: float) -> float:
+        """The reconnect backoff, cut short so a never-answering broker is judged on time."""
+        if self._connected.is_set() or self.connect_timeout_s is None:
+            return backoff
+        return max(0.0, min(backoff, started + self.connect_timeout_s - time.monotonic()))
+
+    def _connect_expired(self, started: float, now: float) -> bool:
+        """True (and the worker told to stop with BrokerUnreachableError) when no broker has ever
+        answered within connect_timeout_s. Never after the first answer: from then on a lost
+        broker is waited for, since a restarted one takes its workers back."""
+        if (self._connected.is_set() or self.connect_timeout_s is None
+                or now - started < self.connect_timeout_s):
+            return False
+        self.failure = BrokerUnreachableError(
+            f"no broker answered at {self.connect} within {self.connect_timeout_s:g} s: start one "
+            f"with `sparkgnn-broker --back {self.connect}` (workers connect to the broker's --back "
+            f"endpoint), or fix --connect (--connect-timeout 0 waits forever)")
+        self._abort.set()
+        return True
+
+    def _say(self, line: str) -> None:
+        if self._log is not None:
+            self._log(line)
 
 
 def serve(connect: str, handler: Handler, heartbeat_s: float = 1.0, liveness: int = 3,
@@ -369,20 +439,54 @@ def import_handler(spec: str) -> Handler:
     return obj
 
 
+CONNECT_TIMEOUT_S = 60.0  # the CLIs' default: a worker is often started before its broker
+
+
+def _connect_endpoint(text: str) -> str:
+    """argparse type: an endpoint a socket can connect to (checked before anything starts)."""
+    try:
+        return endpoints.check_connect(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def add_common_args(p: argparse.ArgumentParser) -> None:
     """Options every worker executable shares (generic and sparkgnn-worker)."""
-    p.add_argument("--connect", default="tcp://127.0.0.1:5556", help="broker back endpoint")
-    p.add_argument("--heartbeat", type=float, default=1.0, help="heartbeat interval, seconds")
-    p.add_argument("--liveness", type=int, default=3, help="silent intervals before reconnecting")
-    p.add_argument("--slots", type=int, default=2, help="tasks assigned at once (1 running + prefetch)")
-    p.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES)
+    p.add_argument("--connect", default="tcp://127.0.0.1:5556", type=_connect_endpoint,
+                   help="the broker's --back endpoint (default %(default)s)")
+    p.add_argument("--connect-timeout", type=cli.non_negative_float, default=CONNECT_TIMEOUT_S,
+                   help="seconds to wait for the broker's first answer; if none comes, exit with "
+                        "code 2 (default %(default)g; 0 = wait forever). Once connected, a lost "
+                        "broker is waited for and reconnected to")
+    p.add_argument("--heartbeat", type=cli.positive_float, default=1.0, help="heartbeat interval, seconds")
+    p.add_argument("--liveness", type=cli.positive_int, default=3, help="silent intervals before reconnecting")
+    p.add_argument("--slots", type=cli.positive_int, default=2,
+                   help="tasks assigned at once (1 running + prefetch)")
+    p.add_argument("--max-message-bytes", type=cli.positive_int, default=DEFAULT_MAX_MESSAGE_BYTES,
+                   help="largest task (or result) this worker takes; a larger one is refused with an "
+                        "error naming both sizes (default %(default)s)")
     p.add_argument("--curve-keys", default=None, help="dir with server.key(_secret) (zmq.auth)")
     p.add_argument("--data-bind", default=None, help="data socket bind (default: next to --connect)")
     p.add_argument("--advertise", default=None, help="host dealers use for a wildcard tcp data bind")
+    p.set_defaults(prog=p.prog)  # run_from_args names the program in its stderr lines
+
+
+def announce_connecting(args: argparse.Namespace) -> None:
+    """The first line a worker prints, at once (before a slow handler build): where it goes and
+    how long it will look for a broker there."""
+    limit = (f"exits if none answers within {args.connect_timeout:g} s"
+             if args.connect_timeout else "waits for it without limit")
+    _stderr_log(args.prog)(f"connecting to broker at {args.connect} ({limit}; --connect-timeout)")
+
+
+def _stderr_log(prog: str):
+    return lambda line: print(f"[{prog}] {line}", file=sys.stderr, flush=True)
 
 
 def run_from_args(args: argparse.Namespace, handler: Handler, info: dict | None = None) -> int:
-    """Shared main body: watchdog, malloc tuning, SIGTERM -> clean stop, serve."""
+    """Shared main body: watchdog, malloc tuning, SIGTERM -> clean stop, serve. Raises
+    BrokerUnreachableError when no broker answers within --connect-timeout (the mains turn it
+    into one line on stderr and exit code 2)."""
     watchdog.start_from_env()
     memory.tune_malloc()
     stop = threading.Event()
@@ -390,18 +494,30 @@ def run_from_args(args: argparse.Namespace, handler: Handler, info: dict | None 
         signal.signal(sig, lambda *_: stop.set())
     serve(args.connect, handler, args.heartbeat, args.liveness, stop, slots=args.slots,
           max_message_bytes=args.max_message_bytes, curve_keys_dir=args.curve_keys,
-          data_bind=args.data_bind, advertise_host=args.advertise, info=info)
+          data_bind=args.data_bind, advertise_host=args.advertise, info=info,
+          connect_timeout_s=args.connect_timeout, log=_stderr_log(args.prog))
     return 0
 
 
 def main(argv=None) -> int:
     """Generic worker: `python -m sparkgnn.messenger.worker --connect EP --handler mod:fn`.
-    The product's worker is `sparkgnn-worker` (sparkgnn.worker.cli), which builds the GNN handler."""
-    p = argparse.ArgumentParser(prog="python -m sparkgnn.messenger.worker")
+    The product's worker is `sparkgnn-worker` (sparkgnn.worker.cli), which builds the GNN handler.
+    User errors (bad arguments, an unloadable handler, no broker, a taken --data-bind): one line on
+    stderr, exit code 2."""
+    p = cli.ArgumentParser(prog="python -m sparkgnn.messenger.worker")
     add_common_args(p)
     p.add_argument("--handler", required=True, help="module:function implementing Handler")
     args = p.parse_args(argv)
-    return run_from_args(args, import_handler(args.handler), info={"handler": args.handler})
+    try:
+        handler = import_handler(args.handler)
+    except (ImportError, AttributeError, TypeError, ValueError) as exc:
+        p.error(f"--handler {args.handler!r}: {exc}")
+    return cli.run(args.prog, lambda: _serve(args, handler))
+
+
+def _serve(args: argparse.Namespace, handler: Handler) -> int:
+    announce_connecting(args)
+    return run_from_args(args, handler, info={"handler": args.handler})
 
 
 if __name__ == "__main__":

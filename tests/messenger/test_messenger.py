@@ -189,13 +189,15 @@ def test_curve_without_the_server_key_gets_nothing_through_and_with_it_works(tmp
         [t.join(5) for t in threads]
 
 
-def test_broker_cli_refuses_exposed_binds_without_keys():
+def test_broker_cli_refuses_exposed_binds_without_keys(capsys):
+    """The SecurityError is the CLI's one line on stderr with exit code 2 (messenger.cli)."""
     from sparkgnn.messenger.broker import main
 
-    with pytest.raises(SecurityError, match="--bind-any"):
-        main(["--front", "tcp://0.0.0.0:5999", "--back", "tcp://127.0.0.1:5998"])
-    with pytest.raises(SecurityError, match="requires CURVE keys"):
-        main(["--front", "tcp://0.0.0.0:5999", "--back", "tcp://127.0.0.1:5998", "--bind-any"])
+    assert main(["--front", "tcp://0.0.0.0:5999", "--back", "tcp://127.0.0.1:5998"]) == 2
+    assert capsys.readouterr().err.strip().startswith("sparkgnn-broker: error: refusing to bind")
+    assert main(["--front", "tcp://0.0.0.0:5999", "--back", "tcp://127.0.0.1:5998", "--bind-any"]) == 2
+    err = capsys.readouterr().err
+    assert "requires CURVE keys" in err and len(err.strip().splitlines()) == 1
 
 
 def test_size_caps_fail_fast_with_a_clear_error_instead_of_a_timeout(thread_cluster):

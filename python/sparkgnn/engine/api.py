@@ -7,7 +7,7 @@ import tempfile
 from sparkgnn.engine.executor import execute, finish
 from sparkgnn.engine.prepare import prepare
 from sparkgnn.engine.session import configure, default_parallelism, memory_per_task
-from sparkgnn.engine.transports import workers_for
+from sparkgnn.engine.transports import check_workers, workers_for
 from sparkgnn.errors import GraphValidationError, PlanError, SparkGNNError
 from sparkgnn.graph.problems import MAX_EXAMPLES, Problem
 from sparkgnn.outputs import check_output
@@ -93,6 +93,7 @@ def infer(spark, graph, model, out: str | None = None, strategy: str = "auto", p
     """
     from sparkgnn.dl.model_store import register
 
+    check_workers(workers)   # a typo fails in a second, not after preparing the graph
     root = _work_dir(spark, out, work_dir)
     if out:
         check_output(out, input_paths(graph, model, root), overwrite)

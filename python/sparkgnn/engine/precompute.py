@@ -23,7 +23,7 @@ from sparkgnn.engine.api import check_model_fits, coerce_graph, coerce_model, pl
 from sparkgnn.engine.executor import execute
 from sparkgnn.engine.routing import OWN, PE_STATE
 from sparkgnn.engine.session import configure
-from sparkgnn.engine.transports import workers_for
+from sparkgnn.engine.transports import check_workers, workers_for
 
 PE_SCHEMA = "id long, h array<float>"
 PE_STATE_SCHEMA = "id long, h array<float>, state array<float>"
@@ -80,6 +80,7 @@ def precompute(spark, graph, model, store: str, states: bool = True, metrics: bo
     from sparkgnn.dl.model_store import register
     from sparkgnn.pe import PEStore, PEWriter
 
+    check_workers(workers)   # a typo fails in a second, not after preparing the graph
     configure(spark)
     graph = coerce_graph(spark, graph)
     model = coerce_model(model)

@@ -7,6 +7,10 @@ broker and dealers run anywhere); this module glues the messenger's generic work
 which loads models by fingerprint from the model store and refuses unknown ones. Heartbeats,
 reconnect with backoff, ERROR answers for bad tasks and the parent-death watchdog (when started
 by LocalCluster) come from the messenger.
+
+User errors end as one line on stderr with exit code 2, never a traceback: a bad argument, a
+--connect with no broker answering within --connect-timeout (after printing at once where it is
+connecting), a taken --data-bind port, a model store it cannot read (sparkgnn.cliargs.run_cli).
 """
 from __future__ import annotations
 
@@ -14,15 +18,19 @@ import argparse
 import os
 import sys
 
+from sparkgnn.cliargs import positive_int, run_cli
+from sparkgnn.messenger import cli as messenger_cli
 from sparkgnn.messenger import worker as messenger_worker
+
+PROG = "sparkgnn-worker"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="sparkgnn-worker", description=__doc__.split("\n\n")[0])
+    p = messenger_cli.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     messenger_worker.add_common_args(p)
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:i")
     p.add_argument("--model-store", required=True, help="folder of saved models, by fingerprint")
-    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
+    p.add_argument("--threads", type=positive_int, default=None, help="torch intra-op threads")
     args = p.parse_args(argv)
     if not (args.device == "cpu" or args.device == "cuda" or
             (args.device.startswith("cuda:") and args.device[5:].isdigit())):
@@ -41,6 +49,11 @@ def build(args: argparse.Namespace):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    return run_cli(PROG, lambda: _serve(args))
+
+
+def _serve(args: argparse.Namespace) -> int:
+    messenger_worker.announce_connecting(args)  # at once: building the handler imports torch
     handler = build(args)
     return messenger_worker.run_from_args(args, handler, info={"device": args.device})
 
