@@ -7,7 +7,10 @@ class SparkGNNError(Exception):
 
 
 class GraphValidationError(SparkGNNError, ValueError):
-    """The graph's vertices or edges are malformed (duplicates, dangling ids, bad widths, NaN)."""
+    """The graph's vertices or edges are malformed (duplicates, dangling ids, bad widths, NaN).
+    `problems` (when raised by the validators): the graph.problems.Problem list behind the message."""
+
+    problems: list
 
 
 class UnsupportedModelError(SparkGNNError, ValueError):

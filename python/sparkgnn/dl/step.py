@@ -36,6 +36,7 @@ import torch
 
 from sparkgnn.dl.tensors import fixed_list, index, matrix, vector
 from sparkgnn.errors import SparkGNNError
+from sparkgnn.models.model import Model
 
 
 class StepError(SparkGNNError, ValueError):
@@ -44,7 +45,7 @@ class StepError(SparkGNNError, ValueError):
 
 @dataclass
 class StepContext:
-    model: object
+    model: Model
     header: dict
     tables: dict
     device: str

@@ -127,7 +127,7 @@ def vector_column(ids: np.ndarray, column, expected_width: int | None = None):
     pos = 0
     for chunk in chunks:
         flat = pc.list_flatten(chunk).to_numpy(zero_copy_only=False)
-        rows = len(chunk)
-        out[pos:pos + rows] = flat.reshape(rows, expected_width)
-        pos += rows
+        count = len(chunk)
+        out[pos:pos + count] = flat.reshape(count, expected_width)
+        pos += count
     return out, []

@@ -44,16 +44,18 @@ class IdIndex:
         if self.identity:
             found = (query >= 0) & (query < n)
             return np.where(found, query, 0), found
-        if self._table is not None:
+        table = self._table
+        if table is not None:
             off = query - self._lo
-            inside = (off >= 0) & (off < len(self._table))
-            idx = self._table[np.where(inside, off, 0)]
+            inside = (off >= 0) & (off < len(table))
+            idx = table[np.where(inside, off, 0)]
             found = inside & (idx >= 0)
             return np.where(found, idx, 0), found
-        pos = np.searchsorted(self._sorted, query)
-        pos = np.minimum(pos, n - 1)
+        order = self._order
+        assert order is not None, "a non-identity index always has its sort order"
+        pos = np.minimum(np.searchsorted(self._sorted, query), n - 1)
         found = self._sorted[pos] == query
-        return np.where(found, self._order[pos], 0), found
+        return np.where(found, order[pos], 0), found
 
     def duplicates(self) -> tuple[np.ndarray, np.ndarray]:
         """(ids that occur more than once, their counts), ascending by id."""

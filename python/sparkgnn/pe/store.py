@@ -48,13 +48,13 @@ def _missing_dir_problem(root: str, graph_fp: str, model) -> str:
         return (f"model weights differ: the store has PEs of the same architecture for this graph "
                 f"but model fingerprint(s) {', '.join(_short(m) for m in same_spec)}, "
                 f"not {_short(model.fingerprint)} (retrained or edited weights)")
-    have = []
+    described = []
     for m in models:
         mf = layout.read_manifest(os.path.join(root, graph_fp, m)) or {}
-        have.append(f"{_short(m)} ({mf.get('num_layers')} layers, dims {mf.get('dims')})")
+        described.append(f"{_short(m)} ({mf.get('num_layers')} layers, dims {mf.get('dims')})")
     return (f"model fingerprint differs: no PEs for model {_short(model.fingerprint)} "
             f"({model.num_layers} layers, dims {list(model.dims)}) on this graph; the store has "
-            f"{', '.join(have) or 'none'}, none with this architecture")
+            f"{', '.join(described) or 'none'}, none with this architecture")
 
 
 def manifest_problems(manifest: dict, graph_fp: str, model) -> list[str]:
@@ -87,7 +87,8 @@ def damaged_parts(base: str, manifest: dict, verify: str = "checksums") -> list[
     the manifest's record."""
     recorded = manifest.get(integrity.FILES_KEY) or {}
     columns = ("id", "h", "state") if manifest.get("with_states") else ("id", "h")
-    parts = [(layer_key(l), layout.layer_dir(base, int(l)), columns) for l in sorted(manifest["layers_complete"])]
+    parts: list[tuple[str, str, tuple[str, ...]]] = [
+        (layer_key(l), layout.layer_dir(base, int(l)), columns) for l in sorted(manifest["layers_complete"])]
     parts += [(metrics_key(n), os.path.join(base, layout.METRICS_DIR, n), ())
               for n in manifest.get("metric_tables") or []]
     found = []

@@ -167,6 +167,7 @@ class PEWriter:
         rows = self._commit_with(layout.layer_dir(self.base, l), write)
         self._record_files(layer_key(l), layout.layer_dir(self.base, l))
         if self.with_states:
+            assert state_width is not None, "_check_commit refuses a store with states but no state width"
             self.manifest["state_dims"][l - 1] = int(state_width)
         self.manifest["rows"][str(l)] = rows
         self.manifest["layers_complete"] = sorted(set(self.manifest["layers_complete"]) | {l})

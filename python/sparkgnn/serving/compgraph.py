@@ -74,8 +74,10 @@ def build_compgraph(ctx: ServingContext, prep: PreparedRequest, num_layers: int,
     for hop in range(num_layers):
         s, d, w = ctx.in_edges(prep, frontier)
         if fanouts is not None:
-            s, d, w = sample_in_edges(s, d, w, int(fanouts[hop]), rng)
-        e_src.append(s), e_dst.append(d), e_w.append(w)
+            s, d, w = sample_in_edges(s, d, w, int(fanouts[hop]), rng or np.random.default_rng(0))
+        e_src.append(s)
+        e_dst.append(d)
+        e_w.append(w)
         cand = ctx.sets.unique(s)
         new = cand[~ctx.sets.member(cand, seen)]
         parts.append(new)

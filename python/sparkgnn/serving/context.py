@@ -106,9 +106,10 @@ class ServingContext:
         self.indptr = np.zeros(n + 1, np.int64)
         np.cumsum(np.bincount(graph.edge_dst, minlength=n), out=self.indptr[1:])
         self.in_src = np.ascontiguousarray(graph.edge_src[order])
-        self.in_weight = None if graph.weight is None else np.ascontiguousarray(graph.weight[order])
+        self.in_weight: np.ndarray | None = (None if graph.weight is None
+                                             else np.ascontiguousarray(graph.weight[order]))
         self._g_stats: dict = {}
-        self._out = None
+        self._out: tuple[np.ndarray, np.ndarray] | None = None
         self._aligned: dict = {}
         self.sets = NodeSets(n + 1024)      # reusable marks over union indices (nodesets.py)
 
@@ -190,7 +191,7 @@ class ServingContext:
         src = np.concatenate([self.in_src[pos], prep.src[sel]])
         dst = np.concatenate([np.repeat(g_rows, counts), prep.dst[sel]])
         w = None
-        if self.weighted:
+        if self.in_weight is not None:
             w = np.concatenate([self.in_weight[pos], np.ones(int(sel.sum()), np.float32)])
         return src, dst, w
 
@@ -226,8 +227,8 @@ class ServingContext:
         # dummy row b so in-edge statistics see them as ordinary (non-loop) sources.
         into_q = prep.dst >= n
         q_dst = torch.from_numpy(prep.dst[into_q] - n)
-        q_src = prep.src[into_q]
-        q_src = torch.from_numpy(np.where(q_src >= n, q_src - n, b))
+        q_src_rows = prep.src[into_q]
+        q_src = torch.from_numpy(np.where(q_src_rows >= n, q_src_rows - n, b))
         q_pos = nodes[~is_g] - n
         out = {}
         for name in conv.required_stats:

@@ -89,7 +89,7 @@ def _fsync_dir(path: str) -> None:
 
 def answers_table(rows: list[dict]) -> pa.Table:
     """Rows (dicts with ANSWER_SCHEMA's keys; qid/h/pred as numpy arrays or None) -> a table."""
-    cols = {f.name: [] for f in ANSWER_SCHEMA}
+    cols: dict[str, list] = {f.name: [] for f in ANSWER_SCHEMA}
     for r in rows:
         for name in cols:
             cols[name].append(r.get(name))
