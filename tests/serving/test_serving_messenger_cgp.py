@@ -41,6 +41,7 @@ def test_messenger_partitions_equal_in_process(skewed_workload, tmp_path, worker
     store = precompute_local(G, model, str(tmp_path / "store"), log=None)
     local = QueryEngine(G, model, mode="exact", store=store)
     remote = QueryEngine(G, model, mode="exact", store=store, context=local.context, partitions=3)
+    in_process = QueryEngine(G, model, mode="exact", store=store, context=local.context, partitions=3)
     executor = use_messenger_cgp(remote, workers, str(tmp_path / "g"), str(tmp_path / "model.pt"),
                                  str(tmp_path / "models"))
     try:
@@ -49,5 +50,8 @@ def test_messenger_partitions_equal_in_process(skewed_workload, tmp_path, worker
             assert np.abs(a.h - b.h).max() <= 1e-5 * np.abs(b.h).max()
             np.testing.assert_array_equal(a.pred, b.pred)
             assert a.breakdown["bytes_fetched"] == b.breakdown["bytes_fetched"]
+            c = in_process.answer(r)           # same kernel, same P: same cross-partition bytes
+            for key in ("partial_bytes", "allgather_bytes"):
+                assert a.breakdown[key] == c.breakdown[key], key
     finally:
         executor.close()

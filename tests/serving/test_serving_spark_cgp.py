@@ -30,5 +30,9 @@ def test_spark_tasks_equal_in_process(spark, skewed_workload, tmp_path, kind, mo
     np.testing.assert_array_equal(a.pred, b.pred)
     assert a.breakdown["bytes_fetched"] == b.breakdown["bytes_fetched"]
     assert a.breakdown["partial_bytes"] > 0
+    # the same kernel in-process with the same P reports the same cross-partition bytes
+    p3 = QueryEngine(G, model, mode=mode, store=store, context=local.context, partitions=3, **opts).answer(r)
+    for key in ("partial_bytes", "allgather_bytes"):
+        assert a.breakdown[key] == p3.breakdown[key], key
     # one Spark job per layer (+ a destination fetch per layer for GAT)
     assert executor.jobs - jobs_before == model.num_layers * (2 if kind == "gat" else 1)

@@ -1,6 +1,6 @@
 """A CGP partition task as messenger frames: JSON header + Arrow tables, never pickle.
 
-WHY a codec of its own: `spark_cgp.partition_task(p, cfg, job)` takes and returns dicts of numpy
+WHY a codec of its own: `cgp_worker.partition_task(p, cfg, job)` takes and returns dicts of numpy
 arrays (1-D index/flag/statistic columns, 2-D value matrices), nested one level (statistics by
 name) or in lists (partial states per message kind), plus a few scalars. The messenger carries a
 header dict and named Arrow tables; this maps one onto the other, losslessly (dtype and shape are
@@ -94,7 +94,7 @@ def request_frames(p: int, cfg: dict, job: dict) -> tuple[dict, dict]:
 
 def handle(header: dict, tables: dict) -> dict:
     """The worker side (a messenger handler op): run the partition, return tables."""
-    from sparkgnn.serving.spark_cgp import partition_task
+    from sparkgnn.serving.cgp_worker import partition_task
 
     job = unpack(header["job"], tables)
     result = partition_task(int(header["partition"]), header["cfg"], job)

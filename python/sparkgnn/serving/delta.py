@@ -23,11 +23,11 @@ Stored states are in raw message space (no transform-then-propagate), so every l
 
 Computation graph parallelism (OMEGA section 6) is the same computation split by ownership:
 `partitions` P > 1 assigns each vertex of G to partition id mod P and query i to i mod P; an
-edge is aggregated by its SOURCE's partition from that partition's own stored rows only (checked),
-each partition's partial states go to the target's owner (counted as exchanged bytes), owners
-merge them with the stored state they hold and apply update, and the new values are all-gathered
-(counted) for the next layer. Because merge is associative and commutative the answer equals
-P = 1 up to float summation order.
+edge is aggregated by its SOURCE's partition, each partition's partial states go to the target's
+owner, owners merge them with the stored state they hold and apply update, and the new values
+are all-gathered for the next layer. The per-partition work, the merge and the exchanged bytes
+are cgp_kernel.py's (the same kernel the Spark and messenger executors run). Because merge is
+associative and commutative the answer equals P = 1 up to float summation order.
 """
 from __future__ import annotations
 
@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 from sparkgnn.layers.selfloops import apply_self_loops
+from sparkgnn.serving.cgp_kernel import count_layer, merge_partials, no_exchange, owner_of, partition_partials
 from sparkgnn.serving.context import Meter, PreparedRequest, ServingContext
 
 
@@ -50,10 +51,6 @@ class LayerWork:
     tgt: np.ndarray            # position in `targets` of each edge's destination
     weight: Optional[np.ndarray]
     old: np.ndarray            # bool [E]: message from stored values, subtracted
-
-    @property
-    def num_new(self) -> int:
-        return int((~self.old).sum())
 
 
 def edges_into(ctx: ServingContext, prep: PreparedRequest, targets: np.ndarray, policy: str):
@@ -77,18 +74,6 @@ def edges_into(ctx: ServingContext, prep: PreparedRequest, targets: np.ndarray, 
     s = s.numpy()
     back = np.concatenate([targets, others])
     return back[s], d.numpy(), None if w2 is None else w2.numpy()
-
-
-def owner_of(ctx: ServingContext, prep: PreparedRequest, union: np.ndarray, parts: int) -> np.ndarray:
-    """Partition of each union vertex: G vertex -> original id mod P, query i -> i mod P."""
-    if parts == 1:
-        return np.zeros(len(union), np.int64)
-    n = ctx.num_nodes
-    out = np.empty(len(union), np.int64)
-    g = union < n
-    out[g] = np.mod(ctx.graph.ids[union[g]], parts)
-    out[~g] = np.mod(union[~g] - n, parts)
-    return out
 
 
 class LayerExecutor:
@@ -134,29 +119,25 @@ class LayerExecutor:
         return self.ctx.union_stats(conv, prep, nodes)
 
     # -- one layer ---------------------------------------------------------------------------
-    def _messages(self, conv, work: LayerWork, sel: np.ndarray, old: bool, dst_payload,
-                  prev_targets, prev_h, x_query, prep, meter):
-        """Messages of the edges `sel` (all NEW or all OLD)."""
-        src = work.src[sel]
-        uniq, inv = self.ctx.sets.unique_inverse(src)
+    def _sources(self, conv, work: LayerWork, prev_targets, prev_h, x_query, prep, meter):
+        """cgp_kernel `sources`: inputs of edges `sel` per distinct source (OLD: stored values)."""
         l0 = work.layer - 1
-        if old:
-            with meter.timer("fetch_s"):
-                vals = self.stored.value(l0, uniq, meter)
-        else:
-            vals = self._values(l0, uniq, prev_targets, prev_h, x_query, prep, meter)
-        stats = self._stats(conv, prep, uniq, old)
-        with meter.timer("compute_s"):
-            payload = conv.prepare_src(vals, stats, False)
-            w = None if work.weight is None else torch.from_numpy(work.weight[sel])
-            d = None if dst_payload is None else dst_payload[torch.from_numpy(work.tgt[sel])]
-            return conv.message(payload[torch.from_numpy(inv)], d, w, False)
+
+        def sources(sel: np.ndarray, old: bool):
+            uniq, inv = self.ctx.sets.unique_inverse(work.src[sel])
+            if old:
+                with meter.timer("fetch_s"):
+                    vals = self.stored.value(l0, uniq, meter)
+            else:
+                vals = self._values(l0, uniq, prev_targets, prev_h, x_query, prep, meter)
+            return vals, self._stats(conv, prep, uniq, old), inv
+
+        return sources
 
     @torch.no_grad()
     def run_layer(self, work: LayerWork, prev_targets, prev_h, x_query, prep, meter: Meter,
                   comm: dict):
         conv = self.model.convs[work.layer - 1]
-        agg = conv.aggregator
         t = len(work.targets)
         l0 = work.layer - 1
         h_dst = self._values(l0, work.targets, prev_targets, prev_h, x_query, prep, meter)
@@ -169,48 +150,33 @@ class LayerExecutor:
             with meter.timer("fetch_s"):
                 dst_old = conv.prepare_dst(self.stored.value(l0, np.where(g_t < self.ctx.num_nodes, g_t, 0), meter),
                                            self._stats(conv, prep, np.where(g_t < self.ctx.num_nodes, g_t, 0), True))
+
+        def stored_states(rows):
+            with meter.timer("fetch_s"):
+                return self.stored.stored_state(work.layer, work.targets[rows], meter)
+
+        sources = self._sources(conv, work, prev_targets, prev_h, x_query, prep, meter)
         src_owner = owner_of(self.ctx, prep, work.src, self.parts)
         tgt_owner = owner_of(self.ctx, prep, work.targets, self.parts)
-        states, index = [], []
-        msg_w = conv.msg_width(False)
-        for p in range(self.parts):
-            mine = src_owner == p
-            for old in (False, True):
-                sel = np.flatnonzero(mine & (work.old == old))
-                if not len(sel):
-                    continue
-                m = self._messages(conv, work, sel, old, dst_old if old else dst_new,   # times itself
-                                   prev_targets, prev_h, x_query, prep, meter)
-                with meter.timer("compute_s"):
-                    uniq, local = self.ctx.sets.unique_inverse(work.tgt[sel])
-                    part = agg.partial(m, torch.from_numpy(local), len(uniq))
-                    if old:
-                        part = agg.negate(part)
-                states.append(part)
-                index.append(uniq)
-                if self.parts > 1:       # partial rows shipped to another partition's owner
-                    comm["partial_bytes"] += int(part.shape[1] * 4 * (tgt_owner[uniq] != p).sum())
-        stored_rows = np.flatnonzero(work.from_state)
-        if len(stored_rows):
-            with meter.timer("fetch_s"):
-                states.append(self.stored.stored_state(work.layer, work.targets[stored_rows], meter))
-            index.append(stored_rows)
+        partials = [partition_partials(conv, p, edge_owner=src_owner, old=work.old, tgt=work.tgt,
+                                       weight=work.weight, target_owner=tgt_owner,
+                                       from_state=work.from_state, sources=sources,
+                                       stored_states=stored_states, dst=(dst_new, dst_old),
+                                       timer=meter.timer, unique_inverse=self.ctx.sets.unique_inverse)
+                    for p in range(self.parts)]
         with meter.timer("merge_s"):
-            if states:
-                merged = agg.merge(torch.cat(states), torch.from_numpy(np.concatenate(index)), t)
-            else:
-                merged = agg.identity(t, msg_w)
+            merged = merge_partials(conv, [s for r in partials for s in r.states],
+                                    [i for r in partials for i in r.index], t)
         with meter.timer("compute_s"):
-            h = self.model.post(l0, conv.update(h_dst, agg.finalize(merged), stats_new, False))
-        if self.parts > 1:                # all-gather of the new values for the next layer
-            comm["allgather_bytes"] += int(h.shape[0] * h.shape[1] * 4 * (self.parts - 1))
+            h = self.model.post(l0, conv.update(h_dst, conv.aggregator.finalize(merged), stats_new, False))
+        count_layer(comm, (r.partial_bytes for r in partials), h, self.parts)
         return h
 
     def run(self, works: list, prep: PreparedRequest, meter: Meter):
         """Evaluate works[0..k-1] (layer 1..k); returns (per-layer target values, comm bytes)."""
         x_query = self.model.pre(torch.from_numpy(np.require(prep.request.x, np.float32, ["C", "W"])))
         prev_targets, prev_h = None, None
-        comm = {"partial_bytes": 0, "allgather_bytes": 0}
+        comm = no_exchange()
         values = []
         for work in works:
             h = self.run_layer(work, prev_targets, prev_h, x_query, prep, meter, comm)

@@ -47,7 +47,7 @@ def verify_store(store, graph, model) -> None:
         raise StalePEStore(
             f"PE store {where} does not belong to this engine (model {_short(ident.fingerprint)}, "
             f"graph {_short(graph_fp)}; the store was computed for model "
-            f"{_short(manifest.get('model_fingerprint'))} on graph {_short(manifest.get('graph_fingerprint'))}): "
+            f"{_short(str(manifest.get('model_fingerprint')))} on graph {_short(str(manifest.get('graph_fingerprint')))}): "
             + "; ".join(problems)
             + ". Open the store computed for this model and graph, or recompute it "
               "(spark_jobs/precompute_pe.py)")

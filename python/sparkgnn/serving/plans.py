@@ -113,7 +113,7 @@ def exact_works(ctx, prep, model, also: np.ndarray | None = None) -> list:
     sets = ctx.sets
     changed = changed_sets(ctx, prep, model)
     d = sets.unique(prep.dst[prep.dst < n])
-    works = [None] * k
+    works: list[LayerWork | None] = [None] * k
     need = EMPTY
     for l in range(k, 0, -1):
         conv = model.convs[l - 1]

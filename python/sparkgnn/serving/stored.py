@@ -38,11 +38,11 @@ class StoredLayers:
             raise StoreMismatch(f"{store!r} was written without partial aggregation states; SRPE "
                                 f"and EXACT recompute from them (rerun precompute with states)")
         for l in range(1, k):
-            table = store._table(l)
-            pos = table.positions(graph.ids)      # raises UnknownIds naming vertices it lacks
-            self.h[l] = np.ascontiguousarray(table.columns["h"][pos])
+            # rows in G's order; raises UnknownIds naming the vertices the store lacks
+            h, state = store.lookup(graph.ids, l, states=states)
+            self.h[l] = np.ascontiguousarray(h)
             if states:
-                self.state[l] = np.ascontiguousarray(table.columns["state"][pos])
+                self.state[l] = np.ascontiguousarray(state)
 
     @torch.no_grad()
     def _layer0(self) -> np.ndarray:
