@@ -19,7 +19,7 @@ from typing import Any, Iterator
 
 from sparkgnn.errors import PlanError
 
-#: The operator vocabulary (DESIGN.md "Planner", plus Materialize for lineage-cutting checkpoints).
+#: The operator vocabulary (docs/ARCHITECTURE.md "Data movement and the planner"; Materialize cuts lineage).
 OPERATORS = (
     "Scan", "Partition", "Scatter", "Collect", "Pipe", "LocalAggregate", "Shuffle", "Merge",
     "ApplyVertex", "Join", "StorePE", "LoadPE", "SplitRequest", "SelectRecompute", "AllGather",

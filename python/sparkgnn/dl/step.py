@@ -1,6 +1,6 @@
 """One owner-partition step of a layer: aggregate what arrived, update, and prepare what the next
 layer needs to ship. This is the fused DL operator of a plan (one Pipe round trip per partition per
-layer, DESIGN.md "fusion of adjacent DL operators").
+layer, docs/ARCHITECTURE.md "Data movement and the planner", fusion).
 
 A step is configured by two registry keys in the task header:
 - `aggregate`: how layer l's aggregation input arrived

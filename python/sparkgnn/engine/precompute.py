@@ -1,5 +1,5 @@
 """`sparkgnn.precompute`: offline per-layer embeddings (PEs) with their aggregation states, plus
-workload metrics, into a PE store (DESIGN.md "PE store"; OMEGA/Reforge PEs, Quiver metrics).
+workload metrics, into a PE store (docs/ARCHITECTURE.md "PE store"; OMEGA/Reforge PEs, Quiver metrics).
 
 It is batch inference with a hook: every step that completes a layer hands its materialised rows to
 the store, which commits the layer atomically. A rerun resumes after the last committed layer (the

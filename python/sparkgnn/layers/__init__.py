@@ -1,6 +1,6 @@
 """Merge-aware GNN layers: each conv is split into per-node preparation, per-edge messages, a
 mergeable aggregation (partial -> merge -> finalize) and a per-node update, so the aggregation
-can be spread over partitions and merged exactly (see DESIGN.md "Merge-aware layers")."""
+can be spread over partitions and merged exactly (see docs/ARCHITECTURE.md "The merge-aware layer contract")."""
 from sparkgnn.layers.aggregators import AGGREGATORS, Aggregator, get_aggregator
 from sparkgnn.layers.base import CONVS, MergeableConv, build_conv, compute_stats, propagate
 from sparkgnn.layers.gat import GATLayer
