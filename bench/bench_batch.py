@@ -25,7 +25,7 @@ from bench_common import DATA, RESULTS, graph_arguments, machine, median_seconds
 
 STRATEGIES = ["edge_join", "replicate", "combine"]
 # Each configuration runs REPEATS times after the warm-up and the fastest counts (all are kept):
-# the first runs in a JVM are still slower (PLATFORM.md: 2-3x for the very first).
+# the first runs in a JVM are still slower (docs/PLATFORM.md: 2-3x for the very first).
 REPEATS = 2
 
 

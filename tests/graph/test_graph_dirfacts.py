@@ -138,3 +138,17 @@ def test_failed_writer_leaves_the_previous_graph(tmp_path):
             raise RuntimeError("disk full (simulated)")
     assert sorted(os.listdir(path)) == listing               # no staging folder, nothing half-written
     assert read_graph_dir(path).fingerprint == before["fingerprint"]
+
+
+def test_spark_save_refuses_then_replaces_only_when_asked(spark, tmp_path):
+    from sparkgnn.errors import OutputError
+
+    path = str(tmp_path / "g")
+    first = write_graph_dir(_graph(0), path)
+    graph = Graph.from_graph_data(spark, _graph(1))
+    with pytest.raises(OutputError, match="already holds a graph"):
+        graph.save(path)
+    assert read_graph_dir(path).fingerprint == first["fingerprint"]
+    meta = graph.save(path, overwrite=True)
+    assert sorted(os.listdir(path)) == ["edges", "graph.json", "vertices"]
+    assert read_trusted_meta(path)[1] is None and read_graph_dir(path).fingerprint == meta["fingerprint"]

@@ -5,7 +5,7 @@ Why each ingredient:
 - Zipf-like in-degrees (dst drawn with P(rank r) ~ (r+1)^-alpha over a seeded ranking of the
   vertices): real graphs have hubs, and hubs are what break naive partitioning, batching and
   memory plans. alpha = 0.8 gives a max in-degree of ~38K at 200K vertices / 2M edges (the
-  benchmark shape in PLATFORM.md); sources are uniform, so out-degrees stay near the mean.
+  benchmark shape in docs/PLATFORM.md); sources are uniform, so out-degrees stay near the mean.
 - Class-informative features: x = centroid[y] + N(0, 1) noise, centroids ~ N(0, class_sep^2/F),
   so centroids sit ~class_sep*sqrt(2) apart whatever F is: a plain MLP gets part of the way, and
 - homophily: with probability `homophily` an edge's source is drawn from the destination's own

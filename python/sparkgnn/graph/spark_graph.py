@@ -13,6 +13,7 @@ Normalised columns (extra columns are dropped; results join back to callers by i
 from __future__ import annotations
 
 import json
+import shutil
 from functools import partial
 
 import numpy as np
@@ -222,13 +223,24 @@ class Graph:
 
     def save(self, path: str, overwrite: bool = False) -> dict:
         """Write the graph directory with Spark (x lands as a Parquet list, which every reader
-        accepts) and graph.json (local paths only). Returns graph.json's content."""
+        accepts) and graph.json (local paths only). Staged inside `path` and swapped in like
+        GraphDirWriter: an existing graph is replaced only with overwrite=True, and a failed write
+        leaves it as it was. Returns graph.json's content."""
+        from sparkgnn.graph.writer import check_target, new_staging, swap_in
+
         if not layout.is_local(str(path)):
             raise NotImplementedError("Graph.save writes graph.json with open(); use a local path")
+        path = layout.strip_scheme(str(path))
         self.validate()
-        mode = "overwrite" if overwrite else "errorifexists"
-        self.vertices.write.mode(mode).parquet(_join(str(path), layout.VERTICES_DIR))
-        self.edges.write.mode(mode).parquet(_join(str(path), layout.EDGES_DIR))
+        check_target(path, overwrite)   # nothing is replaced unasked, and only after a complete write
+        staging = new_staging(path)
+        try:
+            self.vertices.write.parquet(_join(staging, layout.VERTICES_DIR))
+            self.edges.write.parquet(_join(staging, layout.EDGES_DIR))
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        swap_in(path, staging)
         meta = {"name": self.name, **self.stats(), "fingerprint": self.fingerprint,
                 "fingerprint_algo": "sgfp1", "validated": True, dirfacts.STAMP_KEY: dirfacts.data_stamp(str(path))}
         layout.write_meta(str(path), meta)

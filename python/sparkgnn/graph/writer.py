@@ -67,7 +67,8 @@ class _RollingParquet:
 _OWNED = (layout.VERTICES_DIR, layout.EDGES_DIR)
 
 
-def _check_target(path: str, overwrite: bool) -> None:
+def check_target(path: str, overwrite: bool) -> None:
+    """Refuse to replace a graph unless `overwrite`; refuse a file where the directory goes."""
     targets = [os.path.join(path, p) for p in (*_OWNED, layout.META_FILE)]
     existing = [t for t in targets if os.path.exists(t)]
     if existing and not overwrite:
@@ -77,7 +78,12 @@ def _check_target(path: str, overwrite: bool) -> None:
         raise OutputError(f"{path} is a file, not a graph directory")
 
 
-def _swap_in(path: str, staging: str) -> None:
+def new_staging(path: str) -> str:
+    """A hidden folder inside the graph directory to write the Parquet folders into."""
+    return os.path.join(path, f".sparkgnn-tmp-{uuid.uuid4().hex}")
+
+
+def swap_in(path: str, staging: str) -> None:
     """Replace the owned folders of `path` by the staged ones. graph.json goes first, so a crash
     mid-swap leaves a directory without graph.json: read as content-checked, never trusted."""
     meta = os.path.join(path, layout.META_FILE)
@@ -105,9 +111,9 @@ class GraphDirWriter:
         self.path = layout.strip_scheme(str(path))
         self.feature_dim, self.name = int(feature_dim), name
         self.has_weight, self.has_labels, self.has_split = has_weight, has_labels, has_split
-        _check_target(self.path, overwrite)
+        check_target(self.path, overwrite)
         os.makedirs(self.path, exist_ok=True)
-        self._staging = os.path.join(self.path, f".sparkgnn-tmp-{uuid.uuid4().hex}")
+        self._staging = new_staging(self.path)
         vrow = layout.vertex_row_bytes(self.feature_dim)
         erow = 20 if has_weight else 16
         self._vertices = _RollingParquet(
@@ -158,7 +164,7 @@ class GraphDirWriter:
         metadata written."""
         self._vertices.close()
         self._edges.close()
-        _swap_in(self.path, self._staging)
+        swap_in(self.path, self._staging)
         meta = {
             "name": self.name,
             "num_vertices": self._fp.num_vertices,
