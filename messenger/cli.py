@@ -1,7 +1,7 @@
 """What the messenger's command lines share: one-line argument errors and one way to fail.
 
-WHY its own module and not sparkgnn.cliargs: the messenger imports zmq + pyarrow only (and
-sparkgnn.errors), so the broker can run where the rest of sparkgnn cannot. The contract is the
+WHY its own module and not sparkgnn.cliargs: the messenger imports zmq + pyarrow only (nothing
+else of sparkgnn), so the broker can run where the rest of sparkgnn cannot. The contract is the
 same as cliargs': a user mistake (a taken port, a malformed endpoint, a bad number, no broker at
 the address) reads as ONE line `prog: error: message` on stderr with exit code 2, never as a
 traceback from libzmq or argparse's two-line usage dump. Bugs keep their traceback.
@@ -12,7 +12,7 @@ import argparse
 import sys
 from typing import Callable
 
-from sparkgnn.errors import SparkGNNError
+from sparkgnn.messenger.errors import MessengerError
 
 USAGE_EXIT = 2
 
@@ -53,7 +53,7 @@ def positive_int(text: str) -> int:
 
 def user_error_message(exc: BaseException) -> str | None:
     """The one-line message for an error that is the user's to fix, or None for a bug."""
-    if isinstance(exc, SparkGNNError):
+    if isinstance(exc, MessengerError):
         return str(exc)
     if isinstance(exc, OSError) and exc.errno is not None:
         where = f": {exc.filename}" if getattr(exc, "filename", None) else ""

@@ -28,6 +28,11 @@ Failure handling, each bounded by `timeout_s` per attempt and `retries` re-sends
 - ERROR from the worker: raised at once as RemoteTaskError (handler errors are deterministic),
   unless marked retryable (the worker could not decode the frames).
 Not thread-safe: one transport per Spark task / thread.
+
+Its parts, one job each: batches.py (a batch's states), broker_link.py (the control socket to the
+broker: liveness, reconnects, stalls), payload_route.py (shared memory segment or frames),
+probe.py (broker checks without a batch: probe_broker, broker_stats); the refusals' texts are in
+errors.py. This module is the state machine that ties them together, and the public API.
 """
 from __future__ import annotations
 
@@ -36,81 +41,26 @@ import time
 import uuid
 import weakref
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
 import zmq
 
 from sparkgnn.messenger import endpoints, memory, shm, sockets, verify
-from sparkgnn.messenger.errors import (BrokerUnreachableError, MessageTooLargeError, NoWorkerError,
-                                       RemoteTaskError, TransportError, size_text)
-from sparkgnn.messenger.protocol import (DEFAULT_MAX_MESSAGE_BYTES, Kind, MessageTooLarge,
-                                          ProtocolError, control, decode_payload, encode_header,
-                                          peek_header, serialize_table, stamp)
-from sparkgnn.messenger.protocol import frame_buffer
+from sparkgnn.messenger.batches import DONE, FAILED, SENT, WAITING, Batch
+from sparkgnn.messenger.broker_link import BrokerLink
+from sparkgnn.messenger.errors import (MessageTooLargeError, RemoteTaskError, TransportError, no_worker_message,
+                                       too_large_message, unreachable_message)
+from sparkgnn.messenger.payload_route import PayloadRoute, nbytes
+from sparkgnn.messenger.probe import CONNECT_TIMEOUT_S, NO_WORKER_TIMEOUT_S, broker_stats, probe_broker
+from sparkgnn.messenger.protocol import (DEFAULT_MAX_MESSAGE_BYTES, Kind, MessageTooLarge, ProtocolError, control,
+                                          decode_payload, frame_buffer, peek_header)
+
+# What `from sparkgnn.messenger.dealer import ...` has always offered, now defined next door.
+__all__ = ["MessengerTransport", "CONNECT_TIMEOUT_S", "NO_WORKER_TIMEOUT_S", "broker_stats", "probe_broker",
+           "unreachable_message", "no_worker_message", "too_large_message"]
 
 
-_WAITING, _SENT, _DONE, _FAILED = "waiting", "sent", "done", "failed"
-
-# How long a batch waits for a broker that never answers / for a worker to connect to a broker
-# that has none. Short enough that a wrong address fails while the user still watches, long
-# enough for a broker or a worker (torch import) that is being started at the same time.
-CONNECT_TIMEOUT_S = 15.0
-NO_WORKER_TIMEOUT_S = 15.0
-
-
-def _nbytes(frame) -> int:
-    return frame.size if hasattr(frame, "size") and not isinstance(frame, (bytes, bytearray)) else len(frame)
-
-
-def unreachable_message(endpoint: str, timeout_s: float) -> str:
-    return (f"no broker answered at {endpoint} within {timeout_s:g} s: start one with "
-            f"`sparkgnn-broker --front {endpoint} --back <worker endpoint>` (clients connect to "
-            f"its --front endpoint), or check the address")
-
-
-def no_worker_message(endpoint: str, back: str | None, timeout_s: float) -> str:
-    where = back or "<the broker's --back endpoint>"
-    return (f"no worker is connected to the broker at {endpoint} (none for {timeout_s:g} s): start "
-            f"one with `sparkgnn-worker --connect {where} --model-store DIR`")
-
-
-def too_large_message(header: dict, size: int, limit: int, whose: str, remedy: str,
-                      what: str = "") -> str:
-    """'batch 17 of job 'x' (op 'y') is 300.0 MiB (N bytes), over worker W's message limit of
-    256.0 MiB, max_message_bytes=L: <remedy>, or send smaller batches (more partitions)'."""
-    subject = f"{what} batch" if what else "batch"
-    return (f"{subject} {header.get('batch')!r} of job {header.get('job')!r} (op {header.get('op')!r}) "
-            f"is {size_text(size)} ({size} bytes), over {whose} message limit of {size_text(limit)}, "
-            f"max_message_bytes={limit}: {remedy}, or send smaller batches (more partitions)")
-
-
-@dataclass
-class _Batch:
-    seq: int
-    header: dict                  # the caller's header + kind/batch/job (unstamped)
-    tables: dict | None           # the request tables (kept until done: a retry may re-encode)
-    nbytes: int                   # total size of the Arrow IPC streams
-    ids: str | None               # digest of the request's id column, or None
-    framed: tuple | None = None   # (stamped header, payload Buffers) for the frames route
-    segment: object = None        # shm.Segment holding the streams, for the shm route
-    shm_header: dict | None = None
-    replies: dict = field(default_factory=dict)  # lease -> shm.Segment offered for the result
-    state: str = _WAITING
-    tries: int = 0
-    token: str = ""
-    lease: object = None
-    worker: str | None = None
-    deadline: float = 0.0
-    retry_lease_at: float = 0.0
-    asking_since: float = 0.0     # when this attempt started asking the broker for a worker
-    reason: str = ""
-    result: tuple | None = None
-    error: Exception | None = None
-    history: list = field(default_factory=list)
-
-
-class MessengerTransport:
+class MessengerTransport(BrokerLink, PayloadRoute):
     """Dealer client of a messenger broker at `endpoint` (its front socket)."""
 
     def __init__(self, endpoint: str, timeout_s: float = 60.0, retries: int = 3, window: int = 4,
@@ -151,7 +101,7 @@ class MessengerTransport:
         self._no_shm: set[str] = set()
         self._result_sizes: dict = {}  # op -> largest result seen: sizes the reply segments
         self._seq = itertools.count()
-        self._batches: dict[int, _Batch] = {}
+        self._batches: dict[int, Batch] = {}
         self._data: dict[str, zmq.Socket] = {}
         self._poller = zmq.Poller()
         self._broker = None
@@ -170,7 +120,7 @@ class MessengerTransport:
             raise TransportError(f"transport to {self.endpoint} is closed")
         window = max(1, window or self.window)
         source = iter(requests)
-        order: deque[_Batch] = deque()
+        order: deque[Batch] = deque()
         exhausted = False
         try:
             while True:
@@ -184,12 +134,12 @@ class MessengerTransport:
                 if not order:
                     return
                 head = order[0]
-                if head.state == _DONE:
+                if head.state == DONE:
                     order.popleft()
                     self._batches.pop(head.seq, None)
                     yield head.result
                     continue
-                failed = next((b for b in order if b.state == _FAILED), None)
+                failed = next((b for b in order if b.state == FAILED), None)
                 if failed is not None:
                     raise failed.error
                 self._pump()
@@ -221,7 +171,7 @@ class MessengerTransport:
         return broker_stats(self.endpoint, timeout_s, self.curve_server_key, self._context)
 
     # -- submission ------------------------------------------------------------------------
-    def _submit(self, header: dict, tables: dict) -> _Batch:
+    def _submit(self, header: dict, tables: dict) -> Batch:
         seq = next(self._seq)
         header = dict(header)
         if header.get("batch") is None:
@@ -237,12 +187,12 @@ class MessengerTransport:
                 header, size, self.max_message_bytes, "this client's",
                 "pass a larger max_message_bytes to the transport"))
         header["kind"] = Kind.TASK.value
-        batch = _Batch(seq, header, tables, size, verify.request_ids(header, tables))
+        batch = Batch(seq, header, tables, size, verify.request_ids(header, tables))
         self._batches[seq] = batch
         self._new_attempt(batch, time.monotonic(), "")
         return batch
 
-    def _new_attempt(self, batch: _Batch, now: float, reason: str) -> None:
+    def _new_attempt(self, batch: Batch, now: float, reason: str) -> None:
         if reason:
             batch.history.append(reason)
             batch.reason = reason
@@ -255,48 +205,36 @@ class MessengerTransport:
         if batch.tries > 1:
             self.counts["resent"] += 1
         batch.token = f"{self._client}:{batch.seq}:{batch.tries}"
-        batch.lease, batch.state = None, _WAITING
+        batch.lease, batch.state = None, WAITING
         batch.deadline = now + self.timeout_s
         batch.asking_since = now
         self._ask_lease(batch)
 
-    def _ask_lease(self, batch: _Batch) -> None:
+    def _ask_lease(self, batch: Batch) -> None:
         h = batch.header
         self._send_broker(control(Kind.LEASE, token=batch.token, batch=h.get("batch"), op=h.get("op"),
                                   ttl=self.timeout_s, affinity=h.get("affinity")))
         batch.retry_lease_at = 0.0
 
-    def _abandon(self, batch: _Batch) -> None:
-        if batch.state in (_WAITING, _SENT):
+    def _abandon(self, batch: Batch) -> None:
+        if batch.state in (WAITING, SENT):
             self._send_broker(control(Kind.RELEASE, lease=batch.lease, token=batch.token))
-            batch.state = _FAILED
+            batch.state = FAILED
             batch.error = TransportError(self._describe(batch, "abandoned"))
         self._drop_payload(batch, reusable=False)
         self._batches.pop(batch.seq, None)
 
-    def _give_up(self, batch: _Batch, error: Exception) -> None:
+    def _give_up(self, batch: Batch, error: Exception) -> None:
         """Fail a batch that may hold a lease or a queued request: tell the broker first, so a
         worker that turns up later is not leased to a batch nobody waits for."""
         self._send_broker(control(Kind.RELEASE, lease=batch.lease, token=batch.token))
         self._fail(batch, error)
 
-    def _fail(self, batch: _Batch, error: Exception) -> None:
-        batch.state, batch.error = _FAILED, error
+    def _fail(self, batch: Batch, error: Exception) -> None:
+        batch.state, batch.error = FAILED, error
         self._drop_payload(batch, reusable=False)
 
-    def _drop_payload(self, batch: _Batch, reusable: bool) -> None:
-        """Return the batch's segment to the pool (or retire it) and drop its encodings."""
-        if batch.segment is not None:
-            self._pool.release(batch.segment, reusable)
-            if not reusable:
-                self.counts["shm_retired"] = self.counts.get("shm_retired", 0) + 1
-        for segment in batch.replies.values():
-            # reply segments are private copies' sources; only a second sender could still write
-            self._pool.release(segment, batch.tries == 1)
-        batch.replies = {}
-        batch.segment = batch.shm_header = batch.framed = batch.tables = None
-
-    def _describe(self, batch: _Batch, what: str) -> str:
+    def _describe(self, batch: Batch, what: str) -> str:
         h = batch.header
         detail = f"; last: {batch.reason}" if batch.reason else ""
         return (f"batch {h.get('batch')!r} op {h.get('op')!r} (job {h.get('job')!r}) via broker "
@@ -305,7 +243,7 @@ class MessengerTransport:
     # -- event loop ------------------------------------------------------------------------
     def _pump(self) -> None:
         now = time.monotonic()
-        live = [b for b in self._batches.values() if b.state in (_WAITING, _SENT)]
+        live = [b for b in self._batches.values() if b.state in (WAITING, SENT)]
         wake = min([b.deadline for b in live] + [b.retry_lease_at for b in live if b.retry_lease_at]
                    + [self._next_ping, now + 0.1])
         for sock, _ in self._poller.poll(max(0.0, wake - now) * 1000):
@@ -323,26 +261,23 @@ class MessengerTransport:
     def _on_time(self, now: float) -> None:
         waiting = False
         for batch in list(self._batches.values()):
-            if batch.state not in (_WAITING, _SENT):
+            if batch.state not in (WAITING, SENT):
                 continue
             if now >= batch.deadline:
-                what = "no worker assigned" if batch.state == _WAITING else "no result"
+                what = "no worker assigned" if batch.state == WAITING else "no result"
                 self._new_attempt(batch, now, f"{what} within timeout_s={self.timeout_s}")
-            elif batch.state == _WAITING and batch.retry_lease_at and now >= batch.retry_lease_at:
+            elif batch.state == WAITING and batch.retry_lease_at and now >= batch.retry_lease_at:
                 self._ask_lease(batch)
-            waiting = waiting or batch.state == _WAITING
+            waiting = waiting or batch.state == WAITING
         if not waiting:
-            self._broker_heard = now  # only judge the broker while we need it
-            self._no_workers_since = None
-            self._next_ping = now + self.heartbeat_s
+            self._broker_not_needed(now)
             return
         if self._fail_stalled(now):
             return
-        if now - self._broker_heard > self.heartbeat_s * self.liveness:
+        if self._broker_silent(now):
             self._reconnect_broker(now)
-        elif now >= self._next_ping:
-            self._send_broker(control(Kind.HEARTBEAT))
-            self._next_ping = now + self.heartbeat_s
+        else:
+            self._ping_broker(now)
 
     def _fail_stalled(self, now: float) -> bool:
         """Fail every batch that waits for a worker which cannot come: no broker has answered
@@ -350,7 +285,7 @@ class MessengerTransport:
         worker for no_worker_timeout_s. Whether any batch failed."""
         failed = False
         for batch in list(self._batches.values()):
-            if batch.state != _WAITING:
+            if batch.state != WAITING:
                 continue
             error = self._stall(batch, now)
             if error is not None:
@@ -358,25 +293,11 @@ class MessengerTransport:
                 failed = True
         return failed
 
-    def _stall(self, batch: _Batch, now: float) -> TransportError | None:
-        h = batch.header
-        what = f"batch {h.get('batch')!r} op {h.get('op')!r} (job {h.get('job')!r}) cannot run"
-        if (self.connect_timeout_s and self._last_heard < batch.asking_since
-                and now - batch.asking_since >= self.connect_timeout_s):
-            return BrokerUnreachableError(f"{what}: {unreachable_message(self.endpoint, self.connect_timeout_s)}")
-        if (self.no_worker_timeout_s and self._no_workers_since is not None
-                and now - max(self._no_workers_since, batch.asking_since) >= self.no_worker_timeout_s):
-            return NoWorkerError(f"{what}: {no_worker_message(self.endpoint, self._broker_back, self.no_worker_timeout_s)}")
-        return None
-
     def _on_broker(self, frames) -> None:
-        try:
-            header = peek_header(frames, sockets.CONTROL_MAX_BYTES)
-        except ProtocolError:
-            self.counts["orphans"] += 1
+        heard = self._read_broker(frames)
+        if heard is None:
             return
-        now = self._broker_heard = self._last_heard = time.monotonic()
-        self._backoff = self.heartbeat_s
+        header, now = heard
         kind = header["kind"]
         batch = self._by_token(header.get("token"))
         if kind == Kind.HEARTBEAT.value:
@@ -384,34 +305,23 @@ class MessengerTransport:
         elif kind == Kind.ASSIGN.value:
             self._no_workers_since = None
             self._on_assign(batch, header)
-        elif kind == Kind.BUSY.value and batch is not None and batch.state == _WAITING:
+        elif kind == Kind.BUSY.value and batch is not None and batch.state == WAITING:
             self.counts["busy"] += 1
             retry_after = header.get("retry_after")
             retry_after = retry_after if isinstance(retry_after, (int, float)) else self.heartbeat_s
             batch.retry_lease_at = time.monotonic() + min(max(retry_after, 0.001), self.heartbeat_s)
 
-    def _on_broker_heartbeat(self, header: dict, now: float) -> None:
-        """Remember whether the broker has a worker (a broker that does not say is trusted)."""
-        live, back = header.get("live_workers"), header.get("back")
-        if isinstance(back, str):
-            self._broker_back = back
-        if isinstance(live, int) and not isinstance(live, bool) and live == 0:
-            if self._no_workers_since is None:
-                self._no_workers_since = now
-        else:
-            self._no_workers_since = None
-
-    def _on_assign(self, batch: _Batch | None, header: dict) -> None:
+    def _on_assign(self, batch: Batch | None, header: dict) -> None:
         lease, data = header.get("lease"), header.get("data")
-        if batch is None or batch.state not in (_WAITING, _SENT) or not isinstance(data, str):
+        if batch is None or batch.state not in (WAITING, SENT) or not isinstance(data, str):
             self._send_broker(control(Kind.RELEASE, lease=lease))
             return
         if lease == batch.lease:
             return  # the broker repeating itself (idempotent LEASE)
-        if batch.state == _SENT and not header.get("requeued"):
+        if batch.state == SENT and not header.get("requeued"):
             self._send_broker(control(Kind.RELEASE, lease=lease))
             return
-        if batch.state == _SENT:  # requeued: the worker we sent to was declared dead
+        if batch.state == SENT:  # requeued: the worker we sent to was declared dead
             batch.history.append(f"worker {batch.worker} expired; requeued")
             self._forget_worker(batch.worker, batch)
             if batch.tries > self.retries:
@@ -426,18 +336,10 @@ class MessengerTransport:
             # the worker's socket would drop it unread and we would only see a timeout
             self._refuse_oversize(batch, lease, batch.nbytes, cap, data)
             return
-        batch.lease, batch.worker, batch.state = lease, data, _SENT
+        batch.lease, batch.worker, batch.state = lease, data, SENT
         batch.deadline = now + self.timeout_s
-        use_shm = (self._pool is not None and self._shm_ok and header.get("shm")
-                   and batch.nbytes >= self.shm_min_bytes and header.get("host") == self._host
-                   and data not in self._no_shm)
-        try:
-            frames = self._task_frames(batch, use_shm, lease)
-        except OSError as exc:  # /dev/shm full or unavailable: frames from now on
-            self._shm_ok = False
-            frames = self._task_frames(batch, False, lease)
-            batch.history.append(f"shared memory unavailable ({exc}); using frames")
-        wire = sum(_nbytes(f) for f in frames)
+        frames, use_shm = self._frames_for(batch, header, data, lease)
+        wire = sum(nbytes(f) for f in frames)
         if isinstance(cap, int) and len(frames) > 1 and wire > cap:
             # the payload fits but not with its header: the worker counts whole messages
             self._refuse_oversize(batch, lease, wire, cap, data)
@@ -450,52 +352,12 @@ class MessengerTransport:
         except zmq.ZMQError as exc:
             self._new_attempt(batch, now, f"send to {data} failed: {exc}")
 
-    def _refuse_oversize(self, batch: _Batch, lease, size: int, cap: int, worker: str) -> None:
+    def _refuse_oversize(self, batch: Batch, lease, size: int, cap: int, worker: str) -> None:
         self._send_broker(control(Kind.RELEASE, lease=lease))
         batch.worker = worker
         self._fail(batch, MessageTooLargeError(too_large_message(
             batch.header, size, cap, f"worker {worker}'s",
             "start the worker with a larger --max-message-bytes")))
-
-    def _task_frames(self, batch: _Batch, use_shm: bool, lease) -> list:
-        """The TASK for this attempt: header naming the shm segment, or header + payload frames.
-        Each encoding is made once per batch and reused by retries."""
-        extra = dict(token=batch.token, lease=lease, attempt=batch.tries,
-                     max_result_bytes=self.max_message_bytes)
-        if use_shm:
-            if batch.segment is None:
-                segment = self._pool.acquire(batch.nbytes)
-                try:
-                    parts, views = segment.write_tables(batch.tables.values())
-                    stamped = stamp(batch.header, Kind.TASK.value, batch.tables, views)
-                    del views
-                except BaseException:
-                    self._pool.release(segment, reusable=False)
-                    raise
-                stamped["shm"] = {"name": segment.name, "parts": parts}
-                batch.segment, batch.shm_header = segment, stamped
-            reply = self._reply_offer(batch, lease)
-            if reply is not None:
-                extra["reply_shm"] = reply
-            return [encode_header(dict(batch.shm_header, **extra))]
-        if batch.framed is None:
-            payload = [serialize_table(t) for t in batch.tables.values()]
-            batch.framed = (stamp(batch.header, Kind.TASK.value, batch.tables, payload), payload)
-        stamped, payload = batch.framed
-        return [encode_header(dict(stamped, **extra))] + payload
-
-    def _reply_offer(self, batch: _Batch, lease) -> dict | None:
-        """A segment for the worker to write the result into, sized from the largest result this
-        op returned so far (the first result of an op comes back as frames)."""
-        size = self._result_sizes.get(batch.header.get("op"), 0)
-        if size < self.shm_min_bytes:
-            return None
-        try:
-            segment = self._pool.acquire(size)
-        except OSError:
-            return None
-        batch.replies[lease] = segment
-        return {"name": segment.name, "size": segment.size}
 
     def _on_data(self, frames) -> None:
         try:
@@ -507,7 +369,7 @@ class MessengerTransport:
             self.counts["orphans"] += 1
             return
         batch = self._by_seq_of(header.get("token"))
-        if batch is None or batch.state not in (_WAITING, _SENT):
+        if batch is None or batch.state not in (WAITING, SENT):
             self.counts["duplicates" if batch is not None or header.get("token") else "orphans"] += 1
             return
         try:
@@ -518,7 +380,7 @@ class MessengerTransport:
             header, tables = decode_payload(header, buffers, self.max_message_bytes)
         except ProtocolError as exc:
             self.counts["bad_results"] += 1
-            if batch.state == _SENT and header.get("token") == batch.token:
+            if batch.state == SENT and header.get("token") == batch.token:
                 self._new_attempt(batch, time.monotonic(), f"undecodable result: {exc}")
             return
         op = batch.header.get("op")
@@ -549,13 +411,13 @@ class MessengerTransport:
             self.counts["bad_results"] += 1
             self._new_attempt(batch, time.monotonic(), f"result failed verification: {exc}")
             return
-        if batch.state == _WAITING:  # an earlier attempt answered after all: cancel the new ask
+        if batch.state == WAITING:  # an earlier attempt answered after all: cancel the new ask
             self._send_broker(control(Kind.RELEASE, lease=batch.lease, token=batch.token))
-        batch.state, batch.result = _DONE, (header, tables)
+        batch.state, batch.result = DONE, (header, tables)
         self._drop_payload(batch, reusable=batch.tries == 1 and header.get("shm_pinned") is False)
         self.counts["results"] += 1
 
-    def _refused_as_too_large(self, batch: _Batch, header: dict) -> MessageTooLargeError:
+    def _refused_as_too_large(self, batch: Batch, header: dict) -> MessageTooLargeError:
         """The worker's too_large ERROR as the same error a pre-send check raises."""
         size, limit = header.get("size"), header.get("limit")
         worker = header.get("worker") or batch.worker
@@ -569,7 +431,7 @@ class MessengerTransport:
         """A reply over this dealer's cap: fail its batch by name (the header was readable) rather
         than drop it and wait for a timeout."""
         batch = self._by_seq_of((exc.header or {}).get("token"))
-        if batch is None or batch.state not in (_WAITING, _SENT):
+        if batch is None or batch.state not in (WAITING, SENT):
             self.counts["orphans"] += 1
             return
         self.counts["bad_results"] += 1
@@ -578,11 +440,11 @@ class MessengerTransport:
             "to the transport", what="the result of")))
 
     # -- lookup ----------------------------------------------------------------------------
-    def _by_token(self, token) -> _Batch | None:
+    def _by_token(self, token) -> Batch | None:
         batch = self._by_seq_of(token)
         return batch if batch is not None and batch.token == token else None
 
-    def _by_seq_of(self, token) -> _Batch | None:
+    def _by_seq_of(self, token) -> Batch | None:
         """Any attempt's token finds its batch: results of earlier attempts are still valid."""
         if not isinstance(token, str):
             return None
@@ -593,40 +455,19 @@ class MessengerTransport:
         return self._batches.get(int(seq))
 
     # -- sockets ---------------------------------------------------------------------------
-    def _open_broker(self) -> None:
-        self._broker = sockets.make(self._context, zmq.DEALER, max_frame_bytes=sockets.CONTROL_MAX_BYTES,
-                                    curve_server_key=self.curve_server_key)
-        sockets.connect(self._broker, self.endpoint)
-        self._poller.register(self._broker, zmq.POLLIN)
-        self._broker_heard = time.monotonic()
-        self._next_ping = self._broker_heard + self.heartbeat_s
-        self._backoff = getattr(self, "_backoff", self.heartbeat_s)
-
     def _reconnect_broker(self, now: float) -> None:
         """Lazy Pirate: a silent broker gets a fresh socket and every waiting batch asks again."""
-        self._poller.unregister(self._broker)
-        self._broker.close(0)
-        self.counts["broker_reconnects"] += 1
-        backoff = self._backoff
-        self._open_broker()
-        self._broker_heard = now + backoff  # do not judge the new socket before backoff ends
-        self._backoff = min(backoff * 2, 8 * self.heartbeat_s)
+        self._reopen_broker(now)
         for batch in self._batches.values():
-            if batch.state == _WAITING:
+            if batch.state == WAITING:
                 self._ask_lease(batch)
 
-    def _send_broker(self, frames) -> None:
-        try:
-            self._broker.send_multipart(frames, zmq.NOBLOCK)
-        except zmq.ZMQError:
-            pass  # queue full / no peer: the liveness check reconnects
-
-    def _forget_worker(self, endpoint: str | None, moving: _Batch) -> None:
+    def _forget_worker(self, endpoint: str | None, moving: Batch) -> None:
         """Close the data socket of a worker the broker declared dead, unless another batch still
         waits on it (its result may yet come: a slow worker is not always a dead one)."""
         if endpoint is None or endpoint not in self._data:
             return
-        if any(b is not moving and b.state == _SENT and b.worker == endpoint for b in self._batches.values()):
+        if any(b is not moving and b.state == SENT and b.worker == endpoint for b in self._batches.values()):
             return
         sock = self._data.pop(endpoint)
         self._poller.unregister(sock)
@@ -642,91 +483,3 @@ class MessengerTransport:
             self._data[endpoint] = sock
             self._poller.register(sock, zmq.POLLIN)
         return sock
-
-
-    def _reply_buffers(self, batch: _Batch, header: dict, nframes: int) -> list:
-        """Copy a result out of the reply segment this dealer offered for that lease."""
-        segment = batch.replies.get(header.get("lease"))
-        ref = header["shm"]
-        if nframes != 1 or segment is None or not isinstance(ref, dict) or ref.get("name") != segment.name:
-            raise ProtocolError(f"result names a shared memory segment this dealer did not offer: {ref!r}")
-        try:
-            buffers = segment.copy_parts(ref.get("parts"))
-        except ValueError as exc:
-            raise ProtocolError(str(exc)) from None
-        self.counts["results_shm"] = self.counts.get("results_shm", 0) + 1
-        return buffers
-
-
-def broker_stats(endpoint: str, timeout_s: float = 5.0, curve_server_key=None,
-                 context: zmq.Context | None = None) -> dict:
-    """One STATS round trip to a broker's front endpoint; TransportError if it does not answer."""
-    context = context or zmq.Context.instance()
-    sock = sockets.make(context, zmq.DEALER, max_frame_bytes=sockets.CONTROL_MAX_BYTES,
-                        curve_server_key=curve_server_key)
-    try:
-        sock.connect(endpoint)
-        sock.send_multipart(control(Kind.STATS))
-        if not sock.poll(timeout_s * 1000):
-            raise TransportError(f"broker {endpoint} did not answer STATS within {timeout_s}s")
-        header = peek_header(sock.recv_multipart(), sockets.CONTROL_MAX_BYTES)
-        return header.get("metrics") or {}
-    finally:
-        sock.close(0)
-
-
-def probe_broker(endpoint: str, connect_timeout_s: float | None = CONNECT_TIMEOUT_S,
-                 no_worker_timeout_s: float | None = NO_WORKER_TIMEOUT_S, curve_server_key=None,
-                 context: zmq.Context | None = None) -> dict:
-    """Check, before a job depends on it, that a broker answers at `endpoint` (BrokerUnreachableError
-    after connect_timeout_s) and that at least one worker is connected to it (waits up to
-    no_worker_timeout_s for one, then NoWorkerError). Returns the broker's last HEARTBEAT answer.
-    WHY: a driver that starts a Spark job against a wrong address would otherwise learn it from
-    every task, deep in a JVM stack trace; 0 / None for a timeout waits without limit."""
-    endpoints.check_connect(endpoint)
-    context = context or zmq.Context.instance()
-    sock = sockets.make(context, zmq.DEALER, max_frame_bytes=sockets.CONTROL_MAX_BYTES,
-                        curve_server_key=curve_server_key)
-    try:
-        sockets.connect(sock, endpoint)
-        answer = _ping(sock, connect_timeout_s)
-        if answer is None:
-            raise BrokerUnreachableError(unreachable_message(endpoint, connect_timeout_s))
-        since = time.monotonic()
-        while answer.get("live_workers") == 0:
-            if no_worker_timeout_s and time.monotonic() - since >= no_worker_timeout_s:
-                raise NoWorkerError(no_worker_message(endpoint, answer.get("back"), no_worker_timeout_s))
-            time.sleep(0.2)
-            answer = _ping(sock, connect_timeout_s)
-            if answer is None:
-                raise BrokerUnreachableError(unreachable_message(endpoint, connect_timeout_s))
-        return answer
-    finally:
-        sock.close(0)
-
-
-def _ping(sock: zmq.Socket, timeout_s: float | None, resend_s: float = 0.5) -> dict | None:
-    """A HEARTBEAT round trip: the broker's answer header, or None when silent for timeout_s.
-    The ping is repeated every resend_s, so a broker that starts while we wait still answers."""
-    deadline = time.monotonic() + timeout_s if timeout_s else None
-    while True:
-        try:
-            sock.send_multipart(control(Kind.HEARTBEAT), zmq.NOBLOCK)
-        except zmq.Again:
-            pass  # no pipe to queue it on yet: the next round sends it again
-        resend_at = time.monotonic() + resend_s
-        while True:
-            now = time.monotonic()
-            if deadline is not None and now >= deadline:
-                return None
-            wait = (resend_at if deadline is None else min(resend_at, deadline)) - now
-            if wait <= 0:
-                break
-            if not sock.poll(wait * 1000):
-                continue
-            try:
-                header = peek_header(sock.recv_multipart(), sockets.CONTROL_MAX_BYTES)
-            except ProtocolError:
-                continue
-            if header["kind"] == Kind.HEARTBEAT.value:
-                return header

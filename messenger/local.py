@@ -29,8 +29,9 @@ import time
 from typing import Callable, Sequence
 
 from sparkgnn.messenger import shm
-from sparkgnn.messenger.dealer import MessengerTransport, broker_stats
+from sparkgnn.messenger.dealer import MessengerTransport
 from sparkgnn.messenger.errors import TransportError
+from sparkgnn.messenger.probe import broker_stats
 from sparkgnn.messenger.watchdog import ENV as PARENT_ENV
 
 _LOG_TAIL = 3000

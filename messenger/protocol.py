@@ -16,8 +16,8 @@ from typing import Callable, Mapping, Sequence
 
 import pyarrow as pa
 
-from sparkgnn.errors import SparkGNNError
 from sparkgnn.messenger import hashing
+from sparkgnn.messenger.errors import MessengerError
 
 # Version rule: adding an optional header field keeps the version (receivers ignore fields they
 # do not know, and a sender must not rely on a peer having read one); a new kind, a removed or
@@ -46,7 +46,7 @@ class Kind(str, Enum):
     STATS = "STATS"            # dealer -> broker -> dealer: metrics snapshot
 
 
-class ProtocolError(SparkGNNError, ValueError):
+class ProtocolError(MessengerError, ValueError):
     """A message violates the wire protocol (version, kind, size, hash, truncated Arrow...)."""
 
 

@@ -2,6 +2,7 @@
 
 Pure Python (no torch, no pyspark: the design's dependency rule, so the planner can run on a
 driver, in a notebook or in the bench without either). Modules, one job each:
+  errors      PlanError, the planner's own error base (it imports nothing else of sparkgnn)
   inputs      check and normalise the plain-dict inputs (PlanError naming the fault)
   ir          Operator / LayerPlan / Plan, JSON round trip
   segments    row sizes and Pipe round-trip building blocks
@@ -14,11 +15,12 @@ driver, in a notebook or in the bench without either). Modules, one job each:
 """
 from sparkgnn.planner.compile import compile
 from sparkgnn.planner.cost import CostModel, Estimate, measure
+from sparkgnn.planner.errors import PlanError
 from sparkgnn.planner.ir import ENGINES, OPERATORS, LayerPlan, Operator, Plan
 from sparkgnn.planner.partitions import MEMORY_SAFETY_FACTOR, choose_partitions, task_memory_bytes
 from sparkgnn.planner.strategies import STRATEGIES
 
 __all__ = [
     "compile", "choose_partitions", "Plan", "LayerPlan", "Operator", "CostModel", "Estimate",
-    "measure", "STRATEGIES", "OPERATORS", "ENGINES", "MEMORY_SAFETY_FACTOR", "task_memory_bytes",
+    "measure", "STRATEGIES", "OPERATORS", "ENGINES", "MEMORY_SAFETY_FACTOR", "task_memory_bytes", "PlanError",
 ]

@@ -17,9 +17,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from sparkgnn.errors import PlanError
 from sparkgnn.planner import rewrites
 from sparkgnn.planner.cost import CostModel, Estimate, measure
+from sparkgnn.planner.errors import PlanError
 from sparkgnn.planner.inputs import GraphStats, LayerSpec, Task, parse_graph_stats, parse_layers, parse_task
 from sparkgnn.planner.ir import LayerPlan, Operator, Plan
 from sparkgnn.planner.partitions import partitions_for, task_memory_bytes

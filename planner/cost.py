@@ -17,7 +17,7 @@ import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Iterable
 
-from sparkgnn.errors import PlanError
+from sparkgnn.planner.errors import PlanError
 from sparkgnn.planner.ir import Operator
 
 #: Operators whose bytes go through Spark's shuffle (write + fetch).

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
-from sparkgnn.errors import PlanError
+from sparkgnn.planner.errors import PlanError
 
 LAYER_KEYS = (
     "index", "kind", "in_dim", "out_dim", "aggregator", "src_width", "dst_width", "msg_width",

@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from sparkgnn.errors import PlanError
+from sparkgnn.planner.errors import PlanError
 
 #: The operator vocabulary (docs/ARCHITECTURE.md "Data movement and the planner"; Materialize cuts lineage).
 OPERATORS = (

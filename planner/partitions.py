@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from sparkgnn.errors import PlanError
+from sparkgnn.planner.errors import PlanError
 from sparkgnn.planner.inputs import LayerSpec, _int, parse_layers
 from sparkgnn.planner.segments import FLOAT_BYTES, ROW_BYTES, WEIGHT_BYTES
 

@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-from sparkgnn.errors import PlanError
+from sparkgnn.planner.errors import PlanError
 from sparkgnn.planner.inputs import GraphStats, LayerSpec
 from sparkgnn.planner.ir import Operator
 from sparkgnn.planner.rewrites import LayerWidths

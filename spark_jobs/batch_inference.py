@@ -65,20 +65,6 @@ def read_ids(path: str) -> list[int]:
     return ids
 
 
-def get_session():
-    """The active session under spark-submit, or a local one under plain python."""
-    from pyspark.sql import SparkSession
-
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        return active
-    if "PYSPARK_GATEWAY_PORT" in os.environ:  # launched by spark-submit: keep its master and conf
-        return SparkSession.builder.appName("sparkgnn-batch-inference").getOrCreate()
-    from sparkgnn.engine.session import local_session
-
-    return local_session("sparkgnn-batch-inference")
-
-
 def main(argv=None) -> int:
     args = parse_args(argv)
     return run_cli("batch_inference", lambda: _run(args))
@@ -87,13 +73,14 @@ def main(argv=None) -> int:
 def _run(args) -> int:
     from sparkgnn import infer
     from sparkgnn.engine.api import input_paths
+    from sparkgnn.engine.session import job_session
 
     ids = read_ids(args.ids) if args.ids else None
     if args.out:   # refuse before paying for a JVM; infer checks again with the resolved work dir
         check_output(args.out, {**input_paths(args.graph, args.model, args.work_dir), "--ids file": args.ids},
                      args.overwrite)
     started = time.perf_counter()
-    spark = get_session()
+    spark = job_session("sparkgnn-batch-inference")
     result = infer(
         spark, args.graph, args.model, out=args.out, strategy=args.strategy, partitions=args.partitions,
         ids=ids, workers=args.workers, explain=args.explain, work_dir=args.work_dir, overwrite=args.overwrite,

@@ -13,10 +13,7 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from batch_inference import get_session  # noqa: E402  (same session rules for every job)
-
-from sparkgnn.cliargs import int_list, positive_int, run_cli  # noqa: E402
+from sparkgnn.cliargs import int_list, positive_int, run_cli
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -47,9 +44,10 @@ def main(argv=None) -> int:
 
 def _run(args) -> int:
     from sparkgnn.engine.precompute import precompute
+    from sparkgnn.engine.session import job_session
 
     started = time.perf_counter()
-    spark = get_session()
+    spark = job_session("sparkgnn-precompute-pe")
     store = precompute(spark, args.graph, args.model, args.store, states=not args.no_states,
                        metrics=not args.no_metrics, workers=args.workers, force=args.force,
                        strategy=args.strategy, partitions=args.partitions, work_dir=args.work_dir,

@@ -17,10 +17,8 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from batch_inference import get_session  # noqa: E402  (same session rules for every job)
-from sparkgnn.cliargs import int_list, non_negative_int, positive_float, positive_int, run_cli  # noqa: E402
-from sparkgnn.serving.cliopts import gamma_type, non_negative_float  # noqa: E402
+from sparkgnn.cliargs import int_list, non_negative_int, positive_float, positive_int, run_cli
+from sparkgnn.serving.cliopts import gamma_type, non_negative_float
 
 PROG = "stream_queries.py"
 
@@ -92,6 +90,7 @@ def main(argv=None) -> int:
 
 
 def _run(args) -> int:
+    from sparkgnn.engine.session import job_session
     from sparkgnn.streaming.job import StreamJobError, run
 
     started = time.perf_counter()
@@ -102,7 +101,7 @@ def _run(args) -> int:
     cfg = config_from_args(args)
     log = lambda line: print(line, flush=True)  # noqa: E731
     try:
-        result = run(cfg, get_session, log=log, handle_signals=True)
+        result = run(cfg, lambda: job_session("sparkgnn-stream-queries"), log=log, handle_signals=True)
     except StreamJobError as exc:       # the query started and failed: not a refusal
         print(f"{PROG}: error: {exc}", file=sys.stderr, flush=True)
         return 1

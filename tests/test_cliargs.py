@@ -5,7 +5,8 @@ import errno
 import pytest
 
 from sparkgnn.cliargs import int_list, non_negative_int, positive_float, positive_int, run_cli
-from sparkgnn.errors import SparkGNNError
+from sparkgnn.errors import PlanError, SparkGNNError
+from sparkgnn.messenger.errors import BrokerUnreachableError
 
 
 def _parser():
@@ -40,6 +41,9 @@ def test_good_numbers_parse():
 
 @pytest.mark.parametrize("error, line", [
     (SparkGNNError("the store is stale"), "tool: error: the store is stale"),
+    # the standalone leaves' own error bases (sparkgnn.errors.USER_ERRORS)
+    (PlanError("unknown strategy 'fastest'"), "tool: error: unknown strategy 'fastest'"),
+    (BrokerUnreachableError("no broker answered at tcp://h:1"), "tool: error: no broker answered at tcp://h:1"),
     (OSError(errno.ENOSPC, "No space left on device", "/data/out/part-0"),
      "tool: error: No space left on device: /data/out/part-0"),
     (PermissionError(errno.EACCES, "Permission denied", "/ro/out"), "tool: error: Permission denied: /ro/out"),

@@ -3,8 +3,9 @@
 WHY: a user mistake (a bad number, a stale store, an output that already exists) must read as ONE
 line on stderr naming what is wrong, with exit code 2 (argparse's own code for usage errors), never
 as an uncaught traceback from int(), pyarrow or Spark. So numbers are parsed by argparse types
-(the error names the flag), and `run_cli` turns sparkgnn's deliberate errors, and the OS errors
-that are the user's to fix (a read-only or full disk, a missing file), into that line.
+(the error names the flag), and `run_cli` turns sparkgnn's deliberate errors (USER_ERRORS: its
+own, the messenger's and the planner's), and the OS errors that are the user's to fix (a read-only
+or full disk, a missing file), into that line.
 Bugs (anything else) keep their traceback: hiding them would make them harder to report.
 """
 from __future__ import annotations
@@ -13,7 +14,7 @@ import argparse
 import sys
 from typing import Callable
 
-from sparkgnn.errors import SparkGNNError
+from sparkgnn.errors import USER_ERRORS
 
 USAGE_EXIT = 2
 
@@ -85,7 +86,7 @@ def _jvm_io_message(exc: BaseException) -> str | None:
 
 def user_error_message(exc: BaseException) -> str | None:
     """The one-line message for an error that is the user's to fix, or None for a bug."""
-    if isinstance(exc, SparkGNNError):
+    if isinstance(exc, USER_ERRORS):
         return str(exc)
     jvm = _jvm_io_message(exc)
     if jvm:

@@ -1,5 +1,13 @@
 """Every error sparkgnn raises on purpose derives from SparkGNNError, so callers can tell a
-clear, named refusal (bad input, stale store, unsupported layer) from a bug deep in a library."""
+clear, named refusal (bad input, stale store, unsupported layer) from a bug deep in a library.
+
+The two standalone leaves, messenger/ and planner/, import nothing else of sparkgnn and so have
+bases of their own (MessengerError, PlanError). USER_ERRORS lists all three: catch it (or test
+isinstance against it) where any deliberate refusal must be caught, e.g. the command lines'
+one-line errors (sparkgnn.cliargs). PlanError is re-exported here, as it always was.
+"""
+from sparkgnn.messenger.errors import MessengerError
+from sparkgnn.planner.errors import PlanError
 
 
 class SparkGNNError(Exception):
@@ -21,11 +29,6 @@ class ModelLoadError(SparkGNNError, ValueError):
     """A saved model is missing, corrupt or does not match its spec."""
 
 
-class PlanError(SparkGNNError, ValueError):
-    """The planner cannot produce a plan for this model/graph/task (e.g. a forced strategy that
-    does not apply)."""
-
-
 class StalePEStore(SparkGNNError):
     """A PE store was computed for another model or graph than the one it is asked to serve."""
 
@@ -38,3 +41,10 @@ class OutputError(SparkGNNError, ValueError):
 class DamagedPEStore(StalePEStore):
     """A committed PE store layer no longer matches what its manifest recorded (a file missing,
     truncated, changed or added): the store cannot be trusted until the layer is recomputed."""
+
+
+# Every base of a deliberate refusal: sparkgnn's own, the messenger's and the planner's.
+USER_ERRORS: tuple[type[Exception], ...] = (SparkGNNError, MessengerError, PlanError)
+
+__all__ = ["SparkGNNError", "GraphValidationError", "UnsupportedModelError", "ModelLoadError", "PlanError",
+           "StalePEStore", "OutputError", "DamagedPEStore", "MessengerError", "USER_ERRORS"]

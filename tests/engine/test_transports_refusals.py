@@ -6,12 +6,12 @@ import time
 
 import pytest
 
-from sparkgnn.engine import transports
-from sparkgnn.engine.transports import WorkersSpecError, workers_for
+from sparkgnn import runners
 from sparkgnn.errors import SparkGNNError
 from sparkgnn.messenger.broker import Broker
 from sparkgnn.messenger.errors import BrokerUnreachableError, NoWorkerError
 from sparkgnn.messenger.local import free_tcp_port
+from sparkgnn.runners import WorkersSpecError, workers_for
 
 BOUND = 30  # seconds: proves nothing hangs, claims nothing about speed
 
@@ -50,10 +50,10 @@ def test_check_workers_is_syntax_only(spec, ok):
     has no broker, yet the check passes at once)."""
     start = time.monotonic()
     if ok:
-        transports.check_workers(spec)
+        runners.check_workers(spec)
     else:
         with pytest.raises(WorkersSpecError, match="accepted: inprocess"):
-            transports.check_workers(spec)
+            runners.check_workers(spec)
     assert time.monotonic() - start < 5
 
 
@@ -112,11 +112,11 @@ def test_a_broker_with_a_worker_passes_and_tasks_get_the_timeouts(broker):
 
 
 def test_connect_timeout_from_the_environment(monkeypatch):
-    monkeypatch.setenv(transports.CONNECT_TIMEOUT_ENV, "2.5")
-    assert transports.connect_timeout_s() == 2.5
-    assert transports.connect_timeout_s(0) == 0
-    monkeypatch.setenv(transports.CONNECT_TIMEOUT_ENV, "soon")
+    monkeypatch.setenv(runners.CONNECT_TIMEOUT_ENV, "2.5")
+    assert runners.connect_timeout_s() == 2.5
+    assert runners.connect_timeout_s(0) == 0
+    monkeypatch.setenv(runners.CONNECT_TIMEOUT_ENV, "soon")
     with pytest.raises(WorkersSpecError, match="SPARKGNN_CONNECT_TIMEOUT_S='soon' is not a number"):
-        transports.connect_timeout_s()
+        runners.connect_timeout_s()
     with pytest.raises(WorkersSpecError, match="connect timeout must be a finite number"):
-        transports.connect_timeout_s(-1)
+        runners.connect_timeout_s(-1)

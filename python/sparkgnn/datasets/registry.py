@@ -14,6 +14,7 @@ from sparkgnn.datasets.imdb import load_imdb
 from sparkgnn.datasets.synthetic import synthetic_graph, write_synthetic
 from sparkgnn.cliargs import non_negative_int, positive_int
 from sparkgnn.graph import GraphData, write_graph_dir
+from sparkgnn.registry import Registry
 
 
 def _writer_for(loader: Callable[..., GraphData]) -> Callable[..., dict]:
@@ -42,22 +43,21 @@ SIZE_OPTIONS = {
     "classes": ("num_classes", positive_int, 8, "number of label classes"),
 }
 
-DATASETS: dict[str, DatasetEntry] = {
-    "cora": DatasetEntry(load_cora, _writer_for(load_cora), SEED_OPTION,
-                         "Cora citations (2708 papers, 1433-d, 7 classes), bundled with graphdatascience"),
-    "imdb": DatasetEntry(load_imdb, _writer_for(load_imdb), SEED_OPTION,
-                         "IMDB movies/directors/actors (12772 vertices, 1256-d, 3 genres), bundled"),
-    "synthetic": DatasetEntry(synthetic_graph, write_synthetic, {**SIZE_OPTIONS, **SEED_OPTION},
-                              "power-law synthetic graph of any size, streamed to Parquet",
-                              {"weighted": ("weighted", "add a float32 edge weight column")}),
-}
+DATASETS: Registry[DatasetEntry] = Registry("dataset", KeyError)
+DATASETS.register("cora", DatasetEntry(
+    load_cora, _writer_for(load_cora), SEED_OPTION,
+    "Cora citations (2708 papers, 1433-d, 7 classes), bundled with graphdatascience"))
+DATASETS.register("imdb", DatasetEntry(
+    load_imdb, _writer_for(load_imdb), SEED_OPTION,
+    "IMDB movies/directors/actors (12772 vertices, 1256-d, 3 genres), bundled"))
+DATASETS.register("synthetic", DatasetEntry(
+    synthetic_graph, write_synthetic, {**SIZE_OPTIONS, **SEED_OPTION},
+    "power-law synthetic graph of any size, streamed to Parquet",
+    {"weighted": ("weighted", "add a float32 edge weight column")}))
 
 
 def entry(name: str) -> DatasetEntry:
-    try:
-        return DATASETS[name]
-    except KeyError:
-        raise KeyError(f"unknown dataset {name!r}; known: {', '.join(sorted(DATASETS))}") from None
+    return DATASETS.lookup(name)
 
 
 def load(name: str, **kwargs) -> GraphData:

@@ -1,7 +1,8 @@
 """The Handler a DL worker runs per task: header + Arrow tables in, header + Arrow tables out.
 
 Same callable in-process (inside a Spark Python worker) and behind the messenger (a standalone
-`sparkgnn-worker`). Ops are looked up in a registry; models by fingerprint in a model store.
+`sparkgnn-worker`). Ops are looked up in a registry (sparkgnn.dl.ops.OPS: dl's own layer_step,
+plus what the composition roots register); models by fingerprint in a model store.
 """
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ import time
 import torch
 
 from sparkgnn.dl.model_store import ModelRegistry
+from sparkgnn.dl.ops import OPS
 from sparkgnn.dl.step import StepError, run_step
 from sparkgnn.errors import SparkGNNError
+from sparkgnn.registry import Registry
 
 
+@OPS.register("layer_step")
 def _op_layer_step(registry: ModelRegistry, header: dict, tables: dict) -> dict:
     fingerprint = header.get("model")
     if not fingerprint:
@@ -21,28 +25,19 @@ def _op_layer_step(registry: ModelRegistry, header: dict, tables: dict) -> dict:
     return run_step(registry.get(fingerprint), header, tables, registry.device)
 
 
-def _op_serving_partials(registry: ModelRegistry, header: dict, tables: dict) -> dict:
-    """One partition of a serving request's layer (computation graph parallelism)."""
-    from sparkgnn.serving.cgp_wire import handle
-
-    return handle(header, tables)
-
-
-OPS = {"layer_step": _op_layer_step, "serving_partials": _op_serving_partials}
-
-
 class Handler:
-    """Callable(header, tables) -> (result header, result tables)."""
+    """Callable(header, tables) -> (result header, result tables). Ops are looked up per call, so
+    one registered after the handler was built is served too."""
 
-    def __init__(self, registry: ModelRegistry):
+    def __init__(self, registry: ModelRegistry, ops: Registry = OPS):
         self.registry = registry
+        self.ops = ops
 
     def __call__(self, header: dict, tables: dict):
         op = header.get("op")
-        if op not in OPS:
-            raise StepError(f"unknown op {op!r}; known ops: {sorted(OPS)}")
+        run = self.ops.lookup(op)  # type: ignore[arg-type]  # a missing op is refused like an unknown one
         started = time.perf_counter()
-        result = OPS[op](self.registry, header, tables)
+        result = run(self.registry, header, tables)
         return {"op": op, "compute_s": time.perf_counter() - started}, result
 
 

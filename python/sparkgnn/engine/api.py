@@ -7,10 +7,10 @@ import tempfile
 from sparkgnn.engine.executor import execute, finish
 from sparkgnn.engine.prepare import prepare
 from sparkgnn.engine.session import configure, default_parallelism, memory_per_task
-from sparkgnn.engine.transports import check_workers, workers_for
 from sparkgnn.errors import GraphValidationError, PlanError, SparkGNNError
 from sparkgnn.graph.problems import MAX_EXAMPLES, Problem
 from sparkgnn.outputs import check_output
+from sparkgnn.runners import check_workers, workers_for
 
 def coerce_graph(spark, graph):
     """A Graph, a graph directory, or anything GraphFrame-shaped (.vertices/.edges)."""

@@ -23,7 +23,7 @@ from sparkgnn.engine.api import check_model_fits, coerce_graph, coerce_model, pl
 from sparkgnn.engine.executor import execute
 from sparkgnn.engine.routing import OWN, PE_STATE
 from sparkgnn.engine.session import configure
-from sparkgnn.engine.transports import check_workers, workers_for
+from sparkgnn.runners import check_workers, workers_for
 
 PE_SCHEMA = "id long, h array<float>"
 PE_STATE_SCHEMA = "id long, h array<float>, state array<float>"

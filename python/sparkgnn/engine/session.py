@@ -50,6 +50,20 @@ def local_session(app_name: str = "sparkgnn", cores: int | str = "*", extra_conf
     return spark
 
 
+def job_session(app_name: str):
+    """The session a job script (spark_jobs/) runs in: the active one (e.g. a notebook or a test
+    that started it), the one spark-submit set up (its master and conf are kept, this only names
+    the app), else a local session with sparkgnn's settings (plain `python script.py`)."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    if "PYSPARK_GATEWAY_PORT" in os.environ:  # launched by spark-submit: keep its master and conf
+        return SparkSession.builder.appName(app_name).getOrCreate()
+    return local_session(app_name)
+
+
 def configure(spark) -> None:
     """Apply the settings sparkgnn relies on to a session the user built (e.g. spark-submit)."""
     for key, value in REQUIRED_CONF.items():

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 from sparkgnn.arrowvec import pack_binary, to_fixed_list, to_list, to_numpy_matrix
 from sparkgnn.engine import static
 from sparkgnn.engine.routing import DST, EDGE, OWN, PE_STATE, SRC, STATE, make_rows, split_batches
-from sparkgnn.errors import SparkGNNError
+from sparkgnn.errors import USER_ERRORS, SparkGNNError
 
 
 class StepFailed(SparkGNNError, RuntimeError):
@@ -261,7 +261,7 @@ def run_partition(cfg: StepConfig, batches, timers: dict | None = None):
     """Collect one partition's rows, run the DL step through the transport, scatter the results.
     `timers` (Spark accumulators, optional) sum task seconds spent receiving rows from Spark,
     building the DL tables, in the DL engine, and building the output rows: where the time goes."""
-    from sparkgnn.engine.transports import get_transport
+    from sparkgnn.runners import get_transport
 
     clock = time.perf_counter()
     batches = [b for b in batches if b.num_rows]
@@ -286,7 +286,7 @@ def run_partition(cfg: StepConfig, batches, timers: dict | None = None):
         clock = time.perf_counter()
         _, result = get_transport(cfg.transport).call(header, tables)
         spent["dl_s"] = time.perf_counter() - clock
-    except (SparkGNNError, ValueError) as exc:
+    except USER_ERRORS + (ValueError,) as exc:   # a messenger TransportError too
         raise StepFailed(f"layer step {cfg.layer + 1}/{cfg.num_layers} ({cfg.inputs} -> {cfg.outputs}) failed in partition {part}: {exc}") from exc
     clock = time.perf_counter()
     for batch in OUTPUTS[cfg.outputs](cfg, result, part, header):

@@ -23,24 +23,21 @@ from typing import Callable, Sequence
 import torch
 from torch import Tensor
 
-AGGREGATORS: dict[str, type] = {}
+from sparkgnn.registry import Registry
+
+AGGREGATORS: Registry[type] = Registry("aggregator", ValueError)
 
 
 def register(name: str) -> Callable[[type], type]:
     def deco(cls: type) -> type:
         cls.name = name
-        AGGREGATORS[name] = cls
-        return cls
+        return AGGREGATORS.register(name, cls)
     return deco
 
 
 def get_aggregator(name: str, **kwargs) -> "Aggregator":
     """Build an aggregator from its registry name and keyword options (see each class)."""
-    try:
-        cls = AGGREGATORS[name]
-    except KeyError:
-        raise ValueError(f"unknown aggregator {name!r}; known: {sorted(AGGREGATORS)}") from None
-    return cls(**kwargs)
+    return AGGREGATORS.lookup(name)(**kwargs)
 
 
 def _f32(t: Tensor) -> Tensor:

@@ -35,24 +35,22 @@ from torch import Tensor
 from sparkgnn.layers.aggregators import Aggregator
 from sparkgnn.layers.selfloops import apply_self_loops
 from sparkgnn.layers.stats import STATS
+from sparkgnn.registry import Registry
 
-CONVS: dict[str, type] = {}
+CONVS: Registry[type] = Registry("conv kind", ValueError)
 
 
 def register_conv(kind: str):
     def deco(cls):
         cls.kind = kind
-        CONVS[kind] = cls
-        return cls
+        return CONVS.register(kind, cls)
     return deco
 
 
 def build_conv(config: dict) -> "MergeableConv":
     cfg = dict(config)
     kind = cfg.pop("kind")
-    if kind not in CONVS:
-        raise ValueError(f"unknown conv kind {kind!r}; known: {sorted(CONVS)}")
-    return CONVS[kind](**cfg)
+    return CONVS.lookup(kind)(**cfg)
 
 
 class MergeableConv(torch.nn.Module):
@@ -138,7 +136,7 @@ class MergeableConv(torch.nn.Module):
 def compute_stats(conv: MergeableConv, src: Tensor, dst: Tensor, weight: Optional[Tensor],
                   num_nodes: int) -> dict:
     w = weight if conv.uses_edge_weight else None
-    return {name: STATS[name](src, dst, w, num_nodes) for name in conv.required_stats}
+    return {name: STATS.lookup(name)(src, dst, w, num_nodes) for name in conv.required_stats}
 
 
 def _layer_inputs(conv: MergeableConv, h: Tensor, src, dst, weight, stats, pre_transform):

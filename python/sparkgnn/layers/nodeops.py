@@ -15,14 +15,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-NODE_OPS: dict[str, type] = {}
+from sparkgnn.registry import Registry
+
+NODE_OPS: Registry[type] = Registry("node op", ValueError)
 
 
 def _op(name: str):
     def deco(cls):
         cls.op = name
-        NODE_OPS[name] = cls
-        return cls
+        return NODE_OPS.register(name, cls)
     return deco
 
 
@@ -57,18 +58,17 @@ class LinearOp(NodeOp):
         return F.linear(x, self.weight, self.bias)
 
 
-_ACTIVATIONS: dict[str, Callable[..., Tensor]] = {
-    "relu": lambda x: F.relu(x),
-    "leaky_relu": lambda x, negative_slope=0.01: F.leaky_relu(x, negative_slope),
-    "elu": lambda x, alpha=1.0: F.elu(x, alpha),
-    "gelu": lambda x, approximate="none": F.gelu(x, approximate=approximate),
-    "tanh": torch.tanh,
-    "sigmoid": torch.sigmoid,
-    "silu": lambda x: F.silu(x),
-    "softplus": lambda x, beta=1.0, threshold=20.0: F.softplus(x, beta, threshold),
-    "log_softmax": lambda x: F.log_softmax(x, dim=-1),
-    "softmax": lambda x: F.softmax(x, dim=-1),
-}
+_ACTIVATIONS: Registry[Callable[..., Tensor]] = Registry("activation", ValueError)
+_ACTIVATIONS.register("relu", lambda x: F.relu(x))
+_ACTIVATIONS.register("leaky_relu", lambda x, negative_slope=0.01: F.leaky_relu(x, negative_slope))
+_ACTIVATIONS.register("elu", lambda x, alpha=1.0: F.elu(x, alpha))
+_ACTIVATIONS.register("gelu", lambda x, approximate="none": F.gelu(x, approximate=approximate))
+_ACTIVATIONS.register("tanh", torch.tanh)
+_ACTIVATIONS.register("sigmoid", torch.sigmoid)
+_ACTIVATIONS.register("silu", lambda x: F.silu(x))
+_ACTIVATIONS.register("softplus", lambda x, beta=1.0, threshold=20.0: F.softplus(x, beta, threshold))
+_ACTIVATIONS.register("log_softmax", lambda x: F.log_softmax(x, dim=-1))
+_ACTIVATIONS.register("softmax", lambda x: F.softmax(x, dim=-1))
 
 
 @_op("activation")
@@ -78,8 +78,7 @@ class ActivationOp(NodeOp):
 
     def __init__(self, name: str, **options):
         super().__init__()
-        if name not in _ACTIVATIONS:
-            raise ValueError(f"unknown activation {name!r}; known: {sorted(_ACTIVATIONS)}")
+        _ACTIVATIONS.lookup(name)          # refuses an unknown name, listing the known ones
         self.name, self.options = name, dict(options)
 
     def config(self):
@@ -135,10 +134,7 @@ class BatchNormOp(NodeOp):
 
 def build_node_op(config: dict) -> NodeOp:
     cfg = dict(config)
-    name = cfg.pop("op")
-    if name not in NODE_OPS:
-        raise ValueError(f"unknown node op {name!r}; known: {sorted(NODE_OPS)}")
-    return NODE_OPS[name](**cfg)
+    return NODE_OPS.lookup(cfg.pop("op"))(**cfg)
 
 
 class NodeOpStack(torch.nn.Module):

@@ -21,16 +21,12 @@ from typing import Callable, Optional, Tuple
 import torch
 from torch import Tensor
 
+from sparkgnn.registry import Registry
+
 EdgeList = Tuple[Tensor, Tensor, Optional[Tensor]]
 
-SELF_LOOP_POLICIES: dict[str, Callable[..., EdgeList]] = {}
-
-
-def _policy(name: str):
-    def deco(fn):
-        SELF_LOOP_POLICIES[name] = fn
-        return fn
-    return deco
+SELF_LOOP_POLICIES: Registry[Callable[..., EdgeList]] = Registry("self-loop policy", ValueError)
+_policy = SELF_LOOP_POLICIES.register
 
 
 @_policy("none")
@@ -73,11 +69,7 @@ def _replace(src: Tensor, dst: Tensor, weight: Optional[Tensor], num_nodes: int)
 def apply_self_loops(src: Tensor, dst: Tensor, weight: Optional[Tensor], num_nodes: int,
                      policy: str) -> EdgeList:
     """Apply the named self-loop policy; returns (src, dst, weight) (weight None stays None)."""
-    try:
-        fn = SELF_LOOP_POLICIES[policy]
-    except KeyError:
-        raise ValueError(f"unknown self-loop policy {policy!r}; known: "
-                         f"{sorted(SELF_LOOP_POLICIES)}") from None
+    fn = SELF_LOOP_POLICIES.lookup(policy)
     src = torch.as_tensor(src, dtype=torch.long)
     dst = torch.as_tensor(dst, dtype=torch.long)
     if src.shape != dst.shape or src.dim() != 1:

@@ -14,15 +14,11 @@ import torch
 from torch import Tensor
 
 from sparkgnn.layers.selfloops import apply_self_loops
+from sparkgnn.registry import Registry
 
-STATS: dict[str, Callable[[Tensor, Tensor, Optional[Tensor], int], Tensor]] = {}
-
-
-def _stat(name: str):
-    def deco(fn):
-        STATS[name] = fn
-        return fn
-    return deco
+STATS: Registry[Callable[[Tensor, Tensor, Optional[Tensor], int], Tensor]] = Registry(
+    "node statistic", ValueError)
+_stat = STATS.register
 
 
 def _weighted_in(dst: Tensor, weight: Optional[Tensor], num_nodes: int) -> Tensor:

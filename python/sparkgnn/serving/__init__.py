@@ -10,13 +10,19 @@
     delta       evaluates LayerWork: stored state + new - old messages; CGP over P partitions
     policies    SRPE recomputation policies (qer, is, random, ae)
     engine      QueryEngine(graph, model, mode=..., **mode_options).answer(request)
+    dl_ops      the ops serving adds to a DL handler (serving_partials), registered on import
     evaluate    score modes against FULL and labels (CLI)
 """
 from sparkgnn.serving.context import Meter, ServingContext
 from sparkgnn.serving.engine import QueryEngine
 from sparkgnn.serving.modes import MODES, Answer, Mode, ModeError, register_mode
 from sparkgnn.serving import reuse_modes  # noqa: F401  (registers he, srpe, exact)
+from sparkgnn.serving import dl_ops
 from sparkgnn.serving.request import Request, RequestError, read_requests, write_requests
+
+# The DL handler of an in-process runner serves serving's ops (serving_partials) wherever serving
+# runs: dl itself never imports serving (dl_ops.py).
+dl_ops.register()
 
 # workload is loaded on first use (PEP 562), not here: `python -m sparkgnn.serving.workload` would
 # otherwise find it imported by this package before runpy runs it, and warn on stderr each run.

@@ -122,7 +122,8 @@ def parse_mode_spec(spec: str, args) -> tuple[str, dict]:
     name, _, policy = spec.partition("/")
     name, _, gamma = name.partition("@")
     if name not in MODES:
-        raise ModeError(f"mode spec {spec!r}: unknown serving mode {name!r}; known: {sorted(MODES)}")
+        raise ModeError(f"mode spec {spec!r}: unknown serving mode {name!r}; "
+                        f"known: {', '.join(MODES.names())}")
     opts: dict = {}
     if name == "srpe":
         try:
@@ -130,7 +131,8 @@ def parse_mode_spec(spec: str, args) -> tuple[str, dict]:
         except ValueError as exc:
             raise ModeError(f"mode spec {spec!r}: gamma {exc}") from None
         if policy and policy not in POLICIES:
-            raise ModeError(f"mode spec {spec!r}: unknown SRPE policy {policy!r}; known: {sorted(POLICIES)}")
+            raise ModeError(f"mode spec {spec!r}: unknown SRPE policy {policy!r}; "
+                            f"known: {', '.join(POLICIES.names())}")
         opts["policy"] = policy or args.policy
     elif gamma or policy:
         raise ModeError(f"mode spec {spec!r}: only srpe takes @gamma and /policy")

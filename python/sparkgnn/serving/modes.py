@@ -21,6 +21,7 @@ from typing import Optional
 import numpy as np
 
 from sparkgnn.errors import SparkGNNError
+from sparkgnn.registry import Registry
 from sparkgnn.serving.compgraph import build_compgraph, input_features, run_layers
 from sparkgnn.serving.context import Meter, ServingContext, subgraph_stats
 from sparkgnn.serving.request import Request
@@ -29,18 +30,18 @@ DEFAULT_FANOUTS = {1: (25,), 2: (25, 10), 3: (15, 10, 5)}
 BREAKDOWN_KEYS = ("fetch_s", "compute_s", "merge_s", "bytes_fetched", "nodes_recomputed",
                   "nodes_touched")
 
-MODES: dict[str, type] = {}
-
 
 class ModeError(SparkGNNError, ValueError):
     """Unknown mode or an option a mode does not accept."""
 
 
+MODES: Registry[type] = Registry("serving mode", ModeError)
+
+
 def register_mode(name: str):
     def deco(cls):
         cls.name = name
-        MODES[name] = cls
-        return cls
+        return MODES.register(name, cls)
     return deco
 
 
@@ -85,9 +86,7 @@ class Mode:
 
 
 def get_mode(name: str, model, **options) -> Mode:
-    if name not in MODES:
-        raise ModeError(f"unknown serving mode {name!r}; known: {sorted(MODES)}")
-    return MODES[name](model, **options)
+    return MODES.lookup(name)(model, **options)
 
 
 @register_mode("full")

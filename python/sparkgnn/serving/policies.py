@@ -20,14 +20,14 @@ import zlib
 
 import numpy as np
 
-POLICIES: dict = {}
+from sparkgnn.registry import Registry
+from sparkgnn.serving.modes import ModeError
+
+POLICIES: Registry = Registry("SRPE policy", ModeError)
 
 
 def register_policy(name: str):
-    def deco(fn):
-        POLICIES[name] = fn
-        return fn
-    return deco
+    return POLICIES.register(name)
 
 
 def candidates(prep, ctx=None) -> np.ndarray:

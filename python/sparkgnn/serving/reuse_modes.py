@@ -8,6 +8,8 @@ spark_cgp.use_spark_cgp(engine, spark, ...) runs the same partitions as Spark ta
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import torch
 
@@ -16,6 +18,9 @@ from sparkgnn.serving.delta import LayerExecutor
 from sparkgnn.serving.modes import Answer, Mode, ModeError, register_mode
 from sparkgnn.serving.plans import exact_works, he_works, srpe_works
 from sparkgnn.serving.policies import POLICIES, candidates, select
+
+if TYPE_CHECKING:
+    from sparkgnn.serving.stored import StoredLayers
 
 
 class ReuseMode(Mode):
@@ -26,7 +31,7 @@ class ReuseMode(Mode):
         if int(partitions) < 1:
             raise ModeError(f"partitions must be >= 1, got {partitions}")
         self.partitions = int(partitions)
-        self._stored = None
+        self._stored: StoredLayers | None = None
 
     def stored(self, ctx) -> StoredLayers:
         """The store's layers aligned to G, built on the first request (then reused)."""
@@ -84,8 +89,7 @@ class SRPEMode(ReuseMode):
         super().__init__(model, seed=seed, partitions=partitions, **options)
         if not 0.0 <= float(gamma) <= 1.0:
             raise ModeError(f"gamma must be in [0, 1], got {gamma}")
-        if policy not in POLICIES:
-            raise ModeError(f"unknown SRPE policy {policy!r}; known: {sorted(POLICIES)}")
+        POLICIES.lookup(policy)          # refuses an unknown policy as a ModeError
         self.gamma, self.policy = float(gamma), policy
 
     def approximation_errors(self, ctx, prep, cands) -> np.ndarray:
@@ -104,7 +108,7 @@ class SRPEMode(ReuseMode):
 
     def works(self, ctx, prep, meter):
         cands = candidates(prep, ctx)
-        scores = POLICIES[self.policy](ctx, prep, cands, self)
+        scores = POLICIES.lookup(self.policy)(ctx, prep, cands, self)
         chosen = select(np.asarray(scores, np.float64), cands, self.gamma)
         return srpe_works(ctx, prep, self.model, chosen), {
             "candidates": int(len(cands)), "gamma": self.gamma, "policy": self.policy}

@@ -185,7 +185,7 @@ class MessengerLayerExecutor(PartitionedLayerExecutor):
     def __init__(self, ctx, model, workers, store, graph_dir: str, model_path: str, parts: int,
                  states: bool = True):
         super().__init__(ctx, model, store, graph_dir, model_path, parts, states)
-        from sparkgnn.engine.transports import get_transport
+        from sparkgnn.runners import get_transport
 
         self.workers = workers
         self.transport = get_transport(workers.spec)
@@ -210,7 +210,7 @@ def use_messenger_cgp(engine, workers: str, graph_dir: str, model_path: str, mod
     """Run a reuse-mode engine's partitions on messenger workers: "local[N]" (starts a broker and
     N workers, stopped by executor.close()), "tcp://..." / "ipc://..." (a running broker whose
     workers can read graph_dir, model_path and the store). Loads the shards now."""
-    from sparkgnn.engine.transports import workers_for
+    from sparkgnn.runners import workers_for
 
     os.makedirs(model_store, exist_ok=True)          # workers need one; serving loads model_path
     return _attach(engine, lambda ctx, model, store, parts, states: MessengerLayerExecutor(

@@ -36,26 +36,25 @@ import inspect
 import numpy as np
 
 from sparkgnn.errors import SparkGNNError
-
-GROUPINGS: dict[str, type] = {}
+from sparkgnn.registry import Registry
 
 
 class GroupingError(SparkGNNError, ValueError):
     """Unknown grouping policy or an option it does not take."""
 
 
+GROUPINGS: Registry[type] = Registry("grouping policy", GroupingError)
+
+
 def register_grouping(name: str):
     def deco(cls):
         cls.name = name
-        GROUPINGS[name] = cls
-        return cls
+        return GROUPINGS.register(name, cls)
     return deco
 
 
 def get_grouping(name: str, **options) -> "GroupingPolicy":
-    if name not in GROUPINGS:
-        raise GroupingError(f"unknown grouping policy {name!r}; known: {sorted(GROUPINGS)}")
-    cls = GROUPINGS[name]
+    cls = GROUPINGS.lookup(name)
     accepted = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
     unknown = sorted(set(options) - set(accepted))
     if unknown:

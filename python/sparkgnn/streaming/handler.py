@@ -10,10 +10,11 @@
     4. write the micro-batch's rows atomically under its batch id (sink.py) and print one
        progress line (progress.py).
 
-Errors a request causes (a SparkGNNError or ValueError from the engine, e.g. RequestError) are
-error rows; anything else is a fault of the job, not of the request, and propagates: the query
-stops without committing the batch, and a restart from the checkpoint runs it again. Turning such
-an exception into an error row would commit a wrong answer exactly once, which is worse.
+Errors a request causes (a deliberate refusal, sparkgnn.errors.USER_ERRORS, or a ValueError from
+the engine, e.g. RequestError) are error rows; anything else is a fault of the job, not of the
+request, and propagates: the query stops without committing the batch, and a restart from the
+checkpoint runs it again. Turning such an exception into an error row would commit a wrong answer
+exactly once, which is worse.
 
 `handle(files, batch_id)` is the whole logic on plain Python values, so tests drive it without
 Spark; `__call__(df, batch_id)` is the foreachBatch adapter (collects path, modification time and
@@ -29,7 +30,7 @@ import time
 import numpy as np
 import pyarrow as pa
 
-from sparkgnn.errors import SparkGNNError
+from sparkgnn.errors import USER_ERRORS
 from sparkgnn.streaming.grouping import RequestCost, run_schedule
 from sparkgnn.streaming.intake import (IncomingFile, MalformedRequestFile, Pending, local_path,
                                        parse_request_file)
@@ -110,7 +111,7 @@ class MicroBatchHandler:
                 if error is None:
                     try:
                         answer = self.engine.answer(p.request)
-                    except (SparkGNNError, ValueError) as exc:
+                    except USER_ERRORS + (ValueError,) as exc:
                         error = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
                 done = self.clock()
                 rows.append(self._row(batch_id, p, answer, error, start, done, group_index,

@@ -90,10 +90,8 @@ def build_engine(cfg: StreamConfig, log=print):
     from sparkgnn.models import Model
     from sparkgnn.pe import PEStore
     from sparkgnn.serving import MODES, QueryEngine
-    from sparkgnn.serving.modes import ModeError
 
-    if cfg.mode not in MODES:
-        raise ModeError(f"unknown serving mode {cfg.mode!r}; known: {sorted(MODES)}")
+    MODES.lookup(cfg.mode)          # an unknown mode is a ModeError naming the known ones
     if cfg.store is None and cfg.mode not in STORELESS_MODES:
         raise StreamStartError(f"mode {cfg.mode!r} reuses precomputed embeddings: --store is required "
                              f"(only {', '.join(STORELESS_MODES)} run without a PE store)")

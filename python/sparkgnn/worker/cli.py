@@ -4,7 +4,9 @@
 WHY here and not in the messenger: the messenger must not import torch (it is what lets the
 broker and dealers run anywhere); this module glues the messenger's generic worker loop
 (`sparkgnn.messenger.worker.serve`) to the torch handler (`sparkgnn.dl.handler.build_handler`),
-which loads models by fingerprint from the model store and refuses unknown ones. Heartbeats,
+which loads models by fingerprint from the model store and refuses unknown ones. It is a
+composition root: the handler serves dl's own op (layer_step) and the ops registered here
+(serving's serving_partials, sparkgnn.serving.dl_ops); sparkgnn.dl never imports serving. Heartbeats,
 reconnect with backoff, ERROR answers for bad tasks and the parent-death watchdog (when started
 by LocalCluster) come from the messenger.
 
@@ -41,9 +43,12 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def build(args: argparse.Namespace):
-    """The GNN handler for these arguments (imports torch)."""
+    """The GNN handler for these arguments (imports torch). It serves dl's layer_step and the ops
+    this composition root registers: serving's serving_partials (one CGP partition)."""
     from sparkgnn.dl.handler import build_handler
+    from sparkgnn.serving import dl_ops
 
+    dl_ops.register()
     return build_handler(model_store=args.model_store, device=args.device, threads=args.threads)
 
 

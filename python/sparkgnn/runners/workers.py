@@ -1,70 +1,18 @@
-"""How a Spark task reaches the DL engine, and how infer(workers=...) sets that up.
-
-A transport spec is plain data (it travels inside the Spark closure):
-  {"kind": "inprocess", "model_store": DIR}      the handler runs inside Spark's Python worker
-  {"kind": "messenger", "endpoint": URL, ...}    a broker's front endpoint; standalone
-                                                 `sparkgnn-worker`s run the layers (Spark tasks
-                                                 then never import torch)
-One transport per spec per process: handlers hold loaded models, dealers hold sockets.
+"""`infer(workers=...)` / `--workers`: which place runs the DL steps, checked and set up.
 
 `workers_for` refuses what cannot work before a job depends on it: an unknown or malformed spec
 (WorkersSpecError listing the accepted forms), a tcp:// / ipc:// broker that does not answer or has
 no worker (BrokerUnreachableError / NoWorkerError from the driver after the connect timeout); the
-same timeouts travel to each task's dealer, so no network wait in a task is unbounded either.
+same timeouts travel to each task's dealer (transports.py), so no network wait in a task is
+unbounded either.
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 
 from sparkgnn.errors import SparkGNNError
-
-_CACHE: dict[str, object] = {}
-
-# A layer step of a big partition can take minutes; a dead worker is detected by the broker's
-# heartbeats (seconds), not by this timeout.
-DEFAULT_MESSENGER_OPTIONS = {"timeout_s": 900.0, "retries": 3}
-
-
-class InProcess:
-    """Calls the DL handler directly, in this process."""
-
-    def __init__(self, spec: dict):
-        from sparkgnn.dl.handler import build_handler
-
-        self.handler = build_handler(spec["model_store"], device=spec.get("device", "cpu"), threads=spec.get("threads", 1))
-
-    def call(self, header: dict, tables: dict):
-        return self.handler(header, tables)
-
-
-class Messenger:
-    """A dealer to the broker at spec["endpoint"]; the partition is the affinity key so the broker
-    prefers the worker that served this partition before (per-partition caches stay warm)."""
-
-    def __init__(self, spec: dict):
-        from sparkgnn.messenger.transport import connect
-
-        self.transport = connect(spec["endpoint"], **{**DEFAULT_MESSENGER_OPTIONS, **spec.get("options", {})})
-
-    def call(self, header: dict, tables: dict):
-        header = dict(header, affinity=f"{header.get('model')}:{header.get('partition')}")
-        return self.transport.call(header, tables)
-
-
-TRANSPORTS = {"inprocess": InProcess, "messenger": Messenger}
-
-
-def get_transport(spec: dict):
-    key = json.dumps(spec, sort_keys=True)
-    transport = _CACHE.get(key)
-    if transport is None:
-        kind = spec.get("kind", "inprocess")
-        if kind not in TRANSPORTS:
-            raise WorkersSpecError(f"unknown transport kind {kind!r}; known: {sorted(TRANSPORTS)}")
-        transport = _CACHE[key] = TRANSPORTS[kind](spec)
-    return transport
+from sparkgnn.registry import Registry
 
 
 @dataclass
@@ -92,6 +40,11 @@ ACCEPTED = ("inprocess (default: inside Spark's Python workers), local[N] (N >= 
 CONNECT_TIMEOUT_ENV = "SPARKGNN_CONNECT_TIMEOUT_S"
 DEFAULT_CONNECT_TIMEOUT_S = 15.0
 
+# shape -> the builder of its Workers (after check_workers)
+WORKER_SPECS: Registry = Registry("workers spec shape", WorkersSpecError)
+# shape -> the syntax check of its builder (nothing started, nothing probed)
+SYNTAX: Registry = Registry("workers spec syntax", WorkersSpecError)
+
 
 def connect_timeout_s(value: float | None = None) -> float:
     """`value`, else SPARKGNN_CONNECT_TIMEOUT_S, else 15 s; a bad setting is a clear error."""
@@ -108,10 +61,12 @@ def connect_timeout_s(value: float | None = None) -> float:
     return float(value)
 
 
+@WORKER_SPECS.register("inprocess")
 def _inprocess(workers, model_store: str, timeout_s: float) -> Workers:
     return Workers({"kind": "inprocess", "model_store": model_store})
 
 
+@SYNTAX.register("local")
 def _local_count(workers: str) -> int:
     from sparkgnn.messenger.transport import parse_local
 
@@ -121,6 +76,7 @@ def _local_count(workers: str) -> int:
         raise WorkersSpecError(f"{exc}; accepted: {ACCEPTED}") from None
 
 
+@WORKER_SPECS.register("local")
 def _local(workers: str, model_store: str, timeout_s: float) -> Workers:
     from sparkgnn.messenger.local import LocalCluster
 
@@ -128,6 +84,7 @@ def _local(workers: str, model_store: str, timeout_s: float) -> Workers:
     return Workers({"kind": "messenger", "endpoint": cluster.front}, cluster)
 
 
+@SYNTAX.register("endpoint")
 def _check_endpoint(workers: str) -> str:
     from sparkgnn.messenger.endpoints import check_connect
 
@@ -141,17 +98,19 @@ def _check_endpoint(workers: str) -> str:
                                f"1-65535) or ipc:///path; accepted: {ACCEPTED}") from None
 
 
+@WORKER_SPECS.register("endpoint")
 def _endpoint(workers: str, model_store: str, timeout_s: float) -> Workers:
     """A running broker, checked from the driver before any Spark task depends on it: a wrong
     address or a broker without workers is one clear error here, not a hang (or one error per
     task, wrapped in a JVM stack trace) later."""
-    from sparkgnn.messenger.dealer import probe_broker
+    from sparkgnn.messenger.probe import probe_broker
 
     probe_broker(_check_endpoint(workers), connect_timeout_s=timeout_s, no_worker_timeout_s=timeout_s)
     options = {"connect_timeout_s": timeout_s, "no_worker_timeout_s": timeout_s}
     return Workers({"kind": "messenger", "endpoint": workers, "options": options})
 
 
+@WORKER_SPECS.register("cluster")
 def _cluster(cluster, model_store: str, timeout_s: float) -> Workers:
     """A LocalCluster the caller started (and stops): its workers must serve `model_store`."""
     return Workers({"kind": "messenger", "endpoint": cluster.front})
@@ -173,11 +132,6 @@ def _shape(workers) -> str | None:
     return None
 
 
-WORKER_SPECS = {"inprocess": _inprocess, "local": _local, "endpoint": _endpoint, "cluster": _cluster}
-# shape -> the syntax check of its builder (nothing started, nothing probed)
-SYNTAX = {"local": _local_count, "endpoint": _check_endpoint}
-
-
 def check_workers(workers) -> None:
     """WorkersSpecError when `workers` is not a usable spec, without starting or probing
     anything: for callers to run before costly work (preparing the graph), so a typo in
@@ -195,4 +149,6 @@ def workers_for(workers, model_store: str, *, connect_timeout: float | None = No
     NoWorkerError after `connect_timeout` seconds), or a started LocalCluster. Anything else is a
     WorkersSpecError listing the accepted forms."""
     check_workers(workers)
-    return WORKER_SPECS[_shape(workers)](workers, model_store, connect_timeout_s(connect_timeout))
+    shape = _shape(workers)
+    assert shape is not None  # check_workers refused anything else
+    return WORKER_SPECS.lookup(shape)(workers, model_store, connect_timeout_s(connect_timeout))

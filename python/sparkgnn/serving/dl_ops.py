@@ -1,0 +1,31 @@
+"""The ops serving adds to a DL handler: "serving_partials" runs one CGP partition of a serving
+request's layer in a DL worker (cgp_wire.py carries it as JSON + Arrow, cgp_worker.py runs it).
+
+WHY here and not in sparkgnn.dl: the DL handler is the torch worker layer and knows nothing of
+serving; serving plugs its ops into the handler's op registry (sparkgnn.dl.ops.OPS). `register`
+is called by the composition roots: this package's __init__ (so the in-process runner serves the
+op wherever serving sends it) and `sparkgnn-worker` (sparkgnn.worker.cli) at start, since nothing
+else imports serving in a standalone worker. Registering twice is harmless.
+"""
+from __future__ import annotations
+
+from sparkgnn.dl.ops import OPS
+from sparkgnn.registry import Registry
+from sparkgnn.serving import cgp_wire
+
+
+def serving_partials(models, header: dict, tables: dict) -> dict:
+    """One partition of a serving request's layer (computation graph parallelism); `models`
+    (the handler's ModelRegistry) is unused: the header names the model file."""
+    return cgp_wire.handle(header, tables)
+
+
+SERVING_OPS = {cgp_wire.OP: serving_partials}
+
+
+def register(ops: Registry = OPS) -> None:
+    """Add serving's ops to a DL handler's op registry (idempotent; another function already
+    registered under one of their names is refused by the registry)."""
+    for name, run in SERVING_OPS.items():
+        if ops.get(name) is not run:
+            ops.register(name, run)
