@@ -1,5 +1,6 @@
 """Package mapping: the top-level folders planner/ and messenger/ (kept apart by the design's
 dependency rule) are installed as sparkgnn.planner and sparkgnn.messenger."""
+
 from setuptools import find_packages, setup
 
 

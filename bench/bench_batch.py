@@ -8,6 +8,7 @@ a scaling series; and a graph that PyG cannot run under an address-space cap tha
 Python workers run under too (spark.executor.pyspark.memory).
 Writes bench/results/batch.json and bench/results/batch.png.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,8 +42,10 @@ def pyg_per_layer(module, data) -> list[float]:
     edge_index = data.edge_index_torch()
     with torch.no_grad():
         h1 = module.act(module.convs[0](x, edge_index))
-        timings = [median_seconds(lambda: module.convs[0](x, edge_index)),
-                   median_seconds(lambda: module.convs[1](h1, edge_index))]
+        timings = [
+            median_seconds(lambda: module.convs[0](x, edge_index)),
+            median_seconds(lambda: module.convs[1](h1, edge_index)),
+        ]
     return timings
 
 
@@ -59,10 +62,23 @@ def run_strategy(spark, graph_dir, model, strategy, work_dir, partitions=None, w
 
     lines = []
     started = time.perf_counter()
-    result, report, plan = infer(spark, graph_dir, model, strategy=strategy, partitions=partitions, work_dir=work_dir,
-                                 log=lines.append, return_report=True, validate=False, workers=workers)
+    result, report, plan = infer(
+        spark,
+        graph_dir,
+        model,
+        strategy=strategy,
+        partitions=partitions,
+        work_dir=work_dir,
+        log=lines.append,
+        return_report=True,
+        validate=False,
+        workers=workers,
+    )
     wall = time.perf_counter() - started
-    steps = [{"label": s.label, "seconds": s.seconds, **(s.shuffle or {}), "task_seconds": s.task_seconds} for s in report.steps]
+    steps = [
+        {"label": s.label, "seconds": s.seconds, **(s.shuffle or {}), "task_seconds": s.task_seconds}
+        for s in report.steps
+    ]
     return result, {
         "strategy": strategy,
         "chosen": [layer.strategy for layer in plan.layers],
@@ -84,8 +100,10 @@ def _note_in_messenger_report(run: dict) -> None:
     with open(path) as fh:
         report = json.load(fh)
     report["batch_inference_end_to_end"] = {
-        "strategy": run["strategy"], "messenger_local2_seconds_per_layer": run["seconds_per_layer"],
-        "messenger_vs_inprocess": run["messenger_vs_inprocess"], "source": "bench/bench_batch.py",
+        "strategy": run["strategy"],
+        "messenger_local2_seconds_per_layer": run["seconds_per_layer"],
+        "messenger_vs_inprocess": run["messenger_vs_inprocess"],
+        "source": "bench/bench_batch.py",
     }
     with open(path, "w") as fh:
         json.dump(report, fh, indent=2, sort_keys=True)
@@ -97,14 +115,27 @@ def save_pyg_model(module, path: str, dims: dict) -> None:
 
 def pyg_probe(graph_dir: str, model_path: str, cap_bytes: int = 0) -> dict:
     out = subprocess.run(
-        [sys.executable, os.path.join(os.path.dirname(__file__), "pyg_layer_probe.py"), "--graph", graph_dir,
-         "--model", model_path, "--cap-bytes", str(cap_bytes)],
-        capture_output=True, text=True, timeout=1800,
+        [
+            sys.executable,
+            os.path.join(os.path.dirname(__file__), "pyg_layer_probe.py"),
+            "--graph",
+            graph_dir,
+            "--model",
+            model_path,
+            "--cap-bytes",
+            str(cap_bytes),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1800,
     )
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
     if lines:
         return json.loads(lines[-1])
-    return {"ok": False, "error": f"exit {out.returncode}: {out.stderr.strip().splitlines()[-1:] if out.stderr else ''}"}
+    return {
+        "ok": False,
+        "error": f"exit {out.returncode}: {out.stderr.strip().splitlines()[-1:] if out.stderr else ''}",
+    }
 
 
 def plot(result: dict, path: str) -> None:
@@ -120,8 +151,11 @@ def plot(result: dict, path: str) -> None:
     axes[0].set_ylabel("seconds per layer")
     axes[0].set_title(f"{result['graph']['label']}\nbest/PyG = {result['ratio_best_vs_pyg']:.2f}x")
     axes[0].tick_params(axis="x", rotation=20)
-    axes[1].bar([r["strategy"] for r in result["strategies"]],
-                [r["shuffle_write_bytes_per_layer"] / 2**20 for r in result["strategies"]], color="tab:orange")
+    axes[1].bar(
+        [r["strategy"] for r in result["strategies"]],
+        [r["shuffle_write_bytes_per_layer"] / 2**20 for r in result["strategies"]],
+        color="tab:orange",
+    )
     axes[1].set_ylabel("MiB shuffled per layer")
     axes[1].set_title("bytes moved by strategy")
     if result.get("scaling"):
@@ -178,28 +212,44 @@ def main() -> int:
         actual = spark_output(result, data.num_nodes, data.index_of)
         run["max_rel_error_vs_pyg"] = float(np.abs(actual - reference).max() / np.abs(reference).max())
         runs.append(run)
-        print(f"{strategy}: {run['seconds_per_layer']:.2f} s/layer, shuffled {run['shuffle_write_bytes_per_layer'] / 2**20:.0f} MiB/layer, "
-              f"err {run['max_rel_error_vs_pyg']:.1e}", flush=True)
+        print(
+            f"{strategy}: {run['seconds_per_layer']:.2f} s/layer, "
+            f"shuffled {run['shuffle_write_bytes_per_layer'] / 2**20:.0f} MiB/layer, "
+            f"err {run['max_rel_error_vs_pyg']:.1e}",
+            flush=True,
+        )
     _, auto = best_of(REPEATS, lambda: run_strategy(spark, graph_dir, model, "auto", work_dir))
     best = min(runs, key=lambda r: r["seconds_per_layer"])
-    via, messenger_run = best_of(REPEATS, lambda: run_strategy(spark, graph_dir, model, best["strategy"], work_dir, workers="local[2]"))
+    via, messenger_run = best_of(
+        REPEATS, lambda: run_strategy(spark, graph_dir, model, best["strategy"], work_dir, workers="local[2]")
+    )
     messenger_run["max_rel_error_vs_pyg"] = float(
-        np.abs(spark_output(via, data.num_nodes, data.index_of) - reference).max() / np.abs(reference).max())
+        np.abs(spark_output(via, data.num_nodes, data.index_of) - reference).max() / np.abs(reference).max()
+    )
     print(f"{best['strategy']} via messenger local[2]: {messenger_run['seconds_per_layer']:.2f} s/layer", flush=True)
     result = {
         "machine": machine(),
-        "graph": {"nodes": args.nodes, "edges": args.edges, "dim": args.dim,
-                  "label": f"synthetic {args.nodes // 1000}K nodes / {args.edges / 1e6:g}M edges / {args.dim}-d"},
+        "graph": {
+            "nodes": args.nodes,
+            "edges": args.edges,
+            "dim": args.dim,
+            "label": f"synthetic {args.nodes // 1000}K nodes / {args.edges / 1e6:g}M edges / {args.dim}-d",
+        },
         "model": "2-layer GraphSAGE (mean), hidden 128",
         "session_start_seconds": session_start,
         "pyg_seconds_per_layer": pyg_seconds,
         "pyg_layers_seconds": pyg_layers,
         "strategies": runs,
-        "auto": {"chosen": auto["chosen"], "seconds_per_layer": auto["seconds_per_layer"],
-                 "matches_fastest": all(s == best["strategy"] for s in auto["chosen"])},
+        "auto": {
+            "chosen": auto["chosen"],
+            "seconds_per_layer": auto["seconds_per_layer"],
+            "matches_fastest": all(s == best["strategy"] for s in auto["chosen"]),
+        },
         "best_strategy": best["strategy"],
-        "messenger": {**messenger_run,
-                      "messenger_vs_inprocess": messenger_run["seconds_per_layer"] / best["seconds_per_layer"]},
+        "messenger": {
+            **messenger_run,
+            "messenger_vs_inprocess": messenger_run["seconds_per_layer"] / best["seconds_per_layer"],
+        },
         "ratio_best_vs_pyg": best["seconds_per_layer"] / pyg_seconds,
         "scaling": [],
     }
@@ -212,24 +262,43 @@ def main() -> int:
         path = synthetic_dir(nodes, edges, args.dim)
         _, run_auto = run_strategy(spark, path, model, "auto", work_dir)
         probe = pyg_probe(path, module_path)
-        point = {"edges": edges, "nodes": nodes, "sparkgnn_seconds_per_layer": run_auto["seconds_per_layer"],
-                 "sparkgnn_chosen": run_auto["chosen"],
-                 "pyg_seconds_per_layer": probe["seconds"] / 2 if probe.get("ok") else None, "pyg_probe": probe}
+        point = {
+            "edges": edges,
+            "nodes": nodes,
+            "sparkgnn_seconds_per_layer": run_auto["seconds_per_layer"],
+            "sparkgnn_chosen": run_auto["chosen"],
+            "pyg_seconds_per_layer": probe["seconds"] / 2 if probe.get("ok") else None,
+            "pyg_probe": probe,
+        }
         result["scaling"].append(point)
-        print(f"scaling {edges}: sparkgnn {point['sparkgnn_seconds_per_layer']:.2f} s/layer, PyG {point['pyg_seconds_per_layer']}", flush=True)
+        print(
+            f"scaling {edges}: sparkgnn {point['sparkgnn_seconds_per_layer']:.2f} s/layer, "
+            f"PyG {point['pyg_seconds_per_layer']}",
+            flush=True,
+        )
         write_result("batch", result)
 
     cap_path = synthetic_dir(args.cap_edges // 10, args.cap_edges, args.dim)
     capped = pyg_probe(cap_path, module_path, cap_bytes)
     spark.stop()  # the capped run gets a session whose Python workers Spark caps (RLIMIT_AS)
-    spark = local_session("sparkgnn-bench-batch-capped", cores=2,
-                          extra_conf={"spark.executor.pyspark.memory": f"{int(args.cap_gb * 1024)}m"})
+    spark = local_session(
+        "sparkgnn-bench-batch-capped",
+        cores=2,
+        extra_conf={"spark.executor.pyspark.memory": f"{int(args.cap_gb * 1024)}m"},
+    )
     _, capped_spark = run_strategy(spark, cap_path, model, "auto", work_dir)
     result["memory_cap"] = {
-        "cap_bytes": cap_bytes, "edges": args.cap_edges, "nodes": args.cap_edges // 10,
-        "pyg": capped, "sparkgnn_completed": True, "sparkgnn_seconds_per_layer": capped_spark["seconds_per_layer"],
+        "cap_bytes": cap_bytes,
+        "edges": args.cap_edges,
+        "nodes": args.cap_edges // 10,
+        "pyg": capped,
+        "sparkgnn_completed": True,
+        "sparkgnn_seconds_per_layer": capped_spark["seconds_per_layer"],
         "sparkgnn_partitions": capped_spark["partitions"],
-        "how": "PyG in a child process with RLIMIT_AS = cap; sparkgnn's Python workers with spark.executor.pyspark.memory = cap",
+        "how": (
+            "PyG in a child process with RLIMIT_AS = cap; "
+            "sparkgnn's Python workers with spark.executor.pyspark.memory = cap"
+        ),
     }
     path = write_result("batch", result)
     _note_in_messenger_report(result["messenger"])

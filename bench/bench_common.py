@@ -1,4 +1,5 @@
 """Shared bench plumbing: result files, timing, the synthetic bench graphs (made once, seeded)."""
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,12 @@ DATA = os.path.join(ROOT, "data", "bench")
 def machine() -> dict:
     import torch
 
-    return {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__,
-            "torch_threads": torch.get_num_threads()}
+    return {
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+    }
 
 
 def median_seconds(fn, repeats: int = 3) -> float:

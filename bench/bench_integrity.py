@@ -11,6 +11,7 @@ median of 3:
          layers' Parquet (what a serving process reads anyway).
 Writes bench/results/integrity.json and integrity.png with the ratios (check / guarded read).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -88,8 +89,7 @@ def _store_costs(graph_path: str, store_root: str, dim: int) -> dict:
         "read_layers_s": median_seconds(read_layers),
         "record_at_commit_s": round(sum(record_s), 4),
         "open_checksums_s": median_seconds(lambda: PEStore.open(store_root, model=model, graph=graph_path)),
-        "open_sizes_s": median_seconds(
-            lambda: PEStore.open(store_root, model=model, graph=graph_path, verify="sizes")),
+        "open_sizes_s": median_seconds(lambda: PEStore.open(store_root, model=model, graph=graph_path, verify="sizes")),
     }
 
 
@@ -113,13 +113,19 @@ def plot(result: dict, path: str) -> None:
     labels = [f"{r['edges'] / 1e6:g}M edges" for r in runs]
     x = np.arange(len(runs))
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    graph_bars = [("read_parquet_s", "read graph (guarded work)"), ("check_graph_dir_s", "check footers"),
-                  ("trusted_meta_s", "data_stamp")]
+    graph_bars = [
+        ("read_parquet_s", "read graph (guarded work)"),
+        ("check_graph_dir_s", "check footers"),
+        ("trusted_meta_s", "data_stamp"),
+    ]
     for i, (key, label) in enumerate(graph_bars):
         axes[0].bar(x + (i - 1) * 0.27, [r["graph"][key] for r in runs], 0.27, label=label)
     axes[0].set_title("graph directory checks (warm cache)")
-    store_bars = [("read_layers_s", "read PE layers (guarded work)"), ("open_checksums_s", "open, CRC-32"),
-                  ("open_sizes_s", "open, sizes")]
+    store_bars = [
+        ("read_layers_s", "read PE layers (guarded work)"),
+        ("open_checksums_s", "open, CRC-32"),
+        ("open_sizes_s", "open, sizes"),
+    ]
     for i, (key, label) in enumerate(store_bars):
         axes[1].bar(x + (i - 1) * 0.27, [r["store"][key] for r in runs], 0.27, label=label)
     axes[1].set_title("PE store verification (2 layers, warm cache)")
@@ -142,12 +148,24 @@ def main(argv=None) -> int:
         path = synthetic_dir(edges // 10, edges, args.dim)
         graph = _graph_costs(path)
         store = _store_costs(path, os.path.join(DATA, "integrity_store"), args.dim)
-        runs.append({"nodes": edges // 10, "edges": edges, "dim": args.dim, "graph": graph, "store": store,
-                     "ratios": _ratios(graph, store)})
+        runs.append(
+            {
+                "nodes": edges // 10,
+                "edges": edges,
+                "dim": args.dim,
+                "graph": graph,
+                "store": store,
+                "ratios": _ratios(graph, store),
+            }
+        )
         print(f"{edges:>10} edges: {runs[-1]['ratios']}", flush=True)
     shutil.rmtree(os.path.join(DATA, "integrity_store"), ignore_errors=True)
-    result = {"machine": machine(), "cache": "warm page cache (files read once before timing)",
-              "alternative": "the guarded read itself (pyarrow reads of the graph / the PE layers)", "runs": runs}
+    result = {
+        "machine": machine(),
+        "cache": "warm page cache (files read once before timing)",
+        "alternative": "the guarded read itself (pyarrow reads of the graph / the PE layers)",
+        "runs": runs,
+    }
     print("wrote", write_result("integrity", result))
     plot(result, os.path.join(RESULTS, "integrity.png"))
     return 0

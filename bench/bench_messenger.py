@@ -17,6 +17,7 @@ trip p50/p99 in microseconds (1-row batch through the messenger vs the direct pa
 Every process tunes glibc malloc (messenger/memory.py); the direct pair gets the same tuning so
 the ratio compares protocols, not allocators. Keys: broker_vs_direct_ipc, ipc_broker_GBps.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,8 +51,11 @@ def echo(header, tables):
 def make_batch(rows=ROWS, dim=DIM, seed=0):
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((rows, dim), dtype=np.float32)
-    return {"batch": pa.table({"id": np.arange(rows, dtype=np.int64),
-                               "x": pa.FixedSizeListArray.from_arrays(pa.array(x.ravel()), dim)})}
+    return {
+        "batch": pa.table(
+            {"id": np.arange(rows, dtype=np.int64), "x": pa.FixedSizeListArray.from_arrays(pa.array(x.ravel()), dim)}
+        )
+    }
 
 
 def payload_bytes(tables) -> int:
@@ -61,7 +65,9 @@ def payload_bytes(tables) -> int:
 # -- direct DEALER-ROUTER pair ------------------------------------------------------------------
 def _direct_server(endpoint, ready):
     import zmq
+
     from sparkgnn.messenger.memory import tune_malloc
+
     tune_malloc()
     ctx = zmq.Context()
     s = ctx.socket(zmq.ROUTER)
@@ -81,6 +87,7 @@ def direct_pair(endpoint, payload, batches, window, warmup=4, rtt_samples=0):
     serialized Arrow stream of the batch (the bytes the messenger moves; its buffer alignment
     matters for the kernel copy: a Python bytes object measured ~30% slower)."""
     import zmq
+
     ready = mp.Event()
     proc = mp.get_context("fork").Process(target=_direct_server, args=(endpoint, ready))
     proc.start()
@@ -91,6 +98,7 @@ def direct_pair(endpoint, payload, batches, window, warmup=4, rtt_samples=0):
     nbytes = len(memoryview(payload))
     out = {}
     try:
+
         def run(n):
             sent = done = 0
             while done < n:
@@ -99,6 +107,7 @@ def direct_pair(endpoint, payload, batches, window, warmup=4, rtt_samples=0):
                     sent += 1
                 s.recv()
                 done += 1
+
         run(warmup)
         t0 = time.perf_counter()
         run(batches)
@@ -128,18 +137,21 @@ def rtt_us(samples):
 
 
 # -- messenger ----------------------------------------------------------------------------------
-def messenger(transport, workers, tables, batches, window, handler="sink", rtt_samples=0, warmup=8,
-              **client_options):
+def messenger(transport, workers, tables, batches, window, handler="sink", rtt_samples=0, warmup=8, **client_options):
     from sparkgnn.messenger.local import LocalCluster
+
     env = {"PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
     out = {}
-    with LocalCluster(workers, handler=f"bench_messenger:{handler}", transport=transport,
-                      env=env, heartbeat_s=0.5) as cluster:
+    with LocalCluster(
+        workers, handler=f"bench_messenger:{handler}", transport=transport, env=env, heartbeat_s=0.5
+    ) as cluster:
         with cluster.client(timeout_s=60, window=window, **client_options) as client:
+
             def run(n):
                 reqs = (({"op": handler, "batch": i}, tables) for i in range(n))
                 for _ in client.map(reqs, window=window):
                     pass
+
             run(warmup)
             t0 = time.perf_counter()
             run(batches)
@@ -159,6 +171,7 @@ def messenger(transport, workers, tables, batches, window, handler="sink", rtt_s
 
 def inprocess(tables, batches, wire=True):
     from sparkgnn.messenger.transport import InProcessTransport
+
     t = InProcessTransport(sink, wire=wire)
     t.call({"op": "sink"}, tables)
     t0 = time.perf_counter()
@@ -169,8 +182,10 @@ def inprocess(tables, batches, wire=True):
 
 def plot(results, path):
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     names = list(results["throughput_GBps"])
     vals = [results["throughput_GBps"][n] for n in names]
@@ -204,6 +219,7 @@ def main(argv=None):
     sys.path.insert(0, str(HERE))
     from sparkgnn.messenger.local import free_tcp_port
     from sparkgnn.messenger.memory import tune_malloc
+
     tune_malloc()
     tables = make_batch()
     nbytes = payload_bytes(tables)
@@ -218,6 +234,7 @@ def main(argv=None):
 
     res = {}
     from sparkgnn.messenger.protocol import serialize_table
+
     raw = serialize_table(tables["batch"])
     res["direct_ipc"] = best(lambda: direct_pair(f"ipc://{tmp}/direct.ipc", raw, args.batches, args.window))
     res["direct_tcp"] = best(lambda: direct_pair(f"tcp://127.0.0.1:{free_tcp_port()}", raw, args.batches, args.window))
@@ -225,17 +242,21 @@ def main(argv=None):
         # the product's route: same-host payloads through reused shared memory segments
         res[f"messenger_{tr}"] = best(lambda: messenger(tr, args.workers, tables, args.batches, args.window))
         # payloads as ZeroMQ frames dealer -> worker directly (the route across hosts)
-        res[f"messenger_{tr}_frames"] = best(lambda: messenger(tr, args.workers, tables, args.batches,
-                                                              args.window, shm_payloads=False))
+        res[f"messenger_{tr}_frames"] = best(
+            lambda: messenger(tr, args.workers, tables, args.batches, args.window, shm_payloads=False)
+        )
     res["messenger_ipc_1worker"] = best(lambda: messenger("ipc", 1, tables, args.batches, args.window))
     res["inprocess"] = best(lambda: inprocess(tables, args.batches))
-    res["messenger_ipc_echo"] = best(lambda: messenger("ipc", args.workers, tables, args.batches, args.window,
-                                                       handler="echo"))
+    res["messenger_ipc_echo"] = best(
+        lambda: messenger("ipc", args.workers, tables, args.batches, args.window, handler="echo")
+    )
     rtt_direct = direct_pair(f"ipc://{tmp}/rtt.ipc", b"x" * 64, 10, 1, rtt_samples=args.rtt_samples)
     rtt_msg = messenger("ipc", 1, make_batch(1, 4), 10, 1, rtt_samples=args.rtt_samples)
     results = {
         "batch": {"rows": ROWS, "dim": DIM, "dtype": "float32", "payload_bytes": nbytes},
-        "window": args.window, "workers": args.workers, "batches": args.batches,
+        "window": args.window,
+        "workers": args.workers,
+        "batches": args.batches,
         "throughput_GBps": {k: round(v["GBps"], 3) for k, v in res.items()},
         "round_trip_us": {
             "direct_ipc": {k: round(rtt_direct[k], 1) for k in ("p50_us", "p99_us")},
@@ -248,11 +269,12 @@ def main(argv=None):
         "frames_broker_vs_direct_ipc": round(res["messenger_ipc_frames"]["GBps"] / res["direct_ipc"]["GBps"], 3),
         "echo_note": "messenger_ipc_echo counts request bytes only; results come back as frames",
         "details": {k: {kk: vv for kk, vv in v.items() if kk != "GBps"} for k, v in res.items()},
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "malloc_tuned": tune_malloc()},
-        "design": ("broker on the control path (LEASE/ASSIGN/DONE, heartbeats, requeue); payloads "
-                   "dealer->worker directly: same host through reused shared memory segments, "
-                   "else ZeroMQ frames to the worker's own data socket; results as frames"),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "malloc_tuned": tune_malloc()},
+        "design": (
+            "broker on the control path (LEASE/ASSIGN/DONE, heartbeats, requeue); payloads "
+            "dealer->worker directly: same host through reused shared memory segments, "
+            "else ZeroMQ frames to the worker's own data socket; results as frames"
+        ),
         "load_average_at_end": os.getloadavg(),
     }
     shutil.rmtree(tmp, ignore_errors=True)
@@ -260,8 +282,12 @@ def main(argv=None):
     out.mkdir(parents=True, exist_ok=True)
     (out / "messenger.json").write_text(json.dumps(results, indent=2) + "\n")
     plot(results, out / "messenger.png")
-    print(json.dumps({k: results[k] for k in ("throughput_GBps", "round_trip_us", "ipc_broker_GBps",
-                                              "broker_vs_direct_ipc")}, indent=2))
+    print(
+        json.dumps(
+            {k: results[k] for k in ("throughput_GBps", "round_trip_us", "ipc_broker_GBps", "broker_vs_direct_ipc")},
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 bytes per layer (embeddings vs states) next to OMEGA's (L-1) x H x 4 bytes/node and the graph's
 feature bytes, metrics seconds; compared with plain batch inference in the same run (the price of
 keeping every layer). Writes bench/results/precompute.json and precompute.png."""
+
 from __future__ import annotations
 
 import argparse
@@ -23,8 +24,17 @@ def _timed_precompute(spark, graph_dir, model, store, states, metrics, work_dir)
     lines = []
     shutil.rmtree(store, ignore_errors=True)
     started = time.perf_counter()
-    opened = precompute(spark, graph_dir, model, store, states=states, metrics=metrics, work_dir=work_dir,
-                        validate=False, log=lines.append)
+    opened = precompute(
+        spark,
+        graph_dir,
+        model,
+        store,
+        states=states,
+        metrics=metrics,
+        work_dir=work_dir,
+        validate=False,
+        log=lines.append,
+    )
     total = time.perf_counter() - started
     metric_lines = [line for line in lines if "workload metrics" in line]
     metrics_s = float(metric_lines[0].split(" in ")[1].split(" s")[0]) if metric_lines else None
@@ -39,7 +49,11 @@ def plot(result: dict, path: str) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     names = ["batch inference", "PEs only", "PEs + states"]
-    seconds = [result["batch_seconds_total"], result["no_states"]["seconds_excl_metrics"], result["with_states"]["seconds_excl_metrics"]]
+    seconds = [
+        result["batch_seconds_total"],
+        result["no_states"]["seconds_excl_metrics"],
+        result["with_states"]["seconds_excl_metrics"],
+    ]
     axes[0].bar(names, seconds, color=["tab:gray", "tab:blue", "tab:orange"])
     axes[0].set_ylabel("seconds (2 layers, excl. metrics)")
     axes[0].set_title(result["graph"])
@@ -47,8 +61,12 @@ def plot(result: dict, path: str) -> None:
     layers = sorted(report["pe_bytes"], key=int) if isinstance(report.get("pe_bytes"), dict) else []
     axes[1].bar([f"h^{l}" for l in layers], [report["pe_bytes"][l] / 2**20 for l in layers], label="embeddings")
     if isinstance(report.get("state_bytes"), dict):
-        axes[1].bar([f"h^{l}" for l in layers], [report["state_bytes"].get(l, 0) / 2**20 for l in layers],
-                    bottom=[report["pe_bytes"][l] / 2**20 for l in layers], label="states")
+        axes[1].bar(
+            [f"h^{l}" for l in layers],
+            [report["state_bytes"].get(l, 0) / 2**20 for l in layers],
+            bottom=[report["pe_bytes"][l] / 2**20 for l in layers],
+            label="states",
+        )
     axes[1].axhline(report["graph_feature_bytes"] / 2**20, color="k", ls="--", label="graph features")
     axes[1].set_ylabel("MiB on disk")
     axes[1].legend()
@@ -74,14 +92,25 @@ def main() -> int:
     started = time.perf_counter()
     infer(spark, graph_dir, model, work_dir=work_dir, validate=False, log=lambda _l: None)
     batch_seconds = time.perf_counter() - started
-    result = {"machine": machine(), "graph": f"synthetic {args.nodes // 1000}K / {args.edges / 1e6:g}M / {args.dim}-d",
-              "model": "2-layer GraphSAGE (mean), hidden 128", "batch_seconds_total": batch_seconds}
+    result = {
+        "machine": machine(),
+        "graph": f"synthetic {args.nodes // 1000}K / {args.edges / 1e6:g}M / {args.dim}-d",
+        "model": "2-layer GraphSAGE (mean), hidden 128",
+        "batch_seconds_total": batch_seconds,
+    }
     for key, states, metrics in (("no_states", False, False), ("with_states", True, True)):
         store, total, metrics_s, lines = _timed_precompute(
-            spark, graph_dir, model, os.path.join(DATA, f"pe_{key}"), states, metrics, work_dir)
+            spark, graph_dir, model, os.path.join(DATA, f"pe_{key}"), states, metrics, work_dir
+        )
         excl = total - (metrics_s or 0.0)
-        result[key] = {"seconds_total": total, "seconds_excl_metrics": excl, "seconds_per_layer": excl / 2,
-                       "metrics_seconds": metrics_s, "size_report": store.size_report(), "log": lines}
+        result[key] = {
+            "seconds_total": total,
+            "seconds_excl_metrics": excl,
+            "seconds_per_layer": excl / 2,
+            "metrics_seconds": metrics_s,
+            "size_report": store.size_report(),
+            "log": lines,
+        }
         print(f"{key}: {excl:.1f} s for 2 layers (metrics {metrics_s})", flush=True)
     result["with_states_over_batch"] = result["with_states"]["seconds_excl_metrics"] / batch_seconds
     result["no_states_over_batch"] = result["no_states"]["seconds_excl_metrics"] / batch_seconds

@@ -21,6 +21,7 @@ go round-robin over the engines (request 1 to every engine, then request 2, ...)
 from other processes on the box hits every mode alike. Latency = wall time of engine.answer().
 Writes bench/results/serving.json, serving_latency.png, serving_recovery.png, serving_bytes.png.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,20 +37,23 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_common import machine, write_result  # noqa: E402
+from serving_models import GRAPHS, MODEL_KINDS, load_average, load_graph, mlp_baseline_accuracy, pe_store, train_model  # noqa: E402
 from serving_plots import plot  # noqa: E402
-from serving_models import (GRAPHS, MODEL_KINDS, load_average, load_graph,  # noqa: E402
-                            mlp_baseline_accuracy, pe_store, train_model)
 
 GAMMAS = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 POLICIES = ("qer", "is", "random", "ae")
 TABLE_GAMMAS = (0.01, 0.1)
 CGP_GAMMA = 0.1
 PARTITIONS = 4
-HEADLINE_MODEL = "sage"          # OMEGA's 29x / 18x anchors are SAGE (Fig. 11)
-ANCHORS = {"full_over_srpe_latency": 29.0, "full_over_srpe_bytes": 18.0, "he_accuracy_drop_pts_max": 6.3,
-           "srpe_recovers_within_pts": 1.0,
-           "source": "OMEGA 8.3 (SAGE, Amazon: 8.2 s -> 278 ms, 7.4 GB -> 411 MB), 5.1/8.4 (HE up to "
-                     "-6.3 points, GAT Yelp), Table 3 (qer within 1 point at small gamma)"}
+HEADLINE_MODEL = "sage"  # OMEGA's 29x / 18x anchors are SAGE (Fig. 11)
+ANCHORS = {
+    "full_over_srpe_latency": 29.0,
+    "full_over_srpe_bytes": 18.0,
+    "he_accuracy_drop_pts_max": 6.3,
+    "srpe_recovers_within_pts": 1.0,
+    "source": "OMEGA 8.3 (SAGE, Amazon: 8.2 s -> 278 ms, 7.4 GB -> 411 MB), 5.1/8.4 (HE up to "
+    "-6.3 points, GAT Yelp), Table 3 (qer within 1 point at small gamma)",
+}
 EXACT_TOL = 1e-5
 
 _AE_MEMO: dict = {}
@@ -59,7 +63,8 @@ def _register_memo_ae():
     """'ae-memo': the AE oracle's scores computed once per (context, request) and reused across
     gammas (they do not depend on gamma; each costs more than an EXACT answer). Latency of this
     policy is therefore not meaningful and is not reported."""
-    from sparkgnn.serving.policies import POLICIES as REGISTRY, register_policy
+    from sparkgnn.serving.policies import POLICIES as REGISTRY
+    from sparkgnn.serving.policies import register_policy
 
     if "ae-memo" in REGISTRY:
         return
@@ -104,13 +109,12 @@ class Engines:
         return self.QueryEngine(self.G, self.model, mode=mode, store=self.store, context=self.ctx, seed=0, **options)
 
 
-def measure(engines: dict, requests: list, wl, reference: str = "full", keep_answers: bool = False,
-            log=None) -> dict:
+def measure(engines: dict, requests: list, wl, reference: str = "full", keep_answers: bool = False, log=None) -> dict:
     """Round-robin over engines (module doc). Per engine label: {"rows": [...], "answers": {...}}.
     The reference engine must come first in `engines`."""
     assert next(iter(engines)) == reference
     for e in engines.values():
-        e.answer(requests[0])                       # warm-up (builds lazy indexes, caches)
+        e.answer(requests[0])  # warm-up (builds lazy indexes, caches)
     out = {label: {"rows": [], "answers": {}} for label in engines}
     labels = {r.request_id: None for r in requests}
     for i, r in enumerate(requests):
@@ -124,15 +128,34 @@ def measure(engines: dict, requests: list, wl, reference: str = "full", keep_ans
                 labels[r.request_id] = wl.label_array(a.qid)
             y = labels[r.request_id]
             bd = a.breakdown
-            out[label]["rows"].append({
-                "B": r.batch_size, "latency_s": latency, "n": len(y),
-                "correct": int((a.pred == y).sum()), "ref_correct": int((ref.pred == y).sum()),
-                "agree": int((a.pred == ref.pred).sum()), "rel_err": rel_err(a.h, ref.h),
-                **{k: bd.get(k, 0) for k in ("plan_s", "fetch_s", "compute_s", "merge_s", "bytes_fetched",
-                                             "nodes_recomputed", "nodes_touched", "edges", "candidates",
-                                             "partial_bytes", "allgather_bytes")},
-                "recomputed_per_layer": bd.get("recomputed_per_layer"),
-            })
+            out[label]["rows"].append(
+                {
+                    "B": r.batch_size,
+                    "latency_s": latency,
+                    "n": len(y),
+                    "correct": int((a.pred == y).sum()),
+                    "ref_correct": int((ref.pred == y).sum()),
+                    "agree": int((a.pred == ref.pred).sum()),
+                    "rel_err": rel_err(a.h, ref.h),
+                    **{
+                        k: bd.get(k, 0)
+                        for k in (
+                            "plan_s",
+                            "fetch_s",
+                            "compute_s",
+                            "merge_s",
+                            "bytes_fetched",
+                            "nodes_recomputed",
+                            "nodes_touched",
+                            "edges",
+                            "candidates",
+                            "partial_bytes",
+                            "allgather_bytes",
+                        )
+                    },
+                    "recomputed_per_layer": bd.get("recomputed_per_layer"),
+                }
+            )
             if keep_answers:
                 out[label]["answers"][r.request_id] = a
         if log and (i + 1) % max(1, len(requests) // 4) == 0:
@@ -146,20 +169,32 @@ def summarise(rows: list) -> dict:
     acc = sum(r["correct"] for r in rows) / n
     ref_acc = sum(r["ref_correct"] for r in rows) / n
     out = {
-        "requests": len(rows), "queries": int(n),
+        "requests": len(rows),
+        "queries": int(n),
         "latency_p50_ms": float(np.percentile(lat, 50) * 1e3),
         "latency_p99_ms": float(np.percentile(lat, 99) * 1e3),
         "latency_mean_ms": float(lat.mean() * 1e3),
-        "accuracy": acc, "full_accuracy": ref_acc, "accuracy_drop_pts": (ref_acc - acc) * 100,
+        "accuracy": acc,
+        "full_accuracy": ref_acc,
+        "accuracy_drop_pts": (ref_acc - acc) * 100,
         "agreement_with_full": sum(r["agree"] for r in rows) / n,
         "max_rel_err_vs_full": max(r["rel_err"] for r in rows),
     }
-    for key in ("bytes_fetched", "nodes_recomputed", "nodes_touched", "edges", "candidates",
-                "partial_bytes", "allgather_bytes"):
+    for key in (
+        "bytes_fetched",
+        "nodes_recomputed",
+        "nodes_touched",
+        "edges",
+        "candidates",
+        "partial_bytes",
+        "allgather_bytes",
+    ):
         out[f"{key}_mean"] = float(np.mean([r[key] for r in rows]))
     for key in ("plan_s", "fetch_s", "compute_s", "merge_s"):
         out[f"{key[:-2]}_ms_mean"] = float(np.mean([r[key] for r in rows]) * 1e3)
-    out["other_ms_mean"] = out["latency_mean_ms"] - sum(out[f"{k}_ms_mean"] for k in ("plan", "fetch", "compute", "merge"))
+    out["other_ms_mean"] = out["latency_mean_ms"] - sum(
+        out[f"{k}_ms_mean"] for k in ("plan", "fetch", "compute", "merge")
+    )
     per_layer = [r["recomputed_per_layer"] for r in rows if r["recomputed_per_layer"]]
     if per_layer:
         out["recomputed_per_layer_mean"] = [float(v) for v in np.mean(np.array(per_layer, dtype=np.float64), axis=0)]
@@ -183,15 +218,29 @@ def recovery(eng: Engines, requests, wl, log) -> dict:
     log(f"    recovery: {len(engines) - 1} SRPE engines x {len(requests)} requests at B={requests[0].batch_size}")
     res = measure(engines, requests, wl, log=log)
     full = summarise(res["full"]["rows"])
-    out = {"B": requests[0].batch_size, "requests": len(requests), "gammas": list(GAMMAS),
-           "full": {k: full[k] for k in ("accuracy", "latency_p50_ms", "bytes_fetched_mean")}, "policies": {}}
+    out = {
+        "B": requests[0].batch_size,
+        "requests": len(requests),
+        "gammas": list(GAMMAS),
+        "full": {k: full[k] for k in ("accuracy", "latency_p50_ms", "bytes_fetched_mean")},
+        "policies": {},
+    }
     for policy in POLICIES:
         curve = {}
         for gamma in GAMMAS:
             s = summarise(res[f"{policy}@{gamma:g}"]["rows"])
-            point = {k: s[k] for k in ("accuracy", "accuracy_drop_pts", "agreement_with_full",
-                                       "max_rel_err_vs_full", "nodes_recomputed_mean", "bytes_fetched_mean",
-                                       "candidates_mean")}
+            point = {
+                k: s[k]
+                for k in (
+                    "accuracy",
+                    "accuracy_drop_pts",
+                    "agreement_with_full",
+                    "max_rel_err_vs_full",
+                    "nodes_recomputed_mean",
+                    "bytes_fetched_mean",
+                    "candidates_mean",
+                )
+            }
             if policy != "ae":
                 point["latency_p50_ms"] = s["latency_p50_ms"]
             curve[f"{gamma:g}"] = point
@@ -204,9 +253,11 @@ def recovery(eng: Engines, requests, wl, log) -> dict:
             # label-free: the smallest gamma whose predictions differ from FULL's half as often as HE's
             "smallest_gamma_halving_disagreement": min(halving) if halving and he_disagree > 0 else None,
         }
-    out["note"] = ("accuracy_drop_pts = (FULL accuracy - policy accuracy) x 100 on the same queries; "
-                   "gamma 0 recomputes nothing (= HE); 'ae' is the oracle (scores from EXACT's "
-                   "recomputation, memoized across gammas, so no latency)")
+    out["note"] = (
+        "accuracy_drop_pts = (FULL accuracy - policy accuracy) x 100 on the same queries; "
+        "gamma 0 recomputes nothing (= HE); 'ae' is the oracle (scores from EXACT's "
+        "recomputation, memoized across gammas, so no latency)"
+    )
     return out
 
 
@@ -234,21 +285,36 @@ def cgp(eng: Engines, requests, wl, log) -> dict:
             engines[f"{label}/P{p}"] = eng.make(mode, partitions=p, **opts)
     log(f"    cgp: {list(engines)[1:]} x {len(requests)} requests at B={requests[0].batch_size}")
     res = measure(engines, requests, wl, keep_answers=True, log=log)
-    out = {"B": requests[0].batch_size, "partitions": PARTITIONS, "srpe_gamma": CGP_GAMMA,
-           "note": "in-process partitions run one after the other on this 2-core box; the bytes are what "
-                   "a distributed run would exchange (partial states to owners, all-gather of new values)"}
+    out = {
+        "B": requests[0].batch_size,
+        "partitions": PARTITIONS,
+        "srpe_gamma": CGP_GAMMA,
+        "note": "in-process partitions run one after the other on this 2-core box; the bytes are what "
+        "a distributed run would exchange (partial states to owners, all-gather of new values)",
+    }
     for label in ("exact", "srpe"):
         one, many = res[f"{label}/P1"], res[f"{label}/P{PARTITIONS}"]
         errs = [rel_err(many["answers"][rid].h, a.h) for rid, a in one["answers"].items()]
         agree = [float((many["answers"][rid].pred == a.pred).mean()) for rid, a in one["answers"].items()]
         s1, sp = summarise(one["rows"]), summarise(many["rows"])
-        keep = ("latency_p50_ms", "latency_p99_ms", "bytes_fetched_mean", "partial_bytes_mean",
-                "allgather_bytes_mean", "accuracy", "max_rel_err_vs_full")
-        out[label] = {"P1": {k: s1[k] for k in keep}, f"P{PARTITIONS}": {k: sp[k] for k in keep},
-                      "max_rel_err_P_vs_P1": max(errs), "pred_agreement_P_vs_P1": float(np.mean(agree)),
-                      "latency_ratio_P_over_P1": sp["latency_p50_ms"] / s1["latency_p50_ms"],
-                      "exchanged_bytes_over_fetched": (sp["partial_bytes_mean"] + sp["allgather_bytes_mean"])
-                      / max(sp["bytes_fetched_mean"], 1.0)}
+        keep = (
+            "latency_p50_ms",
+            "latency_p99_ms",
+            "bytes_fetched_mean",
+            "partial_bytes_mean",
+            "allgather_bytes_mean",
+            "accuracy",
+            "max_rel_err_vs_full",
+        )
+        out[label] = {
+            "P1": {k: s1[k] for k in keep},
+            f"P{PARTITIONS}": {k: sp[k] for k in keep},
+            "max_rel_err_P_vs_P1": max(errs),
+            "pred_agreement_P_vs_P1": float(np.mean(agree)),
+            "latency_ratio_P_over_P1": sp["latency_p50_ms"] / s1["latency_p50_ms"],
+            "exchanged_bytes_over_fetched": (sp["partial_bytes_mean"] + sp["allgather_bytes_mean"])
+            / max(sp["bytes_fetched_mean"], 1.0),
+        }
     return out
 
 
@@ -263,13 +329,20 @@ def profile(engine, request, top: int = 15) -> dict:
     buf = io.StringIO()
     stats = pstats.Stats(pr, stream=buf).sort_stats("tottime")
     rows = []
-    for (filename, line, fn), (cc, nc, tt, ct, _callers) in sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:top]:
-        where = os.path.relpath(filename, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) \
-            if filename.startswith("/") else filename
+    for (filename, line, fn), (_cc, nc, tt, ct, _callers) in sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[
+        :top
+    ]:
+        where = (
+            os.path.relpath(filename, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+            if filename.startswith("/")
+            else filename
+        )
         rows.append({"function": f"{where}:{line}({fn})", "calls": nc, "tottime_ms": tt * 1e3, "cumtime_ms": ct * 1e3})
-    return {"seconds_under_profiler": seconds, "breakdown_ms": {k: a.breakdown[k] * 1e3 for k in
-                                                                ("plan_s", "fetch_s", "compute_s", "merge_s")},
-            "top_by_tottime": rows}
+    return {
+        "seconds_under_profiler": seconds,
+        "breakdown_ms": {k: a.breakdown[k] * 1e3 for k in ("plan_s", "fetch_s", "compute_s", "merge_s")},
+        "top_by_tottime": rows,
+    }
 
 
 def headline(table: dict, rec: dict, b: int) -> dict:
@@ -280,29 +353,43 @@ def headline(table: dict, rec: dict, b: int) -> dict:
     s1 = t.get(f"srpe@{g1:g}") if g1 is not None else None
     s05 = t.get(f"srpe@{g05:g}") if g05 is not None else None
     full, he, exact = t["full"], t["he"], t["exact"]
-    out = {"B": b, "srpe_gamma": g1, "srpe_gamma_within_0.5pt": g05,
-           "full_p50_ms": full["latency_p50_ms"], "he_p50_ms": he["latency_p50_ms"],
-           "exact_p50_ms": exact["latency_p50_ms"],
-           "exact_over_he_latency": exact["latency_p50_ms"] / he["latency_p50_ms"],
-           "he_accuracy_drop_pts": he["accuracy_drop_pts"],
-           "full_accuracy": full["accuracy"], "exact_max_rel_err_vs_full": exact["max_rel_err_vs_full"],
-           "exact_matches_full": exact["max_rel_err_vs_full"] <= EXACT_TOL}
+    out = {
+        "B": b,
+        "srpe_gamma": g1,
+        "srpe_gamma_within_0.5pt": g05,
+        "full_p50_ms": full["latency_p50_ms"],
+        "he_p50_ms": he["latency_p50_ms"],
+        "exact_p50_ms": exact["latency_p50_ms"],
+        "exact_over_he_latency": exact["latency_p50_ms"] / he["latency_p50_ms"],
+        "he_accuracy_drop_pts": he["accuracy_drop_pts"],
+        "full_accuracy": full["accuracy"],
+        "exact_max_rel_err_vs_full": exact["max_rel_err_vs_full"],
+        "exact_matches_full": exact["max_rel_err_vs_full"] <= EXACT_TOL,
+    }
     if s1 is not None:
-        out.update(srpe_p50_ms=s1["latency_p50_ms"],
-                   full_over_srpe_latency=full["latency_p50_ms"] / s1["latency_p50_ms"],
-                   full_over_srpe_bytes=full["bytes_fetched_mean"] / s1["bytes_fetched_mean"],
-                   srpe_accuracy_drop_pts=s1["accuracy_drop_pts"])
+        out.update(
+            srpe_p50_ms=s1["latency_p50_ms"],
+            full_over_srpe_latency=full["latency_p50_ms"] / s1["latency_p50_ms"],
+            full_over_srpe_bytes=full["bytes_fetched_mean"] / s1["bytes_fetched_mean"],
+            srpe_accuracy_drop_pts=s1["accuracy_drop_pts"],
+        )
     if g1 == 0.0:
-        out["note"] = ("HE is already within 1 point of FULL here, so the 1-point budget is gamma = 0 and "
-                       "SRPE = HE (see recovery for what larger budgets buy in agreement with FULL)")
+        out["note"] = (
+            "HE is already within 1 point of FULL here, so the 1-point budget is gamma = 0 and "
+            "SRPE = HE (see recovery for what larger budgets buy in agreement with FULL)"
+        )
     ratio05 = full["latency_p50_ms"] / s05["latency_p50_ms"] if s05 is not None else None
     out["goals"] = {
         "full_over_srpe_ge_29x_at_le_0.5pt": {
             "met": bool(ratio05 is not None and ratio05 >= 29.0 and s05["accuracy_drop_pts"] <= 0.5),
-            "gamma": g05, "full_over_srpe_latency": ratio05,
-            "accuracy_drop_pts": None if s05 is None else s05["accuracy_drop_pts"]},
-        "exact_within_2x_of_he": {"met": bool(out["exact_over_he_latency"] <= 2.0),
-                                  "exact_over_he_latency": out["exact_over_he_latency"]},
+            "gamma": g05,
+            "full_over_srpe_latency": ratio05,
+            "accuracy_drop_pts": None if s05 is None else s05["accuracy_drop_pts"],
+        },
+        "exact_within_2x_of_he": {
+            "met": bool(out["exact_over_he_latency"] <= 2.0),
+            "exact_over_he_latency": out["exact_over_he_latency"],
+        },
     }
     return out
 
@@ -319,12 +406,20 @@ def run_graph(name: str, spec: dict, kinds, args, log) -> dict:
     wl = make_workload(data, batch_sizes, requests, seed=0)
     G = wl.graph_G
     b_max = max(batch_sizes)
-    log(f"[{name}] {description}; G = {G.num_nodes} vertices / {G.num_edges} edges, pool {len(wl.pool)} "
-        f"queries, {requests} requests per B in {batch_sizes} ({time.perf_counter() - started:.1f} s)")
-    out = {"description": description, "graph": data.meta(), "graph_G": {"num_vertices": G.num_nodes,
-           "num_edges": G.num_edges, "max_in_degree": int(G.in_degree().max())},
-           "pool_size": int(len(wl.pool)), "batch_sizes": list(batch_sizes), "requests_per_batch_size": requests,
-           "mlp_test_accuracy_G": mlp_baseline_accuracy(G), "models": {}}
+    log(
+        f"[{name}] {description}; G = {G.num_nodes} vertices / {G.num_edges} edges, pool {len(wl.pool)} "
+        f"queries, {requests} requests per B in {batch_sizes} ({time.perf_counter() - started:.1f} s)"
+    )
+    out = {
+        "description": description,
+        "graph": data.meta(),
+        "graph_G": {"num_vertices": G.num_nodes, "num_edges": G.num_edges, "max_in_degree": int(G.in_degree().max())},
+        "pool_size": int(len(wl.pool)),
+        "batch_sizes": list(batch_sizes),
+        "requests_per_batch_size": requests,
+        "mlp_test_accuracy_G": mlp_baseline_accuracy(G),
+        "models": {},
+    }
     for kind in kinds:
         t_model = time.perf_counter()
         module, report = train_model(G, kind, spec["hidden"], spec["epochs"], retrain=args.retrain, log=log)
@@ -343,19 +438,31 @@ def run_graph(name: str, spec: dict, kinds, args, log) -> dict:
         profiles = {}
         if not args.no_profile:
             srpe_label = f"srpe@{g1:g}" if g1 is not None else "srpe@0.1"
-            profiles = {f"{label} B={b_max}": profile(engines[label], big[1 % len(big)])
-                        for label in (srpe_label, "exact")}
-        res = {"model": f"{model.num_layers}-layer {'GCN' if kind == 'gcn' else 'GraphSAGE (mean)'}, hidden {spec['hidden']}",
-               "training": report, "pe_precompute_seconds": pe_seconds,
-               "store_align_seconds": eng.align_seconds, "recovery": rec, "modes": table, "cgp": parallel,
-               "profile": profiles, "headline": headline(table, rec, b_max),
-               "seconds": time.perf_counter() - t_model}
+            profiles = {
+                f"{label} B={b_max}": profile(engines[label], big[1 % len(big)]) for label in (srpe_label, "exact")
+            }
+        res = {
+            "model": (
+                f"{model.num_layers}-layer {'GCN' if kind == 'gcn' else 'GraphSAGE (mean)'}, hidden {spec['hidden']}"
+            ),
+            "training": report,
+            "pe_precompute_seconds": pe_seconds,
+            "store_align_seconds": eng.align_seconds,
+            "recovery": rec,
+            "modes": table,
+            "cgp": parallel,
+            "profile": profiles,
+            "headline": headline(table, rec, b_max),
+            "seconds": time.perf_counter() - t_model,
+        }
         out["models"][kind] = res
         h = res["headline"]
-        log(f"  [{name}/{kind}] done in {res['seconds']:.0f} s: FULL acc {h['full_accuracy']:.4f}, HE drop "
+        log(
+            f"  [{name}/{kind}] done in {res['seconds']:.0f} s: FULL acc {h['full_accuracy']:.4f}, HE drop "
             f"{h['he_accuracy_drop_pts']:.2f} pts, qer gamma(1pt) {h['srpe_gamma']}, FULL/SRPE "
             f"{h.get('full_over_srpe_latency', float('nan')):.2f}x latency, "
-            f"{h.get('full_over_srpe_bytes', float('nan')):.2f}x bytes, EXACT/HE {h['exact_over_he_latency']:.2f}x")
+            f"{h.get('full_over_srpe_bytes', float('nan')):.2f}x bytes, EXACT/HE {h['exact_over_he_latency']:.2f}x"
+        )
     primary = HEADLINE_MODEL if HEADLINE_MODEL in out["models"] else next(iter(out["models"]))
     out["headline"] = {"model": primary, **out["models"][primary]["headline"]}
     out["seconds"] = time.perf_counter() - started
@@ -368,39 +475,58 @@ def summary(result: dict) -> str:
     for g, gr in result["graphs"].items():
         for k, m in gr["models"].items():
             b = max(m["modes"], key=int)
-            lines.append(f"\n{g} / {k}  ({gr['description']}; G test acc {m['training']['accuracy_G']['test']:.4f}, "
-                         f"MLP {gr['mlp_test_accuracy_G']:.4f})  B={b}, {m['modes'][b]['full']['requests']} requests")
-            head = (f"{'mode':<12}{'p50 ms':>9}{'p99 ms':>9}{'FULL/x':>8}{'MB':>8}{'recomp':>9}{'acc':>8}"
-                    f"{'drop pt':>8}{'agree':>8}{'max rel':>10}")
+            lines.append(
+                f"\n{g} / {k}  ({gr['description']}; G test acc {m['training']['accuracy_G']['test']:.4f}, "
+                f"MLP {gr['mlp_test_accuracy_G']:.4f})  B={b}, {m['modes'][b]['full']['requests']} requests"
+            )
+            head = (
+                f"{'mode':<12}{'p50 ms':>9}{'p99 ms':>9}{'FULL/x':>8}{'MB':>8}{'recomp':>9}{'acc':>8}"
+                f"{'drop pt':>8}{'agree':>8}{'max rel':>10}"
+            )
             lines += [head, "-" * len(head)]
             for label, s in m["modes"][b].items():
-                lines.append(f"{label:<12}{s['latency_p50_ms']:>9.1f}{s['latency_p99_ms']:>9.1f}"
-                             f"{s['full_over_mode_p50']:>8.2f}{s['bytes_fetched_mean'] / 1e6:>8.2f}"
-                             f"{s['nodes_recomputed_mean']:>9.0f}{s['accuracy']:>8.4f}{s['accuracy_drop_pts']:>8.2f}"
-                             f"{s['agreement_with_full']:>8.4f}{s['max_rel_err_vs_full']:>10.1e}")
+                lines.append(
+                    f"{label:<12}{s['latency_p50_ms']:>9.1f}{s['latency_p99_ms']:>9.1f}"
+                    f"{s['full_over_mode_p50']:>8.2f}{s['bytes_fetched_mean'] / 1e6:>8.2f}"
+                    f"{s['nodes_recomputed_mean']:>9.0f}{s['accuracy']:>8.4f}{s['accuracy_drop_pts']:>8.2f}"
+                    f"{s['agreement_with_full']:>8.4f}{s['max_rel_err_vs_full']:>10.1e}"
+                )
             rec = m["recovery"]
             lines.append(f"recovery (drop pts vs FULL) at gamma {', '.join(f'{x:g}' for x in rec['gammas'])}:")
             for policy, pr in rec["policies"].items():
                 curve = pr["curve"]
-                lines.append(f"  {policy:<7}" + "".join(f"{curve[f'{x:g}']['accuracy_drop_pts']:>7.2f}" for x in rec["gammas"])
-                             + f"   1pt: {pr['smallest_gamma_within_1pt']}  0.5pt: {pr['smallest_gamma_within_0.5pt']}")
+                lines.append(
+                    f"  {policy:<7}"
+                    + "".join(f"{curve[f'{x:g}']['accuracy_drop_pts']:>7.2f}" for x in rec["gammas"])
+                    + f"   1pt: {pr['smallest_gamma_within_1pt']}  0.5pt: {pr['smallest_gamma_within_0.5pt']}"
+                )
             lines.append("% predictions differing from FULL at the same gammas:")
             for policy, pr in rec["policies"].items():
                 curve = pr["curve"]
-                lines.append(f"  {policy:<7}" + "".join(f"{100 * (1 - curve[f'{x:g}']['agreement_with_full']):>7.2f}"
-                                                        for x in rec["gammas"])
-                             + f"   halved at gamma {pr['smallest_gamma_halving_disagreement']}")
+                lines.append(
+                    f"  {policy:<7}"
+                    + "".join(f"{100 * (1 - curve[f'{x:g}']['agreement_with_full']):>7.2f}" for x in rec["gammas"])
+                    + f"   halved at gamma {pr['smallest_gamma_halving_disagreement']}"
+                )
             c = m["cgp"]
             pk = f"P{c['partitions']}"
             for label in ("exact", "srpe"):
                 e = c[label]
-                lines.append(f"cgp {label:<6} {pk}/P1 latency {e['latency_ratio_P_over_P1']:.2f}x, "
-                             f"max rel err {e['max_rel_err_P_vs_P1']:.1e}, preds agree {e['pred_agreement_P_vs_P1']:.4f}, "
-                             f"partial {e[pk]['partial_bytes_mean'] / 1e6:.2f} MB, all-gather "
-                             f"{e[pk]['allgather_bytes_mean'] / 1e6:.2f} MB per request")
+                lines.append(
+                    f"cgp {label:<6} {pk}/P1 latency {e['latency_ratio_P_over_P1']:.2f}x, "
+                    f"max rel err {e['max_rel_err_P_vs_P1']:.1e}, preds agree {e['pred_agreement_P_vs_P1']:.4f}, "
+                    f"partial {e[pk]['partial_bytes_mean'] / 1e6:.2f} MB, all-gather "
+                    f"{e[pk]['allgather_bytes_mean'] / 1e6:.2f} MB per request"
+                )
     lines.append("\nheadline (" + result["headline_source"] + "):")
-    for key in ("full_over_srpe_latency", "full_over_srpe_bytes", "exact_over_he_latency", "srpe_accuracy_drop_pts",
-                "he_accuracy_drop_pts", "srpe_gamma"):
+    for key in (
+        "full_over_srpe_latency",
+        "full_over_srpe_bytes",
+        "exact_over_he_latency",
+        "srpe_accuracy_drop_pts",
+        "he_accuracy_drop_pts",
+        "srpe_gamma",
+    ):
         v = result.get(key)
         lines.append(f"  {key:<28} {v if not isinstance(v, float) else round(v, 3)}")
     for goal, v in result["goals"].items():
@@ -431,35 +557,62 @@ def main() -> int:
     load_start = load_average()
     torch.set_num_threads(1)
     kinds = [k for k in args.models.split(",") if k]
-    result = {"machine": {**machine(), "torch_threads_serving": 1, "torch_threads_training": 2},
-              "load_average_start": load_start,
-              "settings": {"gammas": list(GAMMAS), "policies": list(POLICIES), "table_gammas": list(TABLE_GAMMAS),
-                           "ns_fanouts": "(25, 10) for 2 layers, (15, 10, 5) for 3", "cgp_partitions": PARTITIONS, "cgp_srpe_gamma": CGP_GAMMA,
-                           "timing": "torch.set_num_threads(1); one warm-up request per engine; requests "
-                                     "round-robin over engines; latency = wall time of engine.answer()",
-                           "accuracy": "predictions vs held-out labels over all queries of all requests "
-                                       "(requests may share queries); drop = FULL - mode on the same queries",
-                           "srpe_gamma_1": "SRPE recomputes a chosen vertex from its stored state plus the "
-                                           "messages of its in-edges from Q only (OMEGA 5.2.1), so at gamma = 1 "
-                                           "it equals FULL for SAGE-mean but not for GCN, whose stored messages "
-                                           "keep G's degree normalisation"},
-              "omega_anchors": ANCHORS, "graphs": {}}
+    result = {
+        "machine": {**machine(), "torch_threads_serving": 1, "torch_threads_training": 2},
+        "load_average_start": load_start,
+        "settings": {
+            "gammas": list(GAMMAS),
+            "policies": list(POLICIES),
+            "table_gammas": list(TABLE_GAMMAS),
+            "ns_fanouts": "(25, 10) for 2 layers, (15, 10, 5) for 3",
+            "cgp_partitions": PARTITIONS,
+            "cgp_srpe_gamma": CGP_GAMMA,
+            "timing": "torch.set_num_threads(1); one warm-up request per engine; requests "
+            "round-robin over engines; latency = wall time of engine.answer()",
+            "accuracy": "predictions vs held-out labels over all queries of all requests "
+            "(requests may share queries); drop = FULL - mode on the same queries",
+            "srpe_gamma_1": "SRPE recomputes a chosen vertex from its stored state plus the "
+            "messages of its in-edges from Q only (OMEGA 5.2.1), so at gamma = 1 "
+            "it equals FULL for SAGE-mean but not for GCN, whose stored messages "
+            "keep G's degree normalisation",
+        },
+        "omega_anchors": ANCHORS,
+        "graphs": {},
+    }
     for name in [g for g in args.graphs.split(",") if g]:
         result["graphs"][name] = run_graph(name, GRAPHS[name], kinds, args, log)
     source = "synthetic" if "synthetic" in result["graphs"] else next(iter(result["graphs"]))
     top = result["graphs"][source]["headline"]
     result["headline_source"] = f"{source} / {top['model']} at B={top['B']}"
-    for key in ("full_over_srpe_latency", "full_over_srpe_bytes", "exact_over_he_latency", "srpe_accuracy_drop_pts",
-                "he_accuracy_drop_pts", "srpe_gamma"):
+    for key in (
+        "full_over_srpe_latency",
+        "full_over_srpe_bytes",
+        "exact_over_he_latency",
+        "srpe_accuracy_drop_pts",
+        "he_accuracy_drop_pts",
+        "srpe_gamma",
+    ):
         result[key] = top.get(key)
     result["goals"] = top["goals"]
     deep = result["graphs"][source]["models"].get("sage3")
-    if deep is not None:          # OMEGA's 3-layer setting: FULL's 3-hop graph is most of G
+    if deep is not None:  # OMEGA's 3-layer setting: FULL's 3-hop graph is most of G
         h3 = deep["headline"]
-        result["three_layer"] = {key: h3.get(key) for key in (
-            "full_over_srpe_latency", "full_over_srpe_bytes", "exact_over_he_latency",
-            "srpe_accuracy_drop_pts", "he_accuracy_drop_pts", "srpe_gamma", "full_p50_ms", "srpe_p50_ms",
-            "exact_p50_ms", "he_p50_ms", "goals")}
+        result["three_layer"] = {
+            key: h3.get(key)
+            for key in (
+                "full_over_srpe_latency",
+                "full_over_srpe_bytes",
+                "exact_over_he_latency",
+                "srpe_accuracy_drop_pts",
+                "he_accuracy_drop_pts",
+                "srpe_gamma",
+                "full_p50_ms",
+                "srpe_p50_ms",
+                "exact_p50_ms",
+                "he_p50_ms",
+                "goals",
+            )
+        }
     result["load_average_end"] = load_average()
     result["seconds_total"] = time.perf_counter() - started
     path = write_result(args.name, result)

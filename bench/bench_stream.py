@@ -19,6 +19,7 @@ to the committed micro-batch output (arrival -> batch directory renamed into pla
 Key: degree_vs_fifo_mean_latency = mean latency degree / FIFO at the heaviest load (GSM's anchor:
 -69% to -89% mean latency vs FIFO under heavy load, i.e. ratios 0.31 to 0.11).
 Writes bench/results/stream.json and stream.png."""
+
 from __future__ import annotations
 
 import argparse
@@ -50,7 +51,7 @@ def build(args):
     weights = np.array(SIZES, np.float64) ** -0.5
     counts = np.maximum(1, np.round(args.requests * weights / weights.sum())).astype(int)
     wl = make_workload(data, SIZES, int(counts.max()), seed=args.seed)
-    by_size = {b: [r for r in wl.requests if r.batch_size == b][:c] for b, c in zip(SIZES, counts)}
+    by_size = {b: [r for r in wl.requests if r.batch_size == b][:c] for b, c in zip(SIZES, counts, strict=True)}
     requests = [r for b in SIZES for r in by_size[b]]
     requests = [requests[i] for i in rng.permutation(len(requests))]
     graph_dir = os.path.join(root, "graph")
@@ -84,7 +85,7 @@ class Feeder(threading.Thread):
 
     def run(self):
         self.start_ts = time.time()
-        for path, off in zip(self.staged, self.offsets):
+        for path, off in zip(self.staged, self.offsets, strict=True):
             delay = self.start_ts + off - time.time()
             if delay > 0:
                 time.sleep(delay)
@@ -101,15 +102,30 @@ def one_run(spark, engine_pair, graph_dir, model_path, requests, offsets, policy
     shutil.rmtree(work, ignore_errors=True)
     staged_dir, watched = os.path.join(work, "staged"), os.path.join(work, "in")
     os.makedirs(watched)
-    staged = [write_requests(os.path.join(staged_dir, f"{i:05d}-{r.request_id}.parquet"), [r])
-              for i, r in enumerate(requests)]
-    cfg = StreamConfig(graph=graph_dir, model=model_path, requests=watched, out=os.path.join(work, "out"),
-                       checkpoint=os.path.join(work, "ck"), mode="full", grouping=policy,
-                       timeout_s=600, warmup=False)
+    staged = [
+        write_requests(os.path.join(staged_dir, f"{i:05d}-{r.request_id}.parquet"), [r]) for i, r in enumerate(requests)
+    ]
+    cfg = StreamConfig(
+        graph=graph_dir,
+        model=model_path,
+        requests=watched,
+        out=os.path.join(work, "out"),
+        checkpoint=os.path.join(work, "ck"),
+        mode="full",
+        grouping=policy,
+        timeout_s=600,
+        warmup=False,
+    )
     feeder = Feeder(staged, watched, offsets)
     n = len(requests)
-    result = run(cfg, spark, log=log, on_started=lambda q, h: feeder.start(),
-                 stop_when=lambda h: h.requests_handled >= n, engine=engine_pair)
+    result = run(
+        cfg,
+        spark,
+        log=log,
+        on_started=lambda q, h: feeder.start(),
+        stop_when=lambda h: h.requests_handled >= n,
+        engine=engine_pair,
+    )
     t = read_answers(cfg.out)
     assert t.num_rows == n and t.column("error").null_count == n, "every request answered, no errors"
     arrival = t.column("arrival_ts").to_numpy()
@@ -119,13 +135,17 @@ def one_run(spark, engine_pair, graph_dir, model_path, requests, offsets, policy
     written = {b: read_batch_meta(cfg.out, b)["written_ts"] for b in np.unique(batch)}
     visible = np.array([written[b] for b in batch]) - arrival
     return {
-        "policy": policy, "requests": n, "micro_batches": int(result.batches),
+        "policy": policy,
+        "requests": n,
+        "micro_batches": int(result.batches),
         "requests_per_s": float(n / (done.max() - arrival.min())),
-        "mean_latency_s": float(lat.mean()), "p50_latency_s": float(np.percentile(lat, 50)),
+        "mean_latency_s": float(lat.mean()),
+        "p50_latency_s": float(np.percentile(lat, 50)),
         "p99_latency_s": float(np.percentile(lat, 99)),
         "mean_queue_s": float(t.column("queue_s").to_numpy().mean()),
         "mean_service_s": float(t.column("service_s").to_numpy().mean()),
-        "mean_visible_latency_s": float(visible.mean()), "p99_visible_latency_s": float(np.percentile(visible, 99)),
+        "mean_visible_latency_s": float(visible.mean()),
+        "p99_visible_latency_s": float(np.percentile(visible, 99)),
         "offered_span_s": float(offsets[-1]) if len(offsets) else 0.0,
     }
 
@@ -154,14 +174,23 @@ def plot(result: dict, path: str) -> None:
         ax.set_xlabel("Poisson arrival rate (requests/s)")
         ax.legend(fontsize=8)
     ratios = result["degree_vs_fifo_mean_latency_by_rate"]
-    axes[0].set_title("mean latency degree/fifo: " + ", ".join(
-        f"{float(k):.1f}/s {ratios[k]:.2f}" for k in sorted(ratios, key=float)), fontsize=9)
+    axes[0].set_title(
+        "mean latency degree/fifo: "
+        + ", ".join(f"{float(k):.1f}/s {ratios[k]:.2f}" for k in sorted(ratios, key=float)),
+        fontsize=9,
+    )
     axes[1].set_title("p99 latency (degree answers the largest requests last)", fontsize=9)
     b = result["burst"]
-    axes[2].set_title(f"burst ({result['requests_per_run']} files at once): mean latency fifo "
-                      f"{b['fifo']['mean_latency_s']:.2f} s, degree {b['degree']['mean_latency_s']:.2f} s", fontsize=9)
-    fig.suptitle(f"Structured Streaming job, {result['graph']}, {result['model']}, "
-                 f"{result['requests_per_run']} requests (64..1024 queries) per run", fontsize=10)
+    axes[2].set_title(
+        f"burst ({result['requests_per_run']} files at once): mean latency fifo "
+        f"{b['fifo']['mean_latency_s']:.2f} s, degree {b['degree']['mean_latency_s']:.2f} s",
+        fontsize=9,
+    )
+    fig.suptitle(
+        f"Structured Streaming job, {result['graph']}, {result['model']}, "
+        f"{result['requests_per_run']} requests (64..1024 queries) per run",
+        fontsize=10,
+    )
     fig.tight_layout(rect=(0, 0, 1, 0.94))
     fig.savefig(path, dpi=110)
 
@@ -172,8 +201,11 @@ def main() -> int:
     parser.add_argument("--edges", type=int, default=1_000_000)
     parser.add_argument("--dim", type=int, default=128)
     parser.add_argument("--requests", type=int, default=150, help="requests per run")
-    parser.add_argument("--loads", default="0.5,0.75,0.9,1.1",
-                        help="Poisson arrival rates as fractions of the engine-only capacity 1 / mean service time")
+    parser.add_argument(
+        "--loads",
+        default="0.5,0.75,0.9,1.1",
+        help="Poisson arrival rates as fractions of the engine-only capacity 1 / mean service time",
+    )
     parser.add_argument("--repeats", type=int, default=2, choices=(1, 2), help="runs per policy and rate (2: A-B-B-A)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="smoke run: 30 requests, two loads")
@@ -184,15 +216,18 @@ def main() -> int:
 
     from sparkgnn.engine.session import local_session
 
-    torch.set_num_threads(1)        # the driver shares 2 cores with Spark's listing and I/O
+    torch.set_num_threads(1)  # the driver shares 2 cores with Spark's listing and I/O
     started = time.perf_counter()
     root, graph_dir, model_path, G, engine, requests = build(args)
     svc = service_times(engine, requests)
     sizes = np.array([r.batch_size for r in requests])
     svc_arr = np.array([svc[r.request_id] for r in requests])
-    print(f"bench-stream: {len(requests)} requests, sizes {np.bincount(np.searchsorted(SIZES, sizes)).tolist()} "
-          f"of {list(SIZES)}; engine service mean {svc_arr.mean() * 1000:.1f} ms, max {svc_arr.max() * 1000:.0f} ms "
-          f"(engine-only capacity {1 / svc_arr.mean():.1f} req/s)", flush=True)
+    print(
+        f"bench-stream: {len(requests)} requests, sizes {np.bincount(np.searchsorted(SIZES, sizes)).tolist()} "
+        f"of {list(SIZES)}; engine service mean {svc_arr.mean() * 1000:.1f} ms, max {svc_arr.max() * 1000:.0f} ms "
+        f"(engine-only capacity {1 / svc_arr.mean():.1f} req/s)",
+        flush=True,
+    )
     spark = local_session("sparkgnn-bench-stream", cores=2)
     lines = []
     work = os.path.join(root, "runs")
@@ -201,10 +236,14 @@ def main() -> int:
     one_run(spark, pair, graph_dir, model_path, requests[:10], np.zeros(10), "fifo", work, lines.append)
     burst = {}
     for policy in ("fifo", "degree"):
-        burst[policy] = one_run(spark, pair, graph_dir, model_path, requests, np.zeros(len(requests)),
-                                policy, work, lines.append)
-        print(f"  burst {policy}: {burst[policy]['requests_per_s']:.1f} req/s, mean latency "
-              f"{burst[policy]['mean_latency_s']:.2f} s", flush=True)
+        burst[policy] = one_run(
+            spark, pair, graph_dir, model_path, requests, np.zeros(len(requests)), policy, work, lines.append
+        )
+        print(
+            f"  burst {policy}: {burst[policy]['requests_per_s']:.1f} req/s, mean latency "
+            f"{burst[policy]['mean_latency_s']:.2f} s",
+            flush=True,
+        )
     capacity = 1 / svc_arr.mean()
     runs = []
     rng = np.random.default_rng(args.seed + 1)
@@ -215,24 +254,31 @@ def main() -> int:
         reps = {"fifo": [], "degree": []}
         # A-B-B-A per rate: the two policies see the same arrivals, and a linear drift in the
         # machine's load (this box is shared) cancels out of their difference
-        for policy in ("fifo", "degree", "degree", "fifo")[:2 * args.repeats]:
-            reps[policy].append(one_run(spark, pair, graph_dir, model_path, requests, offsets, policy,
-                                        work, lines.append))
+        for policy in ("fifo", "degree", "degree", "fifo")[: 2 * args.repeats]:
+            reps[policy].append(
+                one_run(spark, pair, graph_dir, model_path, requests, offsets, policy, work, lines.append)
+            )
         for policy, rs in reps.items():
             r = {k: float(np.mean([x[k] for x in rs])) if isinstance(rs[0][k], float) else rs[0][k] for k in rs[0]}
-            r.update(rate=round(rate, 3), load=load, repeats=len(rs),
-                     mean_latency_s_each=[x["mean_latency_s"] for x in rs])
+            r.update(
+                rate=round(rate, 3), load=load, repeats=len(rs), mean_latency_s_each=[x["mean_latency_s"] for x in rs]
+            )
             runs.append(r)
-            print(f"  rate {rate:.1f}/s ({load:.0%} of engine capacity) {policy}: {r['requests_per_s']:.1f} req/s, "
-                  f"latency mean {r['mean_latency_s']:.2f} p50 {r['p50_latency_s']:.2f} p99 "
-                  f"{r['p99_latency_s']:.2f} s (queue {r['mean_queue_s']:.2f} + service {r['mean_service_s']:.3f}), "
-                  f"{r['micro_batches']} micro-batches", flush=True)
+            print(
+                f"  rate {rate:.1f}/s ({load:.0%} of engine capacity) {policy}: {r['requests_per_s']:.1f} req/s, "
+                f"latency mean {r['mean_latency_s']:.2f} p50 {r['p50_latency_s']:.2f} p99 "
+                f"{r['p99_latency_s']:.2f} s (queue {r['mean_queue_s']:.2f} + service {r['mean_service_s']:.3f}), "
+                f"{r['micro_batches']} micro-batches",
+                flush=True,
+            )
     spark.stop()
     by_rate = {}
     for r in runs:
         by_rate.setdefault(r["rate"], {})[r["policy"]] = r
-    ratios = {str(rate): pair_["degree"]["mean_latency_s"] / pair_["fifo"]["mean_latency_s"]
-              for rate, pair_ in sorted(by_rate.items())}
+    ratios = {
+        str(rate): pair_["degree"]["mean_latency_s"] / pair_["fifo"]["mean_latency_s"]
+        for rate, pair_ in sorted(by_rate.items())
+    }
     heaviest = max(by_rate)
     sustained = max([r["requests_per_s"] for r in runs] + [b["requests_per_s"] for b in burst.values()])
     result = {
@@ -241,9 +287,12 @@ def main() -> int:
         "model": "2-layer GraphSAGE (hidden 128, 8 classes), mode full",
         "request_sizes": {str(b): int((sizes == b).sum()) for b in SIZES},
         "requests_per_run": len(requests),
-        "engine_service_s": {"mean": float(svc_arr.mean()), "p50": float(np.median(svc_arr)),
-                             "max": float(svc_arr.max()),
-                             "by_size": {str(b): float(svc_arr[sizes == b].mean()) for b in SIZES if (sizes == b).any()}},
+        "engine_service_s": {
+            "mean": float(svc_arr.mean()),
+            "p50": float(np.median(svc_arr)),
+            "max": float(svc_arr.max()),
+            "by_size": {str(b): float(svc_arr[sizes == b].mean()) for b in SIZES if (sizes == b).any()},
+        },
         "engine_only_capacity_requests_per_s": float(1 / svc_arr.mean()),
         "burst": burst,
         "sustained_requests_per_s": sustained,
@@ -252,7 +301,8 @@ def main() -> int:
         "degree_vs_fifo_mean_latency_by_rate": ratios,
         "degree_vs_fifo_mean_latency": ratios[str(heaviest)],
         "degree_vs_fifo_mean_latency_burst": burst["degree"]["mean_latency_s"] / burst["fifo"]["mean_latency_s"],
-        "degree_vs_fifo_p99_latency": by_rate[heaviest]["degree"]["p99_latency_s"] / by_rate[heaviest]["fifo"]["p99_latency_s"],
+        "degree_vs_fifo_p99_latency": by_rate[heaviest]["degree"]["p99_latency_s"]
+        / by_rate[heaviest]["fifo"]["p99_latency_s"],
         "heaviest_rate": heaviest,
         "gsm_anchor": "GSM: -69% to -89% mean latency vs FIFO under heavy load (ratio 0.31 to 0.11)",
         "grouping": {"degree": "GSM in-degree scheduler, T_d 100000, aging 30 s", "fifo": "arrival order, 1 per group"},
@@ -261,9 +311,13 @@ def main() -> int:
     }
     path = write_result("stream", result)
     plot(result, os.path.join(RESULTS, "stream.png"))
-    print(f"bench-stream: degree/fifo mean latency {result['degree_vs_fifo_mean_latency']:.2f} at "
-          f"{heaviest:.1f} req/s (by rate: " + ", ".join(f"{k}: {v:.2f}" for k, v in ratios.items()) +
-          f"); burst {result['degree_vs_fifo_mean_latency_burst']:.2f}; sustained {sustained:.1f} req/s -> {path}", flush=True)
+    print(
+        f"bench-stream: degree/fifo mean latency {result['degree_vs_fifo_mean_latency']:.2f} at "
+        f"{heaviest:.1f} req/s (by rate: "
+        + ", ".join(f"{k}: {v:.2f}" for k, v in ratios.items())
+        + f"); burst {result['degree_vs_fifo_mean_latency_burst']:.2f}; sustained {sustained:.1f} req/s -> {path}",
+        flush=True,
+    )
     return 0
 
 

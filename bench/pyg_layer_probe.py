@@ -1,5 +1,6 @@
 """Runs a PyG full-graph forward in a child process, optionally under an address-space cap, and
 prints one JSON line. Why a child: RLIMIT_AS must bind PyG alone, not the bench driver or Spark."""
+
 from __future__ import annotations
 
 import argparse
@@ -20,8 +21,9 @@ def main() -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    from sparkgnn.graph import read_graph_dir
     from torch_geometric.nn import GraphSAGE
+
+    from sparkgnn.graph import read_graph_dir
 
     data = read_graph_dir(args.graph)
     x = torch.from_numpy(data.x)

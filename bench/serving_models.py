@@ -16,6 +16,7 @@ Models: 2-layer GraphSAGE (mean) and 2-layer GCN trained full-batch in PyTorch G
 put in eval mode. Trained weights are cached under data/bench/serving/models keyed by the
 graph fingerprint and every hyper-parameter (delete the folder or pass --retrain to redo).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -24,7 +25,6 @@ import os
 import time
 
 import torch
-
 from bench_common import DATA
 
 SERVING_DATA = os.path.join(DATA, "serving")
@@ -34,8 +34,16 @@ MODEL_KINDS = tuple(MODELS)
 
 GRAPHS = {
     "cora": {"hidden": 64, "epochs": 200, "batch_sizes": (64, 256, 512), "requests": 30},
-    "synthetic": {"nodes": 100_000, "edges": 600_000, "dim": 128, "classes": 8, "hidden": 64,
-                  "epochs": 60, "batch_sizes": (64, 256, 1024), "requests": 30},
+    "synthetic": {
+        "nodes": 100_000,
+        "edges": 600_000,
+        "dim": 128,
+        "classes": 8,
+        "hidden": 64,
+        "epochs": 60,
+        "batch_sizes": (64, 256, 1024),
+        "requests": 30,
+    },
 }
 
 
@@ -54,17 +62,18 @@ def load_graph(name: str, spec: dict):
     d = synthetic_graph(spec["nodes"], spec["edges"], spec["dim"], num_classes=spec["classes"], seed=0)
     src, dst = symmetrise(d.edge_src, d.edge_dst)
     g = GraphData(d.ids, d.x, src, dst, y=d.y, split=d.split, name="synthetic-undirected")
-    return g, (f"synthetic power-law (zipf 0.8, homophily 0.7), {spec['nodes'] // 1000}K vertices, "
-               f"{spec['edges'] // 1000}K generated edges symmetrised to {g.num_edges} directed, "
-               f"{spec['dim']}-d, {spec['classes']} classes")
+    return g, (
+        f"synthetic power-law (zipf 0.8, homophily 0.7), {spec['nodes'] // 1000}K vertices, "
+        f"{spec['edges'] // 1000}K generated edges symmetrised to {g.num_edges} directed, "
+        f"{spec['dim']}-d, {spec['classes']} classes"
+    )
 
 
 def _pyg_module(kind: str, in_dim: int, hidden: int, out_dim: int):
     from torch_geometric.nn import GCN, GraphSAGE
 
     cls, layers = MODELS[kind]
-    return {"sage": GraphSAGE, "gcn": GCN}[cls](in_dim, hidden, num_layers=layers, out_channels=out_dim,
-                                                dropout=0.5)
+    return {"sage": GraphSAGE, "gcn": GCN}[cls](in_dim, hidden, num_layers=layers, out_channels=out_dim, dropout=0.5)
 
 
 def _accuracy(module, G) -> dict:
@@ -73,12 +82,30 @@ def _accuracy(module, G) -> dict:
     return {split: float((pred[G.mask(split)] == G.y[G.mask(split)]).mean()) for split in ("train", "val", "test")}
 
 
-def train_model(G, kind: str, hidden: int, epochs: int, seed: int = 0, lr: float = 0.01,
-                retrain: bool = False, threads: int = 2, log=print):
+def train_model(
+    G,
+    kind: str,
+    hidden: int,
+    epochs: int,
+    seed: int = 0,
+    lr: float = 0.01,
+    retrain: bool = False,
+    threads: int = 2,
+    log=print,
+):
     """A trained PyG module (eval mode) and its report (accuracy on G's splits, seconds, cached)."""
     num_classes = int(G.y.max()) + 1
-    key_doc = {"graph": G.fingerprint, "kind": kind, "hidden": hidden, "epochs": epochs, "seed": seed,
-               "lr": lr, "weight_decay": 5e-4, "dropout": 0.5, "torch": torch.__version__}
+    key_doc = {
+        "graph": G.fingerprint,
+        "kind": kind,
+        "hidden": hidden,
+        "epochs": epochs,
+        "seed": seed,
+        "lr": lr,
+        "weight_decay": 5e-4,
+        "dropout": 0.5,
+        "torch": torch.__version__,
+    }
     key = hashlib.sha1(json.dumps(key_doc, sort_keys=True).encode()).hexdigest()[:16]
     path = os.path.join(SERVING_DATA, "models", f"{G.name}-{kind}-{key}")
     module = _pyg_module(kind, G.feature_dim, hidden, num_classes)
@@ -106,16 +133,20 @@ def train_model(G, kind: str, hidden: int, epochs: int, seed: int = 0, lr: float
             optimizer.step()
         seconds = time.perf_counter() - started
         module.eval()
-        report = {**key_doc, "train_seconds": seconds, "final_loss": loss.item(),
-                  "accuracy_G": _accuracy(module, G), "cached": False}
+        report = {
+            **key_doc,
+            "train_seconds": seconds,
+            "final_loss": loss.item(),
+            "accuracy_G": _accuracy(module, G),
+            "cached": False,
+        }
     finally:
         torch.set_num_threads(previous)
     os.makedirs(path, exist_ok=True)
     torch.save(module.state_dict(), os.path.join(path, "state.pt"))
     with open(os.path.join(path, "report.json"), "w") as fh:
         json.dump(report, fh, indent=2)
-    log(f"  {kind}: trained {epochs} epochs in {seconds:.1f} s, G test accuracy "
-        f"{report['accuracy_G']['test']:.4f}")
+    log(f"  {kind}: trained {epochs} epochs in {seconds:.1f} s, G test accuracy {report['accuracy_G']['test']:.4f}")
     return module, report
 
 
@@ -124,8 +155,9 @@ def mlp_baseline_accuracy(G, seed: int = 0, epochs: int = 100) -> float:
     torch.manual_seed(seed)
     x, y = torch.from_numpy(G.x), torch.from_numpy(G.y)
     train = torch.from_numpy(G.mask("train"))
-    mlp = torch.nn.Sequential(torch.nn.Linear(G.feature_dim, 64), torch.nn.ReLU(),
-                              torch.nn.Linear(64, int(G.y.max()) + 1))
+    mlp = torch.nn.Sequential(
+        torch.nn.Linear(G.feature_dim, 64), torch.nn.ReLU(), torch.nn.Linear(64, int(G.y.max()) + 1)
+    )
     optimizer = torch.optim.Adam(mlp.parameters(), lr=0.01, weight_decay=5e-4)
     for _ in range(epochs):
         optimizer.zero_grad()
@@ -157,5 +189,4 @@ def load_average() -> list:
         return []
 
 
-__all__ = ["GRAPHS", "MODEL_KINDS", "load_average", "load_graph", "mlp_baseline_accuracy", "pe_store",
-           "train_model"]
+__all__ = ["GRAPHS", "MODEL_KINDS", "load_average", "load_graph", "mlp_baseline_accuracy", "pe_store", "train_model"]

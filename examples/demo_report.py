@@ -1,7 +1,8 @@
 """A user's workflow, step 3: score the Spark output against the labels and against PyG's own run.
 
-    python examples/demo_report.py --graph data/cora --model data/models/cora_sage --out out/cora_pred
+python examples/demo_report.py --graph data/cora --model data/models/cora_sage --out out/cora_pred
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,7 +36,9 @@ def main() -> int:
         reference = json.load(fh)
     pyg_ids, pyg_pred = np.load(os.path.join(args.model, "pyg_pred.npy"))
     agree = float((spark_pred[data.index_of(pyg_ids)] == pyg_pred).mean())
-    print(f"test accuracy   sparkgnn on Spark: {accuracy:.4f}   PyTorch Geometric: {reference['pyg_test_accuracy']:.4f}")
+    print(
+        f"test accuracy   sparkgnn on Spark: {accuracy:.4f}   PyTorch Geometric: {reference['pyg_test_accuracy']:.4f}"
+    )
     print(f"predictions identical to PyG on {agree * 100:.2f}% of {len(pyg_ids)} nodes")
     print(f"outputs: {os.path.abspath(args.out)} (Parquet: id, h, pred)")
     if abs(accuracy - reference["pyg_test_accuracy"]) > 1e-9 or agree < 1.0:

@@ -10,6 +10,7 @@ Steps: (1) the OMEGA workload: 25% of Cora's test vertices become the query pool
 request naming an unknown vertex, to show the dead-letter directory and error rows; (5) once
 every request is answered the job gets SIGTERM and stops cleanly.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,18 +30,48 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def spark_submit_command(args, paths) -> list[str]:
     submit = os.path.join(os.path.dirname(sys.executable), "spark-submit")
-    job = [os.path.join(ROOT, "spark_jobs", "stream_queries.py"), "--graph", paths["graph"],
-           "--model", args.model, "--store", paths["store"], "--requests", paths["requests"],
-           "--out", paths["out"], "--checkpoint", paths["checkpoint"], "--mode", args.mode,
-           "--trigger", str(args.trigger), "--timeout", str(args.timeout)]
+    job = [
+        os.path.join(ROOT, "spark_jobs", "stream_queries.py"),
+        "--graph",
+        paths["graph"],
+        "--model",
+        args.model,
+        "--store",
+        paths["store"],
+        "--requests",
+        paths["requests"],
+        "--out",
+        paths["out"],
+        "--checkpoint",
+        paths["checkpoint"],
+        "--mode",
+        args.mode,
+        "--trigger",
+        str(args.trigger),
+        "--timeout",
+        str(args.timeout),
+    ]
     if args.mode == "srpe":
         job += ["--gamma", str(args.gamma)]
-    if not os.path.exists(submit):          # no spark-submit next to this python: plain python
+    if not os.path.exists(submit):  # no spark-submit next to this python: plain python
         return [sys.executable] + job
-    return [submit, "--master", "local[2]", "--driver-memory", "2g",
-            "--conf", "spark.ui.showConsoleProgress=false", "--conf", "spark.driver.host=127.0.0.1",
-            "--conf", "spark.ui.enabled=false", "--conf", "spark.shuffle.compress=false",
-            "--driver-java-options", f"-Dlog4j.configurationFile={os.path.join(ROOT, 'spark_jobs', 'log4j2.properties')}"] + job
+    return [
+        submit,
+        "--master",
+        "local[2]",
+        "--driver-memory",
+        "2g",
+        "--conf",
+        "spark.ui.showConsoleProgress=false",
+        "--conf",
+        "spark.driver.host=127.0.0.1",
+        "--conf",
+        "spark.ui.enabled=false",
+        "--conf",
+        "spark.shuffle.compress=false",
+        "--driver-java-options",
+        f"-Dlog4j.configurationFile={os.path.join(ROOT, 'spark_jobs', 'log4j2.properties')}",
+    ] + job
 
 
 def main() -> int:
@@ -82,20 +113,28 @@ def main() -> int:
     r0 = requests[0]
     unknown = Request("bad-unknown-vertex", r0.qid[:4], r0.x[:4], np.array([10**9]), r0.qid[:1])
     staged = [write_requests(os.path.join(paths["staged"], f"{r.request_id}.parquet"), [r]) for r in requests]
-    staged.insert(len(staged) // 3, write_requests(os.path.join(paths["staged"], "bad-unknown-vertex.parquet"), [unknown]))
+    staged.insert(
+        len(staged) // 3, write_requests(os.path.join(paths["staged"], "bad-unknown-vertex.parquet"), [unknown])
+    )
     corrupt = os.path.join(paths["staged"], "corrupt.parquet")
     with open(corrupt, "wb") as fh:
         fh.write(b"PAR1 this file was cut off in transit")
     staged.insert(2 * len(staged) // 3, corrupt)
-    print(f"demo: {len(requests)} requests of 16..128 Cora test vertices (+1 invalid request, +1 corrupt file) "
-          f"will arrive over {args.seconds:.0f} s", flush=True)
+    print(
+        f"demo: {len(requests)} requests of 16..128 Cora test vertices (+1 invalid request, +1 corrupt file) "
+        f"will arrive over {args.seconds:.0f} s",
+        flush=True,
+    )
 
     # (3) the job
     os.makedirs(paths["requests"], exist_ok=True)
     cmd = spark_submit_command(args, paths)
     script = next(i for i, c in enumerate(cmd) if c.endswith("stream_queries.py"))
-    print(f"demo: starting {os.path.basename(cmd[0])} ... " +
-          " ".join(os.path.relpath(c, ROOT) if c.startswith(ROOT) else c for c in cmd[script:]), flush=True)
+    print(
+        f"demo: starting {os.path.basename(cmd[0])} ... "
+        + " ".join(os.path.relpath(c, ROOT) if c.startswith(ROOT) else c for c in cmd[script:]),
+        flush=True,
+    )
     job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
     ready = threading.Event()
 
@@ -132,11 +171,14 @@ def main() -> int:
                 continue
             y = np.array([labels[q] for q in row["qid"]])
             acc = float((np.array(row["pred"]) == y).mean())
-            print(f"  answer {row['request_id']:>20}: {row['num_queries']:4d} queries, accuracy {acc:.3f}, "
-                  f"latency {row['latency_s']:.2f} s (queue {row['queue_s']:.2f} + service {row['service_s']:.3f}), "
-                  f"batch {row['batch_id']}", flush=True)
+            print(
+                f"  answer {row['request_id']:>20}: {row['num_queries']:4d} queries, accuracy {acc:.3f}, "
+                f"latency {row['latency_s']:.2f} s (queue {row['queue_s']:.2f} + service {row['service_s']:.3f}), "
+                f"batch {row['batch_id']}",
+                flush=True,
+            )
 
-    for path, gap in zip(staged, gaps):
+    for path, gap in zip(staged, gaps, strict=True):
         time.sleep(gap)
         now = time.time()
         os.utime(path, (now, now))
@@ -156,7 +198,7 @@ def main() -> int:
         def is_driver(p) -> bool:
             try:
                 return any(a.endswith("stream_queries.py") for a in p.cmdline())
-            except psutil.Error:           # exited / zombie children of the JVM
+            except psutil.Error:  # exited / zombie children of the JVM
                 return False
 
         drivers = [p for p in psutil.Process(job.pid).children(recursive=True) if is_driver(p)]
@@ -171,20 +213,29 @@ def main() -> int:
     ids = [r["request_id"] for r in t]
     ref = os.path.join(args.model, "pyg_reference.json")
     print("\ndemo summary")
-    print(f"  job exit code {code}; {len(t)} answer rows, {len(set(ids))} distinct request ids "
-          f"({len(ok)} answered, {len(t) - len(ok)} error rows), {len(dead)} dead-lettered file(s)")
+    print(
+        f"  job exit code {code}; {len(t)} answer rows, {len(set(ids))} distinct request ids "
+        f"({len(ok)} answered, {len(t) - len(ok)} error rows), {len(dead)} dead-lettered file(s)"
+    )
     for d in dead:
         print(f"  dead letter: {d['reason'][:140]}")
     if len(lat):
-        print(f"  latency file arrival -> answer: p50 {np.percentile(lat, 50):.2f} s, p99 {np.percentile(lat, 99):.2f} s")
+        print(
+            f"  latency file arrival -> answer: p50 {np.percentile(lat, 50):.2f} s, p99 {np.percentile(lat, 99):.2f} s"
+        )
     if len(y):
-        print(f"  accuracy of mode {args.mode} on {len(y)} query answers ({len(set(np.concatenate([r['qid'] for r in ok]).tolist()))} distinct held-out vertices, new to G): "
-              f"{float((pred == y).mean()):.4f}")
+        print(
+            f"  accuracy of mode {args.mode} on {len(y)} query answers "
+            f"({len(set(np.concatenate([r['qid'] for r in ok]).tolist()))} distinct held-out vertices, new to G): "
+            f"{float((pred == y).mean()):.4f}"
+        )
     if os.path.exists(ref):
         with open(ref) as fh:
             pyg = json.load(fh)
-        print(f"  (the same model in PyG on the whole graph, all {pyg['test_nodes']} test vertices: "
-              f"{pyg['pyg_test_accuracy']:.4f})")
+        print(
+            f"  (the same model in PyG on the whole graph, all {pyg['test_nodes']} test vertices: "
+            f"{pyg['pyg_test_accuracy']:.4f})"
+        )
     missing = {r.request_id for r in requests} - set(ids)
     if code != 0 or missing:
         print(f"demo: FAILED (exit code {code}; unanswered: {sorted(missing)[:5]})", file=sys.stderr)

@@ -4,6 +4,7 @@ predictions so the demo can compare them with the Spark output.
 
     python examples/train_cora_sage.py --graph data/cora --model-out data/models/cora_sage
 """
+
 from __future__ import annotations
 
 import argparse

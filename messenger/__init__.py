@@ -20,11 +20,20 @@
     endpoints, security, sockets, memory, watchdog, hashing: small helpers, one job each
 See README.md in this folder for the design, measured numbers and the API.
 """
+
 from typing import TYPE_CHECKING
 
-from sparkgnn.messenger.errors import (BindError, BrokerUnreachableError, EndpointError,
-                                       MessageTooLargeError, MessengerError, NoWorkerError,
-                                       RemoteTaskError, SecurityError, TransportError)
+from sparkgnn.messenger.errors import (
+    BindError,
+    BrokerUnreachableError,
+    EndpointError,
+    MessageTooLargeError,
+    MessengerError,
+    NoWorkerError,
+    RemoteTaskError,
+    SecurityError,
+    TransportError,
+)
 
 if TYPE_CHECKING:
     from sparkgnn.messenger.broker import Broker
@@ -34,21 +43,51 @@ if TYPE_CHECKING:
     from sparkgnn.messenger.transport import InProcessTransport, connect
     from sparkgnn.messenger.worker import serve
 
-__all__ = ["PROTOCOL_VERSION", "Kind", "ProtocolError", "Handler", "encode", "decode", "MessengerError",
-           "TransportError", "RemoteTaskError", "SecurityError", "BrokerUnreachableError",
-           "NoWorkerError", "MessageTooLargeError", "EndpointError", "BindError", "connect", "Broker", "serve",
-           "LocalCluster", "InProcessTransport", "MessengerTransport"]
+__all__ = [
+    "PROTOCOL_VERSION",
+    "Kind",
+    "ProtocolError",
+    "Handler",
+    "encode",
+    "decode",
+    "MessengerError",
+    "TransportError",
+    "RemoteTaskError",
+    "SecurityError",
+    "BrokerUnreachableError",
+    "NoWorkerError",
+    "MessageTooLargeError",
+    "EndpointError",
+    "BindError",
+    "connect",
+    "Broker",
+    "serve",
+    "LocalCluster",
+    "InProcessTransport",
+    "MessengerTransport",
+]
 
 # Loaded on first use (PEP 562): the errors above are all `sparkgnn.errors` needs (it lists
 # MessengerError in USER_ERRORS), and importing them must not cost pyarrow or zmq.
-_LAZY = {"PROTOCOL_VERSION": "protocol", "Kind": "protocol", "ProtocolError": "protocol",
-         "Handler": "protocol", "encode": "protocol", "decode": "protocol",
-         "connect": "transport", "InProcessTransport": "transport", "MessengerTransport": "dealer",
-         "Broker": "broker", "serve": "worker", "LocalCluster": "local"}
+_LAZY = {
+    "PROTOCOL_VERSION": "protocol",
+    "Kind": "protocol",
+    "ProtocolError": "protocol",
+    "Handler": "protocol",
+    "encode": "protocol",
+    "decode": "protocol",
+    "connect": "transport",
+    "InProcessTransport": "transport",
+    "MessengerTransport": "dealer",
+    "Broker": "broker",
+    "serve": "worker",
+    "LocalCluster": "local",
+}
 
 
 def __getattr__(name):
     if name in _LAZY:
         from importlib import import_module
+
         return getattr(import_module(f"sparkgnn.messenger.{_LAZY[name]}"), name)
     raise AttributeError(f"module 'sparkgnn.messenger' has no attribute {name!r}")

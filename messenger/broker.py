@@ -14,6 +14,7 @@ answers = back-pressure) are all here; see dispatch.py for the bookkeeping.
 Sockets: ROUTER front (dealers), ROUTER back (workers), both capped at CONTROL_MAX_BYTES per frame.
 Malformed messages are counted per socket and dropped, never raised.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,11 +32,22 @@ from sparkgnn.messenger.protocol import Kind, ProtocolError, control, peek_heade
 
 
 class Broker:
-    def __init__(self, front: str, back: str, heartbeat_s: float = 1.0, liveness: int = 3,
-                 max_queue: int = 1024, max_message_bytes: int = sockets.CONTROL_MAX_BYTES,
-                 curve_keys_dir=None, *, bind_any: bool = True, metrics_interval_s: float = 10.0,
-                 stuck_after_s: float = 300.0,
-                 metrics_stream=None, context: zmq.Context | None = None):
+    def __init__(
+        self,
+        front: str,
+        back: str,
+        heartbeat_s: float = 1.0,
+        liveness: int = 3,
+        max_queue: int = 1024,
+        max_message_bytes: int = sockets.CONTROL_MAX_BYTES,
+        curve_keys_dir=None,
+        *,
+        bind_any: bool = True,
+        metrics_interval_s: float = 10.0,
+        stuck_after_s: float = 300.0,
+        metrics_stream=None,
+        context: zmq.Context | None = None,
+    ):
         for endpoint in (front, back):
             endpoints.check_bind(endpoint, curve_keys_dir, bind_any)
         self.front_endpoint, self.back_endpoint = front, back
@@ -44,9 +56,12 @@ class Broker:
         self.metrics_interval_s = metrics_interval_s
         self.metrics_stream = metrics_stream if metrics_stream is not None else sys.stderr
         self.curve_keys_dir = curve_keys_dir
-        self.dispatcher = Dispatcher(liveness_s=heartbeat_s * liveness, max_queue=max_queue,
-                                     lease_grace_s=max(5.0, heartbeat_s * liveness),
-                                     stuck_after_s=stuck_after_s)
+        self.dispatcher = Dispatcher(
+            liveness_s=heartbeat_s * liveness,
+            max_queue=max_queue,
+            lease_grace_s=max(5.0, heartbeat_s * liveness),
+            stuck_after_s=stuck_after_s,
+        )
         self.counts = dict(malformed_front=0, malformed_back=0, unknown_kind=0, stats_requests=0)
         self._context = context or zmq.Context.instance()
         self._bound = threading.Event()
@@ -118,8 +133,7 @@ class Broker:
         next_metrics = time.monotonic() + self.metrics_interval_s
         last_done, last_t = 0, time.monotonic()
         while not stop_event.is_set():
-            timeout_ms = max(0.0, min(next_beat - time.monotonic(), 0.1)) * 1000
-            events = dict(poller.poll(timeout_ms))
+            events = dict(poller.poll(sockets.poll_ms(min(next_beat - time.monotonic(), 0.1))))
             if back in events:
                 self._drain(back, self._on_back, front)
             if front in events:
@@ -163,24 +177,42 @@ class Broker:
             return
         kind, now = header["kind"], time.monotonic()
         if kind == Kind.LEASE.value and isinstance(header.get("token"), str):
-            req = Request(client, header["token"], header.get("batch"), header.get("op"),
-                          _positive(header.get("ttl"), 60.0), header.get("affinity"))
+            req = Request(
+                client,
+                header["token"],
+                header.get("batch"),
+                header.get("op"),
+                _positive(header.get("ttl"), 60.0),
+                header.get("affinity"),
+            )
             assignments, busy = self.dispatcher.request(req, now)
             if busy:
-                self._send(front, client, control(Kind.BUSY, token=req.token, batch=req.batch,
-                                                  retry_after=self.heartbeat_s / 4,
-                                                  queue=len(self.dispatcher.queue)))
+                self._send(
+                    front,
+                    client,
+                    control(
+                        Kind.BUSY,
+                        token=req.token,
+                        batch=req.batch,
+                        retry_after=self.heartbeat_s / 4,
+                        queue=len(self.dispatcher.queue),
+                    ),
+                )
             self._send_assignments(front, assignments)
         elif kind == Kind.LEASE.value:
             self.counts["malformed_front"] += 1  # a LEASE without a token cannot be answered
         elif kind == Kind.RELEASE.value:
-            self._send_assignments(front, self.dispatcher.release(client, now, header.get("lease"),
-                                                                  header.get("token")))
+            self._send_assignments(
+                front, self.dispatcher.release(client, now, header.get("lease"), header.get("token"))
+            )
         elif kind == Kind.HEARTBEAT.value:
             # the liveness probe: a dealer waiting for a lease learns whether any worker could
             # ever answer it, and where workers connect (for its error message)
-            self._send(front, client, control(Kind.HEARTBEAT, live_workers=len(self.dispatcher.workers),
-                                              back=self.back_endpoint))
+            self._send(
+                front,
+                client,
+                control(Kind.HEARTBEAT, live_workers=len(self.dispatcher.workers), back=self.back_endpoint),
+            )
         elif kind == Kind.STATS.value:
             self.counts["stats_requests"] += 1
             self._publish()
@@ -194,17 +226,22 @@ class Broker:
             return
         kind, now = header["kind"], time.monotonic()
         assignments = []
-        if kind == Kind.READY.value or (kind == Kind.HEARTBEAT.value and wid not in self.dispatcher.workers
-                                        and isinstance(header.get("data"), str)):
+        if kind == Kind.READY.value or (
+            kind == Kind.HEARTBEAT.value and wid not in self.dispatcher.workers and isinstance(header.get("data"), str)
+        ):
             # A heartbeat from an unknown worker re-registers it: after a broker restart the
             # workers' sockets reconnect by themselves and keep heartbeating.
             if not isinstance(header.get("data"), str):
                 self.counts["malformed_back"] += 1
                 return
-            assignments = self.dispatcher.ready(wid, header["data"], _positive(header.get("slots"), 1),
-                                                now, header.get("curve"),
-                                                {k: header.get(k) for k in ("pid", "device", "host", "shm", "max_bytes",
-                                                                            "metrics")})
+            assignments = self.dispatcher.ready(
+                wid,
+                header["data"],
+                _positive(header.get("slots"), 1),
+                now,
+                header.get("curve"),
+                {k: header.get(k) for k in ("pid", "device", "host", "shm", "max_bytes", "metrics")},
+            )
         elif kind == Kind.HEARTBEAT.value:
             assignments = self.dispatcher.heard(wid, now, header.get("metrics"), header.get("busy_s"))
         elif kind == Kind.DONE.value:
@@ -246,10 +283,13 @@ class Broker:
 
     def _print_metrics(self, rate: float) -> None:
         m = self.metrics()
-        print(f"[sparkgnn-broker] tasks/s={rate:.1f} queue={m['queue_depth']} "
-              f"live_workers={m['live_workers']} leases={m['leases_active']} done={m['done']} "
-              f"requeued={m['requeued']} busy={m['busy']} malformed={m['malformed']}",
-              file=self.metrics_stream, flush=True)
+        print(
+            f"[sparkgnn-broker] tasks/s={rate:.1f} queue={m['queue_depth']} "
+            f"live_workers={m['live_workers']} leases={m['leases_active']} done={m['done']} "
+            f"requeued={m['requeued']} busy={m['busy']} malformed={m['malformed']}",
+            file=self.metrics_stream,
+            flush=True,
+        )
 
 
 def _positive(value, default):
@@ -270,20 +310,34 @@ def _bind_endpoint(text: str) -> str:
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = cli.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    p.add_argument("--front", default="tcp://127.0.0.1:5555", type=_bind_endpoint,
-                   help="endpoint dealers (Spark tasks, --workers tcp://...) connect to")
-    p.add_argument("--back", default="tcp://127.0.0.1:5556", type=_bind_endpoint,
-                   help="endpoint workers (sparkgnn-worker --connect ...) connect to")
+    p.add_argument(
+        "--front",
+        default="tcp://127.0.0.1:5555",
+        type=_bind_endpoint,
+        help="endpoint dealers (Spark tasks, --workers tcp://...) connect to",
+    )
+    p.add_argument(
+        "--back",
+        default="tcp://127.0.0.1:5556",
+        type=_bind_endpoint,
+        help="endpoint workers (sparkgnn-worker --connect ...) connect to",
+    )
     p.add_argument("--heartbeat", type=cli.positive_float, default=1.0, help="heartbeat interval, seconds")
-    p.add_argument("--liveness", type=cli.positive_int, default=3,
-                   help="missed heartbeats before a worker expires")
+    p.add_argument("--liveness", type=cli.positive_int, default=3, help="missed heartbeats before a worker expires")
     p.add_argument("--max-queue", type=cli.positive_int, default=1024, help="queued lease requests before BUSY")
-    p.add_argument("--max-message-bytes", type=cli.positive_int, default=sockets.CONTROL_MAX_BYTES,
-                   help="cap on one control message (payloads never cross the broker)")
-    p.add_argument("--metrics-interval", type=cli.positive_float, default=10.0,
-                   help="seconds between metrics lines")
-    p.add_argument("--stuck-after", type=cli.positive_float, default=300.0,
-                   help="seconds a worker's current task may run before it gets no new leases")
+    p.add_argument(
+        "--max-message-bytes",
+        type=cli.positive_int,
+        default=sockets.CONTROL_MAX_BYTES,
+        help="cap on one control message (payloads never cross the broker)",
+    )
+    p.add_argument("--metrics-interval", type=cli.positive_float, default=10.0, help="seconds between metrics lines")
+    p.add_argument(
+        "--stuck-after",
+        type=cli.positive_float,
+        default=300.0,
+        help="seconds a worker's current task may run before it gets no new leases",
+    )
     p.add_argument("--curve-keys", default=None, help="dir with server.key_secret (zmq.auth)")
     p.add_argument("--bind-any", action="store_true", help="allow non-loopback binds (needs --curve-keys)")
     return p.parse_args(argv)
@@ -299,10 +353,18 @@ def main(argv=None) -> int:
 def _serve(args: argparse.Namespace) -> int:
     watchdog.start_from_env()
     memory.tune_malloc()
-    broker = Broker(args.front, args.back, heartbeat_s=args.heartbeat, liveness=args.liveness,
-                    max_queue=args.max_queue, max_message_bytes=args.max_message_bytes,
-                    curve_keys_dir=args.curve_keys, bind_any=args.bind_any,
-                    metrics_interval_s=args.metrics_interval, stuck_after_s=args.stuck_after)
+    broker = Broker(
+        args.front,
+        args.back,
+        heartbeat_s=args.heartbeat,
+        liveness=args.liveness,
+        max_queue=args.max_queue,
+        max_message_bytes=args.max_message_bytes,
+        curve_keys_dir=args.curve_keys,
+        bind_any=args.bind_any,
+        metrics_interval_s=args.metrics_interval,
+        stuck_after_s=args.stuck_after,
+    )
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -311,8 +373,12 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _announce(broker: Broker) -> None:
-    print(f"[{PROG}] front={broker.front_endpoint} (clients connect here) "
-          f"back={broker.back_endpoint} (workers connect here)", file=sys.stderr, flush=True)
+    print(
+        f"[{PROG}] front={broker.front_endpoint} (clients connect here) "
+        f"back={broker.back_endpoint} (workers connect here)",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ control messages (LEASE, ASSIGN, BUSY, RELEASE, HEARTBEAT); payloads never cross
 A mixin of MessengerTransport (dealer.py), which sets the state annotated below in its __init__
 and decides what each message means for its batches.
 """
+
 from __future__ import annotations
 
 import time
@@ -20,8 +21,13 @@ import zmq
 
 from sparkgnn.messenger import sockets
 from sparkgnn.messenger.batches import Batch
-from sparkgnn.messenger.errors import (BrokerUnreachableError, NoWorkerError, TransportError, no_worker_message,
-                                       unreachable_message)
+from sparkgnn.messenger.errors import (
+    BrokerUnreachableError,
+    NoWorkerError,
+    TransportError,
+    no_worker_message,
+    unreachable_message,
+)
 from sparkgnn.messenger.protocol import Kind, ProtocolError, control, peek_header
 
 
@@ -36,18 +42,19 @@ class BrokerLink:
     counts: dict
     _context: zmq.Context
     _poller: zmq.Poller
-    _broker: Any                      # the socket, once _open_broker ran
-    _last_heard: float                # any message from the broker, ever
-    _no_workers_since: float | None   # the broker has reported 0 workers since
-    _broker_back: str | None          # the broker's worker endpoint, from its answers
+    _broker: Any  # the socket, once _open_broker ran
+    _last_heard: float  # any message from the broker, ever
+    _no_workers_since: float | None  # the broker has reported 0 workers since
+    _broker_back: str | None  # the broker's worker endpoint, from its answers
     # set here
-    _broker_heard: float              # last message on the current socket (or when to judge it)
+    _broker_heard: float  # last message on the current socket (or when to judge it)
     _next_ping: float
     _backoff: float
 
     def _open_broker(self) -> None:
-        self._broker = sockets.make(self._context, zmq.DEALER, max_frame_bytes=sockets.CONTROL_MAX_BYTES,
-                                    curve_server_key=self.curve_server_key)
+        self._broker = sockets.make(
+            self._context, zmq.DEALER, max_frame_bytes=sockets.CONTROL_MAX_BYTES, curve_server_key=self.curve_server_key
+        )
         sockets.connect(self._broker, self.endpoint)
         self._poller.register(self._broker, zmq.POLLIN)
         self._broker_heard = time.monotonic()
@@ -115,11 +122,17 @@ class BrokerLink:
         too long), or None while it may still get one."""
         h = batch.header
         what = f"batch {h.get('batch')!r} op {h.get('op')!r} (job {h.get('job')!r}) cannot run"
-        if (self.connect_timeout_s and self._last_heard < batch.asking_since
-                and now - batch.asking_since >= self.connect_timeout_s):
+        if (
+            self.connect_timeout_s
+            and self._last_heard < batch.asking_since
+            and now - batch.asking_since >= self.connect_timeout_s
+        ):
             return BrokerUnreachableError(f"{what}: {unreachable_message(self.endpoint, self.connect_timeout_s)}")
-        if (self.no_worker_timeout_s and self._no_workers_since is not None
-                and now - max(self._no_workers_since, batch.asking_since) >= self.no_worker_timeout_s):
+        if (
+            self.no_worker_timeout_s
+            and self._no_workers_since is not None
+            and now - max(self._no_workers_since, batch.asking_since) >= self.no_worker_timeout_s
+        ):
             waited = no_worker_message(self.endpoint, self._broker_back, self.no_worker_timeout_s)
             return NoWorkerError(f"{what}: {waited}")
         return None

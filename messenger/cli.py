@@ -6,11 +6,12 @@ same as cliargs': a user mistake (a taken port, a malformed endpoint, a bad numb
 the address) reads as ONE line `prog: error: message` on stderr with exit code 2, never as a
 traceback from libzmq or argparse's two-line usage dump. Bugs keep their traceback.
 """
+
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 from sparkgnn.messenger.errors import MessengerError
 
@@ -28,8 +29,9 @@ def _number(text: str, kind: type, lowest, inclusive: bool):
     try:
         value = kind(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be {'an integer' if kind is int else 'a number'}, "
-                                         f"got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"must be {'an integer' if kind is int else 'a number'}, got {text!r}"
+        ) from None
     finite = kind is int or (value == value and abs(value) != float("inf"))
     if not finite or value < lowest or (value == lowest and not inclusive):
         raise argparse.ArgumentTypeError(f"must be {'>=' if inclusive else '>'} {lowest:g}, got {text!r}")

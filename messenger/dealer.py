@@ -34,6 +34,7 @@ broker: liveness, reconnects, stalls), payload_route.py (shared memory segment o
 probe.py (broker checks without a batch: probe_broker, broker_stats); the refusals' texts are in
 errors.py. This module is the state machine that ties them together, and the public API.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -41,35 +42,69 @@ import time
 import uuid
 import weakref
 from collections import deque
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import zmq
 
 from sparkgnn.messenger import endpoints, memory, shm, sockets, verify
 from sparkgnn.messenger.batches import DONE, FAILED, SENT, WAITING, Batch
 from sparkgnn.messenger.broker_link import BrokerLink
-from sparkgnn.messenger.errors import (MessageTooLargeError, RemoteTaskError, TransportError, no_worker_message,
-                                       too_large_message, unreachable_message)
+from sparkgnn.messenger.errors import (
+    MessageTooLargeError,
+    RemoteTaskError,
+    TransportError,
+    no_worker_message,
+    too_large_message,
+    unreachable_message,
+)
 from sparkgnn.messenger.payload_route import PayloadRoute, nbytes
 from sparkgnn.messenger.probe import CONNECT_TIMEOUT_S, NO_WORKER_TIMEOUT_S, broker_stats, probe_broker
-from sparkgnn.messenger.protocol import (DEFAULT_MAX_MESSAGE_BYTES, Kind, MessageTooLarge, ProtocolError, control,
-                                          decode_payload, frame_buffer, peek_header)
+from sparkgnn.messenger.protocol import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    Kind,
+    MessageTooLarge,
+    ProtocolError,
+    control,
+    decode_payload,
+    frame_buffer,
+    peek_header,
+)
 
 # What `from sparkgnn.messenger.dealer import ...` has always offered, now defined next door.
-__all__ = ["MessengerTransport", "CONNECT_TIMEOUT_S", "NO_WORKER_TIMEOUT_S", "broker_stats", "probe_broker",
-           "unreachable_message", "no_worker_message", "too_large_message"]
+__all__ = [
+    "MessengerTransport",
+    "CONNECT_TIMEOUT_S",
+    "NO_WORKER_TIMEOUT_S",
+    "broker_stats",
+    "probe_broker",
+    "unreachable_message",
+    "no_worker_message",
+    "too_large_message",
+]
 
 
 class MessengerTransport(BrokerLink, PayloadRoute):
     """Dealer client of a messenger broker at `endpoint` (its front socket)."""
 
-    def __init__(self, endpoint: str, timeout_s: float = 60.0, retries: int = 3, window: int = 4,
-                 curve_server_key=None, *, heartbeat_s: float = 1.0, liveness: int = 3,
-                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, job: str | None = None,
-                 context: zmq.Context | None = None, tune_malloc: bool = True,
-                 shm_payloads: bool = True, shm_min_bytes: int = 256 * 1024,
-                 connect_timeout_s: float | None = CONNECT_TIMEOUT_S,
-                 no_worker_timeout_s: float | None = NO_WORKER_TIMEOUT_S):
+    def __init__(
+        self,
+        endpoint: str,
+        timeout_s: float = 60.0,
+        retries: int = 3,
+        window: int = 4,
+        curve_server_key=None,
+        *,
+        heartbeat_s: float = 1.0,
+        liveness: int = 3,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        job: str | None = None,
+        context: zmq.Context | None = None,
+        tune_malloc: bool = True,
+        shm_payloads: bool = True,
+        shm_min_bytes: int = 256 * 1024,
+        connect_timeout_s: float | None = CONNECT_TIMEOUT_S,
+        no_worker_timeout_s: float | None = NO_WORKER_TIMEOUT_S,
+    ):
         endpoints.check_connect(endpoint)
         if tune_malloc:
             memory.tune_malloc()
@@ -77,7 +112,7 @@ class MessengerTransport(BrokerLink, PayloadRoute):
         # 0 / None: wait as long as timeout_s x retries allow (the behaviour before these existed)
         self.connect_timeout_s = connect_timeout_s or None
         self.no_worker_timeout_s = no_worker_timeout_s or None
-        self._last_heard = float("-inf")      # any message from the broker, ever
+        self._last_heard = float("-inf")  # any message from the broker, ever
         self._no_workers_since: float | None = None  # the broker has reported 0 workers since
         self._broker_back: str | None = None  # the broker's worker endpoint, from its answers
         self.timeout_s = timeout_s
@@ -90,8 +125,9 @@ class MessengerTransport(BrokerLink, PayloadRoute):
         self.job = job
         self._context = context or zmq.Context.instance()
         self._client = uuid.uuid4().hex[:12]
-        self._pool = (shm.SegmentPool(self._client, max_free=2 * max(2, window))
-                      if shm_payloads and shm.supported() else None)
+        self._pool = (
+            shm.SegmentPool(self._client, max_free=2 * max(2, window)) if shm_payloads and shm.supported() else None
+        )
         # segments are files in /dev/shm: unlink them when the transport is collected or the
         # interpreter exits without close() (a cached transport in a Spark Python worker)
         self._finalizer = weakref.finalize(self, self._pool.close) if self._pool is not None else None
@@ -106,8 +142,9 @@ class MessengerTransport(BrokerLink, PayloadRoute):
         self._poller = zmq.Poller()
         self._broker = None
         self._closed = False
-        self.counts = dict(sent=0, sent_shm=0, results=0, duplicates=0, resent=0, busy=0, broker_reconnects=0,
-                           bad_results=0, orphans=0)
+        self.counts = dict(
+            sent=0, sent_shm=0, results=0, duplicates=0, resent=0, busy=0, broker_reconnects=0, bad_results=0, orphans=0
+        )
         self._open_broker()
 
     # -- Transport interface ---------------------------------------------------------------
@@ -137,10 +174,12 @@ class MessengerTransport(BrokerLink, PayloadRoute):
                 if head.state == DONE:
                     order.popleft()
                     self._batches.pop(head.seq, None)
+                    assert head.result is not None  # set together with DONE
                     yield head.result
                     continue
                 failed = next((b for b in order if b.state == FAILED), None)
                 if failed is not None:
+                    assert failed.error is not None  # set together with FAILED
                     raise failed.error
                 self._pump()
         finally:
@@ -183,9 +222,15 @@ class MessengerTransport(BrokerLink, PayloadRoute):
         tables = dict(tables)
         size = sum((n + 7) // 8 * 8 for n in shm.stream_sizes(tables.values()))
         if size > self.max_message_bytes:
-            raise MessageTooLargeError(too_large_message(
-                header, size, self.max_message_bytes, "this client's",
-                "pass a larger max_message_bytes to the transport"))
+            raise MessageTooLargeError(
+                too_large_message(
+                    header,
+                    size,
+                    self.max_message_bytes,
+                    "this client's",
+                    "pass a larger max_message_bytes to the transport",
+                )
+            )
         header["kind"] = Kind.TASK.value
         batch = Batch(seq, header, tables, size, verify.request_ids(header, tables))
         self._batches[seq] = batch
@@ -212,8 +257,16 @@ class MessengerTransport(BrokerLink, PayloadRoute):
 
     def _ask_lease(self, batch: Batch) -> None:
         h = batch.header
-        self._send_broker(control(Kind.LEASE, token=batch.token, batch=h.get("batch"), op=h.get("op"),
-                                  ttl=self.timeout_s, affinity=h.get("affinity")))
+        self._send_broker(
+            control(
+                Kind.LEASE,
+                token=batch.token,
+                batch=h.get("batch"),
+                op=h.get("op"),
+                ttl=self.timeout_s,
+                affinity=h.get("affinity"),
+            )
+        )
         batch.retry_lease_at = 0.0
 
     def _abandon(self, batch: Batch) -> None:
@@ -237,16 +290,21 @@ class MessengerTransport(BrokerLink, PayloadRoute):
     def _describe(self, batch: Batch, what: str) -> str:
         h = batch.header
         detail = f"; last: {batch.reason}" if batch.reason else ""
-        return (f"batch {h.get('batch')!r} op {h.get('op')!r} (job {h.get('job')!r}) via broker "
-                f"{self.endpoint}, last worker {batch.worker or 'none'}: {what}{detail}")
+        return (
+            f"batch {h.get('batch')!r} op {h.get('op')!r} (job {h.get('job')!r}) via broker "
+            f"{self.endpoint}, last worker {batch.worker or 'none'}: {what}{detail}"
+        )
 
     # -- event loop ------------------------------------------------------------------------
     def _pump(self) -> None:
         now = time.monotonic()
         live = [b for b in self._batches.values() if b.state in (WAITING, SENT)]
-        wake = min([b.deadline for b in live] + [b.retry_lease_at for b in live if b.retry_lease_at]
-                   + [self._next_ping, now + 0.1])
-        for sock, _ in self._poller.poll(max(0.0, wake - now) * 1000):
+        wake = min(
+            [b.deadline for b in live]
+            + [b.retry_lease_at for b in live if b.retry_lease_at]
+            + [self._next_ping, now + 0.1]
+        )
+        for sock, _ in self._poller.poll(sockets.poll_ms(wake - now)):
             while not sock.closed:  # handling one message may close another worker's socket
                 try:
                     frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
@@ -355,9 +413,14 @@ class MessengerTransport(BrokerLink, PayloadRoute):
     def _refuse_oversize(self, batch: Batch, lease, size: int, cap: int, worker: str) -> None:
         self._send_broker(control(Kind.RELEASE, lease=lease))
         batch.worker = worker
-        self._fail(batch, MessageTooLargeError(too_large_message(
-            batch.header, size, cap, f"worker {worker}'s",
-            "start the worker with a larger --max-message-bytes")))
+        self._fail(
+            batch,
+            MessageTooLargeError(
+                too_large_message(
+                    batch.header, size, cap, f"worker {worker}'s", "start the worker with a larger --max-message-bytes"
+                )
+            ),
+        )
 
     def _on_data(self, frames) -> None:
         try:
@@ -422,9 +485,15 @@ class MessengerTransport(BrokerLink, PayloadRoute):
         size, limit = header.get("size"), header.get("limit")
         worker = header.get("worker") or batch.worker
         if isinstance(size, int) and isinstance(limit, int):
-            return MessageTooLargeError(too_large_message(
-                batch.header, size, limit, f"worker {worker}'s",
-                "start the worker with a larger --max-message-bytes"))
+            return MessageTooLargeError(
+                too_large_message(
+                    batch.header,
+                    size,
+                    limit,
+                    f"worker {worker}'s",
+                    "start the worker with a larger --max-message-bytes",
+                )
+            )
         return MessageTooLargeError(self._describe(batch, f"worker {worker} refused it: {header.get('error')}"))
 
     def _on_oversize_result(self, exc: MessageTooLarge) -> None:
@@ -435,9 +504,19 @@ class MessengerTransport(BrokerLink, PayloadRoute):
             self.counts["orphans"] += 1
             return
         self.counts["bad_results"] += 1
-        self._give_up(batch, MessageTooLargeError(too_large_message(
-            batch.header, exc.size, exc.limit, "this client's", "pass a larger max_message_bytes "
-            "to the transport", what="the result of")))
+        self._give_up(
+            batch,
+            MessageTooLargeError(
+                too_large_message(
+                    batch.header,
+                    exc.size,
+                    exc.limit,
+                    "this client's",
+                    "pass a larger max_message_bytes to the transport",
+                    what="the result of",
+                )
+            ),
+        )
 
     # -- lookup ----------------------------------------------------------------------------
     def _by_token(self, token) -> Batch | None:
@@ -477,8 +556,7 @@ class MessengerTransport(BrokerLink, PayloadRoute):
         sock = self._data.get(endpoint)
         if sock is None:
             key = curve or self.curve_server_key
-            sock = sockets.make(self._context, zmq.DEALER, max_frame_bytes=self.max_message_bytes,
-                                curve_server_key=key)
+            sock = sockets.make(self._context, zmq.DEALER, max_frame_bytes=self.max_message_bytes, curve_server_key=key)
             sockets.connect(sock, endpoint)
             self._data[endpoint] = sock
             self._poller.register(sock, zmq.POLLIN)

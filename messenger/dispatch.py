@@ -8,6 +8,7 @@ dealer, or a TTL (the dealer never used it). When a worker expires, each of its 
 requeued at the *front* of the queue, keeping the dealer's token, so the dealer re-sends that
 batch to the next worker.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -57,8 +58,9 @@ Assignment = tuple  # (client identity, ASSIGN fields dict)
 class Dispatcher:
     """LRU load balancing with bounded queueing. All methods take `now` (monotonic seconds)."""
 
-    def __init__(self, *, liveness_s: float, max_queue: int = 1024, lease_grace_s: float = 5.0,
-                 stuck_after_s: float = 300.0):
+    def __init__(
+        self, *, liveness_s: float, max_queue: int = 1024, lease_grace_s: float = 5.0, stuck_after_s: float = 300.0
+    ):
         self.liveness_s = liveness_s
         self.max_queue = max_queue
         self.lease_grace_s = lease_grace_s
@@ -71,16 +73,16 @@ class Dispatcher:
         self._by_token: dict[tuple, str] = {}
         prefix = uuid.uuid4().hex[:8]  # lease ids stay unique across broker restarts
         self._ids = (f"{prefix}-{n}" for n in itertools.count())
-        self._affinity: dict = {}
-        self.counts = dict(assigned=0, done=0, released=0, requeued=0, busy=0,
-                           leases_expired=0, workers_expired=0, queue_max=0)
+        self._affinity: dict[object, bytes] = {}  # request affinity -> worker it was last assigned to
+        self.counts = dict(
+            assigned=0, done=0, released=0, requeued=0, busy=0, leases_expired=0, workers_expired=0, queue_max=0
+        )
 
     # -- workers ---------------------------------------------------------------------------
     def ready(self, wid: bytes, data: str, slots: int, now: float, curve=None, info=None) -> list:
         entry = self.workers.get(wid)
         if entry is None:
-            entry = WorkerEntry(wid, data, max(1, int(slots)), now + self.liveness_s, curve,
-                                dict(info or {}))
+            entry = WorkerEntry(wid, data, max(1, int(slots)), now + self.liveness_s, curve, dict(info or {}))
             self.workers[wid] = entry
         else:
             entry.data, entry.slots, entry.curve = data, max(1, int(slots)), curve
@@ -139,7 +141,8 @@ class Dispatcher:
     def release(self, client: bytes, now: float, lease_id=None, token=None) -> list:
         lease = self.leases.get(lease_id) if lease_id else None
         if lease is None and token is not None:
-            lease = self.leases.get(self._by_token.get((client, token)))
+            by_token = self._by_token.get((client, token))
+            lease = self.leases.get(by_token) if by_token is not None else None
             self.queue = deque(q for q in self.queue if (q.client, q.token) != (client, token))
         if lease is not None and lease.request.client == client:
             self._end(lease)
@@ -181,7 +184,8 @@ class Dispatcher:
             entry.leases.pop(lease.lease_id, None)
 
     def _pick(self, req: Request) -> WorkerEntry | None:
-        preferred = self.workers.get(self._affinity.get(req.affinity)) if req.affinity is not None else None
+        wid = self._affinity.get(req.affinity) if req.affinity is not None else None
+        preferred = self.workers.get(wid) if wid is not None else None
         if preferred is not None and preferred.free > 0 and not self._stuck(preferred):
             return preferred
         return next((w for w in self.workers.values() if w.free > 0 and not self._stuck(w)), None)
@@ -207,18 +211,35 @@ class Dispatcher:
     def _assignment(self, lease: Lease) -> Assignment:
         entry = self.workers[lease.worker]
         req = lease.request
-        return req.client, dict(token=req.token, batch=req.batch, lease=lease.lease_id,
-                                worker=entry.wid.hex(), data=entry.data, curve=entry.curve,
-                                requeued=req.requeued, host=entry.info.get("host"),
-                                max_bytes=entry.info.get("max_bytes"),
-                                shm=bool(entry.info.get("shm")))
+        return req.client, dict(
+            token=req.token,
+            batch=req.batch,
+            lease=lease.lease_id,
+            worker=entry.wid.hex(),
+            data=entry.data,
+            curve=entry.curve,
+            requeued=req.requeued,
+            host=entry.info.get("host"),
+            max_bytes=entry.info.get("max_bytes"),
+            shm=bool(entry.info.get("shm")),
+        )
 
     def snapshot(self) -> dict:
-        return dict(self.counts, live_workers=len(self.workers), queue_depth=len(self.queue),
-                    leases_active=len(self.leases),
-                    free_slots=sum(max(0, w.free) for w in self.workers.values()),
-                    stuck_workers=sum(self._stuck(w) for w in self.workers.values()),
-                    workers=[dict(data=w.data, slots=w.slots, leases=len(w.leases),
-                                  busy_s=w.busy_s,
-                                  **{k: w.info.get(k) for k in ("pid", "device", "metrics")})
-                             for w in self.workers.values()])
+        return dict(
+            self.counts,
+            live_workers=len(self.workers),
+            queue_depth=len(self.queue),
+            leases_active=len(self.leases),
+            free_slots=sum(max(0, w.free) for w in self.workers.values()),
+            stuck_workers=sum(self._stuck(w) for w in self.workers.values()),
+            workers=[
+                dict(
+                    data=w.data,
+                    slots=w.slots,
+                    leases=len(w.leases),
+                    busy_s=w.busy_s,
+                    **{k: w.info.get(k) for k in ("pid", "device", "metrics")},
+                )
+                for w in self.workers.values()
+            ],
+        )

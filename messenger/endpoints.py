@@ -4,6 +4,7 @@ WHY: the broker stays on the control path and payloads travel dealer<->worker di
 worker binds a data socket next to where it reaches the broker (same transport: ipc next to
 ipc, loopback tcp next to loopback tcp, inproc next to inproc) and advertises it in READY.
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -77,11 +78,14 @@ def check_bind(endpoint: str, curve_keys_dir, bind_any: bool = True) -> None:
     if is_loopback(endpoint):
         return
     if not bind_any:
-        raise SecurityError(f"refusing to bind non-loopback {endpoint}: pass --bind-any "
-                            f"(and --curve-keys DIR) to expose the messenger on a network")
+        raise SecurityError(
+            f"refusing to bind non-loopback {endpoint}: pass --bind-any "
+            f"(and --curve-keys DIR) to expose the messenger on a network"
+        )
     if not curve_keys_dir:
-        raise SecurityError(f"binding non-loopback {endpoint} requires CURVE keys "
-                            f"(--curve-keys DIR, see zmq.auth.create_certificates)")
+        raise SecurityError(
+            f"binding non-loopback {endpoint} requires CURVE keys (--curve-keys DIR, see zmq.auth.create_certificates)"
+        )
 
 
 def data_bind_for(broker_endpoint: str) -> str:
@@ -115,6 +119,6 @@ def cleanup_ipc(endpoint: str) -> None:
     """Remove the socket file an ipc:// bind left behind (ZeroMQ does not)."""
     if endpoint.startswith("ipc://"):
         try:
-            os.unlink(endpoint[len("ipc://"):])
+            os.unlink(endpoint[len("ipc://") :])
         except OSError:
             pass

@@ -20,6 +20,8 @@ class TransportError(MessengerError, RuntimeError):
 class RemoteTaskError(TransportError):
     """The worker refused the task (its handler raised, or it could not decode the request)."""
 
+    remote_traceback: str | None = None  # the worker's traceback text, when its ERROR carried one
+
 
 class BrokerUnreachableError(TransportError):
     """No broker answered at an endpoint within the connect timeout (none listening there, a
@@ -58,22 +60,27 @@ def size_text(nbytes: int) -> str:
 
 # -- the texts of the dealer's refusals (dealer.py, probe.py) -------------------------------------
 def unreachable_message(endpoint: str, timeout_s: float) -> str:
-    return (f"no broker answered at {endpoint} within {timeout_s:g} s: start one with "
-            f"`sparkgnn-broker --front {endpoint} --back <worker endpoint>` (clients connect to "
-            f"its --front endpoint), or check the address")
+    return (
+        f"no broker answered at {endpoint} within {timeout_s:g} s: start one with "
+        f"`sparkgnn-broker --front {endpoint} --back <worker endpoint>` (clients connect to "
+        f"its --front endpoint), or check the address"
+    )
 
 
 def no_worker_message(endpoint: str, back: str | None, timeout_s: float) -> str:
     where = back or "<the broker's --back endpoint>"
-    return (f"no worker is connected to the broker at {endpoint} (none for {timeout_s:g} s): start "
-            f"one with `sparkgnn-worker --connect {where} --model-store DIR`")
+    return (
+        f"no worker is connected to the broker at {endpoint} (none for {timeout_s:g} s): start "
+        f"one with `sparkgnn-worker --connect {where} --model-store DIR`"
+    )
 
 
-def too_large_message(header: dict, size: int, limit: int, whose: str, remedy: str,
-                      what: str = "") -> str:
+def too_large_message(header: dict, size: int, limit: int, whose: str, remedy: str, what: str = "") -> str:
     """'batch 17 of job 'x' (op 'y') is 300.0 MiB (N bytes), over worker W's message limit of
     256.0 MiB, max_message_bytes=L: <remedy>, or send smaller batches (more partitions)'."""
     subject = f"{what} batch" if what else "batch"
-    return (f"{subject} {header.get('batch')!r} of job {header.get('job')!r} (op {header.get('op')!r}) "
-            f"is {size_text(size)} ({size} bytes), over {whose} message limit of {size_text(limit)}, "
-            f"max_message_bytes={limit}: {remedy}, or send smaller batches (more partitions)")
+    return (
+        f"{subject} {header.get('batch')!r} of job {header.get('job')!r} (op {header.get('op')!r}) "
+        f"is {size_text(size)} ({size} bytes), over {whose} message limit of {size_text(limit)}, "
+        f"max_message_bytes={limit}: {remedy}, or send smaller batches (more partitions)"
+    )

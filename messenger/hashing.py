@@ -5,23 +5,34 @@ sender picks the fastest one it has. xxh3 (from `xxhash`, a dependency of torch-
 runs at ~30 GB/s here, so hashing a 34 MB batch costs ~1 ms; blake2b (stdlib, ~1.3 GB/s) is the
 fallback when xxhash is missing. Both ends must know the name, or the message is refused.
 """
+
 from __future__ import annotations
 
 import hashlib
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
 
+HAVE_XXHASH = True
 try:  # pragma: no cover - import guard
     import xxhash
 except ImportError:  # pragma: no cover
-    xxhash = None
+    HAVE_XXHASH = False
 
 
-def _blake2b():
+class Hasher(Protocol):
+    """What `digest` needs of a hash object (hashlib's and xxhash's both have it)."""
+
+    def update(self, data: Any, /) -> None: ...
+
+    def hexdigest(self) -> str: ...
+
+
+def _blake2b() -> Hasher:
     return hashlib.blake2b(digest_size=16)
 
 
-HASHERS: dict[str, Callable[[], object]] = {"blake2b": _blake2b}
-if xxhash is not None:
+HASHERS: dict[str, Callable[[], Hasher]] = {"blake2b": _blake2b}
+if HAVE_XXHASH:
     HASHERS["xxh3_64"] = xxhash.xxh3_64
 
 DEFAULT = "xxh3_64" if "xxh3_64" in HASHERS else "blake2b"
@@ -32,7 +43,7 @@ def digest(chunks: Iterable, algorithm: str = DEFAULT) -> str:
     try:
         hasher = HASHERS[algorithm]()
     except KeyError:
-        raise KeyError(f"unknown payload hash algorithm {algorithm!r}; known: {sorted(HASHERS)}")
+        raise KeyError(f"unknown payload hash algorithm {algorithm!r}; known: {sorted(HASHERS)}") from None
     for chunk in chunks:
         hasher.update(chunk)
     return f"{algorithm}:{hasher.hexdigest()}"

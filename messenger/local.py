@@ -15,6 +15,7 @@ Which program a worker runs:
   PYTHONPATH via `env=`);
 - else the product worker `python -m sparkgnn.worker.cli --device ... --model-store ...`.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -26,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from sparkgnn.messenger import shm
 from sparkgnn.messenger.dealer import MessengerTransport
@@ -44,13 +45,25 @@ def free_tcp_port() -> int:
 
 
 class LocalCluster:
-    def __init__(self, num_workers: int, handler: str | None = None,
-                 worker_argv_factory: Callable[[int, str], Sequence[str]] | None = None, *,
-                 transport: str = "ipc", model_store=None, device: str = "cpu",
-                 threads: int | None = None, heartbeat_s: float = 1.0, liveness: int = 3,
-                 slots: int = 2, max_queue: int = 1024, env: dict | None = None,
-                 start_timeout_s: float = 60.0, metrics_interval_s: float = 10.0,
-                 python: str = sys.executable):
+    def __init__(
+        self,
+        num_workers: int,
+        handler: str | None = None,
+        worker_argv_factory: Callable[[int, str], Sequence[str]] | None = None,
+        *,
+        transport: str = "ipc",
+        model_store=None,
+        device: str = "cpu",
+        threads: int | None = None,
+        heartbeat_s: float = 1.0,
+        liveness: int = 3,
+        slots: int = 2,
+        max_queue: int = 1024,
+        env: dict | None = None,
+        start_timeout_s: float = 60.0,
+        metrics_interval_s: float = 10.0,
+        python: str = sys.executable,
+    ):
         if num_workers < 1:
             raise ValueError("LocalCluster needs at least one worker")
         if transport not in ("ipc", "tcp"):
@@ -71,13 +84,26 @@ class LocalCluster:
         self.metrics_interval_s = metrics_interval_s
         self.python = python
         self.dir: str | None = None
-        self.front = self.back = None
+        self.front: str | None = None  # the broker's endpoints, chosen by start()
+        self.back: str | None = None
         self.broker: subprocess.Popen | None = None
         self.workers: list[subprocess.Popen] = []
         self._logs: dict[int, str] = {}
 
     # -- lifecycle -------------------------------------------------------------------------
-    def start(self) -> "LocalCluster":
+    def _endpoints(self) -> tuple[str, str]:
+        """(front, back); set by start()."""
+        if self.front is None or self.back is None:
+            raise RuntimeError("LocalCluster is not started: call start() or use it in a with statement")
+        return self.front, self.back
+
+    def _run_dir(self) -> str:
+        """The folder of the children's logs and ipc sockets; made by start(), removed by stop()."""
+        if self.dir is None:
+            raise RuntimeError("LocalCluster is not running: call start() or use it in a with statement")
+        return self.dir
+
+    def start(self) -> LocalCluster:
         self.dir = tempfile.mkdtemp(prefix="sparkgnn-local-")
         if self.transport == "ipc":
             self.front, self.back = f"ipc://{self.dir}/front.ipc", f"ipc://{self.dir}/back.ipc"
@@ -97,31 +123,49 @@ class LocalCluster:
 
     def start_broker(self) -> subprocess.Popen:
         """(Re)start the broker on the same endpoints (tests restart it to simulate a crash)."""
-        argv = [self.python, "-m", "sparkgnn.messenger.broker", "--front", self.front,
-                "--back", self.back, "--heartbeat", str(self.heartbeat_s),
-                "--liveness", str(self.liveness), "--max-queue", str(self.max_queue),
-                "--metrics-interval", str(self.metrics_interval_s)]
+        front, back = self._endpoints()
+        argv = [
+            self.python,
+            "-m",
+            "sparkgnn.messenger.broker",
+            "--front",
+            front,
+            "--back",
+            back,
+            "--heartbeat",
+            str(self.heartbeat_s),
+            "--liveness",
+            str(self.liveness),
+            "--max-queue",
+            str(self.max_queue),
+            "--metrics-interval",
+            str(self.metrics_interval_s),
+        ]
         self.broker = self._spawn("broker", argv)
         return self.broker
 
     def wait_ready(self, count: int, timeout_s: float | None = None) -> dict:
         """Until the broker reports `count` live workers; raises with the children's logs."""
+        front, _ = self._endpoints()
         deadline = time.monotonic() + (timeout_s or self.start_timeout_s)
         metrics: dict = {}
         while time.monotonic() < deadline:
             dead = [p for p in [self.broker, *self.workers] if p is not None and p.poll() is not None]
             if dead:
-                raise TransportError(f"local cluster: a child exited with {dead[0].returncode} "
-                                     f"while starting\n{self.logs()}")
+                raise TransportError(
+                    f"local cluster: a child exited with {dead[0].returncode} while starting\n{self.logs()}"
+                )
             try:
-                metrics = broker_stats(self.front, timeout_s=1.0)
+                metrics = broker_stats(front, timeout_s=1.0)
             except TransportError:
                 continue
             if metrics.get("live_workers", 0) >= count:
                 return metrics
             time.sleep(0.05)
-        raise TransportError(f"local cluster: {metrics.get('live_workers', 0)}/{count} workers "
-                             f"READY after {timeout_s or self.start_timeout_s}s at {self.front}\n{self.logs()}")
+        raise TransportError(
+            f"local cluster: {metrics.get('live_workers', 0)}/{count} workers "
+            f"READY after {timeout_s or self.start_timeout_s}s at {front}\n{self.logs()}"
+        )
 
     def stop(self, grace_s: float = 3.0) -> None:
         """Workers first (they send DISCONNECT), then the broker; SIGKILL after grace_s."""
@@ -146,7 +190,7 @@ class LocalCluster:
             self.dir = None
         atexit.unregister(self.stop)
 
-    def __enter__(self) -> "LocalCluster":
+    def __enter__(self) -> LocalCluster:
         return self.start() if self.broker is None else self
 
     def __exit__(self, *exc) -> None:
@@ -156,7 +200,8 @@ class LocalCluster:
     def client(self, **options) -> MessengerTransport:
         options.setdefault("heartbeat_s", self.heartbeat_s)
         options.setdefault("liveness", self.liveness)
-        return MessengerTransport(self.front, **options)
+        front, _ = self._endpoints()
+        return MessengerTransport(front, **options)
 
     def add_worker(self) -> subprocess.Popen:
         proc = self._spawn(f"worker{len(self.workers)}", self._worker_argv(len(self.workers)))
@@ -176,17 +221,36 @@ class LocalCluster:
         return "\n".join(out)
 
     def _worker_argv(self, index: int) -> list[str]:
+        _, back = self._endpoints()
         if self.worker_argv_factory is not None:
-            return list(self.worker_argv_factory(index, self.back))
-        common = ["--connect", self.back, "--heartbeat", str(self.heartbeat_s),
-                  "--liveness", str(self.liveness), "--slots", str(self.slots)]
+            return list(self.worker_argv_factory(index, back))
+        common = [
+            "--connect",
+            back,
+            "--heartbeat",
+            str(self.heartbeat_s),
+            "--liveness",
+            str(self.liveness),
+            "--slots",
+            str(self.slots),
+        ]
         if self.handler is not None:
             return [self.python, "-m", "sparkgnn.messenger.worker", *common, "--handler", self.handler]
         if self.model_store is None:
-            raise ValueError("LocalCluster needs handler='module:function', worker_argv_factory "
-                             "or model_store= (for the sparkgnn-worker GNN handler)")
-        argv = [self.python, "-m", "sparkgnn.worker.cli", *common, "--device", self.device,
-                "--model-store", os.fspath(self.model_store)]
+            raise ValueError(
+                "LocalCluster needs handler='module:function', worker_argv_factory "
+                "or model_store= (for the sparkgnn-worker GNN handler)"
+            )
+        argv = [
+            self.python,
+            "-m",
+            "sparkgnn.worker.cli",
+            *common,
+            "--device",
+            self.device,
+            "--model-store",
+            os.fspath(self.model_store),
+        ]
         if self.threads:
             argv += ["--threads", str(self.threads)]
         return argv
@@ -195,9 +259,16 @@ class LocalCluster:
         env = dict(os.environ, **self.extra_env)
         env[PARENT_ENV] = str(os.getpid())
         env.setdefault("PYTHONUNBUFFERED", "1")
-        env.setdefault("SPARKGNN_IPC_DIR", self.dir)
-        log_path = os.path.join(self.dir, f"{name}.{len(self._logs)}.log")
+        run_dir = self._run_dir()
+        env.setdefault("SPARKGNN_IPC_DIR", run_dir)
+        log_path = os.path.join(run_dir, f"{name}.{len(self._logs)}.log")
         self._logs[len(self._logs)] = log_path
         with open(log_path, "wb") as log:
-            return subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=log,
-                                    stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            return subprocess.Popen(
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )

@@ -10,6 +10,7 @@ Either encoding is reused, copy=False, by every retry; only the small header cha
 
 A mixin of MessengerTransport (dealer.py), which sets the state annotated below in its __init__.
 """
+
 from __future__ import annotations
 
 from sparkgnn.messenger import shm
@@ -24,20 +25,25 @@ def nbytes(frame) -> int:
 class PayloadRoute:
     # set by MessengerTransport.__init__
     max_message_bytes: int
-    shm_min_bytes: int                # below this, mapping a segment costs more than a copy
+    shm_min_bytes: int  # below this, mapping a segment costs more than a copy
     counts: dict
-    _pool: shm.SegmentPool | None     # None: shared memory is off or unsupported here
-    _shm_ok: bool                     # False once writing a segment failed: frames from then on
+    _pool: shm.SegmentPool | None  # None: shared memory is off or unsupported here
+    _shm_ok: bool  # False once writing a segment failed: frames from then on
     _host: str
-    _no_shm: set[str]                 # workers that could not map our segments
-    _result_sizes: dict               # op -> largest result seen: sizes the reply segments
+    _no_shm: set[str]  # workers that could not map our segments
+    _result_sizes: dict  # op -> largest result seen: sizes the reply segments
 
     def _frames_for(self, batch: Batch, assign: dict, data: str, lease) -> tuple[list, bool]:
         """The TASK frames for the worker `data` the broker ASSIGNed this attempt to, and whether
         the shared memory route was chosen."""
-        use_shm = (self._pool is not None and self._shm_ok and assign.get("shm")
-                   and batch.nbytes >= self.shm_min_bytes and assign.get("host") == self._host
-                   and data not in self._no_shm)
+        use_shm = (
+            self._pool is not None
+            and self._shm_ok
+            and bool(assign.get("shm"))
+            and batch.nbytes >= self.shm_min_bytes
+            and assign.get("host") == self._host
+            and data not in self._no_shm
+        )
         try:
             frames = self._task_frames(batch, use_shm, lease)
         except OSError as exc:  # /dev/shm full or unavailable: frames from now on
@@ -46,30 +52,40 @@ class PayloadRoute:
             batch.history.append(f"shared memory unavailable ({exc}); using frames")
         return frames, use_shm
 
+    def _shm_pool(self) -> shm.SegmentPool:
+        """The segment pool, for the shared memory route, which is only taken when there is one."""
+        assert self._pool is not None, "shared memory route taken without a segment pool"
+        return self._pool
+
     def _task_frames(self, batch: Batch, use_shm: bool, lease) -> list:
         """The TASK for this attempt: header naming the shm segment, or header + payload frames.
         Each encoding is made once per batch and reused by retries."""
-        extra = dict(token=batch.token, lease=lease, attempt=batch.tries,
-                     max_result_bytes=self.max_message_bytes)
+        extra = dict(token=batch.token, lease=lease, attempt=batch.tries, max_result_bytes=self.max_message_bytes)
         if use_shm:
             if batch.segment is None:
-                segment = self._pool.acquire(batch.nbytes)
+                tables = batch.tables
+                assert tables is not None  # dropped only when the batch ends, and then nothing is sent
+                pool = self._shm_pool()
+                segment = pool.acquire(batch.nbytes)
                 try:
-                    parts, views = segment.write_tables(batch.tables.values())
-                    stamped = stamp(batch.header, Kind.TASK.value, batch.tables, views)
+                    parts, views = segment.write_tables(tables.values())
+                    stamped = stamp(batch.header, Kind.TASK.value, tables, views)
                     del views
                 except BaseException:
-                    self._pool.release(segment, reusable=False)
+                    pool.release(segment, reusable=False)
                     raise
                 stamped["shm"] = {"name": segment.name, "parts": parts}
                 batch.segment, batch.shm_header = segment, stamped
+            assert batch.shm_header is not None  # written together with batch.segment
             reply = self._reply_offer(batch, lease)
             if reply is not None:
                 extra["reply_shm"] = reply
             return [encode_header(dict(batch.shm_header, **extra))]
         if batch.framed is None:
-            payload = [serialize_table(t) for t in batch.tables.values()]
-            batch.framed = (stamp(batch.header, Kind.TASK.value, batch.tables, payload), payload)
+            tables = batch.tables
+            assert tables is not None  # dropped only when the batch ends, and then nothing is sent
+            payload = [serialize_table(t) for t in tables.values()]
+            batch.framed = (stamp(batch.header, Kind.TASK.value, tables, payload), payload)
         stamped, payload = batch.framed
         return [encode_header(dict(stamped, **extra))] + payload
 
@@ -80,7 +96,7 @@ class PayloadRoute:
         if size < self.shm_min_bytes:
             return None
         try:
-            segment = self._pool.acquire(size)
+            segment = self._shm_pool().acquire(size)
         except OSError:
             return None
         batch.replies[lease] = segment
@@ -102,11 +118,11 @@ class PayloadRoute:
     def _drop_payload(self, batch: Batch, reusable: bool) -> None:
         """Return the batch's segment to the pool (or retire it) and drop its encodings."""
         if batch.segment is not None:
-            self._pool.release(batch.segment, reusable)
+            self._shm_pool().release(batch.segment, reusable)
             if not reusable:
                 self.counts["shm_retired"] = self.counts.get("shm_retired", 0) + 1
         for segment in batch.replies.values():
             # reply segments are private copies' sources; only a second sender could still write
-            self._pool.release(segment, batch.tries == 1)
+            self._shm_pool().release(segment, batch.tries == 1)
         batch.replies = {}
         batch.segment = batch.shm_header = batch.framed = batch.tables = None

@@ -5,6 +5,7 @@ Both use a throw-away DEALER socket on the broker's front endpoint and only cont
 (HEARTBEAT, STATS); every wait is bounded. The dealer (dealer.py) makes the same checks per batch
 while it asks for a worker, with the same timeouts and the same messages (errors.py).
 """
+
 from __future__ import annotations
 
 import time
@@ -12,8 +13,13 @@ import time
 import zmq
 
 from sparkgnn.messenger import endpoints, sockets
-from sparkgnn.messenger.errors import (BrokerUnreachableError, NoWorkerError, TransportError, no_worker_message,
-                                       unreachable_message)
+from sparkgnn.messenger.errors import (
+    BrokerUnreachableError,
+    NoWorkerError,
+    TransportError,
+    no_worker_message,
+    unreachable_message,
+)
 from sparkgnn.messenger.protocol import Kind, ProtocolError, control, peek_header
 
 # How long a batch waits for a broker that never answers / for a worker to connect to a broker
@@ -23,16 +29,18 @@ CONNECT_TIMEOUT_S = 15.0
 NO_WORKER_TIMEOUT_S = 15.0
 
 
-def broker_stats(endpoint: str, timeout_s: float = 5.0, curve_server_key=None,
-                 context: zmq.Context | None = None) -> dict:
+def broker_stats(
+    endpoint: str, timeout_s: float = 5.0, curve_server_key=None, context: zmq.Context | None = None
+) -> dict:
     """One STATS round trip to a broker's front endpoint; TransportError if it does not answer."""
     context = context or zmq.Context.instance()
-    sock = sockets.make(context, zmq.DEALER, max_frame_bytes=sockets.CONTROL_MAX_BYTES,
-                        curve_server_key=curve_server_key)
+    sock = sockets.make(
+        context, zmq.DEALER, max_frame_bytes=sockets.CONTROL_MAX_BYTES, curve_server_key=curve_server_key
+    )
     try:
         sock.connect(endpoint)
         sock.send_multipart(control(Kind.STATS))
-        if not sock.poll(timeout_s * 1000):
+        if not sock.poll(sockets.poll_ms(timeout_s)):
             raise TransportError(f"broker {endpoint} did not answer STATS within {timeout_s}s")
         header = peek_header(sock.recv_multipart(), sockets.CONTROL_MAX_BYTES)
         return header.get("metrics") or {}
@@ -40,9 +48,13 @@ def broker_stats(endpoint: str, timeout_s: float = 5.0, curve_server_key=None,
         sock.close(0)
 
 
-def probe_broker(endpoint: str, connect_timeout_s: float | None = CONNECT_TIMEOUT_S,
-                 no_worker_timeout_s: float | None = NO_WORKER_TIMEOUT_S, curve_server_key=None,
-                 context: zmq.Context | None = None) -> dict:
+def probe_broker(
+    endpoint: str,
+    connect_timeout_s: float | None = CONNECT_TIMEOUT_S,
+    no_worker_timeout_s: float | None = NO_WORKER_TIMEOUT_S,
+    curve_server_key=None,
+    context: zmq.Context | None = None,
+) -> dict:
     """Check, before a job depends on it, that a broker answers at `endpoint` (BrokerUnreachableError
     after connect_timeout_s) and that at least one worker is connected to it (waits up to
     no_worker_timeout_s for one, then NoWorkerError). Returns the broker's last HEARTBEAT answer.
@@ -50,12 +62,14 @@ def probe_broker(endpoint: str, connect_timeout_s: float | None = CONNECT_TIMEOU
     every task, deep in a JVM stack trace; 0 / None for a timeout waits without limit."""
     endpoints.check_connect(endpoint)
     context = context or zmq.Context.instance()
-    sock = sockets.make(context, zmq.DEALER, max_frame_bytes=sockets.CONTROL_MAX_BYTES,
-                        curve_server_key=curve_server_key)
+    sock = sockets.make(
+        context, zmq.DEALER, max_frame_bytes=sockets.CONTROL_MAX_BYTES, curve_server_key=curve_server_key
+    )
     try:
         sockets.connect(sock, endpoint)
         answer = _ping(sock, connect_timeout_s)
         if answer is None:
+            assert connect_timeout_s is not None  # _ping only gives up when it has a timeout
             raise BrokerUnreachableError(unreachable_message(endpoint, connect_timeout_s))
         since = time.monotonic()
         while answer.get("live_workers") == 0:
@@ -64,6 +78,7 @@ def probe_broker(endpoint: str, connect_timeout_s: float | None = CONNECT_TIMEOU
             time.sleep(0.2)
             answer = _ping(sock, connect_timeout_s)
             if answer is None:
+                assert connect_timeout_s is not None  # _ping only gives up when it has a timeout
                 raise BrokerUnreachableError(unreachable_message(endpoint, connect_timeout_s))
         return answer
     finally:
@@ -87,7 +102,7 @@ def _ping(sock: zmq.Socket, timeout_s: float | None, resend_s: float = 0.5) -> d
             wait = (resend_at if deadline is None else min(resend_at, deadline)) - now
             if wait <= 0:
                 break
-            if not sock.poll(wait * 1000):
+            if not sock.poll(sockets.poll_ms(wait)):
                 continue
             try:
                 header = peek_header(sock.recv_multipart(), sockets.CONTROL_MAX_BYTES)

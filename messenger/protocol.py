@@ -8,11 +8,12 @@ table list against the frame count, the payload hash and every Arrow stream, and
 `ProtocolError` naming what is wrong, so a malformed message is counted and dropped instead of
 crashing a broker or worker.
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping, Sequence
 from enum import Enum
-from typing import Callable, Mapping, Sequence
 
 import pyarrow as pa
 
@@ -31,19 +32,19 @@ class Kind(str, Enum):
     """Message kinds. The first six are the ZeroMQ guide's; the rest are the control plane that
     keeps payloads off the broker (see broker.py)."""
 
-    READY = "READY"            # worker -> broker: I serve at <data endpoint> with <slots>
-    HEARTBEAT = "HEARTBEAT"    # both ways (Paranoid Pirate); dealer pings, broker answers with
-                               # live_workers and back (its worker endpoint): the liveness probe
-    TASK = "TASK"              # dealer -> worker (direct): run op on these tables
-    RESULT = "RESULT"          # worker -> dealer (direct)
-    ERROR = "ERROR"            # worker -> dealer: the task was refused (handler raised, bad frames)
+    READY = "READY"  # worker -> broker: I serve at <data endpoint> with <slots>
+    HEARTBEAT = "HEARTBEAT"  # both ways (Paranoid Pirate); dealer pings, broker answers with
+    # live_workers and back (its worker endpoint): the liveness probe
+    TASK = "TASK"  # dealer -> worker (direct): run op on these tables
+    RESULT = "RESULT"  # worker -> dealer (direct)
+    ERROR = "ERROR"  # worker -> dealer: the task was refused (handler raised, bad frames)
     DISCONNECT = "DISCONNECT"  # worker -> broker on clean exit; broker -> worker on shutdown
-    LEASE = "LEASE"            # dealer -> broker: assign a worker to batch <token>
-    ASSIGN = "ASSIGN"          # broker -> dealer: batch <token> goes to worker <data endpoint>
-    BUSY = "BUSY"              # broker -> dealer: queue full, retry after <retry_after> s
-    DONE = "DONE"              # worker -> broker: lease <id> finished, slot free
-    RELEASE = "RELEASE"        # dealer -> broker: I will not use lease <id> (or token) after all
-    STATS = "STATS"            # dealer -> broker -> dealer: metrics snapshot
+    LEASE = "LEASE"  # dealer -> broker: assign a worker to batch <token>
+    ASSIGN = "ASSIGN"  # broker -> dealer: batch <token> goes to worker <data endpoint>
+    BUSY = "BUSY"  # broker -> dealer: queue full, retry after <retry_after> s
+    DONE = "DONE"  # worker -> broker: lease <id> finished, slot free
+    RELEASE = "RELEASE"  # dealer -> broker: I will not use lease <id> (or token) after all
+    STATS = "STATS"  # dealer -> broker -> dealer: metrics snapshot
 
 
 class ProtocolError(MessengerError, ValueError):
@@ -102,8 +103,9 @@ def encode_header(header: Mapping) -> bytes:
     return data
 
 
-def encode(header: Mapping, tables: Mapping[str, pa.Table] | None = None,
-           *, hash_algorithm: str = hashing.DEFAULT) -> list:
+def encode(
+    header: Mapping, tables: Mapping[str, pa.Table] | None = None, *, hash_algorithm: str = hashing.DEFAULT
+) -> list:
     """Frames for one message: [header JSON, IPC stream of each table in `tables` order].
 
     The header gets `v`, `kind` (validated), `tables` (names in frame order), `rows` per table and
@@ -121,12 +123,12 @@ def encode(header: Mapping, tables: Mapping[str, pa.Table] | None = None,
     return [encode_header(stamp(header, kind, tables, payload, hash_algorithm))] + payload
 
 
-def stamp(header: Mapping, kind: str, tables: Mapping[str, pa.Table], payload: Sequence,
-          hash_algorithm: str = hashing.DEFAULT) -> dict:
+def stamp(
+    header: Mapping, kind: str, tables: Mapping[str, pa.Table], payload: Sequence, hash_algorithm: str = hashing.DEFAULT
+) -> dict:
     """The header with the protocol-owned fields filled in for these payload frames."""
     out = dict(header)
-    out.update(v=PROTOCOL_VERSION, kind=kind, tables=list(tables),
-               rows={n: t.num_rows for n, t in tables.items()})
+    out.update(v=PROTOCOL_VERSION, kind=kind, tables=list(tables), rows={n: t.num_rows for n, t in tables.items()})
     out["hash"] = hashing.digest(payload, hash_algorithm) if payload else None
     return out
 
@@ -154,8 +156,9 @@ def peek_header(frames: Sequence, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) ->
         raise ProtocolError("empty message")
     total = sum(_nbytes(f) for f in frames)
     if total > max_bytes:
-        raise MessageTooLarge(f"oversize message: {total} bytes > cap {max_bytes}", total, max_bytes,
-                              _header_or_none(frames[0]))
+        raise MessageTooLarge(
+            f"oversize message: {total} bytes > cap {max_bytes}", total, max_bytes, _header_or_none(frames[0])
+        )
     return _parse_header(frames[0])
 
 
@@ -183,8 +186,10 @@ def _table_names(header: dict, payload_frames: int) -> list[str]:
     if len(set(names)) != len(names):
         raise ProtocolError(f"duplicate table names {names!r}")
     if len(names) != payload_frames:
-        raise ProtocolError(f"header names {len(names)} tables but the message has "
-                            f"{payload_frames} payload frames (truncated or padded message)")
+        raise ProtocolError(
+            f"header names {len(names)} tables but the message has "
+            f"{payload_frames} payload frames (truncated or padded message)"
+        )
     return names
 
 
@@ -209,16 +214,16 @@ def _read_table(name: str, buf: pa.Buffer) -> pa.Table:
         # a crafted stream with bad offsets would otherwise read out of bounds later.
         table.validate(full=any(_has_offsets(f.type) for f in table.schema))
     except (pa.ArrowException, OSError, ValueError) as exc:
-        raise ProtocolError(f"table {name!r}: truncated or invalid Arrow IPC stream "
-                            f"({buf.size} bytes): {exc}") from None
+        raise ProtocolError(
+            f"table {name!r}: truncated or invalid Arrow IPC stream ({buf.size} bytes): {exc}"
+        ) from None
     return table
 
 
 def _has_offsets(t: pa.DataType) -> bool:
     if pa.types.is_fixed_size_list(t):
         return _has_offsets(t.value_type)
-    return not (pa.types.is_primitive(t) or pa.types.is_fixed_size_binary(t)
-                or pa.types.is_null(t))
+    return not (pa.types.is_primitive(t) or pa.types.is_fixed_size_binary(t) or pa.types.is_null(t))
 
 
 def decode(frames: Sequence, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> tuple[dict, dict]:
@@ -234,24 +239,23 @@ def decode_payload(header: dict, buffers: list, max_bytes: int = DEFAULT_MAX_MES
     already peeked `header` and read the tables zero-copy."""
     total = sum(b.size for b in buffers)
     if total > max_bytes:
-        raise MessageTooLarge(f"oversize message: {total} payload bytes > cap {max_bytes}", total,
-                              max_bytes, header)
+        raise MessageTooLarge(f"oversize message: {total} payload bytes > cap {max_bytes}", total, max_bytes, header)
     names = _table_names(header, len(buffers))
     _check_hash(header, buffers)
     rows = header.get("rows") or {}
     if names and not isinstance(rows, dict):
         raise ProtocolError(f"header 'rows' must map table -> row count, got {rows!r}")
     tables = {}
-    for name, buf in zip(names, buffers):
+    for name, buf in zip(names, buffers, strict=True):
         table = _read_table(name, buf)
         if rows.get(name) != table.num_rows:
-            raise ProtocolError(f"table {name!r} has {table.num_rows} rows, header says "
-                                f"{rows.get(name)!r}")
+            raise ProtocolError(f"table {name!r} has {table.num_rows} rows, header says {rows.get(name)!r}")
         tables[name] = table
     return header, tables
 
 
 def control(kind: Kind, **fields) -> list[bytes]:
     """A payload-free control message (one frame)."""
-    return [encode_header({**fields, "v": PROTOCOL_VERSION, "kind": kind.value,
-                           "tables": [], "rows": {}, "hash": None})]
+    return [
+        encode_header({**fields, "v": PROTOCOL_VERSION, "kind": kind.value, "tables": [], "rows": {}, "hash": None})
+    ]

@@ -6,6 +6,7 @@ public key (server.key) to talk to both. Clients use throw-away key pairs; the a
 accepts any client that completes the CURVE handshake (knowing the server's public key), or only
 the public keys in DIR/authorized_clients/ when that folder exists.
 """
+
 from __future__ import annotations
 
 import os
@@ -21,9 +22,14 @@ SERVER_SECRET = "server.key_secret"
 def server_keys(keys_dir) -> tuple[bytes, bytes]:
     path = os.path.join(os.fspath(keys_dir), SERVER_SECRET)
     if not os.path.exists(path):
-        raise FileNotFoundError(f"{path} not found: create it with "
-                                f"zmq.auth.create_certificates({keys_dir!r}, 'server')")
+        raise FileNotFoundError(
+            f"{path} not found: create it with zmq.auth.create_certificates({keys_dir!r}, 'server')"
+        )
     public, secret = zmq.auth.load_certificate(path)
+    if secret is None:  # a public-only certificate: no secret key line in the file
+        raise ValueError(
+            f"{path} holds no secret key: create it with zmq.auth.create_certificates({keys_dir!r}, 'server')"
+        )
     return public, secret
 
 
@@ -55,6 +61,5 @@ def start_authenticator(context: zmq.Context, keys_dir) -> ThreadAuthenticator:
     auth = ThreadAuthenticator(context)
     auth.start()
     allowed = os.path.join(os.fspath(keys_dir), "authorized_clients")
-    auth.configure_curve(domain="*", location=allowed if os.path.isdir(allowed)
-                         else zmq.auth.CURVE_ALLOW_ANY)
+    auth.configure_curve(domain="*", location=allowed if os.path.isdir(allowed) else zmq.auth.CURVE_ALLOW_ANY)
     return auth

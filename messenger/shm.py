@@ -19,6 +19,7 @@ The route is used only when the worker advertises the same host id (hostname + b
 shm support; a worker that cannot open a segment answers a retryable ERROR (ShmUnavailable) and
 the dealer falls back to frames for that worker. Linux only; elsewhere frames are used.
 """
+
 from __future__ import annotations
 
 import mmap
@@ -102,7 +103,7 @@ class Segment:
         out = []
         for offset, length in check_parts(parts, self.size):
             dest = np.empty(length, dtype=np.uint8)
-            view = memoryview(self._mm)[offset:offset + length]
+            view = memoryview(self._mm)[offset : offset + length]
             dest[:] = np.frombuffer(view, dtype=np.uint8)
             view.release()
             out.append(pa.py_buffer(dest))
@@ -123,10 +124,10 @@ def write_tables(mm: mmap.mmap, tables) -> tuple[list, list[pa.Buffer]]:
     """Serialize each table as an Arrow IPC stream into `mm`, back to back (8-byte aligned).
     Returns ([[offset, length], ...], views of the written bytes for hashing)."""
     parts, views, offset = [], [], 0
-    for table, n in zip(tables, stream_sizes(tables)):
+    for table, n in zip(tables, stream_sizes(tables), strict=True):
         if offset + n > len(mm):
             raise ValueError(f"tables need more than the segment's {len(mm)} bytes")
-        dest = pa.py_buffer(memoryview(mm)[offset:offset + n])
+        dest = pa.py_buffer(memoryview(mm)[offset : offset + n])
         with pa.ipc.new_stream(pa.FixedSizeBufferWriter(dest), table.schema) as w:
             w.write_table(table)
         parts.append([offset, n])
@@ -143,8 +144,11 @@ def check_parts(parts, size: int) -> list:
     if not isinstance(parts, list):
         raise ValueError(f"shm parts must be a list of [offset, length], got {parts!r}")
     for part in parts:
-        if (not isinstance(part, list) or len(part) != 2
-                or not all(isinstance(v, int) and not isinstance(v, bool) for v in part)):
+        if (
+            not isinstance(part, list)
+            or len(part) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) for v in part)
+        ):
             raise ValueError(f"bad shm part {part!r}")
         offset, length = part
         if offset < 0 or length < 0 or offset + length > size:

@@ -1,6 +1,9 @@
 """Socket construction shared by broker, worker and dealer, so the same options (size caps,
 linger, high-water marks, CURVE) apply everywhere."""
+
 from __future__ import annotations
+
+import math
 
 import zmq
 
@@ -11,9 +14,23 @@ from sparkgnn.messenger.errors import BindError, EndpointError
 CONTROL_MAX_BYTES = 1024 * 1024
 
 
-def make(context: zmq.Context, kind: int, *, max_frame_bytes: int | None = None,
-         curve_server_dir=None, curve_server_key=None, hwm: int | None = None,
-         identity: bytes | None = None) -> zmq.Socket:
+def poll_ms(seconds: float) -> int:
+    """A wait in seconds as the whole milliseconds zmq's poll takes, rounded up: a wait of 0.4 ms
+    polls for 1 ms instead of returning at once and spinning until the deadline; never negative
+    (a negative poll timeout would wait forever)."""
+    return max(0, math.ceil(seconds * 1000))
+
+
+def make(
+    context: zmq.Context,
+    kind: int,
+    *,
+    max_frame_bytes: int | None = None,
+    curve_server_dir=None,
+    curve_server_key=None,
+    hwm: int | None = None,
+    identity: bytes | None = None,
+) -> zmq.Socket:
     sock = context.socket(kind)
     sock.linger = 0
     if max_frame_bytes:

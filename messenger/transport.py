@@ -5,16 +5,25 @@ WHY an in-process transport with the same contract: unit tests and tiny jobs run
 the caller's process, but through the same encode -> decode -> verify path (wire=True), so a
 handler that returns a malformed result fails identically in-process and across processes.
 """
+
 from __future__ import annotations
 
 import re
-from typing import Callable, Iterable, Iterator, Protocol, runtime_checkable
+from collections.abc import Callable, Iterable, Iterator
+from typing import Protocol, runtime_checkable
 
 from sparkgnn.messenger import verify
 from sparkgnn.messenger.dealer import MessengerTransport
 from sparkgnn.messenger.errors import EndpointError, RemoteTaskError, TransportError
-from sparkgnn.messenger.protocol import (DEFAULT_MAX_MESSAGE_BYTES, RESERVED, Handler, Kind,
-                                          ProtocolError, decode, encode)
+from sparkgnn.messenger.protocol import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    RESERVED,
+    Handler,
+    Kind,
+    ProtocolError,
+    decode,
+    encode,
+)
 
 
 @runtime_checkable
@@ -25,8 +34,7 @@ class Transport(Protocol):
     def map(self, requests: Iterable[tuple[dict, dict]], window: int = ...) -> Iterator[tuple[dict, dict]]:
         """Pipelined, bounded in-flight window; results in request order."""
 
-    def close(self) -> None:
-        ...
+    def close(self) -> None: ...
 
 
 class InProcessTransport:
@@ -36,8 +44,14 @@ class InProcessTransport:
 
     endpoint = "inprocess"
 
-    def __init__(self, handler: Handler, *, wire: bool = True, job: str | None = None,
-                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES):
+    def __init__(
+        self,
+        handler: Handler,
+        *,
+        wire: bool = True,
+        job: str | None = None,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    ):
         self.handler = handler
         self.wire = wire
         self.job = job
@@ -61,18 +75,20 @@ class InProcessTransport:
             if not isinstance(fields, dict) or not isinstance(out, dict):
                 raise TypeError("handler must return (dict of header fields, dict of tables)")
         except Exception as exc:
-            raise RemoteTaskError(f"batch {header.get('batch')!r} op {header.get('op')!r} "
-                                  f"(in-process): handler raised {type(exc).__name__}: {exc}") from exc
+            raise RemoteTaskError(
+                f"batch {header.get('batch')!r} op {header.get('op')!r} "
+                f"(in-process): handler raised {type(exc).__name__}: {exc}"
+            ) from exc
         result = {k: v for k, v in fields.items() if k not in RESERVED}
-        result.update({k: header.get(k) for k in ("job", "batch", "op", "layer", "model")},
-                      kind=Kind.RESULT.value)
+        result.update({k: header.get(k) for k in ("job", "batch", "op", "layer", "model")}, kind=Kind.RESULT.value)
         try:
             if self.wire:
                 result, out = decode(encode(result, out), self.max_message_bytes)
             verify.check_result(header, result, out, expected_ids)
         except ProtocolError as exc:
-            raise TransportError(f"batch {header.get('batch')!r} op {header.get('op')!r} "
-                                 f"(in-process): bad result: {exc}") from exc
+            raise TransportError(
+                f"batch {header.get('batch')!r} op {header.get('op')!r} (in-process): bad result: {exc}"
+            ) from exc
         return result, out
 
     def map(self, requests: Iterable[tuple[dict, dict]], window: int = 1) -> Iterator[tuple[dict, dict]]:
@@ -118,8 +134,10 @@ def parse_local(spec: str) -> int:
     match = re.fullmatch(r"local\[([^\]]*)\]", spec.strip()) if isinstance(spec, str) else None
     text = match.group(1).strip() if match else None
     if text is None or not text.isdigit() or int(text) < 1:
-        raise EndpointError(f"bad local spec {spec!r}: want local[N] with N a whole number >= 1 "
-                            f"(how many worker processes to start), e.g. local[2]")
+        raise EndpointError(
+            f"bad local spec {spec!r}: want local[N] with N a whole number >= 1 "
+            f"(how many worker processes to start), e.g. local[2]"
+        )
     return int(text)
 
 
@@ -155,6 +173,8 @@ def connect(spec: str, handler_factory: Callable[[], Handler] | None = None, **o
     arguments as cluster_options=dict(...)). Other options go to the transport's constructor."""
     factory = TRANSPORTS.get(_key(spec)) if isinstance(spec, str) else None
     if factory is None:
-        raise EndpointError(f"unknown transport spec {spec!r}; known: {sorted(TRANSPORTS)} "
-                            f"(inprocess, local[N], tcp://host:port, ipc:///path, inproc://name)")
+        raise EndpointError(
+            f"unknown transport spec {spec!r}; known: {sorted(TRANSPORTS)} "
+            f"(inprocess, local[N], tcp://host:port, ipc:///path, inproc://name)"
+        )
     return factory(spec, handler_factory, **options)

@@ -2,6 +2,7 @@
 and the dealer's token), its payload hash was checked by protocol.decode, and when the request
 names an `id_column`, every result table carrying that column must list exactly the request's
 ids in order (Lotan's hash index: match and verify by batch id + hash + row ids)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -38,5 +39,6 @@ def check_result(request: dict, result: dict, tables: dict, expected_ids: str | 
         raise ProtocolError(f"batch {request.get('batch')!r}: no result table has id column {column!r}")
     for name in carrying:
         if column_digest(tables[name], column) != expected_ids:
-            raise ProtocolError(f"batch {request.get('batch')!r}: row ids of result table {name!r} "
-                                f"differ from the request's")
+            raise ProtocolError(
+                f"batch {request.get('batch')!r}: row ids of result table {name!r} differ from the request's"
+            )

@@ -7,6 +7,7 @@ daemon thread polls instead: when the recorded parent is gone the child exits at
 LocalCluster passes the parent pid in SPARKGNN_PARENT_PID; every entry point calls
 `start_from_env()`.
 """
+
 from __future__ import annotations
 
 import os

@@ -8,6 +8,7 @@ the GNN handler); the loop they run is worker_loop.py (`Worker`, `serve`, re-exp
 User errors (bad arguments, an unloadable handler, no broker, a taken --data-bind): one line on
 stderr, exit code 2 (cli.py).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,8 +21,16 @@ from sparkgnn.messenger import cli, endpoints, memory, watchdog
 from sparkgnn.messenger.protocol import DEFAULT_MAX_MESSAGE_BYTES, Handler
 from sparkgnn.messenger.worker_loop import Worker, serve
 
-__all__ = ["CONNECT_TIMEOUT_S", "Worker", "add_common_args", "announce_connecting", "import_handler", "main",
-           "run_from_args", "serve"]
+__all__ = [
+    "CONNECT_TIMEOUT_S",
+    "Worker",
+    "add_common_args",
+    "announce_connecting",
+    "import_handler",
+    "main",
+    "run_from_args",
+    "serve",
+]
 
 
 def import_handler(spec: str) -> Handler:
@@ -51,19 +60,30 @@ def _connect_endpoint(text: str) -> str:
 
 def add_common_args(p: argparse.ArgumentParser) -> None:
     """Options every worker executable shares (generic and sparkgnn-worker)."""
-    p.add_argument("--connect", default="tcp://127.0.0.1:5556", type=_connect_endpoint,
-                   help="the broker's --back endpoint (default %(default)s)")
-    p.add_argument("--connect-timeout", type=cli.non_negative_float, default=CONNECT_TIMEOUT_S,
-                   help="seconds to wait for the broker's first answer; if none comes, exit with "
-                        "code 2 (default %(default)g; 0 = wait forever). Once connected, a lost "
-                        "broker is waited for and reconnected to")
+    p.add_argument(
+        "--connect",
+        default="tcp://127.0.0.1:5556",
+        type=_connect_endpoint,
+        help="the broker's --back endpoint (default %(default)s)",
+    )
+    p.add_argument(
+        "--connect-timeout",
+        type=cli.non_negative_float,
+        default=CONNECT_TIMEOUT_S,
+        help="seconds to wait for the broker's first answer; if none comes, exit with "
+        "code 2 (default %(default)g; 0 = wait forever). Once connected, a lost "
+        "broker is waited for and reconnected to",
+    )
     p.add_argument("--heartbeat", type=cli.positive_float, default=1.0, help="heartbeat interval, seconds")
     p.add_argument("--liveness", type=cli.positive_int, default=3, help="silent intervals before reconnecting")
-    p.add_argument("--slots", type=cli.positive_int, default=2,
-                   help="tasks assigned at once (1 running + prefetch)")
-    p.add_argument("--max-message-bytes", type=cli.positive_int, default=DEFAULT_MAX_MESSAGE_BYTES,
-                   help="largest task (or result) this worker takes; a larger one is refused with an "
-                        "error naming both sizes (default %(default)s)")
+    p.add_argument("--slots", type=cli.positive_int, default=2, help="tasks assigned at once (1 running + prefetch)")
+    p.add_argument(
+        "--max-message-bytes",
+        type=cli.positive_int,
+        default=DEFAULT_MAX_MESSAGE_BYTES,
+        help="largest task (or result) this worker takes; a larger one is refused with an "
+        "error naming both sizes (default %(default)s)",
+    )
     p.add_argument("--curve-keys", default=None, help="dir with server.key(_secret) (zmq.auth)")
     p.add_argument("--data-bind", default=None, help="data socket bind (default: next to --connect)")
     p.add_argument("--advertise", default=None, help="host dealers use for a wildcard tcp data bind")
@@ -73,8 +93,11 @@ def add_common_args(p: argparse.ArgumentParser) -> None:
 def announce_connecting(args: argparse.Namespace) -> None:
     """The first line a worker prints, at once (before a slow handler build): where it goes and
     how long it will look for a broker there."""
-    limit = (f"exits if none answers within {args.connect_timeout:g} s"
-             if args.connect_timeout else "waits for it without limit")
+    limit = (
+        f"exits if none answers within {args.connect_timeout:g} s"
+        if args.connect_timeout
+        else "waits for it without limit"
+    )
     _stderr_log(args.prog)(f"connecting to broker at {args.connect} ({limit}; --connect-timeout)")
 
 
@@ -91,10 +114,21 @@ def run_from_args(args: argparse.Namespace, handler: Handler, info: dict | None 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    serve(args.connect, handler, args.heartbeat, args.liveness, stop, slots=args.slots,
-          max_message_bytes=args.max_message_bytes, curve_keys_dir=args.curve_keys,
-          data_bind=args.data_bind, advertise_host=args.advertise, info=info,
-          connect_timeout_s=args.connect_timeout, log=_stderr_log(args.prog))
+    serve(
+        args.connect,
+        handler,
+        args.heartbeat,
+        args.liveness,
+        stop,
+        slots=args.slots,
+        max_message_bytes=args.max_message_bytes,
+        curve_keys_dir=args.curve_keys,
+        data_bind=args.data_bind,
+        advertise_host=args.advertise,
+        info=info,
+        connect_timeout_s=args.connect_timeout,
+        log=_stderr_log(args.prog),
+    )
     return 0
 
 

@@ -17,6 +17,7 @@ Two threads, each owning its sockets (ZeroMQ sockets are not thread-safe):
   task over `max_message_bytes` is answered with an ERROR marked too_large, naming both
   sizes (never dropped unanswered, when its header frame is readable).
 """
+
 from __future__ import annotations
 
 import os
@@ -25,16 +26,26 @@ import time
 import traceback
 import uuid
 
-import zmq
-
 import pyarrow as pa
+import zmq
 
 from sparkgnn.messenger import endpoints, security, shm, sockets
 from sparkgnn.messenger.errors import BrokerUnreachableError
-from sparkgnn.messenger.protocol import (DEFAULT_MAX_MESSAGE_BYTES, RESERVED, Handler, Kind,
-                                          MessageTooLarge, ProtocolError, control, frame_buffer,
-                                          decode_payload, encode_header, peek_header,
-                                          serialize_table, stamp)
+from sparkgnn.messenger.protocol import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    RESERVED,
+    Handler,
+    Kind,
+    MessageTooLarge,
+    ProtocolError,
+    control,
+    decode_payload,
+    encode_header,
+    frame_buffer,
+    peek_header,
+    serialize_table,
+    stamp,
+)
 
 _ECHOED = ("job", "batch", "op", "layer", "model", "token", "lease", "attempt")
 
@@ -65,16 +76,31 @@ class _RowCount:
 
     def __init__(self, num_rows: int):
         self.num_rows = num_rows
+
+
 _ERROR_TEXT = 4000
 
 
 class Worker:
-    def __init__(self, connect: str, handler: Handler, heartbeat_s: float = 1.0, liveness: int = 3,
-                 *, slots: int = 2, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-                 curve_keys_dir=None, data_bind: str | None = None, advertise_host: str | None = None,
-                 max_backoff_s: float | None = None, context: zmq.Context | None = None,
-                 info: dict | None = None, shm_payloads: bool = True,
-                 connect_timeout_s: float | None = None, log=None):
+    def __init__(
+        self,
+        connect: str,
+        handler: Handler,
+        heartbeat_s: float = 1.0,
+        liveness: int = 3,
+        *,
+        slots: int = 2,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        curve_keys_dir=None,
+        data_bind: str | None = None,
+        advertise_host: str | None = None,
+        max_backoff_s: float | None = None,
+        context: zmq.Context | None = None,
+        info: dict | None = None,
+        shm_payloads: bool = True,
+        connect_timeout_s: float | None = None,
+        log=None,
+    ):
         self.connect = endpoints.check_connect(connect)
         self.connect_timeout_s = connect_timeout_s or None  # None / 0: wait for a broker forever
         self._log = log  # optional callable(line): connected / lost / reconnected, for the CLIs
@@ -92,8 +118,7 @@ class Worker:
         endpoints.check_bind(self.data_bind, curve_keys_dir)
         self.advertise_host = advertise_host
         self.max_backoff_s = max_backoff_s if max_backoff_s is not None else max(2.0, 16 * heartbeat_s)
-        self.info = dict(info or {}, pid=os.getpid(), host=shm.host_id(), shm=self.shm,
-                         max_bytes=max_message_bytes)
+        self.info = dict(info or {}, pid=os.getpid(), host=shm.host_id(), shm=self.shm, max_bytes=max_message_bytes)
         self.data_endpoint: str | None = None
         self.identity = b"w-" + uuid.uuid4().bytes
         self._context = context or zmq.Context.instance()
@@ -101,9 +126,18 @@ class Worker:
         self._busy_since: float | None = None  # when the running handler call started
         self._ready = threading.Event()
         self._lock = threading.Lock()
-        self.counts = dict(tasks=0, results=0, errors=0, malformed=0, unknown_kind=0,
-                           reconnects=0, heartbeats=0, broker_messages=0, reply_shm_unavailable=0,
-                           oversize=0)
+        self.counts = dict(
+            tasks=0,
+            results=0,
+            errors=0,
+            malformed=0,
+            unknown_kind=0,
+            reconnects=0,
+            heartbeats=0,
+            broker_messages=0,
+            reply_shm_unavailable=0,
+            oversize=0,
+        )
 
     def metrics(self) -> dict:
         with self._lock:
@@ -123,8 +157,9 @@ class Worker:
     # -- task loop -------------------------------------------------------------------------
     def run(self, stop_event: threading.Event | None = None) -> None:
         stop_event = stop_event or threading.Event()
-        data = sockets.make(self._context, zmq.ROUTER, max_frame_bytes=self.max_message_bytes,
-                            curve_server_dir=self.curve_keys_dir)
+        data = sockets.make(
+            self._context, zmq.ROUTER, max_frame_bytes=self.max_message_bytes, curve_server_dir=self.curve_keys_dir
+        )
         # No ZAP authenticator of its own: without one libzmq's CURVE server admits any client
         # that completes the handshake, which needs the server's public key (the same policy as
         # the broker's CURVE_ALLOW_ANY), and a second authenticator would clash with the
@@ -133,8 +168,9 @@ class Worker:
         pipe.linger = 0
         pipe.bind(self._pipe_name)
         halt = threading.Event()
-        control_thread = threading.Thread(target=self._control, args=(_Either(stop_event, halt),),
-                                          name="sparkgnn-worker-control", daemon=True)
+        control_thread = threading.Thread(
+            target=self._control, args=(_Either(stop_event, halt),), name="sparkgnn-worker-control", daemon=True
+        )
         try:
             bound = sockets.bind(data, self.data_bind)
             self.data_endpoint = endpoints.advertised(bound, self.advertise_host)
@@ -211,7 +247,7 @@ class Worker:
         reply_mapping.close()
         return [encode_header(reply)], lease
 
-    def _map(self, header: dict, nframes: int) -> "shm.Mapping":
+    def _map(self, header: dict, nframes: int) -> shm.Mapping:
         if nframes != 1:
             raise ProtocolError("a shared memory task must not carry payload frames")
         if not self.shm:
@@ -230,8 +266,7 @@ class Worker:
         header, tables = decode_payload(header, buffers, self.max_message_bytes)
         if header["kind"] != Kind.TASK.value:
             self._count("unknown_kind")
-            return self._error(header, ProtocolError(f"worker expects TASK, got {header['kind']}"),
-                               retryable=False)
+            return self._error(header, ProtocolError(f"worker expects TASK, got {header['kind']}"), retryable=False)
         self._count("tasks")
         self._busy_since = time.monotonic()
         try:
@@ -264,8 +299,7 @@ class Worker:
         """Write the result straight into the dealer's reply segment when it offered one that
         fits (one copy instead of serialize + socket in + socket out); else (None, None, None)
         and the result goes back as frames."""
-        if not (self.shm and isinstance(ref, dict) and isinstance(ref.get("size"), int)
-                and size <= ref["size"]):
+        if not (self.shm and isinstance(ref, dict) and isinstance(ref.get("size"), int) and size <= ref["size"]):
             return None, None, None
         try:
             mapping = shm.Mapping(ref.get("name"), self.max_message_bytes, writable=True)
@@ -279,14 +313,20 @@ class Worker:
             return None, None, None
         return mapping, {"name": mapping.name, "parts": parts}, views
 
-    def _error(self, header: dict, exc: BaseException, retryable: bool, error_type: str | None = None,
-               **extra) -> list:
+    def _error(self, header: dict, exc: BaseException, retryable: bool, error_type: str | None = None, **extra) -> list:
         text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         tb = "".join(traceback.format_exception(exc))[-_ERROR_TEXT:]
         fields = {k: header.get(k) for k in _ECHOED}
-        return control(Kind.ERROR, **fields, **extra, error=text[:_ERROR_TEXT],
-                       error_type=error_type or type(exc).__name__, retryable=retryable,
-                       traceback=tb, worker=self.data_endpoint)
+        return control(
+            Kind.ERROR,
+            **fields,
+            **extra,
+            error=text[:_ERROR_TEXT],
+            error_type=error_type or type(exc).__name__,
+            retryable=retryable,
+            traceback=tb,
+            worker=self.data_endpoint,
+        )
 
     def _too_large(self, exc: MessageTooLarge) -> list:
         """An oversize task: answered (echoing the sender's token when its header was readable)
@@ -295,13 +335,21 @@ class Worker:
         self._count("oversize")
         # error_type stays the protocol family (ProtocolError, as for every refused frame);
         # too_large + size + limit let the dealer name both sizes in its error
-        return self._error(exc.header or {}, exc, retryable=False, error_type="ProtocolError",
-                           too_large=True, size=exc.size, limit=exc.limit)
+        return self._error(
+            exc.header or {},
+            exc,
+            retryable=False,
+            error_type="ProtocolError",
+            too_large=True,
+            size=exc.size,
+            limit=exc.limit,
+        )
 
     # -- control thread --------------------------------------------------------------------
     def _broker_socket(self):
-        sock = sockets.make(self._context, zmq.DEALER, max_frame_bytes=sockets.CONTROL_MAX_BYTES,
-                            identity=self.identity)
+        sock = sockets.make(
+            self._context, zmq.DEALER, max_frame_bytes=sockets.CONTROL_MAX_BYTES, identity=self.identity
+        )
         if self.curve_keys_dir:
             security.make_client(sock, security.server_public_key(self.curve_keys_dir))
         sockets.connect(sock, self.connect)
@@ -311,8 +359,17 @@ class Worker:
         curve = security.server_public_key(self.curve_keys_dir).decode() if self.curve_keys_dir else None
         busy_since = self._busy_since
         busy_s = time.monotonic() - busy_since if busy_since is not None else 0.0
-        sock.send_multipart(control(kind, data=self.data_endpoint, slots=self.slots, curve=curve,
-                                    metrics=self.metrics(), busy_s=round(busy_s, 3), **self.info))
+        sock.send_multipart(
+            control(
+                kind,
+                data=self.data_endpoint,
+                slots=self.slots,
+                curve=curve,
+                metrics=self.metrics(),
+                busy_s=round(busy_s, 3),
+                **self.info,
+            )
+        )
 
     def _control(self, stop_event: _Either) -> None:
         pipe = self._context.socket(zmq.PAIR)
@@ -331,7 +388,7 @@ class Worker:
         online = False
         try:
             while not stop_event.is_set():
-                events = dict(poller.poll(max(0.0, min(next_beat - time.monotonic(), 0.1)) * 1000))
+                events = dict(poller.poll(sockets.poll_ms(min(next_beat - time.monotonic(), 0.1))))
                 if pipe in events:
                     while pipe.poll(0):
                         sock.send_multipart(pipe.recv_multipart())
@@ -358,8 +415,10 @@ class Worker:
                 if lost or now - heard > silence_limit:
                     # Paranoid Pirate: drop the socket, wait, reconnect; double the wait each time.
                     if online:
-                        self._say(f"lost the broker at {self.connect} (silent for {now - heard:.1f} s "
-                                  f"or said DISCONNECT); reconnecting")
+                        self._say(
+                            f"lost the broker at {self.connect} (silent for {now - heard:.1f} s "
+                            f"or said DISCONNECT); reconnecting"
+                        )
                     online = False
                     poller.unregister(sock)
                     sock.close(0)
@@ -401,13 +460,13 @@ class Worker:
         """True (and the worker told to stop with BrokerUnreachableError) when no broker has ever
         answered within connect_timeout_s. Never after the first answer: from then on a lost
         broker is waited for, since a restarted one takes its workers back."""
-        if (self._connected.is_set() or self.connect_timeout_s is None
-                or now - started < self.connect_timeout_s):
+        if self._connected.is_set() or self.connect_timeout_s is None or now - started < self.connect_timeout_s:
             return False
         self.failure = BrokerUnreachableError(
             f"no broker answered at {self.connect} within {self.connect_timeout_s:g} s: start one "
             f"with `sparkgnn-broker --back {self.connect}` (workers connect to the broker's --back "
-            f"endpoint), or fix --connect (--connect-timeout 0 waits forever)")
+            f"endpoint), or fix --connect (--connect-timeout 0 waits forever)"
+        )
         self._abort.set()
         return True
 
@@ -416,8 +475,14 @@ class Worker:
             self._log(line)
 
 
-def serve(connect: str, handler: Handler, heartbeat_s: float = 1.0, liveness: int = 3,
-          stop_event: threading.Event | None = None, **options) -> None:
+def serve(
+    connect: str,
+    handler: Handler,
+    heartbeat_s: float = 1.0,
+    liveness: int = 3,
+    stop_event: threading.Event | None = None,
+    **options,
+) -> None:
     """Run a worker until stop_event is set: READY, heartbeats, TASK -> handler -> RESULT/ERROR,
     reconnect with exponential backoff when the broker goes away. Options: see `Worker`."""
     Worker(connect, handler, heartbeat_s, liveness, **options).run(stop_event)

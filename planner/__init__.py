@@ -13,6 +13,7 @@ driver, in a notebook or in the bench without either). Modules, one job each:
   compile     compile(layers, graph_stats, task) -> Plan
   explain     Plan.explain() text
 """
+
 from sparkgnn.planner.compile import compile
 from sparkgnn.planner.cost import CostModel, Estimate, measure
 from sparkgnn.planner.errors import PlanError
@@ -21,6 +22,18 @@ from sparkgnn.planner.partitions import MEMORY_SAFETY_FACTOR, choose_partitions,
 from sparkgnn.planner.strategies import STRATEGIES
 
 __all__ = [
-    "compile", "choose_partitions", "Plan", "LayerPlan", "Operator", "CostModel", "Estimate",
-    "measure", "STRATEGIES", "OPERATORS", "ENGINES", "MEMORY_SAFETY_FACTOR", "task_memory_bytes", "PlanError",
+    "compile",
+    "choose_partitions",
+    "Plan",
+    "LayerPlan",
+    "Operator",
+    "CostModel",
+    "Estimate",
+    "measure",
+    "STRATEGIES",
+    "OPERATORS",
+    "ENGINES",
+    "MEMORY_SAFETY_FACTOR",
+    "task_memory_bytes",
+    "PlanError",
 ]

@@ -11,6 +11,7 @@ charged for building it) and through fusion (priced as a marginal cost in the pr
 With three strategies and a handful of layers that is exact enough and keeps every choice
 explainable in one sentence.
 """
+
 from __future__ import annotations
 
 import math
@@ -39,7 +40,7 @@ class _Decision:
 
 def compile(layers: Any, graph_stats: Any, task: Any, cost_model: CostModel | None = None) -> Plan:
     """Compile a model's layers (Model.plan_info()), Spark's graph statistics and a task into a
-    Plan. `cost_model` defaults to CostModel() (constants calibrated in PLATFORM.md)."""
+    Plan. `cost_model` defaults to CostModel() (constants calibrated in docs/PLATFORM.md)."""
     specs = parse_layers(layers)
     stats = parse_graph_stats(graph_stats)
     job = parse_task(task, tuple(STRATEGIES))
@@ -60,7 +61,9 @@ def compile(layers: Any, graph_stats: Any, task: Any, cost_model: CostModel | No
     if collect_all:
         labels = ", ".join(f"layer {s.index} ({s.aggregator})" for s in specs if not s.decomposable)
         for decision in decisions:
-            decision.reason = f"collect-all on 1 partition, one batch, because {labels} is not decomposable; {decision.reason}"
+            decision.reason = (
+                f"collect-all on 1 partition, one batch, because {labels} is not decomposable; {decision.reason}"
+            )
 
     layer_plans = _assemble(decisions, stats, job, model, edge_partitionings)
     total = sum((measure(lp.ops) for lp in layer_plans), Estimate())
@@ -79,11 +82,13 @@ def compile(layers: Any, graph_stats: Any, task: Any, cost_model: CostModel | No
 
 # ---------------------------------------------------------------- checks
 
+
 def _check_consistency(specs: list[LayerSpec], stats: GraphStats, job: Task) -> None:
     if job.partitions is not None and job.partitions != stats.partitions:
         raise PlanError(
             f"task asks for {job.partitions} partitions but graph_stats were computed for "
-            f"{stats.partitions}; mirror/combine counts depend on the partitioning, recompute them")
+            f"{stats.partitions}; mirror/combine counts depend on the partitioning, recompute them"
+        )
     if job.ids is not None and job.ids > stats.num_vertices:
         raise PlanError(f"task requests {job.ids} ids but the graph has only {stats.num_vertices} vertices")
 
@@ -100,13 +105,15 @@ def _needs_collect_all(specs: list[LayerSpec], job: Task) -> bool:
         raise PlanError(
             f"{labels}: not decomposable, so no partitioned plan computes it exactly (its aggregation "
             "cannot be split into mergeable partial states); set task collect_all=True to run the "
-            "model on a single partition with every edge collected")
+            "model on a single partition with every edge collected"
+        )
     if job.strategy == "combine":
         raise PlanError(f"strategy 'combine' cannot run {labels}: partial states cannot be merged")
     return True
 
 
 # ---------------------------------------------------------------- per-layer decision
+
 
 def _context(specs: list[LayerSpec], position: int, stats: GraphStats, job: Task) -> LayerContext:
     spec = specs[position]
@@ -118,9 +125,14 @@ def _context(specs: list[LayerSpec], position: int, stats: GraphStats, job: Task
     # layers would need the k-hop in-neighbourhood, which the stats do not give, so they stay
     # whole. Requested ids are assumed to be a uniform sample of the vertices.
     fraction = job.ids / stats.num_vertices if (last and job.ids is not None) else 1.0
-    return LayerContext(spec=spec, pre_transform=pre,
-                        widths=rewrites.widths(spec, pre, input_width, output_width),
-                        rows=Rows.of(stats, fraction), partitions=stats.partitions, last=last)
+    return LayerContext(
+        spec=spec,
+        pre_transform=pre,
+        widths=rewrites.widths(spec, pre, input_width, output_width),
+        rows=Rows.of(stats, fraction),
+        partitions=stats.partitions,
+        last=last,
+    )
 
 
 def _marginal(program: Program, hoisted: bool, fuse: bool) -> Estimate:
@@ -135,8 +147,9 @@ def _marginal(program: Program, hoisted: bool, fuse: bool) -> Estimate:
     return measure(fused) - measure(host)
 
 
-def _decide(ctx: LayerContext, stats: GraphStats, job: Task, model: CostModel,
-            edge_partitionings: list[str]) -> _Decision:
+def _decide(
+    ctx: LayerContext, stats: GraphStats, job: Task, model: CostModel, edge_partitionings: list[str]
+) -> _Decision:
     hoisted = job.fuse and ctx.index > 0
     costs: dict[str, float] = {}
     blockers: dict[str, str] = {}
@@ -155,23 +168,25 @@ def _decide(ctx: LayerContext, stats: GraphStats, job: Task, model: CostModel,
     if job.strategy == "auto":
         applicable = [n for n in STRATEGIES if not math.isinf(costs[n])]
         if not applicable:
-            raise PlanError(f"no strategy can run {ctx.spec.label}: " + "; ".join(f"{n}: {b}" for n, b in blockers.items()))
+            raise PlanError(
+                f"no strategy can run {ctx.spec.label}: " + "; ".join(f"{n}: {b}" for n, b in blockers.items())
+            )
         chosen = min(applicable, key=lambda n: costs[n])  # ties: registry order
     else:
         chosen = job.strategy
         if chosen in blockers:
             raise PlanError(f"strategy {chosen!r} cannot run {ctx.spec.label}: {blockers[chosen]}")
     _, note = rewrites.choose_pre_transform(ctx.spec)
-    return _Decision(ctx, STRATEGIES[chosen], programs[chosen], costs,
-                     _reason(ctx, chosen, costs, blockers, job.strategy), note)
+    return _Decision(
+        ctx, STRATEGIES[chosen], programs[chosen], costs, _reason(ctx, chosen, costs, blockers, job.strategy), note
+    )
 
 
 def _seconds(value: float) -> str:
     return "n/a" if math.isinf(value) else f"{value:.2f} s"
 
 
-def _reason(ctx: LayerContext, chosen: str, costs: dict[str, float], blockers: dict[str, str],
-            requested: str) -> str:
+def _reason(ctx: LayerContext, chosen: str, costs: dict[str, float], blockers: dict[str, str], requested: str) -> str:
     why = STRATEGIES[chosen].why(ctx)
     others = sorted((n for n in costs if n != chosen and not math.isinf(costs[n])), key=lambda n: costs[n])
     if requested == "auto":
@@ -191,22 +206,44 @@ def _reason(ctx: LayerContext, chosen: str, costs: dict[str, float], blockers: d
 
 # ---------------------------------------------------------------- assembly
 
-def _setup_ops(decisions: list[_Decision], stats: GraphStats, job: Task,
-               edge_partitionings: list[str]) -> list[Operator]:
+
+def _setup_ops(
+    decisions: list[_Decision], stats: GraphStats, job: Task, edge_partitionings: list[str]
+) -> list[Operator]:
     """Operators built once and shared by every layer: the scans, the cached edge partitionings,
     static per-vertex statistics, and the requested-ids filter."""
     weighted = any(d.ctx.spec.uses_edge_weight for d in decisions)
     edge_row = edge_row_bytes(weighted)
-    ops = [graph("Scan", stats.num_edges * edge_row, "edges (src, dst" + (", weight)" if weighted else ")"),
-                 rows=stats.num_edges, static=True, provides=["edges"])]
+    ops = [
+        graph(
+            "Scan",
+            stats.num_edges * edge_row,
+            "edges (src, dst" + (", weight)" if weighted else ")"),
+            rows=stats.num_edges,
+            static=True,
+            provides=["edges"],
+        )
+    ]
     ops += [PARTITIONINGS[by](stats, edge_row) for by in edge_partitionings]
-    ops.append(graph("Scan", to_python(stats.num_vertices, stats.feature_dim),
-                     f"vertices (id, x: {stats.feature_dim} floats)", rows=stats.num_vertices))
+    ops.append(
+        graph(
+            "Scan",
+            to_python(stats.num_vertices, stats.feature_dim),
+            f"vertices (id, x: {stats.feature_dim} floats)",
+            rows=stats.num_vertices,
+        )
+    )
     names = sorted({s for d in decisions for s in d.ctx.spec.required_stats})
     if names:
-        ops.append(graph("LocalAggregate", stats.num_vertices * ID_BYTES * len(names),
-                         f"static per-vertex statistics {names}, computed once from the edges and "
-                         "joined onto the vertex rows", rows=stats.num_vertices, reads=["edges"]))
+        ops.append(
+            graph(
+                "LocalAggregate",
+                stats.num_vertices * ID_BYTES * len(names),
+                f"static per-vertex statistics {names}, computed once from the edges and joined onto the vertex rows",
+                rows=stats.num_vertices,
+                reads=["edges"],
+            )
+        )
     return ops
 
 
@@ -214,9 +251,17 @@ def _requested_ids(job: Task) -> list[Operator]:
     """With selected ids, the last layer only needs the in-edges of those ids."""
     if job.ids is None:
         return []
-    return [graph("Join", job.ids * ID_BYTES,
-                  f"the {job.ids:,} requested ids (broadcast) with edges on dst: in-edges the last layer needs",
-                  rows=job.ids, static=True, reads=["edges"], provides=["requested"])]
+    return [
+        graph(
+            "Join",
+            job.ids * ID_BYTES,
+            f"the {job.ids:,} requested ids (broadcast) with edges on dst: in-edges the last layer needs",
+            rows=job.ids,
+            static=True,
+            reads=["edges"],
+            provides=["requested"],
+        )
+    ]
 
 
 def _materialize(ctx: LayerContext) -> Operator:
@@ -224,8 +269,9 @@ def _materialize(ctx: LayerContext) -> Operator:
     return graph("Materialize", 0, what, rows=ctx.rows.vertices, layer=ctx.index)
 
 
-def _assemble(decisions: list[_Decision], stats: GraphStats, job: Task, model: CostModel,
-              edge_partitionings: list[str]) -> list[LayerPlan]:
+def _assemble(
+    decisions: list[_Decision], stats: GraphStats, job: Task, model: CostModel, edge_partitionings: list[str]
+) -> list[LayerPlan]:
     chains: list[list[Operator]] = []
     for position, decision in enumerate(decisions):
         ops = _setup_ops(decisions, stats, job, edge_partitionings) if position == 0 else []
@@ -242,7 +288,7 @@ def _assemble(decisions: list[_Decision], stats: GraphStats, job: Task, model: C
     _link(chains, last_reads_requested=job.ids is not None)
 
     plans = []
-    for decision, ops in zip(decisions, chains):
+    for decision, ops in zip(decisions, chains, strict=True):
         ctx = decision.ctx
         notes = [decision.pre_transform_note]
         if job.fuse:
@@ -254,12 +300,22 @@ def _assemble(decisions: list[_Decision], stats: GraphStats, job: Task, model: C
             notes.append(note)
         else:
             notes.append("fusion off: one Pipe round trip per DL operator")
-        plans.append(LayerPlan(
-            index=ctx.index, strategy=decision.strategy.name, pre_transform=ctx.pre_transform,
-            ops=ops, estimates=measure(ops).to_dict(model), candidates=dict(decision.candidates),
-            reason=decision.reason, kind=ctx.spec.kind, in_dim=ctx.spec.in_dim,
-            out_dim=ctx.spec.out_dim, aggregator=ctx.spec.aggregator, rewrites=notes,
-        ))
+        plans.append(
+            LayerPlan(
+                index=ctx.index,
+                strategy=decision.strategy.name,
+                pre_transform=ctx.pre_transform,
+                ops=ops,
+                estimates=measure(ops).to_dict(model),
+                candidates=dict(decision.candidates),
+                reason=decision.reason,
+                kind=ctx.spec.kind,
+                in_dim=ctx.spec.in_dim,
+                out_dim=ctx.spec.out_dim,
+                aggregator=ctx.spec.aggregator,
+                rewrites=notes,
+            )
+        )
     return plans
 
 
@@ -291,8 +347,9 @@ def _link(chains: list[list[Operator]], last_reads_requested: bool) -> None:
             first_of_layer = False
 
 
-def _memory_warnings(decisions: list[_Decision], specs: list[LayerSpec], stats: GraphStats, job: Task,
-                     collect_all: bool) -> list[str]:
+def _memory_warnings(
+    decisions: list[_Decision], specs: list[LayerSpec], stats: GraphStats, job: Task, collect_all: bool
+) -> list[str]:
     """Lotan A.1.3: prefer plans under the resource limits. The planner cannot repartition by
     itself (the stats are for this P), so an over-budget layer is a warning with the P that
     choose_partitions would pick, not an error."""
@@ -306,11 +363,13 @@ def _memory_warnings(decisions: list[_Decision], specs: list[LayerSpec], stats: 
             if collect_all:
                 advice = "the collect-all path runs on one partition; it may spill or fail"
             else:
-                suggested = partitions_for(specs, stats.num_vertices, stats.num_edges, job.cores,
-                                           job.memory_per_task_bytes, stats.feature_dim)
+                suggested = partitions_for(
+                    specs, stats.num_vertices, stats.num_edges, job.cores, job.memory_per_task_bytes, stats.feature_dim
+                )
                 advice = f"choose_partitions suggests {suggested} partitions"
             warnings.append(
                 f"layer {decision.ctx.index}: estimated peak task memory {need / 2**20:,.0f} MiB "
                 f"(largest partition ~{edges:,.0f} edges) exceeds memory_per_task_bytes "
-                f"{job.memory_per_task_bytes / 2**20:,.0f} MiB; {advice}")
+                f"{job.memory_per_task_bytes / 2**20:,.0f} MiB; {advice}"
+            )
     return warnings

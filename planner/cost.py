@@ -11,11 +11,13 @@ says can never disagree.
 Every constant lives in one `CostModel` so the bench can recalibrate from measured runs
 (`CostModel.from_dict`) without touching the planner.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Iterable
+from typing import Any
 
 from sparkgnn.planner.errors import PlanError
 from sparkgnn.planner.ir import Operator
@@ -26,7 +28,7 @@ SHUFFLE_OPERATORS = ("Shuffle", "Partition")
 
 @dataclass(frozen=True)
 class CostModel:
-    """Throughput constants, calibrated on the 2-core / 24 GiB machine of PLATFORM.md with the
+    """Throughput constants, calibrated on the 2-core / 24 GiB machine of docs/PLATFORM.md with the
     "one GNN layer, 200K nodes / 2M edges / 128-d" probe (Zipf degrees, 4 partitions).
 
     shuffle_Bps: the join-variant breakdown attributes ~4 s to "Spark join+shuffle" of the edge
@@ -58,14 +60,18 @@ class CostModel:
                 raise PlanError(f"CostModel.{f.name} must be {'positive' if positive else '>= 0'}, got {value}")
 
     def seconds(self, shuffle_bytes: float, python_bytes: float, passes: float, edges: float) -> float:
-        return (shuffle_bytes / self.shuffle_Bps + python_bytes / self.python_Bps
-                + passes * self.pass_overhead_s + edges * self.per_edge_s)
+        return (
+            shuffle_bytes / self.shuffle_Bps
+            + python_bytes / self.python_Bps
+            + passes * self.pass_overhead_s
+            + edges * self.per_edge_s
+        )
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "CostModel":
+    def from_dict(cls, data: dict[str, Any]) -> CostModel:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -88,11 +94,11 @@ class Estimate:
     def python_bytes(self) -> int:
         return self.python_in_bytes + self.python_out_bytes
 
-    def __add__(self, other: "Estimate") -> "Estimate":
-        return Estimate(*(a + b for a, b in zip(self._tuple(), other._tuple())))
+    def __add__(self, other: Estimate) -> Estimate:
+        return Estimate(*(a + b for a, b in zip(self._tuple(), other._tuple(), strict=True)))
 
-    def __sub__(self, other: "Estimate") -> "Estimate":
-        return Estimate(*(a - b for a, b in zip(self._tuple(), other._tuple())))
+    def __sub__(self, other: Estimate) -> Estimate:
+        return Estimate(*(a - b for a, b in zip(self._tuple(), other._tuple(), strict=True)))
 
     def _tuple(self) -> tuple[int, ...]:
         return (self.shuffle_bytes, self.python_in_bytes, self.python_out_bytes, self.passes, self.edges)

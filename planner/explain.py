@@ -6,6 +6,7 @@ engine. Each layer is printed from its last operator down to its inputs (childre
 under "+-" / ":-" as Spark does); inputs produced by an earlier layer or a shared static input
 printed before are shown as one-line references instead of being expanded again.
 """
+
 from __future__ import annotations
 
 import math
@@ -16,7 +17,7 @@ _UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 
 
 def human_bytes(n: float) -> str:
-    """1536 -> '1.5 KiB' (binary units, as PLATFORM.md reports memory)."""
+    """1536 -> '1.5 KiB' (binary units, as docs/PLATFORM.md reports memory)."""
     value = float(n)
     for unit in _UNITS:
         if abs(value) < 1024 or unit == _UNITS[-1]:
@@ -38,8 +39,9 @@ def _line(op: Operator, layer_index: int) -> str:
     return f"{text}  {op.detail}" if op.detail else text
 
 
-def _tree(op: Operator, layer: LayerPlan, own: set[str], printed: set[str], prefix: str,
-          connector: str, out: list[str]) -> None:
+def _tree(
+    op: Operator, layer: LayerPlan, own: set[str], printed: set[str], prefix: str, connector: str, out: list[str]
+) -> None:
     if op.id not in own or op.id in printed:
         where = "earlier layer" if op.id not in own else "above"
         out.append(f"{prefix}{connector}{op.name} [{op.engine}] ({op.id}, see {where})")
@@ -56,7 +58,8 @@ def _header(layer: LayerPlan, num_layers: int) -> list[str]:
     est = layer.estimates
     candidates = " | ".join(
         f"{name} {_seconds(cost)}{' (chosen)' if name == layer.strategy else ''}"
-        for name, cost in layer.candidates.items())
+        for name, cost in layer.candidates.items()
+    )
     return [
         f"== Layer {layer.index + 1}/{num_layers}: {layer.kind} {layer.in_dim} -> {layer.out_dim}, "
         f"aggregator={layer.aggregator}, strategy={layer.strategy}, "
@@ -64,9 +67,13 @@ def _header(layer: LayerPlan, num_layers: int) -> list[str]:
         f"candidates: {candidates}",
         f"reason: {layer.reason}",
         "estimate: shuffle {}, python in {} / out {}, {} pass(es), {} edges, {}".format(
-            human_bytes(est.get("shuffle_bytes", 0)), human_bytes(est.get("python_in_bytes", 0)),
-            human_bytes(est.get("python_out_bytes", 0)), int(est.get("passes", 0)),
-            f"{int(est.get('edges', 0)):,}", _seconds(est.get("seconds", 0.0))),
+            human_bytes(est.get("shuffle_bytes", 0)),
+            human_bytes(est.get("python_in_bytes", 0)),
+            human_bytes(est.get("python_out_bytes", 0)),
+            int(est.get("passes", 0)),
+            f"{int(est.get('edges', 0)):,}",
+            _seconds(est.get("seconds", 0.0)),
+        ),
         *(f"rewrite: {note}" for note in layer.rewrites),
     ]
 
@@ -78,8 +85,11 @@ def explain(plan: Plan) -> str:
         f"strategy={plan.strategy}, fuse={'on' if plan.fuse else 'off'}"
         f"{', collect-all' if plan.collect_all else ''} ==",
         "total: shuffle {}, python {}, {} pass(es), {}".format(
-            human_bytes(est.get("shuffle_bytes", 0)), human_bytes(est.get("python_bytes", 0)),
-            int(est.get("passes", 0)), _seconds(est.get("seconds", 0.0))),
+            human_bytes(est.get("shuffle_bytes", 0)),
+            human_bytes(est.get("python_bytes", 0)),
+            int(est.get("passes", 0)),
+            _seconds(est.get("seconds", 0.0)),
+        ),
         *(f"WARNING: {w}" for w in plan.warnings),
     ]
     for layer in plan.layers:

@@ -6,29 +6,45 @@ Why a module of its own: the planner is fed by three other components written in
 once, with a PlanError that names the layer/key at fault — not surface later as a KeyError or a
 silently absurd cost.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Any
 
 from sparkgnn.planner.errors import PlanError
 
 LAYER_KEYS = (
-    "index", "kind", "in_dim", "out_dim", "aggregator", "src_width", "dst_width", "msg_width",
-    "state_width", "needs_dst_in_message", "can_pre_transform", "self_loops", "uses_edge_weight",
-    "required_stats", "decomposable",
+    "index",
+    "kind",
+    "in_dim",
+    "out_dim",
+    "aggregator",
+    "src_width",
+    "dst_width",
+    "msg_width",
+    "state_width",
+    "needs_dst_in_message",
+    "can_pre_transform",
+    "self_loops",
+    "uses_edge_weight",
+    "required_stats",
+    "decomposable",
 )
 WIDTH_KEYS = ("raw", "pre_transform")
 
 #: Graph statistics every plan needs.
 CORE_STAT_KEYS = ("num_vertices", "num_edges", "feature_dim", "partitions")
 #: Statistics only some strategies need; when absent those strategies are not applicable.
-OPTIONAL_STAT_KEYS = ("mirror_rows", "combine_rows", "in_mirror_rows", "max_partition_edges",
-                      "local_combine_rows")
+OPTIONAL_STAT_KEYS = ("mirror_rows", "combine_rows", "in_mirror_rows", "max_partition_edges", "local_combine_rows")
 
 TASK_DEFAULTS: dict[str, Any] = {
-    "partitions": None, "ids": None, "fuse": True, "collect_all": False,
+    "partitions": None,
+    "ids": None,
+    "fuse": True,
+    "collect_all": False,
 }
 TASK_REQUIRED = ("strategy", "cores", "memory_per_task_bytes")
 
@@ -69,7 +85,7 @@ class LayerSpec:
 
 @dataclass(frozen=True)
 class GraphStats:
-    """Statistics Spark computed once for a partition count P (see DESIGN/brief for each)."""
+    """Statistics Spark computed once for a partition count P (see docs/ARCHITECTURE.md, planner, for each)."""
 
     num_vertices: int
     num_edges: int
@@ -81,11 +97,17 @@ class GraphStats:
     max_partition_edges: int | None = None
     local_combine_rows: int | None = None
 
-    def single_partition(self) -> "GraphStats":
+    def single_partition(self) -> GraphStats:
         """The stats of the same graph on one partition: nothing is ever remote."""
-        return replace(self, partitions=1, mirror_rows=0, combine_rows=0, in_mirror_rows=0,
-                       max_partition_edges=self.num_edges,
-                       local_combine_rows=min(self.num_vertices, self.num_edges))
+        return replace(
+            self,
+            partitions=1,
+            mirror_rows=0,
+            combine_rows=0,
+            in_mirror_rows=0,
+            max_partition_edges=self.num_edges,
+            local_combine_rows=min(self.num_vertices, self.num_edges),
+        )
 
     def as_dict(self) -> dict[str, int]:
         keys = CORE_STAT_KEYS + OPTIONAL_STAT_KEYS
@@ -184,7 +206,10 @@ def parse_layers(layers: Any) -> list[LayerSpec]:
     specs = [parse_layer(layer, i) for i, layer in enumerate(layers)]
     for position, spec in enumerate(specs):
         if spec.index != position:
-            raise PlanError(f"layers[{position}] has index {spec.index}; layers must be listed in order with indices 0..{len(specs) - 1}")
+            raise PlanError(
+                f"layers[{position}] has index {spec.index}; "
+                f"layers must be listed in order with indices 0..{len(specs) - 1}"
+            )
     return specs
 
 
@@ -200,8 +225,7 @@ def parse_graph_stats(stats: Any) -> GraphStats:
         "partitions": _int(stats["partitions"], "graph_stats['partitions']", 1),
     }
     optional = {
-        key: _int(stats[key], f"graph_stats[{key!r}]")
-        for key in OPTIONAL_STAT_KEYS if stats.get(key) is not None
+        key: _int(stats[key], f"graph_stats[{key!r}]") for key in OPTIONAL_STAT_KEYS if stats.get(key) is not None
     }
     parsed = GraphStats(**core, **optional)
     # A (vertex, remote partition) pair needs at least one edge and a remote partition, so these
@@ -212,7 +236,8 @@ def parse_graph_stats(stats: Any) -> GraphStats:
         if value is not None and value > cross_bound:
             raise PlanError(
                 f"graph_stats[{key!r}] = {value} is impossible: it cannot exceed "
-                f"min(num_edges, num_vertices x (partitions - 1)) = {cross_bound}")
+                f"min(num_edges, num_vertices x (partitions - 1)) = {cross_bound}"
+            )
     for key in ("max_partition_edges", "local_combine_rows"):
         value = getattr(parsed, key)
         limit = parsed.num_edges if key == "max_partition_edges" else min(parsed.num_edges, parsed.num_vertices)
@@ -225,7 +250,9 @@ def parse_task(task: Any, strategy_names: tuple[str, ...]) -> Task:
     task = _mapping(task, "task")
     unknown = sorted(set(task) - set(TASK_REQUIRED) - set(TASK_DEFAULTS))
     if unknown:
-        raise PlanError(f"task has unknown key(s) {unknown}; accepted keys are {sorted(TASK_REQUIRED + tuple(TASK_DEFAULTS))}")
+        raise PlanError(
+            f"task has unknown key(s) {unknown}; accepted keys are {sorted(TASK_REQUIRED + tuple(TASK_DEFAULTS))}"
+        )
     missing = [k for k in TASK_REQUIRED if k not in task]
     if missing:
         raise PlanError(f"task is missing key(s) {missing}")

@@ -10,19 +10,34 @@ partitionings, per-vertex graph statistics) are shared children of the operators
 possibly from later layers. `to_dict()` therefore writes children as operator ids and
 `from_dict()` re-links them, so sharing is preserved and nothing is serialised twice.
 """
+
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from sparkgnn.planner.errors import PlanError
 
 #: The operator vocabulary (docs/ARCHITECTURE.md "Data movement and the planner"; Materialize cuts lineage).
 OPERATORS = (
-    "Scan", "Partition", "Scatter", "Collect", "Pipe", "LocalAggregate", "Shuffle", "Merge",
-    "ApplyVertex", "Join", "StorePE", "LoadPE", "SplitRequest", "SelectRecompute", "AllGather",
+    "Scan",
+    "Partition",
+    "Scatter",
+    "Collect",
+    "Pipe",
+    "LocalAggregate",
+    "Shuffle",
+    "Merge",
+    "ApplyVertex",
+    "Join",
+    "StorePE",
+    "LoadPE",
+    "SplitRequest",
+    "SelectRecompute",
+    "AllGather",
     "Materialize",
 )
 #: GRAPH = Spark, PIPE = Arrow micro-batches crossing to/from Python workers, DL = torch worker.
@@ -30,7 +45,12 @@ ENGINES = ("GRAPH", "PIPE", "DL")
 
 #: Keys of LayerPlan.estimates (all numbers; bytes are ints, seconds a float).
 ESTIMATE_KEYS = (
-    "shuffle_bytes", "python_in_bytes", "python_out_bytes", "python_bytes", "passes", "edges",
+    "shuffle_bytes",
+    "python_in_bytes",
+    "python_out_bytes",
+    "python_bytes",
+    "passes",
+    "edges",
     "seconds",
 )
 
@@ -61,7 +81,7 @@ class Operator:
     engine: str
     est_bytes: int = 0
     detail: str = ""
-    children: list["Operator"] = field(default_factory=list)
+    children: list[Operator] = field(default_factory=list)
     est_rows: int = 0
     layer: int | None = None
     attrs: dict[str, Any] = field(default_factory=dict)
@@ -73,7 +93,9 @@ class Operator:
         if self.engine not in ENGINES:
             raise PlanError(f"operator {self.name} has unknown engine {self.engine!r}; expected one of {ENGINES}")
         if self.est_bytes < 0 or self.est_rows < 0:
-            raise PlanError(f"operator {self.name} has a negative estimate ({self.est_bytes} bytes, {self.est_rows} rows)")
+            raise PlanError(
+                f"operator {self.name} has a negative estimate ({self.est_bytes} bytes, {self.est_rows} rows)"
+            )
 
     @property
     def direction(self) -> str | None:
@@ -191,11 +213,11 @@ class Plan:
         return json.dumps(self.to_dict(), allow_nan=False, **kwargs)
 
     @classmethod
-    def from_json(cls, text: str) -> "Plan":
+    def from_json(cls, text: str) -> Plan:
         return cls.from_dict(json.loads(text))
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Plan":
+    def from_dict(cls, data: dict[str, Any]) -> Plan:
         """Rebuild a plan written by `to_dict()`; children are re-linked by id (shared nodes stay
         shared). Raises PlanError on a malformed document rather than a KeyError deep inside."""
         try:
@@ -223,24 +245,23 @@ class Plan:
                     by_id[op.id] = op
                     pending.append((op, list(op_data.get("children", []))))
                     ops.append(op)
-                candidates = {
-                    k: (math.inf if v is None else float(v))
-                    for k, v in layer_data["candidates"].items()
-                }
-                layers.append(LayerPlan(
-                    index=int(layer_data["index"]),
-                    strategy=layer_data["strategy"],
-                    pre_transform=bool(layer_data["pre_transform"]),
-                    ops=ops,
-                    estimates=dict(layer_data["estimates"]),
-                    candidates=candidates,
-                    reason=layer_data.get("reason", ""),
-                    kind=layer_data.get("kind", ""),
-                    in_dim=int(layer_data.get("in_dim", 0)),
-                    out_dim=int(layer_data.get("out_dim", 0)),
-                    aggregator=layer_data.get("aggregator", ""),
-                    rewrites=list(layer_data.get("rewrites", [])),
-                ))
+                candidates = {k: (math.inf if v is None else float(v)) for k, v in layer_data["candidates"].items()}
+                layers.append(
+                    LayerPlan(
+                        index=int(layer_data["index"]),
+                        strategy=layer_data["strategy"],
+                        pre_transform=bool(layer_data["pre_transform"]),
+                        ops=ops,
+                        estimates=dict(layer_data["estimates"]),
+                        candidates=candidates,
+                        reason=layer_data.get("reason", ""),
+                        kind=layer_data.get("kind", ""),
+                        in_dim=int(layer_data.get("in_dim", 0)),
+                        out_dim=int(layer_data.get("out_dim", 0)),
+                        aggregator=layer_data.get("aggregator", ""),
+                        rewrites=list(layer_data.get("rewrites", [])),
+                    )
+                )
             for op, child_ids in pending:
                 missing = [c for c in child_ids if c not in by_id]
                 if missing:

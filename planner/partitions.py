@@ -1,7 +1,7 @@
 """Number of partitions: total cores, unless memory needs more (Lotan §6 / A.1.2).
 
 Why this rule and not a cost search: Lotan's eq. (3) makes runtime non-linear in P (more
-partitions = more parallelism until P exceeds the cores, then only overhead), and PLATFORM.md
+partitions = more parallelism until P exceeds the cores, then only overhead), and docs/PLATFORM.md
 measured 4 partitions beating 16 on 2 cores. So P = cores is the sweet spot, and the only reason
 to go higher is that one task's working set would not fit in its memory share.
 
@@ -18,6 +18,7 @@ hash skew. When more partitions than cores are needed, P is rounded up to a mult
 cores: tasks run in waves of `cores` (eq. 3: max(P/ML, 1) rounds), so a partial last wave costs
 a full wave of time while the extra partitions shrink every task's memory for free.
 """
+
 from __future__ import annotations
 
 import math
@@ -41,8 +42,9 @@ def partition_cap(cores: int) -> int:
     return max(MIN_PARTITION_CAP, PARTITIONS_PER_CORE_CAP * max(int(cores), 1))
 
 
-def task_memory_bytes(edges: float, vertices: float, src: int, in_dim: int, out_dim: int,
-                      state: int, dst: int = 0) -> float:
+def task_memory_bytes(
+    edges: float, vertices: float, src: int, in_dim: int, out_dim: int, state: int, dst: int = 0
+) -> float:
     """Estimated peak bytes of one task holding `edges` edges and `vertices` vertices."""
     edge_part = edges * (ROW_BYTES + WEIGHT_BYTES + FLOAT_BYTES * src)
     vertex_part = vertices * (ROW_BYTES + FLOAT_BYTES * (in_dim + out_dim + state + dst))
@@ -53,23 +55,39 @@ def widest_layer_bytes(specs: list[LayerSpec], edges: float, vertices: float, fe
     """task_memory_bytes of the most demanding layer (raw widths; layer 0 reads x, which may be
     wider than its in_dim when node-wise ops precede the first conv)."""
     return max(
-        task_memory_bytes(edges, vertices, s.src_width.raw, max(s.in_dim, feature_dim if s.index == 0 else 0),
-                          s.out_dim, s.state_width.raw, s.dst_width)
+        task_memory_bytes(
+            edges,
+            vertices,
+            s.src_width.raw,
+            max(s.in_dim, feature_dim if s.index == 0 else 0),
+            s.out_dim,
+            s.state_width.raw,
+            s.dst_width,
+        )
         for s in specs
     )
 
 
-def choose_partitions(layers: Any, num_vertices: int, num_edges: int, feature_dim: int, cores: int,
-                      memory_per_task_bytes: int, requested: int | None = None) -> int:
+def choose_partitions(
+    layers: Any,
+    num_vertices: int,
+    num_edges: int,
+    feature_dim: int,
+    cores: int,
+    memory_per_task_bytes: int,
+    requested: int | None = None,
+) -> int:
     """The requested count if given (validated >= 1 and <= partition_cap(cores)), else `cores`, raised to the smallest
     multiple of `cores` whose per-task memory estimate fits `memory_per_task_bytes`."""
     if requested is not None:
         requested = _int(requested, "requested partitions", 1)
         cap = partition_cap(cores)
         if requested > cap:
-            raise PlanError(f"{requested} partitions requested, over the cap of {cap} for {cores} cores "
-                            f"(max({MIN_PARTITION_CAP}, {PARTITIONS_PER_CORE_CAP} x cores)): each partition "
-                            "is a task per step; leave the count to the planner or ask for fewer")
+            raise PlanError(
+                f"{requested} partitions requested, over the cap of {cap} for {cores} cores "
+                f"(max({MIN_PARTITION_CAP}, {PARTITIONS_PER_CORE_CAP} x cores)): each partition "
+                "is a task per step; leave the count to the planner or ask for fewer"
+            )
         return requested
     specs = parse_layers(layers)
     num_vertices = _int(num_vertices, "num_vertices", 1)
@@ -80,8 +98,14 @@ def choose_partitions(layers: Any, num_vertices: int, num_edges: int, feature_di
     return partitions_for(specs, num_vertices, num_edges, cores, memory, feature_dim)
 
 
-def partitions_for(specs: list[LayerSpec], num_vertices: int, num_edges: int, cores: int,
-                   memory_per_task_bytes: int, feature_dim: int = 0) -> int:
+def partitions_for(
+    specs: list[LayerSpec],
+    num_vertices: int,
+    num_edges: int,
+    cores: int,
+    memory_per_task_bytes: int,
+    feature_dim: int = 0,
+) -> int:
     """choose_partitions on already-checked inputs (the rule is documented in the module)."""
     total = widest_layer_bytes(specs, num_edges, num_vertices, feature_dim)
     needed = max(1, math.ceil(total / memory_per_task_bytes))

@@ -1,10 +1,10 @@
 """Plan rewrites: transform-then-propagate, and fusion of adjacent DL operators.
 
-Transform-then-propagate (DESIGN "apply a linear message transform before moving data when it
-shrinks F"): if the layer's message is linear in h_src (GCN, SAGE-sum/mean, GAT's W·h), the
-transform can run once per vertex at its owner, so every edge/mirror/partial row carries the
-smaller width. It is applied exactly when allowed and it shrinks the source payload; it changes
-the widths every strategy's bytes are computed with.
+Transform-then-propagate (docs/ARCHITECTURE.md, "Data movement and the planner": apply a linear
+message transform before moving data when it shrinks F): if the layer's message is linear in h_src
+(GCN, SAGE-sum/mean, GAT's W·h), the transform can run once per vertex at its owner, so every
+edge/mirror/partial row carries the smaller width. It is applied exactly when allowed and it shrinks
+the source payload; it changes the widths every strategy's bytes are computed with.
 
 Fusion (Lotan's operator pushdown/reordering spirit, §4.2): each strategy writes its DL work as
 separate Python round trips; fusion merges round trips that follow each other with no Spark
@@ -14,6 +14,7 @@ this layer's pass: the update already runs at the vertex's owner partition, wher
 needs h, so preparing there costs no extra round trip. Each pass costs ~0.9 s of fixed overhead
 and re-ships its inputs, so this is the single largest saving for deep models.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -52,8 +53,9 @@ def choose_pre_transform(spec: LayerSpec) -> tuple[bool, str]:
     return False, f"transform-then-propagate skipped: it would not shrink the payload ({raw} -> {pre} floats)"
 
 
-def widths(spec: LayerSpec, pre_transform: bool, input_width: int | None = None,
-           output_width: int | None = None) -> LayerWidths:
+def widths(
+    spec: LayerSpec, pre_transform: bool, input_width: int | None = None, output_width: int | None = None
+) -> LayerWidths:
     return LayerWidths(
         in_dim=spec.in_dim,
         out_dim=spec.out_dim,
@@ -91,20 +93,30 @@ def fuse(ops: list[Operator]) -> list[Operator]:
     opener_at: int | None = None
     pending_kept: dict[str, int] = {}
     for op in ops:
-        if (_is_pipe(op, "to_dl") and len(out) >= 2 and _is_pipe(out[-1], "to_graph")
-                and out[-2].engine == "DL" and opener_at is not None):
+        if (
+            _is_pipe(op, "to_dl")
+            and len(out) >= 2
+            and _is_pipe(out[-1], "to_graph")
+            and out[-2].engine == "DL"
+            and opener_at is not None
+        ):
             closing = out.pop()
             pending_kept = _union(pending_kept, closing.attrs["kept"])
             opener = out[opener_at]
-            out[opener_at] = refresh_pipe(replace(
-                opener, attrs={**opener.attrs, "side": _union(opener.attrs["side"], op.attrs["side"])}))
+            out[opener_at] = refresh_pipe(
+                replace(opener, attrs={**opener.attrs, "side": _union(opener.attrs["side"], op.attrs["side"])})
+            )
             continue
         if _is_pipe(op, "to_dl"):
             opener_at = len(out)
         if _is_pipe(op, "to_graph") and pending_kept:
             # The closing Pipe of a fused pass belongs to the layer that opened the pass.
-            op = refresh_pipe(replace(op, layer=out[opener_at].layer,
-                                      attrs={**op.attrs, "kept": _union(op.attrs["kept"], pending_kept)}))
+            assert opener_at is not None  # pending_kept is only filled by a merge, which needs an opener
+            op = refresh_pipe(
+                replace(
+                    op, layer=out[opener_at].layer, attrs={**op.attrs, "kept": _union(op.attrs["kept"], pending_kept)}
+                )
+            )
             pending_kept = {}
         out.append(op)
     return out
@@ -116,7 +128,7 @@ def hoist(host: list[Operator], prefix: list[Operator]) -> list[Operator]:
     if not prefix:
         return list(host)
     last_back = max(i for i, op in enumerate(host) if _is_pipe(op, "to_graph"))
-    return host[: last_back + 1] + list(prefix) + host[last_back + 1:]
+    return host[: last_back + 1] + list(prefix) + host[last_back + 1 :]
 
 
 def fill_materialize(ops: list[Operator]) -> list[Operator]:

@@ -6,9 +6,10 @@ declaring what it needs from the previous DL operator (`carried`), what Spark mu
 The fusion rewrite can then merge adjacent round trips mechanically and correctly (carried and
 intermediate bytes vanish, side and kept bytes survive) without knowing any strategy.
 """
+
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from sparkgnn.planner.ir import Operator
 
@@ -50,26 +51,43 @@ def pipe_to_dl(carried: int, side: dict[str, int], layer: int | None, carried_as
     total = int(carried) + sum(side.values())
     names = ([carried_as or "previous result"] if carried else []) + list(side)
     parts = ", ".join(names) or "nothing"
-    return Operator("Pipe", "PIPE", total, f"GRAPH -> DL (Arrow batches): {parts}", layer=layer,
-                    attrs={"direction": "to_dl", "carried": int(carried), "carried_as": carried_as,
-                           "side": side})
+    return Operator(
+        "Pipe",
+        "PIPE",
+        total,
+        f"GRAPH -> DL (Arrow batches): {parts}",
+        layer=layer,
+        attrs={"direction": "to_dl", "carried": int(carried), "carried_as": carried_as, "side": side},
+    )
 
 
 def pipe_to_graph(intermediate: int, kept: dict[str, int], layer: int | None) -> Operator:
     kept = {k: int(v) for k, v in kept.items()}
     total = int(intermediate) + sum(kept.values())
     parts = ", ".join(kept) or "intermediate result"
-    return Operator("Pipe", "PIPE", total, f"DL -> GRAPH: {parts}", layer=layer,
-                    attrs={"direction": "to_graph", "intermediate": int(intermediate), "kept": kept})
+    return Operator(
+        "Pipe",
+        "PIPE",
+        total,
+        f"DL -> GRAPH: {parts}",
+        layer=layer,
+        attrs={"direction": "to_graph", "intermediate": int(intermediate), "kept": kept},
+    )
 
 
-def segment(ops: Iterable[Operator], *, layer: int | None, carried: int = 0, carried_as: str = "",
-            side: dict[str, int] | None = None, intermediate: int = 0,
-            kept: dict[str, int] | None = None) -> list[Operator]:
+def segment(
+    ops: Iterable[Operator],
+    *,
+    layer: int | None,
+    carried: int = 0,
+    carried_as: str = "",
+    side: dict[str, int] | None = None,
+    intermediate: int = 0,
+    kept: dict[str, int] | None = None,
+) -> list[Operator]:
     """One Python round trip: Pipe in, the DL operators, Pipe back. `carried` is the input the
     previous step produced (named `carried_as`); it vanishes when fusion joins the two steps."""
-    return [pipe_to_dl(carried, side or {}, layer, carried_as), *ops,
-            pipe_to_graph(intermediate, kept or {}, layer)]
+    return [pipe_to_dl(carried, side or {}, layer, carried_as), *ops, pipe_to_graph(intermediate, kept or {}, layer)]
 
 
 def refresh_pipe(op: Operator) -> Operator:

@@ -18,18 +18,26 @@ What the executor does, and the bytes each moves (F = floats per row, +16 = key 
              + if the message needs the dst (GAT): dst payloads to in-mirrors first
                                                   in_mirror_rows(F_dst*4+16), one more pass.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from sparkgnn.planner.errors import PlanError
 from sparkgnn.planner.inputs import GraphStats, LayerSpec
 from sparkgnn.planner.ir import Operator
 from sparkgnn.planner.rewrites import LayerWidths
 from sparkgnn.planner.segments import (
-    FLOAT_BYTES, ROW_BYTES, dl, edge_row_bytes, graph, segment, shuffled, to_python,
+    FLOAT_BYTES,
+    ROW_BYTES,
+    dl,
+    edge_row_bytes,
+    graph,
+    segment,
+    shuffled,
+    to_python,
 )
 
 #: required_stats names that depend on the neighbourhood's data (normalized moments need the
@@ -53,9 +61,12 @@ class Rows:
     fraction: float = 1.0
 
     @classmethod
-    def of(cls, stats: GraphStats, fraction: float = 1.0) -> "Rows":
-        def scale(value: int | None) -> int | None:
-            return None if value is None else int(math.ceil(value * fraction))
+    def of(cls, stats: GraphStats, fraction: float = 1.0) -> Rows:
+        def scale(value: int) -> int:
+            return int(math.ceil(value * fraction))
+
+        def scale_measured(value: int | None) -> int | None:
+            return None if value is None else scale(value)
 
         # Partial states that stay inside their partition: unknown unless Spark measured them;
         # each partition can hold at most one per vertex and one per local edge.
@@ -63,13 +74,24 @@ class Rows:
         if local is None:
             local = min(stats.num_vertices, math.ceil(stats.num_edges / stats.partitions))
         return cls(
-            vertices=scale(stats.num_vertices), edges=scale(stats.num_edges),
-            mirror=scale(stats.mirror_rows), combine=scale(stats.combine_rows),
-            in_mirror=scale(stats.in_mirror_rows), local_combine=scale(local),
+            vertices=scale(stats.num_vertices),
+            edges=scale(stats.num_edges),
+            mirror=scale_measured(stats.mirror_rows),
+            combine=scale_measured(stats.combine_rows),
+            in_mirror=scale_measured(stats.in_mirror_rows),
+            local_combine=scale(local),
             # The sources of the kept edges: each kept edge brings at most one new source.
             sources=min(stats.num_vertices, scale(stats.num_edges)) if fraction < 1 else stats.num_vertices,
             fraction=fraction,
         )
+
+    def measured(self, name: str) -> int:
+        """A count only Spark can measure (`mirror`, `combine`, `in_mirror`), for a program whose
+        blocker already checked it is there; a missing one is a planner bug, refused by name."""
+        value = getattr(self, name)
+        if value is None:
+            raise PlanError(f"graph_stats has no '{name}_rows'; the strategy's blocker should have refused it")
+        return value
 
     @property
     def partial(self) -> int:
@@ -138,19 +160,32 @@ def get(name: str) -> Strategy:
 
 # ---------------------------------------------------------------- static edge partitionings
 
+
 def _partition_by_src(stats: GraphStats, edge_row: int) -> Operator:
-    return graph("Partition", stats.num_edges * edge_row,
-                 "edges by hash(src) % P, cached once (static, reused by every layer)",
-                 rows=stats.num_edges, key="src", static=True, reads=["edges"], provides=["edges_by_src"])
+    return graph(
+        "Partition",
+        stats.num_edges * edge_row,
+        "edges by hash(src) % P, cached once (static, reused by every layer)",
+        rows=stats.num_edges,
+        key="src",
+        static=True,
+        reads=["edges"],
+        provides=["edges_by_src"],
+    )
 
 
 def _partition_by_dst(stats: GraphStats, edge_row: int) -> Operator:
     routes = (stats.mirror_rows or 0) + stats.num_vertices
-    return graph("Partition", stats.num_edges * edge_row + routes * ROW_BYTES,
-                 "edges by hash(dst) % P, cached once (static) + mirror routing table "
-                 "(distinct (src, partition) pairs)",
-                 rows=stats.num_edges, key="dst", static=True, reads=["edges"],
-                 provides=["edges_by_dst", "mirror_routes"])
+    return graph(
+        "Partition",
+        stats.num_edges * edge_row + routes * ROW_BYTES,
+        "edges by hash(dst) % P, cached once (static) + mirror routing table (distinct (src, partition) pairs)",
+        rows=stats.num_edges,
+        key="dst",
+        static=True,
+        reads=["edges"],
+        provides=["edges_by_dst", "mirror_routes"],
+    )
 
 
 #: edges_by name -> builder of the one-time Partition operator.
@@ -162,6 +197,7 @@ PARTITIONINGS: dict[str, Callable[[GraphStats, int], Operator]] = {
 
 # ---------------------------------------------------------------- shared pieces
 
+
 def _key(name: str, layer: int) -> str:
     return f"{name}^{layer}"
 
@@ -171,8 +207,11 @@ def _prepare_src(ctx: LayerContext) -> list[Operator]:
     is h·W (narrower); otherwise h as is, still emitted as its own rows (the executor's steps
     write own rows and payload rows separately, and the first step always runs in Python)."""
     spec, w = ctx.spec, ctx.widths
-    what = (f"transform before propagating ({spec.src_width.raw} -> {w.src} floats)" if ctx.pre_transform
-            else f"h as is ({w.src} floats)")
+    what = (
+        f"transform before propagating ({spec.src_width.raw} -> {w.src} floats)"
+        if ctx.pre_transform
+        else f"h as is ({w.src} floats)"
+    )
     return [dl("ApplyVertex", f"prepare_src of layer {spec.index}: {what}", rows=ctx.rows.sources, layer=spec.index)]
 
 
@@ -180,18 +219,27 @@ def _update(ctx: LayerContext) -> list[Operator]:
     """The update round trip: state + own row in, h of the next layer out (kept by Spark)."""
     l, v, w = ctx.index, ctx.rows.vertices, ctx.widths
     what = "output (embeddings/predictions)" if ctx.last else f"h^{l + 1}"
-    op = dl("ApplyVertex", f"finalize + update ({ctx.spec.kind}) + node-wise ops -> {what}, {w.output} floats",
-            rows=v, layer=l)
-    return segment([op], layer=l, carried=to_python(v, w.state), carried_as=_key("state", l),
-                   side={_key("own_rows", l): to_python(v, w.in_dim)},
-                   kept={f"h^{l + 1}": to_python(v, w.output)})
+    op = dl(
+        "ApplyVertex",
+        f"finalize + update ({ctx.spec.kind}) + node-wise ops -> {what}, {w.output} floats",
+        rows=v,
+        layer=l,
+    )
+    return segment(
+        [op],
+        layer=l,
+        carried=to_python(v, w.state),
+        carried_as=_key("state", l),
+        side={_key("own_rows", l): to_python(v, w.in_dim)},
+        kept={f"h^{l + 1}": to_python(v, w.output)},
+    )
 
 
 def _aggregate_detail(ctx: LayerContext, where: str) -> str:
     spec, w = ctx.spec, ctx.widths
     extra = f", self_loops={spec.self_loops}" if spec.self_loops not in ("", "none", "None", "False") else ""
     weight = ", edge weights" if spec.uses_edge_weight else ""
-    return (f"message + {spec.aggregator} aggregation {where} (state {w.state} floats{extra}{weight})")
+    return f"message + {spec.aggregator} aggregation {where} (state {w.state} floats{extra}{weight})"
 
 
 def _single_batch(ctx: LayerContext) -> dict[str, bool]:
@@ -202,11 +250,17 @@ def _single_batch(ctx: LayerContext) -> dict[str, bool]:
 def _owner_prefix(ctx: LayerContext) -> list[Operator]:
     """edge_join/replicate preparation: the source payload, computed at the vertex's owner."""
     l, v, w = ctx.index, ctx.rows.sources, ctx.widths
-    return segment(_prepare_src(ctx), layer=l, carried=to_python(v, w.input), carried_as=f"h^{l}",
-                   kept={_key("src_payload", l): to_python(v, w.src)})
+    return segment(
+        _prepare_src(ctx),
+        layer=l,
+        carried=to_python(v, w.input),
+        carried_as=f"h^{l}",
+        kept={_key("src_payload", l): to_python(v, w.src)},
+    )
 
 
 # ---------------------------------------------------------------- edge_join
+
 
 def _edge_join_program(ctx: LayerContext) -> Program:
     l, r, w = ctx.index, ctx.rows, ctx.widths
@@ -217,35 +271,70 @@ def _edge_join_program(ctx: LayerContext) -> Program:
     if ctx.spec.needs_dst_in_message:
         side[_key("own_rows", l)] = to_python(r.vertices, w.in_dim)
     body = [
-        graph("Join", edge_rows, f"edges(by src) with src payload on src ({payload} floats): "
-              "co-partitioned, no shuffle", rows=r.edges, layer=l, reads=["edges_by_src"]),
-        graph("Shuffle", edge_rows + own, "edge rows + own rows -> partition of dst",
-              rows=r.edges + r.vertices, layer=l, key="dst"),
-        graph("Collect", edge_rows + own, "group each partition's rows into Arrow batches",
-              rows=r.edges + r.vertices, layer=l),
-        *segment([dl("LocalAggregate", _aggregate_detail(ctx, "per dst, all in-edges local"),
-                     rows=r.edges, edges=r.edges, layer=l, **_single_batch(ctx))],
-                 layer=l, side=side, intermediate=to_python(r.vertices, w.state)),
+        graph(
+            "Join",
+            edge_rows,
+            f"edges(by src) with src payload on src ({payload} floats): co-partitioned, no shuffle",
+            rows=r.edges,
+            layer=l,
+            reads=["edges_by_src"],
+        ),
+        graph(
+            "Shuffle",
+            edge_rows + own,
+            "edge rows + own rows -> partition of dst",
+            rows=r.edges + r.vertices,
+            layer=l,
+            key="dst",
+        ),
+        graph(
+            "Collect",
+            edge_rows + own,
+            "group each partition's rows into Arrow batches",
+            rows=r.edges + r.vertices,
+            layer=l,
+        ),
+        *segment(
+            [
+                dl(
+                    "LocalAggregate",
+                    _aggregate_detail(ctx, "per dst, all in-edges local"),
+                    rows=r.edges,
+                    edges=r.edges,
+                    layer=l,
+                    **_single_batch(ctx),
+                )
+            ],
+            layer=l,
+            side=side,
+            intermediate=to_python(r.vertices, w.state),
+        ),
         *_update(ctx),
     ]
     return Program(_owner_prefix(ctx), body)
 
 
 def _edge_join_why(ctx: LayerContext) -> str:
-    return (f"ships every edge row ({ctx.rows.edges:,} rows of {ctx.widths.src} floats) to its "
-            "destination's partition; needs no replication metadata")
+    return (
+        f"ships every edge row ({ctx.rows.edges:,} rows of {ctx.widths.src} floats) to its "
+        "destination's partition; needs no replication metadata"
+    )
 
 
-register(Strategy(
-    name="edge_join", edges_by="src",
-    summary="join edges with h on src, shuffle edge rows by dst",
-    blocker=lambda ctx: None,
-    program=_edge_join_program,
-    why=_edge_join_why,
-))
+register(
+    Strategy(
+        name="edge_join",
+        edges_by="src",
+        summary="join edges with h on src, shuffle edge rows by dst",
+        blocker=lambda ctx: None,
+        program=_edge_join_program,
+        why=_edge_join_why,
+    )
+)
 
 
 # ---------------------------------------------------------------- replicate
+
 
 def _replicate_blocker(ctx: LayerContext) -> str | None:
     if ctx.rows.mirror is None:
@@ -255,24 +344,55 @@ def _replicate_blocker(ctx: LayerContext) -> str | None:
 
 def _replicate_program(ctx: LayerContext) -> Program:
     l, r, w = ctx.index, ctx.rows, ctx.widths
+    mirror = r.measured("mirror")
     payload = w.src  # the prepared payload, or h itself
-    mirrors = shuffled(r.mirror, payload)
+    mirrors = shuffled(mirror, payload)
     own = shuffled(r.vertices, w.in_dim)
     edges = r.edges * ctx.edge_row
     body = [
-        graph("Scatter", mirrors, f"src payload ({payload} floats) once to every other partition "
-              "holding an out-edge (mirror routing table)", rows=r.mirror, layer=l, reads=["mirror_routes"]),
-        graph("Shuffle", mirrors + own, "mirror rows + own rows -> their partitions",
-              rows=r.mirror + r.vertices, layer=l, key="partition"),
-        graph("Collect", mirrors + own + edges, "with the partition's cached dst-partitioned edges",
-              rows=r.mirror + r.vertices + r.edges, layer=l, reads=["edges_by_dst"]),
-        *segment([dl("LocalAggregate", _aggregate_detail(ctx, "per dst, all in-edges local"),
-                     rows=r.edges, edges=r.edges, layer=l, **_single_batch(ctx))],
-                 layer=l,
-                 side={_key("mirrors", l): to_python(r.mirror, payload),
-                       _key("own_rows", l): to_python(r.vertices, w.in_dim),
-                       "edges_by_dst": edges},
-                 intermediate=to_python(r.vertices, w.state)),
+        graph(
+            "Scatter",
+            mirrors,
+            f"src payload ({payload} floats) once to every other partition holding an out-edge (mirror routing table)",
+            rows=mirror,
+            layer=l,
+            reads=["mirror_routes"],
+        ),
+        graph(
+            "Shuffle",
+            mirrors + own,
+            "mirror rows + own rows -> their partitions",
+            rows=mirror + r.vertices,
+            layer=l,
+            key="partition",
+        ),
+        graph(
+            "Collect",
+            mirrors + own + edges,
+            "with the partition's cached dst-partitioned edges",
+            rows=mirror + r.vertices + r.edges,
+            layer=l,
+            reads=["edges_by_dst"],
+        ),
+        *segment(
+            [
+                dl(
+                    "LocalAggregate",
+                    _aggregate_detail(ctx, "per dst, all in-edges local"),
+                    rows=r.edges,
+                    edges=r.edges,
+                    layer=l,
+                    **_single_batch(ctx),
+                )
+            ],
+            layer=l,
+            side={
+                _key("mirrors", l): to_python(mirror, payload),
+                _key("own_rows", l): to_python(r.vertices, w.in_dim),
+                "edges_by_dst": edges,
+            },
+            intermediate=to_python(r.vertices, w.state),
+        ),
         *_update(ctx),
     ]
     return Program(_owner_prefix(ctx), body)
@@ -280,21 +400,28 @@ def _replicate_program(ctx: LayerContext) -> Program:
 
 def _replicate_why(ctx: LayerContext) -> str:
     r = ctx.rows
-    rf = 1 + r.mirror / max(r.vertices, 1)
-    return (f"ships each source once per remote partition holding its out-edges: {r.mirror:,} "
-            f"mirror rows (R_f = {rf:.2f}) instead of {r.edges:,} edge rows")
+    mirror = r.measured("mirror")
+    rf = 1 + mirror / max(r.vertices, 1)
+    return (
+        f"ships each source once per remote partition holding its out-edges: {mirror:,} "
+        f"mirror rows (R_f = {rf:.2f}) instead of {r.edges:,} edge rows"
+    )
 
 
-register(Strategy(
-    name="replicate", edges_by="dst",
-    summary="edges static by dst; ship h to mirror partitions",
-    blocker=_replicate_blocker,
-    program=_replicate_program,
-    why=_replicate_why,
-))
+register(
+    Strategy(
+        name="replicate",
+        edges_by="dst",
+        summary="edges static by dst; ship h to mirror partitions",
+        blocker=_replicate_blocker,
+        program=_replicate_program,
+        why=_replicate_why,
+    )
+)
 
 
 # ---------------------------------------------------------------- combine
+
 
 def _combine_blocker(ctx: LayerContext) -> str | None:
     spec, r = ctx.spec, ctx.rows
@@ -302,8 +429,10 @@ def _combine_blocker(ctx: LayerContext) -> str | None:
         return f"aggregator {spec.aggregator!r} is not decomposable: partial states cannot be merged"
     dependent = sorted(set(spec.required_stats) & DATA_DEPENDENT_STATS)
     if dependent:
-        return (f"the aggregation needs the neighbourhood statistic(s) {dependent} before partial "
-                "states can be formed at the source partitions")
+        return (
+            f"the aggregation needs the neighbourhood statistic(s) {dependent} before partial "
+            "states can be formed at the source partitions"
+        )
     if r.combine is None:
         return "graph_stats has no 'combine_rows' (the combiner needs the cross-partition partial count)"
     if spec.needs_dst_in_message and r.in_mirror is None:
@@ -318,52 +447,116 @@ def _combine_prefix(ctx: LayerContext) -> list[Operator]:
     l, r, w, spec = ctx.index, ctx.rows, ctx.widths, ctx.spec
     ops = _prepare_src(ctx)
     if spec.needs_dst_in_message:
-        ops.append(dl("ApplyVertex", f"prepare_dst of layer {l}: destination payload ({w.dst} floats)",
-                      rows=r.vertices, layer=l))
-        kept = {_key("dst_payload", l): to_python(r.vertices, w.dst),
-                _key("src_payload", l): to_python(r.sources, w.src)}
+        ops.append(
+            dl(
+                "ApplyVertex",
+                f"prepare_dst of layer {l}: destination payload ({w.dst} floats)",
+                rows=r.vertices,
+                layer=l,
+            )
+        )
+        kept = {
+            _key("dst_payload", l): to_python(r.vertices, w.dst),
+            _key("src_payload", l): to_python(r.sources, w.src),
+        }
         return segment(ops, layer=l, carried=to_python(r.sources, w.input), carried_as=f"h^{l}", kept=kept)
-    ops.append(dl("LocalAggregate", _aggregate_detail(ctx, "into partial states per distinct dst of this src partition"),
-                  rows=r.edges, edges=r.edges, layer=l))
-    return segment(ops, layer=l, carried=to_python(r.sources, w.input), carried_as=f"h^{l}",
-                   side={"edges_by_src": r.edges * ctx.edge_row},
-                   kept={_key("partials", l): shuffled(r.partial, w.state)})
+    ops.append(
+        dl(
+            "LocalAggregate",
+            _aggregate_detail(ctx, "into partial states per distinct dst of this src partition"),
+            rows=r.edges,
+            edges=r.edges,
+            layer=l,
+        )
+    )
+    return segment(
+        ops,
+        layer=l,
+        carried=to_python(r.sources, w.input),
+        carried_as=f"h^{l}",
+        side={"edges_by_src": r.edges * ctx.edge_row},
+        kept={_key("partials", l): shuffled(r.partial, w.state)},
+    )
 
 
 def _combine_program(ctx: LayerContext) -> Program:
     l, r, w, spec = ctx.index, ctx.rows, ctx.widths, ctx.spec
+    combine = r.measured("combine")
     body: list[Operator] = []
     if spec.needs_dst_in_message:
-        dst_rows = shuffled(r.in_mirror, w.dst)
+        in_mirror = r.measured("in_mirror")
+        dst_rows = shuffled(in_mirror, w.dst)
         edges = r.edges * ctx.edge_row
         body += [
-            graph("Scatter", dst_rows, f"dst payload ({w.dst} floats) to every other partition holding "
-                  "an in-edge (edges by src)", rows=r.in_mirror, layer=l, reads=["edges_by_src"]),
-            graph("Shuffle", dst_rows, "in-mirror rows -> partitions of the sources",
-                  rows=r.in_mirror, layer=l, key="partition"),
-            graph("Collect", dst_rows + edges, "with the partition's cached src-partitioned edges",
-                  rows=r.in_mirror + r.edges, layer=l, reads=["edges_by_src"]),
-            *segment([dl("LocalAggregate", _aggregate_detail(ctx, "into partial states per distinct dst of this src partition"),
-                          rows=r.edges, edges=r.edges, layer=l)],
-                     layer=l,
-                     side={_key("in_mirrors", l): to_python(r.in_mirror, w.dst),
-                           _key("src_payload", l): to_python(r.sources, w.src),
-                           _key("dst_payload", l): to_python(r.vertices, w.dst),
-                           "edges_by_src": edges},
-                     kept={_key("partials", l): shuffled(r.partial, w.state)}),
+            graph(
+                "Scatter",
+                dst_rows,
+                f"dst payload ({w.dst} floats) to every other partition holding an in-edge (edges by src)",
+                rows=in_mirror,
+                layer=l,
+                reads=["edges_by_src"],
+            ),
+            graph(
+                "Shuffle",
+                dst_rows,
+                "in-mirror rows -> partitions of the sources",
+                rows=in_mirror,
+                layer=l,
+                key="partition",
+            ),
+            graph(
+                "Collect",
+                dst_rows + edges,
+                "with the partition's cached src-partitioned edges",
+                rows=in_mirror + r.edges,
+                layer=l,
+                reads=["edges_by_src"],
+            ),
+            *segment(
+                [
+                    dl(
+                        "LocalAggregate",
+                        _aggregate_detail(ctx, "into partial states per distinct dst of this src partition"),
+                        rows=r.edges,
+                        edges=r.edges,
+                        layer=l,
+                    )
+                ],
+                layer=l,
+                side={
+                    _key("in_mirrors", l): to_python(in_mirror, w.dst),
+                    _key("src_payload", l): to_python(r.sources, w.src),
+                    _key("dst_payload", l): to_python(r.vertices, w.dst),
+                    "edges_by_src": edges,
+                },
+                kept={_key("partials", l): shuffled(r.partial, w.state)},
+            ),
         ]
-    crossing = shuffled(r.combine, w.state)
+    crossing = shuffled(combine, w.state)
     local = shuffled(r.local_combine, w.state)
     own = shuffled(r.vertices, w.in_dim)
     body += [
-        graph("Shuffle", crossing + own, "cross-partition partial states + own rows -> partition of dst "
-              "(local partials stay put)", rows=r.combine + r.vertices, layer=l, key="dst"),
-        graph("Collect", crossing + own + local, "with the partition's local partial states",
-              rows=r.partial + r.vertices, layer=l),
-        *segment([dl("Merge", f"merge partial states per dst ({spec.aggregator}, associative)",
-                     rows=r.partial, layer=l)],
-                 layer=l, side={_key("partials", l): to_python(r.partial, w.state)},
-                 intermediate=to_python(r.vertices, w.state)),
+        graph(
+            "Shuffle",
+            crossing + own,
+            "cross-partition partial states + own rows -> partition of dst (local partials stay put)",
+            rows=combine + r.vertices,
+            layer=l,
+            key="dst",
+        ),
+        graph(
+            "Collect",
+            crossing + own + local,
+            "with the partition's local partial states",
+            rows=r.partial + r.vertices,
+            layer=l,
+        ),
+        *segment(
+            [dl("Merge", f"merge partial states per dst ({spec.aggregator}, associative)", rows=r.partial, layer=l)],
+            layer=l,
+            side={_key("partials", l): to_python(r.partial, w.state)},
+            intermediate=to_python(r.vertices, w.state),
+        ),
         *_update(ctx),
     ]
     return Program(_combine_prefix(ctx), body)
@@ -371,18 +564,24 @@ def _combine_program(ctx: LayerContext) -> Program:
 
 def _combine_why(ctx: LayerContext) -> str:
     r = ctx.rows
-    share = r.combine / max(r.edges, 1)
-    text = (f"pre-aggregates where the sources live: {r.combine:,} partial states of "
-            f"{ctx.widths.state} floats cross partitions ({share:.0%} of the {r.edges:,} edges)")
+    combine = r.measured("combine")
+    share = combine / max(r.edges, 1)
+    text = (
+        f"pre-aggregates where the sources live: {combine:,} partial states of "
+        f"{ctx.widths.state} floats cross partitions ({share:.0%} of the {r.edges:,} edges)"
+    )
     if ctx.spec.needs_dst_in_message:
-        text += f", after {r.in_mirror:,} dst payload rows reach the source partitions (one extra pass)"
+        text += f", after {r.measured('in_mirror'):,} dst payload rows reach the source partitions (one extra pass)"
     return text
 
 
-register(Strategy(
-    name="combine", edges_by="src",
-    summary="partial states at src partitions, shuffle partials, merge at dst",
-    blocker=_combine_blocker,
-    program=_combine_program,
-    why=_combine_why,
-))
+register(
+    Strategy(
+        name="combine",
+        edges_by="src",
+        summary="partial states at src partitions, shuffle partials, merge at dst",
+        blocker=_combine_blocker,
+        program=_combine_program,
+        why=_combine_why,
+    )
+)

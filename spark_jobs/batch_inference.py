@@ -8,6 +8,7 @@ when the model ends in a classifier. A non-empty --out is refused unless --overw
 that is (or overlaps) an input always. The result is staged beside --out and swapped in at the
 end, so a failed job leaves an earlier result intact. User errors: one line on stderr, exit 2.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,13 +26,22 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--graph", required=True, help="graph directory (vertices/, edges/, graph.json)")
     parser.add_argument("--model", required=True, help="model saved with sparkgnn Model.save")
     parser.add_argument("--out", required=True, help="output directory (Parquet)")
-    parser.add_argument("--strategy", default="auto", choices=["auto", "edge_join", "replicate", "combine"],
-                        help="data movement per layer (default: chosen by the cost model)")
-    parser.add_argument("--partitions", type=positive_int, default=None,
-                        help="number of partitions (default: total cores, more if memory needs it)")
+    parser.add_argument(
+        "--strategy",
+        default="auto",
+        choices=["auto", "edge_join", "replicate", "combine"],
+        help="data movement per layer (default: chosen by the cost model)",
+    )
+    parser.add_argument(
+        "--partitions",
+        type=positive_int,
+        default=None,
+        help="number of partitions (default: total cores, more if memory needs it)",
+    )
     parser.add_argument("--ids", default=None, help="file with one vertex id per line: infer only these")
-    parser.add_argument("--workers", default="inprocess",
-                        help="where layers run: inprocess (default) | local[N] | tcp://host:port")
+    parser.add_argument(
+        "--workers", default="inprocess", help="where layers run: inprocess (default) | local[N] | tcp://host:port"
+    )
     parser.add_argument("--work-dir", default=None, help="where prepared graph layouts and models are cached")
     parser.add_argument("--explain", action="store_true", help="print the plan before running")
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier result in --out")
@@ -76,14 +86,24 @@ def _run(args) -> int:
     from sparkgnn.engine.session import job_session
 
     ids = read_ids(args.ids) if args.ids else None
-    if args.out:   # refuse before paying for a JVM; infer checks again with the resolved work dir
-        check_output(args.out, {**input_paths(args.graph, args.model, args.work_dir), "--ids file": args.ids},
-                     args.overwrite)
+    if args.out:  # refuse before paying for a JVM; infer checks again with the resolved work dir
+        check_output(
+            args.out, {**input_paths(args.graph, args.model, args.work_dir), "--ids file": args.ids}, args.overwrite
+        )
     started = time.perf_counter()
     spark = job_session("sparkgnn-batch-inference")
     result = infer(
-        spark, args.graph, args.model, out=args.out, strategy=args.strategy, partitions=args.partitions,
-        ids=ids, workers=args.workers, explain=args.explain, work_dir=args.work_dir, overwrite=args.overwrite,
+        spark,
+        args.graph,
+        args.model,
+        out=args.out,
+        strategy=args.strategy,
+        partitions=args.partitions,
+        ids=ids,
+        workers=args.workers,
+        explain=args.explain,
+        work_dir=args.work_dir,
+        overwrite=args.overwrite,
     )
     rows = result.count()
     print(f"batch_inference: wrote {rows} rows to {args.out} in {time.perf_counter() - started:.1f} s")

@@ -6,6 +6,7 @@ metrics of a trained model over a graph, into a PE store.
 
 Layers commit atomically; a rerun resumes after the last committed layer (--force recomputes).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,8 +24,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--store", required=True, help="PE store root directory")
     parser.add_argument("--no-states", action="store_true", help="store embeddings only, no aggregation states")
     parser.add_argument("--no-metrics", action="store_true", help="skip workload metrics (degrees, PSGS, FAP)")
-    parser.add_argument("--fanouts", type=int_list(1), default=[25, 10],
-                        help="fanouts for PSGS, comma separated (default 25,10)")
+    parser.add_argument(
+        "--fanouts", type=int_list(1), default=[25, 10], help="fanouts for PSGS, comma separated (default 25,10)"
+    )
     parser.add_argument("--workers", default="inprocess", help="inprocess (default) | local[N] | tcp://host:port")
     parser.add_argument("--strategy", default="auto", choices=["auto", "edge_join", "replicate", "combine"])
     parser.add_argument("--partitions", type=positive_int, default=None)
@@ -48,12 +50,24 @@ def _run(args) -> int:
 
     started = time.perf_counter()
     spark = job_session("sparkgnn-precompute-pe")
-    store = precompute(spark, args.graph, args.model, args.store, states=not args.no_states,
-                       metrics=not args.no_metrics, workers=args.workers, force=args.force,
-                       strategy=args.strategy, partitions=args.partitions, work_dir=args.work_dir,
-                       fanouts=args.fanouts)
-    print(f"precompute_pe: store complete ({len(store.layers)} layers, verified) at {args.store} "
-          f"in {time.perf_counter() - started:.1f} s")
+    store = precompute(
+        spark,
+        args.graph,
+        args.model,
+        args.store,
+        states=not args.no_states,
+        metrics=not args.no_metrics,
+        workers=args.workers,
+        force=args.force,
+        strategy=args.strategy,
+        partitions=args.partitions,
+        work_dir=args.work_dir,
+        fanouts=args.fanouts,
+    )
+    print(
+        f"precompute_pe: store complete ({len(store.layers)} layers, verified) at {args.store} "
+        f"in {time.perf_counter() - started:.1f} s"
+    )
     return 0
 
 

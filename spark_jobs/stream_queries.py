@@ -10,6 +10,7 @@ error, arrival/queue/service/latency seconds, ...); malformed files under --dead
 <out>/_dead_letter) with a reason file. Exit codes: 0 stopped cleanly, 2 refused to start (stale
 PE store, unknown mode or option, output of another checkpoint), 1 the query failed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,7 +26,9 @@ PROG = "stream_queries.py"
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    p.add_argument("--graph", required=True, help="G's graph directory (edges and features; the store is verified against it)")
+    p.add_argument(
+        "--graph", required=True, help="G's graph directory (edges and features; the store is verified against it)"
+    )
     p.add_argument("--model", required=True, help="model saved with sparkgnn Model.save")
     p.add_argument("--store", default=None, help="PE store root (required except for modes full and ns)")
     p.add_argument("--requests", required=True, help="directory watched for request files (*.parquet)")
@@ -36,26 +39,51 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--policy", default=None, help="SRPE policy (qer, is, random, ae)")
     p.add_argument("--partitions", type=positive_int, default=None, help="CGP partitions (reuse modes)")
     p.add_argument("--fanouts", type=int_list(1), default=None, help="NS fanouts, comma separated, each >= 1")
-    p.add_argument("--workers", default="inprocess",
-                   help="inprocess (default: the driver answers) | spark (he/srpe/exact: the --partitions CGP "
-                        "partitions run as Spark tasks over the PE store cached in the Python workers) | "
-                        "local[N] | tcp://... | ipc://... (he/srpe/exact: the partitions run on messenger "
-                        "workers, op serving_partials; local[N] starts and stops N of them)")
+    p.add_argument(
+        "--workers",
+        default="inprocess",
+        help="inprocess (default: the driver answers) | spark (he/srpe/exact: the --partitions CGP "
+        "partitions run as Spark tasks over the PE store cached in the Python workers) | "
+        "local[N] | tcp://... | ipc://... (he/srpe/exact: the partitions run on messenger "
+        "workers, op serving_partials; local[N] starts and stops N of them)",
+    )
     p.add_argument("--grouping", default="degree", help="grouping policy: degree (GSM, default) | fifo")
-    p.add_argument("--degree-threshold", type=positive_float, default=None, help="degree grouping: cost sum T_d per engine batch")
-    p.add_argument("--aging", type=positive_float, default=None, help="degree grouping: seconds after which a request jumps the queue")
-    p.add_argument("--fifo-batch-size", type=positive_int, default=None, help="fifo grouping: requests per engine batch")
-    p.add_argument("--trigger", type=non_negative_float, default=0.0, help="seconds between micro-batches (0: as soon as the last one ends)")
+    p.add_argument(
+        "--degree-threshold", type=positive_float, default=None, help="degree grouping: cost sum T_d per engine batch"
+    )
+    p.add_argument(
+        "--aging",
+        type=positive_float,
+        default=None,
+        help="degree grouping: seconds after which a request jumps the queue",
+    )
+    p.add_argument(
+        "--fifo-batch-size", type=positive_int, default=None, help="fifo grouping: requests per engine batch"
+    )
+    p.add_argument(
+        "--trigger",
+        type=non_negative_float,
+        default=0.0,
+        help="seconds between micro-batches (0: as soon as the last one ends)",
+    )
     p.add_argument("--available-now", action="store_true", help="answer the files present at start-up, then stop")
-    p.add_argument("--max-requests-per-batch", type=positive_int, default=None,
-                   help="maxFilesPerTrigger: files (= requests, one per file) admitted per micro-batch")
+    p.add_argument(
+        "--max-requests-per-batch",
+        type=positive_int,
+        default=None,
+        help="maxFilesPerTrigger: files (= requests, one per file) admitted per micro-batch",
+    )
     p.add_argument("--dead-letter", default=None, help="malformed files go here (default <out>/_dead_letter)")
     p.add_argument("--max-batches", type=positive_int, default=None, help="stop after N micro-batches (tests)")
     p.add_argument("--timeout", type=positive_float, default=None, help="stop after S seconds (tests, demos)")
     p.add_argument("--seed", type=non_negative_int, default=0, help="seed for sampling modes (ns)")
     p.add_argument("--no-warmup", action="store_true", help="skip the start-up warm-up request")
-    p.add_argument("--torch-threads", type=positive_int, default=None,
-                   help="torch intra-op threads for the engine (default: torch's)")
+    p.add_argument(
+        "--torch-threads",
+        type=positive_int,
+        default=None,
+        help="torch intra-op threads for the engine (default: torch's)",
+    )
     args = p.parse_args(argv)
     for flag, path in (("--graph", args.graph), ("--model", args.model), ("--store", args.store)):
         if path is not None and not os.path.exists(path):
@@ -66,19 +94,43 @@ def parse_args(argv=None) -> argparse.Namespace:
 def config_from_args(args):
     from sparkgnn.streaming.job import StreamConfig
 
-    mode_options = {k: v for k, v in (("gamma", args.gamma), ("policy", args.policy),
-                                      ("partitions", args.partitions)) if v is not None}
+    mode_options = {
+        k: v
+        for k, v in (("gamma", args.gamma), ("policy", args.policy), ("partitions", args.partitions))
+        if v is not None
+    }
     if args.fanouts:
         mode_options["fanouts"] = tuple(args.fanouts)
-    grouping_options = {k: v for k, v in (("threshold", args.degree_threshold), ("aging_s", args.aging),
-                                          ("batch_size", args.fifo_batch_size)) if v is not None}
+    grouping_options = {
+        k: v
+        for k, v in (
+            ("threshold", args.degree_threshold),
+            ("aging_s", args.aging),
+            ("batch_size", args.fifo_batch_size),
+        )
+        if v is not None
+    }
     return StreamConfig(
-        graph=args.graph, model=args.model, store=args.store, requests=args.requests, out=args.out,
-        checkpoint=args.checkpoint, mode=args.mode, mode_options=mode_options, workers=args.workers,
-        grouping=args.grouping, grouping_options=grouping_options, trigger_s=args.trigger or None,
-        available_now=args.available_now, max_files_per_trigger=args.max_requests_per_batch,
-        dead_letter=args.dead_letter, max_batches=args.max_batches, timeout_s=args.timeout,
-        seed=args.seed, warmup=not args.no_warmup)
+        graph=args.graph,
+        model=args.model,
+        store=args.store,
+        requests=args.requests,
+        out=args.out,
+        checkpoint=args.checkpoint,
+        mode=args.mode,
+        mode_options=mode_options,
+        workers=args.workers,
+        grouping=args.grouping,
+        grouping_options=grouping_options,
+        trigger_s=args.trigger or None,
+        available_now=args.available_now,
+        max_files_per_trigger=args.max_requests_per_batch,
+        dead_letter=args.dead_letter,
+        max_batches=args.max_batches,
+        timeout_s=args.timeout,
+        seed=args.seed,
+        warmup=not args.no_warmup,
+    )
 
 
 def main(argv=None) -> int:
@@ -102,11 +154,14 @@ def _run(args) -> int:
     log = lambda line: print(line, flush=True)  # noqa: E731
     try:
         result = run(cfg, lambda: job_session("sparkgnn-stream-queries"), log=log, handle_signals=True)
-    except StreamJobError as exc:       # the query started and failed: not a refusal
+    except StreamJobError as exc:  # the query started and failed: not a refusal
         print(f"{PROG}: error: {exc}", file=sys.stderr, flush=True)
         return 1
-    print(f"stream_queries: {result.batches} micro-batches (last batch id {result.last_batch_id}) in "
-          f"{time.perf_counter() - started:.1f} s, stopped: {result.stopped_by}", flush=True)
+    print(
+        f"stream_queries: {result.batches} micro-batches (last batch id {result.last_batch_id}) in "
+        f"{time.perf_counter() - started:.1f} s, stopped: {result.stopped_by}",
+        flush=True,
+    )
     return 0
 
 

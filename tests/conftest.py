@@ -1,5 +1,6 @@
 """Shared fixtures. One session-scoped local SparkSession for the whole suite (starting one costs
 ~5-10 s, so tests that need Spark share it)."""
+
 import os
 import sys
 

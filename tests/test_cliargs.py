@@ -1,4 +1,5 @@
 """sparkgnn.cliargs: numbers are checked by argparse, user errors print one line and exit 2."""
+
 import argparse
 import errno
 
@@ -18,15 +19,18 @@ def _parser():
     return p
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--n", "0"], "argument --n: must be >= 1, got 0"),
-    (["--n", "x"], "argument --n: must be an integer, got 'x'"),
-    (["--k", "-1"], "argument --k: must be >= 0, got -1"),
-    (["--fanouts", "a,b"], "argument --fanouts: 'a,b': 'a' must be an integer"),
-    (["--fanouts", "25,0"], "argument --fanouts: '25,0': '0' must be >= 1"),
-    (["--fanouts", ","], "argument --fanouts: needs at least one integer"),
-    (["--gamma", "nan"], "argument --gamma: must be a finite number > 0"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--n", "0"], "argument --n: must be >= 1, got 0"),
+        (["--n", "x"], "argument --n: must be an integer, got 'x'"),
+        (["--k", "-1"], "argument --k: must be >= 0, got -1"),
+        (["--fanouts", "a,b"], "argument --fanouts: 'a,b': 'a' must be an integer"),
+        (["--fanouts", "25,0"], "argument --fanouts: '25,0': '0' must be >= 1"),
+        (["--fanouts", ","], "argument --fanouts: needs at least one integer"),
+        (["--gamma", "nan"], "argument --gamma: must be a finite number > 0"),
+    ],
+)
 def test_bad_numbers_are_usage_errors(capsys, argv, message):
     with pytest.raises(SystemExit) as exit_info:
         _parser().parse_args(argv)
@@ -39,18 +43,24 @@ def test_good_numbers_parse():
     assert (args.n, args.k, args.fanouts, args.gamma) == (3, 0, [25, 10], 0.5)
 
 
-@pytest.mark.parametrize("error, line", [
-    (SparkGNNError("the store is stale"), "tool: error: the store is stale"),
-    # the standalone leaves' own error bases (sparkgnn.errors.USER_ERRORS)
-    (PlanError("unknown strategy 'fastest'"), "tool: error: unknown strategy 'fastest'"),
-    (BrokerUnreachableError("no broker answered at tcp://h:1"), "tool: error: no broker answered at tcp://h:1"),
-    (OSError(errno.ENOSPC, "No space left on device", "/data/out/part-0"),
-     "tool: error: No space left on device: /data/out/part-0"),
-    (PermissionError(errno.EACCES, "Permission denied", "/ro/out"), "tool: error: Permission denied: /ro/out"),
-])
+@pytest.mark.parametrize(
+    "error, line",
+    [
+        (SparkGNNError("the store is stale"), "tool: error: the store is stale"),
+        # the standalone leaves' own error bases (sparkgnn.errors.USER_ERRORS)
+        (PlanError("unknown strategy 'fastest'"), "tool: error: unknown strategy 'fastest'"),
+        (BrokerUnreachableError("no broker answered at tcp://h:1"), "tool: error: no broker answered at tcp://h:1"),
+        (
+            OSError(errno.ENOSPC, "No space left on device", "/data/out/part-0"),
+            "tool: error: No space left on device: /data/out/part-0",
+        ),
+        (PermissionError(errno.EACCES, "Permission denied", "/ro/out"), "tool: error: Permission denied: /ro/out"),
+    ],
+)
 def test_user_errors_are_one_line_and_exit_2(capsys, error, line):
     def body():
         raise error
+
     assert run_cli("tool", body) == 2
     assert capsys.readouterr().err.strip() == line
 
@@ -58,6 +68,7 @@ def test_user_errors_are_one_line_and_exit_2(capsys, error, line):
 def test_bugs_keep_their_traceback():
     def body():
         raise KeyError("bug")
+
     with pytest.raises(KeyError):
         run_cli("tool", body)
 
@@ -66,11 +77,16 @@ def test_a_jvm_disk_error_is_one_line(capsys):
     class Py4JJavaError(Exception):
         """Stands in for py4j's class of the same name (matched by name, like the real one)."""
 
-    text = ("An error occurred while calling o123.parquet.\n: org.apache.spark.SparkException: Job aborted.\n"
-            "Caused by: java.io.IOException: No space left on device\n\tat java.base/...")
+    text = (
+        "An error occurred while calling o123.parquet.\n: org.apache.spark.SparkException: Job aborted.\n"
+        "Caused by: java.io.IOException: No space left on device\n\tat java.base/..."
+    )
 
     def body():
         raise Py4JJavaError(text)
+
     assert run_cli("tool", body) == 2
-    assert capsys.readouterr().err.strip() == \
-        "tool: error: Spark could not write: Caused by: java.io.IOException: No space left on device"
+    assert (
+        capsys.readouterr().err.strip()
+        == "tool: error: Spark could not write: Caused by: java.io.IOException: No space left on device"
+    )

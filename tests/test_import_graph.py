@@ -7,6 +7,7 @@ each top-level module (sparkgnn.errors, .registry, .files, .cliargs, .outputs, .
 package root itself ("sparkgnn", its __init__). A lazy import still makes a cycle: the two
 packages can no longer be understood, tested or shipped one without the other.
 """
+
 from __future__ import annotations
 
 import ast
@@ -14,8 +15,11 @@ import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # where each part of the installed package lives (setup.py maps planner/ and messenger/)
-SOURCES = {"sparkgnn": ROOT / "python" / "sparkgnn", "sparkgnn.planner": ROOT / "planner",
-           "sparkgnn.messenger": ROOT / "messenger"}
+SOURCES = {
+    "sparkgnn": ROOT / "python" / "sparkgnn",
+    "sparkgnn.planner": ROOT / "planner",
+    "sparkgnn.messenger": ROOT / "messenger",
+}
 LEAVES = ("messenger", "planner")
 
 
@@ -49,14 +53,19 @@ def _imported(module: str, path: pathlib.Path):
                 yield node.lineno, alias.name
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                anchor = package.split(".")[:len(package.split(".")) - (node.level - 1)]
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
                 base = ".".join(anchor + ([node.module] if node.module else []))
             else:
                 base = node.module or ""
             for alias in node.names:
                 yield node.lineno, f"{base}.{alias.name}"
-        elif (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"
-              and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+        elif (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
             yield node.lineno, node.args[0].value
 
 
@@ -89,7 +98,7 @@ def find_cycle(edges) -> list[str] | None:
     graph: dict[str, set[str]] = {}
     for a, b in edges:
         graph.setdefault(a, set()).add(b)
-    state: dict[str, int] = {}   # 1: on the current path, 2: done
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
     path: list[str] = []
 
     def visit(node: str) -> list[str] | None:
@@ -97,7 +106,7 @@ def find_cycle(edges) -> list[str] | None:
         path.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             if nxt not in state:
                 found = visit(nxt)
                 if found:
@@ -120,9 +129,11 @@ def describe(edges) -> str:
 
 def test_the_import_graph_sees_lazy_and_relative_imports(tmp_path):
     probe = tmp_path / "m.py"
-    probe.write_text("import sparkgnn.graph\nfrom . import x\n"
-                     "def f():\n    from sparkgnn.serving.engine import QueryEngine\n"
-                     "    import importlib; importlib.import_module('sparkgnn.pe')\n")
+    probe.write_text(
+        "import sparkgnn.graph\nfrom . import x\n"
+        "def f():\n    from sparkgnn.serving.engine import QueryEngine\n"
+        "    import importlib; importlib.import_module('sparkgnn.pe')\n"
+    )
     names = [name for _, name in _imported("sparkgnn.engine.m", probe)]
     assert "sparkgnn.graph" in names and "sparkgnn.engine.x" in names
     assert "sparkgnn.serving.engine.QueryEngine" in names and "sparkgnn.pe" in names
@@ -136,8 +147,9 @@ def test_the_package_graph_is_acyclic():
     cycle = find_cycle(edges)
     assert cycle is None, (
         f"import cycle between packages: {' -> '.join(cycle)}\n"
-        + "\n".join(f"  {a} -> {b}: {', '.join(edges[(a, b)][:3])}" for a, b in zip(cycle, cycle[1:]))
-        + f"\nall edges:\n{describe(edges)}")
+        + "\n".join(f"  {a} -> {b}: {', '.join(edges[(a, b)][:3])}" for a, b in zip(cycle, cycle[1:], strict=False))
+        + f"\nall edges:\n{describe(edges)}"
+    )
 
 
 def test_messenger_and_planner_import_nothing_else_of_sparkgnn():
@@ -160,7 +172,7 @@ def test_the_leaves_have_their_own_error_bases():
 def test_dl_does_not_import_serving_and_its_ops_are_registered_by_the_roots():
     edges = import_graph()
     assert ("dl", "serving") not in edges and ("dl", "engine") not in edges
-    assert ("worker", "serving") in edges   # sparkgnn-worker registers serving's ops
+    assert ("worker", "serving") in edges  # sparkgnn-worker registers serving's ops
     import sparkgnn.dl.handler  # noqa: F401  (registers layer_step)
     import sparkgnn.serving  # noqa: F401  (registers serving_partials)
     from sparkgnn.dl.ops import OPS
@@ -168,5 +180,5 @@ def test_dl_does_not_import_serving_and_its_ops_are_registered_by_the_roots():
     assert {"layer_step", "serving_partials"} <= set(OPS.names())
 
 
-if __name__ == "__main__":   # print the graph: python tests/test_import_graph.py
+if __name__ == "__main__":  # print the graph: python tests/test_import_graph.py
     print(describe(import_graph()))

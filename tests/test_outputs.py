@@ -1,5 +1,6 @@
 """sparkgnn.outputs: an output never lands on an input, never replaces data unasked, and a failed
 write leaves the previous result."""
+
 import os
 
 import pytest
@@ -9,8 +10,11 @@ from sparkgnn.outputs import check_output, discard, staging_path, swap_into_plac
 
 
 def _tree(root) -> dict:
-    return {os.path.relpath(os.path.join(d, f), root): open(os.path.join(d, f), "rb").read()
-            for d, _dirs, files in os.walk(root) for f in files}
+    return {
+        os.path.relpath(os.path.join(d, f), root): open(os.path.join(d, f), "rb").read()
+        for d, _dirs, files in os.walk(root)
+        for f in files
+    }
 
 
 @pytest.fixture
@@ -23,9 +27,14 @@ def layout(tmp_path):
     return tmp_path, {"graph directory": str(graph), "model": str(model), "work dir": None}
 
 
-@pytest.mark.parametrize("where, how", [("graph", "is the graph directory"),
-                                        ("graph/edges", "is inside the graph directory"),
-                                        (".", "contains the graph directory")])
+@pytest.mark.parametrize(
+    "where, how",
+    [
+        ("graph", "is the graph directory"),
+        ("graph/edges", "is inside the graph directory"),
+        (".", "contains the graph directory"),
+    ],
+)
 def test_output_on_an_input_is_refused_even_with_overwrite(layout, where, how):
     root, inputs = layout
     before = _tree(root)
@@ -81,7 +90,7 @@ def test_swap_replaces_and_a_failed_write_keeps_the_old_result(tmp_path):
     assert os.path.basename(staged).startswith(".out.sparkgnn-tmp-")
     os.makedirs(staged)
     (tmp_path / os.path.basename(staged) / "b").write_bytes(b"new")
-    discard(staged)                                    # the job failed: old result untouched
+    discard(staged)  # the job failed: old result untouched
     assert _tree(out) == {"a": b"old"} and sorted(os.listdir(tmp_path)) == ["out"]
     staged = staging_path(str(out))
     os.makedirs(staged)

@@ -1,4 +1,5 @@
 """The package layout and the design's dependency rule (planner/messenger stay torch/Spark free)."""
+
 import pathlib
 import re
 

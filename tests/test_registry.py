@@ -1,6 +1,7 @@
 """`Registry`: decorator and direct registration, a name registered twice is refused, an unknown
 name is refused as the registry's own error type listing the known names; and the registries
 built on it keep that behaviour."""
+
 import pytest
 
 from sparkgnn.registry import Registry
@@ -18,8 +19,8 @@ def test_decorator_and_direct_forms():
         return "b"
 
     direct = object()
-    assert reg.register("a", direct) is direct          # direct form returns the object
-    assert make_b() == "b"                              # decorator form returns it unchanged
+    assert reg.register("a", direct) is direct  # direct form returns the object
+    assert make_b() == "b"  # decorator form returns it unchanged
     assert reg.lookup("a") is direct and reg.lookup("b") is make_b
     assert reg.names() == ["a", "b"]
     # still a plain dict for callers that index or iterate
@@ -33,7 +34,7 @@ def test_registering_a_name_twice_is_refused():
         reg.register("a", 2)
     with pytest.raises(ValueError, match="widget 'a' is registered twice"):
         reg.register("a")(lambda: None)
-    assert reg["a"] == 1                                # the first registration stands
+    assert reg["a"] == 1  # the first registration stands
 
 
 def test_unknown_name_is_the_given_error_listing_the_known_names():
@@ -68,8 +69,11 @@ def test_sparkgnn_registries_refuse_with_their_own_error_types():
         (lambda: build_conv({"kind": "cheb"}), ValueError, "unknown conv kind 'cheb'; known: gat, gcn, gin, sage"),
         (lambda: build_node_op({"op": "dropout"}), ValueError, "unknown node op 'dropout'; known: activation"),
         (lambda: ActivationOp("swish"), ValueError, "unknown activation 'swish'; known: elu, gelu"),
-        (lambda: apply_self_loops([0], [1], None, 2, "all"), ValueError,
-         "unknown self-loop policy 'all'; known: none, remaining, replace"),
+        (
+            lambda: apply_self_loops([0], [1], None, 2, "all"),
+            ValueError,
+            "unknown self-loop policy 'all'; known: none, remaining, replace",
+        ),
         (lambda: get_mode("magic", None), ModeError, "unknown serving mode 'magic'; known: "),
         (lambda: POLICIES.lookup("best"), ModeError, "unknown SRPE policy 'best'; known: "),
         (lambda: get_grouping("sjf"), GroupingError, "unknown grouping policy 'sjf'; known: degree, fifo"),

@@ -1,7 +1,7 @@
 """Fixtures shared by the torch-level tests (layers, models, serving, streaming; imported by their
 conftests): the synthetic corner-case graph, Cora, and one torch thread per test."""
-import pytest
 
+import pytest
 import torch_test_graphs as graphs
 
 

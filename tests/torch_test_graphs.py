@@ -5,10 +5,10 @@ in-degrees (a few nodes with hundreds of in-edges split over many partitions), i
 (identity states, zero degree), nodes with one existing self loop and nodes with duplicated
 self loops (each conv's self-loop policy treats them differently), and duplicate edges.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 
@@ -16,9 +16,9 @@ import torch
 @dataclass
 class GraphCase:
     name: str
-    x: torch.Tensor            # [N, F] float32
-    edge_index: torch.Tensor   # [2, E] int64
-    edge_weight: Optional[torch.Tensor]  # [E] float32
+    x: torch.Tensor  # [N, F] float32
+    edge_index: torch.Tensor  # [2, E] int64
+    edge_weight: torch.Tensor | None  # [E] float32
 
     @property
     def num_nodes(self) -> int:
@@ -29,20 +29,21 @@ class GraphCase:
         return self.x.shape[1]
 
 
-def synthetic_graph(seed: int = 0, n: int = 400, num_features: int = 24,
-                    num_edges: int = 3000, num_isolated: int = 25) -> GraphCase:
+def synthetic_graph(
+    seed: int = 0, n: int = 400, num_features: int = 24, num_edges: int = 3000, num_isolated: int = 25
+) -> GraphCase:
     g = torch.Generator().manual_seed(seed)
-    active = n - num_isolated            # the last `num_isolated` nodes touch no edge
+    active = n - num_isolated  # the last `num_isolated` nodes touch no edge
     rank = torch.randperm(active, generator=g)
-    prob = (rank.to(torch.float64) + 1.0).pow(-1.1)   # Zipf-like popularity
+    prob = (rank.to(torch.float64) + 1.0).pow(-1.1)  # Zipf-like popularity
     dst = torch.multinomial(prob, num_edges, replacement=True, generator=g)
     src = torch.multinomial(prob.flip(0), num_edges, replacement=True, generator=g)
-    keep = src != dst                   # self loops are added deliberately below
+    keep = src != dst  # self loops are added deliberately below
     src, dst = src[keep], dst[keep]
     dup = torch.randint(0, src.numel(), (150,), generator=g)
-    src, dst = torch.cat([src, src[dup]]), torch.cat([dst, dst[dup]])   # duplicate edges
-    loops = torch.arange(0, 12)                  # 12 nodes with an existing self loop ...
-    loops = torch.cat([loops, torch.tensor([0, 1, 1])])   # ... node 0 twice, node 1 three times
+    src, dst = torch.cat([src, src[dup]]), torch.cat([dst, dst[dup]])  # duplicate edges
+    loops = torch.arange(0, 12)  # 12 nodes with an existing self loop ...
+    loops = torch.cat([loops, torch.tensor([0, 1, 1])])  # ... node 0 twice, node 1 three times
     src, dst = torch.cat([src, loops]), torch.cat([dst, loops])
     perm = torch.randperm(src.numel(), generator=g)
     src, dst = src[perm], dst[perm]

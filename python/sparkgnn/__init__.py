@@ -4,6 +4,7 @@ Spark holds and moves the graph, PyTorch workers run the neural layers, a messen
 micro-batches between them and a planner compiles model + task into an operator plan.
 Heavy submodules (torch, pyspark) load lazily so `import sparkgnn` stays cheap.
 """
+
 from importlib import import_module
 
 from sparkgnn.errors import (
@@ -33,6 +34,15 @@ def __getattr__(name):
 
 
 __all__ = [
-    "Graph", "Model", "infer", "PEStore", "precompute", "SparkGNNError", "GraphValidationError", "UnsupportedModelError",
-    "ModelLoadError", "PlanError", "StalePEStore",
+    "Graph",
+    "Model",
+    "infer",
+    "PEStore",
+    "precompute",
+    "SparkGNNError",
+    "GraphValidationError",
+    "UnsupportedModelError",
+    "ModelLoadError",
+    "PlanError",
+    "StalePEStore",
 ]

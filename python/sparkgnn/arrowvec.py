@@ -8,6 +8,7 @@ the DL handler they travel as fixed_size_list<float32> (the natural Arrow tensor
 outputs are list<float>. Every conversion here is a buffer view, not a Python loop.
 Only numpy and pyarrow are imported (the messenger and the graph glue use this too).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -49,7 +50,9 @@ def unpack_binary(array, width: int | None = None) -> np.ndarray:
         raise ValueError("packed vectors have differing or non-float32 byte lengths")
     if width is not None and row_bytes != width * FLOAT_BYTES:
         raise ValueError(f"packed vectors are {row_bytes // FLOAT_BYTES} floats wide, expected {width}")
-    data = np.frombuffer(array.buffers()[2], dtype=np.uint8, count=int(offsets[-1] - offsets[0]), offset=int(offsets[0]))
+    data = np.frombuffer(
+        array.buffers()[2], dtype=np.uint8, count=int(offsets[-1] - offsets[0]), offset=int(offsets[0])
+    )
     return data.view(np.float32).reshape(n, row_bytes // FLOAT_BYTES)
 
 
@@ -71,7 +74,11 @@ def to_numpy_matrix(array, width: int | None = None) -> np.ndarray:
     """Any vector column (list, large_list, fixed_size_list of float/double, or packed binary) ->
     [n, w] float32. Raises ValueError naming the problem for ragged widths or nulls."""
     if isinstance(array, pa.ChunkedArray):
-        array = array.combine_chunks() if array.num_chunks != 1 else (array.chunk(0) if array.num_chunks else pa.array([], array.type))
+        array = (
+            array.combine_chunks()
+            if array.num_chunks != 1
+            else (array.chunk(0) if array.num_chunks else pa.array([], array.type))
+        )
     kind = array.type
     if pa.types.is_binary(kind):
         return unpack_binary(array, width)
@@ -91,7 +98,9 @@ def to_numpy_matrix(array, width: int | None = None) -> np.ndarray:
         row_width = int(lengths[0]) if n else (width or 0)
         if n and (lengths != row_width).any():
             bad = np.flatnonzero(lengths != row_width)
-            raise ValueError(f"{len(bad)} vectors differ in width from the first ({row_width}); first rows: {bad[:5].tolist()}")
+            raise ValueError(
+                f"{len(bad)} vectors differ in width from the first ({row_width}); first rows: {bad[:5].tolist()}"
+            )
         flat = array.flatten()
     else:
         raise ValueError(f"column of type {kind} is not a vector column")

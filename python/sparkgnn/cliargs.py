@@ -8,11 +8,12 @@ own, the messenger's and the planner's), and the OS errors that are the user's t
 or full disk, a missing file), into that line.
 Bugs (anything else) keep their traceback: hiding them would make them harder to report.
 """
+
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 from sparkgnn.errors import USER_ERRORS
 
@@ -51,6 +52,7 @@ def _bounded_int(text: str, lowest: int) -> int:
 
 def int_list(lowest: int = 1) -> Callable[[str], list[int]]:
     """argparse type: comma separated integers, each >= `lowest`, at least one (e.g. fanouts 25,10)."""
+
     def parse(text: str) -> list[int]:
         parts = [p.strip() for p in str(text).split(",") if p.strip()]
         if not parts:
@@ -62,21 +64,22 @@ def int_list(lowest: int = 1) -> Callable[[str], list[int]]:
             except argparse.ArgumentTypeError as exc:
                 raise argparse.ArgumentTypeError(f"{text!r}: {part!r} {exc}") from None
         return values
-    parse.__name__ = "integer list"   # argparse names the type in its message
+
+    parse.__name__ = "integer list"  # argparse names the type in its message
     return parse
 
 
 # Phrases of the OS errors a JVM (Spark writing Parquet) reports inside its own exception text:
 # the same user problems as the OSErrors below, reached through Py4J instead of Python.
-_JVM_IO_PHRASES = ("No space left on device", "Read-only file system", "Permission denied",
-                   "Disk quota exceeded")
+_JVM_IO_PHRASES = ("No space left on device", "Read-only file system", "Permission denied", "Disk quota exceeded")
 
 
 def _jvm_io_message(exc: BaseException) -> str | None:
     """The line naming a disk problem inside a Spark/Py4J error, or None. Matched by class name so
     this module needs no pyspark/py4j import."""
-    if type(exc).__name__ not in ("Py4JJavaError", "CapturedException") and \
-            not any(c.__name__ in ("PySparkException", "CapturedException") for c in type(exc).__mro__):
+    if type(exc).__name__ not in ("Py4JJavaError", "CapturedException") and not any(
+        c.__name__ in ("PySparkException", "CapturedException") for c in type(exc).__mro__
+    ):
         return None
     for line in str(exc).splitlines():
         if any(phrase in line for phrase in _JVM_IO_PHRASES):
@@ -93,7 +96,7 @@ def user_error_message(exc: BaseException) -> str | None:
         return f"Spark could not write: {jvm}"
     if isinstance(exc, (PermissionError, FileNotFoundError, IsADirectoryError, NotADirectoryError)):
         return f"{exc.strerror or exc}: {exc.filename}" if getattr(exc, "filename", None) else str(exc)
-    if isinstance(exc, OSError) and exc.errno is not None:   # disk full, read-only file system, ...
+    if isinstance(exc, OSError) and exc.errno is not None:  # disk full, read-only file system, ...
         where = f": {exc.filename}" if getattr(exc, "filename", None) else ""
         return f"{exc.strerror or exc}{where}"
     return None

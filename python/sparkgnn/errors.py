@@ -6,6 +6,7 @@ bases of their own (MessengerError, PlanError). USER_ERRORS lists all three: cat
 isinstance against it) where any deliberate refusal must be caught, e.g. the command lines'
 one-line errors (sparkgnn.cliargs). PlanError is re-exported here, as it always was.
 """
+
 from sparkgnn.messenger.errors import MessengerError
 from sparkgnn.planner.errors import PlanError
 
@@ -46,5 +47,15 @@ class DamagedPEStore(StalePEStore):
 # Every base of a deliberate refusal: sparkgnn's own, the messenger's and the planner's.
 USER_ERRORS: tuple[type[Exception], ...] = (SparkGNNError, MessengerError, PlanError)
 
-__all__ = ["SparkGNNError", "GraphValidationError", "UnsupportedModelError", "ModelLoadError", "PlanError",
-           "StalePEStore", "OutputError", "DamagedPEStore", "MessengerError", "USER_ERRORS"]
+__all__ = [
+    "SparkGNNError",
+    "GraphValidationError",
+    "UnsupportedModelError",
+    "ModelLoadError",
+    "PlanError",
+    "StalePEStore",
+    "OutputError",
+    "DamagedPEStore",
+    "MessengerError",
+    "USER_ERRORS",
+]

@@ -7,6 +7,7 @@ finished result into place) all need the same three facts about a directory -- w
 holds, their sizes and modification times, and whether each is a readable Parquet file -- and must
 agree on what counts as a data file (Spark's `_SUCCESS`, `.crc` and `.tmp-*` side files do not).
 """
+
 from __future__ import annotations
 
 import os
@@ -21,7 +22,7 @@ _CHUNK = 8 << 20
 
 @dataclass(frozen=True)
 class DataFile:
-    rel: str          # path relative to the listed directory, '/'-separated
+    rel: str  # path relative to the listed directory, '/'-separated
     size: int
     mtime_ns: int
 
@@ -30,7 +31,7 @@ def filesystem(path) -> tuple[pafs.FileSystem, str]:
     """(filesystem, path inside it). Plain paths and file: URIs are local and made absolute."""
     path = str(path)
     if path.startswith("file:"):
-        path = path[len("file://"):] if path.startswith("file://") else path[len("file:"):]
+        path = path[len("file://") :] if path.startswith("file://") else path[len("file:") :]
     if "://" not in path:
         return pafs.LocalFileSystem(), os.path.abspath(path)
     return pafs.FileSystem.from_uri(path)
@@ -65,7 +66,7 @@ def data_files(path) -> list[DataFile]:
     for info in infos:
         if info.type != pafs.FileType.File:
             continue
-        rel = info.path[len(prefix):] if info.path.startswith(prefix) else info.base_name
+        rel = info.path[len(prefix) :] if info.path.startswith(prefix) else info.base_name
         if is_data_name(rel):
             found.append(DataFile(rel, int(info.size), int(info.mtime_ns or 0)))
     return sorted(found, key=lambda f: f.rel)

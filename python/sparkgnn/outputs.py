@@ -12,6 +12,7 @@ without a word; and a job that failed mid-write left neither the old nor a new r
      deletes the old one. A failure before step 3 leaves the previous result untouched.
 All through pyarrow.fs, so local paths and the remote filesystems pyarrow reaches behave alike.
 """
+
 from __future__ import annotations
 
 import os
@@ -51,8 +52,10 @@ def check_output(out, inputs: dict, overwrite: bool = False, flag: str = "--out"
             continue
         how = _overlap(target, _normal(path))
         if how:
-            raise OutputError(f"{flag} {out} {how} the {name} {path}: writing there would destroy the job's "
-                              f"input; choose another {flag}")
+            raise OutputError(
+                f"{flag} {out} {how} the {name} {path}: writing there would destroy the job's "
+                f"input; choose another {flag}"
+            )
     where = files.kind(out)
     if where == "file" and not overwrite:
         raise OutputError(f"{flag} {out} is an existing file; pass --overwrite to replace it")
@@ -60,8 +63,10 @@ def check_output(out, inputs: dict, overwrite: bool = False, flag: str = "--out"
         fs, inner = files.filesystem(out)
         held = fs.get_file_info(files.pafs.FileSelector(inner, recursive=False))
         if held:
-            raise OutputError(f"{flag} {out} already holds {len(held)} entries (an earlier result?); pass "
-                              "--overwrite to replace it, or choose a new directory")
+            raise OutputError(
+                f"{flag} {out} already holds {len(held)} entries (an earlier result?); pass "
+                "--overwrite to replace it, or choose a new directory"
+            )
     _check_writable(out, flag)
 
 

@@ -11,9 +11,10 @@ It is a dict (name -> implementation), so `name in REG`, `sorted(REG)` and `REG[
 It has no dependencies: messenger/ and planner/ stay free of the rest of sparkgnn and keep their
 own two-line lookups.
 """
+
 from __future__ import annotations
 
-from typing import Callable, Generic, TypeVar
+from typing import Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -28,11 +29,13 @@ class Registry(dict, Generic[T]):
 
     def register(self, name: str, value: T | None = None):
         """`@REG.register("name")` above a class or function, or `REG.register("name", obj)`."""
+
         def add(obj: T) -> T:
             if name in self:
                 raise ValueError(f"{self.what} {name!r} is registered twice ({self[name]!r} and {obj!r})")
             self[name] = obj
             return obj
+
         return add(value) if value is not None else add
 
     def lookup(self, name: str) -> T:

@@ -1,4 +1,5 @@
 """Cora and IMDB read from the graphdatascience wheel's Parquet files (no network)."""
+
 import numpy as np
 import pyarrow.parquet as pq
 import pytest

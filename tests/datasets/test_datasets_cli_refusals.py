@@ -1,5 +1,6 @@
 """`python -m sparkgnn.datasets`: bad numbers are usage errors, an existing graph is never replaced
 without --overwrite, and a refusal is one line with exit code 2."""
+
 import os
 
 import pytest
@@ -11,11 +12,14 @@ def _synthetic(out, *extra):
     return ["synthetic", "--nodes", "50", "--edges", "200", "--dim", "4", "--classes", "3", "--out", str(out), *extra]
 
 
-@pytest.mark.parametrize("flag, value, message", [
-    ("--nodes", "0", "argument --nodes: must be >= 1, got 0"),
-    ("--edges", "-3", "argument --edges: must be >= 0, got -3"),
-    ("--dim", "x", "argument --dim: must be an integer, got 'x'"),
-])
+@pytest.mark.parametrize(
+    "flag, value, message",
+    [
+        ("--nodes", "0", "argument --nodes: must be >= 1, got 0"),
+        ("--edges", "-3", "argument --edges: must be >= 0, got -3"),
+        ("--dim", "x", "argument --dim: must be an integer, got 'x'"),
+    ],
+)
 def test_bad_numbers(tmp_path, capsys, flag, value, message):
     argv = _synthetic(tmp_path / "g")
     argv[argv.index(flag) + 1] = value
@@ -35,4 +39,4 @@ def test_existing_graph_needs_overwrite(tmp_path, capsys):
     assert err.startswith("sparkgnn.datasets: error:") and "already holds a graph" in err and "--overwrite" in err
     assert {f: os.path.getmtime(os.path.join(out, "edges", f)) for f in os.listdir(out / "edges")} == before
     assert main(_synthetic(out, "--seed", "4", "--overwrite")) == 0
-    assert sorted(os.listdir(out)) == ["edges", "graph.json", "vertices"]   # no staging folder left
+    assert sorted(os.listdir(out)) == ["edges", "graph.json", "vertices"]  # no staging folder left

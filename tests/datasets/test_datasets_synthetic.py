@@ -1,4 +1,5 @@
 """Synthetic graphs: power-law in-degrees, determinism, learnable labels, streaming writer, CLI."""
+
 import json
 import os
 import subprocess
@@ -76,8 +77,24 @@ def test_streamed_graph_readable_by_spark(spark, tmp_path):
 
 def test_cli_writes_and_summarises(tmp_path):
     out = tmp_path / "cli"
-    cmd = [sys.executable, "-m", "sparkgnn.datasets", "synthetic", "--nodes", "500", "--edges", "3000",
-           "--dim", "4", "--classes", "3", "--seed", "9", "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "sparkgnn.datasets",
+        "synthetic",
+        "--nodes",
+        "500",
+        "--edges",
+        "3000",
+        "--dim",
+        "4",
+        "--classes",
+        "3",
+        "--seed",
+        "9",
+        "--out",
+        str(out),
+    ]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     line = result.stdout.strip()
@@ -86,8 +103,12 @@ def test_cli_writes_and_summarises(tmp_path):
     assert meta["fingerprint"] in line and read_graph_dir(out).num_edges == 3000
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert again.returncode != 0 and "overwrite" in again.stderr
-    cora = subprocess.run([sys.executable, "-m", "sparkgnn.datasets", "cora", "--out", str(tmp_path / "cora")],
-                          capture_output=True, text=True, timeout=120)
+    cora = subprocess.run(
+        [sys.executable, "-m", "sparkgnn.datasets", "cora", "--out", str(tmp_path / "cora")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert cora.returncode == 0 and "2708 vertices, 5429 edges, 1433-d features, 7 classes" in cora.stdout
 
 

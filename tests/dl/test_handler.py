@@ -1,4 +1,5 @@
 """The DL handler refuses bad tasks with errors that name the problem (a worker keeps serving)."""
+
 import numpy as np
 import pyarrow as pa
 import pytest

@@ -1,8 +1,8 @@
 """Graphs for the executor tests, written once per session: Cora, and a small skewed synthetic
 graph with non-dense ids, isolated nodes, self loops, duplicate edges and edge weights."""
+
 import numpy as np
 import pytest
-import torch
 
 from sparkgnn.datasets import load_cora
 from sparkgnn.datasets.synthetic import synthetic_graph
@@ -17,8 +17,16 @@ def skewed_graph() -> GraphData:
     src = np.concatenate([base.edge_src, loops, base.edge_src[dup]])
     dst = np.concatenate([base.edge_dst, loops, base.edge_dst[dup]])
     weight = np.concatenate([base.weight, rng.uniform(0.5, 2.0, 40).astype(np.float32), base.weight[dup]])
-    return GraphData(ids=base.ids * 3 + 11, x=base.x, edge_src=src, edge_dst=dst, weight=weight, y=base.y,
-                     split=base.split, name="skewed")
+    return GraphData(
+        ids=base.ids * 3 + 11,
+        x=base.x,
+        edge_src=src,
+        edge_dst=dst,
+        weight=weight,
+        y=base.y,
+        split=base.split,
+        name="skewed",
+    )
 
 
 @pytest.fixture(scope="session")
@@ -37,5 +45,3 @@ def graph_dirs(tmp_path_factory):
 def work_dir(tmp_path_factory):
     """Shared by all executor tests: a graph is prepared once per partition count."""
     return str(tmp_path_factory.mktemp("engine-work"))
-
-

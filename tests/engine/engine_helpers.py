@@ -1,4 +1,5 @@
 """Comparison helpers shared by the executor tests."""
+
 import numpy as np
 import torch
 

@@ -1,18 +1,17 @@
 """infer(): requested ids, clear errors for bad inputs, the spark job entry point."""
-import json
+
 import os
 import sys
 
 import numpy as np
 import pytest
 import torch
+from engine_helpers import pyg_reference, relative_error
 from torch_geometric.nn import GraphSAGE
 
 from sparkgnn import GraphValidationError, SparkGNNError, infer
 from sparkgnn.graph import Graph
 from sparkgnn.models import Model
-
-from engine_helpers import pyg_reference, relative_error
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "spark_jobs"))
 import batch_inference  # noqa: E402
@@ -59,8 +58,25 @@ def test_batch_job_writes_parquet_and_explains(spark, graph_dirs, work_dir, tmp_
     ids_file = tmp_path / "ids.txt"
     ids_file.write_text("# two vertices\n" + "\n".join(str(i) for i in data.ids[:2]) + "\n")
     out = str(tmp_path / "out")
-    code = batch_inference.main(["--graph", path, "--model", model_path, "--out", out, "--strategy", "combine",
-                                 "--partitions", "3", "--explain", "--work-dir", work_dir, "--ids", str(ids_file)])
+    code = batch_inference.main(
+        [
+            "--graph",
+            path,
+            "--model",
+            model_path,
+            "--out",
+            out,
+            "--strategy",
+            "combine",
+            "--partitions",
+            "3",
+            "--explain",
+            "--work-dir",
+            work_dir,
+            "--ids",
+            str(ids_file),
+        ]
+    )
     assert code == 0
     printed = capsys.readouterr().out
     assert "strategy=combine" in printed and "[GRAPH]" in printed and "[DL]" in printed and "[PIPE]" in printed

@@ -1,14 +1,14 @@
 """Spark batch inference equals PyTorch Geometric's forward (1e-5 relative), for every layer type,
 every data-movement strategy and partition counts 1, 3 and 8, on Cora and a skewed graph."""
+
 import numpy as np
 import pytest
 import torch
+from engine_helpers import pyg_reference, relative_error, spark_output
 from torch_geometric.nn import GAT, GCN, GIN, GraphSAGE
 
 from sparkgnn import infer
 from sparkgnn.models import Model
-
-from engine_helpers import pyg_reference, relative_error, spark_output
 
 MODELS = {
     "gcn": lambda f, c: GCN(f, 16, 2, out_channels=c),
@@ -34,8 +34,15 @@ def _silent(_line):
 def test_spark_equals_pyg(spark, graph_dirs, work_dir, model_name, strategy, partitions):
     for graph_name, (path, data) in graph_dirs.items():
         module = _module(model_name, data)
-        result = infer(spark, path, Model.from_pyg(module), strategy=strategy, partitions=partitions,
-                       work_dir=work_dir, log=_silent)
+        result = infer(
+            spark,
+            path,
+            Model.from_pyg(module),
+            strategy=strategy,
+            partitions=partitions,
+            work_dir=work_dir,
+            log=_silent,
+        )
         actual = spark_output(result, data)
         expected = pyg_reference(module, data)
         assert not np.isnan(actual).any(), f"{graph_name}: some vertices have no output row"

@@ -1,18 +1,18 @@
 """Batch inference through the messenger (standalone PyTorch workers) equals in-process output,
 also when workers are SIGKILLed mid-job."""
+
 import os
 import signal
 import threading
 
 import numpy as np
 import torch
+from engine_helpers import spark_output
 from torch_geometric.nn import GraphSAGE
 
 from sparkgnn import infer
 from sparkgnn.messenger.local import LocalCluster
 from sparkgnn.models import Model
-
-from engine_helpers import spark_output
 
 
 def _model(data):
@@ -25,7 +25,9 @@ def test_local_workers_equal_inprocess(spark, graph_dirs, work_dir):
     model = _model(data)
     quiet = lambda _line: None  # noqa: E731
     inprocess = spark_output(infer(spark, path, model, partitions=3, work_dir=work_dir, log=quiet), data)
-    via_workers = spark_output(infer(spark, path, model, partitions=3, work_dir=work_dir, workers="local[2]", log=quiet), data)
+    via_workers = spark_output(
+        infer(spark, path, model, partitions=3, work_dir=work_dir, workers="local[2]", log=quiet), data
+    )
     np.testing.assert_array_equal(via_workers, inprocess)
 
 
@@ -37,6 +39,7 @@ def test_sigkilled_workers_lose_no_batch_and_apply_none_twice(spark, graph_dirs,
     store = os.path.join(work_dir, "models")
     killed = []
     with LocalCluster(3, model_store=store, threads=1, heartbeat_s=0.5, liveness=3) as cluster:
+
         def kill(index):
             worker = cluster.workers[index]
             if worker.poll() is None:
@@ -44,13 +47,13 @@ def test_sigkilled_workers_lose_no_batch_and_apply_none_twice(spark, graph_dirs,
                 killed.append(worker.pid)
 
         def on_progress(line):
-            if "scan + scatter" in line:   # between steps: one worker dies ...
+            if "scan + scatter" in line:  # between steps: one worker dies ...
                 kill(0)
-                threading.Timer(0.2, kill, args=(1,)).start()   # ... and another while a step runs
+                threading.Timer(0.2, kill, args=(1,)).start()  # ... and another while a step runs
 
         result = infer(spark, path, model, partitions=4, work_dir=work_dir, workers=cluster, log=on_progress)
         table = result.toArrow()
     ids = table.column("id").to_numpy()
     assert len(killed) == 2
-    assert len(ids) == len(np.unique(ids)) == data.num_nodes   # every vertex once: nothing lost, nothing twice
+    assert len(ids) == len(np.unique(ids)) == data.num_nodes  # every vertex once: nothing lost, nothing twice
     np.testing.assert_array_equal(spark_output(result, data), expected)

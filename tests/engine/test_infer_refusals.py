@@ -1,5 +1,6 @@
 """Batch inference and precompute refuse what would lose data or answer wrongly, with one clear
 line and exit code 2, and leave everything they were not told to touch as it was."""
+
 import os
 import shutil
 import sys
@@ -10,8 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 import torch_geometric.nn as gnn
-
 from engine_helpers import pyg_reference, relative_error, spark_output
+
 from sparkgnn import infer
 from sparkgnn.graph import GraphData, write_graph_dir
 from sparkgnn.models import Model
@@ -22,8 +23,11 @@ import precompute_pe  # noqa: E402
 
 
 def _snapshot(root) -> dict:
-    return {os.path.relpath(os.path.join(d, f), root): os.path.getsize(os.path.join(d, f))
-            for d, _dirs, files in os.walk(root) for f in files}
+    return {
+        os.path.relpath(os.path.join(d, f), root): os.path.getsize(os.path.join(d, f))
+        for d, _dirs, files in os.walk(root)
+        for f in files
+    }
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +35,13 @@ def small(tmp_path_factory):
     """A small graph directory and a 2-layer SAGE saved next to it."""
     root = tmp_path_factory.mktemp("refusals")
     rng = np.random.default_rng(5)
-    data = GraphData(ids=np.arange(40) * 7 + 1, x=rng.normal(size=(40, 6)).astype(np.float32),
-                     edge_src=rng.integers(0, 40, 160), edge_dst=rng.integers(0, 40, 160), name="small")
+    data = GraphData(
+        ids=np.arange(40) * 7 + 1,
+        x=rng.normal(size=(40, 6)).astype(np.float32),
+        edge_src=rng.integers(0, 40, 160),
+        edge_dst=rng.integers(0, 40, 160),
+        name="small",
+    )
     graph = str(root / "graph")
     write_graph_dir(data, graph)
     torch.manual_seed(0)
@@ -71,7 +80,7 @@ def test_earlier_result_is_kept_unless_overwrite(small, tmp_path, capsys):
     assert _job(["--graph", graph, "--model", model, "--out", out, "--overwrite", *work], capsys)[0] == 0
     table = pq.read_table(out)
     assert table.num_rows == data.num_nodes
-    assert [n for n in os.listdir(tmp_path) if "sparkgnn-" in n] == []     # no staging left behind
+    assert [n for n in os.listdir(tmp_path) if "sparkgnn-" in n] == []  # no staging left behind
 
 
 def test_unknown_and_empty_ids_are_refused(small, tmp_path, capsys):
@@ -89,8 +98,9 @@ def test_unknown_and_empty_ids_are_refused(small, tmp_path, capsys):
 
 def test_huge_partition_count_is_refused(small, tmp_path, capsys):
     _root, graph, model, _data, _module = small
-    code, err = _job(["--graph", graph, "--model", model, "--out", str(tmp_path / "o"), "--partitions", "100000"],
-                     capsys)
+    code, err = _job(
+        ["--graph", graph, "--model", model, "--out", str(tmp_path / "o"), "--partitions", "100000"], capsys
+    )
     assert code == 2 and "100000 partitions requested, over the cap of 1024" in err
 
 
@@ -128,22 +138,30 @@ def test_changed_graph_is_not_served_from_the_prepared_cache(spark, small, tmp_p
     assert relative_error(spark_output(second, new), pyg_reference(module, new)) < 1e-5
 
 
-@pytest.mark.parametrize("make", [
-    lambda: gnn.GCN(5, 8, 2, out_channels=3),
-    lambda: gnn.GraphSAGE(5, 8, 2, out_channels=3),
-    lambda: gnn.GIN(5, 8, 2, out_channels=3),
-    lambda: gnn.GAT(5, 8, 2, out_channels=3, heads=2),
-], ids=["gcn", "sage", "gin", "gat"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: gnn.GCN(5, 8, 2, out_channels=3),
+        lambda: gnn.GraphSAGE(5, 8, 2, out_channels=3),
+        lambda: gnn.GIN(5, 8, 2, out_channels=3),
+        lambda: gnn.GAT(5, 8, 2, out_channels=3, heads=2),
+    ],
+    ids=["gcn", "sage", "gin", "gat"],
+)
 def test_graph_without_edges_equals_pyg(spark, tmp_path, make):
     rng = np.random.default_rng(1)
-    data = GraphData(ids=np.arange(30) * 3, x=rng.normal(size=(30, 5)).astype(np.float32),
-                     edge_src=np.zeros(0, np.int64), edge_dst=np.zeros(0, np.int64), name="no-edges")
+    data = GraphData(
+        ids=np.arange(30) * 3,
+        x=rng.normal(size=(30, 5)).astype(np.float32),
+        edge_src=np.zeros(0, np.int64),
+        edge_dst=np.zeros(0, np.int64),
+        name="no-edges",
+    )
     path = str(tmp_path / "g")
     write_graph_dir(data, path)
     torch.manual_seed(0)
     module = make().eval()
-    result = infer(spark, path, Model.from_pyg(module), partitions=2, work_dir=str(tmp_path / "w"),
-                   log=lambda _l: None)
+    result = infer(spark, path, Model.from_pyg(module), partitions=2, work_dir=str(tmp_path / "w"), log=lambda _l: None)
     assert relative_error(spark_output(result, data), pyg_reference(module, data)) < 1e-5
 
 

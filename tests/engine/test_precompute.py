@@ -1,9 +1,11 @@
 """PE precomputation: each stored h^(l) equals the first l layers of the model; each stored state,
 merged with nothing new and updated, reproduces h^(l); a crash after layer 1 resumes to the same
 store; a store for other weights is refused."""
+
 import numpy as np
 import pytest
 import torch
+from engine_helpers import relative_error
 from torch_geometric.nn import GCN, GraphSAGE
 
 from sparkgnn import StalePEStore
@@ -11,8 +13,6 @@ from sparkgnn.engine.precompute import precompute
 from sparkgnn.layers.base import compute_stats, propagate
 from sparkgnn.models import Model
 from sparkgnn.pe import PEStore
-
-from engine_helpers import relative_error
 
 
 def _quiet(_line):
@@ -38,8 +38,17 @@ def test_layers_and_states_reproduce_the_model(spark, graph_dirs, work_dir, tmp_
     path, data = graph_dirs["skewed"]
     torch.manual_seed(11)
     model = Model.from_pyg(build(data.feature_dim, 12, 2, out_channels=5).eval())
-    store = precompute(spark, path, model, str(tmp_path / "store"), strategy=strategy, partitions=3,
-                       work_dir=work_dir, metrics=False, log=_quiet)
+    store = precompute(
+        spark,
+        path,
+        model,
+        str(tmp_path / "store"),
+        strategy=strategy,
+        partitions=3,
+        work_dir=work_dir,
+        metrics=False,
+        log=_quiet,
+    )
     inputs, outputs = _layers_in_memory(model, data)
     src, dst = (torch.from_numpy(a) for a in (data.edge_src, data.edge_dst))
     weight = torch.from_numpy(data.weight) if data.weight is not None else None
@@ -50,7 +59,9 @@ def test_layers_and_states_reproduce_the_model(spark, graph_dirs, work_dir, tmp_
         stats = compute_stats(conv, src, dst, weight, data.num_nodes)
         with torch.no_grad():
             merged = conv.aggregator.merge(torch.from_numpy(state), torch.arange(data.num_nodes), data.num_nodes)
-            again = model.post(layer - 1, conv.update(inputs[layer - 1], conv.aggregator.finalize(merged), stats, False))
+            again = model.post(
+                layer - 1, conv.update(inputs[layer - 1], conv.aggregator.finalize(merged), stats, False)
+            )
         assert relative_error(again.numpy(), outputs[layer - 1]) <= 1e-5
 
 
@@ -69,8 +80,16 @@ def test_crash_after_layer_one_resumes_to_the_same_store(spark, graph_dirs, work
 
     crashed_root = str(tmp_path / "crashed")
     with pytest.raises(Crash):
-        precompute(spark, path, model, crashed_root, work_dir=work_dir, metrics=False, log=_quiet,
-                   on_layer_committed=crash_after_first)
+        precompute(
+            spark,
+            path,
+            model,
+            crashed_root,
+            work_dir=work_dir,
+            metrics=False,
+            log=_quiet,
+            on_layer_committed=crash_after_first,
+        )
     lines = []
     resumed = precompute(spark, path, model, crashed_root, work_dir=work_dir, metrics=False, log=lines.append)
     assert any("resuming" in line for line in lines)
@@ -105,8 +124,12 @@ def test_precompute_job_with_metrics(spark, graph_dirs, work_dir, tmp_path, caps
     model_path = str(tmp_path / "model")
     Model.from_pyg(GraphSAGE(data.feature_dim, 8, 2).eval()).save(model_path)
     root = str(tmp_path / "store")
-    assert precompute_pe.main(["--graph", path, "--model", model_path, "--store", root, "--work-dir", work_dir,
-                               "--fanouts", "5,3"]) == 0
+    assert (
+        precompute_pe.main(
+            ["--graph", path, "--model", model_path, "--store", root, "--work-dir", work_dir, "--fanouts", "5,3"]
+        )
+        == 0
+    )
     assert "store complete" in capsys.readouterr().out
     store = PEStore.open(root, model=model_path, graph=path)
     assert store.layers == [1, 2] and store.with_states

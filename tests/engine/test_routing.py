@@ -1,4 +1,5 @@
 """Representative keys route a row to exactly the partition it names."""
+
 import pyspark.sql.functions as F
 
 from sparkgnn.engine.routing import key_expr, partition_keys, route

@@ -1,6 +1,7 @@
 """`workers=` / `--workers` refusals: an unknown or malformed spec is a WorkersSpecError listing
 the accepted forms; a tcp:// broker that does not answer, or has no worker, is refused from the
 driver within the connect timeout (before any Spark task would wait on it). No Spark needed."""
+
 import threading
 import time
 
@@ -33,18 +34,40 @@ def test_bad_local_specs_say_what_n_must_be(spec):
         workers_for(spec, "/nowhere")
 
 
-@pytest.mark.parametrize("spec", ["tcp://", "tcp://127.0.0.1", "tcp://127.0.0.1:", "tcp://127.0.0.1:0",
-                                  "tcp://127.0.0.1:70000", "tcp://:5555", "ipc://"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "tcp://",
+        "tcp://127.0.0.1",
+        "tcp://127.0.0.1:",
+        "tcp://127.0.0.1:0",
+        "tcp://127.0.0.1:70000",
+        "tcp://:5555",
+        "ipc://",
+    ],
+)
 def test_endpoints_without_a_port_or_path_are_refused_at_once(spec):
     start = time.monotonic()
-    with pytest.raises(WorkersSpecError, match=rf"bad workers endpoint {spec!r}: want tcp://host:port.*accepted: inprocess"):
+    with pytest.raises(
+        WorkersSpecError, match=rf"bad workers endpoint {spec!r}: want tcp://host:port.*accepted: inprocess"
+    ):
         workers_for(spec, "/nowhere")
     assert time.monotonic() - start < 5  # no probe was attempted
 
 
-@pytest.mark.parametrize("spec, ok", [("bogus", False), ("local[0]", False), ("tcp://h", False),
-                                      ("inprocess", True), (None, True), ("local[3]", True),
-                                      ("tcp://127.0.0.1:1", True), ("ipc:///tmp/front.ipc", True)])
+@pytest.mark.parametrize(
+    "spec, ok",
+    [
+        ("bogus", False),
+        ("local[0]", False),
+        ("tcp://h", False),
+        ("inprocess", True),
+        (None, True),
+        ("local[3]", True),
+        ("tcp://127.0.0.1:1", True),
+        ("ipc:///tmp/front.ipc", True),
+    ],
+)
 def test_check_workers_is_syntax_only(spec, ok):
     """What a caller can run before preparing the graph: nothing is started or probed (port 1
     has no broker, yet the check passes at once)."""
@@ -104,8 +127,11 @@ def test_a_broker_with_a_worker_passes_and_tasks_get_the_timeouts(broker):
     thread.start()
     try:
         runners = workers_for(broker.front_endpoint, "/nowhere", connect_timeout=5)
-        assert runners.spec == {"kind": "messenger", "endpoint": broker.front_endpoint,
-                                "options": {"connect_timeout_s": 5.0, "no_worker_timeout_s": 5.0}}
+        assert runners.spec == {
+            "kind": "messenger",
+            "endpoint": broker.front_endpoint,
+            "options": {"connect_timeout_s": 5.0, "no_worker_timeout_s": 5.0},
+        }
     finally:
         stop.set()
         thread.join(5)

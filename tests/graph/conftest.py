@@ -1,4 +1,5 @@
 """Fixtures of the graph tests: one small valid graph with non-dense ids."""
+
 import numpy as np
 import pytest
 

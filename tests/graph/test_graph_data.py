@@ -1,4 +1,5 @@
 """GraphData: dtypes, dense indices, lookups, masks and conversions."""
+
 import numpy as np
 import pytest
 

@@ -1,5 +1,6 @@
 """graph.json is trusted only while it describes the files beside it; unreadable directories are
 refused with their names (graph/dirfacts.py)."""
+
 import json
 import os
 import shutil
@@ -8,8 +9,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
 from _graph_helpers import GOOD_EDGES, GOOD_VERTICES, write_raw
+
 from sparkgnn.errors import GraphValidationError
 from sparkgnn.graph import Graph, GraphData, read_graph_dir, write_graph_dir
 from sparkgnn.graph.dirfacts import STAMP_KEY, check_graph_dir, read_trusted_meta
@@ -18,8 +19,13 @@ from sparkgnn.pe.identity import graph_fingerprint
 
 def _graph(seed: int = 0, edges: int = 30) -> GraphData:
     rng = np.random.default_rng(seed)
-    return GraphData(ids=np.arange(12) * 5, x=rng.normal(size=(12, 3)).astype(np.float32),
-                     edge_src=rng.integers(0, 12, edges), edge_dst=rng.integers(0, 12, edges), name="g")
+    return GraphData(
+        ids=np.arange(12) * 5,
+        x=rng.normal(size=(12, 3)).astype(np.float32),
+        edge_src=rng.integers(0, 12, edges),
+        edge_dst=rng.integers(0, 12, edges),
+        name="g",
+    )
 
 
 def _replace_edges(path: str, data: GraphData) -> None:
@@ -56,10 +62,12 @@ def test_spark_load_revalidates_a_changed_directory(spark, tmp_path):
     write_graph_dir(_graph(0), path)
     shutil.rmtree(os.path.join(path, "edges"))
     os.makedirs(os.path.join(path, "edges"))
-    pq.write_table(pa.table({"src": pa.array([0, 999], pa.int64()), "dst": pa.array([5, 5], pa.int64())}),
-                   os.path.join(path, "edges", "part-0.parquet"))
+    pq.write_table(
+        pa.table({"src": pa.array([0, 999], pa.int64()), "dst": pa.array([5, 5], pa.int64())}),
+        os.path.join(path, "edges", "part-0.parquet"),
+    )
     with pytest.raises(GraphValidationError, match="src that is not a vertex id; first: \\(999 -> 5\\)"):
-        Graph.load(spark, path)   # graph.json says validated, but its stamp no longer matches
+        Graph.load(spark, path)  # graph.json says validated, but its stamp no longer matches
 
 
 def test_spark_fingerprint_follows_the_content(spark, tmp_path):
@@ -75,10 +83,13 @@ def test_foreign_directory_without_graph_json_has_a_fingerprint(tmp_path):
     assert graph_fingerprint(path) == read_graph_dir(path).fingerprint
 
 
-@pytest.mark.parametrize("remove, expected", [
-    ("edges", "no edges/ folder"),
-    ("vertices", "no vertices/ folder"),
-])
+@pytest.mark.parametrize(
+    "remove, expected",
+    [
+        ("edges", "no edges/ folder"),
+        ("vertices", "no vertices/ folder"),
+    ],
+)
 def test_missing_folder_is_named(tmp_path, remove, expected):
     path = str(tmp_path / "g")
     write_graph_dir(_graph(), path)
@@ -136,7 +147,7 @@ def test_failed_writer_leaves_the_previous_graph(tmp_path):
         with GraphDirWriter(path, 3, overwrite=True) as writer:
             writer.write_vertices(np.arange(4), np.zeros((4, 3), np.float32))
             raise RuntimeError("disk full (simulated)")
-    assert sorted(os.listdir(path)) == listing               # no staging folder, nothing half-written
+    assert sorted(os.listdir(path)) == listing  # no staging folder, nothing half-written
     assert read_graph_dir(path).fingerprint == before["fingerprint"]
 
 

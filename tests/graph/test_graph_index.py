@@ -1,6 +1,7 @@
 """IdIndex: the direct table (ids spread over <= 4N values), the binary search (sparse ids) and
 the identity shortcut give the same answers, including unknown ids and duplicated ids (first
 occurrence wins)."""
+
 import numpy as np
 
 from sparkgnn.graph import index as index_mod
@@ -9,7 +10,7 @@ from sparkgnn.graph.index import IdIndex
 
 def _search_only(ids):
     saved = index_mod.TABLE_SPAN_FACTOR
-    index_mod.TABLE_SPAN_FACTOR = -10**9          # forces the binary search path
+    index_mod.TABLE_SPAN_FACTOR = -(10**9)  # forces the binary search path
     try:
         return IdIndex(ids)
     finally:
@@ -19,7 +20,7 @@ def _search_only(ids):
 def test_table_equals_search():
     rng = np.random.default_rng(0)
     ids = rng.choice(np.arange(-50, 5000), 2000, replace=False)
-    ids = np.concatenate([ids, ids[:5]])                       # duplicates
+    ids = np.concatenate([ids, ids[:5]])  # duplicates
     query = np.concatenate([rng.integers(-100, 5100, 5000), [np.iinfo(np.int64).max, np.iinfo(np.int64).min]])
     table, search = IdIndex(ids), _search_only(ids)
     assert table._table is not None and search._table is None

@@ -1,4 +1,5 @@
 """On-disk format: round trips (fixed_size_list and plain lists), graph.json, fingerprint."""
+
 import json
 import os
 
@@ -6,8 +7,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
 from _graph_helpers import write_raw
+
 from sparkgnn.errors import OutputError
 from sparkgnn.graph import GraphData, fingerprint_arrays, read_graph_dir, write_graph_dir
 
@@ -33,8 +34,16 @@ def test_round_trip_fixed_size_list(small_graph, tmp_path):
     _assert_same(small_graph, back)
     assert back.x.flags["C_CONTIGUOUS"] and back.name == "small"
     on_disk = json.loads((tmp_path / "g" / "graph.json").read_text())
-    for key in ("num_vertices", "num_edges", "feature_dim", "has_weight", "has_labels", "num_classes",
-                "name", "fingerprint"):
+    for key in (
+        "num_vertices",
+        "num_edges",
+        "feature_dim",
+        "has_weight",
+        "has_labels",
+        "num_classes",
+        "name",
+        "fingerprint",
+    ):
         assert on_disk[key] == meta[key]
     assert (on_disk["num_vertices"], on_disk["num_edges"], on_disk["feature_dim"]) == (6, 7, 4)
     assert on_disk["num_classes"] == 3 and on_disk["fingerprint"] == small_graph.fingerprint
@@ -44,22 +53,32 @@ def test_round_trip_fixed_size_list(small_graph, tmp_path):
 def test_reads_plain_list_vectors(tmp_path, value_type):
     """A directory written by another tool (x as list<float|double|int>, no graph.json)."""
     x = [[1, 0, 2], [0, 1, 1], [3, 3, 0]]
-    path = write_raw(tmp_path, {"id": [5, 6, 7], "x": x}, {"src": [5, 6], "dst": [6, 7], "weight": [1.0, 2.0]},
-                     vertex_types={"x": pa.list_(value_type)})
+    path = write_raw(
+        tmp_path,
+        {"id": [5, 6, 7], "x": x},
+        {"src": [5, 6], "dst": [6, 7], "weight": [1.0, 2.0]},
+        vertex_types={"x": pa.list_(value_type)},
+    )
     g = read_graph_dir(path)
     assert g.x.dtype == np.float32 and g.x.tolist() == x
     assert g.dst_ids.tolist() == [6, 7] and g.weight.dtype == np.float32
     assert g.name == os.path.basename(path)
-    assert g.fingerprint == fingerprint_arrays([5, 6, 7], np.array(x, np.float32), [5, 6], [6, 7],
-                                               np.array([1.0, 2.0], np.float32))
+    assert g.fingerprint == fingerprint_arrays(
+        [5, 6, 7], np.array(x, np.float32), [5, 6], [6, 7], np.array([1.0, 2.0], np.float32)
+    )
 
 
 def test_fingerprint_tracks_content_not_layout(small_graph, tmp_path):
     fp = small_graph.fingerprint
     # same content, other row order and file layout -> same fingerprint
     perm = np.array([3, 0, 5, 1, 4, 2])
-    shuffled = GraphData.from_edge_ids(small_graph.ids[perm], small_graph.x[perm], small_graph.src_ids[::-1],
-                                       small_graph.dst_ids[::-1], weight=small_graph.weight[::-1])
+    shuffled = GraphData.from_edge_ids(
+        small_graph.ids[perm],
+        small_graph.x[perm],
+        small_graph.src_ids[::-1],
+        small_graph.dst_ids[::-1],
+        weight=small_graph.weight[::-1],
+    )
     assert shuffled.fingerprint == fp
     assert write_graph_dir(small_graph, tmp_path / "a", rows_per_file=2)["fingerprint"] == fp
     # any content change -> another fingerprint
@@ -78,8 +97,14 @@ def test_fingerprint_tracks_content_not_layout(small_graph, tmp_path):
         other = GraphData.from_edge_ids(small_graph.ids, args["x"], args["src"], args["dst"], weight=args["weight"])
         assert other.fingerprint != fp, change
     # labels and splits do not change embeddings, so they do not change the fingerprint
-    relabelled = GraphData.from_edge_ids(small_graph.ids, small_graph.x, small_graph.src_ids, small_graph.dst_ids,
-                                         weight=small_graph.weight, y=np.zeros(6))
+    relabelled = GraphData.from_edge_ids(
+        small_graph.ids,
+        small_graph.x,
+        small_graph.src_ids,
+        small_graph.dst_ids,
+        weight=small_graph.weight,
+        y=np.zeros(6),
+    )
     assert relabelled.fingerprint == fp
 
 

@@ -1,13 +1,14 @@
 """The Spark-side Graph: normalisation, load/save, stats, fingerprint parity with the numpy path,
 and the same validation messages as the numpy path (shared cases in _graph_helpers.BROKEN)."""
+
 import pathlib
 import re
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
-
 from _graph_helpers import BROKEN, arrow_types, write_raw
+
 import sparkgnn
 from sparkgnn.errors import GraphValidationError
 from sparkgnn.graph import Graph, read_graph_dir, write_graph_dir
@@ -18,8 +19,12 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 def test_lazy_export_and_no_pyspark_imports():
     assert sparkgnn.Graph is Graph
     pattern = re.compile(r"^\s*(import|from)\s+pyspark\b", re.M)
-    offenders = [str(p) for folder in ("python/sparkgnn/graph", "python/sparkgnn/datasets")
-                 for p in (ROOT / folder).rglob("*.py") if pattern.search(p.read_text())]
+    offenders = [
+        str(p)
+        for folder in ("python/sparkgnn/graph", "python/sparkgnn/datasets")
+        for p in (ROOT / folder).rglob("*.py")
+        if pattern.search(p.read_text())
+    ]
     assert offenders == []
 
 
@@ -34,19 +39,32 @@ def test_spark_validation_matches_numpy_wording(spark, case, tmp_path):
 
 
 def test_dataframes_are_normalised_and_fingerprinted_like_numpy(spark, small_graph):
-    rows = [(int(i), [float(v) for v in row], int(y)) for i, row, y in zip(small_graph.ids, small_graph.x, small_graph.y)]
+    rows = [
+        (int(i), [float(v) for v in row], int(y))
+        for i, row, y in zip(small_graph.ids, small_graph.x, small_graph.y, strict=True)
+    ]
     vertices = spark.createDataFrame(rows, "id int, x array<double>, y int")
     edges = spark.createDataFrame(
-        [(int(s), int(d), float(w)) for s, d, w in zip(small_graph.src_ids, small_graph.dst_ids, small_graph.weight)],
-        "src int, dst int, weight double")
+        [
+            (int(s), int(d), float(w))
+            for s, d, w in zip(small_graph.src_ids, small_graph.dst_ids, small_graph.weight, strict=True)
+        ],
+        "src int, dst int, weight double",
+    )
     graph = Graph.from_graphframe(SimpleNamespace(vertices=vertices.withColumn("extra", vertices.id), edges=edges))
     assert graph.vertices.dtypes == [("id", "bigint"), ("x", "array<float>"), ("y", "bigint")]
     assert graph.edges.dtypes == [("src", "bigint"), ("dst", "bigint"), ("weight", "float")]
     assert graph.path is None and graph.feature_dim == 4
     assert graph.fingerprint == small_graph.fingerprint
     stats = graph.stats()
-    assert stats == {"num_vertices": 6, "num_edges": 7, "feature_dim": 4, "num_classes": 3,
-                     "has_weight": True, "has_labels": True}
+    assert stats == {
+        "num_vertices": 6,
+        "num_edges": 7,
+        "feature_dim": 4,
+        "num_classes": 3,
+        "has_weight": True,
+        "has_labels": True,
+    }
 
 
 def test_load_written_dir_uses_graph_json(spark, small_graph, tmp_path):
@@ -59,7 +77,8 @@ def test_load_written_dir_uses_graph_json(spark, small_graph, tmp_path):
     back = graph.to_graph_data()
     order = np.argsort(back.ids)
     np.testing.assert_array_equal(back.x[order], small_graph.x[np.argsort(small_graph.ids)])
-    assert sorted(zip(back.src_ids, back.dst_ids)) == sorted(zip(small_graph.src_ids, small_graph.dst_ids))
+    expected = sorted(zip(small_graph.src_ids, small_graph.dst_ids, strict=True))
+    assert sorted(zip(back.src_ids, back.dst_ids, strict=True)) == expected
 
 
 def test_save_then_read_with_pyarrow(spark, small_graph, tmp_path):

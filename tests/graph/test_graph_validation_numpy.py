@@ -1,8 +1,9 @@
 """Every validation error on the numpy path names the problem, the count and the first offenders."""
+
 import numpy as np
 import pytest
-
 from _graph_helpers import BROKEN, GOOD_X, arrow_types, write_raw
+
 from sparkgnn.errors import GraphValidationError
 from sparkgnn.graph import GraphData, read_graph_dir
 
@@ -30,7 +31,12 @@ def test_graph_data_from_arrays_reports_the_same():
     assert "1 edges have a dst that is not a vertex id; first: (4 -> 77)" in text
     assert "1 edges have a negative, NaN, Inf or null weight; first: (4 -> 77, weight=-3)" in text
     assert [p.kind for p in err.value.problems] == [
-        "duplicate_id", "x_nonfinite", "dangling_src", "dangling_dst", "bad_weight"]
+        "duplicate_id",
+        "x_nonfinite",
+        "dangling_src",
+        "dangling_dst",
+        "bad_weight",
+    ]
 
 
 def test_ragged_python_features():

@@ -1,17 +1,18 @@
 """Aggregator properties: single-shot result equals PyG's aggregation modules, and merging
 partial states is associative and commutative for ANY split of the edges, any merge order and
 grouping (the exactness property the distributed executor relies on)."""
+
 import math
 import random
 
 import pytest
 import torch
 import torch_geometric.nn.aggr as A
+import torch_test_graphs as graphs  # noqa: E402
 from torch_geometric.utils import softmax as pyg_softmax
 
 from sparkgnn.layers.aggregators import AGGREGATORS, get_aggregator
 
-import torch_test_graphs as graphs  # noqa: E402
 rel_err = graphs.rel_err
 TOL = 1e-5
 
@@ -19,7 +20,7 @@ TOL = 1e-5
 def _messages(case: str, e: int, f: int, g: torch.Generator) -> torch.Tensor:
     m = torch.randn(e, f, generator=g)
     if case in ("powermean2", "powermean_learn"):
-        m = m.abs() * 2          # power means are meant for non-negative messages
+        m = m.abs() * 2  # power means are meant for non-negative messages
     return m
 
 
@@ -45,13 +46,10 @@ CASES = {
     "min": ({}, 6, lambda m, i, n: A.MinAggregation()(m, i, dim_size=n)),
     "var": ({}, 6, lambda m, i, n: A.VarAggregation()(m, i, dim_size=n)),
     "std": ({}, 6, lambda m, i, n: A.StdAggregation()(m, i, dim_size=n)),
-    "powermean2": ({"p": 2.0}, 6,
-                   lambda m, i, n: A.PowerMeanAggregation(p=2.0)(m, i, dim_size=n)),
-    "powermean1": ({"p": 1.0}, 6,
-                   lambda m, i, n: A.PowerMeanAggregation(p=1.0)(m, i, dim_size=n)),
-    "powermean_learn": (None, 6, None),   # p per channel, taken from a learnable PyG module
-    "softmax": ({"heads": 3}, 3 + 3 * 4,
-                lambda m, i, n: _pyg_softmax_heads(m, i, n, 3)),
+    "powermean2": ({"p": 2.0}, 6, lambda m, i, n: A.PowerMeanAggregation(p=2.0)(m, i, dim_size=n)),
+    "powermean1": ({"p": 1.0}, 6, lambda m, i, n: A.PowerMeanAggregation(p=1.0)(m, i, dim_size=n)),
+    "powermean_learn": (None, 6, None),  # p per channel, taken from a learnable PyG module
+    "softmax": ({"heads": 3}, 3 + 3 * 4, lambda m, i, n: _pyg_softmax_heads(m, i, n, 3)),
 }
 
 
@@ -61,7 +59,7 @@ def _setup(case, seed=0, e=600, num=80):
     m = _messages(case, e, width, g)
     # destinations 0..num-11 only: the last 10 rows never receive a message
     index = torch.randint(0, num - 10, (e,), generator=g)
-    index[:200] = 3                                     # one heavy destination
+    index[:200] = 3  # one heavy destination
     if case == "powermean_learn":
         ref, p = _pyg_powermean_learn(m, index, num)
         agg = get_aggregator("powermean", p=p, transform=True)
@@ -164,7 +162,7 @@ def test_softmax_merge_is_overflow_safe():
     agg = get_aggregator("softmax", heads=1)
     m = torch.tensor([[500.0, 1.0], [-500.0, 3.0], [100.0, 2.0]])
     idx = torch.zeros(3, dtype=torch.long)
-    parts = [agg.partial(m[i:i + 1], idx[:1], 1) for i in range(3)]
+    parts = [agg.partial(m[i : i + 1], idx[:1], 1) for i in range(3)]
     merged = agg.merge(torch.cat(parts), torch.zeros(3, dtype=torch.long), 1)
     out = agg.finalize(merged)
     assert torch.isfinite(out).all() and math.isclose(out.item(), 1.0, rel_tol=1e-6)
@@ -173,9 +171,13 @@ def test_softmax_merge_is_overflow_safe():
 def test_empty_rows_finalize_like_pyg():
     m = torch.randn(4, 3)
     idx = torch.tensor([0, 0, 2, 2])
-    for name, mod in [("max", A.MaxAggregation()), ("min", A.MinAggregation()),
-                      ("mean", A.MeanAggregation()), ("var", A.VarAggregation()),
-                      ("std", A.StdAggregation())]:
+    for name, mod in [
+        ("max", A.MaxAggregation()),
+        ("min", A.MinAggregation()),
+        ("mean", A.MeanAggregation()),
+        ("var", A.VarAggregation()),
+        ("std", A.StdAggregation()),
+    ]:
         agg = get_aggregator(name)
         assert torch.equal(agg.finalize(agg.partial(m, idx, 4))[1], mod(m, idx, dim_size=4)[1])
     pm = get_aggregator("powermean", p=3.0)

@@ -6,11 +6,11 @@ import pytest
 import torch
 import torch_geometric.nn as gnn
 import torch_geometric.nn.aggr as A
+import torch_test_graphs as graphs  # noqa: E402
 
 from sparkgnn.layers import MergeableConv, propagate
 from sparkgnn.models import Model
 
-import torch_test_graphs as graphs  # noqa: E402
 rel_err = graphs.rel_err
 TOL = 1e-5
 PARTS = (1, 2, 7)
@@ -38,24 +38,31 @@ CONVS = {
     "gcn_nonorm": lambda f: gnn.GCNConv(f, 8, normalize=False, bias=False),
     "sage_mean": lambda f: gnn.SAGEConv(f, 8),
     "sage_max": lambda f: gnn.SAGEConv(f, 8, aggr="max"),
-    "sage_sum_norm_noroot": lambda f: gnn.SAGEConv(f, 8, aggr="sum", normalize=True,
-                                                   root_weight=False),
+    "sage_sum_norm_noroot": lambda f: gnn.SAGEConv(f, 8, aggr="sum", normalize=True, root_weight=False),
     "sage_min_nobias": lambda f: gnn.SAGEConv(f, 8, aggr="min", bias=False),
     "sage_powermean": lambda f: gnn.SAGEConv(f, 8, aggr=_powermean()),
     "sage_powermean_learn": lambda f: gnn.SAGEConv(f, 8, aggr=_powermean_learn()),
     "sage_var": lambda f: gnn.SAGEConv(f, 8, aggr=A.VarAggregation()),
     "sage_std": lambda f: gnn.SAGEConv(f, 8, aggr="std"),
     "sage_softmax": lambda f: gnn.SAGEConv(f, 8, aggr=_softmax_aggr()),
-    "gin_seq_bn": lambda f: gnn.GINConv(torch.nn.Sequential(
-        torch.nn.Linear(f, 16), torch.nn.BatchNorm1d(16), torch.nn.ReLU(), torch.nn.Dropout(0.5),
-        torch.nn.Linear(16, 8)), eps=0.25, train_eps=True),
+    "gin_seq_bn": lambda f: gnn.GINConv(
+        torch.nn.Sequential(
+            torch.nn.Linear(f, 16),
+            torch.nn.BatchNorm1d(16),
+            torch.nn.ReLU(),
+            torch.nn.Dropout(0.5),
+            torch.nn.Linear(16, 8),
+        ),
+        eps=0.25,
+        train_eps=True,
+    ),
     "gin_mlp": lambda f: gnn.GINConv(gnn.MLP([f, 16, 8], norm="batch_norm", dropout=0.3)),
-    "gin_bn_first": lambda f: gnn.GINConv(torch.nn.Sequential(
-        torch.nn.BatchNorm1d(f), torch.nn.Linear(f, 8), torch.nn.ELU(0.7))),
+    "gin_bn_first": lambda f: gnn.GINConv(
+        torch.nn.Sequential(torch.nn.BatchNorm1d(f), torch.nn.Linear(f, 8), torch.nn.ELU(0.7))
+    ),
     "gat_concat": lambda f: gnn.GATConv(f, 4, heads=3, dropout=0.5),
     "gat_mean": lambda f: gnn.GATConv(f, 5, heads=2, concat=False, negative_slope=0.1),
-    "gat_residual_noloops": lambda f: gnn.GATConv(f, 4, heads=2, residual=True,
-                                                  add_self_loops=False, bias=False),
+    "gat_residual_noloops": lambda f: gnn.GATConv(f, 4, heads=2, residual=True, add_self_loops=False, bias=False),
     "gat_bipartite_lins": lambda f: gnn.GATConv((f, f), 4, heads=2),
 }
 
@@ -74,7 +81,7 @@ def _check(case, graph, weighted):
     pyg = _randomize(CONVS[case](graph.num_features), seed=len(case))
     x = graph.x
     if "powermean" in case:
-        x = x.abs()          # power means of negative inputs are clamped away (PyG semantics)
+        x = x.abs()  # power means of negative inputs are clamped away (PyG semantics)
     w = graph.edge_weight if weighted else None
     with torch.no_grad():
         ref = pyg(x, graph.edge_index, w) if weighted else pyg(x, graph.edge_index)
@@ -128,11 +135,17 @@ def test_contract_widths(synthetic):
 
 def test_pre_transform_flags():
     f = 10
-    flags = {case: Model.from_pyg(make(f)).conv(0).can_pre_transform
-             for case, make in CONVS.items()}
+    flags = {case: Model.from_pyg(make(f)).conv(0).can_pre_transform for case, make in CONVS.items()}
     assert flags["gcn"] and flags["sage_mean"] and flags["gat_concat"] and flags["gin_mlp"]
-    for case in ("sage_max", "sage_min_nobias", "sage_powermean", "sage_var", "sage_std",
-                 "sage_softmax", "gin_bn_first"):
+    for case in (
+        "sage_max",
+        "sage_min_nobias",
+        "sage_powermean",
+        "sage_var",
+        "sage_std",
+        "sage_softmax",
+        "gin_bn_first",
+    ):
         assert not flags[case], case
 
 

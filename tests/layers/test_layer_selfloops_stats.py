@@ -8,14 +8,12 @@ from torch_geometric.utils import add_remaining_self_loops, add_self_loops, remo
 from sparkgnn.layers.selfloops import SELF_LOOP_POLICIES, apply_self_loops
 from sparkgnn.layers.stats import STATS
 
-import torch_test_graphs as graphs  # noqa: E402
-
 
 def _as_multiset(src, dst, w=None):
     key = (src * 100003 + dst).tolist()
     if w is None:
         return sorted(key)
-    return sorted(zip(key, [round(float(v), 6) for v in w]))
+    return sorted(zip(key, [round(float(v), 6) for v in w], strict=True))
 
 
 def test_policy_registry():

@@ -1,17 +1,15 @@
 """Fixtures for messenger tests: a broker + worker threads cluster (fast: no child processes),
 tmp ipc paths, short heartbeats. Every fixture stops what it started."""
+
 import os
 import pathlib
 import threading
-import time
 import uuid
 
-import pytest
-
-from messenger_helpers import HB, wait_for  # noqa: F401  (re-exported for fixtures)
-import zmq
-
 import fixture_handlers
+import pytest
+import zmq
+from messenger_helpers import HB, wait_for  # noqa: F401  (re-exported for fixtures)
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -19,8 +17,16 @@ HERE = pathlib.Path(__file__).resolve().parent
 class ThreadCluster:
     """Broker + workers in threads of this process, on inproc:// (or ipc://) endpoints."""
 
-    def __init__(self, tmp_path, scheme="inproc", workers=2, handler=fixture_handlers.scale,
-                 broker_kwargs=None, worker_kwargs=None, context=None):
+    def __init__(
+        self,
+        tmp_path,
+        scheme="inproc",
+        workers=2,
+        handler=fixture_handlers.scale,
+        broker_kwargs=None,
+        worker_kwargs=None,
+        context=None,
+    ):
         from sparkgnn.messenger.broker import Broker
 
         self.context = context or zmq.Context.instance()

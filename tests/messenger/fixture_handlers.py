@@ -3,6 +3,7 @@
 `scale` multiplies the float column `x` by header["factor"] (default 2) and echoes `id`, so a
 result proves which request it answers. Child worker processes import this module by path
 (`--handler fixture_handlers:scale`, with this folder on PYTHONPATH)."""
+
 import os
 import time
 

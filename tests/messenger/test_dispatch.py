@@ -1,4 +1,5 @@
 """The broker's bookkeeping without sockets: LRU, slots, bounded queue, expiry and requeue."""
+
 from sparkgnn.messenger.dispatch import Dispatcher, Request
 
 
@@ -10,12 +11,12 @@ def test_lru_assigns_least_recently_used_worker_with_a_free_slot():
     d = Dispatcher(liveness_s=1.0)
     d.ready(b"w1", "ipc://w1", 1, now=0)
     d.ready(b"w2", "ipc://w2", 1, now=0)
-    (c1, a1), = d.request(req("t1"), 0)[0]
-    (c2, a2), = d.request(req("t2"), 0)[0]
+    ((c1, a1),) = d.request(req("t1"), 0)[0]
+    ((c2, a2),) = d.request(req("t2"), 0)[0]
     assert (a1["data"], a2["data"]) == ("ipc://w1", "ipc://w2")
     assert d.request(req("t3"), 0) == ([], False)  # no free slot: queued
     assert d.snapshot()["queue_depth"] == 1
-    (_, a3), = d.done(b"w2", a2["lease"], now=0.1)  # w2 frees first, gets the queued one
+    ((_, a3),) = d.done(b"w2", a2["lease"], now=0.1)  # w2 frees first, gets the queued one
     assert a3["token"] == "t3" and a3["data"] == "ipc://w2"
 
 
@@ -30,15 +31,15 @@ def test_full_queue_answers_busy_and_does_not_grow():
 def test_repeated_lease_request_is_idempotent():
     d = Dispatcher(liveness_s=1.0)
     d.ready(b"w1", "ipc://w1", 2, now=0)
-    (_, first), = d.request(req("t"), 0)[0]
-    (_, again), = d.request(req("t"), 0)[0]
+    ((_, first),) = d.request(req("t"), 0)[0]
+    ((_, again),) = d.request(req("t"), 0)[0]
     assert first == again and d.snapshot()["leases_active"] == 1
 
 
 def test_expired_worker_leases_are_requeued_in_front_and_reassigned():
     d = Dispatcher(liveness_s=1.0)
     d.ready(b"w1", "ipc://w1", 2, now=0)
-    (_, a), = d.request(req("t1"), 0)[0]
+    ((_, a),) = d.request(req("t1"), 0)[0]
     d.request(req("t2"), 0)
     d.request(req("t3", client=b"other"), 0)  # waits behind w1's two slots
     d.ready(b"w2", "ipc://w2", 1, now=0.9)  # takes t3
@@ -48,7 +49,7 @@ def test_expired_worker_leases_are_requeued_in_front_and_reassigned():
     assert d.counts["requeued"] == 2
     assert d.snapshot()["queue_depth"] == 2 and assignments == []  # w2 busy with t3
     (t3_lease,) = d.leases
-    (_, b), = d.done(b"w2", t3_lease, now=1.6)
+    ((_, b),) = d.done(b"w2", t3_lease, now=1.6)
     assert b["token"] == "t1" and b["requeued"] is True and b["data"] == "ipc://w2"
 
 
@@ -72,8 +73,8 @@ def test_affinity_prefers_the_worker_that_served_the_key_before():
     d = Dispatcher(liveness_s=10.0)
     d.ready(b"w1", "ipc://w1", 4, now=0)
     d.ready(b"w2", "ipc://w2", 4, now=0)
-    (_, a), = d.request(req("t1", affinity="part-3"), 0)[0]
+    ((_, a),) = d.request(req("t1", affinity="part-3"), 0)[0]
     for t in ("x", "y"):
         d.request(req(t), 0)
-    (_, b), = d.request(req("t2", affinity="part-3"), 0)[0]
+    ((_, b),) = d.request(req("t2", affinity="part-3"), 0)[0]
     assert a["data"] == b["data"]

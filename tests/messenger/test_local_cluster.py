@@ -1,5 +1,6 @@
 """Real child processes: LocalCluster start/stop, SIGKILL of a worker mid-job, broker crash and
 restart mid-job, broker gone for good, parent-death watchdog. Heartbeats are 0.1 s."""
+
 import collections
 import os
 import shutil
@@ -8,10 +9,10 @@ import subprocess
 import sys
 import time
 
-import pytest
-
 import fixture_handlers as fh
+import pytest
 from messenger_helpers import wait_for
+
 from sparkgnn.messenger.errors import TransportError
 from sparkgnn.messenger.local import LocalCluster
 from sparkgnn.messenger.transport import InProcessTransport
@@ -20,8 +21,7 @@ HB = 0.1
 
 
 def requests(n, sleep=0.0):
-    return [({"op": "scale", "batch": i, "id_column": "id", "sleep": sleep}, fh.batch(20, 100 * i))
-            for i in range(n)]
+    return [({"op": "scale", "batch": i, "id_column": "id", "sleep": sleep}, fh.batch(20, 100 * i)) for i in range(n)]
 
 
 def alive(pid):
@@ -58,7 +58,7 @@ def test_local_cluster_equals_inprocess_and_stops_its_children(cluster, transpor
     with c.client(timeout_s=10) as client:
         remote = list(client.map(reqs, window=4))
     local = list(InProcessTransport(fh.scale).map(reqs))
-    assert [o["out"].equals(lo["out"]) for (_, o), (_, lo) in zip(remote, local)] == [True] * 12
+    assert [o["out"].equals(lo["out"]) for (_, o), (_, lo) in zip(remote, local, strict=True)] == [True] * 12
     assert len({h["worker_pid"] for h, _ in remote}) == 2
     folder = c.dir
     c.stop()
@@ -126,8 +126,9 @@ time.sleep(60)
 
 
 def test_children_exit_when_the_parent_is_killed(child_env):
-    parent = subprocess.Popen([sys.executable, "-c", _PARENT], stdout=subprocess.PIPE,
-                              env=dict(os.environ, **child_env), text=True)
+    parent = subprocess.Popen(
+        [sys.executable, "-c", _PARENT], stdout=subprocess.PIPE, env=dict(os.environ, **child_env), text=True
+    )
     try:
         *pids, folder = parent.stdout.readline().split()
         pids = [int(p) for p in pids]
@@ -169,8 +170,9 @@ def test_worker_processes_survive_garbage_and_report_it_through_the_broker(clust
 def test_connect_local_spec_owns_its_cluster(child_env):
     from sparkgnn.messenger.transport import connect
 
-    t = connect("local[1]", cluster_options=dict(handler="fixture_handlers:scale", env=child_env,
-                                                 heartbeat_s=HB), timeout_s=10)
+    t = connect(
+        "local[1]", cluster_options=dict(handler="fixture_handlers:scale", env=child_env, heartbeat_s=HB), timeout_s=10
+    )
     broker = t.cluster.broker
     assert t.call({"batch": 1, "id_column": "id"}, fh.batch(4))[1]["out"].num_rows == 4
     t.close()
@@ -187,8 +189,13 @@ with LocalCluster(1, handler="fixture_handlers:scale", heartbeat_s=0.1) as c:
 
 
 def test_ctrl_c_in_the_parent_stops_the_children_cleanly(child_env):
-    parent = subprocess.Popen([sys.executable, "-c", _CTRL_C], stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, env=dict(os.environ, **child_env), text=True)
+    parent = subprocess.Popen(
+        [sys.executable, "-c", _CTRL_C],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=dict(os.environ, **child_env),
+        text=True,
+    )
     try:
         *pids, folder = parent.stdout.readline().split()
         pids = [int(p) for p in pids]

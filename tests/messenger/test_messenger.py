@@ -1,13 +1,14 @@
 """Broker + worker threads + dealer over real ZeroMQ sockets (inproc/ipc/tcp), in one process."""
+
 import io
 import os
 import threading
 
+import fixture_handlers as fh
 import pytest
 import zmq
-
-import fixture_handlers as fh
 from messenger_helpers import HB, wait_for
+
 from sparkgnn.messenger import endpoints
 from sparkgnn.messenger.broker import Broker
 from sparkgnn.messenger.dealer import MessengerTransport
@@ -54,8 +55,13 @@ def _malformed_messages():
     wrong_version = control(Kind.TASK, batch="m")
     wrong_version[0] = wrong_version[0].replace(b'"v":1', b'"v":7')
     unknown = [wrong_version[0].replace(b'"v":7', b'"v":1').replace(b'"TASK"', b'"FROB"')]
-    return {"random": [os.urandom(64)], "truncated": truncated, "version": wrong_version,
-            "unknown": unknown, "oversize": [good[0]] + [b"\0" * 700_000] * 2}
+    return {
+        "random": [os.urandom(64)],
+        "truncated": truncated,
+        "version": wrong_version,
+        "unknown": unknown,
+        "oversize": [good[0]] + [b"\0" * 700_000] * 2,
+    }
 
 
 def test_malformed_frames_are_counted_and_survived(thread_cluster):
@@ -76,7 +82,10 @@ def test_malformed_frames_are_counted_and_survived(thread_cluster):
         header, _ = decode(data.recv_multipart(), 1 << 20)
         errors.append((header["kind"], header["error_type"], header["retryable"]))
     assert all(kind == "ERROR" and etype == "ProtocolError" for kind, etype, _ in errors)
-    worker_bad = lambda: cluster.workers[0].metrics()["malformed"] + cluster.workers[0].metrics()["unknown_kind"]
+
+    def worker_bad():
+        return cluster.workers[0].metrics()["malformed"] + cluster.workers[0].metrics()["unknown_kind"]
+
     assert wait_for(lambda: worker_bad() == len(bad))
     # the broker counts them per socket (the oversize frame is dropped by libzmq's size cap
     # on the broker, which only takes control messages, so it may not reach the counter)
@@ -92,8 +101,7 @@ def test_malformed_frames_are_counted_and_survived(thread_cluster):
 
 def test_full_broker_queue_means_busy_back_pressure_and_bounded_memory(thread_cluster):
     # a slower broker heartbeat: a false expiry under CPU load would requeue past max_queue
-    cluster = thread_cluster(workers=1, broker_kwargs=dict(max_queue=1, heartbeat_s=0.3),
-                             worker_kwargs=dict(slots=1))
+    cluster = thread_cluster(workers=1, broker_kwargs=dict(max_queue=1, heartbeat_s=0.3), worker_kwargs=dict(slots=1))
     clients = [cluster.client(window=4) for _ in range(2)]
     results = {}
 
@@ -129,8 +137,14 @@ def fresh_context():
 def test_periodic_metrics_line(tmp_path, fresh_context):
     stream = io.StringIO()
     stop = threading.Event()
-    broker = Broker(f"ipc://{tmp_path}/f.ipc", f"ipc://{tmp_path}/b.ipc", heartbeat_s=HB,
-                    metrics_interval_s=0.05, metrics_stream=stream, context=fresh_context())
+    broker = Broker(
+        f"ipc://{tmp_path}/f.ipc",
+        f"ipc://{tmp_path}/b.ipc",
+        heartbeat_s=HB,
+        metrics_interval_s=0.05,
+        metrics_stream=stream,
+        context=fresh_context(),
+    )
     thread = threading.Thread(target=broker.run, args=(stop,))
     thread.start()
     assert wait_for(lambda: stream.getvalue().count("\n") >= 2)
@@ -180,7 +194,9 @@ def test_curve_without_the_server_key_gets_nothing_through_and_with_it_works(tmp
             with pytest.raises(TransportError, match=front):
                 plain.call({"batch": "sneaky"}, fh.batch(2))
         key = server_public_key(str(keys))
-        with MessengerTransport(front, timeout_s=5, heartbeat_s=HB, curve_server_key=key, context=fresh_context()) as good:
+        with MessengerTransport(
+            front, timeout_s=5, heartbeat_s=HB, curve_server_key=key, context=fresh_context()
+        ) as good:
             header, out = good.call({"batch": "ok", "id_column": "id"}, fh.batch(3))
         assert header["batch"] == "ok" and out["out"].num_rows == 3
         assert worker.metrics()["tasks"] == 1  # the key-less client's task never arrived
@@ -215,8 +231,9 @@ def test_a_worker_stuck_in_its_handler_gets_no_new_batches(thread_cluster):
     cluster = thread_cluster(workers=2, broker_kwargs=dict(stuck_after_s=0.2))
     stuck_client = cluster.client()
     results = {}
-    thread = threading.Thread(target=lambda: results.update(
-        slow=stuck_client.call({"batch": "slow", "sleep": 5.0}, fh.batch(2))))   # long enough for a loaded CI box
+    thread = threading.Thread(
+        target=lambda: results.update(slow=stuck_client.call({"batch": "slow", "sleep": 5.0}, fh.batch(2)))
+    )  # long enough for a loaded CI box
     thread.start()
     assert wait_for(lambda: cluster.broker.metrics().get("stuck_workers") == 1)
     stuck = next(w for w in cluster.workers if w.metrics()["tasks"] == 1)

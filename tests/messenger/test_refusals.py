@@ -2,6 +2,7 @@
 hang or a raw traceback: no broker at the address, a broker without workers, a worker whose
 broker never answers, a taken port, bad arguments, a batch or result over a size limit.
 Timeouts here are 1 s; bounds on elapsed time are generous (they only prove nothing hangs)."""
+
 import os
 import socket
 import subprocess
@@ -9,18 +10,25 @@ import sys
 import threading
 import time
 
+import fixture_handlers as fh
 import pyarrow as pa
 import pytest
 import zmq
-
-import fixture_handlers as fh
 from messenger_helpers import HB, wait_for
+
 from sparkgnn.errors import USER_ERRORS, SparkGNNError
 from sparkgnn.messenger import endpoints, shm
 from sparkgnn.messenger.broker import Broker
 from sparkgnn.messenger.dealer import MessengerTransport, probe_broker
-from sparkgnn.messenger.errors import (BindError, BrokerUnreachableError, EndpointError,
-                                       MessageTooLargeError, MessengerError, NoWorkerError, TransportError)
+from sparkgnn.messenger.errors import (
+    BindError,
+    BrokerUnreachableError,
+    EndpointError,
+    MessageTooLargeError,
+    MessengerError,
+    NoWorkerError,
+    TransportError,
+)
 from sparkgnn.messenger.local import free_tcp_port
 from sparkgnn.messenger.protocol import decode, encode, serialize_table
 from sparkgnn.messenger.transport import connect, parse_local
@@ -36,8 +44,9 @@ def _env():
 
 def _run(argv, timeout=BOUND):
     """A messenger command line as a child process: (exit code, stdout, stderr)."""
-    proc = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=timeout,
-                          env=_env(), stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [sys.executable, *argv], capture_output=True, text=True, timeout=timeout, env=_env(), stdin=subprocess.DEVNULL
+    )
     return proc.returncode, proc.stdout, proc.stderr
 
 
@@ -82,8 +91,11 @@ def test_a_batch_fails_with_the_address_when_no_broker_answers(dead_tcp):
     """Not after timeout_s x retries (here minutes): after connect_timeout_s."""
     start = time.monotonic()
     with MessengerTransport(dead_tcp, timeout_s=120, retries=3, heartbeat_s=HB, connect_timeout_s=1) as client:
-        with pytest.raises(BrokerUnreachableError, match=rf"batch 'b1' op 'scale'.*no broker answered at {dead_tcp}"
-                                                         r".*sparkgnn-broker --front"):
+        with pytest.raises(
+            BrokerUnreachableError,
+            match=rf"batch 'b1' op 'scale'.*no broker answered at {dead_tcp}"
+            r".*sparkgnn-broker --front",
+        ):
             client.call({"batch": "b1", "op": "scale"}, fh.batch(2))
     assert time.monotonic() - start < BOUND
 
@@ -96,8 +108,11 @@ def test_a_broker_without_workers_is_named_with_the_command_that_adds_one(thread
     assert f"sparkgnn-worker --connect {cluster.back}" in str(err.value)
     start = time.monotonic()
     with cluster.client(timeout_s=120, no_worker_timeout_s=1) as client:
-        with pytest.raises(NoWorkerError, match=rf"batch 'lonely'.*no worker is connected to the broker at "
-                                                rf"{cluster.front}.*sparkgnn-worker --connect {cluster.back}"):
+        with pytest.raises(
+            NoWorkerError,
+            match=rf"batch 'lonely'.*no worker is connected to the broker at "
+            rf"{cluster.front}.*sparkgnn-worker --connect {cluster.back}",
+        ):
             client.call({"batch": "lonely"}, fh.batch(2))
     assert time.monotonic() - start < BOUND
     # the dealer withdrew its request: a worker that comes later is not leased to nobody
@@ -163,8 +178,20 @@ def test_a_connected_worker_outlives_its_broker_and_keeps_reconnecting(tmp_path)
 def test_generic_worker_cli_says_where_it_connects_and_exits_2(dead_tcp):
     prog = "python -m sparkgnn.messenger.worker"
     start = time.monotonic()
-    code, _, err = _run(["-m", "sparkgnn.messenger.worker", "--connect", dead_tcp, "--connect-timeout", "1",
-                         "--heartbeat", "0.1", "--handler", "fixture_handlers:scale"])
+    code, _, err = _run(
+        [
+            "-m",
+            "sparkgnn.messenger.worker",
+            "--connect",
+            dead_tcp,
+            "--connect-timeout",
+            "1",
+            "--heartbeat",
+            "0.1",
+            "--handler",
+            "fixture_handlers:scale",
+        ]
+    )
     assert time.monotonic() - start < BOUND
     assert code == 2
     assert err.splitlines()[0].startswith(f"[{prog}] connecting to broker at {dead_tcp}")
@@ -182,8 +209,9 @@ def test_sparkgnn_worker_cli_announces_before_building_and_exits_2(dead_tcp, tmp
         return fh.scale
 
     monkeypatch.setattr(cli, "build", build)
-    code = cli.main(["--connect", dead_tcp, "--connect-timeout", "1", "--heartbeat", "0.1",
-                     "--model-store", str(tmp_path)])
+    code = cli.main(
+        ["--connect", dead_tcp, "--connect-timeout", "1", "--heartbeat", "0.1", "--model-store", str(tmp_path)]
+    )
     assert code == 2
     assert seen["stderr_before_build"].startswith(f"[sparkgnn-worker] connecting to broker at {dead_tcp}")
     line = _one_error_line(capsys.readouterr().err, "sparkgnn-worker")
@@ -199,18 +227,21 @@ def test_worker_help_documents_the_connect_timeout(tmp_path):
     assert code == 0 and "--connect-timeout" in out and "0 = wait forever" in " ".join(out.split())
 
 
-@pytest.mark.parametrize("argv, names", [
-    (["--connect", "tcp://"], "--connect"),
-    (["--connect", "tcp://127.0.0.1"], "--connect"),
-    (["--connect", "carrier://x"], "--connect"),
-    (["--connect-timeout", "-1"], "--connect-timeout"),
-    (["--heartbeat", "0"], "--heartbeat"),
-    (["--slots", "two"], "--slots"),
-    (["--handler", "no_such_module:fn"], "--handler"),
-])
+@pytest.mark.parametrize(
+    "argv, names",
+    [
+        (["--connect", "tcp://"], "--connect"),
+        (["--connect", "tcp://127.0.0.1"], "--connect"),
+        (["--connect", "carrier://x"], "--connect"),
+        (["--connect-timeout", "-1"], "--connect-timeout"),
+        (["--heartbeat", "0"], "--heartbeat"),
+        (["--slots", "two"], "--slots"),
+        (["--handler", "no_such_module:fn"], "--handler"),
+    ],
+)
 def test_worker_cli_argument_errors_are_one_line_and_exit_2(argv, names):
     base = {"--handler": "fixture_handlers:scale"}
-    base.update(dict(zip(argv[::2], argv[1::2])))
+    base.update(dict(zip(argv[::2], argv[1::2], strict=True)))
     code, _, err = _run(["-m", "sparkgnn.messenger.worker", *[x for kv in base.items() for x in kv]])
     assert code == 2
     line = _one_error_line(err, "python -m sparkgnn.messenger.worker")
@@ -218,8 +249,20 @@ def test_worker_cli_argument_errors_are_one_line_and_exit_2(argv, names):
 
 
 def test_worker_with_a_taken_data_port_is_one_line(taken_port, dead_tcp):
-    code, _, err = _run(["-m", "sparkgnn.messenger.worker", "--connect", dead_tcp, "--connect-timeout", "5",
-                         "--data-bind", f"tcp://127.0.0.1:{taken_port}", "--handler", "fixture_handlers:scale"])
+    code, _, err = _run(
+        [
+            "-m",
+            "sparkgnn.messenger.worker",
+            "--connect",
+            dead_tcp,
+            "--connect-timeout",
+            "5",
+            "--data-bind",
+            f"tcp://127.0.0.1:{taken_port}",
+            "--handler",
+            "fixture_handlers:scale",
+        ]
+    )
     assert code == 2
     line = _one_error_line(err, "python -m sparkgnn.messenger.worker")
     assert line.endswith(f"cannot bind tcp://127.0.0.1:{taken_port}: Address already in use")
@@ -228,18 +271,29 @@ def test_worker_with_a_taken_data_port_is_one_line(taken_port, dead_tcp):
 # -- the broker CLI ------------------------------------------------------------------------------
 def test_broker_on_a_taken_port_is_one_line_and_exit_2(taken_port):
     free = free_tcp_port()
-    code, _, err = _run(["-m", "sparkgnn.messenger.broker", "--front", f"tcp://127.0.0.1:{taken_port}",
-                         "--back", f"tcp://127.0.0.1:{free}"])
+    code, _, err = _run(
+        [
+            "-m",
+            "sparkgnn.messenger.broker",
+            "--front",
+            f"tcp://127.0.0.1:{taken_port}",
+            "--back",
+            f"tcp://127.0.0.1:{free}",
+        ]
+    )
     assert code == 2
     assert err.strip() == f"sparkgnn-broker: error: cannot bind tcp://127.0.0.1:{taken_port}: Address already in use"
 
 
-@pytest.mark.parametrize("argv, names", [
-    (["--heartbeat", "abc"], "--heartbeat"),
-    (["--liveness", "0"], "--liveness"),
-    (["--front", "localhost:5555"], "--front"),
-    (["--max-message-bytes", "-5"], "--max-message-bytes"),
-])
+@pytest.mark.parametrize(
+    "argv, names",
+    [
+        (["--heartbeat", "abc"], "--heartbeat"),
+        (["--liveness", "0"], "--liveness"),
+        (["--front", "localhost:5555"], "--front"),
+        (["--max-message-bytes", "-5"], "--max-message-bytes"),
+    ],
+)
 def test_broker_argument_errors_are_one_line_and_exit_2(argv, names):
     code, _, err = _run(["-m", "sparkgnn.messenger.broker", *argv])
     assert code == 2
@@ -267,8 +321,19 @@ def test_bad_local_specs_say_what_n_must_be(spec):
         connect(spec)
 
 
-@pytest.mark.parametrize("endpoint", ["tcp://", "tcp://127.0.0.1", "tcp://127.0.0.1:0", "tcp://:5555",
-                                      "tcp://127.0.0.1:99999", "ipc://", "bogus", "udp://x:1"])
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        "tcp://",
+        "tcp://127.0.0.1",
+        "tcp://127.0.0.1:0",
+        "tcp://:5555",
+        "tcp://127.0.0.1:99999",
+        "ipc://",
+        "bogus",
+        "udp://x:1",
+    ],
+)
 def test_malformed_endpoints_are_refused_before_any_socket(endpoint):
     with pytest.raises(EndpointError, match="tcp://host:port"):
         endpoints.check_connect(endpoint)
@@ -318,8 +383,11 @@ def test_a_worker_answers_an_oversize_task_instead_of_dropping_it(thread_cluster
     tables = {"a": fh.batch(4000)["batch"], "b": fh.batch(4000)["batch"]}  # 2 x ~64 KB
     start = time.monotonic()
     with cluster.client(timeout_s=60, retries=3, shm_payloads=route == "shm") as client:
-        with pytest.raises(MessageTooLargeError, match=r"batch 'wide' of job None .* over worker .*message limit of "
-                                                       r"97.7 KiB, max_message_bytes=100000"):
+        with pytest.raises(
+            MessageTooLargeError,
+            match=r"batch 'wide' of job None .* over worker .*message limit of "
+            r"97.7 KiB, max_message_bytes=100000",
+        ):
             client.call({"batch": "wide"}, tables)
         assert client.counts["resent"] == 0
     assert time.monotonic() - start < BOUND
@@ -328,8 +396,9 @@ def test_a_worker_answers_an_oversize_task_instead_of_dropping_it(thread_cluster
 
 def test_raw_oversize_task_gets_an_error_frame_echoing_its_token(thread_cluster):
     cluster = thread_cluster(workers=1, worker_kwargs=dict(max_message_bytes=100_000))
-    frames = encode({"kind": "TASK", "batch": "raw", "token": "t-1"},
-                    {"a": fh.batch(4000)["batch"], "b": fh.batch(4000)["batch"]})
+    frames = encode(
+        {"kind": "TASK", "batch": "raw", "token": "t-1"}, {"a": fh.batch(4000)["batch"], "b": fh.batch(4000)["batch"]}
+    )
     sock = cluster.context.socket(zmq.DEALER)
     sock.linger = 0
     sock.connect(cluster.workers[0].data_endpoint)
@@ -349,10 +418,13 @@ def test_a_result_over_the_dealers_limit_fails_its_batch_instead_of_vanishing(th
     counted as an orphan and the dealer waited for its timeout."""
     cluster = thread_cluster(workers=1)
     request = fh.batch(1000)
-    result_bytes = shm.aligned_size([serialize_table(pa.table(
-        {"id": request["batch"].column("id"), "x": request["batch"].column("x")})).size])
+    result_bytes = shm.aligned_size(
+        [serialize_table(pa.table({"id": request["batch"].column("id"), "x": request["batch"].column("x")})).size]
+    )
     start = time.monotonic()
     with cluster.client(timeout_s=60, shm_payloads=False, max_message_bytes=result_bytes) as client:
-        with pytest.raises(MessageTooLargeError, match=r"the result of batch 'edge' .* over this client's message limit"):
+        with pytest.raises(
+            MessageTooLargeError, match=r"the result of batch 'edge' .* over this client's message limit"
+        ):
             client.call({"batch": "edge"}, request)
     assert time.monotonic() - start < BOUND

@@ -1,11 +1,12 @@
 """The same-host shared memory payload route and its guards (reuse, pinning, fallback, sweep)."""
+
 import os
 import subprocess
 import sys
 
+import fixture_handlers as fh
 import pytest
 
-import fixture_handlers as fh
 from sparkgnn.messenger import shm
 from sparkgnn.messenger.protocol import Kind, control, decode
 
@@ -41,7 +42,7 @@ def test_a_handler_that_keeps_its_input_pins_the_segment_and_nothing_is_overwrit
         assert all(h["shm_pinned"] is True for h, _ in results)
         assert client.counts["shm_retired"] == 6
     # the worker's retained tables still hold exactly what was sent, segments long retired
-    assert [k.equals(t["batch"]) for k, t in zip(fh.KEPT, sent)] == [True] * 6
+    assert [k.equals(t["batch"]) for k, t in zip(fh.KEPT, sent, strict=True)] == [True] * 6
     fh.KEPT.clear()
 
 
@@ -70,11 +71,14 @@ def test_worker_that_cannot_open_the_segment_makes_the_dealer_fall_back_to_frame
     assert cluster.workers[0].metrics()["malformed"] == 1
 
 
-@pytest.mark.parametrize("ref, message", [
-    ({"name": "../../etc/passwd", "parts": [[0, 10]]}, "bad shared memory segment name"),
-    ({"name": "sparkgnn-1-0123456789ab-1", "parts": [[0, 10]]}, "cannot open shared memory segment"),
-    ("not-an-object", "header 'shm' must be an object"),
-])
+@pytest.mark.parametrize(
+    "ref, message",
+    [
+        ({"name": "../../etc/passwd", "parts": [[0, 10]]}, "bad shared memory segment name"),
+        ({"name": "sparkgnn-1-0123456789ab-1", "parts": [[0, 10]]}, "cannot open shared memory segment"),
+        ("not-an-object", "header 'shm' must be an object"),
+    ],
+)
 def test_bad_segment_references_are_refused_and_counted(thread_cluster, ref, message):
     import zmq
 
@@ -104,8 +108,9 @@ def test_out_of_bounds_parts_are_refused(tmp_path):
 
 
 def test_segments_of_dead_dealers_are_swept():
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True).stdout.strip()
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    ).stdout.strip()
     path = os.path.join(shm.SHM_DIR, f"sparkgnn-{dead}-{'cd' * 6}-1")
     open(path, "wb").close()
     mine = shm.Segment(f"sparkgnn-{os.getpid()}-{'cd' * 6}-2", 1 << 20)
@@ -120,7 +125,7 @@ def test_segments_of_dead_dealers_are_swept():
 def test_results_that_outgrow_the_reply_segment_come_back_as_frames(thread_cluster):
     cluster = thread_cluster(workers=1)
     with cluster.client(shm_min_bytes=1) as client:
-        small = client.call({"batch": "s", "op": "scale"}, fh.batch(10))          # sizes the offer
+        small = client.call({"batch": "s", "op": "scale"}, fh.batch(10))  # sizes the offer
         big = client.call({"batch": "b", "op": "scale", "repeat": 400, "factor": 1.0}, fh.batch(5000))
         again = client.call({"batch": "a", "op": "scale"}, fh.batch(10))
     assert big[1]["out"].num_rows == 2_000_000 and small[1]["out"].num_rows == 10
@@ -132,8 +137,8 @@ def test_a_result_naming_a_segment_the_dealer_did_not_offer_is_rejected(thread_c
     import threading
 
     import zmq
-
     from messenger_helpers import wait_for
+
     from sparkgnn.messenger.errors import TransportError
     from sparkgnn.messenger.protocol import peek_header
 
@@ -145,8 +150,7 @@ def test_a_result_naming_a_segment_the_dealer_did_not_offer_is_rejected(thread_c
     ctl = ctx.socket(zmq.DEALER)
     ctl.linger = 0
     ctl.connect(cluster.back)
-    ctl.send_multipart(control(Kind.READY, data="inproc://fake-worker-data", slots=1,
-                               host=shm.host_id(), shm=True))
+    ctl.send_multipart(control(Kind.READY, data="inproc://fake-worker-data", slots=1, host=shm.host_id(), shm=True))
     assert wait_for(lambda: cluster.broker.metrics().get("live_workers") == 1)
     stop = threading.Event()
 
@@ -158,8 +162,10 @@ def test_a_result_naming_a_segment_the_dealer_did_not_offer_is_rejected(thread_c
                 forged = {k: task.get(k) for k in ("batch", "token", "lease")}
                 forged["shm"] = {"name": f"sparkgnn-{os.getpid()}-{'ef' * 6}-1", "parts": [[0, 8]]}
                 forged.update(tables=["out"], rows={"out": 1}, hash="xxh3_64:0")
-                data.send_multipart([ident] + control(Kind.RESULT, **{k: v for k, v in forged.items()
-                                                                        if k not in ("tables", "rows", "hash")}))
+                data.send_multipart(
+                    [ident]
+                    + control(Kind.RESULT, **{k: v for k, v in forged.items() if k not in ("tables", "rows", "hash")})
+                )
             ctl.send_multipart(control(Kind.HEARTBEAT, data="inproc://fake-worker-data", slots=1))
 
     thread = threading.Thread(target=fake_worker)

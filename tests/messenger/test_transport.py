@@ -1,10 +1,11 @@
 """Transport interface: in-process transport, connect() registry, result verification."""
+
+import fixture_handlers as fh
 import pyarrow as pa
 import pytest
 
-import fixture_handlers as fh
 from sparkgnn.messenger.errors import RemoteTaskError, TransportError
-from sparkgnn.messenger.transport import (TRANSPORTS, InProcessTransport, Transport, connect)
+from sparkgnn.messenger.transport import TRANSPORTS, InProcessTransport, Transport, connect
 
 
 @pytest.mark.parametrize("wire", [True, False])
@@ -13,7 +14,7 @@ def test_inprocess_call_and_map_in_order(wire):
     header, out = t.call({"op": "scale", "batch": "b0", "factor": 3.0, "id_column": "id"}, fh.batch(4))
     assert header["kind"] == "RESULT" and header["batch"] == "b0" and header["op"] == "scale"
     assert out["out"].column("x").to_pylist() == [0.0, 1.5, 3.0, 4.5]
-    results = list(t.map((({"batch": i, "id_column": "id"}, fh.batch(3, 10 * i)) for i in range(5))))
+    results = list(t.map(({"batch": i, "id_column": "id"}, fh.batch(3, 10 * i)) for i in range(5)))
     assert [h["batch"] for h, _ in results] == list(range(5))
     assert [o["out"].column("id")[0].as_py() for _, o in results] == [0, 10, 20, 30, 40]
     assert isinstance(t, Transport)

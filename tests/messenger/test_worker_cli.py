@@ -1,12 +1,13 @@
 """`sparkgnn-worker` argument handling and wiring (the torch handler is replaced by a stub; the
 real one is the lead's sparkgnn.dl.handler)."""
+
 import pathlib
 import sys
 import types
 
+import fixture_handlers as fh
 import pytest
 
-import fixture_handlers as fh
 from sparkgnn.worker import cli
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -19,10 +20,15 @@ def test_console_scripts_point_at_the_right_mains():
 
 
 def test_parse_args(tmp_path):
-    args = cli.parse_args(["--connect", "ipc:///tmp/x.ipc", "--device", "cuda:1",
-                           "--model-store", str(tmp_path), "--threads", "2"])
+    args = cli.parse_args(
+        ["--connect", "ipc:///tmp/x.ipc", "--device", "cuda:1", "--model-store", str(tmp_path), "--threads", "2"]
+    )
     assert (args.connect, args.device, args.model_store, args.threads) == (
-        "ipc:///tmp/x.ipc", "cuda:1", str(tmp_path), 2)
+        "ipc:///tmp/x.ipc",
+        "cuda:1",
+        str(tmp_path),
+        2,
+    )
     for bad in (["--device", "tpu"], ["--model-store", str(tmp_path / "missing")]):
         argv = ["--model-store", str(tmp_path)] + bad
         with pytest.raises(SystemExit):

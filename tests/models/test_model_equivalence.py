@@ -6,10 +6,10 @@ import pytest
 import torch
 import torch_geometric.nn as gnn
 import torch_geometric.nn.aggr as A
+import torch_test_graphs as graphs  # noqa: E402
 
 from sparkgnn.models import Model
 
-import torch_test_graphs as graphs  # noqa: E402
 rel_err = graphs.rel_err
 TOL = 1e-5
 PARTS = (1, 2, 7)
@@ -23,12 +23,10 @@ def basic(name, layers, f):
     common = dict(in_channels=f, hidden_channels=16, num_layers=layers, dropout=0.5)
     return {
         "GCN": lambda: gnn.GCN(out_channels=NUM_CLASSES, **common),
-        "GCN_bn_actfirst": lambda: gnn.GCN(norm="batch_norm", act_first=True, act="elu",
-                                           **common),
+        "GCN_bn_actfirst": lambda: gnn.GCN(norm="batch_norm", act_first=True, act="elu", **common),
         "SAGE_mean": lambda: gnn.GraphSAGE(out_channels=NUM_CLASSES, **common),
         "SAGE_max": lambda: gnn.GraphSAGE(aggr="max", norm="batch_norm", **common),
-        "SAGE_powermean": lambda: gnn.GraphSAGE(aggr=A.PowerMeanAggregation(p=2.0),
-                                                out_channels=NUM_CLASSES, **common),
+        "SAGE_powermean": lambda: gnn.GraphSAGE(aggr=A.PowerMeanAggregation(p=2.0), out_channels=NUM_CLASSES, **common),
         "SAGE_var": lambda: gnn.GraphSAGE(aggr="var", out_channels=NUM_CLASSES, **common),
         "SAGE_std": lambda: gnn.GraphSAGE(aggr=A.StdAggregation(), act="leaky_relu", **common),
         "GIN": lambda: gnn.GIN(out_channels=NUM_CLASSES, train_eps=True, **common),
@@ -38,8 +36,19 @@ def basic(name, layers, f):
     }[name]()
 
 
-BASIC = ["GCN", "GCN_bn_actfirst", "SAGE_mean", "SAGE_max", "SAGE_powermean", "SAGE_var",
-         "SAGE_std", "GIN", "GIN_bn", "GAT_concat", "GAT_mean"]
+BASIC = [
+    "GCN",
+    "GCN_bn_actfirst",
+    "SAGE_mean",
+    "SAGE_max",
+    "SAGE_powermean",
+    "SAGE_var",
+    "SAGE_std",
+    "GIN",
+    "GIN_bn",
+    "GAT_concat",
+    "GAT_mean",
+]
 
 
 def _inputs(graph, name):
@@ -91,14 +100,16 @@ def _convs(kind, f, layers):
     out = []
     for i in range(layers):
         a, b = dims[i], dims[i + 1]
-        out.append({
-            "gcn": lambda: gnn.GCNConv(a, b),
-            "sage": lambda: gnn.SAGEConv(a, b, aggr="max" if i % 2 else "mean"),
-            "gin": lambda: gnn.GINConv(torch.nn.Sequential(
-                torch.nn.Linear(a, b), torch.nn.ReLU(), torch.nn.Linear(b, b)), train_eps=True),
-            "gat": lambda: gnn.GATConv(a, b // 2 if i < layers - 1 else b, heads=2,
-                                       concat=i < layers - 1),
-        }[kind]())
+        out.append(
+            {
+                "gcn": lambda: gnn.GCNConv(a, b),
+                "sage": lambda: gnn.SAGEConv(a, b, aggr="max" if i % 2 else "mean"),
+                "gin": lambda: gnn.GINConv(
+                    torch.nn.Sequential(torch.nn.Linear(a, b), torch.nn.ReLU(), torch.nn.Linear(b, b)), train_eps=True
+                ),
+                "gat": lambda: gnn.GATConv(a, b // 2 if i < layers - 1 else b, heads=2, concat=i < layers - 1),
+            }[kind]()
+        )
     return out
 
 
@@ -119,7 +130,7 @@ def test_pyg_sequential_with_head(kind, layers, graph):
     m = randomize(gnn.Sequential("x, edge_index", mods), seed=3)
     model, _ = _check(m, graph, graph.x)
     assert model.out_dim == 3
-    assert len(model.post_ops[layers - 1]) == 2        # tanh + head
+    assert len(model.post_ops[layers - 1]) == 2  # tanh + head
 
 
 @pytest.mark.parametrize("layers", [2, 3])
@@ -133,12 +144,10 @@ def test_torch_containers(kind, layers, graph):
     for i, c in enumerate(convs):
         items.append(c)
         if i < layers - 1:
-            items += [torch.nn.BatchNorm1d(16),
-                      torch.nn.PReLU()]
+            items += [torch.nn.BatchNorm1d(16), torch.nn.PReLU()]
     items.append(torch.nn.LogSoftmax(dim=-1))
     for container in (torch.nn.Sequential, torch.nn.ModuleList):
-        m = randomize(container(*items) if container is torch.nn.Sequential
-                      else container(items), seed=5)
+        m = randomize(container(*items) if container is torch.nn.Sequential else container(items), seed=5)
 
         class Ref(torch.nn.Module):
             def forward(self, x, ei):
@@ -158,10 +167,16 @@ def test_pyg_sequential_gcn_edge_weight_routing(synthetic):
     """In torch_geometric.nn.Sequential a GCNConv only uses weights when its signature passes
     them; sparkgnn follows the signature per layer."""
     f = synthetic.num_features
-    m = randomize(gnn.Sequential("x, edge_index, edge_weight", [
-        (gnn.GCNConv(f, 16), "x, edge_index, edge_weight -> x"), torch.nn.ReLU(),
-        (gnn.GCNConv(16, 8), "x, edge_index -> x"),
-    ]))
+    m = randomize(
+        gnn.Sequential(
+            "x, edge_index, edge_weight",
+            [
+                (gnn.GCNConv(f, 16), "x, edge_index, edge_weight -> x"),
+                torch.nn.ReLU(),
+                (gnn.GCNConv(16, 8), "x, edge_index -> x"),
+            ],
+        )
+    )
     model, _ = _check(m, synthetic, synthetic.x, weighted=True)
     assert model.conv(0).uses_edge_weight and not model.conv(1).uses_edge_weight
 
@@ -194,10 +209,19 @@ def test_model_copies_weights_and_stays_eval(synthetic):
 
 def test_structure_accessors(synthetic):
     f = synthetic.num_features
-    m = randomize(gnn.Sequential("x, edge_index", [
-        (torch.nn.Linear(f, 12), "x -> x"), torch.nn.ReLU(),
-        (gnn.SAGEConv(12, 8), "x, edge_index -> x"), torch.nn.ELU(),
-        (gnn.GCNConv(8, 4), "x, edge_index -> x"), torch.nn.Linear(4, 2)]))
+    m = randomize(
+        gnn.Sequential(
+            "x, edge_index",
+            [
+                (torch.nn.Linear(f, 12), "x -> x"),
+                torch.nn.ReLU(),
+                (gnn.SAGEConv(12, 8), "x, edge_index -> x"),
+                torch.nn.ELU(),
+                (gnn.GCNConv(8, 4), "x, edge_index -> x"),
+                torch.nn.Linear(4, 2),
+            ],
+        )
+    )
     model = Model.from_pyg(m)
     assert model.num_layers == 2 and model.in_dim == f and model.out_dim == 2
     assert model.pre(synthetic.x).shape == (synthetic.num_nodes, 12)
@@ -224,16 +248,24 @@ def test_deep_std_layerwise(graph):
             if l < 2:
                 ref = m.act(ref)
         for parts in PARTS:
-            out = model.post(l, propagate(model.conv(l), h, ei[0], ei[1], parts=parts,
-                                          seed=parts))
+            out = model.post(l, propagate(model.conv(l), h, ei[0], ei[1], parts=parts, seed=parts))
             assert rel_err(out, ref) <= TOL, (graph.name, l, parts)
         h = ref
 
 
 def test_std_first_layer_then_others(graph):
     f = graph.num_features
-    m = randomize(gnn.Sequential("x, edge_index", [
-        (gnn.SAGEConv(f, 16, aggr="std"), "x, edge_index -> x"), torch.nn.ReLU(),
-        (gnn.SAGEConv(16, 16, aggr="mean"), "x, edge_index -> x"), torch.nn.ReLU(),
-        (gnn.SAGEConv(16, NUM_CLASSES, aggr="var"), "x, edge_index -> x")]), seed=9)
+    m = randomize(
+        gnn.Sequential(
+            "x, edge_index",
+            [
+                (gnn.SAGEConv(f, 16, aggr="std"), "x, edge_index -> x"),
+                torch.nn.ReLU(),
+                (gnn.SAGEConv(16, 16, aggr="mean"), "x, edge_index -> x"),
+                torch.nn.ReLU(),
+                (gnn.SAGEConv(16, NUM_CLASSES, aggr="var"), "x, edge_index -> x"),
+            ],
+        ),
+        seed=9,
+    )
     _check(m, graph, graph.x)

@@ -1,4 +1,5 @@
 """plan_info is pure data for the torch-free planner and agrees with what the layers do."""
+
 import json
 
 import torch
@@ -7,9 +8,23 @@ import torch_geometric.nn as gnn
 import sparkgnn
 from sparkgnn.models import Model
 
-KEYS = {"index", "kind", "in_dim", "out_dim", "aggregator", "src_width", "dst_width",
-        "msg_width", "state_width", "needs_dst_in_message", "can_pre_transform", "self_loops",
-        "uses_edge_weight", "required_stats", "decomposable"}
+KEYS = {
+    "index",
+    "kind",
+    "in_dim",
+    "out_dim",
+    "aggregator",
+    "src_width",
+    "dst_width",
+    "msg_width",
+    "state_width",
+    "needs_dst_in_message",
+    "can_pre_transform",
+    "self_loops",
+    "uses_edge_weight",
+    "required_stats",
+    "decomposable",
+}
 
 
 def _pure(obj):
@@ -21,14 +36,19 @@ def _pure(obj):
 
 
 def test_plan_info_content():
-    pyg = gnn.Sequential("x, edge_index, edge_weight", [
-        (gnn.GCNConv(100, 16), "x, edge_index, edge_weight -> x"), torch.nn.ReLU(),
-        (gnn.SAGEConv(16, 8, aggr="max"), "x, edge_index -> x"), torch.nn.ReLU(),
-        (gnn.GATConv(8, 4, heads=3), "x, edge_index -> x"), torch.nn.ReLU(),
-        (gnn.GINConv(torch.nn.Sequential(torch.nn.Linear(12, 6), torch.nn.ReLU())),
-         "x, edge_index -> x"),
-        (gnn.SAGEConv(6, 5, aggr="std"), "x, edge_index -> x"),
-    ])
+    pyg = gnn.Sequential(
+        "x, edge_index, edge_weight",
+        [
+            (gnn.GCNConv(100, 16), "x, edge_index, edge_weight -> x"),
+            torch.nn.ReLU(),
+            (gnn.SAGEConv(16, 8, aggr="max"), "x, edge_index -> x"),
+            torch.nn.ReLU(),
+            (gnn.GATConv(8, 4, heads=3), "x, edge_index -> x"),
+            torch.nn.ReLU(),
+            (gnn.GINConv(torch.nn.Sequential(torch.nn.Linear(12, 6), torch.nn.ReLU())), "x, edge_index -> x"),
+            (gnn.SAGEConv(6, 5, aggr="std"), "x, edge_index -> x"),
+        ],
+    )
     model = Model.from_pyg(pyg)
     info = model.plan_info()
     assert json.loads(json.dumps(info)) == info and _pure(info)
@@ -69,7 +89,9 @@ def test_spec_and_lazy_export():
 
 def test_nested_torch_containers_flatten():
     seq = torch.nn.Sequential(
-        gnn.GCNConv(6, 4), torch.nn.Sequential(torch.nn.ReLU(), gnn.GCNConv(4, 3)),
-        torch.nn.ModuleList([torch.nn.Linear(3, 2)]))
+        gnn.GCNConv(6, 4),
+        torch.nn.Sequential(torch.nn.ReLU(), gnn.GCNConv(4, 3)),
+        torch.nn.ModuleList([torch.nn.Linear(3, 2)]),
+    )
     model = Model.from_pyg(seq)
     assert model.num_layers == 2 and model.out_dim == 2

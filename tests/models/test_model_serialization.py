@@ -1,5 +1,6 @@
 """save/load round trip, fingerprints, and clear ModelLoadErrors for missing, corrupt, tampered
 or mismatched files."""
+
 import hashlib
 import json
 import subprocess
@@ -19,20 +20,29 @@ def _randomize(module, seed=0):
     with torch.no_grad():
         for name, p in list(module.named_parameters()) + list(module.named_buffers()):
             if p.is_floating_point():
-                p.copy_(torch.rand(p.shape, generator=g) + 0.5 if name.endswith("running_var")
-                        else torch.randn(p.shape, generator=g) * 0.3)
+                p.copy_(
+                    torch.rand(p.shape, generator=g) + 0.5
+                    if name.endswith("running_var")
+                    else torch.randn(p.shape, generator=g) * 0.3
+                )
     return module.eval()
 
 
 MODELS = {
     "gcn": lambda f: gnn.GCN(f, 16, 2, out_channels=5),
-    "sage_powermean_bn": lambda f: gnn.GraphSAGE(f, 16, 3, aggr=gnn.aggr.PowerMeanAggregation(
-        learn=True), norm="batch_norm"),
+    "sage_powermean_bn": lambda f: gnn.GraphSAGE(
+        f, 16, 3, aggr=gnn.aggr.PowerMeanAggregation(learn=True), norm="batch_norm"
+    ),
     "gin": lambda f: gnn.GIN(f, 16, 2, out_channels=5, train_eps=True),
-    "gat_seq_head": lambda f: gnn.Sequential("x, edge_index", [
-        (gnn.GATConv(f, 4, heads=3, residual=True), "x, edge_index -> x"), torch.nn.ELU(),
-        (gnn.SAGEConv(12, 8, aggr="softmax"), "x, edge_index -> x"),
-        torch.nn.Linear(8, 3)]),
+    "gat_seq_head": lambda f: gnn.Sequential(
+        "x, edge_index",
+        [
+            (gnn.GATConv(f, 4, heads=3, residual=True), "x, edge_index -> x"),
+            torch.nn.ELU(),
+            (gnn.SAGEConv(12, 8, aggr="softmax"), "x, edge_index -> x"),
+            torch.nn.Linear(8, 3),
+        ],
+    ),
 }
 
 
@@ -45,7 +55,7 @@ def test_round_trip(model, synthetic, tmp_path):
     model.save(tmp_path / "m")
     loaded = Model.load(tmp_path / "m")
     assert loaded.spec == model.spec
-    assert json.loads(json.dumps(model.spec)) == model.spec          # JSON-able
+    assert json.loads(json.dumps(model.spec)) == model.spec  # JSON-able
     assert loaded.fingerprint() == model.fingerprint()
     assert loaded.plan_info() == model.plan_info()
     a = model(synthetic.x, synthetic.edge_index, parts=3)
@@ -60,12 +70,15 @@ def test_fingerprint_stable_across_processes(synthetic, tmp_path):
     model = Model.from_pyg(_randomize(MODELS["gat_seq_head"](synthetic.num_features)))
     model.save(tmp_path / "m")
     # a worker loads and fingerprints without torch_geometric or pyspark
-    code = ("import sys; from sparkgnn.models import Model; "
-            "fp = Model.load(sys.argv[1]).fingerprint(); "
-            "assert not [m for m in sys.modules if m.startswith(('torch_geometric', 'pyspark'))]; "
-            "print(fp)")
-    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "m")], check=True,
-                         capture_output=True, text=True, timeout=120).stdout.strip()
+    code = (
+        "import sys; from sparkgnn.models import Model; "
+        "fp = Model.load(sys.argv[1]).fingerprint(); "
+        "assert not [m for m in sys.modules if m.startswith(('torch_geometric', 'pyspark'))]; "
+        "print(fp)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "m")], check=True, capture_output=True, text=True, timeout=120
+    ).stdout.strip()
     assert out == model.fingerprint()
     assert len(out) == 64 and int(out, 16) >= 0
 
@@ -75,7 +88,7 @@ def test_fingerprint_same_for_same_weights_and_changes_with_any_weight(synthetic
     pyg = _randomize(MODELS["gin"](f))
     a, b = Model.from_pyg(pyg), Model.from_pyg(pyg)
     assert a.fingerprint() == b.fingerprint()
-    for name, t in b.state_dict().items():
+    for name in b.state_dict():
         c = Model.from_pyg(pyg)
         with torch.no_grad():
             c.state_dict()[name].view(-1)[0] += 1e-3
@@ -132,6 +145,7 @@ def test_spec_shape_mismatch_rejected(tmp_path, synthetic):
     def widen(spec):
         spec["convs"][0]["out_dim"] = 17
         spec["convs"][1]["in_dim"] = 17
+
     _edit_spec(path, widen)
     with pytest.raises(ModelLoadError, match="do not match the spec"):
         Model.load(path)
@@ -143,6 +157,7 @@ def test_spec_option_mismatch_rejected(tmp_path, synthetic):
 
     def no_norm(spec):
         spec["convs"][0].update(normalize=False, add_self_loops=False)
+
     _edit_spec(path, no_norm)
     with pytest.raises(ModelLoadError, match="fingerprint"):
         Model.load(path)

@@ -1,5 +1,6 @@
 """Layers and options sparkgnn cannot run exactly are refused with UnsupportedModelError naming
 the module (and its place in the model) and the offending option."""
+
 import pytest
 import torch
 import torch_geometric.nn as gnn
@@ -35,38 +36,66 @@ CASES = [
     ("gcn_lazy", lambda: gnn.GCNConv(-1, 4), ["GCNConv", "lazy"]),
     ("sage_project", lambda: gnn.SAGEConv(F, 4, project=True), ["SAGEConv", "project=True"]),
     ("sage_lstm", lambda: gnn.SAGEConv(F, 4, aggr="lstm"), ["SAGEConv", "LSTMAggregation"]),
-    ("sage_multi", lambda: gnn.SAGEConv(F, 4, aggr=["mean", "max"]),
-     ["SAGEConv", "MultiAggregation"]),
-    ("sage_median", lambda: gnn.SAGEConv(F, 4, aggr=A.MedianAggregation()),
-     ["MedianAggregation"]),
+    ("sage_multi", lambda: gnn.SAGEConv(F, 4, aggr=["mean", "max"]), ["SAGEConv", "MultiAggregation"]),
+    ("sage_median", lambda: gnn.SAGEConv(F, 4, aggr=A.MedianAggregation()), ["MedianAggregation"]),
     ("sage_bipartite", lambda: gnn.SAGEConv((F, F + 1), 4), ["SAGEConv", "bipartite"]),
     ("gine", lambda: gnn.GINEConv(torch.nn.Linear(F, 4)), ["GINEConv", "edge features"]),
-    ("gin_layernorm", lambda: gnn.GINConv(torch.nn.Sequential(
-        torch.nn.Linear(F, 4), torch.nn.LayerNorm(4))), ["nn.1", "LayerNorm"]),
-    ("gin_bn_no_stats", lambda: gnn.GINConv(torch.nn.Sequential(
-        torch.nn.Linear(F, 4), torch.nn.BatchNorm1d(4, track_running_stats=False))),
-     ["BatchNorm1d", "track_running_stats=False"]),
+    (
+        "gin_layernorm",
+        lambda: gnn.GINConv(torch.nn.Sequential(torch.nn.Linear(F, 4), torch.nn.LayerNorm(4))),
+        ["nn.1", "LayerNorm"],
+    ),
+    (
+        "gin_bn_no_stats",
+        lambda: gnn.GINConv(
+            torch.nn.Sequential(torch.nn.Linear(F, 4), torch.nn.BatchNorm1d(4, track_running_stats=False))
+        ),
+        ["BatchNorm1d", "track_running_stats=False"],
+    ),
     ("cheb", lambda: gnn.ChebConv(F, 4, K=2), ["ChebConv", "not supported"]),
     ("subclass", lambda: MyGCNConv(F, 4), ["MyGCNConv", "subclass of GCNConv"]),
-    ("pna", lambda: gnn.PNA(F, 8, 2, aggregators=["mean"], scalers=["identity"],
-                            deg=torch.ones(3, dtype=torch.long)), ["PNA", "BasicGNN"]),
+    (
+        "pna",
+        lambda: gnn.PNA(F, 8, 2, aggregators=["mean"], scalers=["identity"], deg=torch.ones(3, dtype=torch.long)),
+        ["PNA", "BasicGNN"],
+    ),
     ("jk", lambda: gnn.GCN(F, 8, 2, jk="cat"), ["GCN", "jk='cat'"]),
     ("layer_norm", lambda: gnn.GCN(F, 8, 2, norm="layer_norm"), ["norms.0", "LayerNorm"]),
     ("custom", lambda: Custom(), ["Custom", "forward"]),
-    ("conv_inside_gin_nn", lambda: gnn.GINConv(torch.nn.Sequential(
-        torch.nn.Linear(F, 4), gnn.GCNConv(4, 4))), ["model.nn.1", "GCNConv", "nested"]),
-    ("seq_unknown_module", lambda: torch.nn.Sequential(gnn.GCNConv(F, 4), torch.nn.Hardswish()),
-     ["model.1", "Hardswish"]),
+    (
+        "conv_inside_gin_nn",
+        lambda: gnn.GINConv(torch.nn.Sequential(torch.nn.Linear(F, 4), gnn.GCNConv(4, 4))),
+        ["model.nn.1", "GCNConv", "nested"],
+    ),
+    (
+        "seq_unknown_module",
+        lambda: torch.nn.Sequential(gnn.GCNConv(F, 4), torch.nn.Hardswish()),
+        ["model.1", "Hardswish"],
+    ),
     ("seq_no_conv", lambda: torch.nn.Sequential(torch.nn.Linear(F, 4)), ["no graph convolution"]),
-    ("pyg_seq_skip", lambda: gnn.Sequential("x, edge_index", [
-        (gnn.GCNConv(F, F), "x, edge_index -> x1"), (torch.nn.ReLU(), "x1 -> x2"),
-        (gnn.GCNConv(F, 4), "x, edge_index -> x3")]), ["module_2", "reads"]),
-    ("pyg_seq_edge_attr", lambda: gnn.Sequential("x, edge_index, edge_attr", [
-        (gnn.GATConv(F, 4), "x, edge_index, edge_attr -> x")]), ["GATConv", "edge_attr"]),
-    ("width_mismatch", lambda: torch.nn.Sequential(gnn.GCNConv(F, 4), gnn.GCNConv(5, 3)),
-     ["inconsistent layer widths", "expects width 5"]),
-    ("softmax_dim0", lambda: torch.nn.Sequential(gnn.GCNConv(F, 4), torch.nn.Softmax(dim=0)),
-     ["Softmax", "dim=0"]),
+    (
+        "pyg_seq_skip",
+        lambda: gnn.Sequential(
+            "x, edge_index",
+            [
+                (gnn.GCNConv(F, F), "x, edge_index -> x1"),
+                (torch.nn.ReLU(), "x1 -> x2"),
+                (gnn.GCNConv(F, 4), "x, edge_index -> x3"),
+            ],
+        ),
+        ["module_2", "reads"],
+    ),
+    (
+        "pyg_seq_edge_attr",
+        lambda: gnn.Sequential("x, edge_index, edge_attr", [(gnn.GATConv(F, 4), "x, edge_index, edge_attr -> x")]),
+        ["GATConv", "edge_attr"],
+    ),
+    (
+        "width_mismatch",
+        lambda: torch.nn.Sequential(gnn.GCNConv(F, 4), gnn.GCNConv(5, 3)),
+        ["inconsistent layer widths", "expects width 5"],
+    ),
+    ("softmax_dim0", lambda: torch.nn.Sequential(gnn.GCNConv(F, 4), torch.nn.Softmax(dim=0)), ["Softmax", "dim=0"]),
 ]
 
 

@@ -1,5 +1,6 @@
 """Fixtures of the PE store tests: a small irregular graph (non-dense ids, an isolated node, a
 node without in-edges, a self-loop, parallel edges) and a tiny 3-layer model."""
+
 import numpy as np
 import pytest
 
@@ -8,12 +9,12 @@ from sparkgnn.graph import GraphData
 
 def _graph_data(seed: int = 3) -> GraphData:
     rng = np.random.default_rng(seed)
-    ids = np.array([10, 3, 77, 5, 1000, 42, 8, 61, 2, 99], dtype=np.int64)   # 99 isolated
-    pairs = rng.integers(0, 9, size=(24, 2))                                   # never touches 99
+    ids = np.array([10, 3, 77, 5, 1000, 42, 8, 61, 2, 99], dtype=np.int64)  # 99 isolated
+    pairs = rng.integers(0, 9, size=(24, 2))  # never touches 99
     src, dst = ids[pairs[:, 0]], ids[pairs[:, 1]]
-    src = np.concatenate([src, [10, 10, 3, 61]])                               # parallel 10->3,
-    dst = np.concatenate([dst, [3, 3, 3, 61]])                                 # self-loop 61
-    keep = dst != 2                                                            # 2: no in-edges
+    src = np.concatenate([src, [10, 10, 3, 61]])  # parallel 10->3,
+    dst = np.concatenate([dst, [3, 3, 3, 61]])  # self-loop 61
+    keep = dst != 2  # 2: no in-edges
     x = rng.standard_normal((len(ids), 4)).astype(np.float32)
     return GraphData.from_edge_ids(ids, x, src[keep], dst[keep], name="pe-small")
 

@@ -1,4 +1,5 @@
 """numpy references shared by the PE tests (a unique module name: tests import it by name)."""
+
 import numpy as np
 
 
@@ -7,8 +8,8 @@ def dense(gd):
     n = len(gd.ids)
     pos = {int(v): k for k, v in enumerate(gd.ids)}
     cnt = np.zeros((n, n))
-    for s, d in zip(gd.src_ids, gd.dst_ids):
-        cnt[pos[int(d)], pos[int(s)]] += 1            # row = node, column = in-neighbour
+    for s, d in zip(gd.src_ids, gd.dst_ids, strict=True):
+        cnt[pos[int(d)], pos[int(s)]] += 1  # row = node, column = in-neighbour
     ind, outd = cnt.sum(1), cnt.sum(0)
     a = np.divide(cnt, ind[:, None], out=np.zeros_like(cnt), where=ind[:, None] > 0)
     return np.asarray(gd.ids), ind, outd, a

@@ -1,6 +1,7 @@
 """A PE store's committed layers are checked against their commit records (pe/integrity.py):
 PEStore.open refuses a damaged store naming the layer and file, and a resumed precompute
 recomputes the damaged layer instead of trusting the manifest."""
+
 import os
 import shutil
 
@@ -47,7 +48,7 @@ def test_truncated_file_is_refused_by_open(tmp_path, graph_data, model):
         fh.truncate(100)
     with pytest.raises(DamagedPEStore, match=f"layer=1: 1 file\\(s\\) changed size: {os.path.basename(victim)}"):
         _open(tmp_path, graph_data, model)
-    assert issubclass(DamagedPEStore, StalePEStore)   # callers catching stale stores catch this too
+    assert issubclass(DamagedPEStore, StalePEStore)  # callers catching stale stores catch this too
 
 
 def test_same_size_corruption_needs_checksums(tmp_path, graph_data, model):
@@ -60,7 +61,7 @@ def test_same_size_corruption_needs_checksums(tmp_path, graph_data, model):
         fh.write(bytes([byte[0] ^ 0xFF]))
     with pytest.raises(DamagedPEStore, match="changed content \\(CRC-32 differs\\)"):
         _open(tmp_path, graph_data, model)
-    _open(tmp_path, graph_data, model, verify="sizes")   # the cheap level cannot see it, by design
+    _open(tmp_path, graph_data, model, verify="sizes")  # the cheap level cannot see it, by design
 
 
 def test_added_file_is_refused(tmp_path, graph_data, model):
@@ -103,8 +104,9 @@ def test_spark_precompute_rerun_repairs_a_deleted_layer(spark, spark_graph, grap
     h1 = store.lookup(graph_data.ids, 1)[0].copy()
     shutil.rmtree(store.layer_path(1))
     lines.clear()
-    repaired = precompute(spark, spark_graph, model, root, metrics=False, work_dir=str(tmp_path / "w"),
-                          log=lines.append)
+    repaired = precompute(
+        spark, spark_graph, model, root, metrics=False, work_dir=str(tmp_path / "w"), log=lines.append
+    )
     assert any("layer 1 of" in line and "recomputing it" in line for line in lines)
     assert any("committed layer 1/3" in line for line in lines)
     np.testing.assert_allclose(repaired.lookup(graph_data.ids, 1)[0], h1, rtol=1e-6, atol=1e-6)

@@ -2,9 +2,9 @@
 
 Brute force = (a) the paper's formulas with explicit dense matrix powers A^k, and (b) an
 enumeration of every random-walk path, which is what the formulas sum over."""
+
 import numpy as np
 import pytest
-
 from pe_reference import dense, psgs_matrix
 
 from sparkgnn.pe.metrics import degrees, fap, psgs
@@ -17,14 +17,14 @@ def _as_map(df, col):
 def test_degrees_match_numpy(spark_graph, graph_data):
     ids, ind, outd, _ = dense(graph_data)
     rows = {int(r.id): (r.in_degree, r.out_degree) for r in degrees(spark_graph).collect()}
-    assert rows == {int(i): (int(a), int(b)) for i, a, b in zip(ids, ind, outd)}
+    assert rows == {int(i): (int(a), int(b)) for i, a, b in zip(ids, ind, outd, strict=True)}
     assert rows[99] == (0, 0) and rows[2][0] == 0
 
 
 def _psgs_paths(a, ind, fanouts, i):
     """Sum over walks i=v0 -> ... -> v_{k-1} of their probability x min(deg(v_{k-1}), l_k)."""
     total = 1.0
-    frontier = {i: 1.0}                                # node -> probability of the walk prefix
+    frontier = {i: 1.0}  # node -> probability of the walk prefix
     for l in fanouts:
         total += sum(p * min(ind[v], l) for v, p in frontier.items())
         nxt = {}
@@ -43,7 +43,7 @@ def test_psgs_matches_brute_force(spark_graph, graph_data, fanouts):
     for k, i in enumerate(ids):
         assert got[int(i)] == pytest.approx(want[k], rel=1e-12, abs=1e-12)
         assert want[k] == pytest.approx(_psgs_paths(a, ind, fanouts, k), rel=1e-12)
-    assert got[99] == 1.0                              # isolated: only itself
+    assert got[99] == 1.0  # isolated: only itself
 
 
 def test_psgs_paper_example():

@@ -1,4 +1,5 @@
 """PEWriter / PEStore: round trip, crash + resume, force, and stale-store refusals."""
+
 import copy
 import glob
 import json
@@ -22,8 +23,7 @@ def _layer(spark, ids, width, seed, states=True):
     rng = np.random.default_rng(seed)
     h = rng.standard_normal((len(ids), width)).astype(np.float32)
     s = rng.standard_normal((len(ids), STATE_W)).astype(np.float32)
-    cols = {"id": pa.array(ids, pa.int64()),
-            "h": pa.array(list(h), pa.list_(pa.float32()))}
+    cols = {"id": pa.array(ids, pa.int64()), "h": pa.array(list(h), pa.list_(pa.float32()))}
     if states:
         cols["state"] = pa.array(list(s), pa.list_(pa.float32()))
     return spark.createDataFrame(pa.table(cols)), h, s
@@ -43,8 +43,12 @@ def _write_all(spark, root, graph, model, ids, layers=None, seed=0, **kw):
 def test_round_trip_lookup_frame_sizes(spark, spark_graph, graph_data, model, tmp_path):
     ids = graph_data.ids
     w, written = _write_all(spark, tmp_path, spark_graph, model, ids)
-    w.commit_metrics({"summary": {"psgs": {"mean": 2.0}},
-                      "degrees": spark.createDataFrame([(1, 2, 3)], "id long, in_degree long, out_degree long")})
+    w.commit_metrics(
+        {
+            "summary": {"psgs": {"mean": 2.0}},
+            "degrees": spark.createDataFrame([(1, 2, 3)], "id long, in_degree long, out_degree long"),
+        }
+    )
     manifest = w.finish({"seconds": {"1": 0.1}})
     assert manifest["layers_complete"] == [1, 2, 3] and manifest["dims"] == [6, 6, 3]
     assert manifest["state_dims"] == [STATE_W] * 3 and manifest["with_states"] is True
@@ -76,7 +80,7 @@ def test_round_trip_lookup_frame_sizes(spark, spark_graph, graph_data, model, tm
     assert sizes["pe_raw_bytes"] == {"1": n * 6 * 4, "2": n * 6 * 4, "3": n * 3 * 4}
     assert sizes["state_raw_bytes"]["1"] == n * STATE_W * 4
     assert all(sizes["pe_bytes"][k] > 0 and sizes["state_bytes"][k] > 0 for k in "123")
-    assert sizes["omega_formula_bytes"] == (6 + 6) * 4 * n      # (L-1) x H x 4 x |V|
+    assert sizes["omega_formula_bytes"] == (6 + 6) * 4 * n  # (L-1) x H x 4 x |V|
     assert sizes["graph_feature_bytes"] == n * 4 * 4
     assert store.manifest["sizes"]["seconds"] == {"1": 0.1}
 
@@ -106,7 +110,7 @@ def test_crash_resume_and_force(spark, spark_graph, graph_data, model, tmp_path)
     _, later = _write_all(spark, tmp_path, spark_graph, model, ids, layers=[2, 3])
     assert not glob.glob(os.path.join(w.base, "*.tmp-*"))
     store = PEStore.open(tmp_path, model=model, graph=spark_graph)
-    np.testing.assert_array_equal(store.lookup(ids, 1)[0], first[1][0])   # layer 1 untouched
+    np.testing.assert_array_equal(store.lookup(ids, 1)[0], first[1][0])  # layer 1 untouched
     np.testing.assert_array_equal(store.lookup(ids, 3)[0], later[3][0])
 
     forced = PEWriter(tmp_path, spark_graph, model, with_states=True, force=True)
@@ -170,8 +174,11 @@ def test_other_architecture_names_layer_count(spark, spark_graph, graph_data, mo
 
     _write_all(spark, tmp_path, spark_graph, model, graph_data.ids)
     two = Model.from_pyg(gnn.GraphSAGE(4, 6, 2, out_channels=3).eval())
-    with pytest.raises(StalePEStore, match=r"model fingerprint differs.*\(2 layers, dims \[6, 3\]\).*"
-                                           r"\(3 layers, dims \[6, 6, 3\]\)"):
+    with pytest.raises(
+        StalePEStore,
+        match=r"model fingerprint differs.*\(2 layers, dims \[6, 3\]\).*"
+        r"\(3 layers, dims \[6, 6, 3\]\)",
+    ):
         PEStore.open(tmp_path, model=two, graph=spark_graph)
     base = PEWriter(tmp_path, spark_graph, model, with_states=True).base
     with pytest.raises(StalePEStore, match="layer count differs: store has 3 layers, model 2"):
@@ -180,8 +187,9 @@ def test_other_architecture_names_layer_count(spark, spark_graph, graph_data, mo
 
 def test_metrics_commit_as_the_driver_does(spark, spark_graph, graph_data, model, tmp_path):
     """compute_metrics -> commit_metrics as is; the manifest's summary equals numpy."""
-    from sparkgnn.pe.metrics import compute_metrics
     from pe_reference import dense, psgs_matrix
+
+    from sparkgnn.pe.metrics import compute_metrics
 
     w, _ = _write_all(spark, tmp_path, spark_graph, model, graph_data.ids)
     assert not w.has_metrics()
@@ -198,7 +206,7 @@ def test_metrics_commit_as_the_driver_does(spark, spark_graph, graph_data, model
     assert summary["psgs"]["mean"] == pytest.approx(q.mean())
     assert summary["psgs"]["max"] == pytest.approx(q.max())
     p = sum(np.linalg.matrix_power(a.T, k) @ np.full(len(ids), 1 / len(ids)) for k in range(3))
-    top = summary["fap"]["top_mass"]["top_0.1"]                 # ceil(0.1 x 10) = 1 node
+    top = summary["fap"]["top_mass"]["top_0.1"]  # ceil(0.1 x 10) = 1 node
     assert top["nodes"] == 1 and top["fap_share"] == pytest.approx(p.max() / p.sum())
     assert store.metrics_frame(spark, "psgs").count() == len(graph_data.ids)
     assert w.layer_frame(spark, 2).count() == len(graph_data.ids)

@@ -1,4 +1,5 @@
 """The cost model: one formula, constants in one recalibratable dataclass, no torch/pyspark."""
+
 import subprocess
 import sys
 
@@ -32,7 +33,8 @@ def test_layer_estimates_are_the_cost_model_applied_to_its_bytes(make):
         est = layer.estimates
         assert est["python_bytes"] == est["python_in_bytes"] + est["python_out_bytes"]
         assert est["seconds"] == pytest.approx(
-            model.seconds(est["shuffle_bytes"], est["python_bytes"], est["passes"], est["edges"]), rel=1e-6)
+            model.seconds(est["shuffle_bytes"], est["python_bytes"], est["passes"], est["edges"]), rel=1e-6
+        )
 
 
 def test_recalibration_can_change_the_choice(make):
@@ -46,8 +48,10 @@ def test_recalibration_can_change_the_choice(make):
 
 
 def test_planner_imports_neither_torch_nor_pyspark():
-    code = ("import sys, sparkgnn.planner as p; import sparkgnn.planner.explain; "
-            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'pyspark')); "
-            "assert not bad, bad")
+    code = (
+        "import sys, sparkgnn.planner as p; import sparkgnn.planner.explain; "
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'pyspark')); "
+        "assert not bad, bad"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr

@@ -1,4 +1,5 @@
 """Malformed inputs are refused with a PlanError that names the fault."""
+
 import pytest
 
 from sparkgnn.errors import PlanError
@@ -77,8 +78,9 @@ def test_non_decomposable_layer_runs_collect_all_when_allowed(make):
     lstm = [op for op in plan.operators() if op.layer == 1 and op.name == "LocalAggregate"]
     assert lstm and all(op.attrs.get("single_batch") for op in lstm)
     assert plan.layers[1].strategy in ("edge_join", "replicate")
-    assert all(lp.reason.startswith("collect-all on 1 partition") and "layer 1 (lstm)" in lp.reason
-               for lp in plan.layers)
+    assert all(
+        lp.reason.startswith("collect-all on 1 partition") and "layer 1 (lstm)" in lp.reason for lp in plan.layers
+    )
     with pytest.raises(PlanError, match="combine.*cannot"):
         compile(layers, make.stats(), make.task("combine", collect_all=True))
     small = compile(layers, make.stats(), make.task(collect_all=True, memory_per_task_bytes=64 << 20))
@@ -118,8 +120,11 @@ def test_impossible_replication_counts_are_caught(make):
     with pytest.raises(PlanError, match="mirror_rows.*cannot exceed"):
         compile(make.sage_model(), make.stats(mirror_rows=700_000), make.task())
     with pytest.raises(PlanError, match="combine_rows.*cannot exceed"):
-        compile(make.sage_model(), make.stats(num_edges=1000, mirror_rows=10, in_mirror_rows=10,
-                                              combine_rows=1001, max_partition_edges=500), make.task())
+        compile(
+            make.sage_model(),
+            make.stats(num_edges=1000, mirror_rows=10, in_mirror_rows=10, combine_rows=1001, max_partition_edges=500),
+            make.task(),
+        )
 
 
 def test_wrong_types_name_the_field(make):

@@ -1,4 +1,5 @@
 """Plan IR: explain() output and the JSON round trip."""
+
 import json
 import math
 
@@ -32,8 +33,16 @@ def test_explain_lists_operators_engines_bytes_and_layer_headers(make):
     assert text.count("strategy=edge_join, pre_transform=") == 3
     assert "pre_transform=yes" in text and "pre_transform=no" in text
     assert "candidates: edge_join " in text and "(chosen)" in text and "replicate " in text
-    for fragment in ("Shuffle [GRAPH]", "Join [GRAPH]", "Pipe [PIPE]", "LocalAggregate [DL]",
-                     "ApplyVertex [DL]", "Materialize [GRAPH]", "Partition [GRAPH]", "MiB"):
+    for fragment in (
+        "Shuffle [GRAPH]",
+        "Join [GRAPH]",
+        "Pipe [PIPE]",
+        "LocalAggregate [DL]",
+        "ApplyVertex [DL]",
+        "Materialize [GRAPH]",
+        "Partition [GRAPH]",
+        "MiB",
+    ):
         assert fragment in text, fragment
     # Every operator is printed once in full (its bytes in human units), else as a reference.
     for op in plan.operators():
@@ -78,8 +87,15 @@ def test_layer_plan_fields(make):
     layer = plan.layers[1]
     assert layer.index == 1 and layer.strategy in ("edge_join", "replicate", "combine")
     assert isinstance(layer.pre_transform, bool) and layer.reason
-    assert set(layer.estimates) == {"shuffle_bytes", "python_in_bytes", "python_out_bytes",
-                                    "python_bytes", "passes", "edges", "seconds"}
+    assert set(layer.estimates) == {
+        "shuffle_bytes",
+        "python_in_bytes",
+        "python_out_bytes",
+        "python_bytes",
+        "passes",
+        "edges",
+        "seconds",
+    }
     assert plan.estimates["seconds"] == pytest.approx(sum(lp.estimates["seconds"] for lp in plan.layers), rel=1e-6)
 
 

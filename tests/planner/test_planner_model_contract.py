@@ -1,5 +1,6 @@
 """Contract with the models package: real Model.plan_info() output compiles, and the plan's
 per-layer fields are what the executor reads. (Needs torch + PyG; the planner itself does not.)"""
+
 import json
 
 import pytest
@@ -10,9 +11,16 @@ models = pytest.importorskip("sparkgnn.models")
 
 from sparkgnn.planner import STRATEGIES, Plan, choose_partitions, compile  # noqa: E402
 
-STATS = {"num_vertices": 200_000, "num_edges": 2_000_000, "feature_dim": 128, "partitions": 4,
-         "mirror_rows": 300_000, "combine_rows": 500_000, "in_mirror_rows": 300_000,
-         "max_partition_edges": 600_000}
+STATS = {
+    "num_vertices": 200_000,
+    "num_edges": 2_000_000,
+    "feature_dim": 128,
+    "partitions": 4,
+    "mirror_rows": 300_000,
+    "combine_rows": 500_000,
+    "in_mirror_rows": 300_000,
+    "max_partition_edges": 600_000,
+}
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +42,14 @@ def test_plan_info_compiles(infos, name, strategy):
     json.dumps(layers)  # plain data
     partitions = choose_partitions(layers, STATS["num_vertices"], STATS["num_edges"], 128, 2, 4 << 30)
     assert partitions == 2
-    task = {"strategy": strategy, "partitions": 4, "cores": 2, "memory_per_task_bytes": 4 << 30,
-            "ids": None, "fuse": True}
+    task = {
+        "strategy": strategy,
+        "partitions": 4,
+        "cores": 2,
+        "memory_per_task_bytes": 4 << 30,
+        "ids": None,
+        "fuse": True,
+    }
     plan = compile(layers, STATS, task)
     assert plan.partitions == 4 and len(plan.layers) == len(layers)
     for layer in plan.layers:

@@ -1,4 +1,5 @@
 """choose_partitions: cores unless memory needs more."""
+
 import math
 
 import pytest
@@ -42,10 +43,13 @@ def test_more_memory_never_means_more_partitions(make):
     assert counts == sorted(counts, reverse=True) and counts[-1] == 2
 
 
-@pytest.mark.parametrize("field,value,message", [
-    ("cores", 0, "cores must be positive"),
-    ("memory", 0, "memory_per_task_bytes must be positive"),
-])
+@pytest.mark.parametrize(
+    "field,value,message",
+    [
+        ("cores", 0, "cores must be positive"),
+        ("memory", 0, "memory_per_task_bytes must be positive"),
+    ],
+)
 def test_bad_arguments(make, field, value, message):
     kwargs = {"cores": 2, "memory_per_task_bytes": 1 << 30}
     kwargs["memory_per_task_bytes" if field == "memory" else field] = value
@@ -62,8 +66,9 @@ def test_wide_raw_features_count_for_the_first_layer(make):
 def test_compile_warns_when_the_largest_partition_does_not_fit(make):
     from sparkgnn.planner import compile
 
-    plan = compile(make.sage_model(), make.stats(max_partition_edges=1_500_000),
-                   make.task(memory_per_task_bytes=512 << 20))
+    plan = compile(
+        make.sage_model(), make.stats(max_partition_edges=1_500_000), make.task(memory_per_task_bytes=512 << 20)
+    )
     assert plan.warnings and "exceeds memory_per_task_bytes" in plan.warnings[0]
     assert "choose_partitions suggests" in plan.warnings[0]
     assert "WARNING" in plan.explain()

@@ -1,4 +1,5 @@
 """Transform-then-propagate and fusion."""
+
 import pytest
 
 from sparkgnn.planner import compile, measure
@@ -10,12 +11,15 @@ def _edge_join_shuffle(plan, index):
     return next(op for op in plan.layers[index].ops if op.name == "Shuffle" and op.layer == index)
 
 
-@pytest.mark.parametrize("raw,pre,allowed,expected", [
-    (128, 16, True, True),     # shrinks: transform first
-    (16, 64, True, False),     # would grow (e.g. 16 -> 64 hidden): propagate raw
-    (64, 64, True, False),     # no gain
-    (128, 16, False, False),   # not a per-vertex linear message: not allowed
-])
+@pytest.mark.parametrize(
+    "raw,pre,allowed,expected",
+    [
+        (128, 16, True, True),  # shrinks: transform first
+        (16, 64, True, False),  # would grow (e.g. 16 -> 64 hidden): propagate raw
+        (64, 64, True, False),  # no gain
+        (128, 16, False, False),  # not a per-vertex linear message: not allowed
+    ],
+)
 def test_pre_transform_toggles_with_widths(make, raw, pre, allowed, expected):
     layers = [make.layer(0, raw, 64, src=raw, pre=pre, can_pre=allowed)]
     plan = compile(layers, make.stats(feature_dim=raw), make.task("edge_join"))
@@ -23,7 +27,9 @@ def test_pre_transform_toggles_with_widths(make, raw, pre, allowed, expected):
     assert layer.pre_transform is expected
     width = pre if expected else raw
     stats = make.stats(feature_dim=raw)
-    assert _edge_join_shuffle(plan, 0).est_bytes == stats["num_edges"] * (width * 4 + 16) + stats["num_vertices"] * (raw * 4 + 16)
+    assert _edge_join_shuffle(plan, 0).est_bytes == stats["num_edges"] * (width * 4 + 16) + stats["num_vertices"] * (
+        raw * 4 + 16
+    )
     assert any("transform-then-propagate" in note for note in layer.rewrites)
 
 
@@ -42,7 +48,7 @@ def test_fusion_gives_one_pass_per_layer_after_the_first(make, strategy):
     unfused = compile(layers, make.stats(), make.task(strategy, fuse=False))
     assert [lp.passes for lp in fused.layers][1:] == [1, 1]
     assert fused.layers[0].passes == 2  # the first pass prepares layer 0's payloads from x
-    assert all(u.passes > f.passes for u, f in zip(unfused.layers[1:], fused.layers[1:]))
+    assert all(u.passes > f.passes for u, f in zip(unfused.layers[1:], fused.layers[1:], strict=True))
     assert fused.estimates["python_bytes"] < unfused.estimates["python_bytes"]
     assert fused.estimates["seconds"] < unfused.estimates["seconds"]
     assert fused.estimates["shuffle_bytes"] == unfused.estimates["shuffle_bytes"]
@@ -65,9 +71,11 @@ def test_fused_pass_ships_shared_inputs_once():
     """Two DL steps both reading the own rows: fused, the rows cross once; the intermediate state
     never crosses; kept outputs of both steps come back in the closing Pipe."""
     own = {"own_rows^0": 1000}
-    ops = (segment([dl("LocalAggregate", "agg", edges=10)], layer=0, side={"edges": 500, **own}, intermediate=300)
-           + segment([dl("ApplyVertex", "update")], layer=0, carried=300, side=own, kept={"h^1": 200})
-           + [graph("Materialize", 0, "h^1")])
+    ops = (
+        segment([dl("LocalAggregate", "agg", edges=10)], layer=0, side={"edges": 500, **own}, intermediate=300)
+        + segment([dl("ApplyVertex", "update")], layer=0, carried=300, side=own, kept={"h^1": 200})
+        + [graph("Materialize", 0, "h^1")]
+    )
     unfused, fused = measure(ops), measure(fuse(ops))
     assert (unfused.passes, fused.passes) == (2, 1)
     assert unfused.python_in_bytes == 1500 + 1300 and fused.python_in_bytes == 1500
@@ -76,9 +84,16 @@ def test_fused_pass_ships_shared_inputs_once():
 
 
 def test_hoisted_prefix_keeps_both_layers_outputs():
-    host = segment([dl("ApplyVertex", "update")], layer=0, carried=10, kept={"h^1": 100}) + [graph("Materialize", 0, "h^1")]
-    prefix = segment([dl("ApplyVertex", "prepare", layer=1)], layer=1, carried=100, side={"edges_by_src": 40},
-                     kept={"src_payload^1": 30})
+    host = segment([dl("ApplyVertex", "update")], layer=0, carried=10, kept={"h^1": 100}) + [
+        graph("Materialize", 0, "h^1")
+    ]
+    prefix = segment(
+        [dl("ApplyVertex", "prepare", layer=1)],
+        layer=1,
+        carried=100,
+        side={"edges_by_src": 40},
+        kept={"src_payload^1": 30},
+    )
     ops = fuse(hoist(host, prefix))
     assert [op.name for op in ops] == ["Pipe", "ApplyVertex", "ApplyVertex", "Pipe", "Materialize"]
     opener, closer = ops[0], ops[3]

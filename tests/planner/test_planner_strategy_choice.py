@@ -1,4 +1,5 @@
 """Which strategy auto picks, and that the bytes behind it are the brief's formulas."""
+
 import math
 
 import pytest
@@ -8,8 +9,7 @@ from sparkgnn.planner import STRATEGIES, compile
 
 
 def _shuffles(layer_plan, layer_index=None):
-    return [op for op in layer_plan.ops if op.name == "Shuffle"
-            and (layer_index is None or op.layer == layer_index)]
+    return [op for op in layer_plan.ops if op.name == "Shuffle" and (layer_index is None or op.layer == layer_index)]
 
 
 def test_registry_holds_the_three_strategies():
@@ -18,8 +18,7 @@ def test_registry_holds_the_three_strategies():
 
 def test_auto_picks_replicate_when_mirrors_are_few(make):
     # R_f = 1.5: each vertex is needed on 0.5 remote partitions on average, against 10 edges.
-    plan = compile(make.sage_model(can_pre=False),
-                   make.stats(mirror_rows=100_000, combine_rows=500_000), make.task())
+    plan = compile(make.sage_model(can_pre=False), make.stats(mirror_rows=100_000, combine_rows=500_000), make.task())
     assert [lp.strategy for lp in plan.layers] == ["replicate", "replicate"]
     first = plan.layers[0]
     assert first.candidates["replicate"] < first.candidates["combine"] < first.candidates["edge_join"]
@@ -29,8 +28,7 @@ def test_auto_picks_replicate_when_mirrors_are_few(make):
 def test_auto_picks_combine_when_partial_states_are_few(make):
     # Every vertex has sources on every partition (mirror_rows at its maximum |V|(P-1)), but the
     # in-edges of a destination concentrate so only 20K partial states cross partitions.
-    plan = compile(make.sage_model(can_pre=False),
-                   make.stats(mirror_rows=600_000, combine_rows=20_000), make.task())
+    plan = compile(make.sage_model(can_pre=False), make.stats(mirror_rows=600_000, combine_rows=20_000), make.task())
     assert [lp.strategy for lp in plan.layers] == ["combine", "combine"]
     assert "partial states" in plan.layers[0].reason
 
@@ -38,10 +36,11 @@ def test_auto_picks_combine_when_partial_states_are_few(make):
 def test_auto_picks_edge_join_when_mirrors_are_as_many_as_edges(make):
     # Out-degree 3 and every edge crosses partitions: replication ships one row per edge anyway
     # (plus its routing table and the edges into Python), and partial states are as many too.
-    plan = compile(make.sage_model(can_pre=False),
-                   make.stats(num_edges=600_000, mirror_rows=600_000, combine_rows=600_000,
-                              in_mirror_rows=600_000),
-                   make.task())
+    plan = compile(
+        make.sage_model(can_pre=False),
+        make.stats(num_edges=600_000, mirror_rows=600_000, combine_rows=600_000, in_mirror_rows=600_000),
+        make.task(),
+    )
     assert [lp.strategy for lp in plan.layers] == ["edge_join", "edge_join"]
     costs = plan.layers[0].candidates
     assert costs["edge_join"] == min(costs.values())
@@ -50,8 +49,9 @@ def test_auto_picks_edge_join_when_mirrors_are_as_many_as_edges(make):
 def test_shuffle_bytes_follow_the_brief_formulas(make):
     v, e, p = 200_000, 2_000_000, 4
     mirror, combine, in_mirror = 100_000, 500_000, 50_000
-    graph_stats = make.stats(num_vertices=v, num_edges=e, partitions=p, mirror_rows=mirror,
-                             combine_rows=combine, in_mirror_rows=in_mirror)
+    graph_stats = make.stats(
+        num_vertices=v, num_edges=e, partitions=p, mirror_rows=mirror, combine_rows=combine, in_mirror_rows=in_mirror
+    )
     layers = [make.layer(0, 128, 64, can_pre=False)]
     src, state, in_dim = 128, 129, 128
     expected = {
@@ -119,8 +119,10 @@ def test_data_dependent_statistics_rule_out_combine(make):
 
 
 def test_static_statistics_are_computed_once_in_the_graph_engine(make):
-    layers = [make.layer(0, 128, 64, kind="gcn", aggregator="sum", required_stats=["gcn_degree"]),
-              make.layer(1, 64, 16, kind="gcn", aggregator="sum", required_stats=["gcn_degree"])]
+    layers = [
+        make.layer(0, 128, 64, kind="gcn", aggregator="sum", required_stats=["gcn_degree"]),
+        make.layer(1, 64, 16, kind="gcn", aggregator="sum", required_stats=["gcn_degree"]),
+    ]
     plan = compile(layers, make.stats(), make.task())
     stat_ops = [op for op in plan.operators() if "static per-vertex statistics" in op.detail]
     assert len(stat_ops) == 1 and stat_ops[0].engine == "GRAPH"

@@ -1,12 +1,12 @@
 """Shared fixtures for the serving tests: Cora and a small skewed synthetic graph, workloads on
 both, PyG models of each kind converted to sparkgnn Models, one torch thread per test."""
-import pytest
 
+import pytest
+from serving_testkit import pyg_model, skewed_graph
 from torch_fixtures import _one_torch_thread  # noqa: F401  (autouse: one torch thread per test)
+
 from sparkgnn.datasets import load_cora
 from sparkgnn.serving.workload import make_workload
-
-from serving_testkit import pyg_model, skewed_graph
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,6 @@
 """Independent references for the reuse modes, built from the model's own layers on explicit
 graphs (no serving code): the union graph's layer-1 values, and layer 2 over given inputs."""
+
 import numpy as np
 import torch
 
@@ -35,11 +36,14 @@ def two_layer_with_layer1(model, G, r, layer1_rows):
     x = torch.from_numpy(np.concatenate([G.x, r.x]))
     h0 = model.pre(x)
     h1_union = layer(model, 0, h0, edges)
-    g_edges = (torch.from_numpy(G.edge_src), torch.from_numpy(G.edge_dst),
-               None if G.weight is None else torch.from_numpy(G.weight))
+    g_edges = (
+        torch.from_numpy(G.edge_src),
+        torch.from_numpy(G.edge_dst),
+        None if G.weight is None else torch.from_numpy(G.weight),
+    )
     h1_g = layer(model, 0, model.pre(torch.from_numpy(G.x)), g_edges)
     h1 = h1_union.clone()
     keep_stored = np.ones(G.num_nodes, bool)
     keep_stored[layer1_rows] = False
-    h1[:G.num_nodes][torch.from_numpy(keep_stored)] = h1_g[torch.from_numpy(keep_stored)]
-    return layer(model, 1, h1, edges)[G.num_nodes:].numpy(), h1_union, h1_g
+    h1[: G.num_nodes][torch.from_numpy(keep_stored)] = h1_g[torch.from_numpy(keep_stored)]
+    return layer(model, 1, h1, edges)[G.num_nodes :].numpy(), h1_union, h1_g

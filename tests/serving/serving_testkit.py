@@ -1,5 +1,6 @@
 """Graphs and PyG models shared by the serving tests (a uniquely named module: importing from
 `conftest` picks whichever test directory's conftest was loaded last)."""
+
 import numpy as np
 import torch
 
@@ -10,18 +11,25 @@ from sparkgnn.graph import GraphData
 def skewed_graph() -> GraphData:
     """Zipf in-degrees, weights, isolated vertices, plus self loops (one duplicated) so GCN's
     remaining-self-loop rule is exercised across the serving path."""
-    g = synthetic_graph(600, 6000, 12, num_classes=4, seed=3, weighted=True, zipf_alpha=1.0,
-                        isolated_frac=0.03)
+    g = synthetic_graph(600, 6000, 12, num_classes=4, seed=3, weighted=True, zipf_alpha=1.0, isolated_frac=0.03)
     loops = np.array([0, 1, 2, 3, 3, 4, 5, 6, 7, 8])
     w_loops = np.linspace(0.5, 2.0, len(loops)).astype(np.float32)
-    return GraphData(g.ids, g.x, np.concatenate([g.edge_src, loops]), np.concatenate([g.edge_dst, loops]),
-                     weight=np.concatenate([g.weight, w_loops]), y=g.y, split=g.split, name="skewed")
+    return GraphData(
+        g.ids,
+        g.x,
+        np.concatenate([g.edge_src, loops]),
+        np.concatenate([g.edge_dst, loops]),
+        weight=np.concatenate([g.weight, w_loops]),
+        y=g.y,
+        split=g.split,
+        name="skewed",
+    )
 
 
 def randomize(module, seed=0):
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        for name, p in list(module.named_parameters()) + list(module.named_buffers()):
+        for _name, p in list(module.named_parameters()) + list(module.named_buffers()):
             if p.is_floating_point():
                 p.copy_(torch.randn(p.shape, generator=g) * (0.3 if p.dim() > 1 else 0.5))
     return module.eval()

@@ -2,10 +2,11 @@
 same partition kernel (serving/cgp_kernel.py) and so report the same exchanged bytes for the same
 request, and those bytes are the cross-partition bytes of the kernel's definition, checked here
 against a hand computation on a 4-vertex graph."""
+
 import numpy as np
 import pytest
-
 from serving_testkit import pyg_model
+
 from sparkgnn.graph import GraphData, write_graph_dir
 from sparkgnn.models import Model
 from sparkgnn.pe.local import precompute_local
@@ -16,8 +17,9 @@ from sparkgnn.serving.spark_cgp import use_messenger_cgp, use_spark_cgp
 def tiny_graph() -> GraphData:
     """Vertices 0..3 (owners with P=2: 0, 1, 0, 1), the cycle 0->1->2->3->0, 3 features."""
     x = np.arange(12, dtype=np.float32).reshape(4, 3) / 10
-    return GraphData.from_edge_ids([0, 1, 2, 3], x, [0, 1, 2, 3], [1, 2, 3, 0], y=np.zeros(4, np.int64),
-                                   split=np.array(["train"] * 4), name="tiny")
+    return GraphData.from_edge_ids(
+        [0, 1, 2, 3], x, [0, 1, 2, 3], [1, 2, 3, 0], y=np.zeros(4, np.int64), split=np.array(["train"] * 4), name="tiny"
+    )
 
 
 # EXACT, GCN (sum of raw messages, self loops added), 2 layers 3 -> 16 -> 5, P = 2, one query q
@@ -32,8 +34,8 @@ def tiny_graph() -> GraphData:
 #   layer 2, targets [q], state width 16:
 #     partition 0 owns q -> q: row q, owned; partition 1 owns 1 -> q: row q crosses   1 row
 #     all-gather: 1 target x 5 wide x 4 bytes x (P - 1) = 20
-PARTIAL_BYTES = (1 + 1) * 3 * 4 + 1 * 16 * 4        # 88
-ALLGATHER_BYTES = 2 * 16 * 4 + 1 * 5 * 4            # 148
+PARTIAL_BYTES = (1 + 1) * 3 * 4 + 1 * 16 * 4  # 88
+ALLGATHER_BYTES = 2 * 16 * 4 + 1 * 5 * 4  # 148
 
 
 @pytest.fixture(scope="module")
@@ -54,10 +56,10 @@ def _exchanged(answer) -> tuple:
 
 def test_three_executors_report_the_hand_computed_bytes(spark, tiny_setup):
     d, G, model, store, r = tiny_setup
-    assert [c.state_width(False) for c in model.convs] == [3, 16]      # the widths used above
+    assert [c.state_width(False) for c in model.convs] == [3, 16]  # the widths used above
     single = QueryEngine(G, model, mode="exact", store=store)
     ref = single.answer(r)
-    assert _exchanged(ref) == (0, 0)                                    # P = 1 exchanges nothing
+    assert _exchanged(ref) == (0, 0)  # P = 1 exchanges nothing
     in_process = QueryEngine(G, model, mode="exact", store=store, context=single.context, partitions=2)
     answers = {"in-process": in_process.answer(r)}
     on_spark = QueryEngine(G, model, mode="exact", store=store, context=single.context, partitions=2)

@@ -2,14 +2,15 @@
 the flag), print sparkgnn's own errors and the user's OS errors as ONE `prog: error: ...` line
 with exit 2 (no traceback), and never delete or replace existing data unless told to
 (--overwrite); a refused run writes nothing."""
+
 import json
 import os
 import subprocess
 import sys
 
 import pytest
-
 from serving_testkit import pyg_model
+
 from sparkgnn.graph import write_graph_dir
 from sparkgnn.models import Model
 from sparkgnn.serving.evaluate import main as evaluate_main
@@ -56,15 +57,19 @@ def workload_dir(graph_dir, skewed, tmp_path_factory):
 
 # -- workload ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("flag, value, words", [
-    ("--requests", "-1", "must be >= 1, got -1"),
-    ("--requests", "0", "must be >= 1, got 0"),
-    ("--requests", "two", "must be an integer, got 'two'"),
-    ("--batch-sizes", "0", "'0' must be >= 1, got 0"),
-    ("--batch-sizes", "8,x", "'x' must be an integer"),
-    ("--batch-sizes", ",", "needs at least one integer"),
-    ("--seed", "-3", "must be >= 0, got -3"),
-])
+
+@pytest.mark.parametrize(
+    "flag, value, words",
+    [
+        ("--requests", "-1", "must be >= 1, got -1"),
+        ("--requests", "0", "must be >= 1, got 0"),
+        ("--requests", "two", "must be an integer, got 'two'"),
+        ("--batch-sizes", "0", "'0' must be >= 1, got 0"),
+        ("--batch-sizes", "8,x", "'x' must be an integer"),
+        ("--batch-sizes", ",", "needs at least one integer"),
+        ("--seed", "-3", "must be >= 0, got -3"),
+    ],
+)
 def test_workload_bad_numbers_are_usage_errors_naming_the_flag(graph_dir, tmp_path, capsys, flag, value, words):
     args = {"--graph": graph_dir, "--out": str(tmp_path / "wl"), "--batch-sizes": "8", "--requests": "1"}
     args[flag] = value
@@ -85,13 +90,13 @@ def test_workload_refuses_an_existing_workload_unless_overwrite(graph_dir, tmp_p
     assert workload_main(base[:-1] + ["3"]) == 2
     line = one_error_line(capsys.readouterr().err, WORKLOAD)
     assert f"--out {out} already holds" in line and "--overwrite" in line
-    assert tree(out) == before                                  # nothing deleted or replaced
+    assert tree(out) == before  # nothing deleted or replaced
     # told to: the old workload is replaced as a whole (no request file of the old one remains)
     assert workload_main(base[:-1] + ["3", "--seed", "4", "--overwrite"]) == 0
     doc = json.load(open(os.path.join(out, "workload.json")))
     assert doc["num_requests"] == 3 and doc["seed"] == 4
     assert len(os.listdir(os.path.join(out, "requests"))) == 3
-    assert not [n for n in os.listdir(tmp_path) if n.startswith(".")]   # no staging left behind
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".")]  # no staging left behind
 
 
 def test_workload_user_errors_are_one_line_and_write_nothing(graph_dir, tmp_path, capsys):
@@ -116,27 +121,44 @@ def test_workload_user_errors_are_one_line_and_write_nothing(graph_dir, tmp_path
 
 
 def test_workload_cli_process_exits_2_with_a_usage_error_not_a_traceback(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "sparkgnn.serving.workload", "--graph", str(tmp_path),
-                           "--out", str(tmp_path / "wl"), "--batch-sizes", "x"],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sparkgnn.serving.workload",
+            "--graph",
+            str(tmp_path),
+            "--out",
+            str(tmp_path / "wl"),
+            "--batch-sizes",
+            "x",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and "Warning" not in proc.stderr
     assert "error: argument --batch-sizes: 'x': 'x' must be an integer" in proc.stderr
 
 
 # -- evaluate ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("flag, value, words", [
-    ("--fanouts", "a,b", "'a' must be an integer"),
-    ("--fanouts", "3,0", "'0' must be >= 1"),
-    ("--gamma", "0", "must be in (0, 1]"),
-    ("--gamma", "1.5", "must be in (0, 1]"),
-    ("--gamma", "nan", "must be in (0, 1]"),
-    ("--gamma", "lots", "must be a number in (0, 1]"),
-    ("--partitions", "0", "must be >= 1, got 0"),
-    ("--seed", "-1", "must be >= 0"),
-    ("--policy", "best", "invalid choice: 'best'"),
-    ("--ns-norm", "other", "invalid choice: 'other'"),
-])
+
+@pytest.mark.parametrize(
+    "flag, value, words",
+    [
+        ("--fanouts", "a,b", "'a' must be an integer"),
+        ("--fanouts", "3,0", "'0' must be >= 1"),
+        ("--gamma", "0", "must be in (0, 1]"),
+        ("--gamma", "1.5", "must be in (0, 1]"),
+        ("--gamma", "nan", "must be in (0, 1]"),
+        ("--gamma", "lots", "must be a number in (0, 1]"),
+        ("--partitions", "0", "must be >= 1, got 0"),
+        ("--seed", "-1", "must be >= 0"),
+        ("--policy", "best", "invalid choice: 'best'"),
+        ("--ns-norm", "other", "invalid choice: 'other'"),
+    ],
+)
 def test_evaluate_bad_options_are_usage_errors_naming_the_flag(workload_dir, capsys, flag, value, words):
     wl, model = workload_dir
     with pytest.raises(SystemExit) as exit_:
@@ -147,14 +169,17 @@ def test_evaluate_bad_options_are_usage_errors_naming_the_flag(workload_dir, cap
     assert not os.path.exists(os.path.join(wl, "evaluation.json"))
 
 
-@pytest.mark.parametrize("modes, words", [
-    ("full,srpe@x", "mode spec 'srpe@x': gamma must be a number in (0, 1]"),
-    ("srpe@2/qer", "mode spec 'srpe@2/qer': gamma must be in (0, 1]"),
-    ("srpe@0.5/best", "unknown SRPE policy 'best'"),
-    ("full,magic", "unknown serving mode 'magic'"),
-    ("exact@0.1", "only srpe takes @gamma"),
-    ("he", "pass --store"),
-])
+@pytest.mark.parametrize(
+    "modes, words",
+    [
+        ("full,srpe@x", "mode spec 'srpe@x': gamma must be a number in (0, 1]"),
+        ("srpe@2/qer", "mode spec 'srpe@2/qer': gamma must be in (0, 1]"),
+        ("srpe@0.5/best", "unknown SRPE policy 'best'"),
+        ("full,magic", "unknown serving mode 'magic'"),
+        ("exact@0.1", "only srpe takes @gamma"),
+        ("he", "pass --store"),
+    ],
+)
 def test_evaluate_bad_mode_specs_are_one_line_refusals(workload_dir, capsys, modes, words):
     wl, model = workload_dir
     assert evaluate_main(["--workload", wl, "--model", model, "--modes", modes]) == 2
@@ -177,7 +202,7 @@ def test_evaluate_missing_or_broken_inputs_are_one_line_refusals(workload_dir, t
     req_dir = os.path.join(copy, "requests")
     victim = os.path.join(req_dir, sorted(os.listdir(req_dir))[0])
     data = open(victim, "rb").read()
-    open(victim, "wb").write(data[:len(data) // 3])
+    open(victim, "wb").write(data[: len(data) // 3])
     assert evaluate_main(["--workload", copy, "--model", model, "--modes", "full"]) == 2
     line = one_error_line(capsys.readouterr().err, EVALUATE)
     assert victim in line and "not a readable Parquet file" in line

@@ -1,19 +1,33 @@
 """evaluate(): keys per mode, FULL scores itself perfectly; the CLI end to end on a workload dir."""
+
 import json
 
 import numpy as np
-
 from serving_testkit import pyg_model
+
 from sparkgnn.graph import write_graph_dir
 from sparkgnn.models import Model
 from sparkgnn.serving import QueryEngine
 from sparkgnn.serving.evaluate import evaluate, main
 from sparkgnn.serving.workload import main as workload_main
 
-KEYS = {"requests", "queries", "accuracy", "agreement_with_reference", "max_rel_err_vs_reference",
-        "latency_p50_ms", "latency_p99_ms", "bytes_fetched_mean", "bytes_fetched_total",
-        "nodes_recomputed_mean", "nodes_recomputed_total", "nodes_touched_mean", "fetch_s_mean",
-        "compute_s_mean", "merge_s_mean"}
+KEYS = {
+    "requests",
+    "queries",
+    "accuracy",
+    "agreement_with_reference",
+    "max_rel_err_vs_reference",
+    "latency_p50_ms",
+    "latency_p99_ms",
+    "bytes_fetched_mean",
+    "bytes_fetched_total",
+    "nodes_recomputed_mean",
+    "nodes_recomputed_total",
+    "nodes_touched_mean",
+    "fetch_s_mean",
+    "compute_s_mean",
+    "merge_s_mean",
+}
 
 
 def test_evaluate_keys_and_reference(cora_workload):
@@ -35,11 +49,25 @@ def test_evaluate_keys_and_reference(cora_workload):
 
 def test_cli(tmp_path, skewed, capsys):
     write_graph_dir(skewed, str(tmp_path / "g"))
-    workload_main(["--graph", str(tmp_path / "g"), "--out", str(tmp_path / "wl"),
-                   "--batch-sizes", "8", "--requests", "3"])
+    workload_main(
+        ["--graph", str(tmp_path / "g"), "--out", str(tmp_path / "wl"), "--batch-sizes", "8", "--requests", "3"]
+    )
     Model.from_pyg(pyg_model("sage", skewed.feature_dim, 2, out=4)).save(str(tmp_path / "m.pt"))
-    assert main(["--workload", str(tmp_path / "wl"), "--model", str(tmp_path / "m.pt"),
-                 "--modes", "full,ns", "--fanouts", "3,2"]) == 0
+    assert (
+        main(
+            [
+                "--workload",
+                str(tmp_path / "wl"),
+                "--model",
+                str(tmp_path / "m.pt"),
+                "--modes",
+                "full,ns",
+                "--fanouts",
+                "3,2",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "full" in out and "ns" in out and "p50 ms" in out
     doc = json.loads((tmp_path / "wl" / "evaluation.json").read_text())
@@ -54,8 +82,9 @@ def test_cli_reuse_modes_with_a_store(tmp_path, skewed, capsys):
     from sparkgnn.pe.local import precompute_local
 
     write_graph_dir(skewed, str(tmp_path / "g"))
-    workload_main(["--graph", str(tmp_path / "g"), "--out", str(tmp_path / "wl"),
-                   "--batch-sizes", "8", "--requests", "2"])
+    workload_main(
+        ["--graph", str(tmp_path / "g"), "--out", str(tmp_path / "wl"), "--batch-sizes", "8", "--requests", "2"]
+    )
     model = Model.from_pyg(pyg_model("gcn", skewed.feature_dim, 2, out=4))
     model.save(str(tmp_path / "m.pt"))
     G = read_graph_dir(str(tmp_path / "wl" / "graph"))
@@ -73,7 +102,20 @@ def test_cli_reuse_modes_with_a_store(tmp_path, skewed, capsys):
     assert "pass --store" in capsys.readouterr().err
     other = Model.from_pyg(pyg_model("gcn", skewed.feature_dim, 2, out=4, seed=7))
     other.save(str(tmp_path / "other.pt"))
-    assert main(["--workload", str(tmp_path / "wl"), "--model", str(tmp_path / "other.pt"),
-                 "--store", str(tmp_path / "store"), "--modes", "he"]) == 2
+    assert (
+        main(
+            [
+                "--workload",
+                str(tmp_path / "wl"),
+                "--model",
+                str(tmp_path / "other.pt"),
+                "--store",
+                str(tmp_path / "store"),
+                "--modes",
+                "he",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert err.startswith("python -m sparkgnn.serving.evaluate: error: ") and "model weights differ" in err

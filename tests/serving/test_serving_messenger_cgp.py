@@ -1,10 +1,11 @@
 """CGP partitions behind the messenger: the JSON + Arrow codec round-trips a partition job, and
 the partitions served through the DL handler op (in-process transport) and by two real
 `sparkgnn-worker` processes (local[2]) answer exactly what the in-process executor answers."""
+
 import numpy as np
 import pytest
-
 from serving_testkit import pyg_model
+
 from sparkgnn.graph import write_graph_dir
 from sparkgnn.models import Model
 from sparkgnn.pe.local import precompute_local
@@ -14,11 +15,17 @@ from sparkgnn.serving.spark_cgp import use_messenger_cgp
 
 
 def test_codec_round_trip():
-    job = {"layer": 2, "kind": "partials", "weight": None, "width": 7,
-           "old": np.array([True, False]), "tgt": np.arange(3, dtype=np.int64),
-           "given": np.arange(12, dtype=np.float32).reshape(3, 4),
-           "stats_new": {"gcn_degree": np.array([1.5, 2.0], np.float32)},
-           "states": [np.ones((2, 3), np.float32), np.zeros((0, 3), np.float32)]}
+    job = {
+        "layer": 2,
+        "kind": "partials",
+        "weight": None,
+        "width": 7,
+        "old": np.array([True, False]),
+        "tgt": np.arange(3, dtype=np.int64),
+        "given": np.arange(12, dtype=np.float32).reshape(3, 4),
+        "stats_new": {"gcn_degree": np.array([1.5, 2.0], np.float32)},
+        "states": [np.ones((2, 3), np.float32), np.zeros((0, 3), np.float32)],
+    }
     manifest, tables = pack(job)
     back = unpack(manifest, tables)
     assert back["layer"] == 2 and back["kind"] == "partials" and back["weight"] is None
@@ -42,15 +49,16 @@ def test_messenger_partitions_equal_in_process(skewed_workload, tmp_path, worker
     local = QueryEngine(G, model, mode="exact", store=store)
     remote = QueryEngine(G, model, mode="exact", store=store, context=local.context, partitions=3)
     in_process = QueryEngine(G, model, mode="exact", store=store, context=local.context, partitions=3)
-    executor = use_messenger_cgp(remote, workers, str(tmp_path / "g"), str(tmp_path / "model.pt"),
-                                 str(tmp_path / "models"))
+    executor = use_messenger_cgp(
+        remote, workers, str(tmp_path / "g"), str(tmp_path / "model.pt"), str(tmp_path / "models")
+    )
     try:
         for r in wl.requests:
             a, b = remote.answer(r), local.answer(r)
             assert np.abs(a.h - b.h).max() <= 1e-5 * np.abs(b.h).max()
             np.testing.assert_array_equal(a.pred, b.pred)
             assert a.breakdown["bytes_fetched"] == b.breakdown["bytes_fetched"]
-            c = in_process.answer(r)           # same kernel, same P: same cross-partition bytes
+            c = in_process.answer(r)  # same kernel, same P: same cross-partition bytes
             for key in ("partial_bytes", "allgather_bytes"):
                 assert a.breakdown[key] == c.breakdown[key], key
     finally:

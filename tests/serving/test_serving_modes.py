@@ -1,10 +1,11 @@
 """FULL equals PyG's forward on the whole union graph G + Q + request edges; NS is seeded and
 equals FULL when no sampling happens; the GCN degree trap is real (subgraph degrees differ)."""
+
 import numpy as np
 import pytest
 import torch
-
 from serving_testkit import pyg_model
+
 from sparkgnn.models import Model
 from sparkgnn.serving import ModeError, QueryEngine, Request
 from sparkgnn.serving.modes import BREAKDOWN_KEYS, MODES
@@ -21,8 +22,9 @@ def union_forward(pyg, G, r: Request, kind: str) -> np.ndarray:
         g, found = G.id_index.lookup(ids)
         return np.where(found, g, n + order[np.searchsorted(r.qid[order], ids).clip(0, len(order) - 1)])
 
-    ei = torch.from_numpy(np.stack([np.concatenate([G.edge_src, union(r.src)]),
-                                    np.concatenate([G.edge_dst, union(r.dst)])]))
+    ei = torch.from_numpy(
+        np.stack([np.concatenate([G.edge_src, union(r.src)]), np.concatenate([G.edge_dst, union(r.dst)])])
+    )
     x = torch.from_numpy(np.concatenate([G.x, r.x]))
     kw = {}
     if G.weight is not None and kind == "gcn":
@@ -58,7 +60,7 @@ def test_subgraph_degrees_would_be_wrong_for_gcn(skewed_workload):
     degrees (PyG NeighborLoader semantics) differs from the exact answer for GCN, not for SAGE."""
     wl = skewed_workload
     G, r = wl.graph_G, wl.requests[0]
-    big = (10 ** 6,) * 2
+    big = (10**6,) * 2
     for kind, differs in [("gcn", True), ("sage", False)]:
         model = Model.from_pyg(pyg_model(kind, G.feature_dim, 2))
         full = QueryEngine(G, model, "full").answer(r).h
@@ -89,7 +91,7 @@ def test_ns_seeded_and_samples(skewed_workload):
     r = wl.requests[-1]
     ha, hb, hc = a.answer(r).h, b.answer(r).h, c.answer(r).h
     np.testing.assert_array_equal(ha, hb)
-    np.testing.assert_array_equal(ha, a.answer(r).h)       # same request, same sample
+    np.testing.assert_array_equal(ha, a.answer(r).h)  # same request, same sample
     assert not np.array_equal(ha, hc)
     fa, ff = a.answer(r).breakdown, full.answer(r).breakdown
     assert fa["nodes_touched"] < ff["nodes_touched"] and fa["bytes_fetched"] < ff["bytes_fetched"]
@@ -134,7 +136,7 @@ def test_request_without_edges_and_with_query_self_loops(skewed_workload):
     G = wl.graph_G
     pyg = pyg_model("gcn", G.feature_dim, 2)
     engine = QueryEngine(G, Model.from_pyg(pyg), "full")
-    q = np.array([10 ** 9, 10 ** 9 + 1])
+    q = np.array([10**9, 10**9 + 1])
     x = np.random.default_rng(0).standard_normal((2, G.feature_dim)).astype(np.float32)
     for src, dst in [([], []), ([q[0], q[1]], [q[1], q[1]])]:
         r = Request("iso", q, x, src, dst)

@@ -1,4 +1,5 @@
 """NodeSets equals numpy's set routines (dense and sparse paths) and leaves its buffers clean."""
+
 import numpy as np
 
 from sparkgnn.serving.nodesets import NodeSets
@@ -7,7 +8,7 @@ from sparkgnn.serving.nodesets import NodeSets
 def test_matches_numpy_and_stays_clean():
     rng = np.random.default_rng(0)
     sets = NodeSets(1000)
-    for size in (0, 5, 50, 5000):                    # sparse (sort) and dense (marks) paths
+    for size in (0, 5, 50, 5000):  # sparse (sort) and dense (marks) paths
         a = rng.integers(0, 1000, size)
         b = rng.integers(0, 1000, size // 2 + 1)
         np.testing.assert_array_equal(sets.unique(a), np.unique(a))

@@ -1,10 +1,11 @@
 """SRPE policies: qer is |N_Q(u)| / |N(u)| by hand, the budget is ceil(gamma |R|), random is
 seeded by request, and the AE oracle's errors are the true distance between exact layer-1 values
 (union graph) and the stored PEs."""
+
 import numpy as np
 import pytest
-
 from serving_refs import two_layer_with_layer1
+
 from sparkgnn.serving import QueryEngine
 from sparkgnn.serving.policies import POLICIES, candidates, select
 
@@ -25,9 +26,9 @@ def test_qer_by_hand(reuse_setup, request):
     cands = candidates(prep)
     scores = POLICIES["qer"](ctx, prep, cands, engine.mode)
     qset = set(r.qid.tolist())
-    for u, s in zip(cands, scores):
+    for u, s in zip(cands, scores, strict=True):
         uid = G.ids[u]
-        from_q = sum(1 for a, b in zip(r.src, r.dst) if b == uid and a in qset)
+        from_q = sum(1 for a, b in zip(r.src, r.dst, strict=True) if b == uid and a in qset)
         deg = int((G.edge_dst == u).sum()) + from_q
         assert s == pytest.approx(from_q / deg if deg else 0.0)
     # candidates are exactly the G sources of request edges into queries
@@ -39,7 +40,7 @@ def test_select_budget_and_ties():
     cands = np.array([10, 11, 12, 13, 14])
     scores = np.array([0.5, 0.9, 0.5, 0.1, 0.9])
     assert select(scores, cands, 0.0).tolist() == []
-    assert select(scores, cands, 0.2).tolist() == [11]          # ceil(1.0) = 1, tie -> lower id
+    assert select(scores, cands, 0.2).tolist() == [11]  # ceil(1.0) = 1, tie -> lower id
     assert select(scores, cands, 0.5).tolist() == [10, 11, 14]  # ceil(2.5) = 3
     assert select(scores, cands, 1.0).tolist() == cands.tolist()
 
@@ -68,7 +69,7 @@ def test_ae_oracle_is_the_true_error(reuse_setup, request):
     cands = candidates(prep)
     err = POLICIES["ae"](engine.context, prep, cands, engine.mode)
     _, h1_union, h1_g = two_layer_with_layer1(model, G, r, np.empty(0, np.int64))
-    true = np.linalg.norm(h1_union[:G.num_nodes][cands].numpy() - h1_g[cands].numpy(), axis=1)
+    true = np.linalg.norm(h1_union[: G.num_nodes][cands].numpy() - h1_g[cands].numpy(), axis=1)
     np.testing.assert_allclose(err, true, rtol=1e-4, atol=1e-5)
     # and AE at a small budget is at least as accurate (vs FULL) as random at the same budget
     ref = full.answer(r).h

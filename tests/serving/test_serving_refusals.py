@@ -4,14 +4,15 @@ short fingerprints and what differs); Request() refuses ragged features, ids bey
 non-integer ids naming the field and the first rows; NaN features are a named request problem;
 unreadable request files are refused naming the file; unknown ids in a request are named by
 QueryEngine.answer (with validation on or off)."""
+
 import os
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
 from serving_testkit import pyg_model
+
 from sparkgnn.errors import SparkGNNError, StalePEStore
 from sparkgnn.models import Model
 from sparkgnn.pe import PEStore
@@ -45,8 +46,16 @@ def stores(skewed_workload, tmp_path_factory):
     store_a = precompute_local(G, model_a, os.path.join(root, "a"), log=None)
     other_graph = remove_vertices(G, np.array([0]))
     store_other = precompute_local(other_graph, model_a, os.path.join(root, "other"), log=None)
-    return dict(G=G, a=model_a, b=model_b, c=model_c, store_a=store_a, store_other=store_other,
-                other_graph=other_graph, root=root)
+    return dict(
+        G=G,
+        a=model_a,
+        b=model_b,
+        c=model_c,
+        store_a=store_a,
+        store_other=store_other,
+        other_graph=other_graph,
+        root=root,
+    )
 
 
 def _short(fp: str) -> str:
@@ -55,7 +64,7 @@ def _short(fp: str) -> str:
 
 def test_engine_refuses_a_store_of_other_weights_naming_both_fingerprints(stores, skewed_workload):
     before = tree(stores["root"])
-    for mode in ("he", "exact", "full"):        # full ignores the store, but must not accept it either
+    for mode in ("he", "exact", "full"):  # full ignores the store, but must not accept it either
         with pytest.raises(StalePEStore) as err:
             QueryEngine(stores["G"], stores["b"], mode=mode, store=stores["store_a"])
         text = str(err.value)
@@ -68,7 +77,7 @@ def test_engine_refuses_a_store_of_other_weights_naming_both_fingerprints(stores
     exact = QueryEngine(stores["G"], stores["a"], mode="exact", store=stores["store_a"], context=full.context)
     r = skewed_workload.requests[0]
     np.testing.assert_allclose(exact.answer(r).h, full.answer(r).h, rtol=1e-5, atol=1e-5)
-    assert tree(stores["root"]) == before                     # refusals touched nothing
+    assert tree(stores["root"]) == before  # refusals touched nothing
 
 
 def test_engine_refuses_a_store_of_another_graph(stores):
@@ -96,25 +105,40 @@ def test_engine_refuses_a_store_without_manifest_and_a_graph_its_context_does_no
 
 # -- Request() ---------------------------------------------------------------------------------
 
+
 def _req(**kw):
     base = dict(request_id="r", qid=[100, 101, 102], x=np.ones((3, 2)), src=[100], dst=[101])
     base.update(kw)
     return Request(**base)
 
 
-@pytest.mark.parametrize("kw, words", [
-    (dict(x=[[1.0, 2.0], [1.0], [1.0, 2.0, 3.0]]),
-     ["x has rows of different widths", "row 0 has 2 values", "2 rows differ", "row 1 has 1 value,", "row 2 has 3 values"]),
-    (dict(x=[[1.0, 2.0], 5.0, [1.0, 2.0]]), ["x has rows of different widths", "row 1 has a single number"]),
-    (dict(x=[["a", "b"], [1, 2], [1, 2]]), ["x must be a [B, F] matrix of numbers", "'a'"]),
-    (dict(qid=[100, 2 ** 63, 102]), ["qid: 1 value(s) are not integer ids in the int64 range", "row 1: 9223372036854775808"]),
-    (dict(qid=np.array([100, 2 ** 63, 2 ** 64 - 1], np.uint64)), ["qid: 2 value(s)", "row 1: 9223372036854775808"]),
-    (dict(qid=[-1, 2 ** 63, 3]), ["qid: 1 value(s)", "row 1: 9223372036854775808"]),
-    (dict(src=[2 ** 70], dst=[101]), ["src: 1 value(s)", "row 0: 1180591620717411303424"]),
-    (dict(dst=[1.5]), ["dst: 1 value(s) are not integer ids", "row 0: 1.5"]),
-    (dict(qid=["a", "b", "c"]), ["qid must hold int64 ids", "first: a, b, c"]),
-    (dict(src=[[1, 2], [3]], dst=[101, 101]), ["src must be a flat list of int64 ids"]),
-])
+@pytest.mark.parametrize(
+    "kw, words",
+    [
+        (
+            dict(x=[[1.0, 2.0], [1.0], [1.0, 2.0, 3.0]]),
+            [
+                "x has rows of different widths",
+                "row 0 has 2 values",
+                "2 rows differ",
+                "row 1 has 1 value,",
+                "row 2 has 3 values",
+            ],
+        ),
+        (dict(x=[[1.0, 2.0], 5.0, [1.0, 2.0]]), ["x has rows of different widths", "row 1 has a single number"]),
+        (dict(x=[["a", "b"], [1, 2], [1, 2]]), ["x must be a [B, F] matrix of numbers", "'a'"]),
+        (
+            dict(qid=[100, 2**63, 102]),
+            ["qid: 1 value(s) are not integer ids in the int64 range", "row 1: 9223372036854775808"],
+        ),
+        (dict(qid=np.array([100, 2**63, 2**64 - 1], np.uint64)), ["qid: 2 value(s)", "row 1: 9223372036854775808"]),
+        (dict(qid=[-1, 2**63, 3]), ["qid: 1 value(s)", "row 1: 9223372036854775808"]),
+        (dict(src=[2**70], dst=[101]), ["src: 1 value(s)", "row 0: 1180591620717411303424"]),
+        (dict(dst=[1.5]), ["dst: 1 value(s) are not integer ids", "row 0: 1.5"]),
+        (dict(qid=["a", "b", "c"]), ["qid must hold int64 ids", "first: a, b, c"]),
+        (dict(src=[[1, 2], [3]], dst=[101, 101]), ["src must be a flat list of int64 ids"]),
+    ],
+)
 def test_request_refuses_malformed_fields_naming_field_and_rows(kw, words):
     with pytest.raises(RequestError) as err:
         _req(**kw)
@@ -149,6 +173,7 @@ def small_graph_for_requests():
 
 # -- request files -----------------------------------------------------------------------------
 
+
 def _valid_file(path):
     return write_requests(str(path), [_req()])
 
@@ -166,10 +191,20 @@ def test_unreadable_request_files_are_refused_naming_the_file(tmp_path):
         with pytest.raises(RequestError) as err:
             read_requests(str(tmp_path / name))
         assert str(err.value).startswith(str(tmp_path / name) + ": ") and words in str(err.value)
-        assert (tmp_path / name).read_bytes() == content          # left as it was
-    pq.write_table(pa.table({"request_id": ["r"], "kind": ["node"], "node": ["x"], "x": [[1.0]],
-                             "src": pa.array([None], pa.int64()), "dst": pa.array([None], pa.int64())}),
-                   tmp_path / "types.parquet")
+        assert (tmp_path / name).read_bytes() == content  # left as it was
+    pq.write_table(
+        pa.table(
+            {
+                "request_id": ["r"],
+                "kind": ["node"],
+                "node": ["x"],
+                "x": [[1.0]],
+                "src": pa.array([None], pa.int64()),
+                "dst": pa.array([None], pa.int64()),
+            }
+        ),
+        tmp_path / "types.parquet",
+    )
     with pytest.raises(RequestError, match=r"types\.parquet: column types .* do not fit"):
         read_requests(str(tmp_path / "types.parquet"))
     # a folder: the first unreadable file is named
@@ -187,22 +222,34 @@ def test_unreadable_request_files_are_refused_naming_the_file(tmp_path):
 def test_malformed_rows_in_a_file_name_the_file(tmp_path):
     from sparkgnn.serving.request import SCHEMA
 
-    pq.write_table(pa.table({"request_id": ["r", "r"], "kind": ["node", "node"], "node": [1, 2],
-                             "x": pa.array([[1.0, 2.0], [1.0]], pa.list_(pa.float32())),
-                             "src": pa.array([None, None], pa.int64()), "dst": pa.array([None, None], pa.int64())},
-                            schema=SCHEMA), tmp_path / "ragged.parquet")
+    pq.write_table(
+        pa.table(
+            {
+                "request_id": ["r", "r"],
+                "kind": ["node", "node"],
+                "node": [1, 2],
+                "x": pa.array([[1.0, 2.0], [1.0]], pa.list_(pa.float32())),
+                "src": pa.array([None, None], pa.int64()),
+                "dst": pa.array([None, None], pa.int64()),
+            },
+            schema=SCHEMA,
+        ),
+        tmp_path / "ragged.parquet",
+    )
     with pytest.raises(RequestError, match=r"ragged\.parquet: request 'r': feature vectors of different lengths"):
         read_requests(str(tmp_path / "ragged.parquet"))
 
 
 # -- unknown ids through the Python API --------------------------------------------------------
 
+
 def test_answer_names_unknown_ids_with_and_without_validation(stores, skewed_workload):
     G = stores["G"]
     r0 = skewed_workload.requests[0]
-    unknown = [10 ** 12 + i for i in range(7)]
-    bad = Request("bad", r0.qid, r0.x, np.concatenate([r0.src, unknown]),
-                  np.concatenate([r0.dst, np.full(7, r0.qid[0])]))
+    unknown = [10**12 + i for i in range(7)]
+    bad = Request(
+        "bad", r0.qid, r0.x, np.concatenate([r0.src, unknown]), np.concatenate([r0.dst, np.full(7, r0.qid[0])])
+    )
     engine = QueryEngine(G, stores["a"], mode="full")
     with pytest.raises(RequestError) as err:
         engine.answer(bad)
@@ -210,6 +257,9 @@ def test_answer_names_unknown_ids_with_and_without_validation(stores, skewed_wor
     assert "7 edges name an id that is neither a query nor a vertex of the graph" in text
     assert "7 unknown ids; first: 1000000000000, 1000000000001" in text and ", ..." in text
     trusting = QueryEngine(G, stores["a"], mode="exact", store=stores["store_a"], validate=False)
-    with pytest.raises(RequestError, match=r"'bad': 7 edge endpoint ids are neither a query nor a vertex "
-                                           r"of the graph; first: 1000000000000, .*\.\.\."):
+    with pytest.raises(
+        RequestError,
+        match=r"'bad': 7 edge endpoint ids are neither a query nor a vertex "
+        r"of the graph; first: 1000000000000, .*\.\.\.",
+    ):
         trusting.answer(bad)

@@ -1,4 +1,5 @@
 """Request validation (every problem named with counts and examples) and the Parquet round trip."""
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -25,16 +26,19 @@ def test_valid_request_passes(small_graph):
     assert _req().validate(small_graph).batch_size == 2
 
 
-@pytest.mark.parametrize("kw, words", [
-    (dict(qid=[100, 100, 101, 101, 102], x=np.ones((5, 3))), ["2 query ids appear more than once", "100, 101"]),
-    (dict(qid=[10, 20, 101], x=np.ones((3, 3))), ["2 query ids are already vertex ids", "10, 20"]),
-    (dict(src=[100, 7, 8, 9], dst=[20, 101, 101, 100]), ["3 edges name an id", "(7 -> 101)", "(9 -> 100)"]),
-    (dict(x=np.ones((2, 4))), ["width 4", "width 3"]),
-    (dict(x=np.array([[1, np.nan, 0], [0, 0, np.inf]])), ["2 query nodes have NaN/Inf", "100, 101"]),
-    (dict(qid=[], x=np.zeros((0, 3)), src=[], dst=[]), ["no query node"]),
-    (dict(src=[10, 100], dst=[20, 101]), ["1 edges touch no query node", "(10 -> 20)"]),
-    (dict(src=[100], dst=[20, 101]), ["src has 1 entries but dst has 2"]),
-])
+@pytest.mark.parametrize(
+    "kw, words",
+    [
+        (dict(qid=[100, 100, 101, 101, 102], x=np.ones((5, 3))), ["2 query ids appear more than once", "100, 101"]),
+        (dict(qid=[10, 20, 101], x=np.ones((3, 3))), ["2 query ids are already vertex ids", "10, 20"]),
+        (dict(src=[100, 7, 8, 9], dst=[20, 101, 101, 100]), ["3 edges name an id", "(7 -> 101)", "(9 -> 100)"]),
+        (dict(x=np.ones((2, 4))), ["width 4", "width 3"]),
+        (dict(x=np.array([[1, np.nan, 0], [0, 0, np.inf]])), ["2 query nodes have NaN/Inf", "100, 101"]),
+        (dict(qid=[], x=np.zeros((0, 3)), src=[], dst=[]), ["no query node"]),
+        (dict(src=[10, 100], dst=[20, 101]), ["1 edges touch no query node", "(10 -> 20)"]),
+        (dict(src=[100], dst=[20, 101]), ["src has 1 entries but dst has 2"]),
+    ],
+)
 def test_validation_errors_name_counts_and_examples(small_graph, kw, words):
     with pytest.raises(RequestError) as err:
         _req(**kw).validate(small_graph)
@@ -52,14 +56,21 @@ def test_many_unknown_edges_are_truncated(small_graph):
 
 def test_round_trip_keeps_order_dtypes_and_empty_edges(tmp_path):
     rng = np.random.default_rng(0)
-    reqs = [Request(f"req-{i}", rng.integers(1000, 2000, size=b), rng.standard_normal((b, 5)),
-                    rng.integers(0, 50, size=m), rng.integers(0, 50, size=m))
-            for i, (b, m) in enumerate([(3, 7), (1, 0), (4, 2)])]
-    reqs.reverse()                                   # file order, not name order, is kept
+    reqs = [
+        Request(
+            f"req-{i}",
+            rng.integers(1000, 2000, size=b),
+            rng.standard_normal((b, 5)),
+            rng.integers(0, 50, size=m),
+            rng.integers(0, 50, size=m),
+        )
+        for i, (b, m) in enumerate([(3, 7), (1, 0), (4, 2)])
+    ]
+    reqs.reverse()  # file order, not name order, is kept
     path = write_requests(str(tmp_path / "batch.parquet"), reqs)
     back = read_requests(path)
     assert [r.request_id for r in back] == [r.request_id for r in reqs]
-    for a, b in zip(back, reqs):
+    for a, b in zip(back, reqs, strict=True):
         assert a.qid.dtype == np.int64 and a.x.dtype == np.float32 and a.src.dtype == np.int64
         np.testing.assert_array_equal(a.qid, b.qid)
         np.testing.assert_array_equal(a.x, b.x)
@@ -68,7 +79,7 @@ def test_round_trip_keeps_order_dtypes_and_empty_edges(tmp_path):
     t = pq.read_table(path)
     assert set(t.column("kind").to_pylist()) == {"node", "edge"}
     write_requests(str(tmp_path / "more.parquet"), reqs[:1])
-    assert len(read_requests(str(tmp_path))) == 4    # a folder reads every file, sorted by name
+    assert len(read_requests(str(tmp_path))) == 4  # a folder reads every file, sorted by name
 
 
 def test_bad_file_is_a_request_error(tmp_path):

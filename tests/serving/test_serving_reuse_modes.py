@@ -2,10 +2,11 @@
 a skewed graph with weights and self loops, any partitioning); HE and SRPE equal independent
 references built from the model's layers; SRPE with gamma=1 equals FULL where the paper's
 "recompute with the query edges" is exact (SAGE/GIN/GAT, k=2); bad set-ups fail clearly."""
+
 import numpy as np
 import pytest
-
 from serving_refs import two_layer_with_layer1
+
 from sparkgnn.models import Model
 from sparkgnn.pe.local import precompute_local
 from sparkgnn.serving import ModeError, QueryEngine
@@ -21,8 +22,10 @@ def rel(a, b):
 
 def engines(setup, **modes):
     wl, pyg, model, store, full = setup
-    return {name: QueryEngine(wl.graph_G, model, mode=mode, store=store, context=full.context, **opts)
-            for name, (mode, opts) in modes.items()}
+    return {
+        name: QueryEngine(wl.graph_G, model, mode=mode, store=store, context=full.context, **opts)
+        for name, (mode, opts) in modes.items()
+    }
 
 
 @pytest.mark.parametrize("layers", [2, 3])
@@ -91,7 +94,7 @@ def test_srpe_candidates_use_exact_layer1_values(reuse_setup, request):
 
 def test_partitions_exchange_bytes_and_agree(reuse_setup, request):
     setup = reuse_setup(request, "skewed", "gcn", 3)
-    wl, full = setup[0], setup[4]
+    wl = setup[0]
     e = engines(setup, p1=("srpe", {"gamma": 0.5}), p3=("srpe", {"gamma": 0.5, "partitions": 3}))
     for r in wl.requests:
         a1, a3 = e["p1"].answer(r), e["p3"].answer(r)
@@ -104,6 +107,7 @@ def test_partitions_exchange_bytes_and_agree(reuse_setup, request):
 def test_reuse_modes_need_a_store(cora_workload):
     G = cora_workload.graph_G
     from serving_testkit import pyg_model
+
     model = Model.from_pyg(pyg_model("sage", G.feature_dim, 2))
     with pytest.raises(ModeError, match="pass store="):
         QueryEngine(G, model, mode="exact").answer(cora_workload.requests[0])
@@ -118,10 +122,11 @@ def test_reuse_modes_need_a_store(cora_workload):
 def test_states_required_for_srpe_and_exact(cora_workload, tmp_path):
     G = cora_workload.graph_G
     from serving_testkit import pyg_model
+
     model = Model.from_pyg(pyg_model("sage", G.feature_dim, 2))
     store = precompute_local(G, model, str(tmp_path), states=False, log=None)
     r = cora_workload.requests[0]
-    QueryEngine(G, model, mode="he", store=store).answer(r)          # HE needs no states
+    QueryEngine(G, model, mode="he", store=store).answer(r)  # HE needs no states
     with pytest.raises(StoreMismatch, match="without partial aggregation states"):
         QueryEngine(G, model, mode="exact", store=store).answer(r)
 
@@ -131,7 +136,6 @@ def test_exact_with_max_recomputes_from_scratch(aggr, skewed_workload, tmp_path)
     """max cannot remove a message: changed vertices are recomputed from all in-neighbours'
     stored values (and still equal FULL); sum takes the delta and recomputes none from scratch."""
     import torch_geometric.nn as gnn
-
     from serving_testkit import randomize
 
     wl = skewed_workload

@@ -1,10 +1,11 @@
 """Computation graph parallelism as Spark tasks over P cached PE shards answers exactly what the
 in-process executor answers (EXACT with subtracted messages for GCN, SRPE for GAT whose messages
 read the destination), reading the same stored bytes."""
+
 import numpy as np
 import pytest
-
 from serving_testkit import pyg_model
+
 from sparkgnn.graph import write_graph_dir
 from sparkgnn.models import Model
 from sparkgnn.pe.local import precompute_local

@@ -1,4 +1,5 @@
 """The OMEGA 8.1 workload: 25% pool of test vertices, G without it, request edges, determinism."""
+
 import json
 
 import numpy as np
@@ -17,7 +18,7 @@ def test_pool_is_a_quarter_of_test_and_removed_from_g(cora, cora_workload):
     G = wl.graph_G
     assert not np.isin(G.ids, wl.pool).any()
     assert G.num_nodes == cora.num_nodes - len(wl.pool)
-    G.validate()                                    # no edge names a removed vertex
+    G.validate()  # no edge names a removed vertex
     assert set(wl.labels) == set(wl.pool.tolist())
 
 
@@ -27,14 +28,14 @@ def test_requests_are_valid_and_carry_all_their_edges(cora, cora_workload):
     src, dst = cora.src_ids, cora.dst_ids
     pool = set(wl.pool.tolist())
     for r in wl.requests:
-        r.validate(wl.graph_G)                      # also: every edge touches a query
+        r.validate(wl.graph_G)  # also: every edge touches a query
         q = set(r.qid.tolist())
         assert q <= pool and len(q) == r.batch_size
         # expected: edges touching the request whose other end is in G or the request
         touch = np.isin(src, r.qid) | np.isin(dst, r.qid)
         other_ok = (np.isin(src, r.qid) | ~np.isin(src, wl.pool)) & (np.isin(dst, r.qid) | ~np.isin(dst, wl.pool))
-        want = sorted(zip(src[touch & other_ok].tolist(), dst[touch & other_ok].tolist()))
-        assert sorted(zip(r.src.tolist(), r.dst.tolist())) == want
+        want = sorted(zip(src[touch & other_ok].tolist(), dst[touch & other_ok].tolist(), strict=True))
+        assert sorted(zip(r.src.tolist(), r.dst.tolist(), strict=True)) == want
         np.testing.assert_array_equal(r.x, cora.x[cora.index_of(r.qid)])
     # both directions appear (Cora is symmetric) and edges among queries are kept somewhere
     r = wl.requests[-1]
@@ -45,7 +46,7 @@ def test_seeded_determinism(cora):
     a, b = make_workload(cora, (64,), 2, seed=3), make_workload(cora, (64,), 2, seed=3)
     c = make_workload(cora, (64,), 2, seed=4)
     np.testing.assert_array_equal(a.pool, b.pool)
-    for ra, rb in zip(a.requests, b.requests):
+    for ra, rb in zip(a.requests, b.requests, strict=True):
         np.testing.assert_array_equal(ra.qid, rb.qid)
         np.testing.assert_array_equal(ra.src, rb.src)
     assert not np.array_equal(a.pool, c.pool)
@@ -58,8 +59,23 @@ def test_batch_larger_than_pool_is_refused(cora):
 
 def test_cli_writes_graph_requests_labels(tmp_path, skewed):
     write_graph_dir(skewed, str(tmp_path / "src"))
-    assert main(["--graph", str(tmp_path / "src"), "--out", str(tmp_path / "wl"),
-                 "--batch-sizes", "8,16", "--requests", "2", "--seed", "1"]) == 0
+    assert (
+        main(
+            [
+                "--graph",
+                str(tmp_path / "src"),
+                "--out",
+                str(tmp_path / "wl"),
+                "--batch-sizes",
+                "8,16",
+                "--requests",
+                "2",
+                "--seed",
+                "1",
+            ]
+        )
+        == 0
+    )
     wl = make_workload(read_graph_dir(str(tmp_path / "src")), (8, 16), 2, seed=1)
     G = read_graph_dir(str(tmp_path / "wl" / "graph"))
     assert G.fingerprint == wl.graph_G.fingerprint

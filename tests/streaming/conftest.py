@@ -1,10 +1,10 @@
 """Fixtures of the streaming tests: one Cora serving set-up on disk per session (G, models, PE
 store, requests), one torch thread per test (the job under test is run with --torch-threads 1,
 so answers compare bit for bit)."""
-import pytest
 
-from torch_fixtures import _one_torch_thread  # noqa: F401  (autouse: one torch thread per test)
+import pytest
 from streaming_helpers import build_setup
+from torch_fixtures import _one_torch_thread  # noqa: F401  (autouse: one torch thread per test)
 
 
 @pytest.fixture(scope="session")

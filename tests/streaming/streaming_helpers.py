@@ -1,6 +1,7 @@
 """Shared helpers of the streaming tests (imported by this unique module name, never through
 conftest): a Cora serving set-up on disk (G, two models, a verified PE store, requests), bad
 requests and malformed files, and answer comparisons against QueryEngine."""
+
 from __future__ import annotations
 
 import os
@@ -20,12 +21,12 @@ JOB = os.path.join(ROOT, "spark_jobs", "stream_queries.py")
 
 @dataclass
 class StreamSetup:
-    graph_dir: str        # G (Cora without the query pool)
-    graph: object         # GraphData of G
-    model_path: str       # the model the store was computed for
+    graph_dir: str  # G (Cora without the query pool)
+    graph: object  # GraphData of G
+    model_path: str  # the model the store was computed for
     other_model_path: str  # same architecture, other weights: the store is stale for it
     store: str
-    requests: list        # valid requests of mixed sizes
+    requests: list  # valid requests of mixed sizes
 
 
 def sage_model(in_dim: int, out: int, seed: int):
@@ -65,8 +66,9 @@ def write_one_per_file(folder: str, requests) -> list[str]:
 def bad_requests(graph, like: Request) -> dict:
     """Requests that parse but are invalid for G, by the problem they have."""
     q = like.qid
-    unknown = Request("bad-unknown-id", q, like.x, np.concatenate([like.src, [10**12]]),
-                      np.concatenate([like.dst, [q[0]]]))
+    unknown = Request(
+        "bad-unknown-id", q, like.x, np.concatenate([like.src, [10**12]]), np.concatenate([like.dst, [q[0]]])
+    )
     wide = Request("bad-width", q, np.zeros((len(q), graph.feature_dim + 3), np.float32), like.src, like.dst)
     x_nan = like.x.copy()
     x_nan[0, 0] = np.nan
@@ -79,17 +81,31 @@ def write_malformed(folder: str) -> dict:
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "zz-garbage.parquet"), "wb") as fh:
         fh.write(b"this is not parquet at all")
-    pq.write_table(pa.table({"request_id": ["r"], "kind": ["node"], "node": [1]}),
-                   os.path.join(folder, "zz-missing-columns.parquet"))
+    pq.write_table(
+        pa.table({"request_id": ["r"], "kind": ["node"], "node": [1]}),
+        os.path.join(folder, "zz-missing-columns.parquet"),
+    )
     from sparkgnn.serving.request import SCHEMA
 
-    pq.write_table(pa.table({"request_id": ["r"], "kind": ["vertex"], "node": pa.array([1], pa.int64()),
-                             "x": pa.array([[1.0]], pa.list_(pa.float32())),
-                             "src": pa.array([None], pa.int64()), "dst": pa.array([None], pa.int64())},
-                            schema=SCHEMA), os.path.join(folder, "zz-bad-kind.parquet"))
-    return {"zz-garbage.parquet": "not a readable Parquet file",
-            "zz-missing-columns.parquet": "lacks column(s)",
-            "zz-bad-kind.parquet": "kind not in"}
+    pq.write_table(
+        pa.table(
+            {
+                "request_id": ["r"],
+                "kind": ["vertex"],
+                "node": pa.array([1], pa.int64()),
+                "x": pa.array([[1.0]], pa.list_(pa.float32())),
+                "src": pa.array([None], pa.int64()),
+                "dst": pa.array([None], pa.int64()),
+            },
+            schema=SCHEMA,
+        ),
+        os.path.join(folder, "zz-bad-kind.parquet"),
+    )
+    return {
+        "zz-garbage.parquet": "not a readable Parquet file",
+        "zz-missing-columns.parquet": "lacks column(s)",
+        "zz-bad-kind.parquet": "kind not in",
+    }
 
 
 def engine_answers(engine, requests) -> dict:
@@ -119,8 +135,25 @@ def job_env() -> dict:
     return env
 
 
-def job_command(setup: StreamSetup, requests_dir: str, out: str, checkpoint: str, *extra: str,
-                model: str | None = None) -> list[str]:
-    return [sys.executable, JOB, "--graph", setup.graph_dir, "--model", model or setup.model_path,
-            "--store", setup.store, "--requests", requests_dir, "--out", out, "--checkpoint", checkpoint,
-            "--torch-threads", "1", *extra]
+def job_command(
+    setup: StreamSetup, requests_dir: str, out: str, checkpoint: str, *extra: str, model: str | None = None
+) -> list[str]:
+    return [
+        sys.executable,
+        JOB,
+        "--graph",
+        setup.graph_dir,
+        "--model",
+        model or setup.model_path,
+        "--store",
+        setup.store,
+        "--requests",
+        requests_dir,
+        "--out",
+        out,
+        "--checkpoint",
+        checkpoint,
+        "--torch-threads",
+        "1",
+        *extra,
+    ]

@@ -1,12 +1,19 @@
 """grouping: the cost estimate counts what its docstring says; degree = ascending cost packed up
 to T_d with aging; fifo = arrival order; the registry refuses unknown names and options."""
+
 import numpy as np
 import pytest
 
 from sparkgnn.graph import GraphData
 from sparkgnn.serving import Request
-from sparkgnn.streaming.grouping import (GROUPINGS, DegreeGrouping, GroupingError, RequestCost,
-                                         get_grouping, run_schedule)
+from sparkgnn.streaming.grouping import (
+    GROUPINGS,
+    DegreeGrouping,
+    GroupingError,
+    RequestCost,
+    get_grouping,
+    run_schedule,
+)
 from sparkgnn.streaming.intake import Pending
 
 
@@ -22,8 +29,13 @@ def test_cost_is_queries_plus_request_in_edges_plus_g_in_degrees_of_their_source
     g = tiny_graph()
     cost = RequestCost(g)
     # queries 100, 101; edges 12->100, 11->100, 101->100 (into queries), 100->13 (out of a query)
-    r = Request("r", np.array([100, 101]), np.zeros((2, 2), np.float32),
-                np.array([12, 11, 101, 100]), np.array([100, 100, 100, 13]))
+    r = Request(
+        "r",
+        np.array([100, 101]),
+        np.zeros((2, 2), np.float32),
+        np.array([12, 11, 101, 100]),
+        np.array([100, 100, 100, 13]),
+    )
     # B=2, 3 edges into queries, G in-degrees of G sources 12 (3) and 11 (1)
     assert cost(r) == 2 + 3 + 3 + 1
     unknown = Request("u", np.array([100]), np.zeros((1, 2), np.float32), np.array([999]), np.array([100]))
@@ -63,8 +75,12 @@ def test_aging_is_evaluated_when_each_group_is_chosen():
     queue = [pend(0, 100, arrival=0.0), pend(1, 1, arrival=0.0), pend(2, 1, arrival=0.0)]
     clock = iter([0.0, 6.0, 6.0, 6.0])
     order = []
-    run_schedule(DegreeGrouping(threshold=1, aging_s=5.0), queue, lambda: next(clock),
-                 lambda g, group: order.append([p.seq for p in group]))
+    run_schedule(
+        DegreeGrouping(threshold=1, aging_s=5.0),
+        queue,
+        lambda: next(clock),
+        lambda g, group: order.append([p.seq for p in group]),
+    )
     # first pick at t=0: cheapest (1); by t=6 everyone is aged -> arrival order: 0 then 2
     assert order == [[1], [0], [2]]
 

@@ -1,6 +1,7 @@
 """handler: one micro-batch without Spark. Answers equal QueryEngine.answer; invalid requests are
 error rows naming their problem; malformed files are dead-lettered; the degree policy answers
 cheap requests first, FIFO in arrival order; timing columns add up."""
+
 import io
 import os
 import time
@@ -8,8 +9,8 @@ import time
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-
 from streaming_helpers import assert_rows_equal_answers, bad_requests, engine_answers, write_malformed
+
 from sparkgnn.serving.request import requests_table
 from sparkgnn.streaming.deadletter import DeadLetter, read_dead_letters
 from sparkgnn.streaming.grouping import get_grouping
@@ -26,9 +27,14 @@ def as_file(requests, name, arrival):
 
 def make_handler(tmp_path, engine, setup, grouping="degree", **options):
     lines = []
-    h = MicroBatchHandler(engine, setup.graph, get_grouping(grouping, **options),
-                          AnswerSink(str(tmp_path / "out")), DeadLetter(str(tmp_path / "dead")),
-                          log=lines.append)
+    h = MicroBatchHandler(
+        engine,
+        setup.graph,
+        get_grouping(grouping, **options),
+        AnswerSink(str(tmp_path / "out")),
+        DeadLetter(str(tmp_path / "dead")),
+        log=lines.append,
+    )
     return h, lines
 
 
@@ -36,8 +42,8 @@ def test_micro_batch_answers_equal_engine_and_errors_name_the_problem(tmp_path, 
     good = setup.requests
     bad = bad_requests(setup.graph, good[0])
     files = [as_file([r], f"{r.request_id}.parquet", 100.0 + i) for i, r in enumerate(good)]
-    files.append(as_file(list(bad.values()), "bad.parquet", 90.0))        # 3 invalid requests, one file
-    files.append(as_file([good[0]], "again.parquet", 200.0))                # duplicate request id
+    files.append(as_file(list(bad.values()), "bad.parquet", 90.0))  # 3 invalid requests, one file
+    files.append(as_file([good[0]], "again.parquet", 200.0))  # duplicate request id
     mal = write_malformed(str(tmp_path / "mal"))
     for name in mal:
         files.append(IncomingFile(f"file:/in/{name}", 95.0, open(tmp_path / "mal" / name, "rb").read()))
@@ -47,7 +53,7 @@ def test_micro_batch_answers_equal_engine_and_errors_name_the_problem(tmp_path, 
     t = read_answers(str(tmp_path / "out"))
     assert_rows_equal_answers(t.filter(t.column("error").is_null()), engine_answers(engine, good))
     rows = {(r["request_id"], r["file"]): r for r in t.to_pylist()}
-    for (rid, _), words in zip([(r.request_id, None) for r in bad.values()], bad):
+    for (rid, _), words in zip([(r.request_id, None) for r in bad.values()], bad, strict=True):
         row = rows[(rid, "file:/in/bad.parquet")]
         assert row["error"].startswith("invalid request:") and words in row["error"], row["error"]
         assert row["h"] is None and row["qid"] == good[0].qid.tolist()
@@ -66,7 +72,7 @@ def test_micro_batch_answers_equal_engine_and_errors_name_the_problem(tmp_path, 
 
 
 def test_timings_add_up_and_degree_serves_cheap_requests_first(tmp_path, setup, engine):
-    now = time.time()      # real arrival times: aging (30 s default) must not kick in
+    now = time.time()  # real arrival times: aging (30 s default) must not kick in
     files = [as_file([r], f"{r.request_id}.parquet", now - 1 + 0.01 * i) for i, r in enumerate(setup.requests[::-1])]
     handler, _ = make_handler(tmp_path, engine, setup, "degree", threshold=1e12)
     handler.handle(files, 0)
@@ -74,7 +80,7 @@ def test_timings_add_up_and_degree_serves_cheap_requests_first(tmp_path, setup, 
     assert [r["order"] for r in t] == list(range(len(t)))
     costs = [r["cost"] for r in t]
     assert costs == sorted(costs) and costs[0] < costs[-1]
-    assert {r["engine_batch"] for r in t} == {0}           # T_d above the total: one engine batch
+    assert {r["engine_batch"] for r in t} == {0}  # T_d above the total: one engine batch
     for r in t:
         assert r["queue_s"] == pytest.approx(r["start_ts"] - r["arrival_ts"])
         assert r["latency_s"] == pytest.approx(r["queue_s"] + r["service_s"])
@@ -85,8 +91,8 @@ def test_timings_add_up_and_degree_serves_cheap_requests_first(tmp_path, setup, 
 
 def test_fifo_serves_in_arrival_order(tmp_path, setup, engine):
     reqs = setup.requests
-    arrivals = np.linspace(10.0, 11.0, len(reqs))[::-1]          # last request arrived first
-    files = [as_file([r], f"{r.request_id}.parquet", a) for r, a in zip(reqs, arrivals)]
+    arrivals = np.linspace(10.0, 11.0, len(reqs))[::-1]  # last request arrived first
+    files = [as_file([r], f"{r.request_id}.parquet", a) for r, a in zip(reqs, arrivals, strict=True)]
     handler, _ = make_handler(tmp_path, engine, setup, "fifo", batch_size=2)
     handler.handle(files, 0)
     t = read_answers(str(tmp_path / "out")).to_pylist()

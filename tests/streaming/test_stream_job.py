@@ -3,6 +3,7 @@ QueryEngine.answer with dead letters and error rows; a batch whose commit never 
 checkpoint is replayed without duplicates; SIGKILL mid-stream + restart answers every request
 exactly once (subprocess); a stale PE store, a missing store, an unknown mode and an output of
 another checkpoint are refused before Spark starts."""
+
 import os
 import signal
 import subprocess
@@ -10,9 +11,16 @@ import time
 
 import numpy as np
 import pytest
+from streaming_helpers import (
+    assert_rows_equal_answers,
+    bad_requests,
+    engine_answers,
+    job_command,
+    job_env,
+    write_malformed,
+    write_one_per_file,
+)
 
-from streaming_helpers import (assert_rows_equal_answers, bad_requests, engine_answers, job_command,
-                               job_env, write_malformed, write_one_per_file)
 from sparkgnn.errors import StalePEStore
 from sparkgnn.serving import Request
 from sparkgnn.serving.modes import ModeError
@@ -27,9 +35,16 @@ def copies(requests, tag):
 
 
 def config(setup, tmp_path, **kw):
-    base = dict(graph=setup.graph_dir, model=setup.model_path, store=setup.store, mode="exact",
-                requests=str(tmp_path / "in"), out=str(tmp_path / "out"),
-                checkpoint=str(tmp_path / "ck"), available_now=True)
+    base = dict(
+        graph=setup.graph_dir,
+        model=setup.model_path,
+        store=setup.store,
+        mode="exact",
+        requests=str(tmp_path / "in"),
+        out=str(tmp_path / "out"),
+        checkpoint=str(tmp_path / "ck"),
+        available_now=True,
+    )
     base.update(kw)
     return StreamConfig(**base)
 
@@ -51,7 +66,7 @@ def test_stream_in_process_equals_engine_survives_bad_input_and_replays_once(spa
     assert_rows_equal_answers(t.filter(t.column("error").is_null()), engine_answers(engine, good))
     errors = {r["request_id"]: r["error"] for r in t.to_pylist() if r["error"]}
     assert set(errors) == {r.request_id for r in bad.values()}
-    for r, words in zip(bad.values(), bad):
+    for r, words in zip(bad.values(), bad, strict=True):
         assert words in errors[r.request_id]
     reasons = {os.path.basename(d["file"]): d["reason"] for d in read_dead_letters(cfg.dead_letter_dir)}
     assert {n: w in reasons[n] for n, w in malformed.items()} == {n: True for n in malformed}
@@ -63,7 +78,7 @@ def test_stream_in_process_equals_engine_survives_bad_input_and_replays_once(spa
     # a crash after the sink wrote the last batch but before Spark committed it: drop the commit
     # entry, add new files, run again from the checkpoint: the last batch is replayed in place
     last = result.last_batch_id
-    for name in (str(last), f".{last}.crc"):      # the commit entry and its Hadoop checksum
+    for name in (str(last), f".{last}.crc"):  # the commit entry and its Hadoop checksum
         os.remove(os.path.join(cfg.checkpoint, "commits", name))
     before = read_batch_meta(cfg.out, last)
     extra = copies(good[:2], "late")
@@ -74,8 +89,7 @@ def test_stream_in_process_equals_engine_survives_bad_input_and_replays_once(spa
     t2 = read_answers(cfg.out)
     ids = t2.column("request_id").to_pylist()
     assert len(ids) == len(set(ids)) == len(good) + len(bad) + len(extra)
-    assert_rows_equal_answers(t2.filter(t2.column("error").is_null()),
-                              engine_answers(engine, good + extra))
+    assert_rows_equal_answers(t2.filter(t2.column("error").is_null()), engine_answers(engine, good + extra))
 
     with pytest.raises(SinkError, match="batch ids would restart at 0"):
         run(config(setup, tmp_path, checkpoint=str(tmp_path / "ck-new")), spark, log=lines.append)
@@ -87,8 +101,12 @@ def test_sigkill_mid_stream_then_restart_answers_every_request_exactly_once(setu
     out, ck = str(tmp_path / "out"), str(tmp_path / "ck")
     cmd = job_command(setup, str(tmp_path / "in"), out, ck, "--mode", "exact")
     log1 = open(tmp_path / "run1.log", "w")
-    proc = subprocess.Popen(cmd + ["--max-requests-per-batch", "1", "--timeout", "240"],
-                            stdout=log1, stderr=subprocess.STDOUT, env=job_env())
+    proc = subprocess.Popen(
+        cmd + ["--max-requests-per-batch", "1", "--timeout", "240"],
+        stdout=log1,
+        stderr=subprocess.STDOUT,
+        env=job_env(),
+    )
     try:
         deadline = time.monotonic() + 180
         while len(committed_batch_ids(out)) < 2:
@@ -108,19 +126,31 @@ def test_sigkill_mid_stream_then_restart_answers_every_request_exactly_once(setu
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     t = read_answers(out)
     ids = t.column("request_id").to_pylist()
-    assert sorted(ids) == sorted(r.request_id for r in requests)      # each exactly once
+    assert sorted(ids) == sorted(r.request_id for r in requests)  # each exactly once
     assert_rows_equal_answers(t, engine_answers(engine, requests))
     assert not os.listdir(os.path.join(out, "_tmp"))
 
 
 def test_stale_store_is_refused_with_what_differs(setup, tmp_path):
-    proc = subprocess.run(job_command(setup, str(tmp_path / "in"), str(tmp_path / "out"),
-                                      str(tmp_path / "ck"), "--mode", "srpe", model=setup.other_model_path),
-                          capture_output=True, text=True, env=job_env(), timeout=120)
+    proc = subprocess.run(
+        job_command(
+            setup,
+            str(tmp_path / "in"),
+            str(tmp_path / "out"),
+            str(tmp_path / "ck"),
+            "--mode",
+            "srpe",
+            model=setup.other_model_path,
+        ),
+        capture_output=True,
+        text=True,
+        env=job_env(),
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     errors = [l for l in proc.stderr.splitlines() if l.startswith("stream_queries.py: error: ")]
     assert len(errors) == 1 and "model weights differ" in errors[0], proc.stderr[-2000:]
-    assert not os.path.exists(tmp_path / "ck")            # refused before any query started
+    assert not os.path.exists(tmp_path / "ck")  # refused before any query started
     with pytest.raises(StalePEStore, match="model weights differ"):
         build_engine(config(setup, tmp_path, model=setup.other_model_path), log=lambda _: None)
 
@@ -158,7 +188,7 @@ def test_a_fault_of_the_job_stops_the_query_uncommitted_and_a_restart_replays_th
     assert committed_batch_ids(cfg.out) == []
     assert not os.path.exists(os.path.join(cfg.checkpoint, "commits", "0"))
     result = run(cfg, spark, log=lambda _: None, engine=(setup.graph, engine))
-    assert result.batches == 1 and result.last_batch_id == 0          # the same batch, run again
+    assert result.batches == 1 and result.last_batch_id == 0  # the same batch, run again
     assert_rows_equal_answers(read_answers(cfg.out), engine_answers(engine, good))
 
 

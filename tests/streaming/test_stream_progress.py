@@ -1,4 +1,5 @@
 """progress: percentiles and the one-line summary of a micro-batch."""
+
 from sparkgnn.streaming.progress import batch_progress, percentile
 
 
@@ -8,8 +9,16 @@ def test_batch_progress_counts_and_percentiles():
     assert (p.requests, p.answered, p.errors, p.dead_letters) == (5, 4, 1, 1)
     assert p.p50_latency_s == 3.0 and abs(p.p99_latency_s - 9.76) < 1e-9 and p.mean_latency_s == 4.0
     line = p.line()
-    for words in ("stream batch 7", "5 requests from 4 files", "1 errors", "1 dead-lettered",
-                  "p50 3.000s", "p99 9.760s", "mode srpe", "grouping degree"):
+    for words in (
+        "stream batch 7",
+        "5 requests from 4 files",
+        "1 errors",
+        "1 dead-lettered",
+        "p50 3.000s",
+        "p99 9.760s",
+        "mode srpe",
+        "grouping degree",
+    ):
         assert words in line
     empty = batch_progress(8, 0, [], 0, 0.1, "full", "fifo")
     assert empty.p50_latency_s is None and "p50 -" in empty.line()

@@ -3,6 +3,7 @@ of the micro-batch although the source marks it consumed), a truncated file, a f
 file of the wrong schema are each dead-lettered with a reason naming the file and counted in the
 micro-batch line; the job's command line refuses bad numbers in argparse and every other user
 error as one `stream_queries.py: error: ...` line with exit code 2, before Spark starts."""
+
 import importlib.util
 import io
 import json
@@ -11,8 +12,8 @@ import os
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
 from streaming_helpers import JOB, assert_rows_equal_answers, engine_answers, write_one_per_file
+
 from sparkgnn.serving.request import requests_table
 from sparkgnn.streaming.deadletter import DeadLetter, read_dead_letters
 from sparkgnn.streaming.grouping import get_grouping
@@ -35,9 +36,9 @@ def write_unreadable(folder) -> dict:
     good = _bytes([_tiny_request()])
     files = {
         "empty.parquet": (b"", "empty file (0 bytes)"),
-        "empty two.parquet": (b"", "empty file (0 bytes)"),          # a name Spark's log URI-encodes
+        "empty two.parquet": (b"", "empty file (0 bytes)"),  # a name Spark's log URI-encodes
         "truncated.parquet": (good[: len(good) // 2], "not a readable Parquet file, truncated"),
-        "foreign.parquet": (b"{\"not\": \"parquet\"}", "not a readable Parquet file"),
+        "foreign.parquet": (b'{"not": "parquet"}', "not a readable Parquet file"),
     }
     for name, (content, _) in files.items():
         with open(os.path.join(folder, name), "wb") as fh:
@@ -53,10 +54,11 @@ def _tiny_request():
 
     from sparkgnn.serving import Request
 
-    return Request("tiny", np.array([10 ** 9]), np.zeros((1, 3), np.float32), np.empty(0), np.empty(0))
+    return Request("tiny", np.array([10**9]), np.zeros((1, 3), np.float32), np.empty(0), np.empty(0))
 
 
 # -- the source log ----------------------------------------------------------------------------
+
 
 def _write_log(path, entries):
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -68,10 +70,14 @@ def test_source_log_lists_a_batch_from_plain_and_compact_entries(tmp_path):
     ck = str(tmp_path / "ck")
     log = os.path.join(ck, "sources", "0")
     _write_log(os.path.join(log, "8"), [{"path": "file:///in/a%20b.parquet", "timestamp": 1500, "batchId": 8}])
-    _write_log(os.path.join(log, "9.compact"),
-               [{"path": "file:///in/old.parquet", "timestamp": 1000, "batchId": 8},
-                {"path": "file:///in/c.parquet", "timestamp": 2000, "batchId": 9},
-                {"path": "file:///in/d%25.parquet", "timestamp": 2500, "batchId": 9}])
+    _write_log(
+        os.path.join(log, "9.compact"),
+        [
+            {"path": "file:///in/old.parquet", "timestamp": 1000, "batchId": 8},
+            {"path": "file:///in/c.parquet", "timestamp": 2000, "batchId": 9},
+            {"path": "file:///in/d%25.parquet", "timestamp": 2500, "batchId": 9},
+        ],
+    )
     assert [(f.path, f.arrival_ts) for f in batch_files(ck, 8)] == [("/in/a b.parquet", 1.5)]
     assert [f.path for f in batch_files(ck, 9)] == ["/in/c.parquet", "/in/d%.parquet"]
     assert batch_files(ck, 10) is None and batch_files(str(tmp_path / "none"), 0) is None
@@ -85,12 +91,23 @@ def test_handler_dead_letters_files_the_log_has_but_the_dataframe_lacks(tmp_path
     good_path = write_one_per_file(str(folder), setup.requests[:1])[0]
     (folder / "empty.parquet").write_bytes(b"")
     ck = str(tmp_path / "ck")
-    _write_log(os.path.join(ck, "sources", "0", "5"),
-               [{"path": f"file://{p}", "timestamp": 1000 * (i + 1), "batchId": 5}
-                for i, p in enumerate([good_path, str(folder / "empty.parquet"), str(folder / "gone.parquet")])])
+    _write_log(
+        os.path.join(ck, "sources", "0", "5"),
+        [
+            {"path": f"file://{p}", "timestamp": 1000 * (i + 1), "batchId": 5}
+            for i, p in enumerate([good_path, str(folder / "empty.parquet"), str(folder / "gone.parquet")])
+        ],
+    )
     lines = []
-    handler = MicroBatchHandler(engine, setup.graph, get_grouping("fifo"), AnswerSink(str(tmp_path / "out")),
-                                DeadLetter(str(tmp_path / "dead")), log=lines.append, checkpoint=ck)
+    handler = MicroBatchHandler(
+        engine,
+        setup.graph,
+        get_grouping("fifo"),
+        AnswerSink(str(tmp_path / "out")),
+        DeadLetter(str(tmp_path / "dead")),
+        log=lines.append,
+        checkpoint=ck,
+    )
     delivered = [IncomingFile(f"file:{good_path}", 1.0, open(good_path, "rb").read())]
     extra = handler.undelivered(delivered, 5)
     assert [os.path.basename(f.path) for f in extra] == ["empty.parquet", "gone.parquet"]
@@ -99,13 +116,15 @@ def test_handler_dead_letters_files_the_log_has_but_the_dataframe_lacks(tmp_path
     assert (progress.files, progress.requests, progress.dead_letters) == (3, 1, 2)
     assert "1 requests from 3 files, 0 errors, 2 dead-lettered" in lines[-1]
     reasons = {os.path.basename(d["file"]): d for d in read_dead_letters(str(tmp_path / "dead"))}
-    assert reasons["empty.parquet"]["reason"] == ("empty.parquet: empty file (0 bytes); a request file is a "
-                                                  "Parquet file with columns ['request_id', 'kind', 'node', "
-                                                  "'x', 'src', 'dst']")
+    assert reasons["empty.parquet"]["reason"] == (
+        "empty.parquet: empty file (0 bytes); a request file is a "
+        "Parquet file with columns ['request_id', 'kind', 'node', "
+        "'x', 'src', 'dst']"
+    )
     assert "gone.parquet: the stream source listed this file but it was gone" in reasons["gone.parquet"]["reason"]
     assert reasons["empty.parquet"]["batch_id"] == 5 and reasons["empty.parquet"]["bytes"] == 0
     assert_rows_equal_answers(read_answers(str(tmp_path / "out")), engine_answers(engine, setup.requests[:1]))
-    assert (folder / "empty.parquet").exists()                # the original stays where it was
+    assert (folder / "empty.parquet").exists()  # the original stays where it was
 
 
 def test_stream_dead_letters_empty_truncated_foreign_and_wrong_schema_files(spark, setup, engine, tmp_path):
@@ -113,9 +132,17 @@ def test_stream_dead_letters_empty_truncated_foreign_and_wrong_schema_files(spar
     folder = str(tmp_path / "in")
     write_one_per_file(folder, good)
     unreadable = write_unreadable(folder)
-    cfg = StreamConfig(graph=setup.graph_dir, model=setup.model_path, store=setup.store, mode="exact",
-                       requests=folder, out=str(tmp_path / "out"), checkpoint=str(tmp_path / "ck"),
-                       available_now=True, max_files_per_trigger=4)
+    cfg = StreamConfig(
+        graph=setup.graph_dir,
+        model=setup.model_path,
+        store=setup.store,
+        mode="exact",
+        requests=folder,
+        out=str(tmp_path / "out"),
+        checkpoint=str(tmp_path / "ck"),
+        available_now=True,
+        max_files_per_trigger=4,
+    )
     lines = []
     result = run(cfg, spark, log=lines.append, engine=(setup.graph, engine))
 
@@ -132,10 +159,11 @@ def test_stream_dead_letters_empty_truncated_foreign_and_wrong_schema_files(spar
     assert len(progress) == result.batches
     assert sum(int(l.split(" errors, ")[1].split(" dead-lettered")[0]) for l in progress) == len(unreadable)
     files = [f for b in range(result.batches) for f in read_batch_meta(cfg.out, b)["files"]]
-    assert sorted(os.path.basename(f) for f in files) == sorted(os.listdir(folder))   # every file accounted for
+    assert sorted(os.path.basename(f) for f in files) == sorted(os.listdir(folder))  # every file accounted for
 
 
 # -- the command line --------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def job():
@@ -146,24 +174,40 @@ def job():
 
 
 def _argv(setup, tmp_path, *extra):
-    return ["--graph", setup.graph_dir, "--model", setup.model_path, "--store", setup.store,
-            "--requests", str(tmp_path / "in"), "--out", str(tmp_path / "out"),
-            "--checkpoint", str(tmp_path / "ck"), "--no-warmup", *extra]
+    return [
+        "--graph",
+        setup.graph_dir,
+        "--model",
+        setup.model_path,
+        "--store",
+        setup.store,
+        "--requests",
+        str(tmp_path / "in"),
+        "--out",
+        str(tmp_path / "out"),
+        "--checkpoint",
+        str(tmp_path / "ck"),
+        "--no-warmup",
+        *extra,
+    ]
 
 
-@pytest.mark.parametrize("flag, value, words", [
-    ("--gamma", "0", "must be in (0, 1]"),
-    ("--gamma", "2", "must be in (0, 1]"),
-    ("--fanouts", "a,b", "'a' must be an integer"),
-    ("--fanouts", "5,0", "'0' must be >= 1"),
-    ("--partitions", "0", "must be >= 1"),
-    ("--trigger", "-1", "must be a finite number >= 0"),
-    ("--trigger", "soon", "must be a number"),
-    ("--max-requests-per-batch", "0", "must be >= 1"),
-    ("--timeout", "0", "must be a finite number > 0"),
-    ("--seed", "-2", "must be >= 0"),
-    ("--degree-threshold", "x", "must be a number"),
-])
+@pytest.mark.parametrize(
+    "flag, value, words",
+    [
+        ("--gamma", "0", "must be in (0, 1]"),
+        ("--gamma", "2", "must be in (0, 1]"),
+        ("--fanouts", "a,b", "'a' must be an integer"),
+        ("--fanouts", "5,0", "'0' must be >= 1"),
+        ("--partitions", "0", "must be >= 1"),
+        ("--trigger", "-1", "must be a finite number >= 0"),
+        ("--trigger", "soon", "must be a number"),
+        ("--max-requests-per-batch", "0", "must be >= 1"),
+        ("--timeout", "0", "must be a finite number > 0"),
+        ("--seed", "-2", "must be >= 0"),
+        ("--degree-threshold", "x", "must be a number"),
+    ],
+)
 def test_job_bad_numbers_are_usage_errors_naming_the_flag(job, setup, tmp_path, capsys, flag, value, words):
     with pytest.raises(SystemExit) as exit_:
         job.parse_args(_argv(setup, tmp_path, flag, value))
@@ -182,13 +226,13 @@ def test_job_refusals_are_one_line_exit_2_before_spark_and_touch_nothing(job, se
     def refused(*extra) -> str:
         assert job.main(_argv(setup, tmp_path, *extra)) == 2
         line = _one_error_line(capsys.readouterr().err)
-        assert not os.path.exists(tmp_path / "ck")             # no query was started
+        assert not os.path.exists(tmp_path / "ck")  # no query was started
         return line
 
     assert "unknown serving mode 'magic'" in refused("--mode", "magic")
     assert "unknown grouping policy 'sjf'" in refused("--grouping", "sjf")
     assert "model weights differ" in refused("--mode", "exact", "--model", setup.other_model_path)
     assert "unknown SRPE policy 'best'" in refused("--mode", "srpe", "--policy", "best")
-    (tmp_path / "out").write_text("an existing file")            # --out is a file: refused, kept
+    (tmp_path / "out").write_text("an existing file")  # --out is a file: refused, kept
     assert "is not a directory" in refused("--mode", "full")
     assert (tmp_path / "out").read_text() == "an existing file"

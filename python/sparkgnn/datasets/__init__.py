@@ -7,6 +7,7 @@ graphdatascience 2.2 wheel (nothing downloads), and synthetic power-law graphs o
     write_synthetic(...)      the same graph streamed to Parquet in chunks
 CLI: python -m sparkgnn.datasets cora|imdb|synthetic ... --out DIR
 """
+
 from sparkgnn.datasets.bundled import DatasetUnavailable
 from sparkgnn.datasets.cora import load_cora
 from sparkgnn.datasets.imdb import load_imdb
@@ -14,5 +15,14 @@ from sparkgnn.datasets.registry import DATASETS, load
 from sparkgnn.datasets.splits import make_split
 from sparkgnn.datasets.synthetic import SyntheticSpec, synthetic_graph, write_synthetic
 
-__all__ = ["DATASETS", "DatasetUnavailable", "SyntheticSpec", "load", "load_cora", "load_imdb", "make_split",
-           "synthetic_graph", "write_synthetic"]
+__all__ = [
+    "DATASETS",
+    "DatasetUnavailable",
+    "SyntheticSpec",
+    "load",
+    "load_cora",
+    "load_imdb",
+    "make_split",
+    "synthetic_graph",
+    "write_synthetic",
+]

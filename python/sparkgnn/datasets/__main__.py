@@ -1,5 +1,6 @@
 """`python -m sparkgnn.datasets cora|imdb|synthetic ... --out DIR`: write a dataset in the on-disk
 graph format and print a one-line summary. Sub-commands and their options come from the registry."""
+
 from __future__ import annotations
 
 import argparse
@@ -11,8 +12,9 @@ from sparkgnn.datasets.registry import DATASETS
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m sparkgnn.datasets",
-                                     description="Write a dataset as a sparkgnn graph directory.")
+    parser = argparse.ArgumentParser(
+        prog="python -m sparkgnn.datasets", description="Write a dataset as a sparkgnn graph directory."
+    )
     sub = parser.add_subparsers(dest="dataset", required=True)
     for name, item in DATASETS.items():
         cmd = sub.add_parser(name, help=item.summary, description=item.summary)
@@ -38,9 +40,11 @@ def _write(args) -> int:
     start = time.perf_counter()
     meta = item.write(args.out, rows_per_file=args.rows_per_file, overwrite=args.overwrite, **kwargs)
     classes = f", {meta['num_classes']} classes" if meta.get("has_labels") else ""
-    print(f"wrote {meta['name']} to {args.out}: {meta['num_vertices']} vertices, {meta['num_edges']} edges, "
-          f"{meta['feature_dim']}-d features{classes}, fingerprint {meta['fingerprint']} "
-          f"({time.perf_counter() - start:.1f}s)")
+    print(
+        f"wrote {meta['name']} to {args.out}: {meta['num_vertices']} vertices, {meta['num_edges']} edges, "
+        f"{meta['feature_dim']}-d features{classes}, fingerprint {meta['fingerprint']} "
+        f"({time.perf_counter() - start:.1f}s)"
+    )
     return 0
 
 

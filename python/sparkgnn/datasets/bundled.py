@@ -5,6 +5,7 @@ Why not import graphdatascience: it pulls in neo4j drivers and more (it is insta
 with importlib's spec machinery, which reads the package location without executing it.
 Nothing is ever downloaded.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -31,4 +32,5 @@ def resource_path(dataset: str, filename: str) -> str:
     where = f" (looked in {locations})" if locations else ""
     raise DatasetUnavailable(
         f"dataset {dataset!r} needs {filename} from the {PACKAGE} wheel, which is not installed"
-        f"{where}. Install it without its dependencies: `{INSTALL_HINT}`")
+        f"{where}. Install it without its dependencies: `{INSTALL_HINT}`"
+    )

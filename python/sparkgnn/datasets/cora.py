@@ -11,6 +11,7 @@ PyTorch Geometric's Planetoid Cora (10556 edges).
 Split (seeded): Planetoid style, 20 training vertices per class (140), then 500 val and 1000 test
 from the rest of a seeded permutation; the remaining 1068 vertices are in no split.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -24,12 +25,11 @@ from sparkgnn.graph.checks import vector_column
 from sparkgnn.graph.problems import raise_if_any
 
 
-def load_cora(seed: int = 0, train_per_class: int = 20, num_val: int = 500, num_test: int = 1000,
-              undirected: bool = False) -> GraphData:
-    nodes = pq.read_table(resource_path("cora", "cora_nodes.parquet.gzip"),
-                          columns=["nodeId", "subject", "features"])
-    rels = pq.read_table(resource_path("cora", "cora_rels.parquet.gzip"),
-                         columns=["sourceNodeId", "targetNodeId"])
+def load_cora(
+    seed: int = 0, train_per_class: int = 20, num_val: int = 500, num_test: int = 1000, undirected: bool = False
+) -> GraphData:
+    nodes = pq.read_table(resource_path("cora", "cora_nodes.parquet.gzip"), columns=["nodeId", "subject", "features"])
+    rels = pq.read_table(resource_path("cora", "cora_rels.parquet.gzip"), columns=["sourceNodeId", "targetNodeId"])
     ids = nodes.column("nodeId").to_numpy()
     x, problems = vector_column(ids, nodes.column("features"))
     raise_if_any(problems, "cora")

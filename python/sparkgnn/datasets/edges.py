@@ -1,4 +1,5 @@
 """Small vectorised edge-list helpers shared by the dataset loaders."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -13,6 +13,7 @@ graph); a 1-layer model would otherwise never let directors or actors hear from 
 
 Split (seeded): fractions of the 2939 labelled movies, 60% / 20% / 20% by default.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -37,15 +38,18 @@ def _nodes(stem: str, labelled: bool) -> pa.Table:
     return pa.table({"id": table.column("nodeId"), "x": table.column("plot_keywords"), "y": y})
 
 
-def load_imdb(seed: int = 0, reverse: bool = True, train: float = 0.6, val: float = 0.2,
-              test: float = 0.2) -> GraphData:
+def load_imdb(
+    seed: int = 0, reverse: bool = True, train: float = 0.6, val: float = 0.2, test: float = 0.2
+) -> GraphData:
     nodes = pa.concat_tables([_nodes(stem, labelled) for stem, labelled in NODE_FILES.items()])
     ids = nodes.column("id").to_numpy()
     x, problems = vector_column(ids, nodes.column("x"))
     raise_if_any(problems, "imdb")
     y = nodes.column("y").to_numpy()
-    rels = [pq.read_table(resource_path("imdb", f"imdb_{stem}.parquet.gzip"),
-                          columns=["sourceNodeId", "targetNodeId"]) for stem in EDGE_FILES]
+    rels = [
+        pq.read_table(resource_path("imdb", f"imdb_{stem}.parquet.gzip"), columns=["sourceNodeId", "targetNodeId"])
+        for stem in EDGE_FILES
+    ]
     src = np.concatenate([r.column("sourceNodeId").to_numpy() for r in rels])
     dst = np.concatenate([r.column("targetNodeId").to_numpy() for r in rels])
     if reverse:

@@ -4,23 +4,26 @@ Why a table instead of if/elif: adding a dataset is one entry (its loader, its w
 CLI options it understands), and the CLI builds its sub-commands from the same table, so the
 two can never disagree.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
+from sparkgnn.cliargs import non_negative_int, positive_int
 from sparkgnn.datasets.cora import load_cora
 from sparkgnn.datasets.imdb import load_imdb
 from sparkgnn.datasets.synthetic import synthetic_graph, write_synthetic
-from sparkgnn.cliargs import non_negative_int, positive_int
 from sparkgnn.graph import GraphData, write_graph_dir
 from sparkgnn.registry import Registry
 
 
 def _writer_for(loader: Callable[..., GraphData]) -> Callable[..., dict]:
     """Small datasets are loaded whole and written with write_graph_dir."""
+
     def write(out_dir: str, rows_per_file: int | None = None, overwrite: bool = False, **kwargs) -> dict:
         return write_graph_dir(loader(**kwargs), out_dir, rows_per_file=rows_per_file, overwrite=overwrite)
+
     return write
 
 
@@ -44,16 +47,34 @@ SIZE_OPTIONS = {
 }
 
 DATASETS: Registry[DatasetEntry] = Registry("dataset", KeyError)
-DATASETS.register("cora", DatasetEntry(
-    load_cora, _writer_for(load_cora), SEED_OPTION,
-    "Cora citations (2708 papers, 1433-d, 7 classes), bundled with graphdatascience"))
-DATASETS.register("imdb", DatasetEntry(
-    load_imdb, _writer_for(load_imdb), SEED_OPTION,
-    "IMDB movies/directors/actors (12772 vertices, 1256-d, 3 genres), bundled"))
-DATASETS.register("synthetic", DatasetEntry(
-    synthetic_graph, write_synthetic, {**SIZE_OPTIONS, **SEED_OPTION},
-    "power-law synthetic graph of any size, streamed to Parquet",
-    {"weighted": ("weighted", "add a float32 edge weight column")}))
+DATASETS.register(
+    "cora",
+    DatasetEntry(
+        load_cora,
+        _writer_for(load_cora),
+        SEED_OPTION,
+        "Cora citations (2708 papers, 1433-d, 7 classes), bundled with graphdatascience",
+    ),
+)
+DATASETS.register(
+    "imdb",
+    DatasetEntry(
+        load_imdb,
+        _writer_for(load_imdb),
+        SEED_OPTION,
+        "IMDB movies/directors/actors (12772 vertices, 1256-d, 3 genres), bundled",
+    ),
+)
+DATASETS.register(
+    "synthetic",
+    DatasetEntry(
+        synthetic_graph,
+        write_synthetic,
+        {**SIZE_OPTIONS, **SEED_OPTION},
+        "power-law synthetic graph of any size, streamed to Parquet",
+        {"weighted": ("weighted", "add a float32 edge weight column")},
+    ),
+)
 
 
 def entry(name: str) -> DatasetEntry:

@@ -5,6 +5,7 @@ class for training, 500 val, 1000 test) while IMDB and synthetic graphs use frac
 be reproducible from a seed alone and must never put unlabelled vertices (y = -1) in a split.
 Vertices in no split get "" (null on disk).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -16,8 +17,15 @@ def _count(amount: int | float, pool: int) -> int:
     return int(round(amount * pool)) if isinstance(amount, float) else int(amount)
 
 
-def make_split(y: np.ndarray, *, seed: int = 0, train: int | float = 0.6, val: int | float = 0.2,
-               test: int | float = 0.2, train_per_class: int | None = None) -> np.ndarray:
+def make_split(
+    y: np.ndarray,
+    *,
+    seed: int = 0,
+    train: int | float = 0.6,
+    val: int | float = 0.2,
+    test: int | float = 0.2,
+    train_per_class: int | None = None,
+) -> np.ndarray:
     """Assign "train"/"val"/"test"/"" to each vertex; only vertices with y >= 0 are eligible.
 
     Ints are counts, floats fractions of the eligible vertices. With train_per_class, the first
@@ -41,10 +49,11 @@ def make_split(y: np.ndarray, *, seed: int = 0, train: int | float = 0.6, val: i
         train_idx, rest = perm[:n_train], perm[n_train:]
     n_val, n_test = _count(val, pool), _count(test, pool)
     if n_val + n_test > len(rest):
-        raise ValueError(f"split asks for {len(train_idx)} train + {n_val} val + {n_test} test "
-                         f"vertices but only {pool} are labelled")
+        raise ValueError(
+            f"split asks for {len(train_idx)} train + {n_val} val + {n_test} test vertices but only {pool} are labelled"
+        )
     split = np.full(len(y), NO_SPLIT, dtype="<U5")
     split[train_idx] = "train"
     split[rest[:n_val]] = "val"
-    split[rest[n_val:n_val + n_test]] = "test"
+    split[rest[n_val : n_val + n_test]] = "test"
     return split

@@ -20,6 +20,7 @@ Why each ingredient:
 Memory: per-vertex arrays (labels, Zipf ranking and CDF, class buckets) are O(N); edges and
 features are generated and written one chunk at a time, vectorised, never as Python lists.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -89,8 +90,9 @@ class _Plan:
         self.class_start = np.searchsorted(active_classes[order], np.arange(spec.num_classes))
         self.class_count = np.bincount(active_classes, minlength=spec.num_classes)
         scale = spec.class_sep / np.sqrt(spec.dim)
-        self.centroids = (_rng(spec, _CENTROIDS).standard_normal((spec.num_classes, spec.dim)) * scale
-                          ).astype(np.float32)
+        self.centroids = (_rng(spec, _CENTROIDS).standard_normal((spec.num_classes, spec.dim)) * scale).astype(
+            np.float32
+        )
 
     def edges(self, chunk: int, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """Dense (src, dst, weight) of edge chunk `chunk`."""
@@ -116,7 +118,7 @@ class _Plan:
     def nodes(self, chunk: int, start: int, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(ids, x, y, split) of vertex chunk `chunk` (rows start..start+count)."""
         rng = _rng(self.spec, _NODES, chunk)
-        y = self.y[start:start + count]
+        y = self.y[start : start + count]
         x = self.centroids[y] + rng.standard_normal((count, self.spec.dim), dtype=np.float32)
         u = rng.random(count)
         cuts = np.cumsum([self.spec.train_frac, self.spec.val_frac, self.spec.test_frac])
@@ -134,14 +136,15 @@ def _spec(num_nodes, num_edges, dim, **options) -> SyntheticSpec:
     return SyntheticSpec(int(num_nodes), int(num_edges), int(dim), **options)
 
 
-def synthetic_graph(num_nodes: int, num_edges: int, dim: int, num_classes: int = 8, seed: int = 0,
-                    **options) -> GraphData:
+def synthetic_graph(
+    num_nodes: int, num_edges: int, dim: int, num_classes: int = 8, seed: int = 0, **options
+) -> GraphData:
     """The synthetic graph in memory (see module doc; options are SyntheticSpec fields)."""
     spec = _spec(num_nodes, num_edges, dim, num_classes=num_classes, seed=seed, **options)
     plan = _Plan(spec)
     node_parts = [plan.nodes(c, s, n) for c, s, n in _chunks(spec.num_nodes, NODE_CHUNK)]
     edge_parts = [plan.edges(c, n) for c, _, n in _chunks(spec.num_edges, EDGE_CHUNK)]
-    ids, x, y, split = (np.concatenate(parts) for parts in zip(*node_parts))
+    ids, x, y, split = (np.concatenate(parts) for parts in zip(*node_parts, strict=True))
     src = np.concatenate([p[0] for p in edge_parts]) if edge_parts else np.empty(0, np.int64)
     dst = np.concatenate([p[1] for p in edge_parts]) if edge_parts else np.empty(0, np.int64)
     weight = None
@@ -150,22 +153,49 @@ def synthetic_graph(num_nodes: int, num_edges: int, dim: int, num_classes: int =
     return GraphData(ids, x, src, dst, weight=weight, y=y, split=split, name=spec.name)
 
 
-def write_synthetic(out_dir: str, num_nodes: int, num_edges: int, dim: int, num_classes: int = 8,
-                    seed: int = 0, rows_per_file: int | None = None, overwrite: bool = False,
-                    **options) -> dict:
+def write_synthetic(
+    out_dir: str,
+    num_nodes: int,
+    num_edges: int,
+    dim: int,
+    num_classes: int = 8,
+    seed: int = 0,
+    rows_per_file: int | None = None,
+    overwrite: bool = False,
+    **options,
+) -> dict:
     """Stream the synthetic graph straight to a graph directory, chunk by chunk; returns graph.json.
 
     Only O(num_nodes) arrays and one chunk (~1M edges or 64K vertices) live in memory at a time.
     """
     spec = _spec(num_nodes, num_edges, dim, num_classes=num_classes, seed=seed, **options)
     plan = _Plan(spec)
-    with GraphDirWriter(out_dir, spec.dim, has_weight=spec.weighted, has_labels=True, has_split=True,
-                        name=spec.name, rows_per_file=rows_per_file, overwrite=overwrite) as writer:
+    with GraphDirWriter(
+        out_dir,
+        spec.dim,
+        has_weight=spec.weighted,
+        has_labels=True,
+        has_split=True,
+        name=spec.name,
+        rows_per_file=rows_per_file,
+        overwrite=overwrite,
+    ) as writer:
         for chunk, start, count in _chunks(spec.num_nodes, NODE_CHUNK):
             writer.write_vertices(*plan.nodes(chunk, start, count))
         for chunk, _, count in _chunks(spec.num_edges, EDGE_CHUNK):
             src, dst, weight = plan.edges(chunk, count)
             writer.write_edges(src + spec.id_offset, dst + spec.id_offset, weight)
-        return writer.close(num_classes=spec.num_classes, validated=True, extra={"generator": {
-            "kind": "synthetic", "seed": spec.seed, "zipf_alpha": spec.zipf_alpha, "homophily": spec.homophily,
-            "class_sep": spec.class_sep, "isolated_frac": spec.isolated_frac}})
+        return writer.close(
+            num_classes=spec.num_classes,
+            validated=True,
+            extra={
+                "generator": {
+                    "kind": "synthetic",
+                    "seed": spec.seed,
+                    "zipf_alpha": spec.zipf_alpha,
+                    "homophily": spec.homophily,
+                    "class_sep": spec.class_sep,
+                    "isolated_frac": spec.isolated_frac,
+                }
+            },
+        )

@@ -4,6 +4,7 @@ Same callable in-process (inside a Spark Python worker) and behind the messenger
 `sparkgnn-worker`). Ops are looked up in a registry (sparkgnn.dl.ops.OPS: dl's own layer_step,
 plus what the composition roots register); models by fingerprint in a model store.
 """
+
 from __future__ import annotations
 
 import time

@@ -4,6 +4,7 @@ Why: a DL worker may be a separate process (or machine) that receives only a mod
 task header. It loads `<store>/<fingerprint>/` with weights_only loading and refuses a fingerprint
 it does not hold, or a directory whose content hashes to something else (no silent wrong model).
 """
+
 from __future__ import annotations
 
 import os

@@ -8,6 +8,7 @@ is registered when serving is imported, so the in-process runner serves it where
 it, and by `sparkgnn-worker` (sparkgnn.worker.cli) at start, since nothing else imports serving in
 a standalone worker. An unknown op is a StepError naming the registered ones.
 """
+
 from __future__ import annotations
 
 from sparkgnn.dl.step import StepError

@@ -26,6 +26,7 @@ Tables out: own: h (+ pred), src: p, partials: row, s, dst: d; with header with_
   state: s, each own vertex's merged aggregation state of layer l (what a PE store keeps so a node
   can later be recomputed from its state plus only its changed in-edges).
 """
+
 from __future__ import annotations
 
 import warnings
@@ -58,7 +59,9 @@ class StepContext:
         try:
             return self.tables[name]
         except KeyError:
-            raise StepError(f"step {self.header.get('aggregate')}/{self.header.get('emit')} needs table {name!r}") from None
+            raise StepError(
+                f"step {self.header.get('aggregate')}/{self.header.get('emit')} needs table {name!r}"
+            ) from None
 
     def stats(self) -> dict:
         own = self.table("own")
@@ -110,7 +113,11 @@ def _sparse_sums(src_all, src, dst, scale, num_dst: int) -> torch.Tensor:
     order = torch.argsort(dst, stable=True)
     crow = torch.zeros(num_dst + 1, dtype=torch.long, device=src_all.device)
     crow[1:] = torch.cumsum(torch.bincount(dst, minlength=num_dst), 0)
-    values = torch.ones(src.numel(), dtype=src_all.dtype, device=src_all.device) if scale is None else scale[order].to(src_all.dtype)
+    values = (
+        torch.ones(src.numel(), dtype=src_all.dtype, device=src_all.device)
+        if scale is None
+        else scale[order].to(src_all.dtype)
+    )
     with warnings.catch_warnings():  # beta-state notices, once per process
         warnings.simplefilter("ignore", UserWarning)
         adjacency = torch.sparse_csr_tensor(crow, src[order], values, size=(num_dst, src_all.shape[0]))
@@ -118,6 +125,7 @@ def _sparse_sums(src_all, src, dst, scale, num_dst: int) -> torch.Tensor:
 
 
 # ---- aggregate stages: produce h^(l) for own vertices -------------------------------------------
+
 
 def aggregate_none(ctx: StepContext) -> tuple[torch.Tensor, torch.Tensor | None]:
     x = _own_h(ctx)
@@ -190,6 +198,7 @@ AGGREGATE_STAGES = {
 
 
 # ---- emit stages: what layer l+1 needs shipped --------------------------------------------------
+
 
 def _next(ctx: StepContext):
     layer = int(ctx.header["layer"]) + 1

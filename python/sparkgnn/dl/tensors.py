@@ -1,4 +1,5 @@
 """Arrow tables <-> torch tensors for the DL handler (buffer views, no per-row work)."""
+
 from __future__ import annotations
 
 import warnings
@@ -8,7 +9,6 @@ import pyarrow as pa
 import torch
 
 from sparkgnn.arrowvec import to_fixed_list, to_numpy_matrix
-
 
 ALIGNMENT = 64
 
@@ -24,7 +24,7 @@ def tensor(values: np.ndarray, device: str) -> torch.Tensor:
         if values.ctypes.data % ALIGNMENT:
             buffer = np.empty(values.nbytes + ALIGNMENT, dtype=np.uint8)
             start = (-buffer.ctypes.data) % ALIGNMENT
-            aligned = buffer[start:start + values.nbytes].view(values.dtype).reshape(values.shape)
+            aligned = buffer[start : start + values.nbytes].view(values.dtype).reshape(values.shape)
             aligned[...] = values
             values = aligned
     with warnings.catch_warnings():

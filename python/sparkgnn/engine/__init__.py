@@ -1,5 +1,6 @@
 """Spark executor: runs a planner Plan on DataFrames. The only package (with spark_jobs/) that
 imports pyspark."""
+
 from sparkgnn.engine.api import infer, plan_for
 from sparkgnn.engine.precompute import precompute
 

@@ -1,4 +1,5 @@
 """`sparkgnn.infer`: exact batch inference of a trained model over a whole graph on Spark."""
+
 from __future__ import annotations
 
 import os
@@ -12,6 +13,7 @@ from sparkgnn.graph.problems import MAX_EXAMPLES, Problem
 from sparkgnn.outputs import check_output
 from sparkgnn.runners import check_workers, workers_for
 
+
 def coerce_graph(spark, graph):
     """A Graph, a graph directory, or anything GraphFrame-shaped (.vertices/.edges)."""
     from sparkgnn.graph import Graph
@@ -22,7 +24,9 @@ def coerce_graph(spark, graph):
         return Graph.load(spark, os.fspath(graph))
     if hasattr(graph, "vertices") and hasattr(graph, "edges"):
         return Graph.from_graphframe(graph)
-    raise SparkGNNError(f"cannot use {type(graph).__name__} as a graph: pass a sparkgnn.Graph, a graph directory or a GraphFrame")
+    raise SparkGNNError(
+        f"cannot use {type(graph).__name__} as a graph: pass a sparkgnn.Graph, a graph directory or a GraphFrame"
+    )
 
 
 def coerce_model(model):
@@ -46,8 +50,7 @@ def check_model_fits(graph, model) -> None:
 def input_paths(graph, model, work_dir: str | None) -> dict:
     """The paths a job reads or keeps, by the name an error should use: outputs never overlap them."""
     path = lambda obj: os.fspath(obj) if isinstance(obj, (str, os.PathLike)) else None  # noqa: E731
-    return {"graph directory": path(graph) or getattr(graph, "path", None), "model": path(model),
-            "work dir": work_dir}
+    return {"graph directory": path(graph) or getattr(graph, "path", None), "model": path(model), "work dir": work_dir}
 
 
 def _work_dir(spark, out: str | None, work_dir: str | None) -> str:
@@ -58,8 +61,16 @@ def _work_dir(spark, out: str | None, work_dir: str | None) -> str:
     return os.path.join(tempfile.gettempdir(), f"sparkgnn-{spark.sparkContext.applicationId}")
 
 
-def plan_for(spark, graph, model, strategy: str = "auto", partitions: int | None = None,
-             work_dir: str | None = None, out: str | None = None, log=print):
+def plan_for(
+    spark,
+    graph,
+    model,
+    strategy: str = "auto",
+    partitions: int | None = None,
+    work_dir: str | None = None,
+    out: str | None = None,
+    log=print,
+):
     """Prepare the graph for a partition count and compile the plan (no inference yet)."""
     from sparkgnn import planner
 
@@ -68,18 +79,44 @@ def plan_for(spark, graph, model, strategy: str = "auto", partitions: int | None
     cores = default_parallelism(spark)
     task_memory = memory_per_task(spark)
     num_partitions = planner.choose_partitions(
-        layers, stats["num_vertices"], stats["num_edges"], graph.feature_dim, cores, task_memory, requested=partitions,
+        layers,
+        stats["num_vertices"],
+        stats["num_edges"],
+        graph.feature_dim,
+        cores,
+        task_memory,
+        requested=partitions,
     )
     prepared = prepare(spark, graph, num_partitions, _work_dir(spark, out, work_dir), log=log)
     graph_stats = dict(prepared.stats, feature_dim=graph.feature_dim)
-    task = {"strategy": strategy, "partitions": num_partitions, "cores": cores,
-            "memory_per_task_bytes": task_memory, "ids": None, "fuse": True}
+    task = {
+        "strategy": strategy,
+        "partitions": num_partitions,
+        "cores": cores,
+        "memory_per_task_bytes": task_memory,
+        "ids": None,
+        "fuse": True,
+    }
     return prepared, planner.compile(layers, graph_stats, task)
 
 
-def infer(spark, graph, model, out: str | None = None, strategy: str = "auto", partitions: int | None = None,
-          ids=None, workers="inprocess", explain: bool = False, work_dir: str | None = None, validate: bool = True,
-          log=print, return_report: bool = False, model_store: str | None = None, overwrite: bool = False):
+def infer(
+    spark,
+    graph,
+    model,
+    out: str | None = None,
+    strategy: str = "auto",
+    partitions: int | None = None,
+    ids=None,
+    workers="inprocess",
+    explain: bool = False,
+    work_dir: str | None = None,
+    validate: bool = True,
+    log=print,
+    return_report: bool = False,
+    model_store: str | None = None,
+    overwrite: bool = False,
+):
     """Exact embeddings/predictions of `model` for every vertex of `graph` (or the ones in `ids`).
 
     Returns a DataFrame (id, h[, pred]) where h is the model's final output (float32 list) and pred its
@@ -93,7 +130,7 @@ def infer(spark, graph, model, out: str | None = None, strategy: str = "auto", p
     """
     from sparkgnn.dl.model_store import register
 
-    check_workers(workers)   # a typo fails in a second, not after preparing the graph
+    check_workers(workers)  # a typo fails in a second, not after preparing the graph
     root = _work_dir(spark, out, work_dir)
     if out:
         check_output(out, input_paths(graph, model, root), overwrite)
@@ -113,8 +150,15 @@ def infer(spark, graph, model, out: str | None = None, strategy: str = "auto", p
     runners = workers_for(workers, model_store)
     try:
         final_df, report, meter, label, timers = execute(
-            spark, prepared, plan, fingerprint, graph, runners.spec,
-            with_pred=model.output == "logits", needs_dst=needs_dst, log=log,
+            spark,
+            prepared,
+            plan,
+            fingerprint,
+            graph,
+            runners.spec,
+            with_pred=model.output == "logits",
+            needs_dst=needs_dst,
+            log=log,
         )
         if ids_df is not None:
             final_df = final_df.join(ids_df, "id", "left_semi")
@@ -145,6 +189,7 @@ def checked_ids(spark, graph, ids):
     first = [row.id for row in unknown.orderBy("id").limit(MAX_EXAMPLES).collect()]
     if first:
         count = unknown.count() if len(first) == MAX_EXAMPLES else len(first)
-        raise GraphValidationError(f"graph {graph.name}: " + Problem(
-            "unknown_id", count, tuple(str(i) for i in first)).message())
+        raise GraphValidationError(
+            f"graph {graph.name}: " + Problem("unknown_id", count, tuple(str(i) for i in first)).message()
+        )
     return frame

@@ -6,6 +6,7 @@ output is materialised (localCheckpoint) so lineage stays one step long and each
 its own; the last step's output is the result. One console line per step, and the Spark UI names
 each job "sparkgnn layer l/k: strategy".
 """
+
 from __future__ import annotations
 
 import functools
@@ -14,9 +15,9 @@ from dataclasses import dataclass, field
 
 from sparkgnn.engine.metrics import ShuffleMeter
 from sparkgnn.engine.routing import (
-    PE_STATE,
     OUTPUT_PRED_SCHEMA_DDL,
     OUTPUT_SCHEMA_DDL,
+    PE_STATE,
     ROW_SCHEMA_DDL,
     key_expr,
     partition_expr,
@@ -36,7 +37,7 @@ class StepReport:
     label: str
     seconds: float
     shuffle: dict | None
-    task_seconds: dict = field(default_factory=dict)   # summed over tasks: rows_in, collect, dl, scatter
+    task_seconds: dict = field(default_factory=dict)  # summed over tasks: rows_in, collect, dl, scatter
 
 
 @dataclass
@@ -49,8 +50,13 @@ def _initial_rows(vertices, keys, partitions: int, column: str = "x"):
     to resume from layer l."""
     part = partition_expr("id", partitions)
     return vertices.selectExpr(
-        f"{key_expr(keys, part)} as k", f"cast({part} as int) as pt", "0 as kind", "cast(id as long) as id",
-        "cast(-1 as long) as aux", "cast(1.0 as float) as w", f"{column} as x",
+        f"{key_expr(keys, part)} as k",
+        f"cast({part} as int) as pt",
+        "0 as kind",
+        "cast(id as long) as id",
+        "cast(-1 as long) as aux",
+        "cast(1.0 as float) as w",
+        f"{column} as x",
     )
 
 
@@ -61,7 +67,13 @@ def _join_edges(spark, rows, prepared, keys):
     payloads = rows.where("kind = 1").selectExpr("id as src", "v")
     edges = prepared.edges_by_dst(spark)
     per_edge = payloads.join(edges, "src").selectExpr(
-        f"{key_expr(keys, 'pd')} as k", "cast(pd as int) as pt", "4 as kind", "src as id", "dst as aux", "w", "v",
+        f"{key_expr(keys, 'pd')} as k",
+        "cast(pd as int) as pt",
+        "4 as kind",
+        "src as id",
+        "dst as aux",
+        "w",
+        "v",
     )
     return own.unionByName(per_edge)
 
@@ -72,8 +84,19 @@ def _wire(spark, step, rows, prepared, keys, partitions: int):
     return route(rows, partitions)
 
 
-def execute(spark, prepared, plan, model_fingerprint: str, graph, transport: dict, with_pred: bool,
-            needs_dst: list[bool], log=print, on_layer=None, resume=None):
+def execute(
+    spark,
+    prepared,
+    plan,
+    model_fingerprint: str,
+    graph,
+    transport: dict,
+    with_pred: bool,
+    needs_dst: list[bool],
+    log=print,
+    on_layer=None,
+    resume=None,
+):
     """Run all steps; returns (final DataFrame (id, h[, pred]) not yet materialised, RunReport, ...).
 
     With `on_layer(l, rows)` (PE precomputation) every step that completes conv l-1 hands its
@@ -88,21 +111,34 @@ def execute(spark, prepared, plan, model_fingerprint: str, graph, transport: dic
     num_layers = len(plan.layers)
     meter = ShuffleMeter(spark)
     report = RunReport()
-    rows = _initial_rows(resume[1], keys, partitions, "h") if resume else _initial_rows(graph.vertices, keys, partitions)
+    rows = (
+        _initial_rows(resume[1], keys, partitions, "h") if resume else _initial_rows(graph.vertices, keys, partitions)
+    )
     final_df = final_timers = None
     for index, step in enumerate(steps):
         last = index == len(steps) - 1
         cfg = StepConfig(
-            prep_dir=prepared.path, partitions=partitions, keys=tuple(int(k) for k in keys), model=model_fingerprint,
-            layer=step.layer, num_layers=num_layers, inputs=step.inputs, outputs=step.outputs,
+            prep_dir=prepared.path,
+            partitions=partitions,
+            keys=tuple(int(k) for k in keys),
+            model=model_fingerprint,
+            layer=step.layer,
+            num_layers=num_layers,
+            inputs=step.inputs,
+            outputs=step.outputs,
             pre_transform=pre[step.layer] if step.layer >= 0 else False,
             next_pre_transform=pre[step.layer + 1] if step.layer + 1 < num_layers else False,
-            transport=transport, with_pred=with_pred, with_state=on_layer is not None,
+            transport=transport,
+            with_pred=with_pred,
+            with_state=on_layer is not None,
         )
-        schema = (OUTPUT_PRED_SCHEMA_DDL if with_pred else OUTPUT_SCHEMA_DDL) if step.outputs == "final" else ROW_SCHEMA_DDL
+        schema = (
+            (OUTPUT_PRED_SCHEMA_DDL if with_pred else OUTPUT_SCHEMA_DDL) if step.outputs == "final" else ROW_SCHEMA_DDL
+        )
         timers = {name: spark.sparkContext.accumulator(0.0) for name in TIMERS}
         out = _wire(spark, step, rows, prepared, keys, partitions).mapInArrow(
-            functools.partial(run_partition, cfg, timers=timers), schema)
+            functools.partial(run_partition, cfg, timers=timers), schema
+        )
         if last and on_layer is None:
             final_df = out
             final_timers = timers

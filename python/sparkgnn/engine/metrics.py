@@ -2,6 +2,7 @@
 
 Reached through the JVM gateway because PySpark exposes no stage metrics; if a Spark version
 changes the internal API the metric is reported as None rather than failing the job."""
+
 from __future__ import annotations
 
 
@@ -15,7 +16,9 @@ class ShuffleMeter:
             jvm = self._sc._jvm
             no_quantiles = self._sc._gateway.new_array(jvm.double, 0)
             # Scala default arguments are invisible to py4j: pass all five.
-            stages = self._sc._jsc.sc().statusStore().stageList(None, False, False, no_quantiles, jvm.java.util.ArrayList())
+            stages = (
+                self._sc._jsc.sc().statusStore().stageList(None, False, False, no_quantiles, jvm.java.util.ArrayList())
+            )
             return list(jvm.scala.jdk.javaapi.CollectionConverters.asJava(stages))
         except Exception:  # noqa: BLE001 - private API; metrics are optional
             return None

@@ -8,6 +8,7 @@ States are stored in the layer's raw message space (no transform-then-propagate 
 states), so a node can later be recomputed from its stored state plus its changed in-edges with the
 plain layer contract: state' = merge(state, partial(new messages)); h = update(h_prev, finalize(state')).
 """
+
 from __future__ import annotations
 
 import functools
@@ -19,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparkgnn.arrowvec import to_list, to_numpy_matrix
-from sparkgnn.engine.api import check_model_fits, coerce_graph, coerce_model, plan_for, _work_dir
+from sparkgnn.engine.api import _work_dir, check_model_fits, coerce_graph, coerce_model, plan_for
 from sparkgnn.engine.executor import execute
 from sparkgnn.engine.routing import OWN, PE_STATE
 from sparkgnn.engine.session import configure
@@ -55,7 +56,8 @@ def pe_frame(rows, with_states: bool):
     """Materialised step rows -> DataFrame(id, h[, state]) with float lists."""
     kinds = f"({OWN}, {PE_STATE})" if with_states else f"({OWN})"
     return rows.where(f"kind in {kinds}").mapInArrow(
-        functools.partial(_pair_rows, with_states=with_states), PE_STATE_SCHEMA if with_states else PE_SCHEMA)
+        functools.partial(_pair_rows, with_states=with_states), PE_STATE_SCHEMA if with_states else PE_SCHEMA
+    )
 
 
 def _widths(model, plan, layer: int) -> tuple[int, int]:
@@ -72,15 +74,30 @@ def _contiguous(done: list[int]) -> int:
     return count
 
 
-def precompute(spark, graph, model, store: str, states: bool = True, metrics: bool = True, workers="inprocess",
-               force: bool = False, strategy: str = "auto", partitions: int | None = None, work_dir: str | None = None,
-               fanouts=(25, 10), hops: int | None = None, validate: bool = True, log=print, on_layer_committed=None):
+def precompute(
+    spark,
+    graph,
+    model,
+    store: str,
+    states: bool = True,
+    metrics: bool = True,
+    workers="inprocess",
+    force: bool = False,
+    strategy: str = "auto",
+    partitions: int | None = None,
+    work_dir: str | None = None,
+    fanouts=(25, 10),
+    hops: int | None = None,
+    validate: bool = True,
+    log=print,
+    on_layer_committed=None,
+):
     """Compute and store h^(1..k) (and merged states) of every vertex, plus workload metrics.
     Returns the opened PEStore."""
     from sparkgnn.dl.model_store import register
     from sparkgnn.pe import PEStore, PEWriter
 
-    check_workers(workers)   # a typo fails in a second, not after preparing the graph
+    check_workers(workers)  # a typo fails in a second, not after preparing the graph
     configure(spark)
     graph = coerce_graph(spark, graph)
     model = coerce_model(model)
@@ -113,8 +130,19 @@ def precompute(spark, graph, model, store: str, states: bool = True, metrics: bo
 
         runners = workers_for(workers, model_store)
         try:
-            execute(spark, prepared, plan, fingerprint, graph, runners.spec, with_pred=False, needs_dst=needs_dst,
-                    log=log, on_layer=commit, resume=resume)
+            execute(
+                spark,
+                prepared,
+                plan,
+                fingerprint,
+                graph,
+                runners.spec,
+                with_pred=False,
+                needs_dst=needs_dst,
+                log=log,
+                on_layer=commit,
+                resume=resume,
+            )
         finally:
             runners.close()
     if metrics and not writer.has_metrics():

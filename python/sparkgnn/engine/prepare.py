@@ -12,6 +12,7 @@ Layouts written (Parquet, partitioned by the owning partition `part`):
   out_targets/  id, pt   distinct (src, part(dst)) with part(dst) != part(src)  (replicate mirrors)
   in_targets/   id, pt   distinct (dst, part(src)) with part(src) != part(dst)  (combine + attention)
 """
+
 from __future__ import annotations
 
 import json
@@ -52,8 +53,11 @@ class PreparedGraph:
 def _edges_with_parts(graph, partitions: int):
     weight = "cast(weight as float)" if "weight" in graph.edges.columns else "cast(1.0 as float)"
     return graph.edges.selectExpr(
-        "cast(src as long) as src", "cast(dst as long) as dst", f"{weight} as w",
-        f"cast({partition_expr('src', partitions)} as int) as ps", f"cast({partition_expr('dst', partitions)} as int) as pd",
+        "cast(src as long) as src",
+        "cast(dst as long) as dst",
+        f"{weight} as w",
+        f"cast({partition_expr('src', partitions)} as int) as ps",
+        f"cast({partition_expr('dst', partitions)} as int) as pd",
     )
 
 
@@ -65,7 +69,7 @@ def _vertices_with_degree(graph, edges, partitions: int):
     spark = graph.vertices.sparkSession
     return spark.sql(
         f"""
-        select v.id, cast({partition_expr('v.id', partitions)} as int) as part,
+        select v.id, cast({partition_expr("v.id", partitions)} as int) as part,
                cast(coalesce(n.s, 0.0) + coalesce(l.w, 1.0) as float) as gcn_degree
         from _sg_vertices v
         left join (select dst, sum(w) as s from _sg_edges where src != dst group by dst) n on n.dst = v.id
@@ -93,15 +97,27 @@ def prepare(spark, graph, partitions: int, work_dir: str, log=print) -> Prepared
     _write(edges.selectExpr("src", "dst", "w", "pd as part"), os.path.join(path, "in_edges"), partitions, "part")
     _write(edges.selectExpr("src", "dst", "w", "pd", "ps as part"), os.path.join(path, "out_edges"), partitions, "part")
     cross = edges.where("ps != pd")
-    _write(cross.selectExpr("src as id", "pd as pt", "ps as part").distinct(), os.path.join(path, "out_targets"), partitions, "part")
-    _write(cross.selectExpr("dst as id", "ps as pt", "pd as part").distinct(), os.path.join(path, "in_targets"), partitions, "part")
+    _write(
+        cross.selectExpr("src as id", "pd as pt", "ps as part").distinct(),
+        os.path.join(path, "out_targets"),
+        partitions,
+        "part",
+    )
+    _write(
+        cross.selectExpr("dst as id", "ps as pt", "pd as part").distinct(),
+        os.path.join(path, "in_targets"),
+        partitions,
+        "part",
+    )
     stats = _graph_stats(spark, path, edges, partitions)
     edges.unpersist()
     with open(marker + ".tmp", "w") as fh:
         json.dump({"fingerprint": fingerprint, "partitions": partitions, "stats": stats}, fh)
     os.replace(marker + ".tmp", marker)
-    log(f"sparkgnn: prepared graph {fingerprint} for {partitions} partitions in {time.perf_counter() - started:.1f} s "
-        f"(R_f = {1 + stats['mirror_rows'] / max(stats['num_vertices'], 1):.2f})")
+    log(
+        f"sparkgnn: prepared graph {fingerprint} for {partitions} partitions in {time.perf_counter() - started:.1f} s "
+        f"(R_f = {1 + stats['mirror_rows'] / max(stats['num_vertices'], 1):.2f})"
+    )
     return PreparedGraph(path=path, partitions=partitions, stats=stats)
 
 

@@ -6,6 +6,7 @@ pmod(murmur3(key, 42), n), so for every partition p we find one small long key w
 p ("representative key"), write it in column `k`, and repartition on `k`: the row lands exactly in p.
 Adaptive coalescing must be off (engine.session.REQUIRED_CONF) so shuffle partition i is task i.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -17,8 +18,15 @@ PE_STATE = 5  # a vertex's merged aggregation state, kept for the PE store (neve
 
 ROW_SCHEMA_DDL = "k long, pt int, kind int, id long, aux long, w float, v binary"
 ROW_SCHEMA = pa.schema(
-    [("k", pa.int64()), ("pt", pa.int32()), ("kind", pa.int32()), ("id", pa.int64()),
-     ("aux", pa.int64()), ("w", pa.float32()), ("v", pa.binary())]
+    [
+        ("k", pa.int64()),
+        ("pt", pa.int32()),
+        ("kind", pa.int32()),
+        ("id", pa.int64()),
+        ("aux", pa.int64()),
+        ("w", pa.float32()),
+        ("v", pa.binary()),
+    ]
 )
 OUTPUT_SCHEMA_DDL = "id long, h array<float>"
 OUTPUT_PRED_SCHEMA_DDL = "id long, h array<float>, pred long"
@@ -42,7 +50,9 @@ def partition_keys(spark, partitions: int) -> np.ndarray:
         rows = (
             spark.range(0, 64 * partitions + 1024)
             .selectExpr("id", f"{partition_expr('id', partitions)} as p")
-            .groupBy("p").min("id").collect()
+            .groupBy("p")
+            .min("id")
+            .collect()
         )
         keys = {int(r[0]): int(r[1]) for r in rows}
         missing = [p for p in range(partitions) if p not in keys]
@@ -63,8 +73,15 @@ def key_expr(keys: np.ndarray, pt_column: str) -> str:
     return f"cast(element_at(array({', '.join(str(int(k)) for k in keys)}), {pt_column} + 1) as long)"
 
 
-def make_rows(keys: np.ndarray, pt: np.ndarray, kind: int, ids: np.ndarray, v: pa.Array,
-              aux: np.ndarray | None = None, w: np.ndarray | None = None) -> pa.RecordBatch:
+def make_rows(
+    keys: np.ndarray,
+    pt: np.ndarray,
+    kind: int,
+    ids: np.ndarray,
+    v: pa.Array,
+    aux: np.ndarray | None = None,
+    w: np.ndarray | None = None,
+) -> pa.RecordBatch:
     """Build a batch of routed rows (vectorised)."""
     n = len(ids)
     pt = np.asarray(pt, dtype=np.int32)

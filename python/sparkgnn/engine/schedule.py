@@ -5,6 +5,7 @@ prepares what layer l+1's strategy needs shipped. The first step only prepares l
 the last one emits the output. A combine layer whose messages need the destination (attention)
 takes one extra step: destination payloads must reach the source side before partials exist.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,10 +18,10 @@ EMIT_FOR = {"replicate": "mirrors", "edge_join": "edge_payloads", "combine": "pa
 
 @dataclass(frozen=True)
 class Step:
-    layer: int          # conv whose aggregation this step finishes (-1 for the first step)
-    inputs: str         # steps.INPUTS key
-    outputs: str        # steps.OUTPUTS key
-    label: str          # what the progress line and the Spark UI say
+    layer: int  # conv whose aggregation this step finishes (-1 for the first step)
+    inputs: str  # steps.INPUTS key
+    outputs: str  # steps.OUTPUTS key
+    label: str  # what the progress line and the Spark UI say
 
 
 def schedule(strategies: list[str], needs_dst: list[bool], start_layer: int = 0, final: str = "final") -> list[Step]:
@@ -39,15 +40,21 @@ def schedule(strategies: list[str], needs_dst: list[bool], start_layer: int = 0,
         strategy = strategies[layer_next]
         if strategy == "combine" and needs_dst[layer_next]:
             steps.append(Step(from_layer, inputs, "dst_payloads", label))
-            steps.append(Step(from_layer, "given", "partials", f"layer {layer_next + 1}/{num_layers}: combine (partials)"))
+            steps.append(
+                Step(from_layer, "given", "partials", f"layer {layer_next + 1}/{num_layers}: combine (partials)")
+            )
         else:
             steps.append(Step(from_layer, inputs, EMIT_FOR[strategy], label))
 
     if not 0 <= start_layer < num_layers:
         raise ValueError(f"start layer {start_layer} outside a {num_layers}-layer model")
     if start_layer:
-        emit_towards(start_layer, start_layer - 1, "resume",
-                     f"load h^{start_layer} + scatter for layer {start_layer + 1}/{num_layers}: {strategies[start_layer]}")
+        emit_towards(
+            start_layer,
+            start_layer - 1,
+            "resume",
+            f"load h^{start_layer} + scatter for layer {start_layer + 1}/{num_layers}: {strategies[start_layer]}",
+        )
     else:
         emit_towards(0, -1, "first", f"scan + scatter for layer 1/{num_layers}: {strategies[0]}")
     for layer in range(start_layer, num_layers):

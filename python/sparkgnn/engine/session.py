@@ -5,6 +5,7 @@ pyarrow"), adaptive query execution must not coalesce shuffle partitions (the ex
 rows to partition indexes and relies on partition i of a shuffle being task i), and a local
 session should bind to loopback.
 """
+
 from __future__ import annotations
 
 import os

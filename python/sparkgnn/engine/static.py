@@ -6,6 +6,7 @@ partition; each task reads its own slice and keeps the derived local indexes in 
 cache, so layers 2..k pay nothing for structure. Any Spark-reachable filesystem path works (local in
 local mode; a shared filesystem on a cluster).
 """
+
 from __future__ import annotations
 
 import functools
@@ -22,7 +23,9 @@ STAT_COLUMNS = ("gcn_degree",)
 def _read_part(prep_dir: str, table: str, part: int, columns: list[str]) -> pa.Table:
     """One partition's slice of a layout; a partition with no rows has no directory (Spark writes none)."""
     path = os.path.join(prep_dir, table, f"part={part}")
-    files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".parquet")) if os.path.isdir(path) else []
+    files = (
+        sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".parquet")) if os.path.isdir(path) else []
+    )
     if not files:
         return pa.table({c: pa.array([], pa.float32() if c in ("w",) + STAT_COLUMNS else pa.int64()) for c in columns})
     return pa.concat_tables([pq.read_table(f, columns=columns) for f in files])
@@ -46,6 +49,7 @@ def positions(sorted_ids: np.ndarray, ids: np.ndarray, what: str) -> np.ndarray:
 @dataclass
 class Owned:
     """The vertices a partition owns, sorted by id, with their node statistics."""
+
     ids: np.ndarray
     stats: dict
 
@@ -54,6 +58,7 @@ class Owned:
 class InEdges:
     """Edges whose dst this partition owns. Sources: own vertices occupy local ids 0..n_own-1,
     foreign sources (mirrors) follow in `mirror_ids` order."""
+
     src: np.ndarray
     dst: np.ndarray
     w: np.ndarray
@@ -64,6 +69,7 @@ class InEdges:
 class OutEdges:
     """Edges whose src this partition owns. Destinations: own vertices first (0..n_own-1), then
     foreign destinations in `foreign_ids` order, each owned by partition `foreign_part`."""
+
     src: np.ndarray
     dst: np.ndarray
     w: np.ndarray
@@ -74,6 +80,7 @@ class OutEdges:
 @dataclass
 class Targets:
     """(own local index, partition) pairs: where own vertices' rows must be shipped."""
+
     local: np.ndarray
     part: np.ndarray
 
@@ -93,10 +100,19 @@ def in_edges(prep_dir: str, part: int) -> InEdges:
     src, dst = _np(table, "src", np.int64), _np(table, "dst", np.int64)
     dst_local = positions(own.ids, dst, "edge dst")
     pos = np.searchsorted(own.ids, src)
-    is_own = (pos < len(own.ids)) & (own.ids[np.minimum(pos, max(len(own.ids) - 1, 0))] == src) if len(own.ids) else np.zeros(len(src), bool)
+    is_own = (
+        (pos < len(own.ids)) & (own.ids[np.minimum(pos, max(len(own.ids) - 1, 0))] == src)
+        if len(own.ids)
+        else np.zeros(len(src), bool)
+    )
     mirror_ids = np.unique(src[~is_own])
     src_local = np.where(is_own, pos, len(own.ids) + np.searchsorted(mirror_ids, src))
-    return InEdges(src=src_local.astype(np.int64), dst=dst_local.astype(np.int64), w=_np(table, "w", np.float32), mirror_ids=mirror_ids)
+    return InEdges(
+        src=src_local.astype(np.int64),
+        dst=dst_local.astype(np.int64),
+        w=_np(table, "w", np.float32),
+        mirror_ids=mirror_ids,
+    )
 
 
 @functools.lru_cache(maxsize=256)
@@ -111,7 +127,9 @@ def out_edges(prep_dir: str, part: int) -> OutEdges:
     dst_local = np.empty(len(dst), dtype=np.int64)
     dst_local[is_own] = positions(own.ids, dst[is_own], "edge dst")
     dst_local[~is_own] = len(own.ids) + np.searchsorted(foreign_ids, dst[~is_own])
-    return OutEdges(src=src_local, dst=dst_local, w=_np(table, "w", np.float32), foreign_ids=foreign_ids, foreign_part=foreign_part)
+    return OutEdges(
+        src=src_local, dst=dst_local, w=_np(table, "w", np.float32), foreign_ids=foreign_ids, foreign_part=foreign_part
+    )
 
 
 @functools.lru_cache(maxsize=256)

@@ -9,6 +9,7 @@ numpy + pyarrow only: with a messenger transport, Spark tasks never import torch
 Registries, not flags: INPUTS maps how a layer's input arrived to a table builder; OUTPUTS maps
 what the next layer needs to a row builder.
 """
+
 from __future__ import annotations
 
 import time
@@ -33,16 +34,16 @@ class StepConfig:
     prep_dir: str
     partitions: int
     keys: tuple
-    model: str                      # model fingerprint
-    layer: int                      # conv whose aggregation this step finishes (-1: first step)
+    model: str  # model fingerprint
+    layer: int  # conv whose aggregation this step finishes (-1: first step)
     num_layers: int
-    inputs: str                     # key of INPUTS
-    outputs: str                    # key of OUTPUTS
+    inputs: str  # key of INPUTS
+    outputs: str  # key of OUTPUTS
     pre_transform: bool = False
     next_pre_transform: bool = False
     transport: dict = field(default_factory=dict)
     with_pred: bool = False
-    with_state: bool = False        # also emit each own vertex's merged state (PE store)
+    with_state: bool = False  # also emit each own vertex's merged state (PE store)
 
     @property
     def dl_aggregate(self) -> str:
@@ -92,6 +93,7 @@ def _payloads_in_order(rows: pa.Table, kind: int, sorted_ids: np.ndarray, what: 
 
 
 # ---- inputs: routed rows -> DL tables ------------------------------------------------------------
+
 
 def inputs_first(cfg, rows, part):
     return {"own": _own_table(rows, static.owned(cfg.prep_dir, part), part)}
@@ -158,10 +160,18 @@ INPUTS = {
     "states": inputs_states,
     "given": inputs_given,
 }
-INPUT_STAGE = {"first": "none", "resume": "given", "edges_static": "edges", "edges_rows": "edges", "states": "states", "given": "given"}
+INPUT_STAGE = {
+    "first": "none",
+    "resume": "given",
+    "edges_static": "edges",
+    "edges_rows": "edges",
+    "states": "states",
+    "given": "given",
+}
 
 
 # ---- outputs: DL tables -> routed rows ------------------------------------------------------------
+
 
 def _own_rows(cfg, result, owned, part):
     h = to_numpy_matrix(result["own"].column("h"))
@@ -185,7 +195,9 @@ def _own_and_targeted(cfg, result, part, targets_table: str, kind: int, payload_
     yield _own_rows(cfg, result, owned, part)
     targets = static.targets(cfg.prep_dir, targets_table, part)
     payload = to_numpy_matrix(payload_column)
-    yield make_rows(np.asarray(cfg.keys), targets.part, kind, owned.ids[targets.local], pack_binary(payload[targets.local]))
+    yield make_rows(
+        np.asarray(cfg.keys), targets.part, kind, owned.ids[targets.local], pack_binary(payload[targets.local])
+    )
 
 
 def outputs_mirrors(cfg, result, part, header):
@@ -242,15 +254,25 @@ OUTPUTS = {
     "partials": outputs_partials,
     "dst_payloads": outputs_dst_payloads,
 }
-OUTPUT_STAGE = {"final": "none", "own_only": "none", "mirrors": "src", "edge_payloads": "src", "partials": "partials", "dst_payloads": "dst"}
+OUTPUT_STAGE = {
+    "final": "none",
+    "own_only": "none",
+    "mirrors": "src",
+    "edge_payloads": "src",
+    "partials": "partials",
+    "dst_payloads": "dst",
+}
 
 
 # ---- the mapInArrow function ----------------------------------------------------------------------
 
+
 def _partition_of(rows: pa.Table) -> int:
     parts = pc.unique(rows.column("pt")).to_numpy()
     if len(parts) != 1:
-        raise StepFailed(f"rows of several partitions {parts[:5].tolist()} reached one task; is adaptive coalescing on?")
+        raise StepFailed(
+            f"rows of several partitions {parts[:5].tolist()} reached one task; is adaptive coalescing on?"
+        )
     return int(parts[0])
 
 
@@ -277,24 +299,35 @@ def run_partition(cfg: StepConfig, batches, timers: dict | None = None):
             out = static.out_edges(cfg.prep_dir, part)
             tables["out_edges"] = pa.table({"src": out.src, "dst": out.dst, "weight": out.w})
         header = {
-            "op": "layer_step", "model": cfg.model, "layer": cfg.layer, "partition": part,
-            "aggregate": cfg.dl_aggregate, "emit": cfg.dl_emit, "pre_transform": cfg.pre_transform,
-            "next_pre_transform": cfg.next_pre_transform, "with_state": cfg.with_state,
+            "op": "layer_step",
+            "model": cfg.model,
+            "layer": cfg.layer,
+            "partition": part,
+            "aggregate": cfg.dl_aggregate,
+            "emit": cfg.dl_emit,
+            "pre_transform": cfg.pre_transform,
+            "next_pre_transform": cfg.next_pre_transform,
+            "with_state": cfg.with_state,
             "num_foreign": len(static.out_edges(cfg.prep_dir, part).foreign_ids) if cfg.dl_emit == "partials" else 0,
         }
         spent["collect_s"] = time.perf_counter() - clock
         clock = time.perf_counter()
         _, result = get_transport(cfg.transport).call(header, tables)
         spent["dl_s"] = time.perf_counter() - clock
-    except USER_ERRORS + (ValueError,) as exc:   # a messenger TransportError too
-        raise StepFailed(f"layer step {cfg.layer + 1}/{cfg.num_layers} ({cfg.inputs} -> {cfg.outputs}) failed in partition {part}: {exc}") from exc
+    except USER_ERRORS + (ValueError,) as exc:  # a messenger TransportError too
+        raise StepFailed(
+            f"layer step {cfg.layer + 1}/{cfg.num_layers} ({cfg.inputs} -> {cfg.outputs}) "
+            f"failed in partition {part}: {exc}"
+        ) from exc
     clock = time.perf_counter()
     for batch in OUTPUTS[cfg.outputs](cfg, result, part, header):
         yield from split_batches(batch)
     if "state" in result:
         owned = static.owned(cfg.prep_dir, part)
         state = to_numpy_matrix(result["state"].column("s"))
-        yield from split_batches(make_rows(np.asarray(cfg.keys), np.full(len(owned.ids), part), PE_STATE, owned.ids, pack_binary(state)))
+        yield from split_batches(
+            make_rows(np.asarray(cfg.keys), np.full(len(owned.ids), part), PE_STATE, owned.ids, pack_binary(state))
+        )
     spent["scatter_s"] = time.perf_counter() - clock
     for name, value in spent.items():
         if timers and name in timers:

@@ -8,6 +8,7 @@
 
 None of these import pyspark or torch at import time (see each module for why).
 """
+
 from sparkgnn.errors import GraphValidationError
 from sparkgnn.graph.data import GraphData
 from sparkgnn.graph.fingerprint import FingerprintAccumulator, fingerprint_arrays
@@ -17,7 +18,17 @@ from sparkgnn.graph.spark_graph import Graph
 from sparkgnn.graph.writer import GraphDirWriter, write_graph_dir
 
 __all__ = [
-    "Graph", "GraphData", "GraphDirWriter", "GraphValidationError", "FingerprintAccumulator",
-    "fingerprint_arrays", "graph_data_from_tables", "read_graph_dir", "read_meta", "write_graph_dir",
-    "VERTICES_DIR", "EDGES_DIR", "META_FILE",
+    "Graph",
+    "GraphData",
+    "GraphDirWriter",
+    "GraphValidationError",
+    "FingerprintAccumulator",
+    "fingerprint_arrays",
+    "graph_data_from_tables",
+    "read_graph_dir",
+    "read_meta",
+    "write_graph_dir",
+    "VERTICES_DIR",
+    "EDGES_DIR",
+    "META_FILE",
 ]

@@ -5,6 +5,7 @@ Why separate from GraphData: the Parquet reader runs the same checks on Arrow co
 GraphData exists (ragged or null vectors cannot even be stacked into a matrix), and both must
 report identically (wording lives in problems.py).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -32,7 +33,7 @@ def duplicate_ids(index: IdIndex) -> Problem | None:
     values, counts = index.duplicates()
     if len(values) == 0:
         return None
-    examples = tuple(f"{v} (x{c})" for v, c in zip(values[:MAX_EXAMPLES], counts[:MAX_EXAMPLES]))
+    examples = tuple(f"{v} (x{c})" for v, c in zip(values[:MAX_EXAMPLES], counts[:MAX_EXAMPLES], strict=True))
     return Problem("duplicate_id", len(values), examples)
 
 
@@ -49,7 +50,7 @@ def dangling(kind: str, found: np.ndarray, src_ids: np.ndarray, dst_ids: np.ndar
     if not count:
         return None
     rows = first_rows(bad, src_ids, dst_ids)
-    return Problem(kind, count, tuple(fmt_edge(s, d) for s, d in zip(src_ids[rows], dst_ids[rows])))
+    return Problem(kind, count, tuple(fmt_edge(s, d) for s, d in zip(src_ids[rows], dst_ids[rows], strict=True)))
 
 
 def bad_weights(weight: np.ndarray | None, src_ids, dst_ids) -> Problem | None:
@@ -60,8 +61,7 @@ def bad_weights(weight: np.ndarray | None, src_ids, dst_ids) -> Problem | None:
     if not count:
         return None
     rows = first_rows(bad, src_ids, dst_ids)
-    return Problem("bad_weight", count, tuple(
-        fmt_edge_weight(src_ids[i], dst_ids[i], weight[i]) for i in rows))
+    return Problem("bad_weight", count, tuple(fmt_edge_weight(src_ids[i], dst_ids[i], weight[i]) for i in rows))
 
 
 def bad_labels(ids: np.ndarray, y: np.ndarray | None) -> Problem | None:
@@ -69,8 +69,9 @@ def bad_labels(ids: np.ndarray, y: np.ndarray | None) -> Problem | None:
         return None
     bad = y < -1
     count = int(bad.sum())
-    return Problem("bad_label", count, tuple(
-        f"id {ids[i]} (y={y[i]})" for i in first_rows(bad, ids))) if count else None
+    return (
+        Problem("bad_label", count, tuple(f"id {ids[i]} (y={y[i]})" for i in first_rows(bad, ids))) if count else None
+    )
 
 
 def bad_splits(ids: np.ndarray, split: np.ndarray | None) -> Problem | None:
@@ -78,8 +79,11 @@ def bad_splits(ids: np.ndarray, split: np.ndarray | None) -> Problem | None:
         return None
     bad = ~np.isin(split, (*SPLIT_NAMES, NO_SPLIT))
     count = int(bad.sum())
-    return Problem("bad_split", count, tuple(
-        f"id {ids[i]} ({str(split[i])!r})" for i in first_rows(bad, ids))) if count else None
+    return (
+        Problem("bad_split", count, tuple(f"id {ids[i]} ({str(split[i])!r})" for i in first_rows(bad, ids)))
+        if count
+        else None
+    )
 
 
 def bad_dense_index(num_nodes: int, edge_src: np.ndarray, edge_dst: np.ndarray) -> Problem | None:
@@ -87,8 +91,12 @@ def bad_dense_index(num_nodes: int, edge_src: np.ndarray, edge_dst: np.ndarray) 
     count = int(bad.sum())
     if not count:
         return None
-    return Problem("bad_index", count, tuple(
-        fmt_edge(edge_src[i], edge_dst[i]) for i in first_rows(bad, edge_src, edge_dst)), detail=str(num_nodes))
+    return Problem(
+        "bad_index",
+        count,
+        tuple(fmt_edge(edge_src[i], edge_dst[i]) for i in first_rows(bad, edge_src, edge_dst)),
+        detail=str(num_nodes),
+    )
 
 
 def vector_column(ids: np.ndarray, column, expected_width: int | None = None):
@@ -102,13 +110,19 @@ def vector_column(ids: np.ndarray, column, expected_width: int | None = None):
     """
     chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
     n = len(ids)
-    nulls = np.concatenate([c.is_null().to_numpy(zero_copy_only=False) for c in chunks]) if chunks else np.zeros(0, bool)
+    nulls = (
+        np.concatenate([c.is_null().to_numpy(zero_copy_only=False) for c in chunks]) if chunks else np.zeros(0, bool)
+    )
     problems = []
     if nulls.any():
         problems.append(Problem("null_x", int(nulls.sum()), fmt_ids(ids[first_rows(nulls, ids)])))
-    lengths = np.concatenate([
-        pc.fill_null(pc.list_value_length(c), -1).to_numpy(zero_copy_only=False) for c in chunks
-    ]).astype(np.int64) if chunks else np.zeros(0, np.int64)
+    lengths = (
+        np.concatenate(
+            [pc.fill_null(pc.list_value_length(c), -1).to_numpy(zero_copy_only=False) for c in chunks]
+        ).astype(np.int64)
+        if chunks
+        else np.zeros(0, np.int64)
+    )
     valid = lengths[~nulls]
     if expected_width is None:
         if len(valid) == 0:
@@ -119,8 +133,14 @@ def vector_column(ids: np.ndarray, column, expected_width: int | None = None):
     wrong = ~nulls & (lengths != expected_width)
     if wrong.any():
         rows = first_rows(wrong, ids)
-        problems.append(Problem("x_width", int(wrong.sum()), tuple(
-            f"id {ids[i]} (len {lengths[i]})" for i in rows), detail=str(expected_width)))
+        problems.append(
+            Problem(
+                "x_width",
+                int(wrong.sum()),
+                tuple(f"id {ids[i]} (len {lengths[i]})" for i in rows),
+                detail=str(expected_width),
+            )
+        )
     if problems:
         return None, problems
     out = np.empty((n, expected_width), dtype=np.float32)
@@ -128,6 +148,6 @@ def vector_column(ids: np.ndarray, column, expected_width: int | None = None):
     for chunk in chunks:
         flat = pc.list_flatten(chunk).to_numpy(zero_copy_only=False)
         count = len(chunk)
-        out[pos:pos + count] = flat.reshape(count, expected_width)
+        out[pos : pos + count] = flat.reshape(count, expected_width)
         pos += count
     return out, []

@@ -5,6 +5,7 @@ workers all want plain arrays (x as one C-contiguous float32 matrix, edges as 0.
 indices) without a JVM. Original ids are kept in `ids` so results can be joined back to the
 caller's vertices and so the fingerprint matches the one Spark computes from the same data.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,11 +13,11 @@ from functools import cached_property
 
 import numpy as np
 
+from sparkgnn.errors import GraphValidationError
 from sparkgnn.graph import checks
 from sparkgnn.graph.fingerprint import fingerprint_arrays
 from sparkgnn.graph.index import IdIndex
 from sparkgnn.graph.problems import Problem, fmt_ids, raise_if_any
-from sparkgnn.errors import GraphValidationError
 
 
 def _as_1d(values, dtype, name: str, problems: list) -> np.ndarray:
@@ -41,8 +42,14 @@ def _as_matrix(ids: np.ndarray, x, problems: list) -> np.ndarray:
         expected = int(widths[np.argmax(counts)]) if len(widths) else 0
         wrong = ~nulls & (lengths != expected)
         if wrong.any():
-            problems.append(Problem("x_width", int(wrong.sum()), tuple(
-                f"id {ids[i]} (len {lengths[i]})" for i in checks.first_rows(wrong, ids)), detail=str(expected)))
+            problems.append(
+                Problem(
+                    "x_width",
+                    int(wrong.sum()),
+                    tuple(f"id {ids[i]} (len {lengths[i]})" for i in checks.first_rows(wrong, ids)),
+                    detail=str(expected),
+                )
+            )
         return np.zeros((len(rows), expected), np.float32)
     if arr.ndim != 2:
         problems.append(Problem("shape", 1, (f"x has shape {arr.shape}, expected [num_nodes, F]",)))
@@ -84,16 +91,25 @@ class GraphData:
 
     def _length_problems(self) -> list[Problem]:
         n, e = len(self.ids), len(self.edge_src)
-        expected = {"x": (self.x, n), "edge_dst": (self.edge_dst, e), "weight": (self.weight, e),
-                    "y": (self.y, n), "split": (self.split, n)}
-        wrong = [f"{name} has {len(arr)} rows, expected {rows}"
-                 for name, (arr, rows) in expected.items() if arr is not None and len(arr) != rows]
+        expected = {
+            "x": (self.x, n),
+            "edge_dst": (self.edge_dst, e),
+            "weight": (self.weight, e),
+            "y": (self.y, n),
+            "split": (self.split, n),
+        }
+        wrong = [
+            f"{name} has {len(arr)} rows, expected {rows}"
+            for name, (arr, rows) in expected.items()
+            if arr is not None and len(arr) != rows
+        ]
         return [Problem("shape", len(wrong), tuple(wrong))] if wrong else []
 
     # --- construction -------------------------------------------------------------------------
     @classmethod
-    def from_edge_ids(cls, ids, x, src, dst, weight=None, y=None, split=None, name: str = "graph",
-                      validate: bool = True) -> "GraphData":
+    def from_edge_ids(
+        cls, ids, x, src, dst, weight=None, y=None, split=None, name: str = "graph", validate: bool = True
+    ) -> GraphData:
         """Build from edges given by ORIGINAL vertex ids (the GraphFrames convention); edges whose
         src or dst is not a vertex id are reported as dangling, with their original ids."""
         ids = np.ascontiguousarray(ids, dtype=np.int64)
@@ -105,13 +121,18 @@ class GraphData:
         data = cls(ids, x, s, d, weight=weight, y=y, split=split, name=name)
         data.__dict__["id_index"] = index
         if validate:
-            data._validate(extra=[checks.dangling("dangling_src", s_found, src, dst),
-                                  checks.dangling("dangling_dst", d_found, src, dst)],
-                           src_ids=src, dst_ids=dst)
+            data._validate(
+                extra=[
+                    checks.dangling("dangling_src", s_found, src, dst),
+                    checks.dangling("dangling_dst", d_found, src, dst),
+                ],
+                src_ids=src,
+                dst_ids=dst,
+            )
         return data
 
     # --- validation ---------------------------------------------------------------------------
-    def validate(self) -> "GraphData":
+    def validate(self) -> GraphData:
         """Raise GraphValidationError listing every defect (count + first offenders); else self."""
         self._validate()
         return self
@@ -121,8 +142,7 @@ class GraphData:
         raise_if_any(self._shape_problems, self.name)
         index_problem = checks.bad_dense_index(self.num_nodes, self.edge_src, self.edge_dst)
         if src_ids is None:
-            src_ids, dst_ids = ((self.src_ids, self.dst_ids) if index_problem is None
-                                else (self.edge_src, self.edge_dst))
+            src_ids, dst_ids = (self.src_ids, self.dst_ids) if index_problem is None else (self.edge_src, self.edge_dst)
         problems = [
             checks.duplicate_ids(self.id_index),
             checks.nonfinite_features(self.ids, self.x),
@@ -214,8 +234,7 @@ class GraphData:
         import torch
         from torch_geometric.data import Data
 
-        data = Data(x=torch.from_numpy(self.x), edge_index=self.edge_index_torch(),
-                    num_nodes=self.num_nodes)
+        data = Data(x=torch.from_numpy(self.x), edge_index=self.edge_index_torch(), num_nodes=self.num_nodes)
         if self.weight is not None:
             data.edge_weight = torch.from_numpy(self.weight)
         if self.y is not None:
@@ -243,10 +262,14 @@ class GraphData:
         deg = self.in_degree()
         max_in = int(deg.max()) if len(deg) else 0
         labels = f", {self.num_classes} classes" if self.has_labels else ""
-        return (f"{self.name}: {self.num_nodes} vertices, {self.num_edges} edges, "
-                f"{self.feature_dim}-d features{labels}, max in-degree {max_in}, "
-                f"fingerprint {self.fingerprint}")
+        return (
+            f"{self.name}: {self.num_nodes} vertices, {self.num_edges} edges, "
+            f"{self.feature_dim}-d features{labels}, max in-degree {max_in}, "
+            f"fingerprint {self.fingerprint}"
+        )
 
     def __repr__(self) -> str:
-        return (f"GraphData(name={self.name!r}, num_nodes={self.num_nodes}, num_edges={self.num_edges}, "
-                f"feature_dim={self.feature_dim}, weight={self.has_weight}, labels={self.has_labels})")
+        return (
+            f"GraphData(name={self.name!r}, num_nodes={self.num_nodes}, num_edges={self.num_edges}, "
+            f"feature_dim={self.feature_dim}, weight={self.has_weight}, labels={self.has_labels})"
+        )

@@ -11,6 +11,7 @@ matches. A mismatch (or no stamp: a directory written by another tool, or by an 
 drops those facts, so the graph is validated and fingerprinted from its content again. A copy
 that changes modification times costs a recomputation, never a wrong answer.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -45,13 +46,15 @@ def check_graph_dir(path) -> None:
     path = str(path)
     where = files.kind(path)
     if where != "dir":
-        raise GraphValidationError(f"graph directory {path} does not exist" if where == "missing"
-                                   else f"graph directory {path} is a file, not a directory")
+        raise GraphValidationError(
+            f"graph directory {path} does not exist"
+            if where == "missing"
+            else f"graph directory {path} is a file, not a directory"
+        )
     problems = []
     for name, folder in _folders(path).items():
         if files.kind(folder) != "dir":
-            problems.append(f"no {name}/ folder (a graph directory holds vertices/ and edges/ "
-                            "Parquet folders)")
+            problems.append(f"no {name}/ folder (a graph directory holds vertices/ and edges/ Parquet folders)")
             continue
         found = files.data_files(folder)
         if not found:
@@ -74,8 +77,11 @@ def trusted_meta(path, meta: dict | None) -> tuple[dict | None, str | None]:
     recorded = meta.get(STAMP_KEY)
     if recorded and recorded == data_stamp(path):
         return meta, None
-    why = ("graph.json records no data_stamp (written by another tool or an older sparkgnn)" if not recorded
-           else "the data files changed after graph.json was written")
+    why = (
+        "graph.json records no data_stamp (written by another tool or an older sparkgnn)"
+        if not recorded
+        else "the data files changed after graph.json was written"
+    )
     return {k: meta[k] for k in _KEPT_WHEN_STALE if k in meta}, why
 
 

@@ -18,6 +18,7 @@ the file layout. Labels and splits are deliberately excluded: embeddings do not 
 so relabelling a graph must not invalidate its PEs.
   fingerprint = blake2b-128("sgfp1|v=N|e=E|f=F|w=0/1|<vertex sum hex>|<edge sum hex>")
 """
+
 from __future__ import annotations
 
 import hashlib

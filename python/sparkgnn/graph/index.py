@@ -7,6 +7,7 @@ Ids spread over at most TABLE_SPAN_FACTOR x N values (dense ids with holes, e.g.
 serving query pool removed) get a direct table instead: serving maps every request's ids, and a
 gather is 5-10x faster than a binary search with its cache misses.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -20,8 +21,7 @@ class IdIndex:
     def __init__(self, ids: np.ndarray):
         self.ids = np.asarray(ids, dtype=np.int64)
         n = len(self.ids)
-        self.identity = bool(n == 0 or (self.ids[0] == 0 and self.ids[-1] == n - 1
-                                        and np.all(np.diff(self.ids) == 1)))
+        self.identity = bool(n == 0 or (self.ids[0] == 0 and self.ids[-1] == n - 1 and np.all(np.diff(self.ids) == 1)))
         self._table = None
         if self.identity:
             self._order = None
@@ -32,7 +32,7 @@ class IdIndex:
             lo, hi = int(self._sorted[0]), int(self._sorted[-1])
             if hi - lo + 1 <= TABLE_SPAN_FACTOR * n + 1024:
                 table = np.full(hi - lo + 1, -1, np.int64)
-                table[self._sorted[::-1] - lo] = self._order[::-1]   # first occurrence wins
+                table[self._sorted[::-1] - lo] = self._order[::-1]  # first occurrence wins
                 self._table, self._lo = table, lo
 
     def lookup(self, query) -> tuple[np.ndarray, np.ndarray]:

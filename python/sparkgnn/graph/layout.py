@@ -12,6 +12,7 @@ y = -1 rather than a null. A vertex in no split has a null `split` (a plain stri
 graph.json is written LAST, so its presence marks a complete directory. Readers accept x as
 list<float|double|int> too (Spark writes array<float> as a plain list).
 """
+
 from __future__ import annotations
 
 import json
@@ -23,16 +24,26 @@ VERTICES_DIR = "vertices"
 EDGES_DIR = "edges"
 META_FILE = "graph.json"
 FORMAT = "sparkgnn-graph/1"
-META_KEYS = ("num_vertices", "num_edges", "feature_dim", "has_weight", "has_labels", "num_classes",
-             "name", "fingerprint")
+META_KEYS = (
+    "num_vertices",
+    "num_edges",
+    "feature_dim",
+    "has_weight",
+    "has_labels",
+    "num_classes",
+    "name",
+    "fingerprint",
+)
 # Parquet files are cut at about this many bytes of raw column data (Spark reads files as splits).
 TARGET_FILE_BYTES = 128 << 20
 TARGET_ROW_GROUP_BYTES = 32 << 20
 
 
 def vertex_schema(feature_dim: int, has_labels: bool, has_split: bool) -> pa.Schema:
-    fields = [pa.field("id", pa.int64(), nullable=False),
-              pa.field("x", pa.list_(pa.float32(), feature_dim), nullable=False)]
+    fields = [
+        pa.field("id", pa.int64(), nullable=False),
+        pa.field("x", pa.list_(pa.float32(), feature_dim), nullable=False),
+    ]
     if has_labels:
         fields.append(pa.field("y", pa.int64(), nullable=False))
     if has_split:
@@ -56,7 +67,7 @@ def rows_for_bytes(row_bytes: int, target: int) -> int:
 
 
 def strip_scheme(path: str) -> str:
-    return path[len("file:"):] if path.startswith("file:") else path
+    return path[len("file:") :] if path.startswith("file:") else path
 
 
 def is_local(path: str) -> bool:

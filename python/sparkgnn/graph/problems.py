@@ -5,10 +5,11 @@ in Spark) and tests assert on the wording, so both paths must report a problem w
 sentence: what is wrong, how many rows, and the first few offenders. The validators only find
 counts and examples; this module owns the words.
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 from sparkgnn.errors import GraphValidationError
 

@@ -4,6 +4,7 @@ Why it validates while reading: the directory may come from anyone (Spark jobs, 
 and defects such as null or ragged vectors or dangling edges can only be reported meaningfully
 (with original ids) before the data is turned into dense arrays.
 """
+
 from __future__ import annotations
 
 import os
@@ -39,9 +40,11 @@ OPTIONAL_EDGE_COLUMNS = {"weight": (lambda t: pa.types.is_floating(t) or pa.type
 def column_defects(schema: pa.Schema, required: dict, optional: dict, what: str) -> tuple[list, list]:
     """(missing "what.col" names, "what.col is T, expected U" lines) of one table."""
     missing = [f"{what}.{name}" for name in required if name not in schema.names]
-    wrong = [f"{what}.{name} is {schema.field(name).type}, expected {desc}"
-             for name, (ok, desc) in {**required, **optional}.items()
-             if name in schema.names and not ok(schema.field(name).type)]
+    wrong = [
+        f"{what}.{name} is {schema.field(name).type}, expected {desc}"
+        for name, (ok, desc) in {**required, **optional}.items()
+        if name in schema.names and not ok(schema.field(name).type)
+    ]
     return missing, wrong
 
 
@@ -74,8 +77,9 @@ def read_graph_dir(path: str, name: str | None = None) -> GraphData:
     return graph_data_from_tables(vertices, edges, name=name, meta=meta)
 
 
-def graph_data_from_tables(vertices: pa.Table, edges: pa.Table, name: str = "graph",
-                           meta: dict | None = None) -> GraphData:
+def graph_data_from_tables(
+    vertices: pa.Table, edges: pa.Table, name: str = "graph", meta: dict | None = None
+) -> GraphData:
     """Arrow vertex and edge tables (GraphFrames schema, x as any list type) -> validated GraphData."""
     meta = meta or {}
     v_missing, v_wrong = column_defects(vertices.schema, VERTEX_COLUMNS, OPTIONAL_VERTEX_COLUMNS, "vertices")
@@ -103,8 +107,13 @@ def graph_data_from_tables(vertices: pa.Table, edges: pa.Table, name: str = "gra
         weight = pc.fill_null(wcol, np.nan).to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
     if null_edges.any():
         rows = np.flatnonzero(null_edges)[:5]
-        problems.append(Problem("null_endpoint", int(null_edges.sum()), tuple(
-            fmt_edge(None if src_nulls[i] else src[i], None if dst_nulls[i] else dst[i]) for i in rows)))
+        problems.append(
+            Problem(
+                "null_endpoint",
+                int(null_edges.sum()),
+                tuple(fmt_edge(None if src_nulls[i] else src[i], None if dst_nulls[i] else dst[i]) for i in rows),
+            )
+        )
     raise_if_any(problems, name)
 
     data = GraphData.from_edge_ids(ids, x, src, dst, weight=weight, y=y, split=split, name=name)

@@ -6,6 +6,7 @@ higher-order `exists`), and one left-join job counts dangling endpoints. Only wh
 non-zero does a small `limit(5)` query fetch the first offenders for the message. Wording is
 shared with the numpy path through problems.py.
 """
+
 from __future__ import annotations
 
 from sparkgnn.graph.problems import MAX_EXAMPLES, Problem, fmt_edge, fmt_edge_weight, fmt_ids
@@ -31,9 +32,11 @@ def column_defects(df, required: dict, optional: dict, what: str) -> tuple[list,
     """(missing "what.col" names, "what.col is T, expected U" lines) of one DataFrame."""
     types = dict(df.dtypes)
     missing = [f"{what}.{name}" for name in required if name not in types]
-    wrong = [f"{what}.{name} is {types[name]}, expected {desc}"
-             for name, (accepted, desc) in {**required, **optional}.items()
-             if name in types and types[name] not in accepted]
+    wrong = [
+        f"{what}.{name} is {types[name]}, expected {desc}"
+        for name, (accepted, desc) in {**required, **optional}.items()
+        if name in types and types[name] not in accepted
+    ]
     return missing, wrong
 
 
@@ -73,16 +76,22 @@ def vertex_problems(vertices, expected_width: int | None = None) -> tuple[list[P
         problems.append(Problem("null_x", row.null_x, fmt_ids(r.id for r in shown)))
     width = expected_width
     if width is None and row.min_w is not None and row.min_w != row.max_w:
-        width = (vertices.where("x IS NOT NULL").selectExpr("size(x) AS w").groupBy("w").count()
-                 .orderBy(["count", "w"], ascending=[False, True]).first().w)  # ties: smallest, like numpy
+        width = (
+            vertices.where("x IS NOT NULL")
+            .selectExpr("size(x) AS w")
+            .groupBy("w")
+            .count()
+            .orderBy(["count", "w"], ascending=[False, True])
+            .first()
+            .w
+        )  # ties: smallest, like numpy
     elif width is None:
         width = row.min_w if row.min_w is not None else 0
     if row.min_w is not None and (row.min_w != width or row.max_w != width):
         condition = f"x IS NOT NULL AND size(x) != {int(width)}"
         count = vertices.where(condition).count()
         shown = _examples(vertices, condition, ["id", "size(x) AS w"])
-        problems.append(Problem("x_width", count, tuple(f"id {r.id} (len {r.w})" for r in shown),
-                                detail=str(width)))
+        problems.append(Problem("x_width", count, tuple(f"id {r.id} (len {r.w})" for r in shown), detail=str(width)))
     if row.nonfinite:
         shown = _examples(vertices, NONFINITE_X, ["id"])
         problems.append(Problem("x_nonfinite", row.nonfinite, fmt_ids(r.id for r in shown)))
@@ -92,8 +101,7 @@ def vertex_problems(vertices, expected_width: int | None = None) -> tuple[list[P
     if row.bad_split:
         shown = _examples(vertices, BAD_SPLIT, ["id", "split"])
         problems.append(Problem("bad_split", row.bad_split, tuple(f"id {r.id} ({r.split!r})" for r in shown)))
-    facts = {"num_vertices": row.n, "feature_dim": int(width or 0),
-             "unique_ids": row.distinct_ids == non_null_ids}
+    facts = {"num_vertices": row.n, "feature_dim": int(width or 0), "unique_ids": row.distinct_ids == non_null_ids}
     return problems, facts
 
 
@@ -106,9 +114,9 @@ def edge_problems(edges, vertices, unique_ids: bool = True) -> tuple[list[Proble
     ids = vertices.where("id IS NOT NULL").select("id")
     if not unique_ids:
         ids = ids.distinct()
-    flagged = (edges
-               .join(ids.selectExpr("id AS src", "true AS src_ok"), "src", "left")
-               .join(ids.selectExpr("id AS dst", "true AS dst_ok"), "dst", "left"))
+    flagged = edges.join(ids.selectExpr("id AS src", "true AS src_ok"), "src", "left").join(
+        ids.selectExpr("id AS dst", "true AS dst_ok"), "dst", "left"
+    )
     row = flagged.selectExpr(
         "count(1) AS n",
         "count_if(src IS NULL OR dst IS NULL) AS null_endpoint",
@@ -120,13 +128,16 @@ def edge_problems(edges, vertices, unique_ids: bool = True) -> tuple[list[Proble
     if row.null_endpoint:
         shown = _examples(edges, "src IS NULL OR dst IS NULL", ["src", "dst"], ("src", "dst"))
         problems.append(Problem("null_endpoint", row.null_endpoint, tuple(fmt_edge(r.src, r.dst) for r in shown)))
-    for kind, condition in (("dangling_src", "src IS NOT NULL AND src_ok IS NULL"),
-                            ("dangling_dst", "dst IS NOT NULL AND dst_ok IS NULL")):
+    for kind, condition in (
+        ("dangling_src", "src IS NOT NULL AND src_ok IS NULL"),
+        ("dangling_dst", "dst IS NOT NULL AND dst_ok IS NULL"),
+    ):
         if row[kind]:
             shown = _examples(flagged, condition, ["src", "dst"], ("src", "dst"))
             problems.append(Problem(kind, row[kind], tuple(fmt_edge(r.src, r.dst) for r in shown)))
     if row.bad_weight:
         shown = _examples(edges, BAD_WEIGHT, ["src", "dst", "weight"], ("src", "dst"))
-        problems.append(Problem("bad_weight", row.bad_weight, tuple(
-            fmt_edge_weight(r.src, r.dst, r.weight) for r in shown)))
+        problems.append(
+            Problem("bad_weight", row.bad_weight, tuple(fmt_edge_weight(r.src, r.dst, r.weight) for r in shown))
+        )
     return problems, {"num_edges": row.n}

@@ -10,6 +10,7 @@ Normalised columns (extra columns are dropped; results join back to callers by i
     vertices: id bigint, x array<float>, [y bigint], [split string]
     edges:    src bigint, dst bigint, [weight float]
 """
+
 from __future__ import annotations
 
 import json
@@ -28,15 +29,22 @@ _MASK = (1 << 64) - 1
 _PARTIAL_SCHEMA = "n bigint, h bigint"
 
 # column -> (target Spark type, SQL cast target); a column is cast only when its type differs.
-_VERTEX_TYPES = {"id": ("bigint", "BIGINT"), "x": ("array<float>", "ARRAY<FLOAT>"),
-                 "y": ("bigint", "BIGINT"), "split": ("string", "STRING")}
+_VERTEX_TYPES = {
+    "id": ("bigint", "BIGINT"),
+    "x": ("array<float>", "ARRAY<FLOAT>"),
+    "y": ("bigint", "BIGINT"),
+    "split": ("string", "STRING"),
+}
 _EDGE_TYPES = {"src": ("bigint", "BIGINT"), "dst": ("bigint", "BIGINT"), "weight": ("float", "FLOAT")}
 
 
 def _normalise(df, types: dict):
     present = dict(df.dtypes)
-    exprs = [name if present[name] == target else f"CAST({name} AS {cast}) AS {name}"
-             for name, (target, cast) in types.items() if name in present]
+    exprs = [
+        name if present[name] == target else f"CAST({name} AS {cast}) AS {name}"
+        for name, (target, cast) in types.items()
+        if name in present
+    ]
     return df.selectExpr(*exprs)
 
 
@@ -86,14 +94,15 @@ def _read_meta(spark, path: str) -> dict | None:
 class Graph:
     """A graph as two Spark DataFrames (GraphFrames' schema) plus cached facts about it."""
 
-    def __init__(self, vertices, edges, *, name: str | None = None, path: str | None = None,
-                 meta: dict | None = None):
+    def __init__(self, vertices, edges, *, name: str | None = None, path: str | None = None, meta: dict | None = None):
         self.meta = dict(meta) if meta else None
         self.name = name or (self.meta or {}).get("name") or "graph"
         v_missing, v_wrong = spark_checks.column_defects(
-            vertices, spark_checks.VERTEX_REQUIRED, spark_checks.VERTEX_OPTIONAL, "vertices")
+            vertices, spark_checks.VERTEX_REQUIRED, spark_checks.VERTEX_OPTIONAL, "vertices"
+        )
         e_missing, e_wrong = spark_checks.column_defects(
-            edges, spark_checks.EDGE_REQUIRED, spark_checks.EDGE_OPTIONAL, "edges")
+            edges, spark_checks.EDGE_REQUIRED, spark_checks.EDGE_OPTIONAL, "edges"
+        )
         raise_if_any(schema_problems(v_missing + e_missing, v_wrong + e_wrong), self.name)
         self.vertices = _normalise(vertices, _VERTEX_TYPES)
         self.edges = _normalise(edges, _EDGE_TYPES)
@@ -105,12 +114,12 @@ class Graph:
 
     # --- construction -------------------------------------------------------------------------
     @classmethod
-    def from_graphframe(cls, graph, **kwargs) -> "Graph":
+    def from_graphframe(cls, graph, **kwargs) -> Graph:
         """Anything with `.vertices` and `.edges` DataFrames (a graphframes.GraphFrame)."""
         return cls(graph.vertices, graph.edges, **kwargs)
 
     @classmethod
-    def load(cls, spark, path: str, *, validate: bool | None = None, name: str | None = None) -> "Graph":
+    def load(cls, spark, path: str, *, validate: bool | None = None, name: str | None = None) -> Graph:
         """Open a graph directory. validate=None validates content unless graph.json records that
         the writer already validated it (write_graph_dir, write_synthetic, Graph.save) AND still
         describes the data files (dirfacts: a changed directory is validated and fingerprinted
@@ -122,20 +131,28 @@ class Graph:
             dirfacts.check_graph_dir(path)
         meta = _read_meta(spark, path)
         meta, _why = dirfacts.trusted_meta(path, meta) if reachable else ({"name": (meta or {}).get("name")}, None)
-        graph = cls(spark.read.parquet(_join(path, layout.VERTICES_DIR)),
-                    spark.read.parquet(_join(path, layout.EDGES_DIR)), name=name, path=path, meta=meta)
+        graph = cls(
+            spark.read.parquet(_join(path, layout.VERTICES_DIR)),
+            spark.read.parquet(_join(path, layout.EDGES_DIR)),
+            name=name,
+            path=path,
+            meta=meta,
+        )
         if validate or (validate is None and not graph._validated):
             graph.validate(force=bool(validate))
         return graph
 
     @classmethod
-    def from_graph_data(cls, spark, data, name: str | None = None) -> "Graph":
+    def from_graph_data(cls, spark, data, name: str | None = None) -> Graph:
         """A Spark Graph from an in-memory GraphData (for tests and small graphs; big graphs
         should go through write_graph_dir + Graph.load so the driver never holds them)."""
         data.validate()
-        v_cols = {"id": pa.array(data.ids),
-                  "x": pa.FixedSizeListArray.from_arrays(pa.array(data.x.reshape(-1)), data.feature_dim)
-                  .cast(pa.list_(pa.float32()))}
+        v_cols = {
+            "id": pa.array(data.ids),
+            "x": pa.FixedSizeListArray.from_arrays(pa.array(data.x.reshape(-1)), data.feature_dim).cast(
+                pa.list_(pa.float32())
+            ),
+        }
         if data.y is not None:
             v_cols["y"] = pa.array(data.y)
         if data.split is not None:
@@ -144,8 +161,12 @@ class Graph:
         if data.weight is not None:
             e_cols["weight"] = pa.array(data.weight)
         meta = {**data.meta(), "validated": True}
-        return cls(spark.createDataFrame(pa.table(v_cols)), spark.createDataFrame(pa.table(e_cols)),
-                   name=name or data.name, meta=meta)
+        return cls(
+            spark.createDataFrame(pa.table(v_cols)),
+            spark.createDataFrame(pa.table(e_cols)),
+            name=name or data.name,
+            meta=meta,
+        )
 
     # --- facts ----------------------------------------------------------------------------------
     @property
@@ -172,11 +193,13 @@ class Graph:
         if self._fingerprint is None:
             self.validate()
             acc = FingerprintAccumulator(self.feature_dim, self.has_weight)
-            for row in self.vertices.select("id", "x").mapInArrow(
-                    partial(_vertex_partials, self.feature_dim), _PARTIAL_SCHEMA).collect():
+            for row in (
+                self.vertices.select("id", "x")
+                .mapInArrow(partial(_vertex_partials, self.feature_dim), _PARTIAL_SCHEMA)
+                .collect()
+            ):
                 acc.add_partial(vertices=row.n, vertex_sum=row.h & _MASK)
-            for row in self.edges.mapInArrow(partial(_edge_partials, self.has_weight),
-                                             _PARTIAL_SCHEMA).collect():
+            for row in self.edges.mapInArrow(partial(_edge_partials, self.has_weight), _PARTIAL_SCHEMA).collect():
                 acc.add_partial(edges=row.n, edge_sum=row.h & _MASK)
             self._fingerprint = acc.hexdigest()
         return self._fingerprint
@@ -190,16 +213,21 @@ class Graph:
                 self._stats = {k: int(self.meta[k]) for k in keys}
             else:
                 row = self.vertices.selectExpr(
-                    "count(1) AS n", "max(size(x)) AS f",
-                    "max(y) AS maxy" if self.has_labels else "CAST(NULL AS BIGINT) AS maxy").collect()[0]
-                self._stats = {"num_vertices": row.n, "num_edges": self.edges.count(),
-                               "feature_dim": int(self._facts.get("feature_dim", row.f or 0)),
-                               "num_classes": int(row.maxy) + 1 if row.maxy is not None and row.maxy >= 0 else 0}
+                    "count(1) AS n",
+                    "max(size(x)) AS f",
+                    "max(y) AS maxy" if self.has_labels else "CAST(NULL AS BIGINT) AS maxy",
+                ).collect()[0]
+                self._stats = {
+                    "num_vertices": row.n,
+                    "num_edges": self.edges.count(),
+                    "feature_dim": int(self._facts.get("feature_dim", row.f or 0)),
+                    "num_classes": int(row.maxy) + 1 if row.maxy is not None and row.maxy >= 0 else 0,
+                }
             self._stats.update(has_weight=self.has_weight, has_labels=self.has_labels)
         return dict(self._stats)
 
     # --- validation and conversion ----------------------------------------------------------------
-    def validate(self, force: bool = False) -> "Graph":
+    def validate(self, force: bool = False) -> Graph:
         """Raise GraphValidationError naming every defect (count + first offenders); else self.
         Runs once per Graph (and not at all for a directory whose writer validated it) unless
         force=True."""
@@ -207,8 +235,9 @@ class Graph:
             return self
         expected = (self.meta or {}).get("feature_dim")
         v_problems, v_facts = spark_checks.vertex_problems(self.vertices, expected)
-        e_problems, e_facts = spark_checks.edge_problems(self.edges, self.vertices,
-                                                         unique_ids=v_facts.pop("unique_ids"))
+        e_problems, e_facts = spark_checks.edge_problems(
+            self.edges, self.vertices, unique_ids=v_facts.pop("unique_ids")
+        )
         raise_if_any(v_problems + e_problems, self.name)
         self._facts.update(v_facts, **e_facts)
         self._validated = True
@@ -218,8 +247,7 @@ class Graph:
         """Collect to the driver as a GraphData (small graphs: tests, reference computations)."""
         from sparkgnn.graph.reader import graph_data_from_tables
 
-        return graph_data_from_tables(self.vertices.toArrow(), self.edges.toArrow(),
-                                      name=self.name, meta=self.meta)
+        return graph_data_from_tables(self.vertices.toArrow(), self.edges.toArrow(), name=self.name, meta=self.meta)
 
     def save(self, path: str, overwrite: bool = False) -> dict:
         """Write the graph directory with Spark (x lands as a Parquet list, which every reader
@@ -232,7 +260,7 @@ class Graph:
             raise NotImplementedError("Graph.save writes graph.json with open(); use a local path")
         path = layout.strip_scheme(str(path))
         self.validate()
-        check_target(path, overwrite)   # nothing is replaced unasked, and only after a complete write
+        check_target(path, overwrite)  # nothing is replaced unasked, and only after a complete write
         staging = new_staging(path)
         try:
             self.vertices.write.parquet(_join(staging, layout.VERTICES_DIR))
@@ -241,8 +269,14 @@ class Graph:
             shutil.rmtree(staging, ignore_errors=True)
             raise
         swap_in(path, staging)
-        meta = {"name": self.name, **self.stats(), "fingerprint": self.fingerprint,
-                "fingerprint_algo": "sgfp1", "validated": True, dirfacts.STAMP_KEY: dirfacts.data_stamp(str(path))}
+        meta = {
+            "name": self.name,
+            **self.stats(),
+            "fingerprint": self.fingerprint,
+            "fingerprint_algo": "sgfp1",
+            "validated": True,
+            dirfacts.STAMP_KEY: dirfacts.data_stamp(str(path)),
+        }
         layout.write_meta(str(path), meta)
         return meta
 

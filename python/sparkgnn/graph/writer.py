@@ -10,6 +10,7 @@ Why staged: the Parquet folders are written into a hidden staging folder inside 
 truncated file behind (the writer is a context manager: an exception aborts it). An existing graph
 is replaced only with overwrite=True, and only the folders this format owns are touched.
 """
+
 from __future__ import annotations
 
 import os
@@ -72,8 +73,9 @@ def check_target(path: str, overwrite: bool) -> None:
     targets = [os.path.join(path, p) for p in (*_OWNED, layout.META_FILE)]
     existing = [t for t in targets if os.path.exists(t)]
     if existing and not overwrite:
-        raise OutputError(f"{path} already holds a graph ({', '.join(existing)}); pass overwrite=True "
-                          "(--overwrite) to replace it")
+        raise OutputError(
+            f"{path} already holds a graph ({', '.join(existing)}); pass overwrite=True (--overwrite) to replace it"
+        )
     if os.path.exists(path) and not os.path.isdir(path):
         raise OutputError(f"{path} is a file, not a graph directory")
 
@@ -105,9 +107,18 @@ class GraphDirWriter:
     chunks of the wrong width.
     """
 
-    def __init__(self, path: str, feature_dim: int, *, has_weight: bool = False, has_labels: bool = False,
-                 has_split: bool = False, name: str = "graph", rows_per_file: int | None = None,
-                 overwrite: bool = False):
+    def __init__(
+        self,
+        path: str,
+        feature_dim: int,
+        *,
+        has_weight: bool = False,
+        has_labels: bool = False,
+        has_split: bool = False,
+        name: str = "graph",
+        rows_per_file: int | None = None,
+        overwrite: bool = False,
+    ):
         self.path = layout.strip_scheme(str(path))
         self.feature_dim, self.name = int(feature_dim), name
         self.has_weight, self.has_labels, self.has_split = has_weight, has_labels, has_split
@@ -120,11 +131,14 @@ class GraphDirWriter:
             os.path.join(self._staging, layout.VERTICES_DIR),
             layout.vertex_schema(self.feature_dim, has_labels, has_split),
             rows_per_file or layout.rows_for_bytes(vrow, layout.TARGET_FILE_BYTES),
-            layout.rows_for_bytes(vrow, layout.TARGET_ROW_GROUP_BYTES))
+            layout.rows_for_bytes(vrow, layout.TARGET_ROW_GROUP_BYTES),
+        )
         self._edges = _RollingParquet(
-            os.path.join(self._staging, layout.EDGES_DIR), layout.edge_schema(has_weight),
+            os.path.join(self._staging, layout.EDGES_DIR),
+            layout.edge_schema(has_weight),
             rows_per_file or layout.rows_for_bytes(erow, layout.TARGET_FILE_BYTES),
-            layout.rows_for_bytes(erow, layout.TARGET_ROW_GROUP_BYTES))
+            layout.rows_for_bytes(erow, layout.TARGET_ROW_GROUP_BYTES),
+        )
         self._fp = FingerprintAccumulator(self.feature_dim, has_weight)
         self._split_counts = {"train": 0, "val": 0, "test": 0}
         self._max_label = -1
@@ -134,8 +148,10 @@ class GraphDirWriter:
         x = np.ascontiguousarray(x, dtype=np.float32)
         if x.ndim != 2 or x.shape[1] != self.feature_dim or len(x) != len(ids):
             raise ValueError(f"vertex chunk x has shape {x.shape}; expected ({len(ids)}, {self.feature_dim})")
-        columns = {"id": pa.array(ids),
-                   "x": pa.FixedSizeListArray.from_arrays(pa.array(x.reshape(-1)), self.feature_dim)}
+        columns = {
+            "id": pa.array(ids),
+            "x": pa.FixedSizeListArray.from_arrays(pa.array(x.reshape(-1)), self.feature_dim),
+        }
         if self.has_labels:
             y = np.ascontiguousarray(y, dtype=np.int64)
             columns["y"] = pa.array(y)
@@ -188,11 +204,11 @@ class GraphDirWriter:
         for rolling in (self._vertices, self._edges):
             try:
                 rolling.close()
-            except OSError:   # the disk that failed the write may fail the close too
+            except OSError:  # the disk that failed the write may fail the close too
                 pass
         shutil.rmtree(self._staging, ignore_errors=True)
 
-    def __enter__(self) -> "GraphDirWriter":
+    def __enter__(self) -> GraphDirWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -207,9 +223,16 @@ def write_graph_dir(data, path: str, rows_per_file: int | None = None, overwrite
     how a caller controls the number of Spark input splits for small graphs.
     """
     data.validate()
-    with GraphDirWriter(path, data.feature_dim, has_weight=data.has_weight, has_labels=data.has_labels,
-                        has_split=data.split is not None, name=data.name, rows_per_file=rows_per_file,
-                        overwrite=overwrite) as writer:
+    with GraphDirWriter(
+        path,
+        data.feature_dim,
+        has_weight=data.has_weight,
+        has_labels=data.has_labels,
+        has_split=data.split is not None,
+        name=data.name,
+        rows_per_file=rows_per_file,
+        overwrite=overwrite,
+    ) as writer:
         writer.write_vertices(data.ids, data.x, data.y, data.split)
         writer.write_edges(data.src_ids, data.dst_ids, data.weight)
         return writer.close(num_classes=data.num_classes, validated=True)

@@ -1,6 +1,7 @@
 """Merge-aware GNN layers: each conv is split into per-node preparation, per-edge messages, a
 mergeable aggregation (partial -> merge -> finalize) and a per-node update, so the aggregation
 can be spread over partitions and merged exactly (see docs/ARCHITECTURE.md "The merge-aware layer contract")."""
+
 from sparkgnn.layers.aggregators import AGGREGATORS, Aggregator, get_aggregator
 from sparkgnn.layers.base import CONVS, MergeableConv, build_conv, compute_stats, propagate
 from sparkgnn.layers.gat import GATLayer
@@ -12,7 +13,22 @@ from sparkgnn.layers.selfloops import SELF_LOOP_POLICIES, apply_self_loops
 from sparkgnn.layers.stats import STATS
 
 __all__ = [
-    "AGGREGATORS", "Aggregator", "get_aggregator", "CONVS", "MergeableConv", "build_conv",
-    "compute_stats", "propagate", "GCNLayer", "SAGELayer", "GINLayer", "GATLayer", "NODE_OPS",
-    "NodeOpStack", "build_node_op", "SELF_LOOP_POLICIES", "apply_self_loops", "STATS",
+    "AGGREGATORS",
+    "Aggregator",
+    "get_aggregator",
+    "CONVS",
+    "MergeableConv",
+    "build_conv",
+    "compute_stats",
+    "propagate",
+    "GCNLayer",
+    "SAGELayer",
+    "GINLayer",
+    "GATLayer",
+    "NODE_OPS",
+    "NodeOpStack",
+    "build_node_op",
+    "SELF_LOOP_POLICIES",
+    "apply_self_loops",
+    "STATS",
 ]

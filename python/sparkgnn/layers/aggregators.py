@@ -15,27 +15,33 @@ float32 (exact up to 2^24 in-edges per node).
 Aggregators are chosen by name from `AGGREGATORS` (a registry, not if/elif chains), so adding one
 is one class + one `@register` line.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import torch
 from torch import Tensor
 
 from sparkgnn.registry import Registry
 
-AGGREGATORS: Registry[type] = Registry("aggregator", ValueError)
+AGGREGATORS: Registry[type[Aggregator]] = Registry("aggregator", ValueError)
 
 
-def register(name: str) -> Callable[[type], type]:
-    def deco(cls: type) -> type:
+AggregatorT = TypeVar("AggregatorT", bound="Aggregator")
+
+
+def register(name: str) -> Callable[[type[AggregatorT]], type[AggregatorT]]:
+    def deco(cls: type[AggregatorT]) -> type[AggregatorT]:
         cls.name = name
         return AGGREGATORS.register(name, cls)
+
     return deco
 
 
-def get_aggregator(name: str, **kwargs) -> "Aggregator":
+def get_aggregator(name: str, **kwargs) -> Aggregator:
     """Build an aggregator from its registry name and keyword options (see each class)."""
     return AGGREGATORS.lookup(name)(**kwargs)
 
@@ -156,6 +162,7 @@ def _mean_of(sums: Tensor, count: Tensor) -> Tensor:
 @register("sum")
 class SumAggregator(_Additive):
     """State [s]."""
+
     linear = True
 
     def state_width(self, msg_width: int) -> int:
@@ -176,6 +183,7 @@ class SumAggregator(_Additive):
 @register("mean")
 class MeanAggregator(_Additive):
     """State [s | n]: the count travels with the sum because a mean of means is not the mean."""
+
     linear = True
 
     def state_width(self, msg_width: int) -> int:
@@ -196,6 +204,7 @@ class MeanAggregator(_Additive):
 class _Extreme(Aggregator):
     """State [m] with identity -inf (max) / +inf (min); finalize maps untouched rows to 0, which
     is what PyG's scatter max/min gives a node without in-edges."""
+
     reduce = ""
     fill = 0.0
 
@@ -245,8 +254,9 @@ class PowerMeanAggregator(_Additive):
     False then). A learnable p (a tensor in PyG, possibly per channel) is given as a list.
     Empty rows finalize to clamp_min**(1/p), exactly like PyG (mean 0, then clamped)."""
 
-    def __init__(self, p=1.0, clamp_min: float | None = 1e-4, clamp_max: float | None = 100.0,
-                 transform: bool | None = None):
+    def __init__(
+        self, p=1.0, clamp_min: float | None = 1e-4, clamp_max: float | None = 100.0, transform: bool | None = None
+    ):
         if isinstance(p, (list, tuple)):
             p = [float(v) for v in p]
         else:
@@ -258,8 +268,7 @@ class PowerMeanAggregator(_Additive):
         self.linear = not self.transform
 
     def config(self):
-        return {"p": self.p, "clamp_min": self.clamp_min, "clamp_max": self.clamp_max,
-                "transform": self.transform}
+        return {"p": self.p, "clamp_min": self.clamp_min, "clamp_max": self.clamp_max, "transform": self.transform}
 
     def state_width(self, msg_width):
         return msg_width + 1
@@ -294,7 +303,7 @@ class VarAggregator(_Additive):
         f = (state.shape[1] - 1) // 2
         n = state[:, -1:]
         mean = _mean_of(state[:, :f], n)
-        mean2 = _mean_of(state[:, f:2 * f], n)
+        mean2 = _mean_of(state[:, f : 2 * f], n)
         return mean2 - mean * mean
 
 
@@ -345,8 +354,7 @@ class SoftmaxAggregator(Aggregator):
         out[:, :h] = -math.inf
         return out
 
-    def _combine(self, mx_rows: Tensor, weight_rows: Tensor, value_rows: Tensor, index: Tensor,
-                 num: int) -> Tensor:
+    def _combine(self, mx_rows: Tensor, weight_rows: Tensor, value_rows: Tensor, index: Tensor, num: int) -> Tensor:
         """Shared by partial and merge: rows carry (max, weight, value) relative to their own
         max; rescale to the destination's global max and add."""
         h = self.heads
@@ -356,8 +364,7 @@ class SoftmaxAggregator(Aggregator):
         scale = torch.exp(mx_rows - mx.index_select(0, index))
         scale = scale.masked_fill(mx_rows == -math.inf, 0.0)  # identity rows contribute nothing
         s = _scatter_add(weight_rows * scale, index, num)
-        v = _scatter_add((value_rows.view(rows, h, c) * scale.unsqueeze(-1)).view(rows, h * c),
-                         index, num)
+        v = _scatter_add((value_rows.view(rows, h, c) * scale.unsqueeze(-1)).view(rows, h * c), index, num)
         return torch.cat([mx, s, v], dim=1)
 
     def partial(self, m, index, num):
@@ -372,14 +379,14 @@ class SoftmaxAggregator(Aggregator):
         states = _f32(states)
         h = self.heads
         index = _check_index(index, states.shape[0], num)
-        return self._combine(states[:, :h], states[:, h:2 * h], states[:, 2 * h:], index, num)
+        return self._combine(states[:, :h], states[:, h : 2 * h], states[:, 2 * h :], index, num)
 
     def finalize(self, state):
         h = self.heads
         n = state.shape[0]
-        v = state[:, 2 * h:]
+        v = state[:, 2 * h :]
         c = v.shape[1] // h
-        out = v.view(n, h, c) / (state[:, h:2 * h] + 1e-16).unsqueeze(-1)
+        out = v.view(n, h, c) / (state[:, h : 2 * h] + 1e-16).unsqueeze(-1)
         return out.reshape(n, h * c)
 
 

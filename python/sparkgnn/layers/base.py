@@ -25,9 +25,8 @@ with: the executor joins the per-node statistics of STATS onto node rows before 
 Convolutions register themselves in `CONVS` by kind, and rebuild from `config()` (JSON) plus a
 state_dict, which is how saved models are loaded without pickling code.
 """
-from __future__ import annotations
 
-from typing import Optional
+from __future__ import annotations
 
 import torch
 from torch import Tensor
@@ -44,10 +43,11 @@ def register_conv(kind: str):
     def deco(cls):
         cls.kind = kind
         return CONVS.register(kind, cls)
+
     return deco
 
 
-def build_conv(config: dict) -> "MergeableConv":
+def build_conv(config: dict) -> MergeableConv:
     cfg = dict(config)
     kind = cfg.pop("kind")
     return CONVS.lookup(kind)(**cfg)
@@ -96,8 +96,7 @@ class MergeableConv(torch.nn.Module):
             "src_width": {"raw": self.src_width(False), "pre_transform": self.src_width(True)},
             "dst_width": self.dst_width(),
             "msg_width": {"raw": self.msg_width(False), "pre_transform": self.msg_width(True)},
-            "state_width": {"raw": self.state_width(False),
-                            "pre_transform": self.state_width(True)},
+            "state_width": {"raw": self.state_width(False), "pre_transform": self.state_width(True)},
             "needs_dst_in_message": self.needs_dst_in_message,
             "can_pre_transform": self.can_pre_transform,
             "self_loops": self.self_loops,
@@ -110,31 +109,37 @@ class MergeableConv(torch.nn.Module):
     def prepare_src(self, h: Tensor, stats: dict, pre_transform: bool) -> Tensor:
         raise NotImplementedError
 
-    def prepare_dst(self, h: Tensor, stats: dict) -> Optional[Tensor]:
+    def prepare_dst(self, h: Tensor, stats: dict) -> Tensor | None:
         return None
 
-    def message(self, src_e: Tensor, dst_e: Optional[Tensor], weight_e: Optional[Tensor],
-                pre_transform: bool) -> Tensor:
+    def message(self, src_e: Tensor, dst_e: Tensor | None, weight_e: Tensor | None, pre_transform: bool) -> Tensor:
         raise NotImplementedError
 
     def update(self, h_dst: Tensor, agg: Tensor, stats: dict, pre_transform: bool) -> Tensor:
         raise NotImplementedError
 
-    def message_scale(self, weight_e: Optional[Tensor], pre_transform: bool):
+    def message_scale(self, weight_e: Tensor | None, pre_transform: bool):
         """(True, scale) when message(src_e, ...) == scale[:, None] * src_e (scale None meaning 1)
         for this layer, i.e. the message needs neither the destination nor a non-linearity; then an
         executor may aggregate with a sparse matrix product. (False, None) otherwise."""
         return False, None
 
     # -- reference single-process execution of the contract --------------------------------
-    def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor] = None,
-                parts: int = 1, seed: int = 0, pre_transform: bool = False) -> Tensor:
-        return propagate(self, x, edge_index[0], edge_index[1], edge_weight, parts=parts,
-                         seed=seed, pre_transform=pre_transform)
+    def forward(
+        self,
+        x: Tensor,
+        edge_index: Tensor,
+        edge_weight: Tensor | None = None,
+        parts: int = 1,
+        seed: int = 0,
+        pre_transform: bool = False,
+    ) -> Tensor:
+        return propagate(
+            self, x, edge_index[0], edge_index[1], edge_weight, parts=parts, seed=seed, pre_transform=pre_transform
+        )
 
 
-def compute_stats(conv: MergeableConv, src: Tensor, dst: Tensor, weight: Optional[Tensor],
-                  num_nodes: int) -> dict:
+def compute_stats(conv: MergeableConv, src: Tensor, dst: Tensor, weight: Tensor | None, num_nodes: int) -> dict:
     w = weight if conv.uses_edge_weight else None
     return {name: STATS.lookup(name)(src, dst, w, num_nodes) for name in conv.required_stats}
 
@@ -152,9 +157,18 @@ def _layer_inputs(conv: MergeableConv, h: Tensor, src, dst, weight, stats, pre_t
     return stats, edges, pre, conv.prepare_src(h, stats, pre), conv.prepare_dst(h, stats)
 
 
-def propagate(conv: MergeableConv, h: Tensor, src: Tensor, dst: Tensor,
-              weight: Optional[Tensor] = None, *, parts: int = 1, seed: int = 0,
-              pre_transform: bool = False, stats: Optional[dict] = None) -> Tensor:
+def propagate(
+    conv: MergeableConv,
+    h: Tensor,
+    src: Tensor,
+    dst: Tensor,
+    weight: Tensor | None = None,
+    *,
+    parts: int = 1,
+    seed: int = 0,
+    pre_transform: bool = False,
+    stats: dict | None = None,
+) -> Tensor:
     """Run one layer exactly the way a distributed executor would: self-loop policy, node
     statistics, node payloads, edges dealt at random (seeded) into `parts` partitions, a partial
     state per partition over the destinations it touches, all partial states merged in a random
@@ -174,25 +188,34 @@ def propagate(conv: MergeableConv, h: Tensor, src: Tensor, dst: Tensor,
             continue
         dp = d[sel]
         uniq, local = torch.unique(dp, return_inverse=True)
-        m = conv.message(xs.index_select(0, s[sel]),
-                         None if xd is None else xd.index_select(0, dp),
-                         None if w is None else w[sel], pre)
+        m = conv.message(
+            xs.index_select(0, s[sel]),
+            None if xd is None else xd.index_select(0, dp),
+            None if w is None else w[sel],
+            pre,
+        )
         if m.shape[1] != msg_w:
             raise RuntimeError(f"{conv.kind}: message width {m.shape[1]} != declared {msg_w}")
         states.append(agg.partial(m, local, uniq.numel()))
         rows.append(uniq)
     if states:
         order = torch.randperm(len(states), generator=gen).tolist()
-        merged = agg.merge(torch.cat([states[i] for i in order]),
-                           torch.cat([rows[i] for i in order]), num_nodes)
+        merged = agg.merge(torch.cat([states[i] for i in order]), torch.cat([rows[i] for i in order]), num_nodes)
     else:
         merged = agg.identity(num_nodes, msg_w)
     return conv.update(h, agg.finalize(merged), stats, pre)
 
 
-def aggregate_state(conv: MergeableConv, h: Tensor, src: Tensor, dst: Tensor,
-                    weight: Optional[Tensor] = None, *, stats: Optional[dict] = None,
-                    pre_transform: bool = False) -> Tensor:
+def aggregate_state(
+    conv: MergeableConv,
+    h: Tensor,
+    src: Tensor,
+    dst: Tensor,
+    weight: Tensor | None = None,
+    *,
+    stats: dict | None = None,
+    pre_transform: bool = False,
+) -> Tensor:
     """The MERGED aggregation state of every node (one partial over all edges, self-loop policy
     applied): what a PE store keeps next to h^(l) so that serving can later recompute a node from
     its state merged with only the edges that changed, instead of refetching all its neighbours.

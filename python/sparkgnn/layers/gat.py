@@ -13,6 +13,7 @@ aggregator (running max / exp-sum / weighted sum, rescaled on merge).
 Modes: pre_transform ships [x W | a_src] (H*C + H floats per node); raw mode ships x and applies
 W and a_src per edge in `message`. Both are exact; the planner picks the cheaper.
 """
+
 from __future__ import annotations
 
 import torch
@@ -24,9 +25,18 @@ from sparkgnn.layers.base import MergeableConv, register_conv
 
 @register_conv("gat")
 class GATLayer(MergeableConv):
-    def __init__(self, in_dim: int, channels: int, heads: int = 1, concat: bool = True,
-                 negative_slope: float = 0.2, add_self_loops: bool = True, bias: bool = True,
-                 residual: bool = False, separate_dst_lin: bool = False):
+    def __init__(
+        self,
+        in_dim: int,
+        channels: int,
+        heads: int = 1,
+        concat: bool = True,
+        negative_slope: float = 0.2,
+        add_self_loops: bool = True,
+        bias: bool = True,
+        residual: bool = False,
+        separate_dst_lin: bool = False,
+    ):
         super().__init__()
         self.in_dim, self.channels, self.heads = int(in_dim), int(channels), int(heads)
         self.concat, self.negative_slope = bool(concat), float(negative_slope)
@@ -35,12 +45,10 @@ class GATLayer(MergeableConv):
         hc = self.heads * self.channels
         self.out_dim = hc if self.concat else self.channels
         self.weight = torch.nn.Parameter(torch.zeros(hc, self.in_dim))
-        self.weight_dst = (torch.nn.Parameter(torch.zeros(hc, self.in_dim))
-                           if self.separate_dst_lin else None)
+        self.weight_dst = torch.nn.Parameter(torch.zeros(hc, self.in_dim)) if self.separate_dst_lin else None
         self.att_src = torch.nn.Parameter(torch.zeros(1, self.heads, self.channels))
         self.att_dst = torch.nn.Parameter(torch.zeros(1, self.heads, self.channels))
-        self.weight_res = (torch.nn.Parameter(torch.zeros(self.out_dim, self.in_dim))
-                           if self.residual else None)
+        self.weight_res = torch.nn.Parameter(torch.zeros(self.out_dim, self.in_dim)) if self.residual else None
         self.bias = torch.nn.Parameter(torch.zeros(self.out_dim)) if bias else None
         self.aggregator = get_aggregator("softmax", heads=self.heads)
         self.self_loops = "replace" if self.add_self_loops else "none"
@@ -48,11 +56,18 @@ class GATLayer(MergeableConv):
         self.can_pre_transform = True
 
     def config(self):
-        return {"kind": self.kind, "in_dim": self.in_dim, "channels": self.channels,
-                "heads": self.heads, "concat": self.concat,
-                "negative_slope": self.negative_slope, "add_self_loops": self.add_self_loops,
-                "bias": self.bias is not None, "residual": self.residual,
-                "separate_dst_lin": self.separate_dst_lin}
+        return {
+            "kind": self.kind,
+            "in_dim": self.in_dim,
+            "channels": self.channels,
+            "heads": self.heads,
+            "concat": self.concat,
+            "negative_slope": self.negative_slope,
+            "add_self_loops": self.add_self_loops,
+            "bias": self.bias is not None,
+            "residual": self.residual,
+            "separate_dst_lin": self.separate_dst_lin,
+        }
 
     def src_width(self, pre_transform):
         hc = self.heads * self.channels

@@ -8,9 +8,8 @@ constant over i's in-edges, so it moves out of the sum into `update`. Messages t
 destination payload and the aggregation is a plain (linear, trivially mergeable) sum, which also
 makes transform-then-propagate exact: the planner may ship x_j W or x_j, whichever is narrower.
 """
-from __future__ import annotations
 
-from typing import Optional
+from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
@@ -22,8 +21,15 @@ from sparkgnn.layers.base import MergeableConv, register_conv
 
 @register_conv("gcn")
 class GCNLayer(MergeableConv):
-    def __init__(self, in_dim: int, out_dim: int, normalize: bool = True,
-                 add_self_loops: bool = True, bias: bool = True, use_edge_weight: bool = True):
+    def __init__(
+        self,
+        in_dim: int,
+        out_dim: int,
+        normalize: bool = True,
+        add_self_loops: bool = True,
+        bias: bool = True,
+        use_edge_weight: bool = True,
+    ):
         super().__init__()
         if add_self_loops and not normalize:
             raise ValueError("GCN: add_self_loops requires normalize (as in PyG)")
@@ -41,9 +47,15 @@ class GCNLayer(MergeableConv):
             self.required_stats = ("gcn_degree",) if self.add_self_loops else ("weighted_in_degree",)
 
     def config(self):
-        return {"kind": self.kind, "in_dim": self.in_dim, "out_dim": self.out_dim,
-                "normalize": self.normalize, "add_self_loops": self.add_self_loops,
-                "bias": self.bias is not None, "use_edge_weight": self.uses_edge_weight}
+        return {
+            "kind": self.kind,
+            "in_dim": self.in_dim,
+            "out_dim": self.out_dim,
+            "normalize": self.normalize,
+            "add_self_loops": self.add_self_loops,
+            "bias": self.bias is not None,
+            "use_edge_weight": self.uses_edge_weight,
+        }
 
     def _deg_inv_sqrt(self, stats: dict) -> Tensor:
         deg = stats[self.required_stats[0]].to(torch.float32)
@@ -59,7 +71,7 @@ class GCNLayer(MergeableConv):
             z = z * self._deg_inv_sqrt(stats).unsqueeze(-1)
         return z
 
-    def message(self, src_e, dst_e, weight_e: Optional[Tensor], pre_transform):
+    def message(self, src_e, dst_e, weight_e: Tensor | None, pre_transform):
         if weight_e is None or not self.uses_edge_weight:
             return src_e
         return src_e * weight_e.to(src_e.dtype).unsqueeze(-1)

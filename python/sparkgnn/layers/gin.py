@@ -7,6 +7,7 @@ destination alone and run in `update`. WHY GIN can still pre-transform: when nn 
 Linear W1, W1((1+eps)x_i + sum x_j) = (1+eps) x_i W1 + sum x_j W1 (bias added once, after), so
 the payload shipped to edges can be x W1, often far narrower than x (e.g. Cora 1433 -> 64).
 """
+
 from __future__ import annotations
 
 import torch

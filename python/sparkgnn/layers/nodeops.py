@@ -7,9 +7,10 @@ serialisable as JSON + tensors, and provably row-independent. Dropout and Identi
 eval mode and are simply not represented. BatchNorm is allowed only with running statistics (eval
 mode), where it is a per-feature affine map; batch statistics would couple nodes.
 """
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -24,6 +25,7 @@ def _op(name: str):
     def deco(cls):
         cls.op = name
         return NODE_OPS.register(name, cls)
+
     return deco
 
 
@@ -46,8 +48,7 @@ class LinearOp(NodeOp):
         self.bias = torch.nn.Parameter(torch.zeros(self.out_features)) if bias else None
 
     def config(self):
-        return {"op": self.op, "in_dim": self.in_features, "out_dim": self.out_features,
-                "bias": self.bias is not None}
+        return {"op": self.op, "in_dim": self.in_features, "out_dim": self.out_features, "bias": self.bias is not None}
 
     def out_dim(self, in_dim):
         if in_dim != self.in_features:
@@ -78,7 +79,7 @@ class ActivationOp(NodeOp):
 
     def __init__(self, name: str, **options):
         super().__init__()
-        _ACTIVATIONS.lookup(name)          # refuses an unknown name, listing the known ones
+        _ACTIVATIONS.lookup(name)  # refuses an unknown name, listing the known ones
         self.name, self.options = name, dict(options)
 
     def config(self):
@@ -107,6 +108,9 @@ class BatchNormOp(NodeOp):
     """BatchNorm1d in eval mode: (x - running_mean) / sqrt(running_var + eps) * weight + bias,
     computed by F.batch_norm(training=False) so it rounds exactly like PyTorch's eval path."""
 
+    weight: torch.nn.Parameter | None
+    bias: torch.nn.Parameter | None
+
     def __init__(self, num_features: int, eps: float = 1e-5, affine: bool = True):
         super().__init__()
         self.num_features, self.eps, self.affine = int(num_features), float(eps), bool(affine)
@@ -119,8 +123,7 @@ class BatchNormOp(NodeOp):
             self.weight = self.bias = None
 
     def config(self):
-        return {"op": self.op, "num_features": self.num_features, "eps": self.eps,
-                "affine": self.affine}
+        return {"op": self.op, "num_features": self.num_features, "eps": self.eps, "affine": self.affine}
 
     def out_dim(self, in_dim):
         if in_dim != self.num_features:
@@ -128,8 +131,7 @@ class BatchNormOp(NodeOp):
         return in_dim
 
     def forward(self, x):
-        return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
-                            False, 0.0, self.eps)
+        return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps)
 
 
 def build_node_op(config: dict) -> NodeOp:
@@ -142,8 +144,7 @@ class NodeOpStack(torch.nn.Module):
 
     def __init__(self, configs=(), ops=None):
         super().__init__()
-        self.ops = torch.nn.ModuleList(ops if ops is not None else
-                                       [build_node_op(c) for c in configs])
+        self.ops = torch.nn.ModuleList(ops if ops is not None else [build_node_op(c) for c in configs])
 
     def config(self) -> list:
         return [op.config() for op in self.ops]

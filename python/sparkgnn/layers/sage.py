@@ -12,6 +12,7 @@ The aggregation is named by the registry ("sum", "mean", "max", "min", "powermea
 neighbours with temperature t, i.e. the attention aggregator with one head per feature
 (message [x*t | x]).
 """
+
 from __future__ import annotations
 
 import torch
@@ -23,17 +24,23 @@ from sparkgnn.layers.base import MergeableConv, register_conv
 
 @register_conv("sage")
 class SAGELayer(MergeableConv):
-    def __init__(self, in_dim: int, out_dim: int, aggr: str = "mean",
-                 aggr_options: dict | None = None, normalize: bool = False,
-                 root_weight: bool = True, bias: bool = True):
+    def __init__(
+        self,
+        in_dim: int,
+        out_dim: int,
+        aggr: str = "mean",
+        aggr_options: dict | None = None,
+        normalize: bool = False,
+        root_weight: bool = True,
+        bias: bool = True,
+    ):
         super().__init__()
         self.in_dim, self.out_dim = int(in_dim), int(out_dim)
         self.aggr, self.aggr_options = str(aggr), dict(aggr_options or {})
         self.normalize, self.root_weight = bool(normalize), bool(root_weight)
         if self.aggr == "softmax":
             t = self.aggr_options.get("t", 1.0)
-            self._t = (torch.tensor(t, dtype=torch.float32).view(1, -1)
-                       if isinstance(t, (list, tuple)) else float(t))
+            self._t = torch.tensor(t, dtype=torch.float32).view(1, -1) if isinstance(t, (list, tuple)) else float(t)
             self._scale_logits = bool(self.aggr_options.get("transform", isinstance(t, list) or t != 1))
             self.aggregator = get_aggregator("softmax", heads=self.in_dim)
         else:
@@ -41,14 +48,19 @@ class SAGELayer(MergeableConv):
         self.can_pre_transform = self.aggregator.linear
         self.weight_l = torch.nn.Parameter(torch.zeros(self.out_dim, self.in_dim))
         self.bias_l = torch.nn.Parameter(torch.zeros(self.out_dim)) if bias else None
-        self.weight_r = (torch.nn.Parameter(torch.zeros(self.out_dim, self.in_dim))
-                         if root_weight else None)
+        self.weight_r = torch.nn.Parameter(torch.zeros(self.out_dim, self.in_dim)) if root_weight else None
 
     def config(self):
-        return {"kind": self.kind, "in_dim": self.in_dim, "out_dim": self.out_dim,
-                "aggr": self.aggr, "aggr_options": self.aggr_options,
-                "normalize": self.normalize, "root_weight": self.root_weight,
-                "bias": self.bias_l is not None}
+        return {
+            "kind": self.kind,
+            "in_dim": self.in_dim,
+            "out_dim": self.out_dim,
+            "aggr": self.aggr,
+            "aggr_options": self.aggr_options,
+            "normalize": self.normalize,
+            "root_weight": self.root_weight,
+            "bias": self.bias_l is not None,
+        }
 
     def src_width(self, pre_transform):
         return self.out_dim if self._pre(pre_transform) else self.in_dim

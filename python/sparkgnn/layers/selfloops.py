@@ -14,28 +14,29 @@ carry some self loops already, sometimes duplicated, and each conv treats them d
   "replace"   : remove_self_loops + add_self_loops (GATConv): drop all existing self loops, add
                 one per node. Weights (unused by GAT) of the new loops are 1.
 """
+
 from __future__ import annotations
 
-from typing import Callable, Optional, Tuple
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
 from sparkgnn.registry import Registry
 
-EdgeList = Tuple[Tensor, Tensor, Optional[Tensor]]
+EdgeList = tuple[Tensor, Tensor, Tensor | None]
 
 SELF_LOOP_POLICIES: Registry[Callable[..., EdgeList]] = Registry("self-loop policy", ValueError)
 _policy = SELF_LOOP_POLICIES.register
 
 
 @_policy("none")
-def _none(src: Tensor, dst: Tensor, weight: Optional[Tensor], num_nodes: int) -> EdgeList:
+def _none(src: Tensor, dst: Tensor, weight: Tensor | None, num_nodes: int) -> EdgeList:
     return src, dst, weight
 
 
 @_policy("remaining")
-def _remaining(src: Tensor, dst: Tensor, weight: Optional[Tensor], num_nodes: int) -> EdgeList:
+def _remaining(src: Tensor, dst: Tensor, weight: Tensor | None, num_nodes: int) -> EdgeList:
     keep = src != dst
     loops = torch.arange(num_nodes, dtype=src.dtype, device=src.device)
     new_weight = None
@@ -56,18 +57,16 @@ def _remaining(src: Tensor, dst: Tensor, weight: Optional[Tensor], num_nodes: in
 
 
 @_policy("replace")
-def _replace(src: Tensor, dst: Tensor, weight: Optional[Tensor], num_nodes: int) -> EdgeList:
+def _replace(src: Tensor, dst: Tensor, weight: Tensor | None, num_nodes: int) -> EdgeList:
     keep = src != dst
     loops = torch.arange(num_nodes, dtype=src.dtype, device=src.device)
     new_weight = None
     if weight is not None:
-        new_weight = torch.cat([weight[keep],
-                                torch.ones(num_nodes, dtype=weight.dtype, device=weight.device)])
+        new_weight = torch.cat([weight[keep], torch.ones(num_nodes, dtype=weight.dtype, device=weight.device)])
     return (torch.cat([src[keep], loops]), torch.cat([dst[keep], loops]), new_weight)
 
 
-def apply_self_loops(src: Tensor, dst: Tensor, weight: Optional[Tensor], num_nodes: int,
-                     policy: str) -> EdgeList:
+def apply_self_loops(src: Tensor, dst: Tensor, weight: Tensor | None, num_nodes: int, policy: str) -> EdgeList:
     """Apply the named self-loop policy; returns (src, dst, weight) (weight None stays None)."""
     fn = SELF_LOOP_POLICIES.lookup(policy)
     src = torch.as_tensor(src, dtype=torch.long)

@@ -6,9 +6,10 @@ which in a partitioned graph live in many partitions. The executor computes them
 `prepare_src` / `update`. Each function receives the edges BEFORE any self-loop policy and applies
 what it needs itself, so the statistic is defined by its name alone.
 """
+
 from __future__ import annotations
 
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -16,35 +17,30 @@ from torch import Tensor
 from sparkgnn.layers.selfloops import apply_self_loops
 from sparkgnn.registry import Registry
 
-STATS: Registry[Callable[[Tensor, Tensor, Optional[Tensor], int], Tensor]] = Registry(
-    "node statistic", ValueError)
+STATS: Registry[Callable[[Tensor, Tensor, Tensor | None, int], Tensor]] = Registry("node statistic", ValueError)
 _stat = STATS.register
 
 
-def _weighted_in(dst: Tensor, weight: Optional[Tensor], num_nodes: int) -> Tensor:
-    w = (torch.ones(dst.numel(), dtype=torch.float32, device=dst.device) if weight is None
-         else weight.to(torch.float32))
-    return torch.zeros(num_nodes, dtype=torch.float32, device=dst.device).index_add_(
-        0, dst.to(torch.long), w)
+def _weighted_in(dst: Tensor, weight: Tensor | None, num_nodes: int) -> Tensor:
+    w = torch.ones(dst.numel(), dtype=torch.float32, device=dst.device) if weight is None else weight.to(torch.float32)
+    return torch.zeros(num_nodes, dtype=torch.float32, device=dst.device).index_add_(0, dst.to(torch.long), w)
 
 
 @_stat("in_degree")
-def in_degree(src: Tensor, dst: Tensor, weight: Optional[Tensor], num_nodes: int) -> Tensor:
+def in_degree(src: Tensor, dst: Tensor, weight: Tensor | None, num_nodes: int) -> Tensor:
     """Number of in-edges (duplicates and self loops counted), float32."""
     return _weighted_in(torch.as_tensor(dst), None, num_nodes)
 
 
 @_stat("weighted_in_degree")
-def weighted_in_degree(src: Tensor, dst: Tensor, weight: Optional[Tensor],
-                       num_nodes: int) -> Tensor:
+def weighted_in_degree(src: Tensor, dst: Tensor, weight: Tensor | None, num_nodes: int) -> Tensor:
     """Sum of in-edge weights (1 per edge without weights), no self-loop policy: GCNConv's degree
     with normalize=True, add_self_loops=False."""
-    return _weighted_in(torch.as_tensor(dst), None if weight is None else torch.as_tensor(weight),
-                        num_nodes)
+    return _weighted_in(torch.as_tensor(dst), None if weight is None else torch.as_tensor(weight), num_nodes)
 
 
 @_stat("gcn_degree")
-def gcn_degree(src: Tensor, dst: Tensor, weight: Optional[Tensor], num_nodes: int) -> Tensor:
+def gcn_degree(src: Tensor, dst: Tensor, weight: Tensor | None, num_nodes: int) -> Tensor:
     """GCNConv's degree: weighted in-degree after add_remaining_self_loops (fill value 1)."""
     s, d, w = apply_self_loops(src, dst, weight, num_nodes, "remaining")
     return _weighted_in(d, w, num_nodes)

@@ -15,6 +15,7 @@ option, so users know exactly what to change.
 
 torch_geometric is imported lazily: it is only needed to convert, never to serve.
 """
+
 from __future__ import annotations
 
 import functools
@@ -30,8 +31,7 @@ from sparkgnn.models.pyg_convs import CONV_CONVERTERS, REJECTED, conv_layer, in_
 from sparkgnn.models.pyg_nodeops import NODE_CONVERTERS, node_ops, stack
 from sparkgnn.registry import Registry
 
-__all__ = ["CONV_CONVERTERS", "MODEL_CONVERTERS", "NODE_CONVERTERS", "REJECTED", "conv_layer", "convert",
-           "node_ops"]
+__all__ = ["CONV_CONVERTERS", "MODEL_CONVERTERS", "NODE_CONVERTERS", "REJECTED", "conv_layer", "convert", "node_ops"]
 
 MODEL_CONVERTERS: Registry[Callable] = Registry("PyG model", UnsupportedModelError)
 
@@ -61,8 +61,7 @@ def _basic_gnn(m, where):
     act = [] if m.act is None else node_ops(m.act, f"{where}.act")
     n = len(m.convs)
     for i, (conv, norm) in enumerate(zip(m.convs, m.norms, strict=False)):
-        chain.add_conv(conv_layer(conv, f"{where}.convs.{i}",
-                                  use_edge_weight=bool(m.supports_edge_weight)))
+        chain.add_conv(conv_layer(conv, f"{where}.convs.{i}", use_edge_weight=bool(m.supports_edge_weight)))
         if i < n - 1:
             norm_ops = node_ops(norm, f"{where}.norms.{i}")
             chain.add_ops(act + norm_ops if m.act_first else norm_ops + act)
@@ -109,15 +108,18 @@ def _pyg_sequential(m, where):
             unsupported(path, mod, f"returns {outs}; only single-output chains are supported")
         if isinstance(mod, torch.nn.Module) and is_conv(mod):
             if args[:2] != [cur, ei] or len(args) > 3 or (len(args) == 3 and args[2] != ew):
-                unsupported(path, mod, f"reads {args}; a conv must read ({cur}, {ei}"
-                            f"{', ' + ew if ew else ''})")
+                unsupported(path, mod, f"reads {args}; a conv must read ({cur}, {ei}{', ' + ew if ew else ''})")
             if len(args) == 3 and short_name(mod) != "GCNConv":
                 unsupported(path, mod, f"extra input {args[2]!r} (edge features unsupported)")
             chain.add_conv(conv_layer(mod, path, use_edge_weight=len(args) == 3))
         else:
             if args != [cur]:
-                unsupported(path, mod, f"reads {args}; only a straight chain through {cur!r} is "
-                            f"supported (no skip connections / jumping knowledge)")
+                unsupported(
+                    path,
+                    mod,
+                    f"reads {args}; only a straight chain through {cur!r} is "
+                    f"supported (no skip connections / jumping knowledge)",
+                )
             chain.add_ops(node_ops(mod, path))
         cur = outs[0]
     return chain
@@ -136,9 +138,15 @@ def ensure_registered() -> bool:
     import torch_geometric.nn.models.basic_gnn as bg
 
     pyg_convs.ensure_registered()
-    for t, convert in ((bg.GCN, _basic_gnn), (bg.GraphSAGE, _basic_gnn), (bg.GIN, _basic_gnn),
-                       (bg.GAT, _basic_gnn), (torch.nn.Sequential, _torch_stack),
-                       (torch.nn.ModuleList, _torch_stack), (gnn.Sequential, _pyg_sequential)):
+    for t, convert in (
+        (bg.GCN, _basic_gnn),
+        (bg.GraphSAGE, _basic_gnn),
+        (bg.GIN, _basic_gnn),
+        (bg.GAT, _basic_gnn),
+        (torch.nn.Sequential, _torch_stack),
+        (torch.nn.ModuleList, _torch_stack),
+        (gnn.Sequential, _pyg_sequential),
+    ):
         MODEL_CONVERTERS.register(class_name(t), convert)
     for name in list(CONV_CONVERTERS) + list(REJECTED):
         if name not in MODEL_CONVERTERS:
@@ -156,18 +164,19 @@ def convert(cls, module, output: str = "logits"):
     where = "model"
     fn = MODEL_CONVERTERS.get(class_name(module))
     if fn is None and is_message_passing(module):
-        fn = _single_conv          # refuses with the conv-specific reason
+        fn = _single_conv  # refuses with the conv-specific reason
     if fn is None:
         import torch_geometric.nn.models.basic_gnn as bg
 
         if isinstance(module, bg.BasicGNN):
-            what = (f"BasicGNN model {class_name(module)} is not supported (supported: GCN, "
-                    f"GraphSAGE, GIN, GAT)")
+            what = f"BasicGNN model {class_name(module)} is not supported (supported: GCN, GraphSAGE, GIN, GAT)"
         else:
-            what = (f"{class_name(module)} is not a supported model: give a BasicGNN (GCN, GraphSAGE, "
-                    f"GIN, GAT), a torch.nn.Sequential / ModuleList / torch_geometric.nn."
-                    f"Sequential of GCNConv/SAGEConv/GINConv/GATConv and node-wise modules, or "
-                    f"a single conv (a custom forward() cannot be inspected)")
+            what = (
+                f"{class_name(module)} is not a supported model: give a BasicGNN (GCN, GraphSAGE, "
+                f"GIN, GAT), a torch.nn.Sequential / ModuleList / torch_geometric.nn."
+                f"Sequential of GCNConv/SAGEConv/GINConv/GATConv and node-wise modules, or "
+                f"a single conv (a custom forward() cannot be inspected)"
+            )
         unsupported(where, module, what)
     chain = fn(module, where)
     if not chain.convs:
@@ -175,9 +184,16 @@ def convert(cls, module, output: str = "logits"):
     in_dim = _infer_in_dim(chain)
     pre = stack(chain.pre)
     posts = [stack(p) for p in chain.posts]
-    spec = {"format": SPEC_FORMAT, "version": SPEC_VERSION, "source": class_name(module),
-            "output": output, "in_dim": in_dim, "pre": pre.config(),
-            "convs": [c.config() for c in chain.convs], "post": [p.config() for p in posts]}
+    spec = {
+        "format": SPEC_FORMAT,
+        "version": SPEC_VERSION,
+        "source": class_name(module),
+        "output": output,
+        "in_dim": in_dim,
+        "pre": pre.config(),
+        "convs": [c.config() for c in chain.convs],
+        "post": [p.config() for p in posts],
+    }
     try:
         return cls(spec, _modules=(pre, chain.convs, posts))
     except ValueError as e:

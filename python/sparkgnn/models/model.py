@@ -11,10 +11,11 @@ JSON `spec` plus a state_dict, so it can be saved, loaded with `weights_only=Tru
 fingerprinted (the PE store and the messenger use the fingerprint to refuse stale or foreign
 results).
 """
+
 from __future__ import annotations
 
 import copy
-from typing import Optional
+from typing import cast
 
 import torch
 from torch import Tensor
@@ -28,6 +29,8 @@ OUTPUTS = ("logits", "embedding")
 
 
 class Model(torch.nn.Module):
+    pre_ops: NodeOpStack
+
     def __init__(self, spec: dict, _modules=None):
         """Build from a spec (weights zero until a state_dict is loaded). `_modules` (pre, convs,
         posts) is used by `from_pyg`, which has already built the modules with copied weights."""
@@ -35,8 +38,10 @@ class Model(torch.nn.Module):
         if not isinstance(spec, dict):
             raise ValueError("spec must be a dict")
         if spec.get("format") != SPEC_FORMAT or spec.get("version") != SPEC_VERSION:
-            raise ValueError(f"spec format/version {spec.get('format')!r}/{spec.get('version')!r}"
-                             f" is not {SPEC_FORMAT!r}/{SPEC_VERSION}")
+            raise ValueError(
+                f"spec format/version {spec.get('format')!r}/{spec.get('version')!r}"
+                f" is not {SPEC_FORMAT!r}/{SPEC_VERSION}"
+            )
         output = spec.get("output")
         if output not in OUTPUTS:
             raise ValueError(f"output must be one of {OUTPUTS}, got {output!r}")
@@ -57,10 +62,15 @@ class Model(torch.nn.Module):
         self.in_dim = int(spec["in_dim"])
         self.out_dim = self._check_dims()
         self.spec = {
-            "format": SPEC_FORMAT, "version": SPEC_VERSION, "source": spec.get("source"),
-            "output": output, "in_dim": self.in_dim, "out_dim": self.out_dim,
-            "pre": self.pre_ops.config(), "convs": [c.config() for c in self.convs],
-            "post": [p.config() for p in self.post_ops],
+            "format": SPEC_FORMAT,
+            "version": SPEC_VERSION,
+            "source": spec.get("source"),
+            "output": output,
+            "in_dim": self.in_dim,
+            "out_dim": self.out_dim,
+            "pre": self.pre_ops.config(),
+            "convs": [c.config() for c in self.conv_list()],
+            "post": [p.config() for p in self.post_list()],
         }
         if "out_dim" in spec and int(spec["out_dim"]) != self.out_dim:
             raise ValueError(f"spec out_dim {spec['out_dim']} != computed {self.out_dim}")
@@ -71,10 +81,9 @@ class Model(torch.nn.Module):
 
     def _check_dims(self) -> int:
         dim = self.pre_ops.out_dim(self.in_dim)
-        for l, (conv, post) in enumerate(zip(self.convs, self.post_ops)):
+        for l, (conv, post) in enumerate(zip(self.conv_list(), self.post_list(), strict=True)):
             if conv.in_dim != dim:
-                raise ValueError(f"conv {l} ({conv.kind}) expects width {conv.in_dim}, "
-                                 f"gets {dim}")
+                raise ValueError(f"conv {l} ({conv.kind}) expects width {conv.in_dim}, gets {dim}")
             dim = post.out_dim(conv.out_dim)
         return dim
 
@@ -89,16 +98,24 @@ class Model(torch.nn.Module):
         return len(self.convs)
 
     def conv(self, l: int) -> MergeableConv:
-        return self.convs[l]
+        return cast(MergeableConv, self.convs[l])
+
+    def conv_list(self) -> list[MergeableConv]:
+        """The convs in order, typed (a ModuleList hands a type checker plain Modules)."""
+        return [cast(MergeableConv, c) for c in self.convs]
+
+    def post_list(self) -> list[NodeOpStack]:
+        """The node-wise op stacks after each conv, typed like conv_list."""
+        return [cast(NodeOpStack, p) for p in self.post_ops]
 
     def pre(self, x: Tensor) -> Tensor:
         return self.pre_ops(x)
 
     def post(self, l: int, h: Tensor) -> Tensor:
-        return self.post_ops[l](h)
+        return cast(NodeOpStack, self.post_ops[l])(h)
 
     def plan_info(self) -> list[dict]:
-        return [{"index": l, **conv.plan_info()} for l, conv in enumerate(self.convs)]
+        return [{"index": l, **conv.plan_info()} for l, conv in enumerate(self.conv_list())]
 
     # -- execution -------------------------------------------------------------------------
     @staticmethod
@@ -108,8 +125,15 @@ class Model(torch.nn.Module):
         return conv.can_pre_transform and conv.src_width(True) < conv.src_width(False)
 
     @torch.no_grad()
-    def forward(self, x, edge_index, edge_weight=None, parts: Optional[int] = None,
-                seed: int = 0, pre_transform: Optional[bool] = None) -> Tensor:
+    def forward(
+        self,
+        x,
+        edge_index,
+        edge_weight=None,
+        parts: int | None = None,
+        seed: int = 0,
+        pre_transform: bool | None = None,
+    ) -> Tensor:
         """Decomposed forward: every conv goes through the partial/merge path with the edges
         split into `parts` random (seeded) partitions. Equals the PyG model's eval forward for
         any `parts`. `pre_transform` forces a mode for every layer (None: per-layer default)."""
@@ -120,10 +144,18 @@ class Model(torch.nn.Module):
         if edge_weight is not None:
             edge_weight = torch.as_tensor(edge_weight, dtype=torch.float32)
         h = self.pre(x)
-        for l, conv in enumerate(self.convs):
+        for l, conv in enumerate(self.conv_list()):
             pre = self.choose_pre_transform(conv) if pre_transform is None else bool(pre_transform)
-            h = propagate(conv, h, edge_index[0], edge_index[1], edge_weight,
-                          parts=parts or 1, seed=seed * 1000003 + l, pre_transform=pre)
+            h = propagate(
+                conv,
+                h,
+                edge_index[0],
+                edge_index[1],
+                edge_weight,
+                parts=parts or 1,
+                seed=seed * 1000003 + l,
+                pre_transform=pre,
+            )
             h = self.post(l, h)
         return h
 
@@ -136,7 +168,7 @@ class Model(torch.nn.Module):
 
     # -- construction, persistence ---------------------------------------------------------
     @classmethod
-    def from_pyg(cls, module, output: str = "logits") -> "Model":
+    def from_pyg(cls, module, output: str = "logits") -> Model:
         from sparkgnn.models.from_pyg import convert
 
         return convert(cls, module, output)
@@ -147,7 +179,7 @@ class Model(torch.nn.Module):
         save_model(self, path)
 
     @classmethod
-    def load(cls, path) -> "Model":
+    def load(cls, path) -> Model:
         from sparkgnn.models.serialization import load_model
 
         return load_model(cls, path)

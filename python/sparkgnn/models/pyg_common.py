@@ -4,6 +4,7 @@ Converters are registered by the *qualified name* of the exact class they conver
 (`class_name(t)`, e.g. "torch_geometric.nn.conv.gcn_conv.GCNConv"), which is one name per class:
 a subclass has its own name, so it is never taken for its base (it may override forward()).
 """
+
 from __future__ import annotations
 
 from typing import NoReturn
@@ -33,8 +34,12 @@ def unsupported(where: str, module, what: str) -> NoReturn:
 def tensor_of(t, where: str, module) -> torch.Tensor:
     """A float32 CPU copy of a parameter (refusing lazily initialised ones)."""
     if isinstance(t, torch.nn.parameter.UninitializedParameter):
-        unsupported(where, module, "has lazily initialised (uninitialised) parameters; run one "
-                    "forward pass or give explicit in_channels before converting")
+        unsupported(
+            where,
+            module,
+            "has lazily initialised (uninitialised) parameters; run one "
+            "forward pass or give explicit in_channels before converting",
+        )
     return t.detach().to(dtype=torch.float32, device="cpu").clone().contiguous()
 
 
@@ -42,8 +47,7 @@ def copy_into(dst: torch.Tensor, src, where: str, module) -> None:
     """Copy a PyG parameter into a sparkgnn one of the same shape."""
     src = tensor_of(src, where, module)
     if tuple(src.shape) != tuple(dst.shape):
-        unsupported(where, module, f"parameter shape {tuple(src.shape)} where "
-                    f"{tuple(dst.shape)} was expected")
+        unsupported(where, module, f"parameter shape {tuple(src.shape)} where {tuple(dst.shape)} was expected")
     with torch.no_grad():
         dst.copy_(src)
 

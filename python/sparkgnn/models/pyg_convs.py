@@ -11,6 +11,7 @@ WHY exact classes and explicit refusals: sparkgnn reproduces a layer's forward f
 parameters, so a subclass that overrides forward, an option whose semantics we do not implement,
 or an aggregation that cannot be merged would be *silently wrong*.
 """
+
 from __future__ import annotations
 
 import functools
@@ -55,8 +56,12 @@ def conv_layer(conv, where: str, use_edge_weight: bool = True) -> MergeableConv:
         supported = ", ".join(sorted(short_name(n) for n in CONV_CONVERTERS))
         for base in type(conv).__mro__[1:]:
             if class_name(base) in CONV_CONVERTERS:
-                unsupported(where, conv, f"subclass of {short_name(base)} may override forward(); "
-                            f"only the exact classes {supported} are supported")
+                unsupported(
+                    where,
+                    conv,
+                    f"subclass of {short_name(base)} may override forward(); "
+                    f"only the exact classes {supported} are supported",
+                )
         unsupported(where, conv, f"layer {name} is not supported (supported convs: {supported})")
     return convert(conv, where, use_edge_weight)
 
@@ -65,8 +70,7 @@ def _common_checks(conv, where: str, aggr: str | None = "add"):
     if getattr(conv, "flow", "source_to_target") != "source_to_target":
         unsupported(where, conv, f"flow={conv.flow!r} (only 'source_to_target')")
     if aggr is not None and conv.aggr != aggr:
-        unsupported(where, conv, f"aggr={conv.aggr!r} (this layer is only supported with "
-                    f"aggr={aggr!r})")
+        unsupported(where, conv, f"aggr={conv.aggr!r} (this layer is only supported with aggr={aggr!r})")
     if getattr(conv, "explain", None):
         unsupported(where, conv, "explain mode is on")
 
@@ -75,8 +79,12 @@ def in_width(in_channels, where, conv) -> int:
     """A homogeneous, explicit input width (refusing bipartite and lazy ones)."""
     if isinstance(in_channels, (tuple, list)):
         if in_channels[0] != in_channels[1]:
-            unsupported(where, conv, f"bipartite in_channels={tuple(in_channels)}: sparkgnn "
-                        f"runs homogeneous graphs (source and destination share features)")
+            unsupported(
+                where,
+                conv,
+                f"bipartite in_channels={tuple(in_channels)}: sparkgnn "
+                f"runs homogeneous graphs (source and destination share features)",
+            )
         in_channels = in_channels[0]
     if in_channels is None or int(in_channels) <= 0:
         unsupported(where, conv, "lazy in_channels=-1; give explicit in_channels")
@@ -87,9 +95,14 @@ def _gcn(conv, where, use_edge_weight):
     _common_checks(conv, where)
     if conv.improved:
         unsupported(where, conv, "improved=True (only improved=False)")
-    layer = GCNLayer(in_width(conv.in_channels, where, conv), conv.out_channels,
-                     normalize=conv.normalize, add_self_loops=bool(conv.add_self_loops),
-                     bias=conv.bias is not None, use_edge_weight=use_edge_weight)
+    layer = GCNLayer(
+        in_width(conv.in_channels, where, conv),
+        conv.out_channels,
+        normalize=conv.normalize,
+        add_self_loops=bool(conv.add_self_loops),
+        bias=conv.bias is not None,
+        use_edge_weight=use_edge_weight,
+    )
     copy_into(layer.weight, conv.lin.weight, where + ".lin", conv)
     if conv.bias is not None:
         copy_into(layer.bias, conv.bias, where, conv)
@@ -106,8 +119,7 @@ def _param_value(v, where, conv):
 
 def _powermean(a, where, conv):
     p, transform = _param_value(a.p, where, conv)
-    return "powermean", {"p": p, "clamp_min": a.min_value, "clamp_max": a.max_value,
-                         "transform": bool(transform)}
+    return "powermean", {"p": p, "clamp_min": a.min_value, "clamp_max": a.max_value, "transform": bool(transform)}
 
 
 def _softmax(a, where, conv):
@@ -123,9 +135,13 @@ def _sage_aggr(conv, where):
     a = conv.aggr_module
     convert = SAGE_AGGREGATIONS.get(class_name(a))
     if convert is None:
-        unsupported(where, conv, f"aggregation {short_name(a)} (aggr={conv.aggr!r}) cannot be merged "
-                    f"across partitions exactly; supported: sum, mean, max, min, var, std, "
-                    f"PowerMeanAggregation, SoftmaxAggregation")
+        unsupported(
+            where,
+            conv,
+            f"aggregation {short_name(a)} (aggr={conv.aggr!r}) cannot be merged "
+            f"across partitions exactly; supported: sum, mean, max, min, var, std, "
+            f"PowerMeanAggregation, SoftmaxAggregation",
+        )
     return convert(a, where, conv)
 
 
@@ -135,9 +151,15 @@ def _sage(conv, where, use_edge_weight):
         unsupported(where, conv, "project=True (only project=False)")
     in_dim = in_width(conv.in_channels, where, conv)
     aggr, opts = _sage_aggr(conv, where)
-    layer = SAGELayer(in_dim, conv.out_channels, aggr=aggr, aggr_options=opts,
-                      normalize=conv.normalize, root_weight=conv.root_weight,
-                      bias=conv.lin_l.bias is not None)
+    layer = SAGELayer(
+        in_dim,
+        conv.out_channels,
+        aggr=aggr,
+        aggr_options=opts,
+        normalize=conv.normalize,
+        root_weight=conv.root_weight,
+        bias=conv.lin_l.bias is not None,
+    )
     copy_into(layer.weight_l, conv.lin_l.weight, where + ".lin_l", conv)
     if conv.lin_l.bias is not None:
         copy_into(layer.bias_l, conv.lin_l.bias, where + ".lin_l", conv)
@@ -168,15 +190,21 @@ def _gin(conv, where, use_edge_weight):
 def _gat(conv, where, use_edge_weight):
     _common_checks(conv, where)
     if conv.edge_dim is not None or getattr(conv, "lin_edge", None) is not None:
-        unsupported(where, conv, f"edge_dim={conv.edge_dim} (edge features are not supported; "
-                    f"only edge_dim=None)")
+        unsupported(where, conv, f"edge_dim={conv.edge_dim} (edge features are not supported; only edge_dim=None)")
     in_dim = in_width(conv.in_channels, where, conv)
     separate = conv.lin is None
     res = getattr(conv, "res", None)
-    layer = GATLayer(in_dim, conv.out_channels, heads=conv.heads, concat=conv.concat,
-                     negative_slope=conv.negative_slope, add_self_loops=conv.add_self_loops,
-                     bias=conv.bias is not None, residual=res is not None,
-                     separate_dst_lin=separate)
+    layer = GATLayer(
+        in_dim,
+        conv.out_channels,
+        heads=conv.heads,
+        concat=conv.concat,
+        negative_slope=conv.negative_slope,
+        add_self_loops=conv.add_self_loops,
+        bias=conv.bias is not None,
+        residual=res is not None,
+        separate_dst_lin=separate,
+    )
     if separate:
         copy_into(layer.weight, conv.lin_src.weight, where + ".lin_src", conv)
         copy_into(layer.weight_dst, conv.lin_dst.weight, where + ".lin_dst", conv)
@@ -201,15 +229,21 @@ def ensure_registered() -> bool:
     import torch_geometric.nn as gnn
     import torch_geometric.nn.aggr as A
 
-    for t, convert in ((gnn.GCNConv, _gcn), (gnn.SAGEConv, _sage), (gnn.GINConv, _gin),
-                       (gnn.GATConv, _gat)):
+    for t, convert in ((gnn.GCNConv, _gcn), (gnn.SAGEConv, _sage), (gnn.GINConv, _gin), (gnn.GATConv, _gat)):
         CONV_CONVERTERS.register(class_name(t), convert)
-    REJECTED.register(class_name(gnn.GATv2Conv),
-                      "GATv2Conv (dynamic attention, 'v2') is not supported; only GATConv (v1)")
+    REJECTED.register(
+        class_name(gnn.GATv2Conv), "GATv2Conv (dynamic attention, 'v2') is not supported; only GATConv (v1)"
+    )
     REJECTED.register(class_name(gnn.GINEConv), "GINEConv needs edge features; only GINConv is supported")
-    for t, aggr in ((A.SumAggregation, _plain("sum")), (A.MeanAggregation, _plain("mean")),
-                    (A.MaxAggregation, _plain("max")), (A.MinAggregation, _plain("min")),
-                    (A.VarAggregation, _plain("var")), (A.StdAggregation, _plain("std")),
-                    (A.PowerMeanAggregation, _powermean), (A.SoftmaxAggregation, _softmax)):
+    for t, aggr in (
+        (A.SumAggregation, _plain("sum")),
+        (A.MeanAggregation, _plain("mean")),
+        (A.MaxAggregation, _plain("max")),
+        (A.MinAggregation, _plain("min")),
+        (A.VarAggregation, _plain("var")),
+        (A.StdAggregation, _plain("std")),
+        (A.PowerMeanAggregation, _powermean),
+        (A.SoftmaxAggregation, _softmax),
+    ):
         SAGE_AGGREGATIONS.register(class_name(t), aggr)
     return True

@@ -8,6 +8,7 @@ refused with UnsupportedModelError naming the module and its path in the model.
 
 torch_geometric is imported lazily (on the first conversion): it is only needed to convert.
 """
+
 from __future__ import annotations
 
 import functools
@@ -36,16 +37,25 @@ def node_ops(module, where: str) -> list[NodeOp]:
         if fn is None:
             raise UnsupportedModelError(
                 f"{where}: callable {getattr(module, '__qualname__', module)!r} is not a "
-                f"supported activation function; use a torch.nn activation module")
+                f"supported activation function; use a torch.nn activation module"
+            )
         name, opts = fn
         return [ActivationOp(name, **opts)]
-    if is_message_passing(module):          # every supported or rejected conv is one
-        unsupported(where, module, "graph convolution nested inside a node-wise block "
-                    "(e.g. an MLP or nested Sequential); put convs at the top level of the stack")
+    if is_message_passing(module):  # every supported or rejected conv is one
+        unsupported(
+            where,
+            module,
+            "graph convolution nested inside a node-wise block "
+            "(e.g. an MLP or nested Sequential); put convs at the top level of the stack",
+        )
     convert = NODE_CONVERTERS.get(class_name(module))
     if convert is None:
-        unsupported(where, module, f"module {class_name(module)} is not a supported node-wise "
-                    f"operation (supported: {', '.join(sorted(short_name(n) for n in NODE_CONVERTERS))})")
+        unsupported(
+            where,
+            module,
+            f"module {class_name(module)} is not a supported node-wise "
+            f"operation (supported: {', '.join(sorted(short_name(n) for n in NODE_CONVERTERS))})",
+        )
     return convert(module, where)
 
 
@@ -65,9 +75,11 @@ def _linear(m, where):
 
 def _act(name, **fixed):
     """An activation module whose options are read from the module (getter) or fixed."""
+
     def convert(m, where):
         opts = {k: (getter(m) if callable(getter) else getter) for k, getter in fixed.items()}
         return [ActivationOp(name, **opts)]
+
     return convert
 
 
@@ -76,6 +88,7 @@ def _softmax_like(name):
         if m.dim not in (1, -1):
             unsupported(where, m, f"dim={m.dim}: only the feature axis (dim=1 or -1) is node-wise")
         return [ActivationOp(name)]
+
     return convert
 
 
@@ -87,8 +100,12 @@ def _prelu(m, where):
 
 def _batchnorm1d(m, where):
     if not m.track_running_stats or m.running_mean is None or m.running_var is None:
-        unsupported(where, m, "track_running_stats=False: in eval mode it normalises with "
-                    "statistics of the whole batch of nodes, which is not node-wise")
+        unsupported(
+            where,
+            m,
+            "track_running_stats=False: in eval mode it normalises with "
+            "statistics of the whole batch of nodes, which is not node-wise",
+        )
     op = BatchNormOp(m.num_features, eps=m.eps, affine=m.affine)
     copy_into(op.running_mean, m.running_mean, where, m)
     copy_into(op.running_var, m.running_var, where, m)
@@ -147,8 +164,7 @@ def ensure_registered() -> bool:
         (torch.nn.Tanh, _act("tanh")),
         (torch.nn.Sigmoid, _act("sigmoid")),
         (torch.nn.SiLU, _act("silu")),
-        (torch.nn.Softplus, _act("softplus", beta=lambda m: float(m.beta),
-                                 threshold=lambda m: float(m.threshold))),
+        (torch.nn.Softplus, _act("softplus", beta=lambda m: float(m.beta), threshold=lambda m: float(m.threshold))),
         (torch.nn.LogSoftmax, _softmax_like("log_softmax")),
         (torch.nn.Softmax, _softmax_like("softmax")),
         (torch.nn.PReLU, _prelu),
@@ -160,10 +176,18 @@ def ensure_registered() -> bool:
         (gnn.MLP, _pyg_mlp),
     ):
         NODE_CONVERTERS.register(class_name(t), convert)
-    ACTIVATION_FUNCTIONS.update({
-        F.relu: ("relu", {}), torch.relu: ("relu", {}), F.elu: ("elu", {}),
-        F.gelu: ("gelu", {}), torch.tanh: ("tanh", {}), F.tanh: ("tanh", {}),
-        torch.sigmoid: ("sigmoid", {}), F.sigmoid: ("sigmoid", {}), F.silu: ("silu", {}),
-        F.leaky_relu: ("leaky_relu", {}),
-    })
+    ACTIVATION_FUNCTIONS.update(
+        {
+            F.relu: ("relu", {}),
+            torch.relu: ("relu", {}),
+            F.elu: ("elu", {}),
+            F.gelu: ("gelu", {}),
+            torch.tanh: ("tanh", {}),
+            F.tanh: ("tanh", {}),
+            torch.sigmoid: ("sigmoid", {}),
+            F.sigmoid: ("sigmoid", {}),
+            F.silu: ("silu", {}),
+            F.leaky_relu: ("leaky_relu", {}),
+        }
+    )
     return True

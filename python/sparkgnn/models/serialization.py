@@ -13,6 +13,7 @@ edited after saving, a clear ModelLoadError instead of a silently different mode
 The fingerprint is sha256 over the canonical spec JSON and every state_dict tensor (name, dtype,
 shape, raw bytes) in sorted-name order: same model -> same string, in any process.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -64,8 +65,11 @@ def save_model(model, path) -> None:
     data = buf.getvalue()
     _atomic_write(path / WEIGHTS, data)
     manifest = {
-        "format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "spec": model.spec,
-        "weights_file": WEIGHTS, "weights_sha256": hashlib.sha256(data).hexdigest(),
+        "format": MANIFEST_FORMAT,
+        "version": MANIFEST_VERSION,
+        "spec": model.spec,
+        "weights_file": WEIGHTS,
+        "weights_sha256": hashlib.sha256(data).hexdigest(),
         "fingerprint": fingerprint(model),
     }
     _atomic_write(path / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True).encode())
@@ -82,8 +86,11 @@ def load_model(cls, path):
         manifest = json.loads(mpath.read_text())
     except (OSError, ValueError) as e:
         raise ModelLoadError(f"{mpath} is not valid JSON: {e}") from e
-    if (not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT
-            or manifest.get("version") != MANIFEST_VERSION):
+    if (
+        not isinstance(manifest, dict)
+        or manifest.get("format") != MANIFEST_FORMAT
+        or manifest.get("version") != MANIFEST_VERSION
+    ):
         raise ModelLoadError(f"{mpath} is not a {MANIFEST_FORMAT} v{MANIFEST_VERSION} manifest")
     for key in ("spec", "weights_file", "weights_sha256", "fingerprint"):
         if key not in manifest:
@@ -96,8 +103,9 @@ def load_model(cls, path):
         raise ModelLoadError(f"weights file {wpath} is missing")
     data = wpath.read_bytes()
     if hashlib.sha256(data).hexdigest() != manifest["weights_sha256"]:
-        raise ModelLoadError(f"weights file {wpath} does not match the checksum in {mpath} "
-                             f"(corrupt or modified after saving)")
+        raise ModelLoadError(
+            f"weights file {wpath} does not match the checksum in {mpath} (corrupt or modified after saving)"
+        )
     try:
         state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises many types for bad archives
@@ -113,6 +121,8 @@ def load_model(cls, path):
     except Exception as e:
         raise ModelLoadError(f"weights in {wpath} do not match the spec in {mpath}: {e}") from e
     if fingerprint(model) != manifest["fingerprint"]:
-        raise ModelLoadError(f"model loaded from {path} has fingerprint {fingerprint(model)}, "
-                             f"manifest says {manifest['fingerprint']} (spec edited after saving?)")
+        raise ModelLoadError(
+            f"model loaded from {path} has fingerprint {fingerprint(model)}, "
+            f"manifest says {manifest['fingerprint']} (spec edited after saving?)"
+        )
     return model

@@ -11,6 +11,7 @@
 
 No pyspark or torch import at package import time.
 """
+
 from sparkgnn.pe.lookup import UnknownIds
 from sparkgnn.pe.store import PEStore
 from sparkgnn.pe.writer import PEWriter

@@ -5,6 +5,7 @@ count, per-layer widths) from the same inputs, or a store written by one would l
 other. Accepting paths as well as objects lets a serving process verify a store without building
 the graph in Spark (graph.json already carries the fingerprint) or keeping the model around.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -16,9 +17,9 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class ModelIdentity:
     fingerprint: str
-    spec_sha: str          # sha256 of the spec alone: tells "same architecture, other weights"
+    spec_sha: str  # sha256 of the spec alone: tells "same architecture, other weights"
     num_layers: int
-    dims: tuple            # width of h^(l), l = 1..k (conv l's output after its node-wise ops)
+    dims: tuple  # width of h^(l), l = 1..k (conv l's output after its node-wise ops)
 
 
 def _spec_sha(spec: dict) -> str:
@@ -63,7 +64,6 @@ def graph_sizes(graph) -> dict:
         meta = read_trusted_meta(local_path(graph))[0] or {}
     elif hasattr(graph, "stats"):
         meta = graph.stats()
-    else:                                   # an in-memory GraphData
-        meta = {"num_vertices": graph.num_nodes, "num_edges": graph.num_edges,
-                "feature_dim": graph.feature_dim}
+    else:  # an in-memory GraphData
+        meta = {"num_vertices": graph.num_nodes, "num_edges": graph.num_edges, "feature_dim": graph.feature_dim}
     return {k: int(meta[k]) for k in ("num_vertices", "num_edges", "feature_dim") if k in meta}

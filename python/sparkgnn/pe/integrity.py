@@ -13,6 +13,7 @@ readers compare:
 Stores committed before file records existed are checked at footer level (readable Parquet with
 the expected columns), the best that can be done without a record.
 """
+
 from __future__ import annotations
 
 from sparkgnn import files
@@ -24,8 +25,10 @@ VERIFY_LEVELS = ("checksums", "sizes")
 
 def record(directory: str) -> list[dict]:
     """[{file, bytes, crc32}] of every data file under `directory` (called right after a commit)."""
-    return [{"file": f.rel, "bytes": f.size, "crc32": files.crc32(files.join(directory, f.rel))}
-            for f in files.data_files(directory)]
+    return [
+        {"file": f.rel, "bytes": f.size, "crc32": files.crc32(files.join(directory, f.rel))}
+        for f in files.data_files(directory)
+    ]
 
 
 def _check_level(verify: str) -> None:
@@ -33,8 +36,7 @@ def _check_level(verify: str) -> None:
         raise ValueError(f"verify must be one of {', '.join(VERIFY_LEVELS)}, got {verify!r}")
 
 
-def problems(directory: str, recorded: list[dict] | None, verify: str = "checksums",
-             columns: tuple = ()) -> list[str]:
+def problems(directory: str, recorded: list[dict] | None, verify: str = "checksums", columns: tuple = ()) -> list[str]:
     """Why the files under `directory` are not the ones recorded at commit ([] when they are)."""
     _check_level(verify)
     if files.kind(directory) != "dir":
@@ -50,13 +52,15 @@ def problems(directory: str, recorded: list[dict] | None, verify: str = "checksu
     added = sorted(set(present) - set(expected))
     if added:
         found.append(_listed(f"{len(added)} file(s) not written by the commit", added))
-    resized = [f"{rel} ({present[rel].size} bytes, committed {expected[rel]['bytes']})"
-               for rel in sorted(set(expected) & set(present)) if present[rel].size != expected[rel]["bytes"]]
+    resized = [
+        f"{rel} ({present[rel].size} bytes, committed {expected[rel]['bytes']})"
+        for rel in sorted(set(expected) & set(present))
+        if present[rel].size != expected[rel]["bytes"]
+    ]
     if resized:
         found.append(_listed(f"{len(resized)} file(s) changed size", resized))
     if verify == "checksums" and not found:
-        changed = [rel for rel in sorted(expected)
-                   if files.crc32(files.join(directory, rel)) != expected[rel]["crc32"]]
+        changed = [rel for rel in sorted(expected) if files.crc32(files.join(directory, rel)) != expected[rel]["crc32"]]
         if changed:
             found.append(_listed(f"{len(changed)} file(s) changed content (CRC-32 differs)", changed))
     return found

@@ -14,6 +14,7 @@ Local filesystem only: the commit protocol relies on POSIX rename of a directory
 os.replace of a file being atomic. On HDFS the same protocol works with FileSystem.rename (atomic
 for directories); on S3 (no atomic rename) it needs a committer or a manifest-only commit.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -30,12 +31,14 @@ def local_path(path) -> str:
     """Plain absolute local path (accepts file: URIs); refuses remote URIs (see module doc)."""
     path = str(path)
     if path.startswith("file://"):
-        path = path[len("file://"):]
+        path = path[len("file://") :]
     elif path.startswith("file:"):
-        path = path[len("file:"):]
+        path = path[len("file:") :]
     if "://" in path:
-        raise NotImplementedError(f"PE stores are local-filesystem only for now, got {path!r} "
-                                  "(HDFS needs FileSystem.rename, S3 a manifest-only commit)")
+        raise NotImplementedError(
+            f"PE stores are local-filesystem only for now, got {path!r} "
+            "(HDFS needs FileSystem.rename, S3 a manifest-only commit)"
+        )
     return os.path.abspath(path)
 
 

@@ -9,6 +9,7 @@ sparkgnn.engine.precompute: h^(l) is layer l's output after its node-wise ops (t
 input), and the state of layer l is the MERGED aggregation state over all of a node's in-edges
 (self-loop policy applied), in RAW message space (pre_transform=False), with G's statistics.
 """
+
 from __future__ import annotations
 
 import time
@@ -24,7 +25,10 @@ from sparkgnn.pe.writer import PEWriter
 @torch.no_grad()
 def layer_outputs(graph, model, states: bool = True):
     """Yield (l, h^(l) [N, w], state^(l) [N, s] or None) for l = 1..k over the whole graph."""
-    tensor = lambda a: torch.from_numpy(np.require(a, requirements="W"))  # Arrow-backed arrays are read-only
+
+    def tensor(a):
+        return torch.from_numpy(np.require(a, requirements="W"))  # Arrow-backed arrays are read-only
+
     src, dst = tensor(graph.edge_src), tensor(graph.edge_dst)
     weight = None if graph.weight is None else tensor(graph.weight)
     h = model.pre(tensor(graph.x))
@@ -36,8 +40,7 @@ def layer_outputs(graph, model, states: bool = True):
         yield l + 1, h, (state if states else None)
 
 
-def precompute_local(graph, model, store_root, states: bool = True, force: bool = False,
-                     log=print) -> PEStore:
+def precompute_local(graph, model, store_root, states: bool = True, force: bool = False, log=print) -> PEStore:
     """Write h^(1..k) (and states) of `model` over the GraphData `graph` into `store_root` and
     return the opened (verified) store. Layers already committed for the same (graph, model) are
     kept unless `force` (they are recomputed in memory anyway: layer l needs h^(l-1))."""
@@ -50,6 +53,8 @@ def precompute_local(graph, model, store_root, states: bool = True, force: bool 
         writer.commit_layer_arrays(l, graph.ids, h.numpy(), None if state is None else state.numpy())
     writer.finish({"seconds": round(time.perf_counter() - started, 3)})
     if log:
-        log(f"sparkgnn precompute_local: {model.num_layers} layers of {graph.num_nodes} nodes in "
-            f"{time.perf_counter() - started:.1f} s -> {writer.base}")
+        log(
+            f"sparkgnn precompute_local: {model.num_layers} layers of {graph.num_nodes} nodes in "
+            f"{time.perf_counter() - started:.1f} s -> {writer.base}"
+        )
     return PEStore.open(store_root, model=model, graph=graph)

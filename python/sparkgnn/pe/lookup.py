@@ -6,6 +6,7 @@ particular order, and serving asks for a few thousand ids at a time. Sorting a l
 ints. Vector columns are read as either Arrow fixed_size_list<float32> (pyarrow writers) or
 list<float> (what Spark writes for array<float>); both flatten to one contiguous [n, w] block.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -16,7 +17,7 @@ from sparkgnn.errors import SparkGNNError
 class UnknownIds(SparkGNNError, KeyError):
     """Lookup of ids the store has no rows for."""
 
-    def __str__(self) -> str:        # KeyError would repr() the message
+    def __str__(self) -> str:  # KeyError would repr() the message
         return str(self.args[0]) if self.args else ""
 
 
@@ -37,8 +38,7 @@ def vectors(column, width: int | None, what: str) -> np.ndarray:
     if not pa.types.is_fixed_size_list(column.type):
         lengths = column.value_lengths().to_numpy(zero_copy_only=False)
         if n and (lengths.min() != width or lengths.max() != width):
-            raise ValueError(f"{what}: vector lengths range {lengths.min()}..{lengths.max()}, "
-                             f"expected {width}")
+            raise ValueError(f"{what}: vector lengths range {lengths.min()}..{lengths.max()}, expected {width}")
     return flat.reshape(n, width)
 
 
@@ -61,8 +61,7 @@ class SortedTable:
         found = (pos < len(self.ids)) & (self.ids[pos_c] == ids) if len(self.ids) else np.zeros(len(ids), bool)
         if not found.all():
             missing = np.unique(ids[~found])
-            raise UnknownIds(f"{self.what}: {len(missing)} unknown id(s), e.g. "
-                             f"{missing[:5].tolist()}")
+            raise UnknownIds(f"{self.what}: {len(missing)} unknown id(s), e.g. {missing[:5].tolist()}")
         return pos_c
 
     def take(self, ids, name: str) -> np.ndarray:

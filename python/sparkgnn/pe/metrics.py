@@ -26,13 +26,17 @@ paths/hops are ADDED (linearity of expectation, no inclusion-exclusion for overl
 an expected number of accesses per request and can exceed 1; PSGS is an expected size, not a
 count of distinct nodes.
 """
+
 from __future__ import annotations
 
 
 def _with_zero(vertices, values, column: str):
     """Every vertex id with `column` from `values` (id, v), 0 where absent."""
-    return (vertices.select("id").join(values.withColumnRenamed("v", column), "id", "left")
-            .selectExpr("id", f"CAST(coalesce({column}, 0) AS DOUBLE) AS {column}"))
+    return (
+        vertices.select("id")
+        .join(values.withColumnRenamed("v", column), "id", "left")
+        .selectExpr("id", f"CAST(coalesce({column}, 0) AS DOUBLE) AS {column}")
+    )
 
 
 def degrees(graph):
@@ -41,9 +45,16 @@ def degrees(graph):
     e = graph.edges
     ind = e.groupBy("dst").count().selectExpr("dst AS id", "count AS in_degree")
     outd = e.groupBy("src").count().selectExpr("src AS id", "count AS out_degree")
-    return (graph.vertices.select("id").join(ind, "id", "left").join(outd, "id", "left")
-            .selectExpr("id", "CAST(coalesce(in_degree, 0) AS BIGINT) AS in_degree",
-                        "CAST(coalesce(out_degree, 0) AS BIGINT) AS out_degree"))
+    return (
+        graph.vertices.select("id")
+        .join(ind, "id", "left")
+        .join(outd, "id", "left")
+        .selectExpr(
+            "id",
+            "CAST(coalesce(in_degree, 0) AS BIGINT) AS in_degree",
+            "CAST(coalesce(out_degree, 0) AS BIGINT) AS out_degree",
+        )
+    )
 
 
 def _transitions(graph):
@@ -54,16 +65,24 @@ def _transitions(graph):
 
 def _apply_a(trans, v):
     """(A v)[i] = sum_{edges j->i} v[j] / deg(i): pull from in-neighbours. v: (id, v)."""
-    return (trans.join(v.withColumnRenamed("id", "src"), "src")
-            .selectExpr("dst AS id", "p * v AS v").groupBy("id").sum("v")
-            .withColumnRenamed("sum(v)", "v"))
+    return (
+        trans.join(v.withColumnRenamed("id", "src"), "src")
+        .selectExpr("dst AS id", "p * v AS v")
+        .groupBy("id")
+        .sum("v")
+        .withColumnRenamed("sum(v)", "v")
+    )
 
 
 def _apply_at(trans, v):
     """(A^T v)[j] = sum_{edges j->i} v[i] / deg(i): push a node's mass to its in-neighbours."""
-    return (trans.join(v.withColumnRenamed("id", "dst"), "dst")
-            .selectExpr("src AS id", "p * v AS v").groupBy("id").sum("v")
-            .withColumnRenamed("sum(v)", "v"))
+    return (
+        trans.join(v.withColumnRenamed("id", "dst"), "dst")
+        .selectExpr("src AS id", "p * v AS v")
+        .groupBy("id")
+        .sum("v")
+        .withColumnRenamed("sum(v)", "v")
+    )
 
 
 def _add(a, b):
@@ -117,19 +136,32 @@ def compute_metrics(graph, fanouts, hops: int, seeds=None, top_fractions=(0.01, 
     import math
 
     frames = {"degrees": degrees(graph), "psgs": psgs(graph, fanouts), "fap": fap(graph, hops, seeds)}
-    d = frames["degrees"].selectExpr("count(1) AS n", "avg(in_degree) AS mean_in", "max(in_degree) AS max_in",
-                                     "avg(out_degree) AS mean_out", "max(out_degree) AS max_out").first()
+    d = (
+        frames["degrees"]
+        .selectExpr(
+            "count(1) AS n",
+            "avg(in_degree) AS mean_in",
+            "max(in_degree) AS max_in",
+            "avg(out_degree) AS mean_out",
+            "max(out_degree) AS max_out",
+        )
+        .first()
+    )
     q = frames["psgs"].selectExpr("avg(psgs) AS mean", "max(psgs) AS max").first()
     total = frames["fap"].selectExpr("sum(fap) AS s").first().s or 0.0
     n = int(d.n)
     top = {}
     for frac in top_fractions:
         k = max(1, math.ceil(frac * n)) if n else 0
-        mass = (frames["fap"].orderBy("fap", ascending=False).limit(k)
-                .selectExpr("sum(fap) AS s").first().s or 0.0) if k else 0.0
+        mass = (
+            (frames["fap"].orderBy("fap", ascending=False).limit(k).selectExpr("sum(fap) AS s").first().s or 0.0)
+            if k
+            else 0.0
+        )
         top[f"top_{frac:g}"] = {"nodes": k, "fap_share": (mass / total) if total else 0.0}
     summary = {
-        "fanouts": [int(f) for f in fanouts], "hops": int(hops),
+        "fanouts": [int(f) for f in fanouts],
+        "hops": int(hops),
         "seeds": "uniform" if seeds is None else "given",
         "num_vertices": n,
         "in_degree": {"mean": float(d.mean_in or 0.0), "max": int(d.max_in or 0)},

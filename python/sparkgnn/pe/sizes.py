@@ -6,6 +6,7 @@ this generalises to sum_{l<L} dims[l] x 4 x |V|, which is what `omega_formula_by
 Measured bytes come from the Parquet footers (compressed column-chunk sizes), split into the `h`
 and `state` columns, plus raw (uncompressed float32) bytes = rows x width x 4.
 """
+
 from __future__ import annotations
 
 import glob
@@ -43,8 +44,10 @@ def size_report(base: str, manifest: dict) -> dict:
             state_bytes[str(l)] = cols.get("state", 0)
             state_raw[str(l)] = rows * state_dims[l - 1] * 4
     return {
-        "pe_bytes": pe_bytes, "state_bytes": state_bytes,
-        "pe_raw_bytes": pe_raw, "state_raw_bytes": state_raw,
+        "pe_bytes": pe_bytes,
+        "state_bytes": state_bytes,
+        "pe_raw_bytes": pe_raw,
+        "state_raw_bytes": state_raw,
         "store_bytes": layout.dir_bytes(base),
         "graph_feature_bytes": (n * graph["feature_dim"] * 4) if n is not None and "feature_dim" in graph else None,
         "omega_formula_bytes": (sum(dims[:-1]) * 4 * n) if n is not None else None,

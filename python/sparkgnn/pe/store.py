@@ -9,6 +9,7 @@ StalePEStore message.
 Lookups load a layer's Parquet with pyarrow once (cached per layer) and answer id batches with a
 vectorised search (lookup.py); `frame` hands the same layer to Spark for joins at scale.
 """
+
 from __future__ import annotations
 
 import os
@@ -29,8 +30,7 @@ def _short(fp: str) -> str:
 
 
 def _listdirs(path: str) -> list[str]:
-    return sorted(d for d in os.listdir(path) if os.path.isdir(os.path.join(path, d))) \
-        if os.path.isdir(path) else []
+    return sorted(d for d in os.listdir(path) if os.path.isdir(os.path.join(path, d))) if os.path.isdir(path) else []
 
 
 def _missing_dir_problem(root: str, graph_fp: str, model) -> str:
@@ -38,23 +38,30 @@ def _missing_dir_problem(root: str, graph_fp: str, model) -> str:
     graphs = [g for g in _listdirs(root) if not g.startswith(".")]
     if graph_fp not in graphs:
         have = ", ".join(_short(g) for g in graphs) or "none"
-        return (f"graph fingerprint differs: no PEs for graph {_short(graph_fp)} under {root} "
-                f"(store has graph(s): {have})")
+        return (
+            f"graph fingerprint differs: no PEs for graph {_short(graph_fp)} under {root} (store has graph(s): {have})"
+        )
     models = _listdirs(os.path.join(root, graph_fp))
-    same_spec = [m for m in models
-                 if (layout.read_manifest(os.path.join(root, graph_fp, m)) or {})
-                 .get("model_spec_sha256") == model.spec_sha]
+    same_spec = [
+        m
+        for m in models
+        if (layout.read_manifest(os.path.join(root, graph_fp, m)) or {}).get("model_spec_sha256") == model.spec_sha
+    ]
     if same_spec:
-        return (f"model weights differ: the store has PEs of the same architecture for this graph "
-                f"but model fingerprint(s) {', '.join(_short(m) for m in same_spec)}, "
-                f"not {_short(model.fingerprint)} (retrained or edited weights)")
+        return (
+            f"model weights differ: the store has PEs of the same architecture for this graph "
+            f"but model fingerprint(s) {', '.join(_short(m) for m in same_spec)}, "
+            f"not {_short(model.fingerprint)} (retrained or edited weights)"
+        )
     described = []
     for m in models:
         mf = layout.read_manifest(os.path.join(root, graph_fp, m)) or {}
         described.append(f"{_short(m)} ({mf.get('num_layers')} layers, dims {mf.get('dims')})")
-    return (f"model fingerprint differs: no PEs for model {_short(model.fingerprint)} "
-            f"({model.num_layers} layers, dims {list(model.dims)}) on this graph; the store has "
-            f"{', '.join(described) or 'none'}, none with this architecture")
+    return (
+        f"model fingerprint differs: no PEs for model {_short(model.fingerprint)} "
+        f"({model.num_layers} layers, dims {list(model.dims)}) on this graph; the store has "
+        f"{', '.join(described) or 'none'}, none with this architecture"
+    )
 
 
 def manifest_problems(manifest: dict, graph_fp: str, model) -> list[str]:
@@ -63,13 +70,19 @@ def manifest_problems(manifest: dict, graph_fp: str, model) -> list[str]:
     if manifest.get("format") != layout.FORMAT:
         problems.append(f"manifest format {manifest.get('format')!r} != {layout.FORMAT}")
     if manifest.get("graph_fingerprint") != graph_fp:
-        problems.append(f"graph fingerprint differs: store {_short(str(manifest.get('graph_fingerprint')))}"
-                        f" vs graph {_short(graph_fp)}")
+        problems.append(
+            f"graph fingerprint differs: store {_short(str(manifest.get('graph_fingerprint')))}"
+            f" vs graph {_short(graph_fp)}"
+        )
     if manifest.get("model_fingerprint") != model.fingerprint:
-        what = ("model weights differ" if manifest.get("model_spec_sha256") == model.spec_sha
-                else "model fingerprint differs")
-        problems.append(f"{what}: store {_short(str(manifest.get('model_fingerprint')))} vs "
-                        f"model {_short(model.fingerprint)}")
+        what = (
+            "model weights differ"
+            if manifest.get("model_spec_sha256") == model.spec_sha
+            else "model fingerprint differs"
+        )
+        problems.append(
+            f"{what}: store {_short(str(manifest.get('model_fingerprint')))} vs model {_short(model.fingerprint)}"
+        )
     k = manifest.get("num_layers")
     if k != model.num_layers:
         problems.append(f"layer count differs: store has {k} layers, model {model.num_layers}")
@@ -88,9 +101,11 @@ def damaged_parts(base: str, manifest: dict, verify: str = "checksums") -> list[
     recorded = manifest.get(integrity.FILES_KEY) or {}
     columns = ("id", "h", "state") if manifest.get("with_states") else ("id", "h")
     parts: list[tuple[str, str, tuple[str, ...]]] = [
-        (layer_key(l), layout.layer_dir(base, int(l)), columns) for l in sorted(manifest["layers_complete"])]
-    parts += [(metrics_key(n), os.path.join(base, layout.METRICS_DIR, n), ())
-              for n in manifest.get("metric_tables") or []]
+        (layer_key(l), layout.layer_dir(base, int(l)), columns) for l in sorted(manifest["layers_complete"])
+    ]
+    parts += [
+        (metrics_key(n), os.path.join(base, layout.METRICS_DIR, n), ()) for n in manifest.get("metric_tables") or []
+    ]
     found = []
     for key, directory, cols in parts:
         problems = integrity.problems(directory, recorded.get(key), verify, cols)
@@ -108,7 +123,7 @@ class PEStore:
         self._tables: dict = {}
 
     @classmethod
-    def open(cls, path, *, model, graph, verify: str = "checksums") -> "PEStore":
+    def open(cls, path, *, model, graph, verify: str = "checksums") -> PEStore:
         """`path`: the store root (or a <root>/<graph fp>/<model fp> directory). `model`: a Model
         or saved-model path. `graph`: a Graph or graph directory. Raises StalePEStore naming
         what differs, and DamagedPEStore naming every committed layer or metrics table whose
@@ -130,8 +145,11 @@ class PEStore:
             raise StalePEStore(f"PE store {base} is stale or incomplete: " + "; ".join(problems))
         damage = damaged_parts(base, manifest, verify)
         if damage:
-            raise DamagedPEStore(f"PE store {base} is damaged: " + "; ".join(damage)
-                                 + ". Rerun the precompute job on it: it recomputes damaged layers")
+            raise DamagedPEStore(
+                f"PE store {base} is damaged: "
+                + "; ".join(damage)
+                + ". Rerun the precompute job on it: it recomputes damaged layers"
+            )
         return cls(base, manifest)
 
     # -- facts ---------------------------------------------------------------------------------

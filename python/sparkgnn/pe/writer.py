@@ -14,6 +14,7 @@ against the record. A resumed run checks the same way and recomputes a damaged l
 layer after it) instead of trusting the manifest. On HDFS the same protocol needs
 FileSystem.rename; see layout.py.
 """
+
 from __future__ import annotations
 
 import os
@@ -60,14 +61,18 @@ class PEWriter:
             if found:
                 self.manifest["layers_complete"].remove(l)
                 dropped.append(l)
-                self._log(f"sparkgnn precompute: layer {l} of {self.base} is damaged ({'; '.join(found)}); "
-                          "recomputing it")
+                self._log(
+                    f"sparkgnn precompute: layer {l} of {self.base} is damaged ({'; '.join(found)}); recomputing it"
+                )
         for name in list(self.manifest.get("metric_tables") or []):
-            found = integrity.problems(os.path.join(self.base, layout.METRICS_DIR, name),
-                                       recorded.get(metrics_key(name)))
+            found = integrity.problems(
+                os.path.join(self.base, layout.METRICS_DIR, name), recorded.get(metrics_key(name))
+            )
             if found:
-                self._log(f"sparkgnn precompute: metrics table {name} is damaged ({'; '.join(found)}); "
-                          "recomputing the metrics")
+                self._log(
+                    f"sparkgnn precompute: metrics table {name} is damaged ({'; '.join(found)}); "
+                    "recomputing the metrics"
+                )
                 self.manifest["metric_tables"], self.manifest["metrics"] = [], None
                 dropped.append(name)
                 break
@@ -78,10 +83,12 @@ class PEWriter:
     def _reusable(self, old: dict) -> bool:
         """Committed layers of an earlier run count only if they were written for exactly what
         this run would write (same widths; states present if this run wants states)."""
-        return (old.get("format") == layout.FORMAT
-                and old.get("num_layers") == self.model.num_layers
-                and list(old.get("dims") or []) == list(self.model.dims)
-                and (bool(old.get("with_states")) or not self.with_states))
+        return (
+            old.get("format") == layout.FORMAT
+            and old.get("num_layers") == self.model.num_layers
+            and list(old.get("dims") or []) == list(self.model.dims)
+            and (bool(old.get("with_states")) or not self.with_states)
+        )
 
     def _fresh_manifest(self, old: dict | None) -> dict:
         k = self.model.num_layers
@@ -156,12 +163,11 @@ class PEWriter:
         if int(width) != self.model.dims[l - 1]:
             raise ValueError(f"layer {l}: h width {width} != model's {self.model.dims[l - 1]}")
         if self.with_states and (state_width is None or not has_state):
-            raise ValueError(f"layer {l}: the store keeps states; pass a 'state' column and "
-                             "state_width")
+            raise ValueError(f"layer {l}: the store keeps states; pass a 'state' column and state_width")
         return l
 
     def _record(self, l: int, write, state_width: int | None) -> None:
-        if l in self.manifest["layers_complete"]:       # recommit: un-vouch first
+        if l in self.manifest["layers_complete"]:  # recommit: un-vouch first
             self.manifest["layers_complete"].remove(l)
             self._save()
         rows = self._commit_with(layout.layer_dir(self.base, l), write)

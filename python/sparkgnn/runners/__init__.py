@@ -12,10 +12,31 @@ serving. The in-process handler serves every op registered with sparkgnn.dl.ops.
 process: dl's own layer_step, plus the ops of the layers above that send them (serving registers
 serving_partials when it is imported; a standalone `sparkgnn-worker` registers it at start).
 """
-from sparkgnn.runners.transports import DEFAULT_MESSENGER_OPTIONS, TRANSPORTS, get_transport
-from sparkgnn.runners.workers import (ACCEPTED, CONNECT_TIMEOUT_ENV, DEFAULT_CONNECT_TIMEOUT_S, WORKER_SPECS, Workers,
-                                      WorkersSpecError, check_workers, connect_timeout_s, workers_for)
 
-__all__ = ["ACCEPTED", "CONNECT_TIMEOUT_ENV", "DEFAULT_CONNECT_TIMEOUT_S", "DEFAULT_MESSENGER_OPTIONS", "TRANSPORTS",
-           "WORKER_SPECS", "Workers", "WorkersSpecError", "check_workers", "connect_timeout_s", "get_transport",
-           "workers_for"]
+from sparkgnn.runners.transports import DEFAULT_MESSENGER_OPTIONS, TRANSPORTS, get_transport
+from sparkgnn.runners.workers import (
+    ACCEPTED,
+    CONNECT_TIMEOUT_ENV,
+    DEFAULT_CONNECT_TIMEOUT_S,
+    WORKER_SPECS,
+    Workers,
+    WorkersSpecError,
+    check_workers,
+    connect_timeout_s,
+    workers_for,
+)
+
+__all__ = [
+    "ACCEPTED",
+    "CONNECT_TIMEOUT_ENV",
+    "DEFAULT_CONNECT_TIMEOUT_S",
+    "DEFAULT_MESSENGER_OPTIONS",
+    "TRANSPORTS",
+    "WORKER_SPECS",
+    "Workers",
+    "WorkersSpecError",
+    "check_workers",
+    "connect_timeout_s",
+    "get_transport",
+    "workers_for",
+]

@@ -10,6 +10,7 @@ One transport per spec per process: handlers hold loaded models, dealers hold so
 timeouts a spec from `workers_for` carries travel to each task's dealer, so no network wait in a
 task is unbounded.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,7 +35,9 @@ class InProcess:
     def __init__(self, spec: dict):
         from sparkgnn.dl.handler import build_handler
 
-        self.handler = build_handler(spec["model_store"], device=spec.get("device", "cpu"), threads=spec.get("threads", 1))
+        self.handler = build_handler(
+            spec["model_store"], device=spec.get("device", "cpu"), threads=spec.get("threads", 1)
+        )
 
     def call(self, header: dict, tables: dict):
         return self.handler(header, tables)

@@ -6,20 +6,26 @@ no worker (BrokerUnreachableError / NoWorkerError from the driver after the conn
 same timeouts travel to each task's dealer (transports.py), so no network wait in a task is
 unbounded either.
 """
+
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sparkgnn.errors import SparkGNNError
 from sparkgnn.registry import Registry
+
+if TYPE_CHECKING:
+    from sparkgnn.messenger.local import LocalCluster
 
 
 @dataclass
 class Workers:
     """What infer() runs the layers on: a transport spec plus, for local[N], the cluster it owns."""
+
     spec: dict
-    cluster: object = None
+    cluster: LocalCluster | None = None
 
     def close(self) -> None:
         if self.cluster is not None:
@@ -30,9 +36,11 @@ class WorkersSpecError(SparkGNNError, ValueError):
     """`workers=` / `--workers` names no place the layers can run."""
 
 
-ACCEPTED = ("inprocess (default: inside Spark's Python workers), local[N] (N >= 1 worker processes "
-            "started for the job), tcp://host:port or ipc:///path (the --front endpoint of a running "
-            "sparkgnn-broker), or a started LocalCluster")
+ACCEPTED = (
+    "inprocess (default: inside Spark's Python workers), local[N] (N >= 1 worker processes "
+    "started for the job), tcp://host:port or ipc:///path (the --front endpoint of a running "
+    "sparkgnn-broker), or a started LocalCluster"
+)
 
 # How long the driver waits for a broker to answer / to have a worker before starting a job on it,
 # and how long each Spark task's dealer waits the same way. SPARKGNN_CONNECT_TIMEOUT_S overrides
@@ -89,13 +97,17 @@ def _check_endpoint(workers: str) -> str:
     from sparkgnn.messenger.endpoints import check_connect
 
     if workers.startswith("inproc://"):
-        raise WorkersSpecError(f"workers={workers!r}: an inproc:// endpoint lives inside one process "
-                               f"and Spark tasks run in others; accepted: {ACCEPTED}")
+        raise WorkersSpecError(
+            f"workers={workers!r}: an inproc:// endpoint lives inside one process "
+            f"and Spark tasks run in others; accepted: {ACCEPTED}"
+        )
     try:
         return check_connect(workers)
     except ValueError:
-        raise WorkersSpecError(f"bad workers endpoint {workers!r}: want tcp://host:port (a port "
-                               f"1-65535) or ipc:///path; accepted: {ACCEPTED}") from None
+        raise WorkersSpecError(
+            f"bad workers endpoint {workers!r}: want tcp://host:port (a port "
+            f"1-65535) or ipc:///path; accepted: {ACCEPTED}"
+        ) from None
 
 
 @WORKER_SPECS.register("endpoint")

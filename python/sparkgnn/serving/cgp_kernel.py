@@ -29,11 +29,12 @@ Not counted: shipping the request's structure or jobs to the partitions, values 
 partition's own store (Meter.bytes_fetched counts those), and the destination inputs that
 destination-reading messages (GAT) need at the source's partition.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Optional
 
 import numpy as np
 import torch
@@ -67,8 +68,8 @@ class Partials:
     """Partition p's blocks for one layer (module doc) and the bytes they send to other owners."""
 
     p: int
-    states: list = field(default_factory=list)      # [rows, state width] tensors
-    index: list = field(default_factory=list)       # np.ndarray: target position of each row
+    states: list = field(default_factory=list)  # [rows, state width] tensors
+    index: list = field(default_factory=list)  # np.ndarray: target position of each row
     partial_bytes: int = 0
 
     def add(self, state: torch.Tensor, rows: np.ndarray, target_owner: np.ndarray) -> None:
@@ -79,10 +80,22 @@ class Partials:
 
 
 @torch.no_grad()
-def partition_partials(conv, p: int, *, edge_owner: np.ndarray, old: np.ndarray, tgt: np.ndarray,
-                       weight: Optional[np.ndarray], target_owner: np.ndarray, from_state: np.ndarray,
-                       sources: Callable, stored_states: Callable, dst=(None, None),
-                       timer: Optional[Callable] = None, unique_inverse: Optional[Callable] = None) -> Partials:
+def partition_partials(
+    conv,
+    p: int,
+    *,
+    edge_owner: np.ndarray,
+    old: np.ndarray,
+    tgt: np.ndarray,
+    weight: np.ndarray | None,
+    target_owner: np.ndarray,
+    from_state: np.ndarray,
+    sources: Callable,
+    stored_states: Callable,
+    dst=(None, None),
+    timer: Callable | None = None,
+    unique_inverse: Callable | None = None,
+) -> Partials:
     """Partition p's share of one layer (module doc). Edge arrays (owner, old flag, target position
     `tgt`, weight or None) may hold other partitions' edges too: only edge_owner == p are used.
     Target arrays (`target_owner`, `from_state`) cover all T targets.

@@ -7,6 +7,7 @@ header dict and named Arrow tables; this maps one onto the other, losslessly (dt
 kept in a JSON manifest), so a serving partition can run in a `sparkgnn-worker` process exactly
 as it runs in a Spark task.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,8 @@ META = "__meta__"
 OP = "serving_partials"
 
 
-def _flatten(d: dict, prefix: str = "") -> dict:
-    out = {}
+def _flatten(d: dict, prefix: str = "") -> dict[str, object]:
+    out: dict[str, object] = {}
     for k, v in d.items():
         key = f"{prefix}{k}"
         if isinstance(v, dict):
@@ -61,7 +62,11 @@ def unpack(manifest: dict, tables: dict) -> dict:
         kind = spec["kind"]
         if kind == "array":
             col = tables[key].column("v")
-            flat = col.to_numpy(zero_copy_only=False) if col.num_chunks != 1 else col.chunk(0).to_numpy(zero_copy_only=False)
+            flat = (
+                col.to_numpy(zero_copy_only=False)
+                if col.num_chunks != 1
+                else col.chunk(0).to_numpy(zero_copy_only=False)
+            )
             dtype = np.dtype(spec["dtype"])
             a = flat.astype(np.uint8 if dtype == np.bool_ else dtype, copy=False)
             a = a.astype(np.bool_) if dtype == np.bool_ else a
@@ -72,11 +77,11 @@ def unpack(manifest: dict, tables: dict) -> dict:
 
 
 def _rebuild(manifest: dict, values: dict, prefix: str) -> dict:
-    out = {}
+    out: dict[str, object] = {}
     for key, spec in manifest.items():
-        if not key.startswith(prefix) or "." in key[len(prefix):]:
+        if not key.startswith(prefix) or "." in key[len(prefix) :]:
             continue
-        name = key[len(prefix):]
+        name = key[len(prefix) :]
         if spec["kind"] == "dict":
             out[name] = _rebuild(manifest, values, key + ".")
         elif spec["kind"] == "list":

@@ -10,6 +10,7 @@ it owns into partial states, using only its own stored rows plus the values of l
 targets that the driver all-gathers to it (`given`). It also returns, for the targets it owns,
 their stored state and stored input value.
 """
+
 from __future__ import annotations
 
 import os
@@ -68,8 +69,9 @@ def _model(path: str):
 def _shard(cfg: dict, p: int) -> Shard:
     key = (cfg["store_base"], cfg["graph_dir"], cfg["parts"], p, cfg["states"])
     if key not in _SHARDS:
-        _SHARDS[key] = Shard(cfg["store_base"], cfg["graph_dir"], _model(cfg["model_path"]),
-                             cfg["parts"], p, cfg["states"])
+        _SHARDS[key] = Shard(
+            cfg["store_base"], cfg["graph_dir"], _model(cfg["model_path"]), cfg["parts"], p, cfg["states"]
+        )
     return _SHARDS[key]
 
 
@@ -80,7 +82,7 @@ def partition_task(p: int, cfg: dict, job: dict) -> dict:
     source this partition owns, plus stored states of owned targets, with their partial_bytes;
     and the stored input values of owned targets)."""
     shard = _shard(cfg, p)
-    out = {"p": p}
+    out: dict[str, object] = {"p": p}
     l0 = job["layer"] - 1
     own_t = job["target_owner"] == p
     fetch_rows = np.flatnonzero(own_t & job["target_stored_input"])
@@ -100,7 +102,7 @@ def partition_task(p: int, cfg: dict, job: dict) -> dict:
             vals[given] = job["given"][src_key[given]]
         if (~given).any():
             ids, inv = np.unique(job["src_id"][sel][~given], return_inverse=True)
-            rows = shard.value(l0, ids)                 # each stored row read once
+            rows = shard.value(l0, ids)  # each stored row read once
             vals[~given] = rows[inv]
             fetched[0] += int(rows.nbytes)
         stats = {k: torch.from_numpy(v[sel]) for k, v in (job["stats_old"] if old else job["stats_new"]).items()}
@@ -112,10 +114,19 @@ def partition_task(p: int, cfg: dict, job: dict) -> dict:
         return torch.from_numpy(s)
 
     dst = None if job["dst_payload"] is None else torch.from_numpy(job["dst_payload"])
-    partials = partition_partials(_model(cfg["model_path"]).convs[l0], p, edge_owner=job["edge_owner"],
-                                  old=job["old"], tgt=job["tgt"], weight=job["weight"],
-                                  target_owner=job["target_owner"], from_state=job["from_state"],
-                                  sources=sources, stored_states=stored_states, dst=(dst, None))
+    partials = partition_partials(
+        _model(cfg["model_path"]).convs[l0],
+        p,
+        edge_owner=job["edge_owner"],
+        old=job["old"],
+        tgt=job["tgt"],
+        weight=job["weight"],
+        target_owner=job["target_owner"],
+        from_state=job["from_state"],
+        sources=sources,
+        stored_states=stored_states,
+        dst=(dst, None),
+    )
     if fetched[0]:
         out["fetched_bytes"] = fetched[0]
     out["states"] = [s.numpy() for s in partials.states]

@@ -4,6 +4,7 @@ WHY: the evaluate CLI and the streaming job both take SRPE's budget `--gamma`, a
 (srpe@0.05/qer) carries one too; all three must refuse the same values in the same words instead
 of int()/float() tracebacks or a ModeError deep inside the engine after the graph was loaded.
 """
+
 from __future__ import annotations
 
 import argparse

@@ -18,10 +18,11 @@ With `fanouts` the same builder samples (NS): each vertex expanded at hop h keep
 fanouts[h] of its in-edges, drawn without replacement (PyG NeighborLoader semantics: every
 vertex is expanded once, at the hop it is first reached; hop-k vertices are not expanded).
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
 
 import numpy as np
 import torch
@@ -32,11 +33,11 @@ from sparkgnn.serving.context import Meter, PreparedRequest, ServingContext
 
 @dataclass
 class CompGraph:
-    nodes: np.ndarray            # union index of each local vertex, BFS order, queries first
-    sizes: list                  # sizes[l]: vertices whose layer-l value is needed (l = 0..k)
-    src: np.ndarray              # local source of each edge (edges sorted by destination)
-    dst: np.ndarray              # local destination
-    weight: Optional[np.ndarray]
+    nodes: np.ndarray  # union index of each local vertex, BFS order, queries first
+    sizes: list  # sizes[l]: vertices whose layer-l value is needed (l = 0..k)
+    src: np.ndarray  # local source of each edge (edges sorted by destination)
+    dst: np.ndarray  # local destination
+    weight: np.ndarray | None
 
     @property
     def num_layers(self) -> int:
@@ -63,12 +64,16 @@ def sample_in_edges(src, dst, weight, fanout: int, rng: np.random.Generator):
     return src[keep], dst[keep], None if weight is None else weight[keep]
 
 
-def build_compgraph(ctx: ServingContext, prep: PreparedRequest, num_layers: int,
-                    fanouts: Optional[Sequence[int]] = None,
-                    rng: Optional[np.random.Generator] = None) -> CompGraph:
+def build_compgraph(
+    ctx: ServingContext,
+    prep: PreparedRequest,
+    num_layers: int,
+    fanouts: Sequence[int] | None = None,
+    rng: np.random.Generator | None = None,
+) -> CompGraph:
     """BFS over in-edges from Q for `num_layers` hops (see module doc)."""
     parts = [prep.query_union]
-    seen = prep.query_union                      # sorted (queries are N..N+B-1)
+    seen = prep.query_union  # sorted (queries are N..N+B-1)
     frontier = prep.query_union
     e_src, e_dst, e_w = [], [], []
     for hop in range(num_layers):
@@ -89,9 +94,8 @@ def build_compgraph(ctx: ServingContext, prep: PreparedRequest, num_layers: int,
     src, dst = np.concatenate(e_src), np.concatenate(e_dst)
     weight = None if e_w[0] is None else np.concatenate(e_w)
     src_l, dst_l = ctx.sets.positions(nodes, src), ctx.sets.positions(nodes, dst)
-    order = np.argsort(dst_l, kind="stable")     # stable: keeps each vertex's in-edge order
-    return CompGraph(nodes, sizes, src_l[order], dst_l[order],
-                     None if weight is None else weight[order])
+    order = np.argsort(dst_l, kind="stable")  # stable: keeps each vertex's in-edge order
+    return CompGraph(nodes, sizes, src_l[order], dst_l[order], None if weight is None else weight[order])
 
 
 def input_features(ctx: ServingContext, prep: PreparedRequest, cg: CompGraph, meter: Meter) -> torch.Tensor:
@@ -120,7 +124,14 @@ def run_layers(model, x0: torch.Tensor, cg: CompGraph, stats_for: StatsFn, meter
             n_in, n_out = cg.sizes[l], cg.sizes[l + 1]
             m = cg.num_edges_into(n_out)
             stats = {k: v[:n_in] for k, v in stats_for(l, conv).items()}
-            h = propagate(conv, h[:n_in], src[:m], dst[:m], None if w is None else w[:m],
-                          pre_transform=model.choose_pre_transform(conv), stats=stats)
+            h = propagate(
+                conv,
+                h[:n_in],
+                src[:m],
+                dst[:m],
+                None if w is None else w[:m],
+                pre_transform=model.choose_pre_transform(conv),
+                stats=stats,
+            )
             h = model.post(l, h[:n_out])
     return h

@@ -10,6 +10,7 @@ and is the ONLY door to G's stored features, so the bytes a request reads are co
 Union indexing: for one request, vertices of G keep their dense index 0..N-1 and query i gets
 N + i. Request edges carry no weight: where G is weighted they count with weight 1.0.
 """
+
 from __future__ import annotations
 
 import time
@@ -36,8 +37,7 @@ ADDITIVE_STATS = ("in_degree", "weighted_in_degree", "gcn_degree")
 class Meter:
     """Per-request cost counters; `timer(key)` adds wall seconds to `seconds[key]`."""
 
-    seconds: dict = field(default_factory=lambda: {"plan_s": 0.0, "fetch_s": 0.0,
-                                                   "compute_s": 0.0, "merge_s": 0.0})
+    seconds: dict = field(default_factory=lambda: {"plan_s": 0.0, "fetch_s": 0.0, "compute_s": 0.0, "merge_s": 0.0})
     bytes_fetched: int = 0
 
     @contextmanager
@@ -54,9 +54,9 @@ class PreparedRequest:
     """A validated request in union indices (see module doc)."""
 
     request: Request
-    num_g: int              # N, the number of vertices of G
-    src: np.ndarray         # union index of each request edge's source
-    dst: np.ndarray         # union index of each request edge's destination
+    num_g: int  # N, the number of vertices of G
+    src: np.ndarray  # union index of each request edge's source
+    dst: np.ndarray  # union index of each request edge's destination
 
     @property
     def batch_size(self) -> int:
@@ -75,9 +75,11 @@ def raise_unknown_ids(request: Request, ids: np.ndarray) -> None:
     _, first = np.unique(ids, return_index=True)
     distinct = ids[np.sort(first)]
     shown = ", ".join(str(int(v)) for v in distinct[:MAX_EXAMPLES])
-    raise RequestError(f"request {request.request_id!r}: {len(distinct)} edge endpoint ids are neither a "
-                       f"query nor a vertex of the graph; first: {shown}"
-                       f"{', ...' if len(distinct) > MAX_EXAMPLES else ''}")
+    raise RequestError(
+        f"request {request.request_id!r}: {len(distinct)} edge endpoint ids are neither a "
+        f"query nor a vertex of the graph; first: {shown}"
+        f"{', ...' if len(distinct) > MAX_EXAMPLES else ''}"
+    )
 
 
 def range_gather(indptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -102,16 +104,15 @@ class ServingContext:
         self.store = store
         self.validate = bool(validate)
         n = graph.num_nodes
-        order = np.argsort(graph.edge_dst, kind="stable")   # stable: a node's in-edges keep G's order
+        order = np.argsort(graph.edge_dst, kind="stable")  # stable: a node's in-edges keep G's order
         self.indptr = np.zeros(n + 1, np.int64)
         np.cumsum(np.bincount(graph.edge_dst, minlength=n), out=self.indptr[1:])
         self.in_src = np.ascontiguousarray(graph.edge_src[order])
-        self.in_weight: np.ndarray | None = (None if graph.weight is None
-                                             else np.ascontiguousarray(graph.weight[order]))
+        self.in_weight: np.ndarray | None = None if graph.weight is None else np.ascontiguousarray(graph.weight[order])
         self._g_stats: dict = {}
         self._out: tuple[np.ndarray, np.ndarray] | None = None
         self._aligned: dict = {}
-        self.sets = NodeSets(n + 1024)      # reusable marks over union indices (nodesets.py)
+        self.sets = NodeSets(n + 1024)  # reusable marks over union indices (nodesets.py)
 
     def out_neighbors(self, rows: np.ndarray) -> np.ndarray:
         """Distinct G out-neighbours of G vertices `rows` (the out-index is built on first use:
@@ -153,7 +154,7 @@ class ServingContext:
         key = (store.base, model.fingerprint(), bool(states))
         with_states = (store.base, model.fingerprint(), True)
         if key not in self._aligned and with_states in self._aligned:
-            return self._aligned[with_states]          # a copy with states serves HE too
+            return self._aligned[with_states]  # a copy with states serves HE too
         if key not in self._aligned:
             self._aligned[key] = StoredLayers(store, self.graph, model, states=states)
         return self._aligned[key]
@@ -174,7 +175,7 @@ class ServingContext:
                 q = ~in_g
                 pos = np.minimum(np.searchsorted(sorted_q, ids[q]), max(len(sorted_q) - 1, 0))
                 found = sorted_q[pos] == ids[q] if len(sorted_q) else np.zeros(int(q.sum()), bool)
-                if not found.all():       # reachable with validate=False: never map them anywhere
+                if not found.all():  # reachable with validate=False: never map them anywhere
                     raise_unknown_ids(request, ids[q][~found])
                 out[q] = n + order[pos]
             return out
@@ -201,7 +202,10 @@ class ServingContext:
         key = (name, bool(use_weight and self.weighted))
         if key not in self._g_stats:
             g = self.graph
-            tensor = lambda a: torch.from_numpy(np.require(a, requirements="W"))  # Arrow arrays are read-only
+
+            def tensor(a):
+                return torch.from_numpy(np.require(a, requirements="W"))  # Arrow arrays are read-only
+
             w = tensor(g.weight) if key[1] else None
             self._g_stats[key] = STATS[name](tensor(g.edge_src), tensor(g.edge_dst), w, g.num_nodes)
         return self._g_stats[key]
@@ -213,8 +217,9 @@ class ServingContext:
             return {}
         unknown = [s for s in conv.required_stats if s not in ADDITIVE_STATS]
         if unknown:
-            raise UnsupportedModelError(f"{conv.kind}: statistic(s) {unknown} cannot be updated "
-                                        f"for a request; supported: {ADDITIVE_STATS}")
+            raise UnsupportedModelError(
+                f"{conv.kind}: statistic(s) {unknown} cannot be updated for a request; supported: {ADDITIVE_STATS}"
+            )
         n, b = self.num_nodes, prep.batch_size
         is_g = nodes < n
         g_rows = nodes[is_g]

@@ -29,10 +29,10 @@ are all-gathered for the next layer. The per-partition work, the merge and the e
 are cgp_kernel.py's (the same kernel the Spark and messenger executors run). Because merge is
 associative and commutative the answer equals P = 1 up to float summation order.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 import torch
@@ -44,13 +44,13 @@ from sparkgnn.serving.context import Meter, PreparedRequest, ServingContext
 
 @dataclass
 class LayerWork:
-    layer: int                 # 1..k
-    targets: np.ndarray        # union indices, queries first
-    from_state: np.ndarray     # bool [T]
-    src: np.ndarray            # union index of each edge's source
-    tgt: np.ndarray            # position in `targets` of each edge's destination
-    weight: Optional[np.ndarray]
-    old: np.ndarray            # bool [E]: message from stored values, subtracted
+    layer: int  # 1..k
+    targets: np.ndarray  # union indices, queries first
+    from_state: np.ndarray  # bool [T]
+    src: np.ndarray  # union index of each edge's source
+    tgt: np.ndarray  # position in `targets` of each edge's destination
+    weight: np.ndarray | None
+    old: np.ndarray  # bool [E]: message from stored values, subtracted
 
 
 def edges_into(ctx: ServingContext, prep: PreparedRequest, targets: np.ndarray, policy: str):
@@ -69,11 +69,11 @@ def edges_into(ctx: ServingContext, prep: PreparedRequest, targets: np.ndarray, 
     is_t = local >= 0
     others, other_pos = sets.unique_inverse(src[~is_t])
     local[~is_t] = t + other_pos
-    s, d, w2 = apply_self_loops(torch.from_numpy(local), torch.from_numpy(tgt),
-                                None if w is None else torch.from_numpy(w), t, policy)
-    s = s.numpy()
+    s, d, w2 = apply_self_loops(
+        torch.from_numpy(local), torch.from_numpy(tgt), None if w is None else torch.from_numpy(w), t, policy
+    )
     back = np.concatenate([targets, others])
-    return back[s], d.numpy(), None if w2 is None else w2.numpy()
+    return back[s.numpy()], d.numpy(), None if w2 is None else w2.numpy()
 
 
 class LayerExecutor:
@@ -83,18 +83,18 @@ class LayerExecutor:
         self.ctx, self.model, self.stored, self.parts = ctx, model, stored, max(1, int(parts))
 
     # -- values ------------------------------------------------------------------------------
-    def _values(self, layer_prev: int, nodes: np.ndarray, prev_targets, prev_h, x_query,
-                prep, meter: Meter) -> torch.Tensor:
+    def _values(
+        self, layer_prev: int, nodes: np.ndarray, prev_targets, prev_h, x_query, prep, meter: Meter
+    ) -> torch.Tensor:
         """Current value at layer `layer_prev` of union vertices `nodes` (see module doc)."""
         n = self.ctx.num_nodes
-        pos = None
         if prev_targets is not None and len(prev_targets):
             pos = self.ctx.sets.positions(prev_targets, nodes)
-            hit = pos >= 0
         else:
-            hit = np.zeros(len(nodes), bool)
+            pos = np.full(len(nodes), -1, np.int64)
+        hit = pos >= 0
         is_q = nodes >= n
-        width = (prev_h.shape[1] if prev_h is not None else x_query.shape[1])
+        width = prev_h.shape[1] if prev_h is not None else x_query.shape[1]
         out = torch.empty(len(nodes), width, dtype=torch.float32)
         if hit.any():
             out[torch.from_numpy(hit)] = prev_h[torch.from_numpy(pos[hit])]
@@ -114,8 +114,10 @@ class LayerExecutor:
             return {}
         if old:
             rows = torch.from_numpy(nodes)
-            return {name: self.ctx.g_stat(name, conv.uses_edge_weight)[rows].to(torch.float32)
-                    for name in conv.required_stats}
+            return {
+                name: self.ctx.g_stat(name, conv.uses_edge_weight)[rows].to(torch.float32)
+                for name in conv.required_stats
+            }
         return self.ctx.union_stats(conv, prep, nodes)
 
     # -- one layer ---------------------------------------------------------------------------
@@ -135,8 +137,7 @@ class LayerExecutor:
         return sources
 
     @torch.no_grad()
-    def run_layer(self, work: LayerWork, prev_targets, prev_h, x_query, prep, meter: Meter,
-                  comm: dict):
+    def run_layer(self, work: LayerWork, prev_targets, prev_h, x_query, prep, meter: Meter, comm: dict):
         conv = self.model.convs[work.layer - 1]
         t = len(work.targets)
         l0 = work.layer - 1
@@ -148,8 +149,10 @@ class LayerExecutor:
         if conv.needs_dst_in_message and work.old.any():
             g_t = work.targets
             with meter.timer("fetch_s"):
-                dst_old = conv.prepare_dst(self.stored.value(l0, np.where(g_t < self.ctx.num_nodes, g_t, 0), meter),
-                                           self._stats(conv, prep, np.where(g_t < self.ctx.num_nodes, g_t, 0), True))
+                dst_old = conv.prepare_dst(
+                    self.stored.value(l0, np.where(g_t < self.ctx.num_nodes, g_t, 0), meter),
+                    self._stats(conv, prep, np.where(g_t < self.ctx.num_nodes, g_t, 0), True),
+                )
 
         def stored_states(rows):
             with meter.timer("fetch_s"):
@@ -158,15 +161,28 @@ class LayerExecutor:
         sources = self._sources(conv, work, prev_targets, prev_h, x_query, prep, meter)
         src_owner = owner_of(self.ctx, prep, work.src, self.parts)
         tgt_owner = owner_of(self.ctx, prep, work.targets, self.parts)
-        partials = [partition_partials(conv, p, edge_owner=src_owner, old=work.old, tgt=work.tgt,
-                                       weight=work.weight, target_owner=tgt_owner,
-                                       from_state=work.from_state, sources=sources,
-                                       stored_states=stored_states, dst=(dst_new, dst_old),
-                                       timer=meter.timer, unique_inverse=self.ctx.sets.unique_inverse)
-                    for p in range(self.parts)]
+        partials = [
+            partition_partials(
+                conv,
+                p,
+                edge_owner=src_owner,
+                old=work.old,
+                tgt=work.tgt,
+                weight=work.weight,
+                target_owner=tgt_owner,
+                from_state=work.from_state,
+                sources=sources,
+                stored_states=stored_states,
+                dst=(dst_new, dst_old),
+                timer=meter.timer,
+                unique_inverse=self.ctx.sets.unique_inverse,
+            )
+            for p in range(self.parts)
+        ]
         with meter.timer("merge_s"):
-            merged = merge_partials(conv, [s for r in partials for s in r.states],
-                                    [i for r in partials for i in r.index], t)
+            merged = merge_partials(
+                conv, [s for r in partials for s in r.states], [i for r in partials for i in r.index], t
+            )
         with meter.timer("compute_s"):
             h = self.model.post(l0, conv.update(h_dst, conv.aggregator.finalize(merged), stats_new, False))
         count_layer(comm, (r.partial_bytes for r in partials), h, self.parts)

@@ -7,6 +7,7 @@ is called by the composition roots: this package's __init__ (so the in-process r
 op wherever serving sends it) and `sparkgnn-worker` (sparkgnn.worker.cli) at start, since nothing
 else imports serving in a standalone worker. Registering twice is harmless.
 """
+
 from __future__ import annotations
 
 from sparkgnn.dl.ops import OPS

@@ -12,6 +12,7 @@ layers and answered without a word. The engine therefore compares the store's ma
 own model's and G's fingerprints (the same comparison PEStore.open makes: pe.store's
 manifest_problems) and refuses a mismatch with StalePEStore.
 """
+
 from __future__ import annotations
 
 from sparkgnn.errors import SparkGNNError, StalePEStore
@@ -38,8 +39,10 @@ def verify_store(store, graph, model) -> None:
     where = getattr(store, "base", None) or repr(store)
     manifest = getattr(store, "manifest", None)
     if not isinstance(manifest, dict):
-        raise StalePEStore(f"store {where} has no manifest to check against this engine's model and "
-                           f"graph; pass a store opened with sparkgnn.PEStore.open(path, model=..., graph=...)")
+        raise StalePEStore(
+            f"store {where} has no manifest to check against this engine's model and "
+            f"graph; pass a store opened with sparkgnn.PEStore.open(path, model=..., graph=...)"
+        )
     ident = model_identity(model)
     graph_fp = graph_fingerprint(graph)
     problems = manifest_problems(manifest, graph_fp, ident)
@@ -47,10 +50,12 @@ def verify_store(store, graph, model) -> None:
         raise StalePEStore(
             f"PE store {where} does not belong to this engine (model {_short(ident.fingerprint)}, "
             f"graph {_short(graph_fp)}; the store was computed for model "
-            f"{_short(str(manifest.get('model_fingerprint')))} on graph {_short(str(manifest.get('graph_fingerprint')))}): "
+            f"{_short(str(manifest.get('model_fingerprint')))} "
+            f"on graph {_short(str(manifest.get('graph_fingerprint')))}): "
             + "; ".join(problems)
             + ". Open the store computed for this model and graph, or recompute it "
-              "(spark_jobs/precompute_pe.py)")
+            "(spark_jobs/precompute_pe.py)"
+        )
 
 
 def verify_context_graph(graph, context: ServingContext) -> None:
@@ -62,13 +67,25 @@ def verify_context_graph(graph, context: ServingContext) -> None:
 
     mine, theirs = graph_fingerprint(graph), graph_fingerprint(context.graph)
     if mine != theirs:
-        raise EngineSetupError(f"the shared context serves graph {_short(theirs)}, not the graph "
-                           f"{_short(mine)} given to this engine; build the engine without context=")
+        raise EngineSetupError(
+            f"the shared context serves graph {_short(theirs)}, not the graph "
+            f"{_short(mine)} given to this engine; build the engine without context="
+        )
 
 
 class QueryEngine:
-    def __init__(self, graph, model, mode: str = "full", fanouts=None, seed: int = 0, store=None,
-                 validate: bool = True, context: ServingContext | None = None, **mode_options):
+    def __init__(
+        self,
+        graph,
+        model,
+        mode: str = "full",
+        fanouts=None,
+        seed: int = 0,
+        store=None,
+        validate: bool = True,
+        context: ServingContext | None = None,
+        **mode_options,
+    ):
         if context is not None:
             verify_context_graph(graph, context)
         self.context = context or ServingContext(graph, model, store=store, validate=validate)

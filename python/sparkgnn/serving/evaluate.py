@@ -12,6 +12,7 @@ reuse modes (he, srpe, exact) need --store, opened and verified against the work
 model (a stale store is refused). Prints one table row per mode (and batch size) and writes JSON
 (default <workload>/evaluation.json).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,7 +38,8 @@ def _summary(rows: list[dict]) -> dict:
     correct = sum(r["correct"] for r in rows)
     agree = sum(r["agree"] for r in rows)
     out = {
-        "requests": len(rows), "queries": int(n_q),
+        "requests": len(rows),
+        "queries": int(n_q),
         "accuracy": correct / n_q if n_q else None,
         "agreement_with_reference": agree / n_q if n_q else None,
         "max_rel_err_vs_reference": max((r["rel_err"] for r in rows), default=0.0),
@@ -58,8 +60,7 @@ def evaluate(engine_by_mode: dict, requests, labels: dict, reference_mode: str =
     agreement_with_reference, max_rel_err_vs_reference, latency_p50_ms / p99_ms, and mean/total
     bytes_fetched, nodes_recomputed, nodes_touched, and mean fetch/compute/merge seconds."""
     if reference_mode not in engine_by_mode:
-        raise SparkGNNError(f"reference mode {reference_mode!r} is not among the engines "
-                            f"{sorted(engine_by_mode)}")
+        raise SparkGNNError(f"reference mode {reference_mode!r} is not among the engines {sorted(engine_by_mode)}")
     requests = list(requests)
     reference, ref_latency = {}, {}
     for r in requests:
@@ -72,21 +73,32 @@ def evaluate(engine_by_mode: dict, requests, labels: dict, reference_mode: str =
         for r in requests:
             t0 = time.perf_counter()
             a = reference[r.request_id] if mode == reference_mode else engine.answer(r)
-            latency = (time.perf_counter() - t0 if mode != reference_mode
-                       else ref_latency[r.request_id])
+            latency = time.perf_counter() - t0 if mode != reference_mode else ref_latency[r.request_id]
             ref = reference[r.request_id]
             y = np.array([labels.get(int(q), -1) for q in a.qid], dtype=np.int64)
             known = y >= 0
             pred, ref_pred = a.pred, ref.pred
-            rows.append({
-                "batch_size": int(known.sum()), "latency_s": latency,
-                "correct": int((pred[known] == y[known]).sum()) if pred is not None else 0,
-                "agree": int((pred[known] == ref_pred[known]).sum()) if pred is not None else 0,
-                "rel_err": _rel_err(a.h, ref.h),
-                **{k: a.breakdown.get(k, 0) for k in ("bytes_fetched", "nodes_recomputed", "nodes_touched",
-                                                     "fetch_s", "compute_s", "merge_s")},
-                "B": r.batch_size,
-            })
+            rows.append(
+                {
+                    "batch_size": int(known.sum()),
+                    "latency_s": latency,
+                    "correct": int((pred[known] == y[known]).sum()) if pred is not None else 0,
+                    "agree": int((pred[known] == ref_pred[known]).sum()) if pred is not None else 0,
+                    "rel_err": _rel_err(a.h, ref.h),
+                    **{
+                        k: a.breakdown.get(k, 0)
+                        for k in (
+                            "bytes_fetched",
+                            "nodes_recomputed",
+                            "nodes_touched",
+                            "fetch_s",
+                            "compute_s",
+                            "merge_s",
+                        )
+                    },
+                    "B": r.batch_size,
+                }
+            )
         by_b = {}
         for b in sorted({row["B"] for row in rows}):
             by_b[b] = _summary([row for row in rows if row["B"] == b])
@@ -95,16 +107,21 @@ def evaluate(engine_by_mode: dict, requests, labels: dict, reference_mode: str =
 
 
 def format_table(result: dict) -> str:
-    head = f"{'mode':<10}{'B':>6}{'n':>5}{'acc':>8}{'agree':>8}{'max_rel':>10}{'p50 ms':>9}{'p99 ms':>9}{'MB/req':>9}{'recomp':>9}"
+    head = (
+        f"{'mode':<10}{'B':>6}{'n':>5}{'acc':>8}{'agree':>8}{'max_rel':>10}"
+        f"{'p50 ms':>9}{'p99 ms':>9}{'MB/req':>9}{'recomp':>9}"
+    )
     lines = [head, "-" * len(head)]
     for mode, res in result.items():
         for b, s in [("all", res["overall"]), *res["by_batch_size"].items()]:
             acc = "-" if s["accuracy"] is None else f"{s['accuracy']:.4f}"
             agr = "-" if s["agreement_with_reference"] is None else f"{s['agreement_with_reference']:.4f}"
-            lines.append(f"{mode:<10}{str(b):>6}{s['requests']:>5}{acc:>8}{agr:>8}"
-                         f"{s['max_rel_err_vs_reference']:>10.2e}{s['latency_p50_ms']:>9.2f}"
-                         f"{s['latency_p99_ms']:>9.2f}{s['bytes_fetched_mean'] / 1e6:>9.3f}"
-                         f"{s['nodes_recomputed_mean']:>9.1f}")
+            lines.append(
+                f"{mode:<10}{str(b):>6}{s['requests']:>5}{acc:>8}{agr:>8}"
+                f"{s['max_rel_err_vs_reference']:>10.2e}{s['latency_p50_ms']:>9.2f}"
+                f"{s['latency_p99_ms']:>9.2f}{s['bytes_fetched_mean'] / 1e6:>9.3f}"
+                f"{s['nodes_recomputed_mean']:>9.1f}"
+            )
     return "\n".join(lines)
 
 
@@ -122,8 +139,7 @@ def parse_mode_spec(spec: str, args) -> tuple[str, dict]:
     name, _, policy = spec.partition("/")
     name, _, gamma = name.partition("@")
     if name not in MODES:
-        raise ModeError(f"mode spec {spec!r}: unknown serving mode {name!r}; "
-                        f"known: {', '.join(MODES.names())}")
+        raise ModeError(f"mode spec {spec!r}: unknown serving mode {name!r}; known: {', '.join(MODES.names())}")
     opts: dict = {}
     if name == "srpe":
         try:
@@ -131,8 +147,7 @@ def parse_mode_spec(spec: str, args) -> tuple[str, dict]:
         except ValueError as exc:
             raise ModeError(f"mode spec {spec!r}: gamma {exc}") from None
         if policy and policy not in POLICIES:
-            raise ModeError(f"mode spec {spec!r}: unknown SRPE policy {policy!r}; "
-                            f"known: {', '.join(POLICIES.names())}")
+            raise ModeError(f"mode spec {spec!r}: unknown SRPE policy {policy!r}; known: {', '.join(POLICIES.names())}")
         opts["policy"] = policy or args.policy
     elif gamma or policy:
         raise ModeError(f"mode spec {spec!r}: only srpe takes @gamma and /policy")
@@ -174,8 +189,9 @@ def _workload_part(workload: str, name: str) -> str:
     """<workload>/<name>, or FileNotFoundError saying the folder is not a workload."""
     path = os.path.join(workload, name)
     if not os.path.exists(path):
-        raise FileNotFoundError(errno.ENOENT, f"not a workload folder (written by "
-                                f"sparkgnn.serving.workload): no {name}", path)
+        raise FileNotFoundError(
+            errno.ENOENT, f"not a workload folder (written by sparkgnn.serving.workload): no {name}", path
+        )
     return path
 
 
@@ -189,7 +205,7 @@ def run_evaluation(args) -> int:
     specs = [m for m in args.modes.split(",") if m]
     if "full" not in specs:
         specs.insert(0, "full")
-    parsed = [(spec, *parse_mode_spec(spec, args)) for spec in specs]     # refusals before loading
+    parsed = [(spec, *parse_mode_spec(spec, args)) for spec in specs]  # refusals before loading
     graph = read_graph_dir(_workload_part(args.workload, "graph"))
     model = Model.load(args.model)
     requests = read_requests(_workload_part(args.workload, "requests"))
@@ -212,9 +228,17 @@ def run_evaluation(args) -> int:
     result = evaluate(engines, requests, labels)
     print(format_table(result))
     out = args.out or os.path.join(args.workload, "evaluation.json")
-    _write_json_atomically(out, {"modes": result, "fanouts": fanouts, "seed": args.seed,
-                                 "ns_norm": args.ns_norm, "store": args.store,
-                                 "partitions": args.partitions})
+    _write_json_atomically(
+        out,
+        {
+            "modes": result,
+            "fanouts": fanouts,
+            "seed": args.seed,
+            "ns_norm": args.ns_norm,
+            "store": args.store,
+            "partitions": args.partitions,
+        },
+    )
     print(f"wrote {out}")
     return 0
 

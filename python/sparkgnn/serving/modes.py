@@ -12,11 +12,12 @@ in with `@register_mode("he")` and no edit here.
             "sampled" degrees of the sampled subgraph: what PyG NeighborLoader + GCNConv (and
                       DGL blocks) compute; hop-k vertices then have degree 1 (self loop only).
 """
+
 from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -26,9 +27,11 @@ from sparkgnn.serving.compgraph import build_compgraph, input_features, run_laye
 from sparkgnn.serving.context import Meter, ServingContext, subgraph_stats
 from sparkgnn.serving.request import Request
 
+if TYPE_CHECKING:
+    from sparkgnn.pe.store import PEStore
+
 DEFAULT_FANOUTS = {1: (25,), 2: (25, 10), 3: (15, 10, 5)}
-BREAKDOWN_KEYS = ("fetch_s", "compute_s", "merge_s", "bytes_fetched", "nodes_recomputed",
-                  "nodes_touched")
+BREAKDOWN_KEYS = ("fetch_s", "compute_s", "merge_s", "bytes_fetched", "nodes_recomputed", "nodes_touched")
 
 
 class ModeError(SparkGNNError, ValueError):
@@ -42,6 +45,7 @@ def register_mode(name: str):
     def deco(cls):
         cls.name = name
         return MODES.register(name, cls)
+
     return deco
 
 
@@ -54,7 +58,7 @@ class Answer:
 
     qid: np.ndarray
     h: np.ndarray
-    pred: Optional[np.ndarray]
+    pred: np.ndarray | None
     breakdown: dict = field(default_factory=dict)
 
 
@@ -64,6 +68,10 @@ class Mode:
     ignore it) so an engine can pass it whatever the mode."""
 
     name = ""
+    # The PE store the mode reads (set by QueryEngine; None for modes that read none: full, ns).
+    store: PEStore | None = None
+    # How many CGP partitions one request's layers run as (reuse modes take `partitions=`).
+    partitions: int = 1
 
     def __init__(self, model, seed: int = 0, **options):
         if options:
@@ -79,9 +87,13 @@ class Mode:
         pred = h.argmax(axis=1).astype(np.int64) if self.model.output == "logits" else None
         b = prep.batch_size
         breakdown = dict(meter.seconds)
-        breakdown.update(bytes_fetched=int(meter.bytes_fetched),
-                         nodes_recomputed=int(cg.sizes[1] - b) if cg.num_layers > 1 else 0,
-                         nodes_touched=int(cg.sizes[0]), edges=int(len(cg.src)), **extra)
+        breakdown.update(
+            bytes_fetched=int(meter.bytes_fetched),
+            nodes_recomputed=int(cg.sizes[1] - b) if cg.num_layers > 1 else 0,
+            nodes_touched=int(cg.sizes[0]),
+            edges=int(len(cg.src)),
+            **extra,
+        )
         return Answer(prep.request.qid.copy(), h, pred, breakdown)
 
 
@@ -141,8 +153,11 @@ class NSMode(Mode):
 
         def stats_for(l, conv):
             if l not in stats:
-                stats[l] = (ctx.union_stats(conv, prep, cg.nodes) if self.ns_norm == "full" else
-                            subgraph_stats(conv, cg.src, cg.dst, cg.weight, cg.sizes[0]))
+                stats[l] = (
+                    ctx.union_stats(conv, prep, cg.nodes)
+                    if self.ns_norm == "full"
+                    else subgraph_stats(conv, cg.src, cg.dst, cg.weight, cg.sizes[0])
+                )
             return stats[l]
 
         h = run_layers(self.model, x0, cg, stats_for, meter)

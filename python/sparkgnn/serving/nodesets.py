@@ -9,6 +9,7 @@ batch seen) and are always left clean, so every call starts from all-False / all
 
 Not thread-safe: one ServingContext (and so one NodeSets) per serving thread.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -29,7 +30,7 @@ class NodeSets:
     def unique(self, *arrays: np.ndarray) -> np.ndarray:
         """Sorted distinct values of the concatenation of `arrays`."""
         touched = np.concatenate(arrays) if len(arrays) != 1 else np.asarray(arrays[0])
-        if len(touched) * 16 <= len(self._mark):          # few values: sorting them is cheaper
+        if len(touched) * 16 <= len(self._mark):  # few values: sorting them is cheaper
             return _dedupe_sorted(np.sort(touched)).astype(np.int64, copy=False)
         mark = self._mark
         mark[touched] = True

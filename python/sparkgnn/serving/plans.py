@@ -20,6 +20,7 @@ EXACT  FULL's answer. Vertex w's value at layer l CHANGES iff w was changed at l
        recompute w from scratch over all in-edges (stored values of the unchanged sources), and
        so does a layer whose messages read the destination (GAT) when w itself changed.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -36,14 +37,15 @@ def _query_edges_into(ctx, prep, delta: np.ndarray, offset: int):
     return prep.src[sel], offset + ctx.sets.positions(delta, prep.dst[sel])
 
 
-def layer_work(ctx, prep, conv, layer: int, fresh: np.ndarray, delta: np.ndarray = EMPTY,
-               changed_src: np.ndarray | None = None) -> LayerWork:
+def layer_work(
+    ctx, prep, conv, layer: int, fresh: np.ndarray, delta: np.ndarray = EMPTY, changed_src: np.ndarray | None = None
+) -> LayerWork:
     """Targets fresh (all in-edges, NEW) then delta (stored state + edges from Q, plus, when
     `changed_src` is given, NEW and OLD copies of every in-edge whose source is in it)."""
     targets = np.concatenate([fresh, delta]).astype(np.int64)
     nf = len(fresh)
     weighted = ctx.weighted
-    if changed_src is None:              # SRPE: never touches delta targets' G in-edges
+    if changed_src is None:  # SRPE: never touches delta targets' G in-edges
         src, tgt, w = edges_into(ctx, prep, fresh, conv.self_loops)
         qs, qt = _query_edges_into(ctx, prep, delta, nf)
         src, tgt = np.concatenate([src, qs]), np.concatenate([tgt, qt])
@@ -71,8 +73,9 @@ def he_works(ctx, prep, model) -> list:
 def srpe_works(ctx, prep, model, recompute: np.ndarray) -> list:
     q, k = prep.query_union, model.num_layers
     recompute = np.asarray(recompute, np.int64)
-    return [layer_work(ctx, prep, conv, l + 1, q, recompute if l + 1 < k else EMPTY)
-            for l, conv in enumerate(model.convs)]
+    return [
+        layer_work(ctx, prep, conv, l + 1, q, recompute if l + 1 < k else EMPTY) for l, conv in enumerate(model.convs)
+    ]
 
 
 def changed_sets(ctx, prep, model) -> list:
@@ -122,8 +125,7 @@ def exact_works(ctx, prep, model, also: np.ndarray | None = None) -> list:
             g_targets = sets.unique(g_targets, sets.intersect(also, changed[l]))
         changed_src = sets.unique(changed[l - 1], d) if conv.required_stats else changed[l - 1]
         scratch = _needs_scratch(ctx, prep, conv, g_targets, changed_src, changed[l - 1])
-        work = layer_work(ctx, prep, conv, l, np.concatenate([q, g_targets[scratch]]),
-                          g_targets[~scratch], changed_src)
+        work = layer_work(ctx, prep, conv, l, np.concatenate([q, g_targets[scratch]]), g_targets[~scratch], changed_src)
         works[l - 1] = work
         if l > 1:
             new_src = work.src[~work.old]

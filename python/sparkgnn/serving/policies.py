@@ -13,6 +13,7 @@ is global over the request (equivalent to OMEGA's all-gather of recomputation ta
     ae      oracle: the true approximation error sum_{l<k} ||h_u^(l) - PE_u^(l)||, from EXACT's
             recomputation of the candidates (evaluation only: it costs more than FULL's answer)
 """
+
 from __future__ import annotations
 
 import math
@@ -41,7 +42,7 @@ def select(scores: np.ndarray, cands: np.ndarray, gamma: float) -> np.ndarray:
     budget = min(len(cands), int(math.ceil(gamma * len(cands) - 1e-9)))
     if budget <= 0:
         return np.empty(0, np.int64)
-    order = np.lexsort((cands, -scores))          # score descending, then index
+    order = np.lexsort((cands, -scores))  # score descending, then index
     return np.sort(cands[order[:budget]])
 
 

@@ -23,6 +23,7 @@ One table (not a nodes file plus an edges file) so that a request is atomic on d
 source (Spark Structured Streaming) that sees the file sees the whole request. A request with
 nodes but no edges is legal (its queries are isolated); a request with no node is not.
 """
+
 from __future__ import annotations
 
 import errno
@@ -37,10 +38,16 @@ from sparkgnn.errors import SparkGNNError
 from sparkgnn.graph.problems import MAX_EXAMPLES
 
 KIND_NODE, KIND_EDGE = "node", "edge"
-SCHEMA = pa.schema([
-    ("request_id", pa.string()), ("kind", pa.string()), ("node", pa.int64()),
-    ("x", pa.list_(pa.float32())), ("src", pa.int64()), ("dst", pa.int64()),
-])
+SCHEMA = pa.schema(
+    [
+        ("request_id", pa.string()),
+        ("kind", pa.string()),
+        ("node", pa.int64()),
+        ("x", pa.list_(pa.float32())),
+        ("src", pa.int64()),
+        ("dst", pa.int64()),
+    ]
+)
 
 
 class RequestError(SparkGNNError, ValueError):
@@ -53,12 +60,12 @@ def _examples(values, n: int = MAX_EXAMPLES) -> str:
     return shown + (", ..." if len(values) > n else "")
 
 
-INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 def _rows_and_values(rows: np.ndarray, values) -> str:
     """'row 3: 9223372036854775808, row 7: 1.5, ...' for the first offending rows."""
-    plain = lambda v: v.item() if isinstance(v, np.generic) else v   # noqa: E731
+    plain = lambda v: v.item() if isinstance(v, np.generic) else v  # noqa: E731
     shown = [f"row {int(r)}: {plain(values[int(r)])!r}" for r in rows[:MAX_EXAMPLES]]
     return ", ".join(shown) + (", ..." if len(rows) > MAX_EXAMPLES else "")
 
@@ -71,16 +78,18 @@ def _bad_id_rows(arr: np.ndarray) -> np.ndarray | None:
         return np.zeros(0, np.int64)
     if kind == "u":
         return np.flatnonzero(arr > INT64_MAX)
-    if kind == "f":      # floats: integral, finite and in range (2**63 itself is out)
+    if kind == "f":  # floats: integral, finite and in range (2**63 itself is out)
         with np.errstate(invalid="ignore"):
-            ok = np.isfinite(arr) & (np.floor(arr) == arr) & (arr >= -2.0 ** 63) & (arr < 2.0 ** 63)
+            ok = np.isfinite(arr) & (np.floor(arr) == arr) & (arr >= -(2.0**63)) & (arr < 2.0**63)
         return np.flatnonzero(~ok)
-    if kind == "O":      # Python ints beyond 64 bits, or mixed objects
+    if kind == "O":  # Python ints beyond 64 bits, or mixed objects
+
         def fits(v) -> bool:
             try:
                 return int(v) == v and INT64_MIN <= int(v) <= INT64_MAX
             except (TypeError, ValueError, OverflowError):
                 return False
+
         return np.flatnonzero([not fits(v) for v in arr])
     return None
 
@@ -94,20 +103,25 @@ def _id_array(values, field: str, request_id: str) -> np.ndarray:
     try:
         arr = np.asarray(values)
         if arr.dtype.kind == "f" and not isinstance(values, np.ndarray):
-            arr = np.asarray(values, dtype=object)     # keep Python ints exact (-1, 2**63 -> float64)
+            arr = np.asarray(values, dtype=object)  # keep Python ints exact (-1, 2**63 -> float64)
     except (ValueError, TypeError) as exc:
-        raise RequestError(f"request {request_id!r}: {field} must be a flat list of int64 ids "
-                           f"({' '.join(str(exc).split())})") from None
+        raise RequestError(
+            f"request {request_id!r}: {field} must be a flat list of int64 ids ({' '.join(str(exc).split())})"
+        ) from None
     arr = arr.reshape(-1)
     bad = _bad_id_rows(arr)
     if bad is None:
-        raise RequestError(f"request {request_id!r}: {field} must hold int64 ids, got {arr.dtype} "
-                           f"values (first: {_examples(arr)})")
+        raise RequestError(
+            f"request {request_id!r}: {field} must hold int64 ids, got {arr.dtype} values (first: {_examples(arr)})"
+        )
     if len(bad):
-        raise RequestError(f"request {request_id!r}: {field}: {len(bad)} value(s) are not integer ids "
-                           f"in the int64 range [-2**63, 2**63-1]; first: {_rows_and_values(bad, arr)}")
-    return np.ascontiguousarray(arr.astype(np.int64) if arr.dtype != object
-                                else np.array([int(v) for v in arr], np.int64))
+        raise RequestError(
+            f"request {request_id!r}: {field}: {len(bad)} value(s) are not integer ids "
+            f"in the int64 range [-2**63, 2**63-1]; first: {_rows_and_values(bad, arr)}"
+        )
+    return np.ascontiguousarray(
+        arr.astype(np.int64) if arr.dtype != object else np.array([int(v) for v in arr], np.int64)
+    )
 
 
 def _width_text(width) -> str:
@@ -138,9 +152,11 @@ def _feature_matrix(values, request_id: str) -> np.ndarray:
         expected = widths[0]
         bad = np.flatnonzero([w != expected for w in widths])
         shown = ", ".join(f"row {int(r)} has {_width_text(widths[r])}" for r in bad[:MAX_EXAMPLES])
-        raise RequestError(f"request {request_id!r}: x has rows of different widths (ragged "
-                           f"features): row 0 has {_width_text(expected)}, {len(bad)} rows differ; "
-                           f"first: {shown}{', ...' if len(bad) > MAX_EXAMPLES else ''}")
+        raise RequestError(
+            f"request {request_id!r}: x has rows of different widths (ragged "
+            f"features): row 0 has {_width_text(expected)}, {len(bad)} rows differ; "
+            f"first: {shown}{', ...' if len(bad) > MAX_EXAMPLES else ''}"
+        )
     raise RequestError(f"request {request_id!r}: x must be a [B, F] matrix of numbers ({reason})")
 
 
@@ -189,21 +205,26 @@ class Request:
         elif self.x.size and not np.isfinite(self.x).all():
             bad = ~np.isfinite(self.x).all(axis=1)
             rows = np.flatnonzero(bad)
-            out.append(f"x: {len(rows)} query nodes have NaN/Inf features; first: "
-                       f"{_examples(self.qid[rows])} (rows {_examples(rows)})")
+            out.append(
+                f"x: {len(rows)} query nodes have NaN/Inf features; first: "
+                f"{_examples(self.qid[rows])} (rows {_examples(rows)})"
+            )
         if len(self.src) != len(self.dst):
             out.append(f"src has {len(self.src)} entries but dst has {len(self.dst)}")
             return out
         values, counts = np.unique(self.qid, return_counts=True)
         if (counts > 1).any():
-            out.append(f"{int((counts > 1).sum())} query ids appear more than once; first: "
-                       f"{_examples(values[counts > 1])}")
+            out.append(
+                f"{int((counts > 1).sum())} query ids appear more than once; first: {_examples(values[counts > 1])}"
+            )
         in_g_src = in_g_dst = np.zeros(len(self.src), bool)
         if graph is not None:
             _, collide = graph.id_index.lookup(self.qid)
             if collide.any():
-                out.append(f"{int(collide.sum())} query ids are already vertex ids of the graph; "
-                           f"first: {_examples(self.qid[collide])}")
+                out.append(
+                    f"{int(collide.sum())} query ids are already vertex ids of the graph; "
+                    f"first: {_examples(self.qid[collide])}"
+                )
             _, in_g_src = graph.id_index.lookup(self.src)
             _, in_g_dst = graph.id_index.lookup(self.dst)
         q_src, q_dst = np.isin(self.src, values), np.isin(self.dst, values)
@@ -211,17 +232,21 @@ class Request:
             unknown = ~((q_src | in_g_src) & (q_dst | in_g_dst))
             if unknown.any():
                 ids = unknown_ids(self, q_src | in_g_src, q_dst | in_g_dst)
-                out.append(f"{int(unknown.sum())} edges name an id that is neither a query nor a "
-                           f"vertex of the graph; first: {_examples(_fmt_edges(self, unknown))} "
-                           f"({len(ids)} unknown ids; first: {_examples(ids)})")
+                out.append(
+                    f"{int(unknown.sum())} edges name an id that is neither a query nor a "
+                    f"vertex of the graph; first: {_examples(_fmt_edges(self, unknown))} "
+                    f"({len(ids)} unknown ids; first: {_examples(ids)})"
+                )
         no_query = ~(q_src | q_dst)
         if no_query.any():
-            out.append(f"{int(no_query.sum())} edges touch no query node (an edge between existing "
-                       f"vertices is a graph update, not a query); first: "
-                       f"{_examples(_fmt_edges(self, no_query))}")
+            out.append(
+                f"{int(no_query.sum())} edges touch no query node (an edge between existing "
+                f"vertices is a graph update, not a query); first: "
+                f"{_examples(_fmt_edges(self, no_query))}"
+            )
         return out
 
-    def validate(self, graph=None, feature_dim: int | None = None) -> "Request":
+    def validate(self, graph=None, feature_dim: int | None = None) -> Request:
         """Raise RequestError listing every problem; else self."""
         problems = self.problems(graph, feature_dim)
         if problems:
@@ -237,11 +262,12 @@ def unknown_ids(req: Request, src_known: np.ndarray, dst_known: np.ndarray) -> n
 
 
 def _fmt_edges(req: Request, mask: np.ndarray) -> list[str]:
-    idx = np.flatnonzero(mask)[:MAX_EXAMPLES + 1]
+    idx = np.flatnonzero(mask)[: MAX_EXAMPLES + 1]
     return [f"({req.src[i]} -> {req.dst[i]})" for i in idx]
 
 
 # --- files -------------------------------------------------------------------------------------
+
 
 def requests_table(requests) -> pa.Table:
     """Requests -> one Arrow table in SCHEMA (node rows of a request, then its edge rows)."""
@@ -249,31 +275,35 @@ def requests_table(requests) -> pa.Table:
     if not requests:
         raise RequestError("no requests to write")
     parts = []
-    for r in requests:     # per-request grouping; the rows themselves are built vectorised
+    for r in requests:  # per-request grouping; the rows themselves are built vectorised
         b, m = r.batch_size, r.num_edges
         n = b + m
         x_flat = r.x.reshape(-1)
         w = r.x.shape[1] if r.x.ndim == 2 else 0
-        offsets = np.concatenate([np.arange(b + 1, dtype=np.int32) * w,
-                                  np.full(m, b * w, dtype=np.int32)])
+        offsets = np.concatenate([np.arange(b + 1, dtype=np.int32) * w, np.full(m, b * w, dtype=np.int32)])
         mask = np.concatenate([np.zeros(b, bool), np.ones(m, bool)])
-        x = pa.ListArray.from_arrays(pa.array(offsets), pa.array(x_flat, pa.float32()),
-                                     mask=pa.array(mask))
+        x = pa.ListArray.from_arrays(pa.array(offsets), pa.array(x_flat, pa.float32()), mask=pa.array(mask))
         node_mask = np.concatenate([np.zeros(b, bool), np.ones(m, bool)])
         edge_mask = ~node_mask
         pad_q = np.concatenate([r.qid, np.zeros(m, np.int64)])
         pad_s = np.concatenate([np.zeros(b, np.int64), r.src])
         pad_d = np.concatenate([np.zeros(b, np.int64), r.dst])
-        kind = pa.DictionaryArray.from_arrays(pa.array(node_mask.astype(np.int8)),
-                                              pa.array([KIND_NODE, KIND_EDGE])).cast(pa.string())
-        parts.append(pa.table({
-            "request_id": pa.array(np.full(n, r.request_id, dtype=object), pa.string()),
-            "kind": kind,
-            "node": pa.array(pad_q, mask=node_mask),
-            "x": x,
-            "src": pa.array(pad_s, mask=edge_mask),
-            "dst": pa.array(pad_d, mask=edge_mask),
-        }, schema=SCHEMA))
+        kind = pa.DictionaryArray.from_arrays(
+            pa.array(node_mask.astype(np.int8)), pa.array([KIND_NODE, KIND_EDGE])
+        ).cast(pa.string())
+        parts.append(
+            pa.table(
+                {
+                    "request_id": pa.array(np.full(n, r.request_id, dtype=object), pa.string()),
+                    "kind": kind,
+                    "node": pa.array(pad_q, mask=node_mask),
+                    "x": x,
+                    "src": pa.array(pad_s, mask=edge_mask),
+                    "dst": pa.array(pad_d, mask=edge_mask),
+                },
+                schema=SCHEMA,
+            )
+        )
     return pa.concat_tables(parts)
 
 
@@ -299,11 +329,13 @@ def requests_from_table(table: pa.Table) -> list[Request]:
     kind = table.column("kind").to_numpy(zero_copy_only=False).astype(str)
     bad_kind = ~np.isin(kind, (KIND_NODE, KIND_EDGE))
     if bad_kind.any():
-        raise RequestError(f"{int(bad_kind.sum())} rows have a kind not in {{node, edge}}; "
-                           f"first: {_examples(np.unique(kind[bad_kind]))}")
+        raise RequestError(
+            f"{int(bad_kind.sum())} rows have a kind not in {{node, edge}}; "
+            f"first: {_examples(np.unique(kind[bad_kind]))}"
+        )
     names, first, code = np.unique(rid, return_index=True, return_inverse=True)
     order_of_name = np.argsort(np.argsort(first, kind="stable"), kind="stable")
-    code = order_of_name[code]                      # request number in file order
+    code = order_of_name[code]  # request number in file order
     names = names[np.argsort(first, kind="stable")]
     is_node = kind == KIND_NODE
 
@@ -328,14 +360,16 @@ def requests_from_table(table: pa.Table) -> list[Request]:
     edge_bounds = np.searchsorted(code[edge_rows], np.arange(k + 1))
     x_bounds = np.concatenate([[0], np.cumsum(lengths)])
     out = []
-    for i in range(k):                               # per-request grouping only
+    for i in range(k):  # per-request grouping only
         a, b = node_bounds[i], node_bounds[i + 1]
         widths = np.unique(lengths[a:b])
         if len(widths) > 1:
-            raise RequestError(f"request {str(names[i])!r}: feature vectors of different lengths {widths.tolist()} "
-                               f"(node rows of one request must have one width)")
+            raise RequestError(
+                f"request {str(names[i])!r}: feature vectors of different lengths {widths.tolist()} "
+                f"(node rows of one request must have one width)"
+            )
         w = int(widths[0]) if len(widths) else 0
-        x = flat[x_bounds[a]:x_bounds[b]].reshape(b - a, w)
+        x = flat[x_bounds[a] : x_bounds[b]].reshape(b - a, w)
         e0, e1 = edge_bounds[i], edge_bounds[i + 1]
         out.append(Request(names[i], qid[a:b], x, src[e0:e1], dst[e0:e1]))
     return out
@@ -378,13 +412,16 @@ def parse_request_bytes(content: bytes | None, name: str = "<bytes>") -> list[Re
     Shared by read_requests and the streaming intake, so both refuse the same files in the same
     words."""
     if not content:
-        raise RequestError(f"{name}: empty file (0 bytes); a request file is a Parquet file with "
-                           f"columns {SCHEMA.names}")
+        raise RequestError(
+            f"{name}: empty file (0 bytes); a request file is a Parquet file with columns {SCHEMA.names}"
+        )
     try:
         table = pq.read_table(pa.BufferReader(content))
     except Exception as exc:  # noqa: BLE001  (any failure to decode the bytes means: not Parquet)
-        raise RequestError(f"{name}: not a readable Parquet file, truncated or of another format "
-                           f"({len(content)} bytes; {type(exc).__name__}: {_one_line(exc)})") from None
+        raise RequestError(
+            f"{name}: not a readable Parquet file, truncated or of another format "
+            f"({len(content)} bytes; {type(exc).__name__}: {_one_line(exc)})"
+        ) from None
     missing = [f.name for f in SCHEMA if f.name not in table.column_names]
     if missing:
         raise RequestError(f"{name}: lacks column(s) {missing}; a request file has {SCHEMA.names}")
@@ -394,8 +431,7 @@ def parse_request_bytes(content: bytes | None, name: str = "<bytes>") -> list[Re
         table = table.select(SCHEMA.names).cast(SCHEMA)
     except Exception as exc:  # noqa: BLE001  (ArrowInvalid / NotImplemented: types do not fit)
         have = {f.name: str(f.type) for f in table.schema if f.name in SCHEMA.names}
-        raise RequestError(f"{name}: column types {have} do not fit the request schema "
-                           f"({_one_line(exc)})") from None
+        raise RequestError(f"{name}: column types {have} do not fit the request schema ({_one_line(exc)})") from None
     try:
         return requests_from_table(table)
     except RequestError as exc:

@@ -6,6 +6,7 @@ verified against the same graph and model, with states for SRPE and EXACT).
 P = 1 up to float summation order; the breakdown adds the bytes exchanged between partitions.
 spark_cgp.use_spark_cgp(engine, spark, ...) runs the same partitions as Spark tasks instead.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -37,8 +38,10 @@ class ReuseMode(Mode):
         """The store's layers aligned to G, built on the first request (then reused)."""
         store = getattr(self, "store", None) or ctx.store
         if store is None:
-            raise ModeError(f"mode {self.name!r} reuses precomputed embeddings: pass store= (a "
-                            f"PEStore opened for this graph and model) to the engine")
+            raise ModeError(
+                f"mode {self.name!r} reuses precomputed embeddings: pass store= (a "
+                f"PEStore opened for this graph and model) to the engine"
+            )
         if self._stored is None or self._stored.graph is not ctx.graph:
             self._stored = ctx.stored_layers(store, self.model, self.needs_states)
         return self._stored
@@ -53,8 +56,7 @@ class ReuseMode(Mode):
             works, extra = self.works(ctx, prep, meter)
         # a partitioned executor (Spark tasks, messenger workers) reads the store where it runs;
         # only the in-process one needs the store aligned in this process
-        executor = (getattr(self, "executor", None)
-                    or LayerExecutor(ctx, self.model, self.stored(ctx), self.partitions))
+        executor = getattr(self, "executor", None) or LayerExecutor(ctx, self.model, self.stored(ctx), self.partitions)
         values, comm = executor.run(works, prep, meter)
         b = prep.batch_size
         h = values[-1][:b].numpy().astype(np.float32, copy=False)
@@ -68,7 +70,10 @@ class ReuseMode(Mode):
             recomputed_per_layer=[int(len(t)) for t in g_targets],
             nodes_touched=int(len(ctx.sets.unique(*[w.src for w in works], *[w.targets for w in works]))),
             edges=int(sum(len(w.src) for w in works)),
-            partitions=self.partitions, **comm, **extra)
+            partitions=self.partitions,
+            **comm,
+            **extra,
+        )
         return Answer(prep.request.qid.copy(), h, pred, breakdown)
 
 
@@ -84,12 +89,11 @@ class HEMode(ReuseMode):
 
 @register_mode("srpe")
 class SRPEMode(ReuseMode):
-    def __init__(self, model, gamma: float = 0.1, policy: str = "qer", seed: int = 0,
-                 partitions: int = 1, **options):
+    def __init__(self, model, gamma: float = 0.1, policy: str = "qer", seed: int = 0, partitions: int = 1, **options):
         super().__init__(model, seed=seed, partitions=partitions, **options)
         if not 0.0 <= float(gamma) <= 1.0:
             raise ModeError(f"gamma must be in [0, 1], got {gamma}")
-        POLICIES.lookup(policy)          # refuses an unknown policy as a ModeError
+        POLICIES.lookup(policy)  # refuses an unknown policy as a ModeError
         self.gamma, self.policy = float(gamma), policy
 
     def approximation_errors(self, ctx, prep, cands) -> np.ndarray:
@@ -98,7 +102,7 @@ class SRPEMode(ReuseMode):
         works = exact_works(ctx, prep, self.model, also=cands)
         values, _ = LayerExecutor(ctx, self.model, stored, 1).run(works[:-1], prep, Meter())
         err = np.zeros(len(cands))
-        for w, h in zip(works, values):
+        for w, h in zip(works[:-1], values, strict=True):
             on = np.isin(w.targets, cands)
             rows = w.targets[on]
             pe = stored.value(w.layer, rows, Meter()).numpy()
@@ -111,7 +115,10 @@ class SRPEMode(ReuseMode):
         scores = POLICIES.lookup(self.policy)(ctx, prep, cands, self)
         chosen = select(np.asarray(scores, np.float64), cands, self.gamma)
         return srpe_works(ctx, prep, self.model, chosen), {
-            "candidates": int(len(cands)), "gamma": self.gamma, "policy": self.policy}
+            "candidates": int(len(cands)),
+            "gamma": self.gamma,
+            "policy": self.policy,
+        }
 
 
 @register_mode("exact")

@@ -18,6 +18,7 @@ driver from G's topology held there; OMEGA's builders derive it per machine. Par
 driver instead of all-to-all between machines, since a Spark job returns its results there;
 the bytes reported are still those that cross partitions (cgp_kernel.py), as in-process.
 """
+
 from __future__ import annotations
 
 import os
@@ -38,8 +39,13 @@ class PartitionedLayerExecutor(LayerExecutor):
 
     def __init__(self, ctx, model, store, graph_dir: str, model_path: str, parts: int, states: bool = True):
         super().__init__(ctx, model, stored=None, parts=parts)
-        self.cfg = {"store_base": store.base, "graph_dir": os.path.abspath(graph_dir),
-                    "model_path": os.path.abspath(model_path), "parts": int(parts), "states": bool(states)}
+        self.cfg = {
+            "store_base": store.base,
+            "graph_dir": os.path.abspath(graph_dir),
+            "model_path": os.path.abspath(model_path),
+            "parts": int(parts),
+            "states": bool(states),
+        }
         self.jobs = 0
 
     def _run(self, job: dict) -> list:
@@ -50,8 +56,13 @@ class PartitionedLayerExecutor(LayerExecutor):
 
     def warm_up(self) -> None:
         """Load every shard where the partitions run (the 'cached PE store')."""
-        job = {"kind": "fetch", "layer": 1, "target_owner": np.zeros(0, np.int64),
-               "target_stored_input": np.zeros(0, bool), "target_ids": np.zeros(0, np.int64)}
+        job = {
+            "kind": "fetch",
+            "layer": 1,
+            "target_owner": np.zeros(0, np.int64),
+            "target_stored_input": np.zeros(0, bool),
+            "target_ids": np.zeros(0, np.int64),
+        }
         self._run(job)
 
     @torch.no_grad()
@@ -70,8 +81,12 @@ class PartitionedLayerExecutor(LayerExecutor):
 
         t_key = key_of(work.targets)
         target_ids = np.where(work.targets < n, self.ctx.graph.ids[np.minimum(work.targets, n - 1)], -1)
-        job = {"layer": work.layer, "target_owner": owner_of(self.ctx, prep, work.targets, self.parts),
-               "target_stored_input": t_key < 0, "target_ids": target_ids}
+        job = {
+            "layer": work.layer,
+            "target_owner": owner_of(self.ctx, prep, work.targets, self.parts),
+            "target_stored_input": t_key < 0,
+            "target_ids": target_ids,
+        }
         h_dst = torch.empty(t, given.shape[1] if t_key.max(initial=-1) >= 0 else self._width(work.layer - 1))
 
         def fill_inputs(results):
@@ -98,23 +113,40 @@ class PartitionedLayerExecutor(LayerExecutor):
         src_g = np.minimum(work.src, n - 1)
         uniq, inv = np.unique(work.src, return_inverse=True)
         stats_new = {k: v.numpy()[inv] for k, v in self._stats(conv, prep, uniq, old=False).items()}
-        stats_old = {k: v.numpy()[inv] for k, v in
-                     self._stats(conv, prep, np.where(uniq < n, uniq, 0), old=True).items()}
-        job.update(kind="partials", edge_owner=owner_of(self.ctx, prep, work.src, self.parts), old=work.old,
-                   src_key=src_key, src_id=self.ctx.graph.ids[src_g], given=given.numpy(),
-                   width=int(given.shape[1]), stats_new=stats_new, stats_old=stats_old,
-                   weight=work.weight, tgt=work.tgt, dst_payload=dst_payload, from_state=work.from_state)
+        stats_old = {
+            k: v.numpy()[inv] for k, v in self._stats(conv, prep, np.where(uniq < n, uniq, 0), old=True).items()
+        }
+        job.update(
+            kind="partials",
+            edge_owner=owner_of(self.ctx, prep, work.src, self.parts),
+            old=work.old,
+            src_key=src_key,
+            src_id=self.ctx.graph.ids[src_g],
+            given=given.numpy(),
+            width=int(given.shape[1]),
+            stats_new=stats_new,
+            stats_old=stats_old,
+            weight=work.weight,
+            tgt=work.tgt,
+            dst_payload=dst_payload,
+            from_state=work.from_state,
+        )
         with meter.timer("compute_s"):
             results = self._run(job)
         if not conv.needs_dst_in_message:
             fill_inputs(results)
         meter.bytes_fetched += sum(int(r.get("fetched_bytes", 0)) for r in results)
         with meter.timer("merge_s"):
-            merged = merge_partials(conv, [torch.from_numpy(s) for r in results for s in r["states"]],
-                                    [i for r in results for i in r["index"]], t)
+            merged = merge_partials(
+                conv,
+                [torch.from_numpy(s) for r in results for s in r["states"]],
+                [i for r in results for i in r["index"]],
+                t,
+            )
         with meter.timer("compute_s"):
-            h = self.model.post(work.layer - 1, conv.update(h_dst, conv.aggregator.finalize(merged), stats_new_t,
-                                                            False))
+            h = self.model.post(
+                work.layer - 1, conv.update(h_dst, conv.aggregator.finalize(merged), stats_new_t, False)
+            )
         count_layer(comm, (int(r["partial_bytes"]) for r in results), h, self.parts)
         return h
 
@@ -125,8 +157,7 @@ class PartitionedLayerExecutor(LayerExecutor):
 class SparkLayerExecutor(PartitionedLayerExecutor):
     """The partitions as the P tasks of one Spark job per layer."""
 
-    def __init__(self, ctx, model, spark, store, graph_dir: str, model_path: str, parts: int,
-                 states: bool = True):
+    def __init__(self, ctx, model, spark, store, graph_dir: str, model_path: str, parts: int, states: bool = True):
         super().__init__(ctx, model, store, graph_dir, model_path, parts, states)
         self.spark = spark
 
@@ -155,8 +186,12 @@ def _attach(engine, build):
 def use_spark_cgp(engine, spark, graph_dir: str, model_path: str, partitions: int | None = None):
     """Make a reuse-mode QueryEngine run its layers as Spark tasks over P shards (P defaults to
     the mode's `partitions`); loads the shards into the Python workers now."""
-    return _attach(engine, lambda ctx, model, store, parts, states: SparkLayerExecutor(
-        ctx, model, spark, store, graph_dir, model_path, int(partitions or parts), states))
+    return _attach(
+        engine,
+        lambda ctx, model, store, parts, states: SparkLayerExecutor(
+            ctx, model, spark, store, graph_dir, model_path, int(partitions or parts), states
+        ),
+    )
 
 
 EDGE_KEYS = ("edge_owner", "old", "src_key", "src_id", "tgt", "weight")
@@ -182,8 +217,7 @@ class MessengerLayerExecutor(PartitionedLayerExecutor):
     "serving_partials"): each worker caches the shards it was sent (affinity by partition), the
     frames are JSON + Arrow (cgp_wire.py). Partitions are called one after another."""
 
-    def __init__(self, ctx, model, workers, store, graph_dir: str, model_path: str, parts: int,
-                 states: bool = True):
+    def __init__(self, ctx, model, workers, store, graph_dir: str, model_path: str, parts: int, states: bool = True):
         super().__init__(ctx, model, store, graph_dir, model_path, parts, states)
         from sparkgnn.runners import get_transport
 
@@ -205,14 +239,25 @@ class MessengerLayerExecutor(PartitionedLayerExecutor):
         self.workers.close()
 
 
-def use_messenger_cgp(engine, workers: str, graph_dir: str, model_path: str, model_store: str,
-                      partitions: int | None = None):
+def use_messenger_cgp(
+    engine, workers: str, graph_dir: str, model_path: str, model_store: str, partitions: int | None = None
+):
     """Run a reuse-mode engine's partitions on messenger workers: "local[N]" (starts a broker and
     N workers, stopped by executor.close()), "tcp://..." / "ipc://..." (a running broker whose
     workers can read graph_dir, model_path and the store). Loads the shards now."""
     from sparkgnn.runners import workers_for
 
-    os.makedirs(model_store, exist_ok=True)          # workers need one; serving loads model_path
-    return _attach(engine, lambda ctx, model, store, parts, states: MessengerLayerExecutor(
-        ctx, model, workers_for(workers, model_store), store, graph_dir, model_path,
-        int(partitions or parts), states))
+    os.makedirs(model_store, exist_ok=True)  # workers need one; serving loads model_path
+    return _attach(
+        engine,
+        lambda ctx, model, store, parts, states: MessengerLayerExecutor(
+            ctx,
+            model,
+            workers_for(workers, model_store),
+            store,
+            graph_dir,
+            model_path,
+            int(partitions or parts),
+            states,
+        ),
+    )

@@ -12,6 +12,7 @@ at layer l-1" means the same thing for every l. Only the layers serving can use 
 h^(1..k-1) (inputs of layers 2..k) and, when asked for, states 1..k-1 (the last layer is only ever
 computed for queries, which have no stored state).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -31,12 +32,14 @@ class StoredLayers:
         self.num_layers = k
         self.graph = graph
         self.model = model
-        self._pre_x = None
+        self._pre_x: np.ndarray | None = None
         self.h: dict[int, np.ndarray] = {}
         self.state: dict[int, np.ndarray] = {}
         if states and not store.with_states:
-            raise StoreMismatch(f"{store!r} was written without partial aggregation states; SRPE "
-                                f"and EXACT recompute from them (rerun precompute with states)")
+            raise StoreMismatch(
+                f"{store!r} was written without partial aggregation states; SRPE "
+                f"and EXACT recompute from them (rerun precompute with states)"
+            )
         for l in range(1, k):
             # rows in G's order; raises UnknownIds naming the vertices the store lacks
             h, state = store.lookup(graph.ids, l, states=states)

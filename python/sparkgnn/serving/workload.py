@@ -15,6 +15,7 @@ CLI: python -m sparkgnn.serving.workload --graph DIR --out DIR --batch-sizes 64,
      <out>/labels.parquet, <out>/workload.json.  --requests is the number of requests PER batch
      size. An --out that already holds something is refused unless --overwrite.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,8 +44,8 @@ class WorkloadError(SparkGNNError, ValueError):
 class Workload:
     graph_G: GraphData
     requests: list
-    labels: dict            # query id -> label (every pool vertex)
-    pool: np.ndarray        # original ids of the held-out pool
+    labels: dict  # query id -> label (every pool vertex)
+    pool: np.ndarray  # original ids of the held-out pool
 
     def label_array(self, qid: np.ndarray) -> np.ndarray:
         return np.array([self.labels[int(q)] for q in qid], dtype=np.int64)
@@ -53,13 +54,11 @@ class Workload:
 def split_pool(data: GraphData, seed: int, fraction: float = POOL_FRACTION) -> np.ndarray:
     """Dense indices of a random (seeded) `fraction` of the test vertices, sorted."""
     if data.split is None:
-        raise WorkloadError(f"graph {data.name!r} has no split column: the query pool is drawn "
-                            f"from its test vertices")
+        raise WorkloadError(f"graph {data.name!r} has no split column: the query pool is drawn from its test vertices")
     test = np.flatnonzero(data.mask("test"))
     size = int(round(fraction * len(test)))
     if size == 0:
-        raise WorkloadError(f"graph {data.name!r} has {len(test)} test vertices: a {fraction:.0%} "
-                            f"pool would be empty")
+        raise WorkloadError(f"graph {data.name!r} has {len(test)} test vertices: a {fraction:.0%} pool would be empty")
     rng = np.random.default_rng([int(seed), 0])
     return np.sort(rng.choice(test, size=size, replace=False))
 
@@ -70,11 +69,20 @@ def remove_vertices(data: GraphData, drop: np.ndarray, name: str | None = None) 
     keep[drop] = False
     new_index = np.cumsum(keep) - 1
     e_keep = keep[data.edge_src] & keep[data.edge_dst]
-    sub = lambda a: None if a is None else a[keep]
-    return GraphData(data.ids[keep], data.x[keep], new_index[data.edge_src[e_keep]],
-                     new_index[data.edge_dst[e_keep]],
-                     weight=None if data.weight is None else data.weight[e_keep],
-                     y=sub(data.y), split=sub(data.split), name=name or f"{data.name}-G")
+
+    def sub(a):
+        return None if a is None else a[keep]
+
+    return GraphData(
+        data.ids[keep],
+        data.x[keep],
+        new_index[data.edge_src[e_keep]],
+        new_index[data.edge_dst[e_keep]],
+        weight=None if data.weight is None else data.weight[e_keep],
+        y=sub(data.y),
+        split=sub(data.split),
+        name=name or f"{data.name}-G",
+    )
 
 
 def check_sizes(batch_sizes, num_requests) -> None:
@@ -89,8 +97,7 @@ def check_sizes(batch_sizes, num_requests) -> None:
         raise WorkloadError(f"the number of requests per batch size must be an integer >= 1, got {num_requests}")
 
 
-def make_workload(data: GraphData, batch_sizes=BATCH_SIZES, num_requests: int = 10,
-                  seed: int = 0) -> Workload:
+def make_workload(data: GraphData, batch_sizes=BATCH_SIZES, num_requests: int = 10, seed: int = 0) -> Workload:
     """num_requests requests per batch size (see module doc). Deterministic for a seed."""
     check_sizes(batch_sizes, num_requests)
     if data.y is None:
@@ -107,21 +114,23 @@ def make_workload(data: GraphData, batch_sizes=BATCH_SIZES, num_requests: int = 
     for b in batch_sizes:
         b = int(b)
         if b > len(pool):
-            raise WorkloadError(f"batch size {b} exceeds the query pool ({len(pool)} vertices = "
-                                f"{POOL_FRACTION:.0%} of the test split of {data.name!r})")
+            raise WorkloadError(
+                f"batch size {b} exceeds the query pool ({len(pool)} vertices = "
+                f"{POOL_FRACTION:.0%} of the test split of {data.name!r})"
+            )
         for i in range(int(num_requests)):
             q = np.sort(rng.choice(pool, size=b, replace=False))
             in_req = np.isin(p_src, q), np.isin(p_dst, q)
             # keep an edge if it touches the request and its other end is in G or the request
             ok = (in_req[0] | ~in_pool[p_src]) & (in_req[1] | ~in_pool[p_dst]) & (in_req[0] | in_req[1])
-            requests.append(Request(f"b{b}-{i:05d}", data.ids[q], data.x[q],
-                                    data.ids[p_src[ok]], data.ids[p_dst[ok]]))
-    labels = dict(zip(data.ids[pool].tolist(), data.y[pool].tolist()))
+            requests.append(Request(f"b{b}-{i:05d}", data.ids[q], data.x[q], data.ids[p_src[ok]], data.ids[p_dst[ok]]))
+    labels = dict(zip(data.ids[pool].tolist(), data.y[pool].tolist(), strict=True))
     return Workload(G, requests, labels, data.ids[pool])
 
 
-def write_workload(workload: Workload, out: str, meta: dict | None = None, overwrite: bool = False,
-                   inputs: dict | None = None) -> dict:
+def write_workload(
+    workload: Workload, out: str, meta: dict | None = None, overwrite: bool = False, inputs: dict | None = None
+) -> dict:
     """Write graph/, requests/, labels.parquet and workload.json under `out`. An `out` that holds
     anything is refused unless `overwrite` (it would mix two workloads' request files, or replace
     an earlier one without being asked), as is an `out` overlapping one of `inputs` ({flag: path});
@@ -150,8 +159,12 @@ def _write_files(workload: Workload, out: str, meta: dict | None) -> dict:
     ids = np.fromiter(workload.labels.keys(), np.int64, len(workload.labels))
     ys = np.fromiter(workload.labels.values(), np.int64, len(workload.labels))
     pq.write_table(pa.table({"id": ids, "y": ys}), os.path.join(out, "labels.parquet"))
-    doc = {"pool_size": int(len(workload.pool)), "num_requests": len(workload.requests),
-           "graph_G": workload.graph_G.meta(), **(meta or {})}
+    doc = {
+        "pool_size": int(len(workload.pool)),
+        "num_requests": len(workload.requests),
+        "graph_G": workload.graph_G.meta(),
+        **(meta or {}),
+    }
     with open(os.path.join(out, "workload.json"), "w") as f:
         json.dump(doc, f, indent=2)
     return doc
@@ -159,7 +172,7 @@ def _write_files(workload: Workload, out: str, meta: dict | None) -> dict:
 
 def read_labels(path: str) -> dict:
     t = pq.read_table(path)
-    return dict(zip(t.column("id").to_numpy().tolist(), t.column("y").to_numpy().tolist()))
+    return dict(zip(t.column("id").to_numpy().tolist(), t.column("y").to_numpy().tolist(), strict=True))
 
 
 PROG = "python -m sparkgnn.serving.workload"
@@ -171,12 +184,17 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
     ap.add_argument("--graph", required=True, help="graph directory (with labels and a split)")
     ap.add_argument("--out", required=True, help="workload folder to create")
-    ap.add_argument("--batch-sizes", type=int_list(1), default=list(BATCH_SIZES),
-                    help="comma separated query counts per request, each >= 1 (default 64,128,256,512,1024)")
+    ap.add_argument(
+        "--batch-sizes",
+        type=int_list(1),
+        default=list(BATCH_SIZES),
+        help="comma separated query counts per request, each >= 1 (default 64,128,256,512,1024)",
+    )
     ap.add_argument("--requests", type=positive_int, default=10, help="requests per batch size (>= 1)")
     ap.add_argument("--seed", type=non_negative_int, default=0)
-    ap.add_argument("--overwrite", action="store_true",
-                    help="replace --out when it already holds something (an earlier workload)")
+    ap.add_argument(
+        "--overwrite", action="store_true", help="replace --out when it already holds something (an earlier workload)"
+    )
     return ap
 
 
@@ -188,15 +206,23 @@ def main(argv=None) -> int:
 def _run(args) -> int:
     from sparkgnn.outputs import check_output
 
-    check_output(args.out, {"--graph": args.graph}, overwrite=args.overwrite)   # before the work
+    check_output(args.out, {"--graph": args.graph}, overwrite=args.overwrite)  # before the work
     data = read_graph_dir(args.graph)
     wl = make_workload(data, args.batch_sizes, args.requests, args.seed)
-    doc = write_workload(wl, args.out, {"source": os.path.abspath(args.graph), "seed": args.seed,
-                                        "batch_sizes": args.batch_sizes, "requests_per_size": args.requests,
-                                        "source_fingerprint": data.fingerprint},
-                         overwrite=args.overwrite, inputs={"--graph": args.graph})
-    print(f"G: {wl.graph_G.summary()}\npool {doc['pool_size']} vertices, {doc['num_requests']} "
-          f"requests -> {args.out}")
+    doc = write_workload(
+        wl,
+        args.out,
+        {
+            "source": os.path.abspath(args.graph),
+            "seed": args.seed,
+            "batch_sizes": args.batch_sizes,
+            "requests_per_size": args.requests,
+            "source_fingerprint": data.fingerprint,
+        },
+        overwrite=args.overwrite,
+        inputs={"--graph": args.graph},
+    )
+    print(f"G: {wl.graph_G.summary()}\npool {doc['pool_size']} vertices, {doc['num_requests']} requests -> {args.out}")
     return 0
 
 

@@ -12,6 +12,7 @@ files dropped into a directory, exactly once per request, restartable from its c
 The job's entry point is spark_jobs/stream_queries.py. No pyspark import at package import time
 (only job.py needs it, and imports it inside its functions).
 """
+
 from sparkgnn.streaming.grouping import GROUPINGS, GroupingError, get_grouping
 from sparkgnn.streaming.sink import ANSWER_SCHEMA, AnswerSink, read_answers
 

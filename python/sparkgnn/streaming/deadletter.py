@@ -8,6 +8,7 @@ again, so a dead letter, like an answer, exists once however often its batch run
 original file stays where it was: the stream source never reads a file twice, and the operator
 can fix and re-drop it under a new name.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,13 +31,19 @@ class DeadLetter:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
 
-    def put(self, name: str, content: bytes, reason: str, batch_id: int, source: str,
-            arrival_ts: float | None = None) -> str:
+    def put(
+        self, name: str, content: bytes, reason: str, batch_id: int, source: str, arrival_ts: float | None = None
+    ) -> str:
         """Store one refused file; returns the path of its reason file."""
         target = os.path.join(self.root, os.path.basename(name))
         self._atomic_write(target, content or b"")
-        doc = {"file": source, "batch_id": int(batch_id), "reason": reason,
-               "bytes": len(content or b""), "arrival_ts": arrival_ts}
+        doc = {
+            "file": source,
+            "batch_id": int(batch_id),
+            "reason": reason,
+            "bytes": len(content or b""),
+            "arrival_ts": arrival_ts,
+        }
         reason_path = target + REASON_SUFFIX
         self._atomic_write(reason_path, json.dumps(doc, indent=1).encode())
         return reason_path

@@ -29,6 +29,7 @@ the deeper hops. It is the GSM predictor applied one hop further, costs O(M) per
 in-degree array (computed once), and needs no sampling, which GSM rejects as too expensive.
 Unknown ids (requests that will be answered with an error row) contribute nothing.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -50,12 +51,13 @@ def register_grouping(name: str):
     def deco(cls):
         cls.name = name
         return GROUPINGS.register(name, cls)
+
     return deco
 
 
-def get_grouping(name: str, **options) -> "GroupingPolicy":
+def get_grouping(name: str, **options) -> GroupingPolicy:
     cls = GROUPINGS.lookup(name)
-    accepted = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+    accepted = [p for p in inspect.signature(cls).parameters]
     unknown = sorted(set(options) - set(accepted))
     if unknown:
         raise GroupingError(f"grouping {name!r} does not take option(s) {unknown}; it takes {accepted}")
@@ -104,7 +106,7 @@ class FifoGrouping(GroupingPolicy):
         self.batch_size = _positive(batch_size, "fifo batch_size", integer=True)
 
     def next_group(self, queue, now):
-        return sorted(queue, key=lambda p: p.seq)[:self.batch_size]
+        return sorted(queue, key=lambda p: p.seq)[: self.batch_size]
 
     def describe(self):
         return {"grouping": self.name, "batch_size": self.batch_size}
@@ -123,16 +125,21 @@ class DegreeGrouping(GroupingPolicy):
         fresh = sorted((p for p in queue if id(p) not in aged_ids), key=lambda p: (p.cost, p.seq))
         group, total = [], 0.0
         for p in aged + fresh:
-            if group and (total + p.cost > self.threshold or
-                          (self.max_requests is not None and len(group) >= self.max_requests)):
+            if group and (
+                total + p.cost > self.threshold or (self.max_requests is not None and len(group) >= self.max_requests)
+            ):
                 break
             group.append(p)
             total += p.cost
         return group
 
     def describe(self):
-        return {"grouping": self.name, "threshold": self.threshold, "aging_s": self.aging_s,
-                "max_requests": self.max_requests}
+        return {
+            "grouping": self.name,
+            "threshold": self.threshold,
+            "aging_s": self.aging_s,
+            "max_requests": self.max_requests,
+        }
 
 
 def run_schedule(policy: GroupingPolicy, queue: list, clock, serve) -> None:
@@ -143,8 +150,9 @@ def run_schedule(policy: GroupingPolicy, queue: list, clock, serve) -> None:
     while remaining:
         group = policy.next_group(remaining, clock())
         if not group:
-            raise GroupingError(f"policy {policy.name!r} returned an empty group for a queue of "
-                                f"{len(remaining)} requests")
+            raise GroupingError(
+                f"policy {policy.name!r} returned an empty group for a queue of {len(remaining)} requests"
+            )
         taken = {id(p) for p in group}
         remaining = [p for p in remaining if id(p) not in taken]
         serve(g, group)

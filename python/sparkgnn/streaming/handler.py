@@ -22,6 +22,7 @@ content of the micro-batch's files to the driver as Arrow, then adds the files t
 source log assigns to the batch but the DataFrame lacks: Spark drops 0-byte files from it,
 sourcelog.py; read from disk, they are refused like any other unreadable file).
 """
+
 from __future__ import annotations
 
 import json
@@ -32,11 +33,10 @@ import pyarrow as pa
 
 from sparkgnn.errors import USER_ERRORS
 from sparkgnn.streaming.grouping import RequestCost, run_schedule
-from sparkgnn.streaming.intake import (IncomingFile, MalformedRequestFile, Pending, local_path,
-                                       parse_request_file)
+from sparkgnn.streaming.intake import IncomingFile, MalformedRequestFile, Pending, local_path, parse_request_file
 from sparkgnn.streaming.progress import BatchProgress, batch_progress
-from sparkgnn.streaming.sourcelog import LoggedFile, batch_files
 from sparkgnn.streaming.sink import answers_table
+from sparkgnn.streaming.sourcelog import LoggedFile, batch_files
 
 
 def _json_safe(value):
@@ -60,10 +60,11 @@ def read_logged(entry: LoggedFile) -> IncomingFile:
 
 
 class MicroBatchHandler:
-    def __init__(self, engine, graph, grouping, sink, dead_letter, log=print, clock=time.time,
-                 checkpoint: str | None = None):
+    def __init__(
+        self, engine, graph, grouping, sink, dead_letter, log=print, clock=time.time, checkpoint: str | None = None
+    ):
         self.engine = engine
-        self.checkpoint = checkpoint        # whose source log lists every file of a batch
+        self.checkpoint = checkpoint  # whose source log lists every file of a batch
         self.graph = graph
         self.grouping = grouping
         self.sink = sink
@@ -81,8 +82,12 @@ class MicroBatchHandler:
     def __call__(self, df, batch_id) -> None:
         table = df.select("path", "modificationTime", "content").toArrow()
         mtime_us = table.column("modificationTime").cast(pa.int64()).to_numpy(zero_copy_only=False)
-        files = [IncomingFile(p, float(t) / 1e6, c) for p, t, c in
-                 zip(table.column("path").to_pylist(), mtime_us.tolist(), table.column("content").to_pylist())]
+        files = [
+            IncomingFile(p, float(t) / 1e6, c)
+            for p, t, c in zip(
+                table.column("path").to_pylist(), mtime_us.tolist(), table.column("content").to_pylist(), strict=True
+            )
+        ]
         files += self.undelivered(files, int(batch_id))
         self.handle(files, int(batch_id))
 
@@ -114,18 +119,26 @@ class MicroBatchHandler:
                     except USER_ERRORS + (ValueError,) as exc:
                         error = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
                 done = self.clock()
-                rows.append(self._row(batch_id, p, answer, error, start, done, group_index,
-                                      len(rows), grouping_name))
+                rows.append(self._row(batch_id, p, answer, error, start, done, group_index, len(rows), grouping_name))
 
         run_schedule(self.grouping, pending, self.clock, serve)
         answered = self.clock()
-        meta = {"batch_id": batch_id, "files": [f.path for f in files], "dead_letters": dead,
-                "requests": len(rows), "errors": sum(1 for r in rows if r["error"]),
-                "started_ts": started, "answered_ts": answered, "written_ts": self.clock(),
-                "mode": self.mode, **self.grouping.describe()}
+        meta = {
+            "batch_id": batch_id,
+            "files": [f.path for f in files],
+            "dead_letters": dead,
+            "requests": len(rows),
+            "errors": sum(1 for r in rows if r["error"]),
+            "started_ts": started,
+            "answered_ts": answered,
+            "written_ts": self.clock(),
+            "mode": self.mode,
+            **self.grouping.describe(),
+        }
         self.sink.write(batch_id, answers_table(rows), meta)
-        progress = batch_progress(batch_id, len(files), rows, len(dead), self.clock() - started,
-                                  self.mode, grouping_name)
+        progress = batch_progress(
+            batch_id, len(files), rows, len(dead), self.clock() - started, self.mode, grouping_name
+        )
         self.history.append(progress)
         self.batches_handled += 1
         self.requests_handled += len(rows)
@@ -138,8 +151,9 @@ class MicroBatchHandler:
         for f in files:
             try:
                 if f.vanished:
-                    raise MalformedRequestFile(f"{f.name}: the stream source listed this file but it "
-                                               f"was gone before it could be read")
+                    raise MalformedRequestFile(
+                        f"{f.name}: the stream source listed this file but it was gone before it could be read"
+                    )
                 requests = parse_request_file(f.content, f.name)
             except MalformedRequestFile as exc:
                 reason = str(exc)
@@ -155,8 +169,10 @@ class MicroBatchHandler:
         first_file: dict[str, str] = {}
         for p in pending:
             if p.request_id in first_file:
-                p.error = (f"duplicate request id {p.request_id!r} in this micro-batch (first in "
-                           f"{first_file[p.request_id]}); only the first one is answered")
+                p.error = (
+                    f"duplicate request id {p.request_id!r} in this micro-batch (first in "
+                    f"{first_file[p.request_id]}); only the first one is answered"
+                )
                 continue
             first_file[p.request_id] = p.file
             p.problems = p.request.problems(self.graph)
@@ -170,12 +186,24 @@ class MicroBatchHandler:
         if answer is not None:
             breakdown = json.dumps({k: _json_safe(v) for k, v in answer.breakdown.items()}, sort_keys=True)
         return {
-            "batch_id": batch_id, "request_id": p.request_id, "file": p.file,
-            "num_queries": p.request.batch_size, "qid": p.request.qid,
+            "batch_id": batch_id,
+            "request_id": p.request_id,
+            "file": p.file,
+            "num_queries": p.request.batch_size,
+            "qid": p.request.qid,
             "h": None if answer is None else answer.h,
             "pred": None if answer is None else answer.pred,
-            "error": error, "arrival_ts": p.arrival_ts, "start_ts": start, "done_ts": done,
-            "queue_s": start - p.arrival_ts, "service_s": done - start,
-            "latency_s": done - p.arrival_ts, "engine_batch": group_index, "order": order,
-            "cost": p.cost, "mode": self.mode, "grouping": grouping, "breakdown": breakdown,
+            "error": error,
+            "arrival_ts": p.arrival_ts,
+            "start_ts": start,
+            "done_ts": done,
+            "queue_s": start - p.arrival_ts,
+            "service_s": done - start,
+            "latency_s": done - p.arrival_ts,
+            "engine_batch": group_index,
+            "order": order,
+            "cost": p.cost,
+            "mode": self.mode,
+            "grouping": grouping,
+            "breakdown": breakdown,
         }

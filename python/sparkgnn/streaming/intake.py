@@ -15,11 +15,11 @@ an invalid REQUEST (unknown ids, wrong width, NaN) is not malformed: that reques
 with an error row naming the problem (handler.py), because the fault is the request's, not the
 file's, and a client reading the answers should learn about it under its request id.
 """
+
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Optional
 
 from sparkgnn.errors import SparkGNNError
 from sparkgnn.serving.request import Request, RequestError, parse_request_bytes
@@ -34,9 +34,9 @@ class IncomingFile:
     """One file of a micro-batch, as the binaryFile source reports it."""
 
     path: str
-    arrival_ts: float        # the file's modification time (epoch seconds): when it appeared
-    content: Optional[bytes]
-    vanished: bool = False   # listed by the source, gone from disk before it could be read
+    arrival_ts: float  # the file's modification time (epoch seconds): when it appeared
+    content: bytes | None
+    vanished: bool = False  # listed by the source, gone from disk before it could be read
 
     @property
     def name(self) -> str:
@@ -55,7 +55,7 @@ class Pending:
     seq: int
     cost: float = 0.0
     problems: list = field(default_factory=list)
-    error: Optional[str] = None       # set when the request cannot be answered
+    error: str | None = None  # set when the request cannot be answered
 
     @property
     def request_id(self) -> str:
@@ -65,9 +65,9 @@ class Pending:
 def local_path(path: str) -> str:
     """'file:/a/b' or 'file:///a/b' (what Spark reports) -> '/a/b'; other strings unchanged."""
     if path.startswith("file://"):
-        return path[len("file://"):]
+        return path[len("file://") :]
     if path.startswith("file:"):
-        return path[len("file:"):]
+        return path[len("file:") :]
     return path
 
 

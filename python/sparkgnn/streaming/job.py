@@ -23,6 +23,7 @@ Sink: foreachBatch(MicroBatchHandler) with the atomic, idempotent per-batch-id d
 sink.py; together with the checkpoint's offset and commit logs that is exactly-once output per
 request file (sink.py explains the argument).
 """
+
 from __future__ import annotations
 
 import json
@@ -30,8 +31,8 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Optional
 
 from sparkgnn.errors import SparkGNNError
 
@@ -54,19 +55,19 @@ class StreamConfig:
     requests: str
     out: str
     checkpoint: str
-    store: Optional[str] = None
+    store: str | None = None
     mode: str = "full"
     mode_options: dict = field(default_factory=dict)
-    workers: str = "inprocess"                 # inprocess | spark (reuse modes: CGP as Spark tasks) | other: to the mode
+    workers: str = "inprocess"  # inprocess | spark (reuse modes: CGP as Spark tasks) | other: to the mode
     grouping: str = "degree"
     grouping_options: dict = field(default_factory=dict)
-    trigger_s: Optional[float] = None          # None or 0: next micro-batch right after the last
-    available_now: bool = False                # process what is there, then stop (tests, backfill)
-    max_files_per_trigger: Optional[int] = None
-    dead_letter: Optional[str] = None          # default <out>/_dead_letter
+    trigger_s: float | None = None  # None or 0: next micro-batch right after the last
+    available_now: bool = False  # process what is there, then stop (tests, backfill)
+    max_files_per_trigger: int | None = None
+    dead_letter: str | None = None  # default <out>/_dead_letter
     glob: str = "*.parquet"
-    max_batches: Optional[int] = None
-    timeout_s: Optional[float] = None
+    max_batches: int | None = None
+    timeout_s: float | None = None
     seed: int = 0
     warmup: bool = True
 
@@ -78,10 +79,10 @@ class StreamConfig:
 @dataclass
 class RunResult:
     query_id: str
-    batches: int                      # micro-batches handled by this run
-    last_batch_id: Optional[int]
-    history: list                     # progress.BatchProgress per micro-batch
-    stopped_by: str                   # finished | max_batches | timeout | signal | stop_when
+    batches: int  # micro-batches handled by this run
+    last_batch_id: int | None
+    history: list  # progress.BatchProgress per micro-batch
+    stopped_by: str  # finished | max_batches | timeout | signal | stop_when
 
 
 def build_engine(cfg: StreamConfig, log=print):
@@ -91,10 +92,12 @@ def build_engine(cfg: StreamConfig, log=print):
     from sparkgnn.pe import PEStore
     from sparkgnn.serving import MODES, QueryEngine
 
-    MODES.lookup(cfg.mode)          # an unknown mode is a ModeError naming the known ones
+    MODES.lookup(cfg.mode)  # an unknown mode is a ModeError naming the known ones
     if cfg.store is None and cfg.mode not in STORELESS_MODES:
-        raise StreamStartError(f"mode {cfg.mode!r} reuses precomputed embeddings: --store is required "
-                             f"(only {', '.join(STORELESS_MODES)} run without a PE store)")
+        raise StreamStartError(
+            f"mode {cfg.mode!r} reuses precomputed embeddings: --store is required "
+            f"(only {', '.join(STORELESS_MODES)} run without a PE store)"
+        )
     started = time.perf_counter()
     graph = read_graph_dir(cfg.graph)
     model = Model.load(cfg.model)
@@ -102,21 +105,32 @@ def build_engine(cfg: StreamConfig, log=print):
     options = dict(cfg.mode_options)
     remote = cfg.workers not in (None, "", "inprocess")
     if remote and cfg.mode in STORELESS_MODES:
-        raise StreamStartError(f"--workers {cfg.workers} runs the CGP partitions of a reuse mode (he, "
-                               f"srpe, exact); mode {cfg.mode!r} has none")
+        raise StreamStartError(
+            f"--workers {cfg.workers} runs the CGP partitions of a reuse mode (he, "
+            f"srpe, exact); mode {cfg.mode!r} has none"
+        )
     engine = QueryEngine(graph, model, mode=cfg.mode, store=store, seed=cfg.seed, **options)
-    if remote and cfg.workers != "spark":      # local[N] / tcp:// / ipc://: messenger workers
+    if remote and cfg.workers != "spark":  # local[N] / tcp:// / ipc://: messenger workers
         from sparkgnn.serving.spark_cgp import use_messenger_cgp
 
-        use_messenger_cgp(engine, cfg.workers, cfg.graph, cfg.model,
-                          model_store=os.path.join(os.path.abspath(cfg.checkpoint), "_worker_models"))
-        log(f"stream: each request's layers run as {engine.mode.partitions} partitions on messenger "
-            f"workers {cfg.workers}")
+        use_messenger_cgp(
+            engine,
+            cfg.workers,
+            cfg.graph,
+            cfg.model,
+            model_store=os.path.join(os.path.abspath(cfg.checkpoint), "_worker_models"),
+        )
+        log(
+            f"stream: each request's layers run as {engine.mode.partitions} partitions on messenger "
+            f"workers {cfg.workers}"
+        )
     if cfg.warmup:
         engine.answer(warmup_request(graph))
-    log(f"stream: engine ready in {time.perf_counter() - started:.1f} s: mode {engine.mode_name}"
+    log(
+        f"stream: engine ready in {time.perf_counter() - started:.1f} s: mode {engine.mode_name}"
         f"{' ' + json.dumps(options, sort_keys=True) if options else ''}, G {graph.num_nodes} vertices / "
-        f"{len(graph.edge_src)} edges{', store ' + cfg.store if cfg.store else ''}")
+        f"{len(graph.edge_src)} edges{', store ' + cfg.store if cfg.store else ''}"
+    )
     return graph, engine
 
 
@@ -128,11 +142,16 @@ def warmup_request(graph):
     from sparkgnn.serving import Request
 
     q = int(graph.ids.max()) + 1 if graph.num_nodes else 0
-    return Request("__warmup__", np.array([q]), np.zeros((1, graph.feature_dim), np.float32),
-                   graph.ids[:1].copy(), np.array([q])[:min(1, graph.num_nodes)])
+    return Request(
+        "__warmup__",
+        np.array([q]),
+        np.zeros((1, graph.feature_dim), np.float32),
+        graph.ids[:1].copy(),
+        np.array([q])[: min(1, graph.num_nodes)],
+    )
 
 
-def checkpoint_query_id(checkpoint: str) -> Optional[str]:
+def checkpoint_query_id(checkpoint: str) -> str | None:
     """The query id Spark keeps in <checkpoint>/metadata, None for a fresh checkpoint."""
     path = os.path.join(checkpoint, "metadata")
     if not os.path.exists(path):
@@ -143,13 +162,11 @@ def checkpoint_query_id(checkpoint: str) -> Optional[str]:
 
 def start_query(spark, cfg: StreamConfig, handler):
     """The streaming query: binaryFile source over cfg.requests -> foreachBatch(handler)."""
-    reader = (spark.readStream.format("binaryFile").schema(BINARY_FILE_SCHEMA)
-              .option("pathGlobFilter", cfg.glob))
+    reader = spark.readStream.format("binaryFile").schema(BINARY_FILE_SCHEMA).option("pathGlobFilter", cfg.glob)
     if cfg.max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", int(cfg.max_files_per_trigger))
     df = reader.load(os.path.abspath(cfg.requests))
-    writer = (df.writeStream.foreachBatch(handler)
-              .option("checkpointLocation", os.path.abspath(cfg.checkpoint)))
+    writer = df.writeStream.foreachBatch(handler).option("checkpointLocation", os.path.abspath(cfg.checkpoint))
     if cfg.available_now:
         writer = writer.trigger(availableNow=True)
     elif cfg.trigger_s:
@@ -157,19 +174,25 @@ def start_query(spark, cfg: StreamConfig, handler):
     return writer.start()
 
 
-def _last_committed(query) -> Optional[int]:
+def _last_committed(query) -> int | None:
     progress = query.lastProgress
     if progress is None:
         return None
     try:
         return int(progress["batchId"])
     except (TypeError, KeyError):
-        return int(getattr(progress, "batchId"))
+        return int(progress.batchId)
 
 
-def run(cfg: StreamConfig, spark, log=print, handle_signals: bool = False,
-        on_started: Callable | None = None, stop_when: Callable | None = None,
-        engine=None) -> RunResult:
+def run(
+    cfg: StreamConfig,
+    spark,
+    log=print,
+    handle_signals: bool = False,
+    on_started: Callable | None = None,
+    stop_when: Callable | None = None,
+    engine=None,
+) -> RunResult:
     """Start the job and run it until the source is exhausted (available_now), max_batches
     micro-batches are committed, timeout_s passes, SIGTERM/SIGINT (handle_signals) or
     stop_when(handler) is true after a committed micro-batch (benchmarks).
@@ -185,8 +208,9 @@ def run(cfg: StreamConfig, spark, log=print, handle_signals: bool = False,
         return _run_with(cfg, graph, engine, spark, log, on_started, stop_when, handle_signals, grouping)
     finally:
         executor = getattr(getattr(engine, "mode", None), "executor", None) if owns_engine else None
-        if hasattr(executor, "close"):
-            executor.close()                   # stops local[N] messenger workers
+        close = getattr(executor, "close", None)
+        if close is not None:
+            close()  # stops local[N] messenger workers
 
 
 def _run_with(cfg, graph, engine, spark, log, on_started, stop_when, handle_signals, grouping):
@@ -199,8 +223,9 @@ def _run_with(cfg, graph, engine, spark, log, on_started, stop_when, handle_sign
     sink.sweep()
     dead = DeadLetter(cfg.dead_letter_dir)
     os.makedirs(cfg.requests, exist_ok=True)
-    handler = MicroBatchHandler(engine, graph, grouping, sink, dead, log=log,
-                                checkpoint=os.path.abspath(cfg.checkpoint))
+    handler = MicroBatchHandler(
+        engine, graph, grouping, sink, dead, log=log, checkpoint=os.path.abspath(cfg.checkpoint)
+    )
 
     session = spark() if callable(spark) else spark
     if cfg.workers == "spark":
@@ -211,8 +236,10 @@ def _run_with(cfg, graph, engine, spark, log, on_started, stop_when, handle_sign
         log(f"stream: each request's layers run as {parts} Spark tasks (CGP over the cached PE store)")
     query = start_query(session, cfg, handler)
     sink.bind(query.id, cfg.checkpoint)
-    log(f"stream: query {query.id} watching {os.path.abspath(cfg.requests)} -> {sink.out} "
-        f"(checkpoint {os.path.abspath(cfg.checkpoint)}, grouping {json.dumps(grouping.describe())})")
+    log(
+        f"stream: query {query.id} watching {os.path.abspath(cfg.requests)} -> {sink.out} "
+        f"(checkpoint {os.path.abspath(cfg.checkpoint)}, grouping {json.dumps(grouping.describe())})"
+    )
     if on_started:
         on_started(query, handler)
 
@@ -228,12 +255,12 @@ def _run_with(cfg, graph, engine, spark, log, on_started, stop_when, handle_sign
             try:
                 if query.awaitTermination(0.2):
                     break
-            except Exception:          # the query died; query.exception() below says why
+            except Exception:  # the query died; query.exception() below says why
                 break
             if stop.is_set():
                 stopped_by = "signal"
                 break
-            last = _last_committed(query)      # progress is reported after the commit log entry
+            last = _last_committed(query)  # progress is reported after the commit log entry
             committed = bool(handler.batches_handled) and last is not None and last >= handler.last_batch_id
             if cfg.max_batches and handler.batches_handled >= cfg.max_batches and committed:
                 stopped_by = "max_batches"
@@ -253,5 +280,4 @@ def _run_with(cfg, graph, engine, spark, log, on_started, stop_when, handle_sign
     if exc is not None:
         raise StreamJobError(f"streaming query {query.id} failed: {exc}")
     log(f"stream: stopped ({stopped_by}) after {handler.batches_handled} micro-batches in this run")
-    return RunResult(str(query.id), handler.batches_handled, handler.last_batch_id, handler.history,
-                     stopped_by)
+    return RunResult(str(query.id), handler.batches_handled, handler.last_batch_id, handler.history, stopped_by)

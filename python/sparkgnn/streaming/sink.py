@@ -25,6 +25,7 @@ The output directory is bound to ONE checkpoint (_stream.json holds its query id
 checkpoint restarts batch ids at 0 and would overwrite earlier answers, so the job refuses an
 output directory that belongs to another checkpoint (job.py).
 """
+
 from __future__ import annotations
 
 import json
@@ -39,28 +40,30 @@ import pyarrow.parquet as pq
 
 from sparkgnn.errors import SparkGNNError
 
-ANSWER_SCHEMA = pa.schema([
-    ("batch_id", pa.int64()),
-    ("request_id", pa.string()),
-    ("file", pa.string()),            # the request file, as the source reported its path
-    ("num_queries", pa.int64()),
-    ("qid", pa.list_(pa.int64())),    # request order; null when the request could not be parsed
-    ("h", pa.list_(pa.list_(pa.float32()))),   # [B][out]; null for error rows
-    ("pred", pa.list_(pa.int64())),   # argmax per query (logits models); null otherwise
-    ("error", pa.string()),           # null when answered; else what is wrong
-    ("arrival_ts", pa.float64()),     # file modification time (epoch s): when the request arrived
-    ("start_ts", pa.float64()),       # when its answer started
-    ("done_ts", pa.float64()),        # when its answer was ready
-    ("queue_s", pa.float64()),        # start - arrival: trigger wait, Spark, requests ahead of it
-    ("service_s", pa.float64()),      # done - start: QueryEngine.answer (or validation) only
-    ("latency_s", pa.float64()),      # done - arrival: end to end, file arrival to answer
-    ("engine_batch", pa.int32()),     # group index within the micro-batch (grouping policy)
-    ("order", pa.int32()),            # answer position within the micro-batch
-    ("cost", pa.float64()),           # the grouping cost estimate (grouping.RequestCost)
-    ("mode", pa.string()),
-    ("grouping", pa.string()),
-    ("breakdown", pa.string()),       # JSON of Answer.breakdown
-])
+ANSWER_SCHEMA = pa.schema(
+    [
+        ("batch_id", pa.int64()),
+        ("request_id", pa.string()),
+        ("file", pa.string()),  # the request file, as the source reported its path
+        ("num_queries", pa.int64()),
+        ("qid", pa.list_(pa.int64())),  # request order; null when the request could not be parsed
+        ("h", pa.list_(pa.list_(pa.float32()))),  # [B][out]; null for error rows
+        ("pred", pa.list_(pa.int64())),  # argmax per query (logits models); null otherwise
+        ("error", pa.string()),  # null when answered; else what is wrong
+        ("arrival_ts", pa.float64()),  # file modification time (epoch s): when the request arrived
+        ("start_ts", pa.float64()),  # when its answer started
+        ("done_ts", pa.float64()),  # when its answer was ready
+        ("queue_s", pa.float64()),  # start - arrival: trigger wait, Spark, requests ahead of it
+        ("service_s", pa.float64()),  # done - start: QueryEngine.answer (or validation) only
+        ("latency_s", pa.float64()),  # done - arrival: end to end, file arrival to answer
+        ("engine_batch", pa.int32()),  # group index within the micro-batch (grouping policy)
+        ("order", pa.int32()),  # answer position within the micro-batch
+        ("cost", pa.float64()),  # the grouping cost estimate (grouping.RequestCost)
+        ("mode", pa.string()),
+        ("grouping", pa.string()),
+        ("breakdown", pa.string()),  # JSON of Answer.breakdown
+    ]
+)
 BATCH_DIR = re.compile(r"^batch_id=(\d+)$")
 PART_FILE = "part-00000.parquet"
 META_FILE = "_batch.json"
@@ -83,7 +86,7 @@ def _fsync_file(path: str) -> None:
 def _fsync_dir(path: str) -> None:
     try:
         _fsync_file(path)
-    except OSError:      # some file systems do not allow opening a directory for fsync
+    except OSError:  # some file systems do not allow opening a directory for fsync
         pass
 
 
@@ -118,8 +121,9 @@ def _matrix_list(values: list) -> pa.Array:
     """list<list<float32>> from [B, out] float32 matrices (None -> null)."""
     rows_per = np.array([0 if v is None else v.shape[0] for v in values], np.int64)
     parts = [np.asarray(v, np.float32) for v in values if v is not None]
-    widths = np.concatenate([np.full(p.shape[0], p.shape[1], np.int64) for p in parts]) if parts \
-        else np.empty(0, np.int64)
+    widths = (
+        np.concatenate([np.full(p.shape[0], p.shape[1], np.int64) for p in parts]) if parts else np.empty(0, np.int64)
+    )
     inner_offsets = np.concatenate([[0], np.cumsum(widths)]).astype(np.int32)
     flat = np.concatenate([p.reshape(-1) for p in parts]) if parts else np.empty(0, np.float32)
     inner = pa.ListArray.from_arrays(pa.array(inner_offsets), pa.array(flat, pa.float32()))
@@ -160,7 +164,7 @@ class AnswerSink:
         _fsync_dir(tmp)
         final = self.batch_dir(batch_id)
         old = None
-        if os.path.exists(final):                   # a replayed batch: replace, never add
+        if os.path.exists(final):  # a replayed batch: replace, never add
             old = os.path.join(self.out, TMP_DIR, f"replaced-{int(batch_id)}-{tag}")
             os.replace(final, old)
         os.replace(tmp, final)
@@ -193,12 +197,14 @@ class AnswerSink:
                     f"--out {self.out} already holds answers of a streaming query "
                     f"({(bound or {}).get('checkpoint', 'unknown checkpoint')}), but checkpoint "
                     f"{os.path.abspath(checkpoint)} is new: its batch ids would restart at 0 and "
-                    f"overwrite them. Restart with the original --checkpoint or use a new --out.")
+                    f"overwrite them. Restart with the original --checkpoint or use a new --out."
+                )
         elif bound is not None and bound.get("query_id") != checkpoint_query_id:
             raise SinkError(
                 f"--out {self.out} belongs to query {bound.get('query_id')} (checkpoint "
                 f"{bound.get('checkpoint')}), not to query {checkpoint_query_id} of checkpoint "
-                f"{os.path.abspath(checkpoint)}")
+                f"{os.path.abspath(checkpoint)}"
+            )
 
 
 def committed_batch_ids(out: str) -> list[int]:

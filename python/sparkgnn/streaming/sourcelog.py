@@ -12,6 +12,7 @@ Log format (Spark's FileStreamSourceLog, "v1"): a version line, then one JSON ob
 Every `compactInterval` batches (default 10) the entries of all batches so far are written to
 `<id>.compact` instead of `<id>`, hence both names are read and entries filtered by batchId.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,13 +20,13 @@ import os
 from dataclasses import dataclass
 from urllib.parse import unquote, urlparse
 
-SOURCE_DIR = os.path.join("sources", "0")      # the job has exactly one source
+SOURCE_DIR = os.path.join("sources", "0")  # the job has exactly one source
 
 
 @dataclass(frozen=True)
 class LoggedFile:
-    path: str           # local path (URI decoded)
-    arrival_ts: float   # modification time, epoch seconds
+    path: str  # local path (URI decoded)
+    arrival_ts: float  # modification time, epoch seconds
 
 
 def uri_to_local(uri: str) -> str:
@@ -36,8 +37,11 @@ def uri_to_local(uri: str) -> str:
 
 
 def _log_files(log_dir: str, batch_id: int) -> list[str]:
-    return [p for p in (os.path.join(log_dir, str(batch_id)), os.path.join(log_dir, f"{batch_id}.compact"))
-            if os.path.isfile(p)]
+    return [
+        p
+        for p in (os.path.join(log_dir, str(batch_id)), os.path.join(log_dir, f"{batch_id}.compact"))
+        if os.path.isfile(p)
+    ]
 
 
 def batch_files(checkpoint: str, batch_id: int) -> list[LoggedFile] | None:
@@ -50,7 +54,7 @@ def batch_files(checkpoint: str, batch_id: int) -> list[LoggedFile] | None:
     for path in found:
         with open(path) as fh:
             lines = fh.read().splitlines()
-        for line in lines[1:]:                     # lines[0] is the version ("v1")
+        for line in lines[1:]:  # lines[0] is the version ("v1")
             if not line.strip():
                 continue
             entry = json.loads(line)

@@ -14,6 +14,7 @@ User errors end as one line on stderr with exit code 2, never a traceback: a bad
 --connect with no broker answering within --connect-timeout (after printing at once where it is
 connecting), a taken --data-bind port, a model store it cannot read (sparkgnn.cliargs.run_cli).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,8 +35,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--model-store", required=True, help="folder of saved models, by fingerprint")
     p.add_argument("--threads", type=positive_int, default=None, help="torch intra-op threads")
     args = p.parse_args(argv)
-    if not (args.device == "cpu" or args.device == "cuda" or
-            (args.device.startswith("cuda:") and args.device[5:].isdigit())):
+    if not (
+        args.device == "cpu" or args.device == "cuda" or (args.device.startswith("cuda:") and args.device[5:].isdigit())
+    ):
         p.error(f"--device must be cpu, cuda or cuda:i, got {args.device!r}")
     if not os.path.isdir(args.model_store):
         p.error(f"--model-store {args.model_store!r} is not a folder")
