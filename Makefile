@@ -102,3 +102,11 @@ bench-serving: venv
 .PHONY: bench-integrity
 bench-integrity: venv
 	$(PY) bench/bench_integrity.py
+
+# Batch inference at scale as a spark-submit user pays it: cold jobs at 2M / 8M / 32M edges vs a cold
+# PyG script, peak RSS of each: bench/results/scale.json + scale.png (long; SIZES=2000000,8000000 for
+# a shorter run, HUGE=1 adds 100M edges).
+SIZES ?= 2000000,8000000,32000000
+.PHONY: bench-scale
+bench-scale: venv
+	$(PY) bench/bench_scale.py --sizes $(SIZES) $(if $(HUGE),--huge,)

@@ -12,6 +12,7 @@ end, so a failed job leaves an earlier result intact. User errors: one line on s
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -45,12 +46,20 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--work-dir", default=None, help="where prepared graph layouts and models are cached")
     parser.add_argument("--explain", action="store_true", help="print the plan before running")
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier result in --out")
+    parser.add_argument(
+        "--report",
+        default=None,
+        help="write a JSON report of where the job's time went (session start, prepare, each step and "
+        "layer, the planner's estimate vs the measured seconds per layer)",
+    )
     args = parser.parse_args(argv)
     for flag, path in (("--graph", args.graph), ("--model", args.model)):
         if not os.path.exists(path):
             parser.error(f"{flag} {path!r} does not exist")
     if args.ids and not os.path.isfile(args.ids):
         parser.error(f"--ids {args.ids!r} is not a file")
+    if args.report and os.path.exists(args.report) and not args.overwrite:
+        parser.error(f"--report {args.report!r} exists; pass --overwrite to replace it")
     return args
 
 
@@ -92,7 +101,8 @@ def _run(args) -> int:
         )
     started = time.perf_counter()
     spark = job_session("sparkgnn-batch-inference")
-    result = infer(
+    session_s = time.perf_counter() - started
+    result, report, plan = infer(
         spark,
         args.graph,
         args.model,
@@ -104,10 +114,33 @@ def _run(args) -> int:
         explain=args.explain,
         work_dir=args.work_dir,
         overwrite=args.overwrite,
+        return_report=True,
     )
     rows = result.count()
-    print(f"batch_inference: wrote {rows} rows to {args.out} in {time.perf_counter() - started:.1f} s")
+    total_s = time.perf_counter() - started
+    print(f"batch_inference: wrote {rows} rows to {args.out} in {total_s:.1f} s")
+    if args.report:
+        write_report(args.report, rows, session_s, total_s, report, plan)
     return 0
+
+
+def write_report(path: str, rows: int, session_s: float, total_s: float, report, plan) -> None:
+    """The job's cost as a user paid it (cold JVM included), written atomically."""
+    from sparkgnn.engine.executor import estimate_vs_actual
+
+    doc = {
+        "rows": rows,
+        "session_start_s": round(session_s, 3),
+        "total_s": round(total_s, 3),
+        "partitions": plan.partitions,
+        "strategies": [layer.strategy for layer in plan.layers],
+        "estimate_vs_actual": estimate_vs_actual(report, plan),
+        **report.to_json(),
+    }
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as fh:
+        json.dump(doc, fh, indent=2)
+    os.replace(tmp, path)
 
 
 if __name__ == "__main__":

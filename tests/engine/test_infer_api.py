@@ -1,5 +1,6 @@
 """infer(): requested ids, clear errors for bad inputs, the spark job entry point."""
 
+import json
 import os
 import sys
 
@@ -75,16 +76,44 @@ def test_batch_job_writes_parquet_and_explains(spark, graph_dirs, work_dir, tmp_
             work_dir,
             "--ids",
             str(ids_file),
+            "--report",
+            str(tmp_path / "report.json"),
         ]
     )
     assert code == 0
     printed = capsys.readouterr().out
     assert "strategy=combine" in printed and "[GRAPH]" in printed and "[DL]" in printed and "[PIPE]" in printed
+    assert "sparkgnn layer 1 (combine): estimated" in printed and "sparkgnn layer 2 (combine): estimated" in printed
     import pyarrow.parquet as pq
 
     table = pq.read_table(out)
     assert set(table.column_names) == {"id", "h", "pred"}
     assert sorted(table.column("id").to_pylist()) == sorted(data.ids[:2].tolist())
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["rows"] == 2 and report["partitions"] == 3 and report["strategies"] == ["combine", "combine"]
+    # every step is charged to one layer (-1: loading x); the per-layer sums add up to the steps
+    assert set(report["seconds_by_layer"]) == {"-1", "0", "1"}
+    assert sum(report["seconds_by_layer"].values()) == pytest.approx(
+        sum(s["seconds"] for s in report["steps"]), abs=0.01
+    )
+    assert [r["layer"] for r in report["estimate_vs_actual"]] == [0, 1]
+    assert all(r["estimate_s"] > 0 and r["actual_s"] > 0 for r in report["estimate_vs_actual"])
+    assert report["total_s"] >= report["session_start_s"] + report["prepare_s"]
+    # an existing report is not overwritten without --overwrite (refused before any Spark work)
+    with pytest.raises(SystemExit):
+        batch_inference.main(
+            [
+                "--graph",
+                path,
+                "--model",
+                model_path,
+                "--out",
+                str(tmp_path / "out2"),
+                "--report",
+                str(tmp_path / "report.json"),
+            ]
+        )
+    assert "--report" in capsys.readouterr().err
 
 
 def test_batch_job_rejects_bad_arguments(tmp_path, capsys):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import tempfile
 
-from sparkgnn.engine.executor import execute, finish
+from sparkgnn.engine.executor import estimate_lines, estimate_vs_actual, execute, finish
 from sparkgnn.engine.prepare import prepare
 from sparkgnn.engine.session import configure, default_parallelism, memory_per_task
 from sparkgnn.errors import GraphValidationError, PlanError, SparkGNNError
@@ -163,6 +163,8 @@ def infer(
         if ids_df is not None:
             final_df = final_df.join(ids_df, "id", "left_semi")
         result = finish(spark, final_df, report, meter, label, out, log=log, timers=timers)
+        for line in estimate_lines(estimate_vs_actual(report, plan)):
+            log(line)
     finally:
         runners.close()
     return (result, report, plan) if return_report else result

@@ -38,11 +38,71 @@ class StepReport:
     seconds: float
     shuffle: dict | None
     task_seconds: dict = field(default_factory=dict)  # summed over tasks: rows_in, collect, dl, scatter
+    layer: int = -1  # conv whose aggregation the step finishes (-1: the first step, loading x)
 
 
 @dataclass
 class RunReport:
+    """What a run cost, step by step. A step finishes layer l's aggregation and prepares what layer
+    l+1 needs (fused), so `seconds_by_layer` charges each step to the layer it finishes; layer -1 is
+    the first step (features in, layer 0's payloads out); the last layer's time includes writing
+    the output. `prepare_s` is the graph layout preparation (0-ish when reused)."""
+
     steps: list = field(default_factory=list)
+    final_layer: int = -1
+    prepare_s: float = 0.0
+    prepare_reused: bool = False
+
+    def seconds_by_layer(self) -> dict[int, float]:
+        out: dict[int, float] = {}
+        for step in self.steps:
+            out[step.layer] = out.get(step.layer, 0.0) + step.seconds
+        return out
+
+    def to_json(self) -> dict:
+        return {
+            "prepare_s": round(self.prepare_s, 3),
+            "prepare_reused": self.prepare_reused,
+            "seconds_by_layer": {str(k): round(v, 3) for k, v in sorted(self.seconds_by_layer().items())},
+            "steps": [
+                {
+                    "label": s.label,
+                    "layer": s.layer,
+                    "seconds": round(s.seconds, 3),
+                    "task_seconds": s.task_seconds,
+                    **(s.shuffle or {}),
+                }
+                for s in self.steps
+            ],
+        }
+
+
+def estimate_vs_actual(report: RunReport, plan) -> list[dict]:
+    """Per layer: the planner's estimated seconds next to the measured ones (the steps charged to
+    the layer), so every run shows how far the cost model is off."""
+    measured = report.seconds_by_layer()
+    rows = []
+    for index, layer in enumerate(plan.layers):
+        estimate = layer.estimates.get("seconds")
+        actual = measured.get(index)
+        rows.append(
+            {
+                "layer": index,
+                "strategy": layer.strategy,
+                "estimate_s": None if estimate is None else round(float(estimate), 3),
+                "actual_s": None if actual is None else round(actual, 3),
+                "actual_over_estimate": round(actual / estimate, 2) if actual and estimate else None,
+            }
+        )
+    return rows
+
+
+def estimate_lines(rows: list[dict]) -> list[str]:
+    return [
+        f"sparkgnn layer {r['layer'] + 1} ({r['strategy']}): estimated {r['estimate_s']} s, took {r['actual_s']} s"
+        + (f" ({r['actual_over_estimate']}x)" if r["actual_over_estimate"] else "")
+        for r in rows
+    ]
 
 
 def _initial_rows(vertices, keys, partitions: int, column: str = "x"):
@@ -110,7 +170,7 @@ def execute(
     steps = schedule(strategies, needs_dst, start_layer, final="final" if on_layer is None else "own_only")
     num_layers = len(plan.layers)
     meter = ShuffleMeter(spark)
-    report = RunReport()
+    report = RunReport(prepare_s=prepared.seconds, prepare_reused=prepared.reused)
     rows = (
         _initial_rows(resume[1], keys, partitions, "h") if resume else _initial_rows(graph.vertices, keys, partitions)
     )
@@ -148,11 +208,12 @@ def execute(
         rows = out.localCheckpoint(eager=True)
         seconds = time.perf_counter() - started
         shuffle = meter.delta()
-        report.steps.append(StepReport(step.label, seconds, shuffle, _read(timers)))
+        report.steps.append(StepReport(step.label, seconds, shuffle, _read(timers), layer=step.layer))
         log(_progress(report.steps[-1]))
         if on_layer is not None and INPUT_STAGE[step.inputs] in AGGREGATING_STAGES:
             on_layer(step.layer + 1, rows)
             rows = rows.where(f"kind != {PE_STATE}")
+    report.final_layer = steps[-1].layer
     return final_df, report, meter, steps[-1].label, final_timers
 
 
@@ -192,7 +253,7 @@ def finish(spark, final_df, report, meter, label: str, out: str | None, log=prin
         result = final_df.localCheckpoint(eager=True)
     seconds = time.perf_counter() - started
     shuffle = meter.delta()
-    report.steps.append(StepReport(label, seconds, shuffle, _read(timers) if timers else {}))
+    report.steps.append(StepReport(label, seconds, shuffle, _read(timers) if timers else {}, layer=report.final_layer))
     log(_progress(report.steps[-1], f" -> {out}" if out else ""))
     spark.sparkContext.setJobDescription(None)
     return result

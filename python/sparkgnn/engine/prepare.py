@@ -44,6 +44,8 @@ class PreparedGraph:
     path: str
     partitions: int
     stats: dict
+    seconds: float = 0.0  # spent preparing in this job (0 when an earlier job's layout was reused)
+    reused: bool = False  # the layout came from <work_dir>/prep (same graph fingerprint and P)
 
     def edges_by_dst(self, spark):
         """Edge rows for the edge_join strategy: (src, dst, w, pd)."""
@@ -87,8 +89,11 @@ def prepare(spark, graph, partitions: int, work_dir: str, log=print) -> Prepared
     path = os.path.join(work_dir, "prep", str(fingerprint), f"P={partitions}")
     marker = os.path.join(path, MARKER)
     if os.path.exists(marker):
+        started = time.perf_counter()
         with open(marker) as fh:
-            return PreparedGraph(path=path, partitions=partitions, stats=json.load(fh)["stats"])
+            stats = json.load(fh)["stats"]
+        log(f"sparkgnn: reusing the graph layout prepared for {partitions} partitions ({path})")
+        return PreparedGraph(path, partitions, stats, time.perf_counter() - started, reused=True)
     started = time.perf_counter()
     spark.sparkContext.setJobDescription(f"sparkgnn prepare: partition graph into {partitions}")
     edges = _edges_with_parts(graph, partitions).cache()
@@ -114,11 +119,12 @@ def prepare(spark, graph, partitions: int, work_dir: str, log=print) -> Prepared
     with open(marker + ".tmp", "w") as fh:
         json.dump({"fingerprint": fingerprint, "partitions": partitions, "stats": stats}, fh)
     os.replace(marker + ".tmp", marker)
+    seconds = time.perf_counter() - started
     log(
-        f"sparkgnn: prepared graph {fingerprint} for {partitions} partitions in {time.perf_counter() - started:.1f} s "
+        f"sparkgnn: prepared graph {fingerprint} for {partitions} partitions in {seconds:.1f} s "
         f"(R_f = {1 + stats['mirror_rows'] / max(stats['num_vertices'], 1):.2f})"
     )
-    return PreparedGraph(path=path, partitions=partitions, stats=stats)
+    return PreparedGraph(path=path, partitions=partitions, stats=stats, seconds=seconds)
 
 
 def _graph_stats(spark, path: str, edges, partitions: int) -> dict:

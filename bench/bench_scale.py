@@ -1,0 +1,285 @@
+"""Batch inference at scale, as a spark-submit user pays it (make bench-scale).
+
+For each graph size (synthetic Zipf graphs, nodes = edges / 10, 128-d features, seeded), one run
+measures, each cold in its own process:
+  - sparkgnn: `python spark_jobs/batch_inference.py --report ...` on a fresh work dir (JVM start,
+    prepare, every step, the Parquet output); its report says where the time went;
+  - PyG: bench/pyg_cold_job.py (read the same Parquet, forward of the same weights, write Parquet).
+Peak RSS is the largest sum over the process tree (the JVM and Spark's Python workers included),
+sampled every 0.2 s. Ratios are sparkgnn / PyG: per layer (mean of the layers) and whole job.
+`--huge` adds the 100M-edge graph (about 5 GB of features).
+
+Writes bench/results/scale.json and scale.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import psutil
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_common import DATA, RESULTS, ROOT, machine, synthetic_dir, write_result  # noqa: E402
+
+DEFAULT_SIZES = (2_000_000, 8_000_000, 32_000_000)
+HUGE = 100_000_000
+DIM = 128
+HIDDEN = 128
+LAYERS = 2
+
+
+class PeakRss:
+    """Largest total RSS of a process and all its descendants, sampled in a thread."""
+
+    def __init__(self, pid: int, every_s: float = 0.2):
+        self.pid, self.every_s, self.peak = pid, every_s, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                root = psutil.Process(self.pid)
+                procs = [root, *root.children(recursive=True)]
+                total = 0
+                for proc in procs:
+                    try:
+                        total += proc.memory_info().rss
+                    except psutil.Error:
+                        pass
+                self.peak = max(self.peak, total)
+            except psutil.Error:
+                return
+            self._stop.wait(self.every_s)
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return self.peak
+
+
+def run_cold(cmd: list[str], timeout_s: float) -> dict:
+    """Run a command in its own process; wall seconds, peak tree RSS, exit code, output tail."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    peak = PeakRss(proc.pid)
+    try:
+        output, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        output, _ = proc.communicate()
+    wall = time.perf_counter() - started
+    return {"wall_s": wall, "peak_rss_gib": peak.stop() / 2**30, "rc": proc.returncode, "output": output}
+
+
+def make_model(path_sparkgnn: str, path_pyg: str) -> None:
+    from torch_geometric.nn import GraphSAGE
+
+    from sparkgnn.models import Model
+
+    torch.manual_seed(0)
+    module = GraphSAGE(DIM, HIDDEN, LAYERS, aggr="mean").eval()
+    Model.from_pyg(module).save(path_sparkgnn)
+    torch.save({"weights": module.state_dict(), "in": DIM, "hidden": HIDDEN, "layers": LAYERS}, path_pyg)
+
+
+def sparkgnn_job(graph: str, model: str, scratch: str, timeout_s: float) -> dict:
+    report_path = os.path.join(scratch, "report.json")
+    cmd = [
+        sys.executable,
+        os.path.join(ROOT, "spark_jobs", "batch_inference.py"),
+        "--graph",
+        graph,
+        "--model",
+        model,
+        "--out",
+        os.path.join(scratch, "out"),
+        "--work-dir",
+        os.path.join(scratch, "work"),
+        "--report",
+        report_path,
+    ]
+    run = run_cold(cmd, timeout_s)
+    if run["rc"] != 0 or not os.path.exists(report_path):
+        return {
+            "ok": False,
+            "wall_s": run["wall_s"],
+            "peak_rss_gib": run["peak_rss_gib"],
+            "tail": run["output"][-2000:],
+        }
+    with open(report_path) as fh:
+        report = json.load(fh)
+    layers = [report["seconds_by_layer"][str(i)] for i in range(LAYERS)]
+    return {
+        "ok": True,
+        "wall_s": round(run["wall_s"], 2),
+        "peak_rss_gib": round(run["peak_rss_gib"], 2),
+        "session_start_s": report["session_start_s"],
+        "prepare_s": report["prepare_s"],
+        "load_s": report["seconds_by_layer"].get("-1", 0.0),
+        "layer_s": layers,
+        "partitions": report["partitions"],
+        "strategies": report["strategies"],
+        "estimate_vs_actual": report["estimate_vs_actual"],
+        "steps": report["steps"],
+        "progress": [line for line in run["output"].splitlines() if line.startswith(("sparkgnn", "batch_inference"))],
+    }
+
+
+def pyg_job(graph: str, model: str, scratch: str, timeout_s: float) -> dict:
+    cmd = [
+        sys.executable,
+        os.path.join(os.path.dirname(os.path.abspath(__file__)), "pyg_cold_job.py"),
+        "--graph",
+        graph,
+        "--model",
+        model,
+        "--out",
+        os.path.join(scratch, "pyg_out.parquet"),
+    ]
+    run = run_cold(cmd, timeout_s)
+    lines = [line for line in run["output"].splitlines() if line.startswith("{")]
+    result = json.loads(lines[-1]) if lines else {"ok": False, "error": run["output"][-500:]}
+    if run["rc"] != 0 and result.get("ok"):
+        result = {"ok": False, "error": f"exit code {run['rc']}"}
+    if run["rc"] in (-9, 137) and not lines:
+        result = {"ok": False, "error": "killed (out of memory)"}
+    return {**result, "wall_s": round(run["wall_s"], 2), "peak_rss_gib": round(run["peak_rss_gib"], 2)}
+
+
+def measure(edges: int, models: tuple[str, str], timeout_s: float) -> dict:
+    nodes = edges // 10
+    started = time.perf_counter()
+    graph = synthetic_dir(nodes, edges, DIM)
+    made_s = time.perf_counter() - started
+    point: dict = {"edges": edges, "nodes": nodes, "graph_generation_s": round(made_s, 1)}
+    scratch = tempfile.mkdtemp(prefix="sparkgnn-scale-", dir=DATA)
+    try:
+        print(f"scale {edges:,} edges: sparkgnn cold job ...", flush=True)
+        point["sparkgnn"] = sparkgnn_job(graph, models[0], scratch, timeout_s)
+        print(f"  {json.dumps({k: v for k, v in point['sparkgnn'].items() if k not in ('steps', 'progress')})}")
+        print(f"scale {edges:,} edges: PyG cold job ...", flush=True)
+        point["pyg"] = pyg_job(graph, models[1], scratch, timeout_s)
+        print(f"  {json.dumps(point['pyg'])}", flush=True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    s, p = point["sparkgnn"], point["pyg"]
+    if s["ok"]:
+        per_layer = sum(s["layer_s"]) / LAYERS
+        point["sparkgnn_layer_s"] = round(per_layer, 3)
+        point["edge_layers_per_s_per_core"] = round(edges / per_layer / (os.cpu_count() or 1))
+    if s["ok"] and p.get("ok"):
+        point["layer_ratio_vs_pyg"] = round(point["sparkgnn_layer_s"] / (sum(p["layer_s"]) / LAYERS), 2)
+        point["job_ratio_vs_pyg"] = round(s["wall_s"] / p["wall_s"], 2)
+    return point
+
+
+def summary_keys(points: list[dict]) -> dict:
+    by_edges = {p["edges"]: p for p in points}
+    out: dict = {}
+    for edges, suffix in ((8_000_000, "8m"), (32_000_000, "32m")):
+        p = by_edges.get(edges, {})
+        out[f"layer_ratio_vs_pyg_{suffix}"] = p.get("layer_ratio_vs_pyg")
+    out["job_ratio_vs_pyg_8m"] = by_edges.get(8_000_000, {}).get("job_ratio_vs_pyg")
+    a, b = by_edges.get(8_000_000, {}), by_edges.get(32_000_000, {})
+    out["linearity_32m_over_8m"] = (
+        round(b["sparkgnn_layer_s"] / a["sparkgnn_layer_s"], 2)
+        if "sparkgnn_layer_s" in a and "sparkgnn_layer_s" in b
+        else None
+    )
+    huge = by_edges.get(HUGE)
+    out["huge"] = (
+        {
+            "edges": HUGE,
+            "minutes": round(huge["sparkgnn"]["wall_s"] / 60, 1),
+            "peak_rss_gib": huge["sparkgnn"]["peak_rss_gib"],
+            "ok": huge["sparkgnn"]["ok"],
+            "pyg_outcome": "ok" if huge["pyg"].get("ok") else huge["pyg"].get("error"),
+        }
+        if huge
+        else None
+    )
+    return out
+
+
+def plot(result: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = [p for p in result["points"] if p["sparkgnn"]["ok"]]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    labels = [f"{p['edges'] / 1e6:g}M" for p in points]
+    phases = [
+        ("JVM + session", lambda s: s["session_start_s"]),
+        ("prepare", lambda s: s["prepare_s"]),
+        ("load x", lambda s: s["load_s"]),
+        ("layer 1", lambda s: s["layer_s"][0]),
+        ("layer 2 + write", lambda s: s["layer_s"][1]),
+    ]
+    bottom = [0.0] * len(points)
+    for name, get in phases:
+        values = [get(p["sparkgnn"]) for p in points]
+        ax1.bar([i - 0.2 for i in range(len(points))], values, 0.4, bottom=bottom, label=f"sparkgnn: {name}")
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    pyg = [p["pyg"]["wall_s"] if p["pyg"].get("ok") else 0 for p in points]
+    ax1.bar([i + 0.2 for i in range(len(points))], pyg, 0.4, color="gray", label="PyG cold job (whole)")
+    ax1.set_xticks(range(len(points)), labels)
+    ax1.set_ylabel("seconds, cold, one job")
+    ax1.set_title("whole job as a user pays it")
+    ax1.legend(fontsize=7)
+    edges = [p["edges"] for p in points]
+    ax2.loglog(edges, [p["sparkgnn_layer_s"] for p in points], "o-", label="sparkgnn s/layer")
+    ok = [p for p in points if p["pyg"].get("ok")]
+    ax2.loglog([p["edges"] for p in ok], [sum(p["pyg"]["layer_s"]) / LAYERS for p in ok], "s--", label="PyG s/layer")
+    ax2.loglog(edges, [edges[0] and points[0]["sparkgnn_layer_s"] * e / edges[0] for e in edges], ":", label="linear")
+    ax2.set_xlabel("edges")
+    ax2.set_ylabel("seconds per layer")
+    ax2.set_title("per-layer cost vs graph size")
+    ax2.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default=",".join(str(s) for s in DEFAULT_SIZES), help="edge counts, comma-separated")
+    parser.add_argument("--huge", action="store_true", help=f"also {HUGE:,} edges (run once, long)")
+    parser.add_argument("--timeout-s", type=float, default=3600.0, help="per cold job")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    if args.huge:
+        sizes.append(HUGE)
+    os.makedirs(DATA, exist_ok=True)
+    models = (os.path.join(DATA, "scale_sage_model"), os.path.join(DATA, "scale_sage_pyg.pt"))
+    make_model(*models)
+    points = [measure(edges, models, args.timeout_s) for edges in sizes]
+    result = {
+        "what": "cold batch inference job (spark_jobs/batch_inference.py) vs a cold PyG script, per graph size",
+        "graph": f"synthetic Zipf, nodes = edges/10, {DIM}-d, seed 0",
+        "model": f"{LAYERS}-layer GraphSAGE (mean), hidden {HIDDEN}",
+        "machine": machine(),
+        "points": points,
+        **summary_keys(points),
+    }
+    path = write_result("scale", result)
+    plot(result, os.path.join(RESULTS, "scale.png"))
+    print(json.dumps(summary_keys(points), indent=2))
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
