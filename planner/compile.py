@@ -23,7 +23,7 @@ from sparkgnn.planner.cost import CostModel, Estimate, measure
 from sparkgnn.planner.errors import PlanError
 from sparkgnn.planner.inputs import GraphStats, LayerSpec, Task, parse_graph_stats, parse_layers, parse_task
 from sparkgnn.planner.ir import LayerPlan, Operator, Plan
-from sparkgnn.planner.partitions import partitions_for, task_memory_bytes
+from sparkgnn.planner.partitions import MESSAGE_CHUNK_BYTES, partitions_for, task_memory_bytes
 from sparkgnn.planner.segments import ID_BYTES, dl, edge_row_bytes, graph, segment, to_python
 from sparkgnn.planner.strategies import PARTITIONINGS, STRATEGIES, LayerContext, Program, Rows, Strategy
 
@@ -77,6 +77,11 @@ def compile(layers: Any, graph_stats: Any, task: Any, cost_model: CostModel | No
         warnings=_memory_warnings(decisions, specs, stats, job, collect_all),
         cost_model=model.to_dict(),
         graph_stats=stats.as_dict(),
+        memory={
+            "peak_task_bytes_per_layer": [int(need) for need in _task_memory(decisions, stats)],
+            "budget_per_task_bytes": int(job.memory_per_task_bytes),
+            "message_chunk_bytes": MESSAGE_CHUNK_BYTES,
+        },
     )
 
 
@@ -347,18 +352,32 @@ def _link(chains: list[list[Operator]], last_reads_requested: bool) -> None:
             first_of_layer = False
 
 
+def _largest_task_edges(stats: GraphStats) -> float:
+    return stats.max_partition_edges if stats.max_partition_edges is not None else stats.num_edges / stats.partitions
+
+
+def _task_memory(decisions: list[_Decision], stats: GraphStats) -> list[float]:
+    """Estimated peak bytes of each layer's largest task (planner.partitions.task_memory_bytes)."""
+    edges = _largest_task_edges(stats)
+    vertices = stats.num_vertices / stats.partitions
+    needs = []
+    for decision in decisions:
+        w = decision.ctx.widths
+        # edge_join ships one payload row per edge into the task; the others a row per source at most
+        rows = edges if decision.strategy.name == "edge_join" else min(edges, stats.num_vertices)
+        needs.append(task_memory_bytes(edges, vertices, w.src, w.in_dim, w.out_dim, w.state, w.dst, rows))
+    return needs
+
+
 def _memory_warnings(
     decisions: list[_Decision], specs: list[LayerSpec], stats: GraphStats, job: Task, collect_all: bool
 ) -> list[str]:
     """Lotan A.1.3: prefer plans under the resource limits. The planner cannot repartition by
     itself (the stats are for this P), so an over-budget layer is a warning with the P that
     choose_partitions would pick, not an error."""
-    edges = stats.max_partition_edges if stats.max_partition_edges is not None else stats.num_edges / stats.partitions
-    vertices = stats.num_vertices / stats.partitions
+    edges = _largest_task_edges(stats)
     warnings = []
-    for decision in decisions:
-        w = decision.ctx.widths
-        need = task_memory_bytes(edges, vertices, w.src, w.in_dim, w.out_dim, w.state, w.dst)
+    for decision, need in zip(decisions, _task_memory(decisions, stats), strict=True):
         if need > job.memory_per_task_bytes:
             if collect_all:
                 advice = "the collect-all path runs on one partition; it may spill or fail"

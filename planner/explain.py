@@ -78,6 +78,17 @@ def _header(layer: LayerPlan, num_layers: int) -> list[str]:
     ]
 
 
+def _memory_line(plan: Plan) -> list[str]:
+    memory = plan.memory
+    if not memory.get("peak_task_bytes_per_layer"):
+        return []
+    peaks = ", ".join(human_bytes(b) for b in memory["peak_task_bytes_per_layer"])
+    return [
+        f"memory per task: estimated peak {peaks} (per layer) of a {human_bytes(memory['budget_per_task_bytes'])} "
+        f"budget; messages aggregated in destination ranges of at most {human_bytes(memory['message_chunk_bytes'])}"
+    ]
+
+
 def explain(plan: Plan) -> str:
     est = plan.estimates
     lines = [
@@ -90,6 +101,7 @@ def explain(plan: Plan) -> str:
             int(est.get("passes", 0)),
             _seconds(est.get("seconds", 0.0)),
         ),
+        *_memory_line(plan),
         *(f"WARNING: {w}" for w in plan.warnings),
     ]
     for layer in plan.layers:

@@ -178,6 +178,9 @@ class Plan:
     warnings: list[str] = field(default_factory=list)
     cost_model: dict[str, float] = field(default_factory=dict)
     graph_stats: dict[str, Any] = field(default_factory=dict)
+    # Peak task memory: estimated bytes per layer's largest task, the per-task budget, and the size of
+    # the destination-range chunks messages are aggregated in (planner.partitions, dl/chunks.py).
+    memory: dict[str, Any] = field(default_factory=dict)
 
     def operators(self) -> Iterator[Operator]:
         """All operators in execution order (each once)."""
@@ -206,6 +209,7 @@ class Plan:
             "warnings": list(self.warnings),
             "cost_model": dict(self.cost_model),
             "graph_stats": dict(self.graph_stats),
+            "memory": dict(self.memory),
             "layers": [layer.to_dict() for layer in self.layers],
         }
 
@@ -277,6 +281,7 @@ class Plan:
                 warnings=list(data.get("warnings", [])),
                 cost_model=dict(data.get("cost_model", {})),
                 graph_stats=dict(data.get("graph_stats", {})),
+                memory=dict(data.get("memory", {})),
             )
         except KeyError as exc:
             raise PlanError(f"plan document is missing key {exc.args[0]!r}") from None

@@ -8,10 +8,19 @@ to go higher is that one task's working set would not fit in its memory share.
 Per-task memory estimate (bytes) for a partition holding e edges and v vertices, taken over the
 widest layer (raw widths: the planner may or may not pre-transform, so assume it does not):
 
-    task_bytes = MEMORY_SAFETY_FACTOR x ( e x (16 + 4 + 4 x F_src)             edge rows with payload
+    task_bytes = MEMORY_SAFETY_FACTOR x ( e x (16 + 4)                          edge ids + weight
+                                        + s x 4 x F_src                         source payload rows
+                                        + min(e x 12 x (F_src + F_dst), C)      per-edge messages
                                         + v x (16 + 4 x (in + out + state + dst)) ) own rows, h in/out, states
 
-with e = |E| / P, v = |V| / P. MEMORY_SAFETY_FACTOR = 3 covers the copies one row has at once:
+with e = |E| / P, v = |V| / P, s = the source payload rows that reach the task: min(e, |V|) for
+replicate and combine (a remote source arrives once per partition, and there are no more than
+the edges or the vertices), e for edge_join (one payload row per edge). Messages are bounded by
+C = MESSAGE_CHUNK_BYTES because the DL step aggregates in destination ranges (dl/chunks.py) and
+the sparse-product path materialises none; so edges cost ids, not payloads, and memory no longer
+multiplies partitions (and the replication factor with them) on a graph whose messages are what
+did not fit. The planner picks P before the strategy, so the rule uses min(e, |V|) and compile
+warns when edge_join's per-edge rows do not fit. MEMORY_SAFETY_FACTOR = 3 covers the copies one row has at once:
 Spark's row (UnsafeRow / shuffle buffer), the Arrow batch handed to Python, and the torch tensor
 built from it (Lotan A.1.3: "one extra ephemeral copy" is not negligible at graph scale), plus
 hash skew. When more partitions than cores are needed, P is rounded up to a multiple of the
@@ -21,7 +30,6 @@ a full wave of time while the extra partitions shrink every task's memory for fr
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from sparkgnn.planner.errors import PlanError
@@ -29,6 +37,9 @@ from sparkgnn.planner.inputs import LayerSpec, _int, parse_layers
 from sparkgnn.planner.segments import FLOAT_BYTES, ROW_BYTES, WEIGHT_BYTES
 
 MEMORY_SAFETY_FACTOR = 3.0
+# At most this many bytes of per-edge messages exist at once in a DL step (sparkgnn.dl.chunks
+# aggregates a partition's edges in destination ranges of this size).
+MESSAGE_CHUNK_BYTES = 256 << 20
 # A requested partition count above max(MIN_PARTITION_CAP, PARTITIONS_PER_CORE_CAP x cores) is
 # refused: every partition is a task per step (tens of ms of scheduling and Python start each), so
 # 100,000 partitions on 2 cores is a typo, not a plan. Memory pressure never needs more: the
@@ -43,15 +54,28 @@ def partition_cap(cores: int) -> int:
 
 
 def task_memory_bytes(
-    edges: float, vertices: float, src: int, in_dim: int, out_dim: int, state: int, dst: int = 0
+    edges: float,
+    vertices: float,
+    src: int,
+    in_dim: int,
+    out_dim: int,
+    state: int,
+    dst: int = 0,
+    source_rows: float | None = None,
 ) -> float:
-    """Estimated peak bytes of one task holding `edges` edges and `vertices` vertices."""
-    edge_part = edges * (ROW_BYTES + WEIGHT_BYTES + FLOAT_BYTES * src)
+    """Estimated peak bytes of one task holding `edges` edges and `vertices` vertices, receiving
+    `source_rows` source payload rows (default: one per edge, edge_join's case; see the module)."""
+    rows = edges if source_rows is None else source_rows
+    edge_part = edges * (ROW_BYTES + WEIGHT_BYTES)
+    payload_part = rows * FLOAT_BYTES * src
+    message_part = min(edges * 3 * FLOAT_BYTES * (src + dst), MESSAGE_CHUNK_BYTES)
     vertex_part = vertices * (ROW_BYTES + FLOAT_BYTES * (in_dim + out_dim + state + dst))
-    return MEMORY_SAFETY_FACTOR * (edge_part + vertex_part)
+    return MEMORY_SAFETY_FACTOR * (edge_part + payload_part + message_part + vertex_part)
 
 
-def widest_layer_bytes(specs: list[LayerSpec], edges: float, vertices: float, feature_dim: int = 0) -> float:
+def widest_layer_bytes(
+    specs: list[LayerSpec], edges: float, vertices: float, feature_dim: int = 0, source_rows: float | None = None
+) -> float:
     """task_memory_bytes of the most demanding layer (raw widths; layer 0 reads x, which may be
     wider than its in_dim when node-wise ops precede the first conv)."""
     return max(
@@ -63,6 +87,7 @@ def widest_layer_bytes(specs: list[LayerSpec], edges: float, vertices: float, fe
             s.out_dim,
             s.state_width.raw,
             s.dst_width,
+            source_rows,
         )
         for s in specs
     )
@@ -107,8 +132,12 @@ def partitions_for(
     feature_dim: int = 0,
 ) -> int:
     """choose_partitions on already-checked inputs (the rule is documented in the module)."""
-    total = widest_layer_bytes(specs, num_edges, num_vertices, feature_dim)
-    needed = max(1, math.ceil(total / memory_per_task_bytes))
-    if needed <= cores:
-        return cores
-    return math.ceil(needed / cores) * cores
+    # The smallest P (in whole waves of `cores`) whose per-task estimate fits: source rows per task
+    # are bounded by the partition's edges and by all vertices, so this is not a plain division.
+    for waves in range(1, partition_cap(cores) // cores + 1):
+        p = waves * cores
+        edges, vertices = num_edges / p, num_vertices / p
+        need = widest_layer_bytes(specs, edges, vertices, feature_dim, min(edges, num_vertices))
+        if need <= memory_per_task_bytes:
+            return p
+    return (partition_cap(cores) // cores) * cores

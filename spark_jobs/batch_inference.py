@@ -134,6 +134,7 @@ def write_report(path: str, rows: int, session_s: float, total_s: float, report,
         "total_s": round(total_s, 3),
         "partitions": plan.partitions,
         "strategies": [layer.strategy for layer in plan.layers],
+        "memory": plan.memory,
         "estimate_vs_actual": estimate_vs_actual(report, plan),
         **report.to_json(),
     }

@@ -47,6 +47,9 @@ def test_explain_lists_operators_engines_bytes_and_layer_headers(make):
     # Every operator is printed once in full (its bytes in human units), else as a reference.
     for op in plan.operators():
         assert f"{op.name} [{op.engine}] {human_bytes(op.est_bytes)}" in text
+    # peak task memory is a plan property: per layer, against the budget, with the message chunking
+    assert len(plan.memory["peak_task_bytes_per_layer"]) == len(plan.layers)
+    assert "memory per task: estimated peak" in text and "destination ranges of at most 256.0 MiB" in text
 
 
 def test_explain_marks_inapplicable_candidates(make):

@@ -6,6 +6,7 @@ import pytest
 
 from sparkgnn.errors import PlanError
 from sparkgnn.planner import MEMORY_SAFETY_FACTOR, choose_partitions, task_memory_bytes
+from sparkgnn.planner.partitions import MESSAGE_CHUNK_BYTES
 
 
 def _call(make, memory, cores=4, requested=None, edges=2_000_000, vertices=200_000):
@@ -27,15 +28,39 @@ def test_small_graph_gets_one_partition_per_core(make):
     assert _call(make, 8 << 30, cores=2) == 2
 
 
+def _need(p, edges=2_000_000, vertices=200_000):
+    """The estimate choose_partitions uses for P partitions (source rows: min(edges per task, |V|))."""
+    e = edges / p
+    return task_memory_bytes(e, vertices / p, 128, 128, 64, 129, source_rows=min(e, vertices))
+
+
+def test_memory_estimate_counts_ids_per_edge_and_bounded_messages():
+    # Widest layer: 128-d raw payload; 2M edges, 200K source rows, (in 128 + out 64 + state 129) on 200K rows.
+    total = task_memory_bytes(2_000_000, 200_000, 128, 128, 64, 129, source_rows=200_000)
+    messages = min(2_000_000 * 12 * 128, MESSAGE_CHUNK_BYTES)
+    expected = 2_000_000 * (16 + 4) + 200_000 * 512 + messages + 200_000 * (16 + 4 * 321)
+    assert total == pytest.approx(MEMORY_SAFETY_FACTOR * expected)
+    # edge_join's case (a payload row per edge) is the default and costs more
+    assert task_memory_bytes(2_000_000, 200_000, 128, 128, 64, 129) > total
+
+
 def test_memory_pressure_raises_partitions_to_a_multiple_of_cores(make):
-    # Widest layer: 128-d raw payload on 2M edges and (in 128 + out 64 + state 129) on 200K rows.
-    total = task_memory_bytes(2_000_000, 200_000, 128, 128, 64, 129)
-    assert total == pytest.approx(MEMORY_SAFETY_FACTOR * (2_000_000 * (16 + 4 + 512) + 200_000 * (16 + 4 * 321)))
-    memory = int(total / 9)  # needs 10 partitions' worth of splitting
+    memory = int(_need(10))  # fits 10 partitions' worth of splitting, not 8
     chosen = _call(make, memory, cores=4)
-    assert chosen == 12  # ceil(total / memory) = 10, rounded up to whole waves of 4 cores
-    assert task_memory_bytes(2_000_000 / chosen, 200_000 / chosen, 128, 128, 64, 129) <= memory
-    assert _call(make, memory * 4, cores=4) == 4
+    assert chosen == 12  # the smallest whole number of waves of 4 cores that fits
+    assert _need(chosen) <= memory < _need(8)
+    assert _call(make, int(_need(4)), cores=4) == 4
+
+
+def test_edges_alone_do_not_multiply_partitions(make):
+    # 10x the edges on the same vertices: edges cost ids and bounded messages, not payload rows,
+    # so a budget that fits the sparse graph on 2 partitions fits the dense one on a few more
+    # (charging a payload row per edge, as edge_join needs, would take over 20).
+    memory = int(_need(2))
+    sparse = _call(make, memory, cores=2)
+    dense = _call(make, memory, cores=2, edges=20_000_000)
+    assert sparse == 2 and dense <= 6
+    assert task_memory_bytes(20_000_000 / 20, 200_000 / 20, 128, 128, 64, 129) > memory
 
 
 def test_more_memory_never_means_more_partitions(make):

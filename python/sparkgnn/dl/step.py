@@ -35,9 +35,11 @@ from dataclasses import dataclass
 import pyarrow as pa
 import torch
 
+from sparkgnn.dl.chunks import chunked_by_dst
 from sparkgnn.dl.tensors import fixed_list, index, matrix, vector
 from sparkgnn.errors import SparkGNNError
 from sparkgnn.models.model import Model
+from sparkgnn.planner.partitions import MESSAGE_CHUNK_BYTES
 
 
 class StepError(SparkGNNError, ValueError):
@@ -93,20 +95,29 @@ def _edge_weight(table: pa.Table, conv, device: str):
     return None
 
 
-def local_partial(conv, src_all, dst_pay, src, dst, weight, num_dst: int, pre: bool) -> torch.Tensor:
+def local_partial(
+    conv, src_all, dst_pay, src, dst, weight, num_dst: int, pre: bool, chunk_bytes: int = MESSAGE_CHUNK_BYTES
+) -> torch.Tensor:
     """Partial aggregation states of `num_dst` destinations over local edges.
 
     When the message is a scaled source payload and the state follows from sums and counts
     (GCN, SAGE-sum/mean, GIN), one sparse CSR product A @ X gives the sums without materialising
     an |E| x F message tensor (on this machine fresh memory costs ~4 s/GiB to touch, so the
-    per-edge gather dominated the step). Everything else goes through message + partial."""
+    per-edge gather dominated the step). Everything else goes through message + partial, in
+    destination ranges holding at most `chunk_bytes` of messages at once (dl/chunks.py)."""
     scaled, scale = conv.message_scale(weight, pre)
     if scaled and conv.aggregator.from_sums and src.numel():
         sums = _sparse_sums(src_all, src, dst, scale, num_dst)
         counts = torch.bincount(dst, minlength=num_dst).to(torch.float32)
         return conv.aggregator.partial_from_sums(sums, counts)
-    message = conv.message(src_all[src], None if dst_pay is None else dst_pay[dst], weight, pre)
-    return conv.aggregator.partial(message, dst, num_dst)
+
+    def partial(src_c, dst_c, weight_c, first: int, num: int) -> torch.Tensor:
+        dst_e = None if dst_pay is None else dst_pay[dst_c + first]
+        return conv.aggregator.partial(conv.message(src_all[src_c], dst_e, weight_c, pre), dst_c, num)
+
+    width = src_all.shape[1] + (0 if dst_pay is None else dst_pay.shape[1])
+    # gathered payloads + the message + the aggregator's per-edge intermediates: ~3 rows per edge
+    return chunked_by_dst(partial, src, dst, weight, num_dst, 3 * 4 * width, chunk_bytes)
 
 
 def _sparse_sums(src_all, src, dst, scale, num_dst: int) -> torch.Tensor:
@@ -164,7 +175,8 @@ def aggregate_edges(ctx: StepContext) -> tuple[torch.Tensor, torch.Tensor]:
     _check_range("edges.src", src, src_all.shape[0])
     _check_range("edges.dst", dst, n_own)
     src, dst, weight = apply_self_loops(src, dst, _edge_weight(edges, conv, ctx.device), n_own, conv.self_loops)
-    state = local_partial(conv, src_all, dst_pay, src, dst, weight, n_own, pre)  # all in-edges are here: the full state
+    chunk = int(ctx.header.get("message_chunk_bytes", MESSAGE_CHUNK_BYTES))
+    state = local_partial(conv, src_all, dst_pay, src, dst, weight, n_own, pre, chunk)  # all in-edges: the full state
     return ctx.model.post(layer, conv.update(h, conv.aggregator.finalize(state), stats, pre)), state
 
 
@@ -247,7 +259,8 @@ def emit_partials(ctx: StepContext, h: torch.Tensor) -> dict:
     _check_range("out_edges.dst", dst, n_own + num_foreign)
     src, dst, weight = apply_self_loops(src, dst, _edge_weight(edges, conv, ctx.device), n_own, conv.self_loops)
     num_dst = n_own + num_foreign
-    states = local_partial(conv, src_pay, dst_pay, src, dst, weight, num_dst, pre)
+    chunk = int(ctx.header.get("message_chunk_bytes", MESSAGE_CHUNK_BYTES))
+    states = local_partial(conv, src_pay, dst_pay, src, dst, weight, num_dst, pre, chunk)
     touched = torch.bincount(dst, minlength=num_dst) > 0
     rows = touched.nonzero().flatten()
     return {

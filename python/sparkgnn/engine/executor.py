@@ -13,7 +13,7 @@ import functools
 import time
 from dataclasses import dataclass, field
 
-from sparkgnn.engine.metrics import ShuffleMeter
+from sparkgnn.engine.metrics import MaxParam, ShuffleMeter
 from sparkgnn.engine.routing import (
     OUTPUT_PRED_SCHEMA_DDL,
     OUTPUT_SCHEMA_DDL,
@@ -25,7 +25,7 @@ from sparkgnn.engine.routing import (
     route,
 )
 from sparkgnn.engine.schedule import schedule
-from sparkgnn.engine.steps import INPUT_STAGE, TIMERS, StepConfig, run_partition
+from sparkgnn.engine.steps import INPUT_STAGE, PEAK_RSS, TIMERS, StepConfig, run_partition
 from sparkgnn.outputs import discard, staging_path, swap_into_place
 
 # DL stages that finish a conv (the others only load or prepare): the steps a PE store commits.
@@ -39,6 +39,7 @@ class StepReport:
     shuffle: dict | None
     task_seconds: dict = field(default_factory=dict)  # summed over tasks: rows_in, collect, dl, scatter
     layer: int = -1  # conv whose aggregation the step finishes (-1: the first step, loading x)
+    peak_task_rss_bytes: int | None = None  # largest Python worker RSS after a task of this step
 
 
 @dataclass
@@ -70,6 +71,7 @@ class RunReport:
                     "layer": s.layer,
                     "seconds": round(s.seconds, 3),
                     "task_seconds": s.task_seconds,
+                    "peak_task_rss_bytes": s.peak_task_rss_bytes,
                     **(s.shuffle or {}),
                 }
                 for s in self.steps
@@ -196,6 +198,7 @@ def execute(
             (OUTPUT_PRED_SCHEMA_DDL if with_pred else OUTPUT_SCHEMA_DDL) if step.outputs == "final" else ROW_SCHEMA_DDL
         )
         timers = {name: spark.sparkContext.accumulator(0.0) for name in TIMERS}
+        timers[PEAK_RSS] = spark.sparkContext.accumulator(0, MaxParam())
         out = _wire(spark, step, rows, prepared, keys, partitions).mapInArrow(
             functools.partial(run_partition, cfg, timers=timers), schema
         )
@@ -208,7 +211,7 @@ def execute(
         rows = out.localCheckpoint(eager=True)
         seconds = time.perf_counter() - started
         shuffle = meter.delta()
-        report.steps.append(StepReport(step.label, seconds, shuffle, _read(timers), layer=step.layer))
+        report.steps.append(StepReport(step.label, seconds, shuffle, _read(timers), step.layer, _peak(timers)))
         log(_progress(report.steps[-1]))
         if on_layer is not None and INPUT_STAGE[step.inputs] in AGGREGATING_STAGES:
             on_layer(step.layer + 1, rows)
@@ -218,7 +221,11 @@ def execute(
 
 
 def _read(timers: dict) -> dict:
-    return {name: round(acc.value, 3) for name, acc in timers.items()}
+    return {name: round(timers[name].value, 3) for name in TIMERS if name in timers}
+
+
+def _peak(timers: dict | None) -> int | None:
+    return int(timers[PEAK_RSS].value) if timers and PEAK_RSS in timers else None
 
 
 def _progress(step: StepReport, suffix: str = "") -> str:
@@ -227,6 +234,8 @@ def _progress(step: StepReport, suffix: str = "") -> str:
         line += f", shuffled {_mb(step.shuffle['shuffle_write_bytes'])}"
     if step.task_seconds:
         line += " (task s: " + ", ".join(f"{k[:-2]} {v:.2f}" for k, v in step.task_seconds.items()) + ")"
+    if step.peak_task_rss_bytes:
+        line += f", task peak RSS {step.peak_task_rss_bytes / 2**30:.2f} GiB"
     return line + suffix
 
 
@@ -253,7 +262,9 @@ def finish(spark, final_df, report, meter, label: str, out: str | None, log=prin
         result = final_df.localCheckpoint(eager=True)
     seconds = time.perf_counter() - started
     shuffle = meter.delta()
-    report.steps.append(StepReport(label, seconds, shuffle, _read(timers) if timers else {}, layer=report.final_layer))
+    report.steps.append(
+        StepReport(label, seconds, shuffle, _read(timers) if timers else {}, report.final_layer, _peak(timers))
+    )
     log(_progress(report.steps[-1], f" -> {out}" if out else ""))
     spark.sparkContext.setJobDescription(None)
     return result

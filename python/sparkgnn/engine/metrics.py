@@ -6,6 +6,18 @@ changes the internal API the metric is reported as None rather than failing the 
 from __future__ import annotations
 
 
+class MaxParam:
+    """Accumulator that keeps the largest value added (Spark's AccumulatorParam protocol, duck-typed
+    so this module needs no pyspark): tasks add their Python worker's peak RSS, the driver reads
+    the largest, to set the planner's memory estimate against what a task really used."""
+
+    def zero(self, value):
+        return 0
+
+    def addInPlace(self, value1, value2):  # noqa: N802 (Spark's name)
+        return max(value1, value2)
+
+
 class ShuffleMeter:
     def __init__(self, spark):
         self._sc = spark.sparkContext

@@ -277,6 +277,16 @@ def _partition_of(rows: pa.Table) -> int:
 
 
 TIMERS = ("rows_in_s", "collect_s", "dl_s", "scatter_s")
+# A max-accumulator (engine.metrics.MaxParam): the largest peak RSS of a Python worker after a task.
+PEAK_RSS = "peak_rss_bytes"
+
+
+def _peak_rss_bytes() -> int:
+    """This process's peak resident set so far (Linux reports KiB). The Python worker is reused
+    across tasks, so it bounds the peak of every task it ran, this one included."""
+    import resource
+
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
 def run_partition(cfg: StepConfig, batches, timers: dict | None = None):
@@ -332,3 +342,5 @@ def run_partition(cfg: StepConfig, batches, timers: dict | None = None):
     for name, value in spent.items():
         if timers and name in timers:
             timers[name].add(value)
+    if timers and PEAK_RSS in timers:
+        timers[PEAK_RSS].add(_peak_rss_bytes())
