@@ -73,3 +73,17 @@ def test_nan_and_wrong_width_and_bad_ids_are_named(served):
         handler(header, {"own": _own(np.zeros((2, 5))), "edges": edges})
     with pytest.raises(SparkGNNError, match="outside"):
         handler(header, {"own": _own(np.zeros((2, 4))), "edges": pa.table({"src": [0], "dst": [9]})})
+
+
+def test_finite_inputs_whose_sum_overflows_are_accepted_and_inf_is_refused(served):
+    # The NaN/Inf check sums first (one reduction); a float32 overflow of finite values must not
+    # be mistaken for an Inf, and a single Inf among them must still be found.
+    handler, fingerprint, _ = served
+    header = {"op": "layer_step", "model": fingerprint, "layer": 0, "aggregate": "edges", "emit": "none"}
+    edges = pa.table({"src": np.array([0]), "dst": np.array([1])})
+    big = np.full((2, 4), 3e38, dtype=np.float32)
+    _, out = handler(header, {"own": _own(big), "edges": edges})
+    assert out["own"].num_rows == 2
+    big[1, 2] = np.inf
+    with pytest.raises(SparkGNNError, match=r"NaN/Inf values in rows \[1\]"):
+        handler(header, {"own": _own(big), "edges": edges})

@@ -8,9 +8,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from sparkgnn.arrowvec import to_fixed_list, to_numpy_matrix
-
-ALIGNMENT = 64
+from sparkgnn.arrowvec import ALIGNMENT, aligned_empty, to_fixed_list, to_numpy_matrix
 
 
 def tensor(values: np.ndarray, device: str) -> torch.Tensor:
@@ -20,13 +18,9 @@ def tensor(values: np.ndarray, device: str) -> torch.Tensor:
     alignment, and results must not depend on how the data arrived (in-process == messenger,
     bit for bit)."""
     if values.ctypes.data % ALIGNMENT:
-        values = np.array(values, copy=True)
-        if values.ctypes.data % ALIGNMENT:
-            buffer = np.empty(values.nbytes + ALIGNMENT, dtype=np.uint8)
-            start = (-buffer.ctypes.data) % ALIGNMENT
-            aligned = buffer[start : start + values.nbytes].view(values.dtype).reshape(values.shape)
-            aligned[...] = values
-            values = aligned
+        aligned = aligned_empty(values.shape, values.dtype)
+        aligned[...] = values
+        values = aligned
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         out = torch.from_numpy(values)

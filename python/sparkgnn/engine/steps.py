@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sparkgnn.arrowvec import pack_binary, to_fixed_list, to_list, to_numpy_matrix
+from sparkgnn.arrowvec import aligned_empty, pack_binary, take_rows, to_fixed_list, to_list, to_numpy_matrix
 from sparkgnn.engine import static
 from sparkgnn.engine.routing import DST, EDGE, OWN, PE_STATE, SRC, STATE, make_rows, split_batches
 from sparkgnn.errors import USER_ERRORS, SparkGNNError
@@ -75,7 +75,7 @@ def _own_table(rows: pa.Table, owned: static.Owned, part: int) -> pa.Table:
         raise ValueError(f"partition {part} received duplicate own rows for some vertices")
     order = np.empty(len(ids), dtype=np.int64)
     order[positions] = np.arange(len(ids))
-    h = _vectors(own_rows)[order]
+    h = take_rows(_vectors(own_rows), order)
     columns = {"h": to_fixed_list(h)}
     columns.update({name: pa.array(values) for name, values in owned.stats.items()})
     return pa.table(columns)
@@ -87,7 +87,7 @@ def _payloads_in_order(rows: pa.Table, kind: int, sorted_ids: np.ndarray, what: 
     if len(ids) != len(sorted_ids):
         raise ValueError(f"expected {len(sorted_ids)} {what} rows, received {len(ids)}")
     values = _vectors(kind_rows) if len(ids) else np.zeros((0, 0), np.float32)
-    ordered = np.empty_like(values)
+    ordered = aligned_empty(values.shape, values.dtype)
     ordered[static.positions(sorted_ids, ids, what)] = values
     return ordered
 
