@@ -23,6 +23,7 @@ from sparkgnn.arrowvec import aligned_empty, pack_binary, take_rows, to_fixed_li
 from sparkgnn.engine import static
 from sparkgnn.engine.routing import DST, EDGE, OWN, PE_STATE, SRC, STATE, make_rows, split_batches
 from sparkgnn.errors import USER_ERRORS, SparkGNNError
+from sparkgnn.heap import retain_freed_memory
 
 
 class StepFailed(SparkGNNError, RuntimeError):
@@ -295,6 +296,7 @@ def run_partition(cfg: StepConfig, batches, timers: dict | None = None):
     building the DL tables, in the DL engine, and building the output rows: where the time goes."""
     from sparkgnn.runners import get_transport
 
+    retain_freed_memory()  # the worker is reused: later steps reuse this step's buffers (sparkgnn.heap)
     clock = time.perf_counter()
     batches = [b for b in batches if b.num_rows]
     if not batches:

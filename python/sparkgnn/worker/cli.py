@@ -22,6 +22,7 @@ import os
 import sys
 
 from sparkgnn.cliargs import positive_int, run_cli
+from sparkgnn.heap import retain_freed_memory
 from sparkgnn.messenger import cli as messenger_cli
 from sparkgnn.messenger import worker as messenger_worker
 
@@ -61,6 +62,7 @@ def main(argv=None) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     messenger_worker.announce_connecting(args)  # at once: building the handler imports torch
+    retain_freed_memory()  # batch after batch reuses the same buffers (sparkgnn.heap)
     handler = build(args)
     return messenger_worker.run_from_args(args, handler, info={"device": args.device})
 
