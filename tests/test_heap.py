@@ -41,5 +41,7 @@ def test_without_the_call_a_freed_block_goes_back_to_the_os():
         print(rss() - before < (1 << 27))
         """
     )
-    assert subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.strip() == "True"
-
+    assert (
+        subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.strip()
+        == "True"
+    )

@@ -45,9 +45,7 @@ def retain_freed_memory() -> bool:
     except (OSError, AttributeError):
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    accepted = bool(mallopt(M_MMAP_THRESHOLD, LARGEST_THRESHOLD)) and bool(
-        mallopt(M_TRIM_THRESHOLD, LARGEST_THRESHOLD)
-    )
+    accepted = bool(mallopt(M_MMAP_THRESHOLD, LARGEST_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, LARGEST_THRESHOLD))
     if accepted:
         pa.set_memory_pool(pa.system_memory_pool())
     _retaining = accepted

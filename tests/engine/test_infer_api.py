@@ -123,3 +123,26 @@ def test_batch_job_rejects_bad_arguments(tmp_path, capsys):
     with pytest.raises(SystemExit):
         batch_inference.main(["--graph", str(tmp_path), "--model", str(tmp_path), "--out", "y", "--partitions", "0"])
     assert "--partitions: must be >= 1" in capsys.readouterr().err
+
+
+def test_combine_layouts_are_written_only_when_a_plan_reads_them(spark, graph_dirs, tmp_path):
+    # A replicate job writes the base layouts; out_edges/in_targets appear (under their own marker)
+    # the first time a plan picks combine, and that job still equals PyG.
+    from sparkgnn.engine.prepare import ON_DEMAND_MARKER
+
+    path, data = graph_dirs["skewed"]
+    module = _sage(data)
+    work = str(tmp_path / "work")
+    infer(spark, path, Model.from_pyg(module), strategy="replicate", partitions=3, work_dir=work, log=lambda _: None)
+    (prep_dir,) = [os.path.join(root, d) for root, dirs, _ in os.walk(work) for d in dirs if d == "P=3"]
+    assert sorted(os.listdir(prep_dir)) == ["in_edges", "out_targets", "prepared.json", "vertices"]
+    lines = []
+    result = infer(
+        spark, path, Model.from_pyg(module), strategy="combine", partitions=3, work_dir=work, log=lines.append
+    )
+    assert {"out_edges", "in_targets", ON_DEMAND_MARKER} <= set(os.listdir(prep_dir))
+    assert any("wrote the combine layouts" in line for line in lines)
+    table = result.toArrow()
+    h = np.stack(table.column("h").to_numpy(zero_copy_only=False))
+    expected = pyg_reference(module, data)[data.index_of(table.column("id").to_numpy())]
+    assert relative_error(h, expected) <= 1e-5

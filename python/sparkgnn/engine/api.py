@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import tempfile
 
+from sparkgnn.engine import calibration
 from sparkgnn.engine.executor import estimate_lines, estimate_vs_actual, execute, finish
-from sparkgnn.engine.prepare import prepare
+from sparkgnn.engine.prepare import ensure_layouts, prepare
 from sparkgnn.engine.session import configure, default_parallelism, memory_per_task
 from sparkgnn.errors import GraphValidationError, PlanError, SparkGNNError
 from sparkgnn.graph.problems import MAX_EXAMPLES, Problem
@@ -87,7 +88,8 @@ def plan_for(
         task_memory,
         requested=partitions,
     )
-    prepared = prepare(spark, graph, num_partitions, _work_dir(spark, out, work_dir), log=log)
+    root = _work_dir(spark, out, work_dir)
+    prepared = prepare(spark, graph, num_partitions, root, log=log)
     graph_stats = dict(prepared.stats, feature_dim=graph.feature_dim)
     task = {
         "strategy": strategy,
@@ -97,7 +99,11 @@ def plan_for(
         "ids": None,
         "fuse": True,
     }
-    return prepared, planner.compile(layers, graph_stats, task)
+    cost_model, observations = calibration.load(root, cores, log=log)
+    log(calibration.summary(cost_model, observations, root))
+    plan = planner.compile(layers, graph_stats, task, cost_model)
+    prepared = ensure_layouts(spark, graph, prepared, [layer.strategy for layer in plan.layers], log=log)
+    return prepared, plan
 
 
 def infer(
@@ -165,6 +171,7 @@ def infer(
         result = finish(spark, final_df, report, meter, label, out, log=log, timers=timers)
         for line in estimate_lines(estimate_vs_actual(report, plan)):
             log(line)
+        calibration.record(root, default_parallelism(spark), plan, report.seconds_by_layer(), log=log)
     finally:
         runners.close()
     return (result, report, plan) if return_report else result

@@ -1,0 +1,90 @@
+"""The cost model this work dir's past runs measured: observations stored with the work dir,
+refit (planner.calibration.fit) before every plan.
+
+Why in the work dir: it is where a team's jobs on one cluster already share prepared layouts and
+models, so the measurements of one job improve the next job's plan (strategy and estimates) on
+the same machines. Observations are keyed by the cluster's core count (a plan for 2 cores says
+nothing about 64) and capped to the most recent MAX_OBSERVATIONS per key, so the model follows
+the machine as it changes. A file that cannot be read is reported and left alone (the job plans
+with the prior constants and records nothing): nothing here overwrites what it did not write.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+from sparkgnn.planner import CostModel
+from sparkgnn.planner.calibration import Observation, fit
+
+CALIBRATION_FILE = "calibration.json"
+MAX_OBSERVATIONS = 64
+VERSION = 1
+
+
+def _path(work_dir: str) -> str:
+    return os.path.join(work_dir, CALIBRATION_FILE)
+
+
+def _read(work_dir: str) -> dict:
+    """The stored observations by core count; {} when there is no file yet. Raises ValueError
+    naming the file when it exists but is not a calibration file this version wrote."""
+    path = _path(work_dir)
+    if not os.path.exists(path):
+        return {}
+    try:
+        with open(path) as fh:
+            data = json.load(fh)
+        if data.get("version") != VERSION or not isinstance(data.get("by_cores"), dict):
+            raise ValueError("unknown layout")
+        return {key: [Observation(**item) for item in items] for key, items in data["by_cores"].items()}
+    except (OSError, ValueError, TypeError, AttributeError) as exc:
+        raise ValueError(f"calibration file {path} is unreadable ({exc})") from exc
+
+
+def load(work_dir: str, cores: int, log=print) -> tuple[CostModel, int]:
+    """The refit cost model for `cores` and how many observations it rests on (0: the prior)."""
+    try:
+        observations = _read(work_dir).get(str(int(cores)), [])
+    except ValueError as exc:
+        log(f"sparkgnn: {exc}; planning with the default cost model")
+        return CostModel(), 0
+    return fit(observations), len(observations)
+
+
+def record(work_dir: str, cores: int, plan, seconds_by_layer: dict[int, float], log=print) -> int:
+    """Append this run's layers (planner quantities + measured seconds) and return how many
+    observations the key now holds. Written atomically (temp file + rename in the work dir)."""
+    fresh = [
+        Observation.from_estimates(layer.estimates, seconds_by_layer[index])
+        for index, layer in enumerate(plan.layers)
+        if seconds_by_layer.get(index, 0) > 0 and "shuffle_bytes" in layer.estimates
+    ]
+    if not fresh:
+        return 0
+    try:
+        stored = _read(work_dir)
+    except ValueError as exc:
+        log(f"sparkgnn: {exc}; this run's timings are not recorded")
+        return 0
+    key = str(int(cores))
+    stored[key] = (stored.get(key, []) + fresh)[-MAX_OBSERVATIONS:]
+    os.makedirs(work_dir, exist_ok=True)
+    content = {"version": VERSION, "by_cores": {k: [o.to_dict() for o in v] for k, v in stored.items()}}
+    fd, tmp = tempfile.mkstemp(prefix=".calibration-", dir=work_dir)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(content, fh)
+    os.replace(tmp, _path(work_dir))
+    return len(stored[key])
+
+
+def summary(model: CostModel, observations: int, work_dir: str) -> str:
+    """One line for the job log: which constants the plan was costed with."""
+    if not observations:
+        return "sparkgnn: cost model: default constants (no measured layers in this work dir yet)"
+    return (
+        f"sparkgnn: cost model refit from {observations} measured layers in {_path(work_dir)}: "
+        f"shuffle {model.shuffle_Bps / 1e9:.3f} GB/s, python pipe {model.python_Bps / 1e9:.3f} GB/s, "
+        f"{model.pass_overhead_s:.2f} s per pass, {model.per_edge_s * 1e6:.3f} us per edge"
+    )
