@@ -36,6 +36,7 @@ import pyarrow as pa
 import torch
 
 from sparkgnn.dl.chunks import chunked_by_dst
+from sparkgnn.dl.csr import Csr, by_destination
 from sparkgnn.dl.tensors import fixed_list, index, matrix, vector
 from sparkgnn.errors import SparkGNNError
 from sparkgnn.models.model import Model
@@ -113,9 +114,9 @@ def local_partial(
     destination ranges holding at most `chunk_bytes` of messages at once (dl/chunks.py)."""
     scaled, scale = conv.message_scale(weight, pre)
     if scaled and conv.aggregator.from_sums and src.numel():
-        sums = _sparse_sums(src_all, src, dst, scale, num_dst)
-        counts = torch.bincount(dst, minlength=num_dst).to(torch.float32)
-        return conv.aggregator.partial_from_sums(sums, counts)
+        csr = by_destination(src, dst, num_dst)
+        sums = _sparse_sums(src_all, csr, scale, num_dst)
+        return conv.aggregator.partial_from_sums(sums, csr.in_degree.to(torch.float32))
 
     def partial(src_c, dst_c, weight_c, first: int, num: int) -> torch.Tensor:
         dst_e = None if dst_pay is None else dst_pay[dst_c + first]
@@ -126,18 +127,17 @@ def local_partial(
     return chunked_by_dst(partial, src, dst, weight, num_dst, 3 * 4 * width, chunk_bytes)
 
 
-def _sparse_sums(src_all, src, dst, scale, num_dst: int) -> torch.Tensor:
-    order = torch.argsort(dst, stable=True)
-    crow = torch.zeros(num_dst + 1, dtype=torch.long, device=src_all.device)
-    crow[1:] = torch.cumsum(torch.bincount(dst, minlength=num_dst), 0)
+def _sparse_sums(src_all, csr: Csr, scale, num_dst: int) -> torch.Tensor:
+    """Per-destination sums of (scaled) source rows as one CSR product; the CSR comes from
+    dl/csr.py (built once per edge list and process)."""
     values = (
-        torch.ones(src.numel(), dtype=src_all.dtype, device=src_all.device)
+        torch.ones(csr.col.numel(), dtype=src_all.dtype, device=src_all.device)
         if scale is None
-        else scale[order].to(src_all.dtype)
+        else scale[csr.order].to(src_all.dtype)
     )
     with warnings.catch_warnings():  # beta-state notices, once per process
         warnings.simplefilter("ignore", UserWarning)
-        adjacency = torch.sparse_csr_tensor(crow, src[order], values, size=(num_dst, src_all.shape[0]))
+        adjacency = torch.sparse_csr_tensor(csr.crow, csr.col, values, size=(num_dst, src_all.shape[0]))
     return adjacency @ src_all
 
 
