@@ -52,7 +52,8 @@ class Observation:
     @classmethod
     def from_estimates(cls, estimates: dict, seconds: float) -> Observation:
         """From a plan layer's `estimates` dict (cost.Estimate.to_dict) and the measured seconds."""
-        return cls(*(float(estimates[name]) for name in TERMS), seconds=float(seconds))
+        values = {name: float(estimates[name]) for name in TERMS}
+        return cls(**values, seconds=float(seconds))
 
     def to_dict(self) -> dict[str, float]:
         return {name: getattr(self, name) for name in (*TERMS, "seconds")}

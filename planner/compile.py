@@ -363,8 +363,10 @@ def _task_memory(decisions: list[_Decision], stats: GraphStats) -> list[float]:
     needs = []
     for decision in decisions:
         w = decision.ctx.widths
-        # edge_join ships one payload row per edge into the task; the others a row per source at most
-        rows = edges if decision.strategy.name == "edge_join" else min(edges, stats.num_vertices)
+        # edge_join ships one payload row per edge into the task; the others a row per source at
+        # most: the task's own vertices plus its share of the mirrors prepare counted
+        measured = vertices + stats.mirror_rows / stats.partitions if stats.mirror_rows is not None else math.inf
+        rows = edges if decision.strategy.name == "edge_join" else min(edges, stats.num_vertices, measured)
         needs.append(task_memory_bytes(edges, vertices, w.src, w.in_dim, w.out_dim, w.state, w.dst, rows))
     return needs
 

@@ -31,11 +31,6 @@ def aligned_empty(shape: tuple[int, ...], dtype=np.float32) -> np.ndarray:
     return buffer[start : start + nbytes].view(dtype).reshape(shape)
 
 
-def take_rows(values: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """values[rows] gathered into a fresh aligned array (one pass, no intermediate)."""
-    return np.take(values, rows, axis=0, out=aligned_empty((len(rows), *values.shape[1:]), values.dtype))
-
-
 def _as_float32_matrix(values: np.ndarray) -> np.ndarray:
     matrix = np.ascontiguousarray(values, dtype=np.float32)
     if matrix.ndim != 2:

@@ -146,3 +146,43 @@ def test_combine_layouts_are_written_only_when_a_plan_reads_them(spark, graph_di
     h = np.stack(table.column("h").to_numpy(zero_copy_only=False))
     expected = pyg_reference(module, data)[data.index_of(table.column("id").to_numpy())]
     assert relative_error(h, expected) <= 1e-5
+
+
+def test_tasks_write_the_output_parts_themselves_and_spark_reads_them_back(spark, graph_dirs, work_dir, tmp_path):
+    path, data = graph_dirs["skewed"]
+    module = _sage(data)
+    out = str(tmp_path / "out")
+    result = infer(spark, path, Model.from_pyg(module), partitions=3, out=out, work_dir=work_dir, log=lambda _: None)
+    assert sorted(os.listdir(out)) == [f"part-{p:05d}.parquet" for p in range(3)]
+    assert [(f.name, f.dataType.simpleString()) for f in result.schema.fields] == [
+        ("id", "bigint"),
+        ("h", "array<float>"),
+        ("pred", "bigint"),
+    ]
+    table = result.toArrow()
+    assert table.num_rows == data.num_nodes
+    h = np.stack(table.column("h").to_numpy(zero_copy_only=False))
+    expected = pyg_reference(module, data)[data.index_of(table.column("id").to_numpy())]
+    assert relative_error(h, expected) <= 1e-5
+    assert (table.column("pred").to_numpy() == expected.argmax(axis=1)).all()
+
+
+def test_a_failed_commit_of_task_written_parts_keeps_the_earlier_result(
+    spark, graph_dirs, work_dir, tmp_path, monkeypatch
+):
+    from sparkgnn.engine import executor
+
+    path, data = graph_dirs["skewed"]
+    model = Model.from_pyg(_sage(data))
+    out = str(tmp_path / "out")
+    infer(spark, path, model, out=out, work_dir=work_dir, log=lambda _: None)
+    before = {name: os.path.getsize(os.path.join(out, name)) for name in os.listdir(out)}
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(executor, "_commit_task_files", broken)
+    with pytest.raises(OSError, match="disk full"):
+        infer(spark, path, model, out=out, overwrite=True, work_dir=work_dir, log=lambda _: None)
+    assert {name: os.path.getsize(os.path.join(out, name)) for name in os.listdir(out)} == before
+    assert sorted(os.listdir(tmp_path)) == ["out"]  # no staging directory left behind

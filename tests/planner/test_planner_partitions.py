@@ -99,3 +99,47 @@ def test_compile_warns_when_the_largest_partition_does_not_fit(make):
     assert "WARNING" in plan.explain()
     assert not compile(make.sage_model(), make.stats(), make.task()).warnings
     assert math.isfinite(plan.estimates["seconds"])
+
+
+def _power_law_histogram(vertices, edges, seed=0):
+    """{out-degree: vertices} of a Zipf-like graph with `edges` edges (a few hubs, many leaves)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    weights = 1.0 / np.arange(1, vertices + 1) ** 0.8
+    degrees = rng.multinomial(edges, weights / weights.sum())
+    ks, counts = np.unique(degrees[degrees > 0], return_counts=True)
+    return dict(zip(ks.tolist(), counts.tolist(), strict=True)), degrees
+
+
+def test_expected_sources_match_a_sampled_partition():
+    # The expectation sum_k n_k (1 - (1 - k/|E|)^e) against counting the distinct sources of a
+    # uniform 1/P share of the edges.
+    import numpy as np
+
+    from sparkgnn.planner.partitions import expected_sources
+
+    vertices, edges = 50_000, 500_000
+    histogram, degrees = _power_law_histogram(vertices, edges)
+    src = np.repeat(np.arange(vertices), degrees)
+    rng = np.random.default_rng(1)
+    for parts in (2, 8, 32):
+        share = src[rng.random(len(src)) < 1 / parts]
+        counted = len(np.unique(share))
+        assert expected_sources(histogram, edges, vertices, edges / parts) == pytest.approx(counted, rel=0.02)
+    assert expected_sources(None, edges, vertices, edges / 2) == vertices  # the bound without a histogram
+    assert expected_sources({}, edges, vertices, 1000) == 1000
+
+
+def test_a_histogram_lowers_p_on_a_power_law_graph_and_never_raises_it(make):
+    vertices, edges = 3_200_000, 32_000_000
+    histogram, _ = _power_law_histogram(vertices, edges)
+    budget = 6 << 30
+    layers = make.sage_model()
+    bound = choose_partitions(layers, vertices, edges, 128, 2, budget)
+    counted = choose_partitions(layers, vertices, edges, 128, 2, budget, out_degrees=histogram)
+    assert counted < bound and counted % 2 == 0
+    for memory in (1 << 30, 3 << 30, 64 << 30):
+        assert choose_partitions(layers, vertices, edges, 128, 2, memory, out_degrees=histogram) <= choose_partitions(
+            layers, vertices, edges, 128, 2, memory
+        )

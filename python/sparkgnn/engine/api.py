@@ -6,12 +6,13 @@ import os
 import tempfile
 
 from sparkgnn.engine import calibration
-from sparkgnn.engine.executor import estimate_lines, estimate_vs_actual, execute, finish
+from sparkgnn.engine.degrees import out_degree_histogram
+from sparkgnn.engine.executor import estimate_lines, estimate_vs_actual, execute, finish, staged_output
 from sparkgnn.engine.prepare import ensure_layouts, prepare
 from sparkgnn.engine.session import configure, default_parallelism, memory_per_task
 from sparkgnn.errors import GraphValidationError, PlanError, SparkGNNError
 from sparkgnn.graph.problems import MAX_EXAMPLES, Problem
-from sparkgnn.outputs import check_output
+from sparkgnn.outputs import check_output, discard
 from sparkgnn.runners import check_workers, workers_for
 
 
@@ -79,16 +80,23 @@ def plan_for(
     stats = graph.stats()
     cores = default_parallelism(spark)
     task_memory = memory_per_task(spark)
-    num_partitions = planner.choose_partitions(
-        layers,
-        stats["num_vertices"],
-        stats["num_edges"],
-        graph.feature_dim,
-        cores,
-        task_memory,
-        requested=partitions,
-    )
     root = _work_dir(spark, out, work_dir)
+
+    def partitions_with(out_degrees=None) -> int:
+        return planner.choose_partitions(
+            layers,
+            stats["num_vertices"],
+            stats["num_edges"],
+            graph.feature_dim,
+            cores,
+            task_memory,
+            requested=partitions,
+            out_degrees=out_degrees,
+        )
+
+    num_partitions = partitions_with()
+    if partitions is None and num_partitions > cores:  # the bound raised P: count the sources instead
+        num_partitions = partitions_with(out_degree_histogram(graph, root, log=log))
     prepared = prepare(spark, graph, num_partitions, root, log=log)
     graph_stats = dict(prepared.stats, feature_dim=graph.feature_dim)
     task = {
@@ -154,6 +162,9 @@ def infer(
     fingerprint = register(model, model_store)
     needs_dst = [bool(info["needs_dst_in_message"]) for info in model.plan_info()]
     runners = workers_for(workers, model_store)
+    with_pred = model.output == "logits"
+    # Tasks write the output files themselves unless rows must first be filtered by ids (a join).
+    staged = staged_output(out) if out and ids_df is None else None
     try:
         final_df, report, meter, label, timers = execute(
             spark,
@@ -162,16 +173,23 @@ def infer(
             fingerprint,
             graph,
             runners.spec,
-            with_pred=model.output == "logits",
+            with_pred=with_pred,
             needs_dst=needs_dst,
             log=log,
+            write_to=staged,
         )
         if ids_df is not None:
             final_df = final_df.join(ids_df, "id", "left_semi")
-        result = finish(spark, final_df, report, meter, label, out, log=log, timers=timers)
+        result = finish(
+            spark, final_df, report, meter, label, out, log=log, timers=timers, staged=staged, with_pred=with_pred
+        )
         for line in estimate_lines(estimate_vs_actual(report, plan)):
             log(line)
         calibration.record(root, default_parallelism(spark), plan, report.seconds_by_layer(), log=log)
+    except BaseException:
+        if staged is not None:
+            discard(staged)
+        raise
     finally:
         runners.close()
     return (result, report, plan) if return_report else result

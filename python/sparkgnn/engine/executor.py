@@ -9,12 +9,14 @@ each job "sparkgnn layer l/k: strategy".
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from dataclasses import dataclass, field
 
 from sparkgnn.engine.metrics import MaxParam, ShuffleMeter
 from sparkgnn.engine.routing import (
+    FILES_SCHEMA_DDL,
     OUTPUT_PRED_SCHEMA_DDL,
     OUTPUT_SCHEMA_DDL,
     PE_STATE,
@@ -158,18 +160,24 @@ def execute(
     log=print,
     on_layer=None,
     resume=None,
+    write_to: str | None = None,
 ):
     """Run all steps; returns (final DataFrame (id, h[, pred]) not yet materialised, RunReport, ...).
 
     With `on_layer(l, rows)` (PE precomputation) every step that completes conv l-1 hands its
     materialised rows (own rows with h^(l) and state rows) to the callback, including the last, and
-    no output DataFrame is returned. `resume=(l, DataFrame(id, h))` starts from a stored h^(l)."""
+    no output DataFrame is returned. `resume=(l, DataFrame(id, h))` starts from a stored h^(l).
+    With `write_to` (an existing staging directory) the last step's tasks write the output Parquet
+    there themselves (steps.outputs_final_files) and the final DataFrame holds one row per
+    partition (pt, rows, bytes); `finish(..., staged=write_to)` then commits it."""
     partitions = plan.partitions
     keys = partition_keys(spark, partitions)
     strategies = [layer.strategy for layer in plan.layers]
     pre = [layer.pre_transform for layer in plan.layers]
     start_layer = resume[0] if resume else 0
     steps = schedule(strategies, needs_dst, start_layer, final="final" if on_layer is None else "own_only")
+    if write_to is not None and steps[-1].outputs == "final":
+        steps[-1] = dataclasses.replace(steps[-1], outputs="final_files")
     num_layers = len(plan.layers)
     meter = ShuffleMeter(spark)
     report = RunReport(prepare_s=prepared.seconds, prepare_reused=prepared.reused)
@@ -193,10 +201,12 @@ def execute(
             transport=transport,
             with_pred=with_pred,
             with_state=on_layer is not None,
+            out_dir=write_to if step.outputs == "final_files" else None,
         )
-        schema = (
-            (OUTPUT_PRED_SCHEMA_DDL if with_pred else OUTPUT_SCHEMA_DDL) if step.outputs == "final" else ROW_SCHEMA_DDL
-        )
+        schema = {
+            "final": OUTPUT_PRED_SCHEMA_DDL if with_pred else OUTPUT_SCHEMA_DDL,
+            "final_files": FILES_SCHEMA_DDL,
+        }.get(step.outputs, ROW_SCHEMA_DDL)
         timers = {name: spark.sparkContext.accumulator(0.0) for name in TIMERS}
         timers[PEAK_RSS] = spark.sparkContext.accumulator(0, MaxParam())
         out = _wire(spark, step, rows, prepared, keys, partitions).mapInArrow(
@@ -243,16 +253,64 @@ def _mb(num_bytes: int) -> str:
     return f"{num_bytes / 2**20:.1f} MiB"
 
 
-def finish(spark, final_df, report, meter, label: str, out: str | None, log=print, timers: dict | None = None):
+def _commit_task_files(final_df, staged: str, with_pred: bool) -> int:
+    """Run the last step (its tasks write part files into `staged`) and check every partition
+    reported once; returns the rows written. An output with no rows gets one empty file with the
+    output schema, so it reads back like a Spark-written empty result."""
+    reports = final_df.collect()
+    parts = [int(r["pt"]) for r in reports]
+    if len(parts) != len(set(parts)):
+        raise RuntimeError(f"partitions {sorted(p for p in set(parts) if parts.count(p) > 1)} reported twice")
+    rows = sum(int(r["rows"]) for r in reports)
+    if not reports:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from sparkgnn.files import filesystem
+
+        fields = [("id", pa.int64()), ("h", pa.list_(pa.float32()))] + ([("pred", pa.int64())] if with_pred else [])
+        fs, directory = filesystem(staged)
+        with fs.open_output_stream(f"{directory}/part-00000.parquet") as sink:
+            pq.write_table(pa.schema(fields).empty_table(), sink)
+    return rows
+
+
+def staged_output(out: str) -> str:
+    """A fresh staging directory beside `out` for tasks to write into (outputs.staging_path)."""
+    from sparkgnn.files import filesystem
+
+    staged = staging_path(out)
+    fs, directory = filesystem(staged)
+    fs.create_dir(directory, recursive=True)
+    return staged
+
+
+def finish(
+    spark,
+    final_df,
+    report,
+    meter,
+    label: str,
+    out: str | None,
+    log=print,
+    timers: dict | None = None,
+    staged: str | None = None,
+    with_pred: bool = False,
+):
     """Materialise the last step: write Parquet under `out` (staged beside it, then swapped in:
     a failure leaves any previous result intact; the caller checked `out` first), or checkpoint
-    in memory."""
+    in memory. With `staged` the tasks of the last step wrote the files there (execute's
+    write_to); otherwise Spark's writer does."""
     spark.sparkContext.setJobDescription(f"sparkgnn {label}")
     started = time.perf_counter()
     if out:
-        staged = staging_path(out)
+        tasks_wrote = staged is not None
+        staged = staged or staging_path(out)
         try:
-            final_df.write.parquet(staged)
+            if tasks_wrote:
+                _commit_task_files(final_df, staged, with_pred)
+            else:
+                final_df.write.parquet(staged)
         except BaseException:
             discard(staged)
             raise

@@ -30,6 +30,8 @@ ROW_SCHEMA = pa.schema(
 )
 OUTPUT_SCHEMA_DDL = "id long, h array<float>"
 OUTPUT_PRED_SCHEMA_DDL = "id long, h array<float>, pred long"
+# What the last step returns when its tasks write the output files themselves (one row per partition).
+FILES_SCHEMA_DDL = "pt int, rows long, bytes long"
 
 PARTITION_EXPR = "pmod(hash({col}), {n})"
 

@@ -1,0 +1,42 @@
+"""The graph's out-degree histogram, computed once per graph with Spark and kept in the work dir.
+
+Why: the planner's memory rule needs the distinct sources a task's in-edges reach
+(planner.partitions.expected_sources); on a power-law graph the simple bound min(edges, |V|)
+overstates them and raises P, and with it the replication factor and the bytes every layer
+shuffles. The histogram (how many vertices have out-degree k) is a few thousand numbers for any
+graph size. It is only computed when the bound would raise P above the cores: below that, P is
+the core count either way.
+
+Cached at <work>/prep/<graph fingerprint>/out_degrees.json (the fingerprint covers the edges, so a
+changed graph has another file); written atomically, and a file that does not parse is recomputed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+FILE = "out_degrees.json"
+
+
+def out_degree_histogram(graph, work_dir: str, log=print) -> dict[int, int]:
+    """{out-degree k > 0: number of vertices with k out-edges}."""
+    folder = os.path.join(work_dir, "prep", str(graph.fingerprint))
+    path = os.path.join(folder, FILE)
+    try:
+        with open(path) as fh:
+            return {int(k): int(v) for k, v in json.load(fh)["out_degrees"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    rows = graph.edges.groupBy("src").count().groupBy("count").count().collect()
+    histogram = {int(r[0]): int(r[1]) for r in rows}
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".out_degrees-", dir=folder)
+    with os.fdopen(fd, "w") as fh:
+        json.dump({"fingerprint": str(graph.fingerprint), "out_degrees": histogram}, fh)
+    os.replace(tmp, path)
+    log(
+        f"sparkgnn: out-degree histogram of {sum(histogram.values()):,} source vertices computed for the partition rule"
+    )
+    return histogram
