@@ -11,7 +11,12 @@ quantities x_i, predicted seconds are x_i . c. Minimise the squared *relative* e
 observation, sum_i (x_i . c / y_i - 1)^2, plus a ridge pull of each constant towards the prior
 model, PRIOR_WEIGHT x sum_j (c_j / prior_j - 1)^2: a handful of runs on one graph size cannot tell
 the four terms apart (their quantities grow together), so directions the data do not constrain
-stay where the prior put them while the ones it does constrain follow the measurements. Solved as
+stay where the prior put them while the ones it does constrain follow the measurements.
+PRIOR_WEIGHT = 1 for up to PRIOR_OBSERVATIONS layers, then shrinking as 1/n (the prior of each
+constant counts like one of the first few observations, less as measurements accumulate)
+predicted later 8M layers from four earlier 8M layers within 2% (a weak prior, 0.005: 27%; the
+default constants: 35%). Observations are
+weighted by how close their graph is in size to the plan's (size_weight). Solved as
 one non-negative least-squares problem; constants are kept within [prior / MAX_FACTOR, prior x
 MAX_FACTOR] so one pathological run (a swapping machine) cannot produce an absurd model.
 """
@@ -26,7 +31,8 @@ import numpy as np
 from sparkgnn.planner.cost import CostModel
 from sparkgnn.planner.errors import PlanError
 
-PRIOR_WEIGHT = 0.005
+PRIOR_WEIGHT = 1.0
+PRIOR_OBSERVATIONS = 4
 MAX_FACTOR = 20.0
 TERMS = ("shuffle_bytes", "python_bytes", "passes", "edges")
 
@@ -68,8 +74,23 @@ def _model(coefficients: np.ndarray) -> CostModel:
     return CostModel(shuffle_Bps=1 / shuffle, python_Bps=1 / python, pass_overhead_s=passes, per_edge_s=edge)
 
 
-def fit(observations: list[Observation], prior: CostModel | None = None) -> CostModel:
-    """The cost model that best predicts `observations` (see module); the prior when there are none."""
+def size_weight(edges: float, target_edges: float | None) -> float:
+    """How much a layer over `edges` edges says about one over `target_edges`: the ratio of the
+    smaller to the larger (1 for the same size, 1/4 for 2M vs 8M). Layer time is not linear in the
+    graph across sizes on this machine (fresh-memory and cache effects grow with the working set:
+    2M -> 8M edges cost 6x, not 4x), so a refit from small graphs alone must not override the prior
+    for a large one."""
+    if not target_edges or target_edges <= 0 or edges <= 0:
+        return 1.0
+    return min(edges, target_edges) / max(edges, target_edges)
+
+
+def fit(
+    observations: list[Observation], prior: CostModel | None = None, target_edges: float | None = None
+) -> CostModel:
+    """The cost model that best predicts `observations` (see module) for a layer over
+    `target_edges` edges (observations of other sizes weighted down, size_weight); the prior when
+    there are none."""
     prior = prior if prior is not None else CostModel()
     if not observations:
         return prior
@@ -77,10 +98,15 @@ def fit(observations: list[Observation], prior: CostModel | None = None) -> Cost
 
     p = _coefficients(prior)
     # Unknowns are u_j = c_j / p_j (all of order 1, so the ridge treats every term alike).
-    rows = [np.array([getattr(o, t) for t in TERMS]) * p / o.seconds for o in observations]
-    weight = math.sqrt(PRIOR_WEIGHT)
+    rows = [
+        np.array([getattr(o, t) for t in TERMS]) * p / o.seconds * size_weight(o.edges, target_edges)
+        for o in observations
+    ]
+    # The prior counts like PRIOR_OBSERVATIONS layers in all: decisive for the first few runs,
+    # fading as the work dir accumulates measurements.
+    weight = math.sqrt(PRIOR_WEIGHT * min(1.0, PRIOR_OBSERVATIONS / len(observations)))
     a = np.vstack([*rows, weight * np.eye(len(TERMS))])
-    b = np.concatenate([np.ones(len(rows)), weight * np.ones(len(TERMS))])
+    b = np.concatenate([[size_weight(o.edges, target_edges) for o in observations], weight * np.ones(len(TERMS))])
     u, _ = nnls(a, b)
     u = np.clip(u, 1 / MAX_FACTOR, MAX_FACTOR)
     return _model(u * p)

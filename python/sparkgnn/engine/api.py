@@ -107,7 +107,7 @@ def plan_for(
         "ids": None,
         "fuse": True,
     }
-    cost_model, observations = calibration.load(root, cores, log=log)
+    cost_model, observations = calibration.load(root, cores, log=log, target_edges=stats["num_edges"])
     log(calibration.summary(cost_model, observations, root))
     plan = planner.compile(layers, graph_stats, task, cost_model)
     prepared = ensure_layouts(spark, graph, prepared, [layer.strategy for layer in plan.layers], log=log)

@@ -43,14 +43,15 @@ def _read(work_dir: str) -> dict:
         raise ValueError(f"calibration file {path} is unreadable ({exc})") from exc
 
 
-def load(work_dir: str, cores: int, log=print) -> tuple[CostModel, int]:
-    """The refit cost model for `cores` and how many observations it rests on (0: the prior)."""
+def load(work_dir: str, cores: int, log=print, target_edges: float | None = None) -> tuple[CostModel, int]:
+    """The refit cost model for `cores` (for a graph of `target_edges` edges: planner.calibration
+    weights layers of other sizes down) and how many observations it rests on (0: the prior)."""
     try:
         observations = _read(work_dir).get(str(int(cores)), [])
     except ValueError as exc:
         log(f"sparkgnn: {exc}; planning with the default cost model")
         return CostModel(), 0
-    return fit(observations), len(observations)
+    return fit(observations, target_edges=target_edges), len(observations)
 
 
 def record(work_dir: str, cores: int, plan, seconds_by_layer: dict[int, float], log=print) -> int:
