@@ -1,5 +1,5 @@
-"""engine.steps collect: routed rows (as Spark hands them, in several Arrow batches) become the DL
-tables in the partition's local order, with one copy and with every id checked."""
+"""engine.steps collect: routed rows (as Spark hands them, in several Arrow batches, taken one by
+one) become the DL tables in the partition's local order, with one copy and with every id checked."""
 
 import os
 
@@ -34,6 +34,12 @@ def _cfg(prep_dir):
     return steps.StepConfig(prep_dir, 2, tuple(KEYS), "m", 0, 2, "edges_static", "mirrors")
 
 
+def _collect(prep_dir, rows: pa.Table):
+    part, tables = steps.collect(_cfg(prep_dir), iter(rows.to_batches()))
+    assert part == 0
+    return tables
+
+
 def _rows(own_ids, mirror_ids, width=3):
     # Vector of id i = [i, i + 0.5, ...]: where a row lands is visible in its values.
     def vec(ids):
@@ -48,7 +54,7 @@ def _rows(own_ids, mirror_ids, width=3):
 
 
 def test_own_and_mirror_rows_land_in_local_order_across_batches(prep_dir):
-    tables = steps.inputs_edges_static(_cfg(prep_dir), _rows(np.array([30, 10, 20]), np.array([7, 5])), 0)
+    tables = _collect(prep_dir, _rows(np.array([30, 10, 20]), np.array([7, 5])))
     h = to_numpy_matrix(tables["own"].column("h"))
     assert h[:, 0].tolist() == [10, 20, 30] and h[:, 2].tolist() == [11, 21, 31]
     assert tables["own"].column("gcn_degree").to_pylist() == [2.0, 3.0, 1.0]
@@ -68,7 +74,7 @@ def test_own_and_mirror_rows_land_in_local_order_across_batches(prep_dir):
 )
 def test_missing_duplicate_or_unknown_rows_are_refused(prep_dir, own, mirrors, match):
     with pytest.raises(ValueError, match=match):
-        steps.inputs_edges_static(_cfg(prep_dir), _rows(np.array(own), np.array(mirrors)), 0)
+        _collect(prep_dir, _rows(np.array(own), np.array(mirrors)))
 
 
 def test_a_batch_mixing_kinds_of_different_widths_is_unpacked_per_kind(prep_dir):
@@ -78,6 +84,31 @@ def test_a_batch_mixing_kinds_of_different_widths_is_unpacked_per_kind(prep_dir)
     mixed = pa.Table.from_batches(
         [pa.concat_tables([pa.table(own), pa.table(mirrors)]).combine_chunks().to_batches()[0]]
     )
-    tables = steps.inputs_edges_static(_cfg(prep_dir), mixed, 0)
+    tables = _collect(prep_dir, mixed)
     assert to_numpy_matrix(tables["own"].column("h")).shape == (3, 3)
     assert to_numpy_matrix(tables["mirror"].column("p"))[:, 0].tolist() == [5.0, 7.0]
+
+
+def test_batches_are_consumed_one_at_a_time_and_timed(prep_dir):
+    # The task never needs all of Spark's batches at once: each is placed and dropped.
+    alive = []
+
+    def batches():
+        for batch in _rows(np.array([30, 10, 20]), np.array([7, 5])).to_batches():
+            alive.append(batch.num_rows)
+            yield batch
+
+    spent = {}
+    part, tables = steps.collect(_cfg(prep_dir), batches(), spent)
+    assert part == 0 and alive == [2, 2, 1] and tables["edges"].num_rows == 4
+    assert set(spent) == {"rows_in_s", "collect_s"}
+
+
+def test_no_rows_means_no_tables_and_rows_of_two_partitions_are_refused(prep_dir):
+    assert steps.collect(_cfg(prep_dir), iter([])) is None
+    rows = _rows(np.array([30, 10, 20]), np.array([7, 5])).to_batches()
+    other = make_rows(KEYS, np.ones(1), OWN, np.array([99]), pack_binary(np.ones((1, 3), np.float32)))
+    task = {}
+    with pytest.raises(steps.StepFailed, match="rows of partitions 0 and 1 reached one task"):
+        steps.collect(_cfg(prep_dir), iter([*rows, other]), task=task)
+    assert task == {"partition": 0}

@@ -13,6 +13,7 @@ what the next layer needs to a row builder.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -56,134 +57,193 @@ class StepConfig:
         return OUTPUT_STAGE[self.outputs]
 
 
-def _rows_of(table: pa.Table, kind: int) -> pa.Table:
-    return table.filter(pc.equal(table.column("kind"), kind))
+def _vector_column(batch) -> str:
+    return "v" if "v" in batch.schema.names else "x"
 
 
 def _vectors(rows: pa.Table) -> np.ndarray:
-    return to_numpy_matrix(rows.column("v" if "v" in rows.column_names else "x"))
+    return to_numpy_matrix(rows.column(_vector_column(rows)))
 
 
-def _ordered_vectors(rows: pa.Table, kind: int, sorted_ids: np.ndarray, what: str, count_error: str) -> np.ndarray:
-    """The vectors of the rows of `kind`, each at its id's position in `sorted_ids`. One copy per
-    row, straight out of Spark's Arrow batches: no filtered table, no combined chunks (at 8M edges
-    those were two more copies of every payload, and fresh memory costs ~2 s/GiB to touch here).
-    Every id must be known and arrive exactly once (`count_error` names a count mismatch)."""
-    column = "v" if "v" in rows.column_names else "x"
-    picked = []
-    for batch in rows.to_batches():
-        mask = batch.column("kind").to_numpy() == kind
-        if mask.any():
-            picked.append((batch, mask))
-    received = sum(int(mask.sum()) for _, mask in picked)
-    if received != len(sorted_ids):
-        raise ValueError(count_error.format(expected=len(sorted_ids), received=received))
-    if not received:
-        return np.zeros((0, 0), np.float32)
-    out = None
-    seen = np.zeros(len(sorted_ids), dtype=bool)
-    for batch, mask in picked:
-        # Rows of other kinds in the same batch may be of another width: unpack only this kind's
-        # (a batch-sized temporary, reused by the allocator batch after batch).
-        vectors = batch.column(column) if mask.all() else batch.column(column).filter(pa.array(mask))
-        values = to_numpy_matrix(vectors)
+@dataclass(frozen=True)
+class Placement:
+    """Where rows of one kind go: the vector of id sorted_ids[i] becomes row i. `count_error` is
+    formatted with expected/received when the count is wrong."""
+
+    sorted_ids: np.ndarray
+    what: str
+    count_error: str
+
+
+class Received:
+    """Everything Spark routed to one task, taken in batch by batch as the task reads it.
+
+    Why streaming: holding the whole input as one Arrow table before unpacking it kept a second
+    copy of every payload row alive for the whole step (1.6 GB per task at 32M edges, P=2), and a
+    task's peak memory is what decides how many partitions the planner needs (more partitions
+    ship more bytes). Kinds with a known id list (own rows, mirror and destination payloads) go
+    straight to their local position in one aligned buffer (the DL side uses it without a copy)
+    and the batch is dropped; kinds whose count is only known at the end (partial states,
+    per-edge rows) are kept as Arrow batches. Every placed id must be known and arrive exactly once."""
+
+    def __init__(self, part: int, placements: dict[int, Placement], kept: tuple[int, ...]):
+        self.part = part
+        self._placements = placements
+        self._kept: dict[int, list[pa.RecordBatch]] = {kind: [] for kind in kept}
+        self._vectors: dict[int, np.ndarray] = {}
+        self._seen = {kind: np.zeros(len(p.sorted_ids), dtype=bool) for kind, p in placements.items()}
+        self._received = dict.fromkeys(placements, 0)
+        self._schema: pa.Schema | None = None
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        self._schema = self._schema or batch.schema
+        kinds = batch.column("kind").to_numpy()
+        for kind in np.unique(kinds).tolist():
+            mask = kinds == kind
+            if kind in self._placements:
+                self._place(kind, batch, mask)
+            elif kind in self._kept:
+                self._kept[kind].append(batch if mask.all() else batch.filter(pa.array(mask)))
+
+    def _place(self, kind: int, batch: pa.RecordBatch, mask: np.ndarray) -> None:
+        placement = self._placements[kind]
+        column = batch.column(_vector_column(batch))
+        # Rows of other kinds in the same batch may be of another width: unpack only this kind's.
+        values = to_numpy_matrix(column if mask.all() else column.filter(pa.array(mask)))
+        out = self._vectors.get(kind)
         if out is None:
-            out = aligned_empty((len(sorted_ids), values.shape[1]), np.float32)
+            out = self._vectors[kind] = aligned_empty((len(placement.sorted_ids), values.shape[1]), np.float32)
         elif values.shape[1] != out.shape[1]:
-            raise ValueError(f"{what} vectors differ in width ({out.shape[1]} and {values.shape[1]})")
-        pos = static.positions(sorted_ids, batch.column("id").to_numpy()[mask], what)
+            raise ValueError(f"{placement.what} vectors differ in width ({out.shape[1]} and {values.shape[1]})")
+        ids = batch.column("id").to_numpy()
+        self._received[kind] += len(values)
+        pos = static.positions(placement.sorted_ids, ids if mask.all() else ids[mask], placement.what)
         out[pos] = values
-        seen[pos] = True
-    if out is None or not seen.all():  # as many rows as ids, so one arrived twice and another never
-        raise ValueError(f"received duplicate {what} rows for some vertices")
-    return out
+        self._seen[kind][pos] = True
+
+    def vectors(self, kind: int) -> np.ndarray:
+        """The placed vectors of `kind` in local order, after checking that each id came once."""
+        placement = self._placements[kind]
+        expected, received = len(placement.sorted_ids), self._received[kind]
+        if received != expected:
+            raise ValueError(placement.count_error.format(expected=expected, received=received))
+        if not expected:
+            return np.zeros((0, 0), np.float32)
+        if not self._seen[kind].all():  # as many rows as ids, so one arrived twice and another never
+            raise ValueError(f"received duplicate {placement.what} rows for some vertices")
+        return self._vectors[kind]
+
+    def rows(self, kind: int) -> pa.Table:
+        """The kept rows of `kind` (possibly none)."""
+        batches = self._kept[kind]
+        if batches:
+            return pa.Table.from_batches(batches)
+        return self._schema.empty_table() if self._schema is not None else pa.table({})
 
 
-def _own_table(rows: pa.Table, owned: static.Owned, part: int) -> pa.Table:
-    h = _ordered_vectors(
-        rows,
-        OWN,
-        owned.ids,
+def _own_placement(cfg, part) -> Placement:
+    return Placement(
+        static.owned(cfg.prep_dir, part).ids,
         "own",
         f"partition {part} owns {{expected}} vertices but received {{received}} own rows "
         "(a vertex is missing or duplicated upstream)",
     )
-    columns = {"h": to_fixed_list(h)}
+
+
+def _payload_placement(sorted_ids: np.ndarray, what: str) -> Placement:
+    return Placement(sorted_ids, what, f"expected {{expected}} {what} rows, received {{received}}")
+
+
+def _own_table(received: Received, owned: static.Owned) -> pa.Table:
+    columns = {"h": to_fixed_list(received.vectors(OWN))}
     columns.update({name: pa.array(values) for name, values in owned.stats.items()})
     return pa.table(columns)
 
 
-def _payloads_in_order(rows: pa.Table, kind: int, sorted_ids: np.ndarray, what: str) -> np.ndarray:
-    return _ordered_vectors(rows, kind, sorted_ids, what, f"expected {{expected}} {what} rows, received {{received}}")
+@dataclass(frozen=True)
+class InputKind:
+    """How a layer's input arrives: which kinds are placed by id as they stream in (`placed`:
+    kind -> Placement for a partition), which are kept as rows, and how the DL tables are built."""
+
+    placed: Callable[[StepConfig, int], dict[int, Placement]]
+    build: Callable[[StepConfig, Received, int], dict]
+    kept: tuple[int, ...] = ()
 
 
-# ---- inputs: routed rows -> DL tables ------------------------------------------------------------
+def _own_only(cfg, part):
+    return {OWN: _own_placement(cfg, part)}
 
 
-def inputs_first(cfg, rows, part):
-    return {"own": _own_table(rows, static.owned(cfg.prep_dir, part), part)}
+def build_first(cfg, received, part):
+    return {"own": _own_table(received, static.owned(cfg.prep_dir, part))}
 
 
-def inputs_edges_static(cfg, rows, part):
-    edges = static.in_edges(cfg.prep_dir, part)
-    mirror = _payloads_in_order(rows, SRC, edges.mirror_ids, "mirror payload")
+def _own_and_mirrors(cfg, part):
     return {
-        "own": _own_table(rows, static.owned(cfg.prep_dir, part), part),
+        OWN: _own_placement(cfg, part),
+        SRC: _payload_placement(static.in_edges(cfg.prep_dir, part).mirror_ids, "mirror payload"),
+    }
+
+
+def build_edges_static(cfg, received, part):
+    edges = static.in_edges(cfg.prep_dir, part)
+    mirror = received.vectors(SRC)
+    return {
+        "own": _own_table(received, static.owned(cfg.prep_dir, part)),
         "mirror": pa.table({"p": to_fixed_list(mirror) if len(mirror) else pa.array([], pa.list_(pa.float32(), 1))}),
         "edges": pa.table({"src": edges.src, "dst": edges.dst, "weight": edges.w}),
     }
 
 
-def inputs_edges_rows(cfg, rows, part):
+def build_edges_rows(cfg, received, part):
     owned = static.owned(cfg.prep_dir, part)
-    edge_rows = _rows_of(rows, EDGE)
+    edge_rows = received.rows(EDGE)
     src_ids = edge_rows.column("id").to_numpy()
     dst_ids = edge_rows.column("aux").to_numpy()
     dst = static.positions(owned.ids, dst_ids, "edge dst")
     src = len(owned.ids) + np.arange(len(src_ids), dtype=np.int64)
     loops = src_ids == dst_ids  # a self loop's source is the own vertex itself (self-loop policies rely on it)
     src[loops] = dst[loops]
-    mirror = _vectors(edge_rows) if edge_rows.num_rows else None
     tables = {
-        "own": _own_table(rows, owned, part),
+        "own": _own_table(received, owned),
         "edges": pa.table({"src": src, "dst": dst.astype(np.int64), "weight": edge_rows.column("w").to_numpy()}),
     }
-    if mirror is not None:
-        tables["mirror"] = pa.table({"p": to_fixed_list(mirror)})
+    if edge_rows.num_rows:
+        tables["mirror"] = pa.table({"p": to_fixed_list(_vectors(edge_rows))})
     return tables
 
 
-def inputs_states(cfg, rows, part):
+def build_states(cfg, received, part):
     owned = static.owned(cfg.prep_dir, part)
-    state_rows = _rows_of(rows, STATE)
+    state_rows = received.rows(STATE)
     seg = static.positions(owned.ids, state_rows.column("id").to_numpy(), "partial-state dst")
-    states = _vectors(state_rows) if state_rows.num_rows else None
     table = {"seg": pa.array(seg.astype(np.int64))}
-    if states is not None:
-        table["s"] = to_fixed_list(states)
-    else:
-        table["s"] = pa.array([], pa.list_(pa.float32(), 1))
-    return {"own": _own_table(rows, owned, part), "states": pa.table(table)}
+    table["s"] = to_fixed_list(_vectors(state_rows)) if state_rows.num_rows else pa.array([], pa.list_(pa.float32(), 1))
+    return {"own": _own_table(received, owned), "states": pa.table(table)}
 
 
-def inputs_given(cfg, rows, part):
+def _own_and_foreign(cfg, part):
+    foreign = static.out_edges(cfg.prep_dir, part).foreign_ids
+    return {OWN: _own_placement(cfg, part), DST: _payload_placement(foreign, "foreign destination payload")}
+
+
+def build_given(cfg, received, part):
     """Second step of a combine layer with attention: own rows carry h^(l); DST rows carry the
     destination payloads of foreign destinations of this partition's out-edges."""
-    out = static.out_edges(cfg.prep_dir, part)
-    foreign = _payloads_in_order(rows, DST, out.foreign_ids, "foreign destination payload")
-    tables = {"own": _own_table(rows, static.owned(cfg.prep_dir, part), part)}
+    foreign = received.vectors(DST)
+    tables = {"own": _own_table(received, static.owned(cfg.prep_dir, part))}
     if len(foreign):
         tables["foreign_dst"] = pa.table({"d": to_fixed_list(foreign)})
     return tables
 
 
 INPUTS = {
-    "first": inputs_first,
-    "resume": inputs_first,
-    "edges_static": inputs_edges_static,
-    "edges_rows": inputs_edges_rows,
-    "states": inputs_states,
-    "given": inputs_given,
+    "first": InputKind(_own_only, build_first),
+    "resume": InputKind(_own_only, build_first),
+    "edges_static": InputKind(_own_and_mirrors, build_edges_static),
+    "edges_rows": InputKind(_own_only, build_edges_rows, kept=(EDGE,)),
+    "states": InputKind(_own_only, build_states, kept=(STATE,)),
+    "given": InputKind(_own_and_foreign, build_given),
 }
 INPUT_STAGE = {
     "first": "none",
@@ -195,12 +255,64 @@ INPUT_STAGE = {
 }
 
 
+def collect(cfg: StepConfig, batches, spent: dict | None = None, task: dict | None = None) -> tuple[int, dict] | None:
+    """Take one task's routed batches as they arrive and build the DL tables: (partition, tables),
+    or None when the task received nothing. `spent` (optional) sums rows_in_s (waiting for Spark's
+    next batch) and collect_s (placing rows, building tables); `task["partition"]` is set as soon
+    as the first batch names it (so an error raised later can say which partition failed)."""
+    spent = {} if spent is None else spent
+    task = {} if task is None else task
+    kind = INPUTS[cfg.inputs]
+    received = None
+    batches = iter(batches)
+    while True:
+        clock = time.perf_counter()
+        batch = next(batches, None)
+        spent["rows_in_s"] = spent.get("rows_in_s", 0.0) + time.perf_counter() - clock
+        if batch is None:
+            break
+        if not batch.num_rows:
+            continue
+        clock = time.perf_counter()
+        part = _partition_of(batch)
+        if received is None:
+            task["partition"] = part
+            received = Received(part, kind.placed(cfg, part), kind.kept)
+        elif part != received.part:
+            raise StepFailed(
+                f"rows of partitions {received.part} and {part} reached one task; is adaptive coalescing on?"
+            )
+        received.add(batch)
+        spent["collect_s"] = spent.get("collect_s", 0.0) + time.perf_counter() - clock
+    if received is None:
+        return None
+    clock = time.perf_counter()
+    tables = kind.build(cfg, received, received.part)
+    spent["collect_s"] = spent.get("collect_s", 0.0) + time.perf_counter() - clock
+    return received.part, tables
+
+
 # ---- outputs: DL tables -> routed rows ------------------------------------------------------------
+
+
+# Rows per routed output batch: Spark converts Arrow batches to rows batch by batch, and a payload
+# gathered slice by slice never exists whole (a full gather of every targeted payload was one more
+# copy of all own vectors at the step's peak).
+OUTPUT_BATCH_ROWS = 32768
+
+
+def _routed_slices(cfg, pt: np.ndarray, kind: int, ids: np.ndarray, vectors: np.ndarray, rows=None):
+    """Routed rows of `kind` for ids (vectors[rows] when `rows` is given, else vectors), in slices."""
+    keys = np.asarray(cfg.keys)
+    for start in range(0, len(ids), OUTPUT_BATCH_ROWS):
+        window = slice(start, start + OUTPUT_BATCH_ROWS)
+        values = vectors[window] if rows is None else vectors[rows[window]]
+        yield make_rows(keys, pt[window], kind, ids[window], pack_binary(values))
 
 
 def _own_rows(cfg, result, owned, part):
     h = to_numpy_matrix(result["own"].column("h"))
-    return make_rows(np.asarray(cfg.keys), np.full(len(owned.ids), part), OWN, owned.ids, pack_binary(h))
+    yield from _routed_slices(cfg, np.full(len(owned.ids), part, dtype=np.int32), OWN, owned.ids, h)
 
 
 def _output_batch(cfg, result, part) -> pa.RecordBatch:
@@ -249,11 +361,10 @@ def outputs_final_files(cfg, result, part, header):
 def _own_and_targeted(cfg, result, part, targets_table: str, kind: int, payload_column):
     """h to self, and each own vertex's payload once to every partition its routing table names."""
     owned = static.owned(cfg.prep_dir, part)
-    yield _own_rows(cfg, result, owned, part)
+    yield from _own_rows(cfg, result, owned, part)
     targets = static.targets(cfg.prep_dir, targets_table, part)
-    payload = to_numpy_matrix(payload_column)
-    yield make_rows(
-        np.asarray(cfg.keys), targets.part, kind, owned.ids[targets.local], pack_binary(payload[targets.local])
+    yield from _routed_slices(
+        cfg, targets.part, kind, owned.ids[targets.local], to_numpy_matrix(payload_column), targets.local
     )
 
 
@@ -267,16 +378,16 @@ def outputs_edge_payloads(cfg, result, part, header):
     """edge_join: h to self; the source payload of every own vertex unrouted (pt = -1): Spark joins it
     onto the edges by src and routes one row per edge to the dst's partition."""
     owned = static.owned(cfg.prep_dir, part)
-    yield _own_rows(cfg, result, owned, part)
+    yield from _own_rows(cfg, result, owned, part)
     payload = to_numpy_matrix(result["src"].column("p"))
-    yield make_rows(np.asarray(cfg.keys), np.full(len(owned.ids), -1), SRC, owned.ids, pack_binary(payload))
+    yield from _routed_slices(cfg, np.full(len(owned.ids), -1, dtype=np.int32), SRC, owned.ids, payload)
 
 
 def outputs_partials(cfg, result, part, header):
     """combine: h to self, one partial state per distinct destination of this partition's out-edges,
     routed to the destination's owner."""
     owned = static.owned(cfg.prep_dir, part)
-    yield _own_rows(cfg, result, owned, part)
+    yield from _own_rows(cfg, result, owned, part)
     out = static.out_edges(cfg.prep_dir, part)
     partials = result["partials"]
     row = partials.column("row").to_numpy()
@@ -300,7 +411,7 @@ def outputs_dst_payloads(cfg, result, part, header):
 
 def outputs_own_only(cfg, result, part, header):
     """Last step of a PE precomputation: h^(k) as routed own rows (no output schema, no routing)."""
-    yield _own_rows(cfg, result, static.owned(cfg.prep_dir, part), part)
+    yield from _own_rows(cfg, result, static.owned(cfg.prep_dir, part), part)
 
 
 OUTPUTS = {
@@ -326,13 +437,12 @@ OUTPUT_STAGE = {
 # ---- the mapInArrow function ----------------------------------------------------------------------
 
 
-def _partition_of(rows: pa.Table) -> int:
-    parts = pc.unique(rows.column("pt")).to_numpy()
-    if len(parts) != 1:
-        raise StepFailed(
-            f"rows of several partitions {parts[:5].tolist()} reached one task; is adaptive coalescing on?"
-        )
-    return int(parts[0])
+def _partition_of(batch: pa.RecordBatch) -> int:
+    bounds = pc.min_max(batch.column("pt"))
+    low, high = bounds["min"].as_py(), bounds["max"].as_py()
+    if low != high:
+        raise StepFailed(f"rows of several partitions ({low} .. {high}) reached one task; is adaptive coalescing on?")
+    return int(low)
 
 
 TIMERS = ("rows_in_s", "collect_s", "dl_s", "scatter_s")
@@ -355,16 +465,14 @@ def run_partition(cfg: StepConfig, batches, timers: dict | None = None):
     from sparkgnn.runners import get_transport
 
     retain_freed_memory()  # the worker is reused: later steps reuse this step's buffers (sparkgnn.heap)
-    clock = time.perf_counter()
-    batches = [b for b in batches if b.num_rows]
-    if not batches:
-        return
-    rows = pa.Table.from_batches(batches)
-    spent = {"rows_in_s": time.perf_counter() - clock}
-    clock = time.perf_counter()
-    part = _partition_of(rows)
+    spent: dict = {}
+    task: dict = {}
     try:
-        tables = INPUTS[cfg.inputs](cfg, rows, part)
+        collected = collect(cfg, batches, spent, task)
+        if collected is None:
+            return
+        part, tables = collected
+        clock = time.perf_counter()
         if cfg.dl_emit == "partials":
             out = static.out_edges(cfg.prep_dir, part)
             tables["out_edges"] = pa.table({"src": out.src, "dst": out.dst, "weight": out.w})
@@ -380,14 +488,14 @@ def run_partition(cfg: StepConfig, batches, timers: dict | None = None):
             "with_state": cfg.with_state,
             "num_foreign": len(static.out_edges(cfg.prep_dir, part).foreign_ids) if cfg.dl_emit == "partials" else 0,
         }
-        spent["collect_s"] = time.perf_counter() - clock
+        spent["collect_s"] += time.perf_counter() - clock
         clock = time.perf_counter()
         _, result = get_transport(cfg.transport).call(header, tables)
         spent["dl_s"] = time.perf_counter() - clock
     except USER_ERRORS + (ValueError,) as exc:  # a messenger TransportError too
         raise StepFailed(
             f"layer step {cfg.layer + 1}/{cfg.num_layers} ({cfg.inputs} -> {cfg.outputs}) "
-            f"failed in partition {part}: {exc}"
+            f"failed in partition {task.get('partition', '?')}: {exc}"
         ) from exc
     clock = time.perf_counter()
     for batch in OUTPUTS[cfg.outputs](cfg, result, part, header):
