@@ -18,7 +18,7 @@ from sparkgnn.planner.compile import compile
 from sparkgnn.planner.cost import CostModel, Estimate, measure
 from sparkgnn.planner.errors import PlanError
 from sparkgnn.planner.ir import ENGINES, OPERATORS, LayerPlan, Operator, Plan
-from sparkgnn.planner.partitions import MEMORY_SAFETY_FACTOR, choose_partitions, task_memory_bytes
+from sparkgnn.planner.partitions import MEMORY_MARGIN, choose_partitions, task_memory_bytes
 from sparkgnn.planner.strategies import STRATEGIES
 
 __all__ = [
@@ -33,7 +33,7 @@ __all__ = [
     "STRATEGIES",
     "OPERATORS",
     "ENGINES",
-    "MEMORY_SAFETY_FACTOR",
+    "MEMORY_MARGIN",
     "task_memory_bytes",
     "PlanError",
 ]

@@ -8,10 +8,10 @@ to go higher is that one task's working set would not fit in its memory share.
 Per-task memory estimate (bytes) for a partition holding e edges and v vertices, taken over the
 widest layer (raw widths: the planner may or may not pre-transform, so assume it does not):
 
-    task_bytes = MEMORY_SAFETY_FACTOR x ( e x (16 + 4)                          edge ids + weight
-                                        + s x 4 x F_src                         source payload rows
-                                        + min(e x 12 x (F_src + F_dst), C)      per-edge messages
-                                        + v x (16 + 4 x (in + out + state + dst)) ) own rows, h in/out, states
+    task_bytes = WORKER_RSS_BYTES + MEMORY_MARGIN x ( e x EDGE_TASK_BYTES               local ids, weight, CSR
+                                                    + s x 4 x F_src                     source payload rows
+                                                    + min(e x 12 x (F_src + F_dst), C)  per-edge messages
+                                                    + v x (16 + 4 x (in + out + state + dst)) ) own rows
 
 with e = |E| / P, v = |V| / P, s = the source payload rows that reach the task: the distinct
 sources among the task's e in-edges for replicate and combine (a remote source arrives once per
@@ -28,10 +28,17 @@ ranges (dl/chunks.py) and the sparse-product path materialises none; so edges co
 payloads, and memory no longer multiplies partitions (and the replication factor with them) on a
 graph whose messages are what did not fit. The planner picks P before the strategy, so the rule
 counts sources as replicate and combine receive them, and compile warns when edge_join's per-edge
-rows do not fit. MEMORY_SAFETY_FACTOR = 3 covers the copies one row has at once:
-Spark's row (UnsafeRow / shuffle buffer), the Arrow batch handed to Python, and the torch tensor
-built from it (Lotan A.1.3: "one extra ephemeral copy" is not negligible at graph scale), plus
-hash skew. When more partitions than cores are needed, P is rounded up to a multiple of the
+rows do not fit.
+
+Each payload row is counted once: the task places every routed row straight into its final buffer
+as Spark's batches stream in (engine.steps.Received), the DL step sums own and mirror blocks
+without concatenating them (dl/csr.py), updates destination ranges into one output (dl/step.py),
+and routed output rows are built in slices. Until those changes every row had three copies alive
+(Spark's whole input table, the unpacked buffer, the concatenation) and the estimate multiplied
+everything by 3; measured since: 8M edges / P=2, task peak RSS 2.45 GiB (before the range-wise
+update) against 3.5 GiB before. MEMORY_MARGIN covers hash skew between partitions and allocator
+slack; WORKER_RSS_BYTES is what a worker holds before any data.
+When more partitions than cores are needed, P is rounded up to a multiple of the
 cores: tasks run in waves of `cores` (eq. 3: max(P/ML, 1) rounds), so a partial last wave costs
 a full wave of time while the extra partitions shrink every task's memory for free.
 """
@@ -42,9 +49,16 @@ from typing import Any
 
 from sparkgnn.planner.errors import PlanError
 from sparkgnn.planner.inputs import LayerSpec, _int, parse_layers
-from sparkgnn.planner.segments import FLOAT_BYTES, ROW_BYTES, WEIGHT_BYTES
+from sparkgnn.planner.segments import FLOAT_BYTES, ROW_BYTES
 
-MEMORY_SAFETY_FACTOR = 3.0
+MEMORY_MARGIN = 1.25
+# Resident memory of a Python worker before it holds data: interpreter, pyspark, pyarrow, pandas,
+# torch (the 8M-edge load step, 0.2 GB of features per task, peaked at 0.59 GiB).
+WORKER_RSS_BYTES = 400 << 20
+# Per edge in a task: the static layout's local src/dst (int64) and weight (float32), the cached
+# CSR blocks' order and col (int64 each), and one int64 copy of the index columns the DL side may
+# take (unaligned buffers, self loops added).
+EDGE_TASK_BYTES = 8 + 8 + 4 + 8 + 8 + 8 + 8
 # At most this many bytes of per-edge messages exist at once in a DL step (sparkgnn.dl.chunks
 # aggregates a partition's edges in destination ranges of this size).
 MESSAGE_CHUNK_BYTES = 256 << 20
@@ -74,11 +88,11 @@ def task_memory_bytes(
     """Estimated peak bytes of one task holding `edges` edges and `vertices` vertices, receiving
     `source_rows` source payload rows (default: one per edge, edge_join's case; see the module)."""
     rows = edges if source_rows is None else source_rows
-    edge_part = edges * (ROW_BYTES + WEIGHT_BYTES)
+    edge_part = edges * EDGE_TASK_BYTES
     payload_part = rows * FLOAT_BYTES * src
     message_part = min(edges * 3 * FLOAT_BYTES * (src + dst), MESSAGE_CHUNK_BYTES)
     vertex_part = vertices * (ROW_BYTES + FLOAT_BYTES * (in_dim + out_dim + state + dst))
-    return MEMORY_SAFETY_FACTOR * (edge_part + payload_part + message_part + vertex_part)
+    return WORKER_RSS_BYTES + MEMORY_MARGIN * (edge_part + payload_part + message_part + vertex_part)
 
 
 def widest_layer_bytes(

@@ -5,8 +5,8 @@ import math
 import pytest
 
 from sparkgnn.errors import PlanError
-from sparkgnn.planner import MEMORY_SAFETY_FACTOR, choose_partitions, task_memory_bytes
-from sparkgnn.planner.partitions import MESSAGE_CHUNK_BYTES
+from sparkgnn.planner import MEMORY_MARGIN, choose_partitions, task_memory_bytes
+from sparkgnn.planner.partitions import EDGE_TASK_BYTES, MESSAGE_CHUNK_BYTES, WORKER_RSS_BYTES
 
 
 def _call(make, memory, cores=4, requested=None, edges=2_000_000, vertices=200_000):
@@ -38,8 +38,8 @@ def test_memory_estimate_counts_ids_per_edge_and_bounded_messages():
     # Widest layer: 128-d raw payload; 2M edges, 200K source rows, (in 128 + out 64 + state 129) on 200K rows.
     total = task_memory_bytes(2_000_000, 200_000, 128, 128, 64, 129, source_rows=200_000)
     messages = min(2_000_000 * 12 * 128, MESSAGE_CHUNK_BYTES)
-    expected = 2_000_000 * (16 + 4) + 200_000 * 512 + messages + 200_000 * (16 + 4 * 321)
-    assert total == pytest.approx(MEMORY_SAFETY_FACTOR * expected)
+    expected = 2_000_000 * EDGE_TASK_BYTES + 200_000 * 512 + messages + 200_000 * (16 + 4 * 321)
+    assert total == pytest.approx(WORKER_RSS_BYTES + MEMORY_MARGIN * expected)
     # edge_join's case (a payload row per edge) is the default and costs more
     assert task_memory_bytes(2_000_000, 200_000, 128, 128, 64, 129) > total
 
@@ -55,11 +55,12 @@ def test_memory_pressure_raises_partitions_to_a_multiple_of_cores(make):
 def test_edges_alone_do_not_multiply_partitions(make):
     # 10x the edges on the same vertices: edges cost ids and bounded messages, not payload rows,
     # so a budget that fits the sparse graph on 2 partitions fits the dense one on a few more
-    # (charging a payload row per edge, as edge_join needs, would take over 20).
+    # (charging a payload row per edge, as edge_join needs, would take over 20; the extra waves
+    # here pay for the ids and CSR of 10x the edges).
     memory = int(_need(2))
     sparse = _call(make, memory, cores=2)
     dense = _call(make, memory, cores=2, edges=20_000_000)
-    assert sparse == 2 and dense <= 6
+    assert sparse == 2 and dense <= 8
     assert task_memory_bytes(20_000_000 / 20, 200_000 / 20, 128, 128, 64, 129) > memory
 
 
@@ -83,8 +84,9 @@ def test_bad_arguments(make, field, value, message):
 
 
 def test_wide_raw_features_count_for_the_first_layer(make):
-    narrow = choose_partitions(make.sage_model(), 200_000, 2_000_000, 128, 2, 64 << 20)
-    wide = choose_partitions(make.sage_model(), 200_000, 2_000_000, 4096, 2, 64 << 20)
+    budget = WORKER_RSS_BYTES + (64 << 20)
+    narrow = choose_partitions(make.sage_model(), 200_000, 2_000_000, 128, 2, budget)
+    wide = choose_partitions(make.sage_model(), 200_000, 2_000_000, 4096, 2, budget)
     assert wide > narrow
 
 

@@ -92,9 +92,9 @@ LOCAL_PYTHON_SHARE = 0.5
 
 def memory_per_task(spark) -> int:
     """Memory budget per Python task handed to the planner: what one task's worker may hold at its
-    peak. The planner's estimate already counts every copy a row has at once (planner.partitions:
-    MEMORY_SAFETY_FACTOR; measured at 8M edges / P=4: 3.14 GiB task peak RSS against 2.88 GiB
-    estimated), so the budget is not divided again. With spark.executor.pyspark.memory set, Spark
+    peak. The planner's estimate already counts every copy a row has at once and the worker's own
+    resident baseline (planner.partitions: MEMORY_MARGIN, WORKER_RSS_BYTES), so the budget is not
+    divided again. With spark.executor.pyspark.memory set, Spark
     caps every Python worker at that amount divided by spark.executor.cores (RLIMIT_AS, which counts
     the worker's own baseline); else LOCAL_PYTHON_SHARE of this machine's memory divided among the
     cores (local mode: Python workers live outside the JVM heap)."""
