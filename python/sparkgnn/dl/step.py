@@ -36,7 +36,7 @@ import pyarrow as pa
 import torch
 
 from sparkgnn.dl.chunks import chunked_by_dst
-from sparkgnn.dl.csr import Csr, by_destination
+from sparkgnn.dl.csr import Block, Csr, by_destination
 from sparkgnn.dl.tensors import fixed_list, index, matrix, vector
 from sparkgnn.errors import SparkGNNError
 from sparkgnn.models.model import Model
@@ -45,6 +45,80 @@ from sparkgnn.planner.partitions import MESSAGE_CHUNK_BYTES
 
 class StepError(SparkGNNError, ValueError):
     """A task's tables do not fit the step it asks for (missing table, wrong width, NaN)."""
+
+
+# Vertex-sized temporaries of the sums path of aggregate=edges (sums, state, finalize, the
+# update's intermediates such as lin_l(agg), lin_r(h) and their sum, each post op's output) are
+# made for at most this many bytes of destination rows at once. WHY: over a whole partition they are
+# n_own x width each, ~1.3 GiB of a 2.45 GiB task peak at 8M edges / P=2, and the planner pays
+# for them with more partitions (more bytes shipped per layer). Every one of these operations reads
+# one destination's row only (update reads h[i] and agg[i]; post ops are node-wise), so the step
+# runs them on destination ranges and writes each range's rows into one preallocated output: same
+# per-row arithmetic (each row's edges are summed in the same order), bounded memory. 64 MiB keeps
+# the ranges large enough that the per-range overhead (a sub-CSR's offsets, one sparse product per
+# block) is noise: ~18K rows for SAGE-mean at F = out = 128. Overridden per task by header key
+# vertex_chunk_bytes.
+VERTEX_CHUNK_BYTES = 64 << 20
+# Fewest rows per range, whatever the widths; the ranges of a partition are balanced (sizes differ
+# by at most one row), so none is smaller than half of this. WHY: the dense products of `update`
+# pick their kernel by the number of rows, and on very few rows (under 8 here) another kernel sums
+# each dot product in another order, ~1e-7 relative away from the one-pass result. They also depend
+# on the rows' memory alignment: a range's own buffers start 64-byte aligned, so when a row is a
+# multiple of 64 bytes (widths a multiple of 16 floats, e.g. 128) the step's output equals the
+# one-pass output bit for bit; other widths agree within float tolerance (tests/dl/test_step_rows.py).
+VERTEX_CHUNK_MIN_ROWS = 1024
+
+
+def vertex_chunk_rows(model: Model, layer: int, pre: bool, chunk_bytes: int = VERTEX_CHUNK_BYTES) -> int:
+    """Destination rows per range of the sums path: chunk_bytes over a row's float32 temporaries,
+    counted as the sums (source width), the state and the finalized aggregate (state width each)
+    and four rows of the widest output (the update's products and their sum, the post ops)."""
+    conv = model.conv(layer)
+    widest = max(conv.out_dim, model.post_list()[layer].out_dim(conv.out_dim), conv.in_dim)
+    row_bytes = 4 * (conv.src_width(pre) + 2 * conv.state_width(pre) + 4 * widest)
+    return max(VERTEX_CHUNK_MIN_ROWS, 1, int(chunk_bytes) // row_bytes)
+
+
+def _row_ranges(n: int, rows: int) -> list[tuple[int, int]]:
+    """ceil(n / rows) balanced ranges covering 0..n-1: at most `rows` rows each, and at least
+    rows // 2 when n >= rows (no small tail range)."""
+    k = max(1, -(-n // max(1, rows)))
+    bounds = [n * i // k for i in range(k + 1)]
+    return list(zip(bounds[:-1], bounds[1:], strict=True))
+
+
+def _row_wise_module(module: torch.nn.Module) -> bool:
+    from sparkgnn.layers.gat import GATLayer
+    from sparkgnn.layers.gcn import GCNLayer
+    from sparkgnn.layers.gin import GINLayer
+    from sparkgnn.layers.nodeops import ActivationOp, BatchNormOp, LinearOp, NodeOpStack, PReLUOp
+    from sparkgnn.layers.sage import SAGELayer
+
+    declared = getattr(module, "row_wise", None)
+    if declared is not None:
+        return bool(declared)
+    # Checked: each update reads h_dst[i], agg[i] and stats[i] only; BatchNorm runs in eval on its
+    # running statistics (an affine map per feature); the activations are element-wise or over the
+    # feature axis of one row ((log_)softmax).
+    if type(module) is ActivationOp:
+        return module.name in ROW_WISE_ACTIVATIONS
+    known = (GCNLayer, SAGELayer, GINLayer, GATLayer, NodeOpStack, torch.nn.ModuleList, LinearOp, BatchNormOp, PReLUOp)
+    return type(module) in known
+
+
+ROW_WISE_ACTIVATIONS = frozenset(
+    {"relu", "leaky_relu", "elu", "gelu", "tanh", "sigmoid", "silu", "softplus", "log_softmax", "softmax"}
+)
+
+
+def rows_independent(model: Model, layer: int) -> bool:
+    """Whether layer `layer`'s update and post compute each destination's row from that row alone,
+    so the step may run them on destination ranges. Decided per module of the conv and of its post
+    stack: a module's own `row_wise` attribute when it has one, else membership of the classes
+    checked in _row_wise_module (the exact class: a subclass may override forward). Anything else (a
+    layer normalising over all rows, an op with batch statistics) runs on the whole partition."""
+    parts = (model.conv(layer), model.post_list()[layer])
+    return all(_row_wise_module(module) for part in parts for module in part.modules())
 
 
 @dataclass
@@ -143,15 +217,31 @@ def local_partial(
     return chunked_by_dst(partial, src, dst, weight, num_dst, 3 * 4 * width, chunk_bytes)
 
 
-def _sparse_sums(csr: Csr, scale, num_dst: int, own_src: torch.Tensor, mirror) -> torch.Tensor:
+def _block_rows(block: Block, r0: int, r1: int) -> Block:
+    """Destinations r0..r1-1 of a CSR block, as a CSR of its own (rows re-based to 0). A row range
+    of a CSR is a contiguous edge range, so col and order are views; only the r1 - r0 + 1 offsets
+    are new."""
+    if r0 == 0 and r1 == block.crow.numel() - 1:
+        return block
+    e0, e1 = int(block.crow[r0]), int(block.crow[r1])
+    return Block(crow=block.crow[r0 : r1 + 1] - e0, col=block.col[e0:e1], order=block.order[e0:e1])
+
+
+def _sparse_sums(
+    csr: Csr, scale, num_dst: int, own_src: torch.Tensor, mirror, rows: tuple[int, int] | None = None
+) -> torch.Tensor:
     """Per-destination sums of (scaled) source rows: A_own @ own_src + A_mirror @ mirror, the two
     blocks of the CSR from dl/csr.py (built once per edge list and process), accumulated in place
     into one output (addmm_: `A @ X` would allocate a second output-sized buffer, and each block's
     product reads a smaller source matrix: 0.74 s against 1.1 s for the single product over the
     concatenation at 4M edges, F=128). A row's sum adds its own edges first, then its mirror edges;
-    the float result differs from one product over [own | mirror] only by that order (~1e-7 relative)."""
-    sums = torch.zeros(num_dst, own_src.shape[1], dtype=own_src.dtype, device=own_src.device)
-    for name, block, payload in (("own", csr.own, own_src), ("mirror", csr.mirror, mirror)):
+    the float result differs from one product over [own | mirror] only by that order (~1e-7 relative).
+    `rows` = (r0, r1): only destinations r0..r1-1 (row r0 of the result is destination r0); each
+    row's edges and their order are those of the whole product, so its sum is the same."""
+    r0, r1 = (0, num_dst) if rows is None else rows
+    sums = torch.zeros(r1 - r0, own_src.shape[1], dtype=own_src.dtype, device=own_src.device)
+    for name, whole, payload in (("own", csr.own, own_src), ("mirror", csr.mirror, mirror)):
+        block = _block_rows(whole, r0, r1)
         if not block.num_edges:
             continue
         if payload is None:
@@ -163,7 +253,7 @@ def _sparse_sums(csr: Csr, scale, num_dst: int, own_src: torch.Tensor, mirror) -
         )
         with warnings.catch_warnings():  # beta-state notices, once per process
             warnings.simplefilter("ignore", UserWarning)
-            adjacency = torch.sparse_csr_tensor(block.crow, block.col, values, size=(num_dst, payload.shape[0]))
+            adjacency = torch.sparse_csr_tensor(block.crow, block.col, values, size=(r1 - r0, payload.shape[0]))
         sums.addmm_(adjacency, payload.to(sums.dtype))
     return sums
 
@@ -192,7 +282,7 @@ def _layer_inputs(ctx: StepContext):
     return layer, conv, pre, h, ctx.required_stats(conv)
 
 
-def aggregate_edges(ctx: StepContext) -> tuple[torch.Tensor, torch.Tensor]:
+def aggregate_edges(ctx: StepContext) -> tuple[torch.Tensor, torch.Tensor | None]:
     from sparkgnn.layers.selfloops import apply_self_loops
 
     layer, conv, pre, h, stats = _layer_inputs(ctx)
@@ -202,16 +292,53 @@ def aggregate_edges(ctx: StepContext) -> tuple[torch.Tensor, torch.Tensor]:
     if mirror is not None:  # kept apart from own_src: local_partial concatenates only if it must
         _check_finite("mirror", mirror)
         mirror = mirror.to(own_src.dtype)
-    dst_pay = conv.prepare_dst(h, stats) if conv.dst_width() else None
     edges = ctx.table("edges")
     src, dst = index(edges, "src", ctx.device), index(edges, "dst", ctx.device)
     _check_range("edges.src", src, own_src.shape[0] + (0 if mirror is None else mirror.shape[0]))
     _check_range("edges.dst", dst, n_own)
     src, dst, weight = apply_self_loops(src, dst, _edge_weight(edges, conv, ctx.device), n_own, conv.self_loops)
+    scaled, scale = conv.message_scale(weight, pre)
+    if scaled and conv.aggregator.from_sums and src.numel():
+        csr = by_destination(src, dst, n_own, split=own_src.shape[0])
+        rows = n_own
+        if rows_independent(ctx.model, layer):
+            chunk_bytes = int(ctx.header.get("vertex_chunk_bytes", VERTEX_CHUNK_BYTES))
+            rows = vertex_chunk_rows(ctx.model, layer, pre, chunk_bytes)
+        return _sums_by_rows(ctx, layer, conv, pre, h, stats, csr, scale, own_src, mirror, rows)
+    dst_pay = conv.prepare_dst(h, stats) if conv.dst_width() else None
     chunk = int(ctx.header.get("message_chunk_bytes", MESSAGE_CHUNK_BYTES))
     # all in-edges: the full state
     state = local_partial(conv, own_src, dst_pay, src, dst, weight, n_own, pre, chunk, mirror=mirror)
     return ctx.model.post(layer, conv.update(h, conv.aggregator.finalize(state), stats, pre)), state
+
+
+def _sums_by_rows(ctx, layer, conv, pre, h, stats, csr, scale, own_src, mirror, rows: int):
+    """aggregate=edges on the sums path, in destination ranges of at most `rows` rows: per range its
+    sums, state, finalize, update and post, written into one n_own-row output (the comment at
+    VERTEX_CHUNK_BYTES). The merged states are kept (one n_own-row tensor) only when the header asks
+    for them (with_state); otherwise the step returns None for the state."""
+    n_own = h.shape[0]
+    keep_state = bool(ctx.header.get("with_state"))
+    counts = csr.in_degree.to(torch.float32)
+    out = states = None
+    for r0, r1 in _row_ranges(n_own, rows):
+        sums = _sparse_sums(csr, scale, n_own, own_src, mirror, rows=(r0, r1))
+        state = conv.aggregator.partial_from_sums(sums, counts[r0:r1])
+        del sums
+        part = {name: values[r0:r1] for name, values in stats.items()}
+        y = ctx.model.post(layer, conv.update(h[r0:r1], conv.aggregator.finalize(state), part, pre))
+        if r1 - r0 == n_own:  # one range: the tensors are the whole result, nothing to copy
+            return y, (state if keep_state else None)
+        if out is None:
+            out = torch.empty((n_own, *y.shape[1:]), dtype=y.dtype, device=y.device)
+            if keep_state:
+                states = torch.empty((n_own, *state.shape[1:]), dtype=state.dtype, device=state.device)
+        out[r0:r1] = y
+        if states is not None:
+            states[r0:r1] = state
+        del y, state
+    assert out is not None  # n_own > rows: at least two ranges ran
+    return out, states
 
 
 def aggregate_states(ctx: StepContext) -> tuple[torch.Tensor, torch.Tensor]:
