@@ -44,6 +44,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--workers", default="inprocess", help="where layers run: inprocess (default) | local[N] | tcp://host:port"
     )
     parser.add_argument("--work-dir", default=None, help="where prepared graph layouts and models are cached")
+    parser.add_argument(
+        "--exchange",
+        choices=("auto", "shuffle", "files"),
+        default="auto",
+        help="how routed rows travel between layer steps: Spark's shuffle, or Arrow files in the work dir "
+        "written and read by the tasks (auto: files when every executor shares the work dir's local disk)",
+    )
     parser.add_argument("--explain", action="store_true", help="print the plan before running")
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier result in --out")
     parser.add_argument(
@@ -115,6 +122,7 @@ def _run(args) -> int:
         work_dir=args.work_dir,
         overwrite=args.overwrite,
         return_report=True,
+        exchange=args.exchange,
     )
     rows = result.count()
     total_s = time.perf_counter() - started

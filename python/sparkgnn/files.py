@@ -27,6 +27,12 @@ class DataFile:
     mtime_ns: int
 
 
+def is_local(path) -> bool:
+    """A plain path or a file: URI (decided from the text: no remote filesystem is contacted)."""
+    path = str(path)
+    return path.startswith("file:") or "://" not in path
+
+
 def filesystem(path) -> tuple[pafs.FileSystem, str]:
     """(filesystem, path inside it). Plain paths and file: URIs are local and made absolute."""
     path = str(path)

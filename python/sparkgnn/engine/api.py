@@ -7,6 +7,7 @@ import tempfile
 
 from sparkgnn.engine import calibration
 from sparkgnn.engine.degrees import out_degree_histogram
+from sparkgnn.engine.exchange import EXCHANGES, exchange_kind, fits_on_disk
 from sparkgnn.engine.executor import estimate_lines, estimate_vs_actual, execute, finish, staged_output
 from sparkgnn.engine.prepare import ensure_layouts, prepare
 from sparkgnn.engine.session import configure, default_parallelism, memory_per_task
@@ -72,8 +73,10 @@ def plan_for(
     work_dir: str | None = None,
     out: str | None = None,
     log=print,
+    exchange: str = "shuffle",
 ):
-    """Prepare the graph for a partition count and compile the plan (no inference yet)."""
+    """Prepare the graph for a partition count and compile the plan (no inference yet), costed
+    with the constants measured for `exchange` (engine.exchange)."""
     from sparkgnn import planner
 
     layers = model.plan_info()
@@ -107,11 +110,36 @@ def plan_for(
         "ids": None,
         "fuse": True,
     }
-    cost_model, observations = calibration.load(root, cores, log=log, target_edges=stats["num_edges"])
+    cost_model, observations = calibration.load(
+        root, cores, log=log, target_edges=stats["num_edges"], exchange=exchange
+    )
     log(calibration.summary(cost_model, observations, root))
     plan = planner.compile(layers, graph_stats, task, cost_model)
     prepared = ensure_layouts(spark, graph, prepared, [layer.strategy for layer in plan.layers], log=log)
     return prepared, plan
+
+
+def _usable_exchange(kind: str, requested: str, plan, root: str, log) -> str:
+    """The files exchange falls back to the shuffle (auto) or is refused (asked for by name) when
+    the plan joins payloads onto edges or its largest step would not fit twice on the disk."""
+    if kind != "files":
+        return kind
+    step_bytes = max((layer.estimates.get("shuffle_bytes", 0) for layer in plan.layers), default=0)
+    fits, free = fits_on_disk(root, step_bytes)
+    why = None
+    if any(layer.strategy == "edge_join" for layer in plan.layers):
+        why = "the plan joins payloads onto edges (edge_join)"
+    elif not fits:
+        why = (
+            f"two steps of ~{step_bytes / 2**30:.1f} GiB of routed rows do not fit "
+            f"in {free / 2**30:.1f} GiB free under {root}"
+        )
+    if why is None:
+        return kind
+    if requested == "files":
+        raise SparkGNNError(f"exchange 'files' cannot be used: {why}; use 'shuffle'")
+    log(f"sparkgnn: {why}: routed rows go through Spark's shuffle")
+    return "shuffle"
 
 
 def infer(
@@ -130,6 +158,7 @@ def infer(
     return_report: bool = False,
     model_store: str | None = None,
     overwrite: bool = False,
+    exchange: str = "auto",
 ):
     """Exact embeddings/predictions of `model` for every vertex of `graph` (or the ones in `ids`).
 
@@ -141,6 +170,9 @@ def infer(
     `workers`: where the layers run: "inprocess" (inside Spark's Python workers), "local[N]" (a
     broker + N standalone PyTorch workers started for this job), "tcp://host:port" (a running
     broker; its workers' --model-store must be `model_store`), or a started LocalCluster.
+    `exchange`: how routed rows travel between layer steps (engine.exchange): "shuffle" (Spark's),
+    "files" (Arrow files in the work dir, written and read by the tasks), or "auto" (files where
+    every executor shares the work dir's local disk).
     """
     from sparkgnn.dl.model_store import register
 
@@ -155,7 +187,9 @@ def infer(
         graph.validate()
     check_model_fits(graph, model)
     ids_df = checked_ids(spark, graph, ids) if ids is not None else None
-    prepared, plan = plan_for(spark, graph, model, strategy, partitions, work_dir=root, log=log)
+    kind = exchange_kind(spark, exchange, root)
+    prepared, plan = plan_for(spark, graph, model, strategy, partitions, work_dir=root, log=log, exchange=kind)
+    kind = _usable_exchange(kind, exchange, plan, root, log)
     if explain:
         log(plan.explain())
     model_store = model_store or os.path.join(root, "models")
@@ -165,6 +199,7 @@ def infer(
     with_pred = model.output == "logits"
     # Tasks write the output files themselves unless rows must first be filtered by ids (a join).
     staged = staged_output(out) if out and ids_df is None else None
+    route = EXCHANGES[kind](root, plan.partitions)
     try:
         final_df, report, meter, label, timers = execute(
             spark,
@@ -177,6 +212,7 @@ def infer(
             needs_dst=needs_dst,
             log=log,
             write_to=staged,
+            exchange=route,
         )
         if ids_df is not None:
             final_df = final_df.join(ids_df, "id", "left_semi")
@@ -185,12 +221,13 @@ def infer(
         )
         for line in estimate_lines(estimate_vs_actual(report, plan)):
             log(line)
-        calibration.record(root, default_parallelism(spark), plan, report.seconds_by_layer(), log=log)
+        calibration.record(root, default_parallelism(spark), plan, report.seconds_by_layer(), log=log, exchange=kind)
     except BaseException:
         if staged is not None:
             discard(staged)
         raise
     finally:
+        route.close()
         runners.close()
     return (result, report, plan) if return_report else result
 

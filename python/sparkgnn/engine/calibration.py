@@ -5,8 +5,11 @@ Why in the work dir: it is where a team's jobs on one cluster already share prep
 models, so the measurements of one job improve the next job's plan (strategy and estimates) on
 the same machines. Observations are keyed by the cluster's core count (a plan for 2 cores says
 nothing about 64) and capped to the most recent MAX_OBSERVATIONS per key, so the model follows
-the machine as it changes. A file that cannot be read is reported and left alone (the job plans
-with the prior constants and records nothing): nothing here overwrites what it did not write.
+the machine as it changes. Runs whose routed rows travel through files (engine.exchange) are kept
+under their own key ("2/files"): Spark's shuffle and a memory-mapped file move the same bytes at
+rates an order of magnitude apart, so one fit over both would predict neither. A file that cannot
+be read is reported and left alone (the job plans with the prior constants and records nothing):
+nothing here overwrites what it did not write.
 """
 
 from __future__ import annotations
@@ -21,6 +24,15 @@ from sparkgnn.planner.calibration import Observation, fit
 CALIBRATION_FILE = "calibration.json"
 MAX_OBSERVATIONS = 64
 VERSION = 1
+
+# The constants a plan starts from before this work dir has measured anything, by exchange. Files:
+# the "shuffle" term is an IPC write plus a memory-mapped read (~0.6 s/GiB written on this
+# machine, docs/PLATFORM.md), the pipe term placing rows by id into the step's buffers, and a pass
+# is one Spark task launch without the Arrow stream set-up.
+PRIORS = {
+    "shuffle": CostModel(),
+    "files": CostModel(shuffle_Bps=1.5e9, python_Bps=1.5e9, pass_overhead_s=0.3, per_edge_s=0.7e-6),
+}
 
 
 def _path(work_dir: str) -> str:
@@ -43,18 +55,28 @@ def _read(work_dir: str) -> dict:
         raise ValueError(f"calibration file {path} is unreadable ({exc})") from exc
 
 
-def load(work_dir: str, cores: int, log=print, target_edges: float | None = None) -> tuple[CostModel, int]:
-    """The refit cost model for `cores` (for a graph of `target_edges` edges: planner.calibration
-    weights layers of other sizes down) and how many observations it rests on (0: the prior)."""
+def _key(cores: int, exchange: str) -> str:
+    return str(int(cores)) if exchange == "shuffle" else f"{int(cores)}/{exchange}"
+
+
+def load(
+    work_dir: str, cores: int, log=print, target_edges: float | None = None, exchange: str = "shuffle"
+) -> tuple[CostModel, int]:
+    """The refit cost model for `cores` and `exchange` (for a graph of `target_edges` edges:
+    planner.calibration weights layers of other sizes down) and how many observations it rests
+    on (0: the prior)."""
+    prior = PRIORS[exchange]
     try:
-        observations = _read(work_dir).get(str(int(cores)), [])
+        observations = _read(work_dir).get(_key(cores, exchange), [])
     except ValueError as exc:
         log(f"sparkgnn: {exc}; planning with the default cost model")
-        return CostModel(), 0
-    return fit(observations, target_edges=target_edges), len(observations)
+        return prior, 0
+    return fit(observations, prior=prior, target_edges=target_edges), len(observations)
 
 
-def record(work_dir: str, cores: int, plan, seconds_by_layer: dict[int, float], log=print) -> int:
+def record(
+    work_dir: str, cores: int, plan, seconds_by_layer: dict[int, float], log=print, exchange: str = "shuffle"
+) -> int:
     """Append this run's layers (planner quantities + measured seconds) and return how many
     observations the key now holds. Written atomically (temp file + rename in the work dir)."""
     fresh = [
@@ -69,7 +91,7 @@ def record(work_dir: str, cores: int, plan, seconds_by_layer: dict[int, float], 
     except ValueError as exc:
         log(f"sparkgnn: {exc}; this run's timings are not recorded")
         return 0
-    key = str(int(cores))
+    key = _key(cores, exchange)
     stored[key] = (stored.get(key, []) + fresh)[-MAX_OBSERVATIONS:]
     os.makedirs(work_dir, exist_ok=True)
     content = {"version": VERSION, "by_cores": {k: [o.to_dict() for o in v] for k, v in stored.items()}}

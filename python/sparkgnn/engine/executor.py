@@ -14,6 +14,7 @@ import functools
 import time
 from dataclasses import dataclass, field
 
+from sparkgnn.engine.exchange import ShuffleExchange
 from sparkgnn.engine.metrics import MaxParam, ShuffleMeter
 from sparkgnn.engine.routing import (
     FILES_SCHEMA_DDL,
@@ -27,7 +28,7 @@ from sparkgnn.engine.routing import (
     route,
 )
 from sparkgnn.engine.schedule import schedule
-from sparkgnn.engine.steps import INPUT_STAGE, PEAK_RSS, TIMERS, StepConfig, run_partition
+from sparkgnn.engine.steps import INPUT_STAGE, PEAK_RSS, TIMERS, StepConfig, run_step
 from sparkgnn.outputs import discard, staging_path, swap_into_place
 
 # DL stages that finish a conv (the others only load or prepare): the steps a PE store commits.
@@ -42,6 +43,7 @@ class StepReport:
     task_seconds: dict = field(default_factory=dict)  # summed over tasks: rows_in, collect, dl, scatter
     layer: int = -1  # conv whose aggregation the step finishes (-1: the first step, loading x)
     peak_task_rss_bytes: int | None = None  # largest Python worker RSS after a task of this step
+    exchanged_bytes: int | None = None  # routed rows written to files (files exchange), else None
 
 
 @dataclass
@@ -55,6 +57,7 @@ class RunReport:
     final_layer: int = -1
     prepare_s: float = 0.0
     prepare_reused: bool = False
+    exchange: str = "shuffle"  # how routed rows travelled between steps (engine.exchange)
 
     def seconds_by_layer(self) -> dict[int, float]:
         out: dict[int, float] = {}
@@ -66,6 +69,7 @@ class RunReport:
         return {
             "prepare_s": round(self.prepare_s, 3),
             "prepare_reused": self.prepare_reused,
+            "exchange": self.exchange,
             "seconds_by_layer": {str(k): round(v, 3) for k, v in sorted(self.seconds_by_layer().items())},
             "steps": [
                 {
@@ -74,6 +78,7 @@ class RunReport:
                     "seconds": round(s.seconds, 3),
                     "task_seconds": s.task_seconds,
                     "peak_task_rss_bytes": s.peak_task_rss_bytes,
+                    "exchanged_bytes": s.exchanged_bytes,
                     **(s.shuffle or {}),
                 }
                 for s in self.steps
@@ -161,6 +166,7 @@ def execute(
     on_layer=None,
     resume=None,
     write_to: str | None = None,
+    exchange=None,
 ):
     """Run all steps; returns (final DataFrame (id, h[, pred]) not yet materialised, RunReport, ...).
 
@@ -169,7 +175,9 @@ def execute(
     no output DataFrame is returned. `resume=(l, DataFrame(id, h))` starts from a stored h^(l).
     With `write_to` (an existing staging directory) the last step's tasks write the output Parquet
     there themselves (steps.outputs_final_files) and the final DataFrame holds one row per
-    partition (pt, rows, bytes); `finish(..., staged=write_to)` then commits it."""
+    partition (pt, rows, bytes); `finish(..., staged=write_to)` then commits it. `exchange`
+    (engine.exchange, default the shuffle) carries the routed rows between steps; the caller
+    closes it after finish."""
     partitions = plan.partitions
     keys = partition_keys(spark, partitions)
     strategies = [layer.strategy for layer in plan.layers]
@@ -180,13 +188,15 @@ def execute(
         steps[-1] = dataclasses.replace(steps[-1], outputs="final_files")
     num_layers = len(plan.layers)
     meter = ShuffleMeter(spark)
-    report = RunReport(prepare_s=prepared.seconds, prepare_reused=prepared.reused)
+    exchange = exchange or ShuffleExchange()
+    report = RunReport(prepare_s=prepared.seconds, prepare_reused=prepared.reused, exchange=exchange.name)
     rows = (
         _initial_rows(resume[1], keys, partitions, "h") if resume else _initial_rows(graph.vertices, keys, partitions)
     )
     final_df = final_timers = None
     for index, step in enumerate(steps):
         last = index == len(steps) - 1
+        exchange_in, exchange_out = exchange.paths(index, last and on_layer is None)
         cfg = StepConfig(
             prep_dir=prepared.path,
             partitions=partitions,
@@ -202,26 +212,33 @@ def execute(
             with_pred=with_pred,
             with_state=on_layer is not None,
             out_dir=write_to if step.outputs == "final_files" else None,
+            exchange_in=exchange_in,
+            exchange_out=exchange_out,
         )
         schema = {
             "final": OUTPUT_PRED_SCHEMA_DDL if with_pred else OUTPUT_SCHEMA_DDL,
             "final_files": FILES_SCHEMA_DDL,
         }.get(step.outputs, ROW_SCHEMA_DDL)
+        schema = exchange.output_schema(index, last and on_layer is None, schema)
         timers = {name: spark.sparkContext.accumulator(0.0) for name in TIMERS}
         timers[PEAK_RSS] = spark.sparkContext.accumulator(0, MaxParam())
-        out = _wire(spark, step, rows, prepared, keys, partitions).mapInArrow(
-            functools.partial(run_partition, cfg, timers=timers), schema
-        )
+        if exchange_in is None:
+            source = _wire(spark, step, rows, prepared, keys, partitions)
+        else:
+            source = exchange.control(spark)
+        out = source.mapInArrow(functools.partial(run_step, cfg, timers=timers), schema)
         if last and on_layer is None:
             final_df = out
             final_timers = timers
             break
         spark.sparkContext.setJobDescription(f"sparkgnn {step.label}")
         started = time.perf_counter()
-        rows = out.localCheckpoint(eager=True)
+        rows, exchanged = exchange.materialise(out, index)
         seconds = time.perf_counter() - started
         shuffle = meter.delta()
-        report.steps.append(StepReport(step.label, seconds, shuffle, _read(timers), step.layer, _peak(timers)))
+        report.steps.append(
+            StepReport(step.label, seconds, shuffle, _read(timers), step.layer, _peak(timers), exchanged)
+        )
         log(_progress(report.steps[-1]))
         if on_layer is not None and INPUT_STAGE[step.inputs] in AGGREGATING_STAGES:
             on_layer(step.layer + 1, rows)
@@ -240,8 +257,10 @@ def _peak(timers: dict | None) -> int | None:
 
 def _progress(step: StepReport, suffix: str = "") -> str:
     line = f"sparkgnn {step.label}: {step.seconds:.2f} s"
-    if step.shuffle:
+    if step.shuffle and step.shuffle.get("shuffle_write_bytes"):
         line += f", shuffled {_mb(step.shuffle['shuffle_write_bytes'])}"
+    if step.exchanged_bytes is not None:
+        line += f", routed {_mb(step.exchanged_bytes)} through files"
     if step.task_seconds:
         line += " (task s: " + ", ".join(f"{k[:-2]} {v:.2f}" for k, v in step.task_seconds.items()) + ")"
     if step.peak_task_rss_bytes:

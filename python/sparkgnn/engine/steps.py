@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparkgnn.arrowvec import aligned_empty, pack_binary, to_fixed_list, to_list, to_numpy_matrix
-from sparkgnn.engine import static
+from sparkgnn.engine import exchange, static
 from sparkgnn.engine.routing import DST, EDGE, OWN, PE_STATE, SRC, STATE, make_rows, split_batches
 from sparkgnn.errors import USER_ERRORS, SparkGNNError
 from sparkgnn.heap import retain_freed_memory
@@ -47,6 +47,8 @@ class StepConfig:
     with_pred: bool = False
     with_state: bool = False  # also emit each own vertex's merged state (PE store)
     out_dir: str | None = None  # outputs "final_files": where each task writes its Parquet part
+    exchange_in: str | None = None  # files exchange: the previous step's directory (engine.exchange)
+    exchange_out: str | None = None  # files exchange: where this step writes its routed rows
 
     @property
     def dl_aggregate(self) -> str:
@@ -463,6 +465,30 @@ def _peak_rss_bytes() -> int:
     import resource
 
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def run_step(cfg: StepConfig, batches, timers: dict | None = None):
+    """The mapInArrow function of a step: run_partition over the rows Spark routed here, or with
+    the files exchange (engine.exchange) over the previous step's files for this task's partition,
+    writing the routed output to files and handing Spark one summary row."""
+    if cfg.exchange_in is None and cfg.exchange_out is None:
+        yield from run_partition(cfg, batches, timers)
+        return
+    if cfg.exchange_in is not None:
+        part = exchange.control_partition(batches)
+        batches = exchange.read_routed(cfg.exchange_in, part, cfg.partitions)
+    else:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        if context is None:
+            raise exchange.ExchangeError("a step that writes exchange files must run inside a Spark task")
+        part = context.partitionId()  # routed shuffle partition i is partition i (routing.py)
+    output = run_partition(cfg, batches, timers)
+    if cfg.exchange_out is None:
+        yield from output
+    else:
+        yield from exchange.write_routed(cfg.exchange_out, part, cfg.partitions, output)
 
 
 def run_partition(cfg: StepConfig, batches, timers: dict | None = None):

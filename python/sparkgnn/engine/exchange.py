@@ -1,0 +1,260 @@
+"""How routed rows travel from one layer step to the next: Spark's shuffle, or Arrow IPC files in
+the work dir that the tasks write and read themselves.
+
+Why files: at 8M edges a layer routes ~0.9 GiB of rows. Through Spark they cross the Python -> JVM
+pipe (Arrow -> UnsafeRow), the shuffle write and fetch, and the JVM -> Python pipe (UnsafeRow ->
+Arrow) again: about half of a ~12.5 s layer, with the Python phases waiting on it (rows_in, the
+back-pressure inside scatter). Written by the task that computed them as Arrow IPC, the same rows
+cost ~0.6 s per GiB to write and nothing to read (memory-mapped from the page cache, placed by id
+straight into the DL step's buffers). Spark still schedules every step (one task per partition,
+retried on failure) and still moves the rows wherever a step needs SQL: the first step's feature
+scan, edge_join's join, and PE precomputation's per-layer DataFrames use the shuffle.
+
+On-disk layout of one run: `<work>/exchange/<run>/step=<i>/to=<q>/from=<p>.arrow`. Every task
+writes one file per destination partition (empty when it routes nothing there) under a hidden
+temporary name and renames it, so a retried or speculative attempt replaces its files whole and
+a reader can tell a finished step (P files for its partition) from a broken one. The run
+directory is this job's scratch: a step's files are deleted once the next step has read them, and
+the whole run directory when the job ends, whether it succeeded or not. Nothing else is touched.
+
+The choice is a registry (EXCHANGES); "auto" picks files where every executor sees the work dir
+as a local disk (a local or local-cluster master and a local work dir), the shuffle elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from sparkgnn.engine.routing import FILES_SCHEMA_DDL, ROW_SCHEMA
+from sparkgnn.errors import SparkGNNError
+from sparkgnn.files import filesystem, is_local, join
+
+EXCHANGE_DIR = "exchange"
+
+
+class ExchangeError(SparkGNNError, RuntimeError):
+    """A step's routed rows are missing or damaged (the previous step did not finish a partition)."""
+
+
+def _partition_file(step_dir: str, to: int, source: int) -> str:
+    return join(step_dir, f"to={to}", f"from={source}.arrow")
+
+
+def _summary(part: int, rows: int, num_bytes: int) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays(
+        [pa.array([part], pa.int32()), pa.array([rows], pa.int64()), pa.array([num_bytes], pa.int64())],
+        names=["pt", "rows", "bytes"],
+    )
+
+
+def _by_destination(batch: pa.RecordBatch, partitions: int) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """(destination, rows) pieces of a routed batch; most batches name one destination."""
+    pt = batch.column("pt").to_numpy()
+    low, high = (int(pt.min()), int(pt.max())) if len(pt) else (0, 0)
+    if low < 0 or high >= partitions:
+        raise ExchangeError(
+            f"a routed row names partition {low if low < 0 else high}, outside 0..{partitions - 1}: "
+            "only routed rows travel through files (edge_join's unrouted payloads need the shuffle)"
+        )
+    if low == high:
+        yield low, batch
+        return
+    order = np.argsort(pt, kind="stable")
+    counts = np.bincount(pt, minlength=partitions)
+    ordered = batch.take(pa.array(order))
+    start = 0
+    for destination, count in enumerate(counts):
+        if count:
+            yield destination, ordered.slice(start, int(count))
+            start += int(count)
+
+
+def write_routed(step_dir: str, part: int, partitions: int, batches) -> Iterator[pa.RecordBatch]:
+    """Task side: write partition `part`'s routed output batches into one IPC file per destination
+    under `step_dir`; yields one summary row (pt, rows, bytes) for Spark."""
+    fs, directory = filesystem(step_dir)
+    token = uuid.uuid4().hex
+    final = [_partition_file(directory, q, part) for q in range(partitions)]
+    temporary = [join(directory, f"to={q}", f".from={part}.arrow.tmp-{token}") for q in range(partitions)]
+    sinks, writers = [], []
+    try:
+        for q in range(partitions):  # the driver made the directories (FileExchange.paths)
+            sinks.append(fs.open_output_stream(temporary[q]))
+            writers.append(pa.ipc.new_file(sinks[-1], ROW_SCHEMA))
+        rows = 0
+        for batch in batches:
+            for destination, piece in _by_destination(batch, partitions):
+                writers[destination].write_batch(piece)
+                rows += piece.num_rows
+        for writer, sink in zip(writers, sinks, strict=True):
+            writer.close()
+            sink.close()
+    except BaseException:
+        for path in temporary:
+            try:
+                fs.delete_file(path)
+            except OSError:
+                pass
+        raise
+    for source, target in zip(temporary, final, strict=True):
+        fs.move(source, target)
+    written = sum(info.size for info in fs.get_file_info(final))
+    yield _summary(part, rows, written)
+
+
+def read_routed(step_dir: str, part: int, partitions: int) -> Iterator[pa.RecordBatch]:
+    """Task side: every batch routed to `part` by the previous step, file by file (memory-mapped
+    on a local disk: the batches are views of the page cache)."""
+    fs, directory = filesystem(step_dir)
+    local = isinstance(fs, pafs.LocalFileSystem)
+    for source in range(partitions):
+        path = _partition_file(directory, part, source)
+        try:
+            handle = pa.memory_map(path) if local else fs.open_input_file(path)
+            reader = pa.ipc.open_file(handle)
+        except (FileNotFoundError, pa.ArrowInvalid, OSError) as exc:
+            raise ExchangeError(
+                f"routed rows from partition {source} to partition {part} are missing or damaged ({path}: {exc}); "
+                "the previous step did not finish that partition"
+            ) from exc
+        if not reader.schema.equals(ROW_SCHEMA):
+            raise ExchangeError(f"{path} does not hold routed rows (schema {reader.schema})")
+        for index in range(reader.num_record_batches):
+            yield reader.get_batch(index)
+
+
+def control_partition(batches) -> int:
+    """The partition a files-exchange task serves, from its one control row (pt)."""
+    parts = [int(p) for batch in batches for p in batch.column("pt").to_pylist()]
+    if len(parts) != 1:
+        raise ExchangeError(f"a step task received control rows {parts[:5]}; expected exactly one partition")
+    return parts[0]
+
+
+def check_reports(reports, partitions: int | None = None) -> tuple[int, int]:
+    """Every partition reported exactly once (and all of them, when `partitions` is given);
+    returns (rows, bytes) summed over the reports."""
+    parts = [int(r["pt"]) for r in reports]
+    if len(parts) != len(set(parts)):
+        raise ExchangeError(f"partitions {sorted(p for p in set(parts) if parts.count(p) > 1)} reported twice")
+    if partitions is not None and sorted(parts) != list(range(partitions)):
+        missing = sorted(set(range(partitions)) - set(parts))
+        raise ExchangeError(f"partitions {missing[:10]} did not report their routed rows")
+    return sum(int(r["rows"]) for r in reports), sum(int(r["bytes"]) for r in reports)
+
+
+class ShuffleExchange:
+    """Rows travel through Spark: each step's output is routed by key and materialised with
+    localCheckpoint (lineage one step long, each step timed on its own)."""
+
+    name = "shuffle"
+
+    def __init__(self, work_dir: str | None = None, partitions: int | None = None):
+        pass  # Spark keeps and cleans its shuffle files itself
+
+    def paths(self, index: int, last: bool) -> tuple[str | None, str | None]:
+        return None, None
+
+    def output_schema(self, index: int, last: bool, schema: str) -> str:
+        return schema
+
+    def materialise(self, out, index: int):
+        """(rows for the next step, bytes written to files: None)."""
+        return out.localCheckpoint(eager=True), None
+
+    def close(self) -> None:
+        pass
+
+
+class FileExchange:
+    """Rows travel through Arrow files under `<work>/exchange/<run>` (see the module)."""
+
+    name = "files"
+
+    def __init__(self, work_dir: str, partitions: int):
+        self.run_dir = join(work_dir, EXCHANGE_DIR, uuid.uuid4().hex)
+        self.partitions = partitions
+        fs, directory = filesystem(self.run_dir)
+        fs.create_dir(directory, recursive=True)
+
+    def step_dir(self, index: int) -> str:
+        return join(self.run_dir, f"step={index}")
+
+    def paths(self, index: int, last: bool) -> tuple[str | None, str | None]:
+        """(directory the step reads from, directory it writes to): the first step reads Spark's
+        rows (the feature scan), the last step writes the job's output. The driver creates the
+        directories a step writes into; tasks never do, so a task Spark has not yet killed when a
+        failed job closes the exchange cannot recreate what close() removed."""
+        writes = None if last else self.step_dir(index)
+        if writes is not None:
+            fs, directory = filesystem(writes)
+            for q in range(self.partitions):
+                fs.create_dir(join(directory, f"to={q}"), recursive=True)
+        return (self.step_dir(index - 1) if index > 0 else None), writes
+
+    def control(self, spark):
+        """What a step that reads files runs over: P control rows, one per task (range slices:
+        task i holds row i, no shuffle)."""
+        return spark.range(0, self.partitions, 1, self.partitions).selectExpr("cast(id as int) as pt")
+
+    def output_schema(self, index: int, last: bool, schema: str) -> str:
+        return schema if last else FILES_SCHEMA_DDL
+
+    def materialise(self, out, index: int):
+        _, written = check_reports(out.collect(), self.partitions)
+        if index > 0:
+            self._delete(self.step_dir(index - 1))
+        return None, written
+
+    def _delete(self, path: str) -> None:
+        fs, directory = filesystem(path)
+        try:
+            fs.delete_dir(directory)
+        except FileNotFoundError:
+            pass
+
+    def close(self) -> None:
+        self._delete(self.run_dir)
+
+
+EXCHANGES = {"shuffle": ShuffleExchange, "files": FileExchange}
+
+
+def files_reach_every_task(spark, work_dir: str) -> bool:
+    """Every executor of a local or local-cluster master shares this machine's disk."""
+    master = spark.conf.get("spark.master", "") or ""
+    local_master = master == "local" or master.startswith(("local[", "local-cluster["))
+    return local_master and is_local(work_dir)
+
+
+# Headroom asked of the work dir's disk over the two steps' files that exist at once (the step
+# being read and the one being written).
+DISK_MARGIN = 1.25
+
+
+def fits_on_disk(work_dir: str, step_bytes: float) -> tuple[bool, int]:
+    """Whether two steps of `step_bytes` routed rows fit on the work dir's local disk (and its free
+    bytes): files the disk cannot hold would fail a long job midway."""
+    import shutil
+
+    probe = filesystem(work_dir)[1]
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    free = shutil.disk_usage(probe).free
+    return 2 * step_bytes * DISK_MARGIN <= free, free
+
+
+def exchange_kind(spark, requested: str, work_dir: str) -> str:
+    """The exchange a run asked for, with "auto" resolved: files where every executor shares the
+    work dir's disk, the shuffle elsewhere."""
+    if requested == "auto":
+        return "files" if files_reach_every_task(spark, work_dir) else "shuffle"
+    if requested not in EXCHANGES:
+        raise SparkGNNError(f"unknown exchange {requested!r}; known: auto, {', '.join(EXCHANGES)}")
+    return requested

@@ -1,0 +1,215 @@
+"""The files exchange (engine.exchange): routed rows written per destination by the task that
+computed them and read back by the task that needs them, with the same answers as Spark's shuffle."""
+
+import os
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+from engine_helpers import pyg_reference, relative_error, spark_output
+from torch_geometric.nn import GAT, GCN, GraphSAGE
+
+from sparkgnn import infer
+from sparkgnn.arrowvec import pack_binary
+from sparkgnn.engine import exchange
+from sparkgnn.engine.routing import OWN, SRC, make_rows
+from sparkgnn.errors import SparkGNNError
+from sparkgnn.models import Model
+
+KEYS = np.array([10, 11, 12], dtype=np.int64)
+
+
+def _batch(pt, kind=SRC, width=4, start=0):
+    n = len(pt)
+    ids = np.arange(start, start + n, dtype=np.int64)
+    vectors = (ids[:, None] * 10 + np.arange(width)).astype(np.float32)
+    return make_rows(KEYS, np.asarray(pt, dtype=np.int32), kind, ids, pack_binary(vectors))
+
+
+def _step(tmp_path, partitions, name="step=0"):
+    """A step directory as the driver makes it (FileExchange.paths): one folder per destination."""
+    for q in range(partitions):
+        (tmp_path / name / f"to={q}").mkdir(parents=True, exist_ok=True)
+    return str(tmp_path / name)
+
+
+def _read_ids(step_dir, part, partitions):
+    return sorted(int(i) for b in exchange.read_routed(step_dir, part, partitions) for i in b.column("id").to_pylist())
+
+
+def test_rows_reach_exactly_their_destination_and_every_file_exists(tmp_path):
+    step = _step(tmp_path, 3)
+    batches = [_batch([0, 2, 2, 0, 1]), _batch([2, 2], kind=OWN, start=5), _batch([], start=7)]
+    (summary,) = list(exchange.write_routed(step, 1, 3, iter(batches)))
+    assert summary.to_pydict()["pt"] == [1] and summary.to_pydict()["rows"] == [7]
+    assert summary.to_pydict()["bytes"][0] == sum(
+        os.path.getsize(tmp_path / "step=0" / f"to={q}" / "from=1.arrow") for q in range(3)
+    )
+    # the other sources report nothing routed (still one file each)
+    for source in (0, 2):
+        list(exchange.write_routed(step, source, 3, iter([])))
+    assert _read_ids(step, 0, 3) == [0, 3]
+    assert _read_ids(step, 1, 3) == [4]
+    assert _read_ids(step, 2, 3) == [1, 2, 5, 6]
+    # vectors travel with their ids, byte for byte
+    rows = pa.Table.from_batches(list(exchange.read_routed(step, 2, 3)))
+    by_id = dict(zip(rows.column("id").to_pylist(), rows.column("v").to_pylist(), strict=True))
+    assert np.frombuffer(by_id[6], np.float32).tolist() == [60.0, 61.0, 62.0, 63.0]
+    assert not [name for q in range(3) for name in os.listdir(tmp_path / "step=0" / f"to={q}") if name.startswith(".")]
+
+
+def test_a_retried_task_replaces_its_files_whole(tmp_path):
+    step = _step(tmp_path, 2)
+    list(exchange.write_routed(step, 0, 2, iter([_batch([0, 1, 1])])))
+    list(exchange.write_routed(step, 0, 2, iter([_batch([1, 1, 1])])))  # the second attempt
+    list(exchange.write_routed(step, 1, 2, iter([])))
+    assert _read_ids(step, 0, 2) == []
+    assert _read_ids(step, 1, 2) == [0, 1, 2]
+
+
+def test_a_failed_task_leaves_no_files(tmp_path):
+    step = _step(tmp_path, 2)
+
+    def failing():
+        yield _batch([0, 1])
+        raise RuntimeError("the DL step died")
+
+    with pytest.raises(RuntimeError, match="died"):
+        list(exchange.write_routed(step, 0, 2, failing()))
+    assert [name for q in range(2) for name in os.listdir(tmp_path / "step=0" / f"to={q}")] == []
+
+
+def test_a_missing_source_is_named(tmp_path):
+    step = _step(tmp_path, 3)
+    list(exchange.write_routed(step, 0, 3, iter([_batch([1])])))
+    list(exchange.write_routed(step, 2, 3, iter([])))
+    with pytest.raises(exchange.ExchangeError, match="from partition 1 to partition 1 are missing"):
+        list(exchange.read_routed(step, 1, 3))
+
+
+def test_a_damaged_file_is_refused(tmp_path):
+    step = _step(tmp_path, 2)
+    for source in range(2):
+        list(exchange.write_routed(step, source, 2, iter([_batch([0, 1])])))
+    (tmp_path / "step=0" / "to=0" / "from=1.arrow").write_bytes(b"not arrow")
+    with pytest.raises(exchange.ExchangeError, match="from partition 1 to partition 0 are missing or damaged"):
+        list(exchange.read_routed(step, 0, 2))
+
+
+def test_unrouted_rows_are_refused(tmp_path):
+    step = _step(tmp_path, 2)
+    with pytest.raises(exchange.ExchangeError, match="partition -1, outside 0..1"):
+        list(exchange.write_routed(step, 0, 2, iter([_batch([0, -1])])))
+    with pytest.raises(exchange.ExchangeError, match="partition 2, outside 0..1"):
+        list(exchange.write_routed(step, 0, 2, iter([_batch([2])])))
+
+
+def test_a_task_cannot_write_into_a_closed_exchange(tmp_path):
+    # close() removed the run: a task Spark had not killed yet fails instead of recreating it
+    run = exchange.FileExchange(str(tmp_path / "work"), 2)
+    _, writes = run.paths(0, last=False)
+    run.close()
+    with pytest.raises(OSError):
+        list(exchange.write_routed(writes, 0, 2, iter([_batch([0, 1])])))
+    assert os.listdir(tmp_path / "work" / exchange.EXCHANGE_DIR) == []
+
+
+def test_disk_room_counts_two_steps(tmp_path):
+    fits, free = exchange.fits_on_disk(str(tmp_path / "not" / "made" / "yet"), 1024)
+    assert fits and free > 0
+    assert not exchange.fits_on_disk(str(tmp_path), free / 2)[0]
+
+
+def test_reports_must_name_each_partition_once():
+    rows = [{"pt": 0, "rows": 3, "bytes": 10}, {"pt": 1, "rows": 4, "bytes": 20}]
+    assert exchange.check_reports(rows, 2) == (7, 30)
+    with pytest.raises(exchange.ExchangeError, match=r"partitions \[1\] reported twice"):
+        exchange.check_reports(rows + [{"pt": 1, "rows": 0, "bytes": 0}], 2)
+    with pytest.raises(exchange.ExchangeError, match=r"partitions \[2\] did not report"):
+        exchange.check_reports(rows, 3)
+
+
+def test_auto_picks_files_only_where_every_executor_shares_the_disk(spark, tmp_path):
+    assert exchange.exchange_kind(spark, "auto", str(tmp_path)) == "files"  # local[2] + a local dir
+    assert exchange.exchange_kind(spark, "auto", "s3://bucket/work") == "shuffle"
+    assert exchange.exchange_kind(spark, "shuffle", str(tmp_path)) == "shuffle"
+    with pytest.raises(SparkGNNError, match="unknown exchange 'disk'"):
+        exchange.exchange_kind(spark, "disk", str(tmp_path))
+
+
+MODELS = {"sage_mean": GraphSAGE, "gat": GAT, "gcn": GCN}
+
+
+@pytest.mark.parametrize("strategy", ["replicate", "combine"])
+@pytest.mark.parametrize("model_name", sorted(MODELS))
+def test_both_exchanges_equal_pyg(spark, graph_dirs, work_dir, model_name, strategy):
+    path, data = graph_dirs["skewed"]
+    torch.manual_seed(3)
+    module = MODELS[model_name](data.feature_dim, 12, 2, out_channels=5).eval()
+    expected = pyg_reference(module, data)
+    for kind in ("shuffle", "files"):
+        lines = []
+        result, report, _ = infer(
+            spark,
+            path,
+            Model.from_pyg(module),
+            strategy=strategy,
+            partitions=3,
+            work_dir=work_dir,
+            log=lines.append,
+            exchange=kind,
+            return_report=True,
+        )
+        assert report.exchange == kind
+        assert relative_error(spark_output(result, data), expected) <= 1e-5, kind
+        routed = [line for line in lines if "through files" in line]
+        assert bool(routed) == (kind == "files")
+
+
+def test_files_runs_leave_no_scratch_and_edge_join_falls_back(spark, graph_dirs, tmp_path):
+    path, data = graph_dirs["skewed"]
+    torch.manual_seed(4)
+    module = GraphSAGE(data.feature_dim, 8, 2, out_channels=3).eval()
+    work = str(tmp_path / "work")
+    out = str(tmp_path / "out")
+    infer(spark, path, Model.from_pyg(module), out=out, partitions=3, work_dir=work, log=lambda _: None)
+    assert os.listdir(os.path.join(work, exchange.EXCHANGE_DIR)) == []
+    lines = []
+    result, report, _ = infer(
+        spark,
+        path,
+        Model.from_pyg(module),
+        strategy="edge_join",
+        partitions=3,
+        work_dir=work,
+        log=lines.append,
+        return_report=True,
+    )
+    assert report.exchange == "shuffle"
+    assert any("go through Spark's shuffle" in line for line in lines)
+    assert relative_error(spark_output(result, data), pyg_reference(module, data)) <= 1e-5
+    with pytest.raises(SparkGNNError, match="exchange 'files' cannot be used: the plan joins payloads onto edges"):
+        infer(
+            spark,
+            path,
+            Model.from_pyg(module),
+            strategy="edge_join",
+            partitions=3,
+            work_dir=work,
+            log=lambda _: None,
+            exchange="files",
+        )
+
+
+def test_a_failing_files_run_removes_its_scratch(spark, graph_dirs, tmp_path):
+    # Weights that overflow float32 make the first layer's payloads infinite: the step after it
+    # refuses them, the job fails with that error, and no exchange files are left behind.
+    path, data = graph_dirs["skewed"]
+    module = GraphSAGE(data.feature_dim, 8, 2, out_channels=3).eval()
+    with torch.no_grad():
+        module.convs[0].lin_l.weight.fill_(3e38)
+    work = str(tmp_path / "work")
+    with pytest.raises(Exception, match="NaN/Inf"):
+        infer(spark, path, Model.from_pyg(module), partitions=3, work_dir=work, log=lambda _: None)
+    assert os.listdir(os.path.join(work, exchange.EXCHANGE_DIR)) == []
