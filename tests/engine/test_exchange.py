@@ -213,3 +213,26 @@ def test_a_failing_files_run_removes_its_scratch(spark, graph_dirs, tmp_path):
     with pytest.raises(Exception, match="NaN/Inf"):
         infer(spark, path, Model.from_pyg(module), partitions=3, work_dir=work, log=lambda _: None)
     assert os.listdir(os.path.join(work, exchange.EXCHANGE_DIR)) == []
+
+
+def test_the_feature_scan_puts_every_vertex_at_its_owner(spark, graph_dirs, tmp_path):
+    from sparkgnn.arrowvec import unpack_binary
+    from sparkgnn.engine.executor import _vertex_files
+    from sparkgnn.engine.routing import owner_partition, partition_keys
+    from sparkgnn.graph import Graph
+
+    path, data = graph_dirs["skewed"]
+    files = _vertex_files(Graph.load(spark, path))
+    run = exchange.FileExchange(str(tmp_path / "work"), 3)
+    rows, _ = run.scan_features(spark, files, partition_keys(spark, 3))
+    assert rows == data.num_nodes
+    reads, _ = run.paths(0, last=True)
+    seen = []
+    for part in range(3):
+        table = pa.Table.from_batches(list(exchange.read_routed(reads, part, 3)), schema=exchange.ROW_SCHEMA)
+        ids = table.column("id").to_numpy()
+        assert (owner_partition(ids, 3) == part).all() and (table.column("kind").to_numpy() == OWN).all()
+        np.testing.assert_array_equal(unpack_binary(table.column("v").combine_chunks()), data.x[data.index_of(ids)])
+        seen.extend(ids.tolist())
+    assert sorted(seen) == sorted(data.ids.tolist())
+    run.close()

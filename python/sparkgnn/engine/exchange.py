@@ -129,6 +129,30 @@ def read_routed(step_dir: str, part: int, partitions: int) -> Iterator[pa.Record
             yield reader.get_batch(index)
 
 
+SCAN_BATCH_ROWS = 32768
+
+
+def scan_vertex_files(step_dir: str, files: list[str], partitions: int, keys, reader: int, column: str = "x"):
+    """Task side of the feature scan: reader `reader` of P reads the vertex files files[reader::P]
+    (id and the feature column, batch by batch) and writes every vertex's own row (kind OWN, x
+    packed) to its owner's file. Ownership is Spark's pmod(hash(id), P), computed in numpy."""
+    import pyarrow.parquet as pq
+
+    from sparkgnn.arrowvec import pack_binary, to_numpy_matrix
+    from sparkgnn.engine.routing import OWN, make_rows, owner_partition
+
+    def rows():
+        for path in files[reader::partitions]:
+            fs, inner = filesystem(path)
+            with fs.open_input_file(inner) as handle:
+                for batch in pq.ParquetFile(handle).iter_batches(batch_size=SCAN_BATCH_ROWS, columns=["id", column]):
+                    ids = batch.column("id").to_numpy().astype(np.int64, copy=False)
+                    vectors = pack_binary(to_numpy_matrix(batch.column(column)))
+                    yield make_rows(keys, owner_partition(ids, partitions), OWN, ids, vectors)
+
+    yield from write_routed(step_dir, reader, partitions, rows())
+
+
 def control_partition(batches) -> int:
     """The partition a files-exchange task serves, from its one control row (pt)."""
     parts = [int(p) for batch in batches for p in batch.column("pt").to_pylist()]
@@ -164,6 +188,10 @@ class ShuffleExchange:
     def output_schema(self, index: int, last: bool, schema: str) -> str:
         return schema
 
+    def scan_features(self, spark, files: list[str], keys, column: str = "x"):
+        """None: Spark itself reads x and routes it to the owners (executor._initial_rows)."""
+        return None
+
     def materialise(self, out, index: int):
         """(rows for the next step, bytes written to files: None)."""
         return out.localCheckpoint(eager=True), None
@@ -180,23 +208,43 @@ class FileExchange:
     def __init__(self, work_dir: str, partitions: int):
         self.run_dir = join(work_dir, EXCHANGE_DIR, uuid.uuid4().hex)
         self.partitions = partitions
+        self.scanned = False  # the first step reads the feature scan's files (scan_features)
         fs, directory = filesystem(self.run_dir)
         fs.create_dir(directory, recursive=True)
 
     def step_dir(self, index: int) -> str:
+        """Step i's output (the feature scan's is step -1)."""
         return join(self.run_dir, f"step={index}")
+
+    def _make_step(self, index: int) -> str:
+        fs, directory = filesystem(self.step_dir(index))
+        for q in range(self.partitions):
+            fs.create_dir(join(directory, f"to={q}"), recursive=True)
+        return self.step_dir(index)
+
+    def scan_features(self, spark, files: list[str], keys, column: str = "x") -> tuple[int, int]:
+        """Run the feature scan as its own Spark job over P control rows (task i reads
+        files[i::P], scan_vertex_files) instead of Spark reading x as array<float>, shuffling it
+        to the owners and handing it to Python: the first step then reads files like every other.
+        Returns (rows, bytes) written."""
+        import functools
+
+        directory = self._make_step(-1)
+        task = functools.partial(
+            _scan_task, directory, list(files), self.partitions, tuple(int(k) for k in keys), column
+        )
+        written = check_reports(self.control(spark).mapInArrow(task, FILES_SCHEMA_DDL).collect(), self.partitions)
+        self.scanned = True
+        return written
 
     def paths(self, index: int, last: bool) -> tuple[str | None, str | None]:
         """(directory the step reads from, directory it writes to): the first step reads Spark's
         rows (the feature scan), the last step writes the job's output. The driver creates the
         directories a step writes into; tasks never do, so a task Spark has not yet killed when a
         failed job closes the exchange cannot recreate what close() removed."""
-        writes = None if last else self.step_dir(index)
-        if writes is not None:
-            fs, directory = filesystem(writes)
-            for q in range(self.partitions):
-                fs.create_dir(join(directory, f"to={q}"), recursive=True)
-        return (self.step_dir(index - 1) if index > 0 else None), writes
+        writes = None if last else self._make_step(index)
+        reads = self.step_dir(index - 1) if index > 0 or self.scanned else None
+        return reads, writes
 
     def control(self, spark):
         """What a step that reads files runs over: P control rows, one per task (range slices:
@@ -208,8 +256,7 @@ class FileExchange:
 
     def materialise(self, out, index: int):
         _, written = check_reports(out.collect(), self.partitions)
-        if index > 0:
-            self._delete(self.step_dir(index - 1))
+        self._delete(self.step_dir(index - 1))
         return None, written
 
     def _delete(self, path: str) -> None:
@@ -221,6 +268,11 @@ class FileExchange:
 
     def close(self) -> None:
         self._delete(self.run_dir)
+
+
+def _scan_task(step_dir, files, partitions, keys, column, batches):
+    reader = control_partition(batches)
+    yield from scan_vertex_files(step_dir, files, partitions, np.asarray(keys, dtype=np.int64), reader, column)
 
 
 EXCHANGES = {"shuffle": ShuffleExchange, "files": FileExchange}

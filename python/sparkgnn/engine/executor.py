@@ -147,6 +147,19 @@ def _join_edges(spark, rows, prepared, keys):
     return own.unionByName(per_edge)
 
 
+def _vertex_files(graph) -> list[str] | None:
+    """The vertex Parquet files of a graph directory on a local disk (what the files exchange's
+    feature scan reads in the tasks), or None for a graph given as DataFrames or stored remotely."""
+    from sparkgnn.files import data_files, is_local, join
+    from sparkgnn.graph.layout import VERTICES_DIR
+
+    path = getattr(graph, "path", None)
+    if not path or not is_local(path):
+        return None
+    directory = join(path, VERTICES_DIR)
+    return [join(directory, f.rel) for f in data_files(directory)] or None
+
+
 def _wire(spark, step, rows, prepared, keys, partitions: int):
     if step.inputs == "edges_rows":
         rows = _join_edges(spark, rows, prepared, keys)
@@ -193,6 +206,16 @@ def execute(
     rows = (
         _initial_rows(resume[1], keys, partitions, "h") if resume else _initial_rows(graph.vertices, keys, partitions)
     )
+    files = None if resume else _vertex_files(graph)
+    if files:
+        spark.sparkContext.setJobDescription("sparkgnn feature scan")
+        started = time.perf_counter()
+        scanned = exchange.scan_features(spark, files, keys)
+        if scanned is not None:
+            report.steps.append(
+                StepReport("feature scan", time.perf_counter() - started, meter.delta(), exchanged_bytes=scanned[1])
+            )
+            log(_progress(report.steps[-1]))
     final_df = final_timers = None
     for index, step in enumerate(steps):
         last = index == len(steps) - 1

@@ -106,3 +106,36 @@ def split_batches(batch: pa.RecordBatch, max_rows: int = 32768):
     """Spark converts Arrow batches to rows batch by batch; moderate sizes keep memory flat."""
     for start in range(0, batch.num_rows, max_rows):
         yield batch.slice(start, max_rows)
+
+
+def _rotl32(x: np.ndarray, r: int) -> np.ndarray:
+    return (x << np.uint32(r)) | (x >> np.uint32(32 - r))
+
+
+def _mix(h1: np.ndarray, word: np.ndarray) -> np.ndarray:
+    k1 = _rotl32(word * np.uint32(0xCC9E2D51), 15) * np.uint32(0x1B873593)
+    h1 = _rotl32(h1 ^ k1, 13)
+    return h1 * np.uint32(5) + np.uint32(0xE6546B64)
+
+
+def spark_hash_long(ids: np.ndarray, seed: int = 42) -> np.ndarray:
+    """Spark SQL's `hash(id)` of a long column (Murmur3_x86_32.hashLong with seed 42), vectorised,
+    as int32. Why: tasks that read vertex files themselves (the files exchange's feature scan)
+    must place each vertex in the partition Spark's `pmod(hash(id), n)` gives it everywhere else."""
+    words = np.ascontiguousarray(ids, dtype=np.int64).view(np.uint32).reshape(-1, 2)  # little-endian: low, high
+    with np.errstate(over="ignore"):
+        h1 = np.full(len(words), seed, dtype=np.uint32)
+        h1 = _mix(h1, words[:, 0].copy())
+        h1 = _mix(h1, words[:, 1].copy())
+        h1 ^= np.uint32(8)
+        h1 ^= h1 >> np.uint32(16)
+        h1 *= np.uint32(0x85EBCA6B)
+        h1 ^= h1 >> np.uint32(13)
+        h1 *= np.uint32(0xC2B2AE35)
+        h1 ^= h1 >> np.uint32(16)
+    return h1.view(np.int32)
+
+
+def owner_partition(ids: np.ndarray, partitions: int) -> np.ndarray:
+    """`partition_expr(id, n)` computed in numpy: pmod(hash(id), n), int32."""
+    return np.mod(spark_hash_long(ids).astype(np.int64), int(partitions)).astype(np.int32)
