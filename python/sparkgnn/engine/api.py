@@ -9,7 +9,7 @@ from sparkgnn.engine import calibration
 from sparkgnn.engine.degrees import out_degree_histogram
 from sparkgnn.engine.exchange import EXCHANGES, exchange_kind, fits_on_disk
 from sparkgnn.engine.executor import estimate_lines, estimate_vs_actual, execute, finish, staged_output
-from sparkgnn.engine.prepare import ensure_layouts, prepare
+from sparkgnn.engine.prepare import ensure_layouts, layout_writer, prepare
 from sparkgnn.engine.session import configure, default_parallelism, memory_per_task
 from sparkgnn.errors import GraphValidationError, PlanError, SparkGNNError
 from sparkgnn.graph.problems import MAX_EXAMPLES, Problem
@@ -100,7 +100,7 @@ def plan_for(
     num_partitions = partitions_with()
     if partitions is None and num_partitions > cores:  # the bound raised P: count the sources instead
         num_partitions = partitions_with(out_degree_histogram(graph, root, log=log))
-    prepared = prepare(spark, graph, num_partitions, root, log=log)
+    prepared = prepare(spark, graph, num_partitions, root, log=log, writer=layout_writer(graph, exchange))
     graph_stats = dict(prepared.stats, feature_dim=graph.feature_dim)
     task = {
         "strategy": strategy,

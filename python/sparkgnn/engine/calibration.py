@@ -27,11 +27,12 @@ VERSION = 1
 
 # The constants a plan starts from before this work dir has measured anything, by exchange. Files:
 # the "shuffle" term is an IPC write plus a memory-mapped read (~0.6 s/GiB written on this
-# machine, docs/PLATFORM.md), the pipe term placing rows by id into the step's buffers, and a pass
-# is one Spark task launch without the Arrow stream set-up.
+# machine), the pipe term placing rows by id into the step's buffers, a pass one Spark task launch
+# without the Arrow stream set-up, and the per-edge term the DL step's 4.5 task s per 8M-edge
+# layer on 2 cores (the shuffle prior's 0.7 us predicted 8M-edge layers at 2x their 4.3 s).
 PRIORS = {
     "shuffle": CostModel(),
-    "files": CostModel(shuffle_Bps=1.5e9, python_Bps=1.5e9, pass_overhead_s=0.3, per_edge_s=0.7e-6),
+    "files": CostModel(shuffle_Bps=1.5e9, python_Bps=1.5e9, pass_overhead_s=0.3, per_edge_s=0.35e-6),
 }
 
 

@@ -120,7 +120,36 @@ def _write_marker(path: str, content: dict) -> None:
     os.replace(path + ".tmp", path)
 
 
-def prepare(spark, graph, partitions: int, work_dir: str, log=print) -> PreparedGraph:
+def _write_with_spark(spark, graph, partitions: int, path: str) -> dict:
+    """The base layouts and statistics with Spark SQL (any graph, any filesystem, any cluster)."""
+    edges = _edges_with_parts(graph, partitions).cache()
+    for name, df in _base_layouts(edges, _vertices_with_degree(graph, edges, partitions)).items():
+        _write(df, os.path.join(path, name), partitions, "part")
+    stats = _graph_stats(spark, path, edges, partitions)
+    edges.unpersist()
+    return stats
+
+
+def _write_in_tasks(spark, graph, partitions: int, path: str) -> dict:
+    from sparkgnn.engine.prepare_tasks import prepare_in_tasks
+
+    return prepare_in_tasks(spark, graph, partitions, path)
+
+
+# How the base layouts get written (engine.prepare_tasks says why there are two).
+LAYOUT_WRITERS = {"spark": _write_with_spark, "tasks": _write_in_tasks}
+
+
+def layout_writer(graph, exchange: str) -> str:
+    """The Python tasks write the layouts where they also exchange rows through files (every
+    executor shares the disk) and the graph is a directory on it; Spark SQL elsewhere."""
+    from sparkgnn.files import is_local
+
+    path = getattr(graph, "path", None)
+    return "tasks" if exchange == "files" and path and is_local(path) else "spark"
+
+
+def prepare(spark, graph, partitions: int, work_dir: str, log=print, writer: str = "spark") -> PreparedGraph:
     fingerprint = graph.fingerprint
     path = os.path.join(work_dir, "prep", str(fingerprint), f"P={partitions}")
     marker = os.path.join(path, MARKER)
@@ -132,11 +161,7 @@ def prepare(spark, graph, partitions: int, work_dir: str, log=print) -> Prepared
         return PreparedGraph(path, partitions, stats, time.perf_counter() - started, reused=True)
     started = time.perf_counter()
     spark.sparkContext.setJobDescription(f"sparkgnn prepare: partition graph into {partitions}")
-    edges = _edges_with_parts(graph, partitions).cache()
-    for name, df in _base_layouts(edges, _vertices_with_degree(graph, edges, partitions)).items():
-        _write(df, os.path.join(path, name), partitions, "part")
-    stats = _graph_stats(spark, path, edges, partitions)
-    edges.unpersist()
+    stats = LAYOUT_WRITERS[writer](spark, graph, partitions, path)
     _write_marker(marker, {"fingerprint": fingerprint, "partitions": partitions, "stats": stats})
     seconds = time.perf_counter() - started
     log(
