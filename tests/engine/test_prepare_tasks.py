@@ -55,3 +55,17 @@ def test_a_rerun_after_an_interrupted_preparation_replaces_its_files(spark, grap
     assert again.stats == first.stats and not again.reused
     files = [f for root, _, names in os.walk(os.path.join(again.path, "in_edges")) for f in names]
     assert len({f.split("-")[1] for f in files}) == 1  # one preparation's files only
+
+
+def test_degrees_of_isolated_vertices_and_self_loops():
+    from sparkgnn.engine.prepare_tasks import _gcn_degree
+
+    ids = np.array([1, 5, 9], np.int64)
+    none = np.zeros(0, np.int64)
+    assert _gcn_degree(ids, none, none, np.zeros(0, np.float32)).tolist() == [1.0, 1.0, 1.0]
+    src, dst = np.array([5, 9, 9, 9, 1]), np.array([1, 9, 9, 1, 5])
+    w = np.array([2.0, 3.0, 0.5, 1.5, 4.0], np.float32)
+    # vertex 1: in-edges 2.0 + 1.5, no self loop (+1); 5: 4.0 + 1; 9: largest self loop 3.0
+    assert _gcn_degree(ids, src, dst, w).tolist() == [4.5, 5.0, 3.0]
+    with pytest.raises(ValueError, match="not vertices"):
+        _gcn_degree(ids, np.array([1]), np.array([7]), np.ones(1, np.float32))

@@ -128,7 +128,8 @@ def _gcn_degree(ids: np.ndarray, src: np.ndarray, dst: np.ndarray, w: np.ndarray
     if len(dst) and not np.array_equal(ids[at], dst):
         raise ValueError(f"edges name destination ids that are not vertices, e.g. {dst[ids[at] != dst][:5].tolist()}")
     loop = src == dst
-    degree = np.bincount(at[~loop], weights=w[~loop].astype(np.float64), minlength=len(ids))
+    # float64 sums like Spark's sum(float); bincount of nothing comes back as int64
+    degree = np.bincount(at[~loop], weights=w[~loop].astype(np.float64), minlength=len(ids)).astype(np.float64)
     self_weight = np.full(len(ids), -np.inf)
     np.maximum.at(self_weight, at[loop], w[loop].astype(np.float64))
     degree += np.where(np.isfinite(self_weight), self_weight, 1.0)
@@ -175,12 +176,13 @@ def prepare_in_tasks(spark, graph, partitions: int, path: str) -> dict:
     is missing: an interrupted attempt's files are replaced, as Spark's overwrite would)."""
     from sparkgnn.graph.layout import EDGES_DIR, VERTICES_DIR
 
-    for name in ("vertices", "in_edges", "out_targets"):
+    for name in ("vertices", "in_edges", "out_targets"):  # each exists, empty or not, as Spark's writer leaves it
         fs, inner = filesystem(join(path, name))
         try:
             fs.delete_dir(inner)
         except FileNotFoundError:
             pass
+        fs.create_dir(inner, recursive=True)
     token = uuid.uuid4().hex[:12]
     edge_dir, vertex_dir = join(graph.path, EDGES_DIR), join(graph.path, VERTICES_DIR)
     edge_files = [join(edge_dir, f.rel) for f in data_files(edge_dir)]
