@@ -157,7 +157,7 @@ class OutEdges:
 
 @dataclass
 class Targets:
-    """(own local index, partition) pairs: where own vertices' rows must be shipped."""
+    """(own local index, partition) pairs: where own vertices' rows must be shipped, grouped by partition."""
 
     local: np.ndarray
     part: np.ndarray
@@ -221,4 +221,9 @@ def targets(prep_dir: str, table_name: str, part: int) -> Targets:
     own = owned(prep_dir, part)
     table = _read_part(prep_dir, table_name, part, ["id", "pt"])
     local = positions(own.ids, _np(table, "id", np.int64), f"{table_name} vertex")
-    return Targets(local=local, part=_np(table, "pt", np.int32))
+    part_of = _np(table, "pt", np.int32)
+    # Grouped by destination partition: routed output slices then name one destination each, and
+    # the files exchange writes them as they are instead of re-sorting every batch (a copy of all
+    # the payloads a step ships: 6.3 GB per layer at 32M edges).
+    order = np.argsort(part_of, kind="stable")
+    return Targets(local=local[order], part=part_of[order])
