@@ -236,3 +236,31 @@ def test_the_feature_scan_puts_every_vertex_at_its_owner(spark, graph_dirs, tmp_
         seen.extend(ids.tolist())
     assert sorted(seen) == sorted(data.ids.tolist())
     run.close()
+
+
+def test_a_graph_given_as_dataframes_scans_through_spark_and_exchanges_files(spark, graph_dirs, tmp_path):
+    # No directory to read in the tasks: Spark scans x and writes the layouts; the layers after the
+    # first still exchange files
+    from types import SimpleNamespace
+
+    from sparkgnn.graph import Graph
+
+    path, data = graph_dirs["skewed"]
+    loaded = Graph.load(spark, path)
+    frames = SimpleNamespace(vertices=loaded.vertices, edges=loaded.edges)
+    torch.manual_seed(6)
+    module = GraphSAGE(data.feature_dim, 8, 2, out_channels=4).eval()
+    lines = []
+    result, report, _ = infer(
+        spark,
+        frames,
+        Model.from_pyg(module),
+        partitions=3,
+        work_dir=str(tmp_path / "w"),
+        log=lines.append,
+        return_report=True,
+    )
+    assert report.exchange == "files"
+    assert not any("feature scan" in line for line in lines)
+    assert any("through files" in line for line in lines)
+    assert relative_error(spark_output(result, data), pyg_reference(module, data)) <= 1e-5
