@@ -33,6 +33,13 @@ def is_local(path) -> bool:
     return path.startswith("file:") or "://" not in path
 
 
+def parquet_batches(path, columns: list[str], batch_size: int):
+    """The record batches of one Parquet file (only `columns`), read through its filesystem."""
+    fs, inner = filesystem(path)
+    with fs.open_input_file(inner) as handle:
+        yield from pq.ParquetFile(handle).iter_batches(batch_size=batch_size, columns=columns)
+
+
 def filesystem(path) -> tuple[pafs.FileSystem, str]:
     """(filesystem, path inside it). Plain paths and file: URIs are local and made absolute."""
     path = str(path)

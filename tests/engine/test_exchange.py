@@ -176,30 +176,16 @@ def test_files_runs_leave_no_scratch_and_edge_join_falls_back(spark, graph_dirs,
     infer(spark, path, Model.from_pyg(module), out=out, partitions=3, work_dir=work, log=lambda _: None)
     assert os.listdir(os.path.join(work, exchange.EXCHANGE_DIR)) == []
     lines = []
-    result, report, _ = infer(
-        spark,
-        path,
-        Model.from_pyg(module),
-        strategy="edge_join",
-        partitions=3,
-        work_dir=work,
-        log=lines.append,
-        return_report=True,
-    )
+
+    def edge_join(**options):
+        return infer(spark, path, Model.from_pyg(module), strategy="edge_join", partitions=3, work_dir=work, **options)
+
+    result, report, _ = edge_join(log=lines.append, return_report=True)
     assert report.exchange == "shuffle"
     assert any("go through Spark's shuffle" in line for line in lines)
     assert relative_error(spark_output(result, data), pyg_reference(module, data)) <= 1e-5
     with pytest.raises(SparkGNNError, match="exchange 'files' cannot be used: the plan joins payloads onto edges"):
-        infer(
-            spark,
-            path,
-            Model.from_pyg(module),
-            strategy="edge_join",
-            partitions=3,
-            work_dir=work,
-            log=lambda _: None,
-            exchange="files",
-        )
+        edge_join(log=lambda _: None, exchange="files")
 
 
 def test_a_failing_files_run_removes_its_scratch(spark, graph_dirs, tmp_path):

@@ -7,8 +7,9 @@ Arrow) again: about half of a ~12.5 s layer, with the Python phases waiting on i
 back-pressure inside scatter). Written by the task that computed them as Arrow IPC, the same rows
 cost ~0.6 s per GiB to write and nothing to read (memory-mapped from the page cache, placed by id
 straight into the DL step's buffers). Spark still schedules every step (one task per partition,
-retried on failure) and still moves the rows wherever a step needs SQL: the first step's feature
-scan, edge_join's join, and PE precomputation's per-layer DataFrames use the shuffle.
+retried on failure) and still moves the rows wherever a step needs SQL: edge_join's join and PE
+precomputation's per-layer DataFrames use the shuffle. The features reach the first step through
+files too, from a scan job whose tasks read the graph's vertex files (FileExchange.scan_features).
 
 On-disk layout of one run: `<work>/exchange/<run>/step=<i>/to=<q>/from=<p>.arrow`. Every task
 writes one file per destination partition (empty when it routes nothing there) under a hidden
@@ -23,6 +24,7 @@ as a local disk (a local or local-cluster master and a local work dir), the shuf
 
 from __future__ import annotations
 
+import functools
 import os
 import uuid
 from collections.abc import Iterator
@@ -33,7 +35,7 @@ import pyarrow.fs as pafs
 
 from sparkgnn.engine.routing import FILES_SCHEMA_DDL, ROW_SCHEMA
 from sparkgnn.errors import SparkGNNError
-from sparkgnn.files import filesystem, is_local, join
+from sparkgnn.files import filesystem, is_local, join, parquet_batches
 
 EXCHANGE_DIR = "exchange"
 
@@ -46,7 +48,8 @@ def _partition_file(step_dir: str, to: int, source: int) -> str:
     return join(step_dir, f"to={to}", f"from={source}.arrow")
 
 
-def _summary(part: int, rows: int, num_bytes: int) -> pa.RecordBatch:
+def summary_row(part: int, rows: int, num_bytes: int) -> pa.RecordBatch:
+    """What a task that wrote files hands Spark: one row (pt, rows, bytes), FILES_SCHEMA_DDL."""
     return pa.RecordBatch.from_arrays(
         [pa.array([part], pa.int32()), pa.array([rows], pa.int64()), pa.array([num_bytes], pa.int64())],
         names=["pt", "rows", "bytes"],
@@ -105,7 +108,7 @@ def write_routed(step_dir: str, part: int, partitions: int, batches) -> Iterator
     for source, target in zip(temporary, final, strict=True):
         fs.move(source, target)
     written = sum(info.size for info in fs.get_file_info(final))
-    yield _summary(part, rows, written)
+    yield summary_row(part, rows, written)
 
 
 def read_routed(step_dir: str, part: int, partitions: int) -> Iterator[pa.RecordBatch]:
@@ -136,21 +139,23 @@ def scan_vertex_files(step_dir: str, files: list[str], partitions: int, keys, re
     """Task side of the feature scan: reader `reader` of P reads the vertex files files[reader::P]
     (id and the feature column, batch by batch) and writes every vertex's own row (kind OWN, x
     packed) to its owner's file. Ownership is Spark's pmod(hash(id), P), computed in numpy."""
-    import pyarrow.parquet as pq
-
     from sparkgnn.arrowvec import pack_binary, to_numpy_matrix
     from sparkgnn.engine.routing import OWN, make_rows, owner_partition
 
     def rows():
         for path in files[reader::partitions]:
-            fs, inner = filesystem(path)
-            with fs.open_input_file(inner) as handle:
-                for batch in pq.ParquetFile(handle).iter_batches(batch_size=SCAN_BATCH_ROWS, columns=["id", column]):
-                    ids = batch.column("id").to_numpy().astype(np.int64, copy=False)
-                    vectors = pack_binary(to_numpy_matrix(batch.column(column)))
-                    yield make_rows(keys, owner_partition(ids, partitions), OWN, ids, vectors)
+            for batch in parquet_batches(path, ["id", column], SCAN_BATCH_ROWS):
+                ids = batch.column("id").to_numpy().astype(np.int64, copy=False)
+                vectors = pack_binary(to_numpy_matrix(batch.column(column)))
+                yield make_rows(keys, owner_partition(ids, partitions), OWN, ids, vectors)
 
     yield from write_routed(step_dir, reader, partitions, rows())
+
+
+def control_rows(spark, partitions: int):
+    """P control rows (pt), one per task (range slices: task i holds row i, no shuffle): what a
+    job whose tasks read and write files themselves runs over."""
+    return spark.range(0, partitions, 1, partitions).selectExpr("cast(id as int) as pt")
 
 
 def control_partition(batches) -> int:
@@ -227,13 +232,13 @@ class FileExchange:
         files[i::P], scan_vertex_files) instead of Spark reading x as array<float>, shuffling it
         to the owners and handing it to Python: the first step then reads files like every other.
         Returns (rows, bytes) written."""
-        import functools
-
         directory = self._make_step(-1)
         task = functools.partial(
             _scan_task, directory, list(files), self.partitions, tuple(int(k) for k in keys), column
         )
-        written = check_reports(self.control(spark).mapInArrow(task, FILES_SCHEMA_DDL).collect(), self.partitions)
+        written = check_reports(
+            control_rows(spark, self.partitions).mapInArrow(task, FILES_SCHEMA_DDL).collect(), self.partitions
+        )
         self.scanned = True
         return written
 
@@ -247,9 +252,8 @@ class FileExchange:
         return reads, writes
 
     def control(self, spark):
-        """What a step that reads files runs over: P control rows, one per task (range slices:
-        task i holds row i, no shuffle)."""
-        return spark.range(0, self.partitions, 1, self.partitions).selectExpr("cast(id as int) as pt")
+        """What a step that reads files runs over (control_rows)."""
+        return control_rows(spark, self.partitions)
 
     def output_schema(self, index: int, last: bool, schema: str) -> str:
         return schema if last else FILES_SCHEMA_DDL

@@ -14,7 +14,7 @@ import functools
 import time
 from dataclasses import dataclass, field
 
-from sparkgnn.engine.exchange import ShuffleExchange
+from sparkgnn.engine.exchange import ShuffleExchange, check_reports
 from sparkgnn.engine.metrics import MaxParam, ShuffleMeter
 from sparkgnn.engine.routing import (
     FILES_SCHEMA_DDL,
@@ -219,7 +219,8 @@ def execute(
     final_df = final_timers = None
     for index, step in enumerate(steps):
         last = index == len(steps) - 1
-        exchange_in, exchange_out = exchange.paths(index, last and on_layer is None)
+        ends_job = last and on_layer is None  # the step whose output is the job's result
+        exchange_in, exchange_out = exchange.paths(index, ends_job)
         cfg = StepConfig(
             prep_dir=prepared.path,
             partitions=partitions,
@@ -242,7 +243,7 @@ def execute(
             "final": OUTPUT_PRED_SCHEMA_DDL if with_pred else OUTPUT_SCHEMA_DDL,
             "final_files": FILES_SCHEMA_DDL,
         }.get(step.outputs, ROW_SCHEMA_DDL)
-        schema = exchange.output_schema(index, last and on_layer is None, schema)
+        schema = exchange.output_schema(index, ends_job, schema)
         timers = {name: spark.sparkContext.accumulator(0.0) for name in TIMERS}
         timers[PEAK_RSS] = spark.sparkContext.accumulator(0, MaxParam())
         if exchange_in is None:
@@ -250,7 +251,7 @@ def execute(
         else:
             source = exchange.control(spark)
         out = source.mapInArrow(functools.partial(run_step, cfg, timers=timers), schema)
-        if last and on_layer is None:
+        if ends_job:
             final_df = out
             final_timers = timers
             break
@@ -300,10 +301,7 @@ def _commit_task_files(final_df, staged: str, with_pred: bool) -> int:
     reported once; returns the rows written. An output with no rows gets one empty file with the
     output schema, so it reads back like a Spark-written empty result."""
     reports = final_df.collect()
-    parts = [int(r["pt"]) for r in reports]
-    if len(parts) != len(set(parts)):
-        raise RuntimeError(f"partitions {sorted(p for p in set(parts) if parts.count(p) > 1)} reported twice")
-    rows = sum(int(r["rows"]) for r in reports)
+    rows, _ = check_reports(reports)
     if not reports:
         import pyarrow as pa
         import pyarrow.parquet as pq

@@ -32,18 +32,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sparkgnn.engine import static
-from sparkgnn.engine.exchange import check_reports, control_partition
-from sparkgnn.engine.routing import owner_partition
-from sparkgnn.files import data_files, filesystem, join
+from sparkgnn.engine.exchange import check_reports, control_partition, control_rows, summary_row
+from sparkgnn.engine.routing import FILES_SCHEMA_DDL, owner_partition
+from sparkgnn.files import data_files, filesystem, join, parquet_batches
 
 READ_BATCH_ROWS = 1 << 20
 STATS_SCHEMA_DDL = "pt int, rows long, bytes long, vertices long, edges long, mirror_rows long, partials long"
-
-
-def _parquet_batches(path: str, columns: list[str]):
-    fs, inner = filesystem(path)
-    with fs.open_input_file(inner) as handle:
-        yield from pq.ParquetFile(handle).iter_batches(batch_size=READ_BATCH_ROWS, columns=columns)
 
 
 def _write_piece(directory: str, name: str, table: pa.Table) -> int:
@@ -65,7 +59,7 @@ def _edges_task(prep_dir, files, partitions, token, has_weight, batches):
     columns = ["src", "dst"] + (["weight"] if has_weight else [])
     pieces: dict[int, list[tuple]] = {q: [] for q in range(partitions)}
     for path in files[reader::partitions]:
-        for batch in _parquet_batches(path, columns):
+        for batch in parquet_batches(path, columns, READ_BATCH_ROWS):
             src = batch.column("src").to_numpy().astype(np.int64, copy=False)
             dst = batch.column("dst").to_numpy().astype(np.int64, copy=False)
             w = (
@@ -93,10 +87,7 @@ def _edges_task(prep_dir, files, partitions, token, has_weight, batches):
         )
         rows += table.num_rows
         written += _write_piece(join(prep_dir, "in_edges", f"part={q}"), f"part-{token}-r{reader}.parquet", table)
-    yield pa.RecordBatch.from_arrays(
-        [pa.array([reader], pa.int32()), pa.array([rows], pa.int64()), pa.array([written], pa.int64())],
-        names=["pt", "rows", "bytes"],
-    )
+    yield summary_row(reader, rows, written)
 
 
 def _read_slice(prep_dir: str, part: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -115,7 +106,7 @@ def _read_slice(prep_dir: str, part: int) -> tuple[np.ndarray, np.ndarray, np.nd
 def _owned_ids(vertex_files: list[str], part: int, partitions: int) -> np.ndarray:
     found = []
     for path in vertex_files:
-        for batch in _parquet_batches(path, ["id"]):
+        for batch in parquet_batches(path, ["id"], READ_BATCH_ROWS):
             ids = batch.column("id").to_numpy().astype(np.int64, copy=False)
             found.append(ids[owner_partition(ids, partitions) == part])
     return np.sort(np.concatenate(found)) if found else np.zeros(0, np.int64)
@@ -187,10 +178,10 @@ def prepare_in_tasks(spark, graph, partitions: int, path: str) -> dict:
     edge_dir, vertex_dir = join(graph.path, EDGES_DIR), join(graph.path, VERTICES_DIR)
     edge_files = [join(edge_dir, f.rel) for f in data_files(edge_dir)]
     vertex_files = [join(vertex_dir, f.rel) for f in data_files(vertex_dir)]
-    control = spark.range(0, partitions, 1, partitions).selectExpr("cast(id as int) as pt")
+    control = control_rows(spark, partitions)
     has_weight = "weight" in graph.edges.columns
     edges = functools.partial(_edges_task, path, edge_files, partitions, token, has_weight)
-    check_reports(control.mapInArrow(edges, "pt int, rows long, bytes long").collect(), partitions)
+    check_reports(control.mapInArrow(edges, FILES_SCHEMA_DDL).collect(), partitions)
     parts = functools.partial(_partition_task, path, vertex_files, partitions, token)
     reports = control.mapInArrow(parts, STATS_SCHEMA_DDL).collect()
     check_reports(reports, partitions)

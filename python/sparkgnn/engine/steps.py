@@ -361,10 +361,7 @@ def outputs_final_files(cfg, result, part, header):
         pq.write_table(pa.Table.from_batches([batch]), sink, compression="snappy")
     fs.move(temporary, f"{directory}/{name}")
     size = fs.get_file_info(f"{directory}/{name}").size
-    yield pa.RecordBatch.from_arrays(
-        [pa.array([part], pa.int32()), pa.array([batch.num_rows], pa.int64()), pa.array([size], pa.int64())],
-        names=["pt", "rows", "bytes"],
-    )
+    yield exchange.summary_row(part, batch.num_rows, size)
 
 
 def _own_and_targeted(cfg, result, part, targets_table: str, kind: int, payload_column):
