@@ -367,7 +367,8 @@ def _task_memory(decisions: list[_Decision], stats: GraphStats) -> list[float]:
         # most: the task's own vertices plus its share of the mirrors prepare counted
         measured = vertices + stats.mirror_rows / stats.partitions if stats.mirror_rows is not None else math.inf
         rows = edges if decision.strategy.name == "edge_join" else min(edges, stats.num_vertices, measured)
-        needs.append(task_memory_bytes(edges, vertices, w.src, w.in_dim, w.out_dim, w.state, w.dst, rows))
+        range_wise = decision.ctx.spec.range_wise
+        needs.append(task_memory_bytes(edges, vertices, w.src, w.in_dim, w.out_dim, w.state, w.dst, rows, range_wise))
     return needs
 
 

@@ -77,6 +77,9 @@ class LayerSpec:
     uses_edge_weight: bool
     required_stats: tuple[str, ...]
     decomposable: bool
+    # The DL step runs this layer on destination ranges (layers/rowwise.py): its state and update
+    # temporaries never exist for the whole partition. Optional in plan_info (False: counted whole).
+    range_wise: bool = False
 
     @property
     def label(self) -> str:
@@ -189,6 +192,7 @@ def parse_layer(data: Any, position: int) -> LayerSpec:
         uses_edge_weight=_bool(data["uses_edge_weight"], f"{where}['uses_edge_weight']"),
         required_stats=tuple(_str(s, f"{where}['required_stats'] entry") for s in stats),
         decomposable=_bool(data["decomposable"], f"{where}['decomposable']"),
+        range_wise=_bool(data.get("range_wise", False), f"{where}['range_wise']"),
     )
     if spec.needs_dst_in_message and spec.dst_width == 0:
         raise PlanError(f"{where} ({spec.kind}) needs the destination in its message but reports dst_width 0")

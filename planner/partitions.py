@@ -13,6 +13,15 @@ widest layer (raw widths: the planner may or may not pre-transform, so assume it
                                                     + min(e x 12 x (F_src + F_dst), C)  per-edge messages
                                                     + v x (16 + 4 x (in + out + state + dst)) ) own rows
 
+except for a range-wise layer (Model.plan_info's `range_wise`: a sums-path aggregation whose update
+and post ops read one row at a time, layers/rowwise.py), where the DL step makes the state and the
+update's temporaries for one destination range at a time (dl/step.py): its own rows cost
+v x (16 + 4 x (in + out + dst)) + min(v x 4 x state, VERTEX_CHUNK_BYTES). Counting the whole state
+there overstated 32M edges / P=2 by 1.0 GB (6.96 GB estimated, 6.03 GB measured peak task RSS
+with the exchange files' pages included, against a 6.3 GB budget), so the rule chose P=4, which
+ships R_f = 3.73 instead of 1.98 and made the layers 1.5x slower. A job that keeps every vertex's
+state (PE precompute with states) plans with range_wise off.
+
 with e = |E| / P, v = |V| / P, s = the source payload rows that reach the task: the distinct
 sources among the task's e in-edges for replicate and combine (a remote source arrives once per
 partition), e for edge_join (one payload row per edge). With the graph's out-degree histogram
@@ -62,6 +71,9 @@ EDGE_TASK_BYTES = 8 + 8 + 4 + 8 + 8 + 8 + 8
 # At most this many bytes of per-edge messages exist at once in a DL step (sparkgnn.dl.chunks
 # aggregates a partition's edges in destination ranges of this size).
 MESSAGE_CHUNK_BYTES = 256 << 20
+# At most this many bytes of vertex-sized temporaries (sums, state, the update's intermediates) exist
+# at once in a DL step whose layer is range-wise (dl/step.py runs it on destination ranges).
+VERTEX_CHUNK_BYTES = 64 << 20
 # A requested partition count above max(MIN_PARTITION_CAP, PARTITIONS_PER_CORE_CAP x cores) is
 # refused: every partition is a task per step (tens of ms of scheduling and Python start each), so
 # 100,000 partitions on 2 cores is a typo, not a plan. Memory pressure never needs more: the
@@ -84,14 +96,19 @@ def task_memory_bytes(
     state: int,
     dst: int = 0,
     source_rows: float | None = None,
+    range_wise: bool = False,
 ) -> float:
     """Estimated peak bytes of one task holding `edges` edges and `vertices` vertices, receiving
-    `source_rows` source payload rows (default: one per edge, edge_join's case; see the module)."""
+    `source_rows` source payload rows (default: one per edge, edge_join's case), for a layer that
+    runs range-wise or not (see the module)."""
     rows = edges if source_rows is None else source_rows
     edge_part = edges * EDGE_TASK_BYTES
     payload_part = rows * FLOAT_BYTES * src
     message_part = min(edges * 3 * FLOAT_BYTES * (src + dst), MESSAGE_CHUNK_BYTES)
-    vertex_part = vertices * (ROW_BYTES + FLOAT_BYTES * (in_dim + out_dim + state + dst))
+    state_part = vertices * FLOAT_BYTES * state
+    if range_wise:
+        state_part = min(state_part, VERTEX_CHUNK_BYTES)
+    vertex_part = vertices * (ROW_BYTES + FLOAT_BYTES * (in_dim + out_dim + dst)) + state_part
     return WORKER_RSS_BYTES + MEMORY_MARGIN * (edge_part + payload_part + message_part + vertex_part)
 
 
@@ -110,6 +127,7 @@ def widest_layer_bytes(
             s.state_width.raw,
             s.dst_width,
             source_rows,
+            s.range_wise,
         )
         for s in specs
     )

@@ -24,6 +24,7 @@ KEYS = {
     "uses_edge_weight",
     "required_stats",
     "decomposable",
+    "range_wise",
 }
 
 
@@ -74,6 +75,15 @@ def test_plan_info_content():
     assert gin["aggregator"] == "sum" and gin["src_width"] == {"raw": 12, "pre_transform": 6}
     assert std["aggregator"] == "std" and std["state_width"]["raw"] == 2 * 6 + 1
     assert not std["uses_edge_weight"] and std["required_stats"] == []
+    # range-wise: sparse-product aggregations (sum / mean) whose update and post read one row
+    assert [entry["range_wise"] for entry in info] == [True, False, False, True, False]
+
+
+def test_a_post_op_that_is_not_row_wise_makes_the_layer_whole():
+    model = Model.from_pyg(gnn.GraphSAGE(16, 32, 2))
+    assert [entry["range_wise"] for entry in model.plan_info()] == [True, True]
+    model.post_list()[0].ops[0].row_wise = False  # e.g. a norm over all rows
+    assert [entry["range_wise"] for entry in model.plan_info()] == [False, True]
 
 
 def test_spec_and_lazy_export():

@@ -22,6 +22,7 @@ def layer(
     decomposable=True,
     weight=False,
     required_stats=(),
+    range_wise=False,
 ):
     """A layer dict as Model.plan_info() writes it. `src` / `pre` are the raw / pre-transformed
     source payload widths (defaults: in_dim / out_dim); states are message width + state_extra
@@ -46,6 +47,7 @@ def layer(
         "uses_edge_weight": weight,
         "required_stats": list(required_stats),
         "decomposable": decomposable,
+        "range_wise": range_wise,
     }
 
 

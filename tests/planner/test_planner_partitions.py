@@ -6,7 +6,7 @@ import pytest
 
 from sparkgnn.errors import PlanError
 from sparkgnn.planner import MEMORY_MARGIN, choose_partitions, task_memory_bytes
-from sparkgnn.planner.partitions import EDGE_TASK_BYTES, MESSAGE_CHUNK_BYTES, WORKER_RSS_BYTES
+from sparkgnn.planner.partitions import EDGE_TASK_BYTES, MESSAGE_CHUNK_BYTES, VERTEX_CHUNK_BYTES, WORKER_RSS_BYTES
 
 
 def _call(make, memory, cores=4, requested=None, edges=2_000_000, vertices=200_000):
@@ -145,3 +145,24 @@ def test_a_histogram_lowers_p_on_a_power_law_graph_and_never_raises_it(make):
         assert choose_partitions(layers, vertices, edges, 128, 2, memory, out_degrees=histogram) <= choose_partitions(
             layers, vertices, edges, 128, 2, memory
         )
+
+
+def test_a_range_wise_layer_counts_its_state_for_one_range_only():
+    whole = task_memory_bytes(16e6, 1.6e6, 128, 128, 128, 129, source_rows=3.2e6)
+    ranges = task_memory_bytes(16e6, 1.6e6, 128, 128, 128, 129, source_rows=3.2e6, range_wise=True)
+    assert whole - ranges == pytest.approx(MEMORY_MARGIN * (1.6e6 * 4 * 129 - VERTEX_CHUNK_BYTES))
+    # a partition smaller than one range is charged what it holds
+    small = dict(source_rows=2e3)
+    assert task_memory_bytes(1e4, 1e3, 128, 128, 128, 129, **small) == task_memory_bytes(
+        1e4, 1e3, 128, 128, 128, 129, range_wise=True, **small
+    )
+
+
+def test_range_wise_layers_keep_p_at_the_cores_where_whole_states_would_not(make):
+    # The 32M-edge bench graph's shape on 2 cores with its measured 6.3 GB budget: counting the
+    # whole state chose 4 partitions; the DL step only ever holds one range's state.
+    budget, sources = 6_319_127_552, {1: 600_000, 5: 1_400_000, 20: 1_168_000}
+    whole = choose_partitions(make.sage_model((128, 128, 128)), 3_200_000, 32_000_000, 128, 2, budget, out_degrees=sources)
+    layers = make.sage_model((128, 128, 128), range_wise=True)
+    ranged = choose_partitions(layers, 3_200_000, 32_000_000, 128, 2, budget, out_degrees=sources)
+    assert (whole, ranged) == (4, 2)

@@ -39,15 +39,17 @@ from sparkgnn.dl.chunks import chunked_by_dst
 from sparkgnn.dl.csr import Block, Csr, by_destination
 from sparkgnn.dl.tensors import fixed_list, index, matrix, vector
 from sparkgnn.errors import SparkGNNError
+from sparkgnn.layers.rowwise import rows_independent as layers_rows_independent
 from sparkgnn.models.model import Model
-from sparkgnn.planner.partitions import MESSAGE_CHUNK_BYTES
+from sparkgnn.planner.partitions import MESSAGE_CHUNK_BYTES, VERTEX_CHUNK_BYTES
 
 
 class StepError(SparkGNNError, ValueError):
     """A task's tables do not fit the step it asks for (missing table, wrong width, NaN)."""
 
 
-# Vertex-sized temporaries of the sums path of aggregate=edges (sums, state, finalize, the
+# VERTEX_CHUNK_BYTES (planner.partitions, which counts it in a task's peak): vertex-sized
+# temporaries of the sums path of aggregate=edges (sums, state, finalize, the
 # update's intermediates such as lin_l(agg), lin_r(h) and their sum, each post op's output) are
 # made for at most this many bytes of destination rows at once. WHY: over a whole partition they are
 # n_own x width each, ~1.3 GiB of a 2.45 GiB task peak at 8M edges / P=2, and the planner pays
@@ -58,7 +60,6 @@ class StepError(SparkGNNError, ValueError):
 # the ranges large enough that the per-range overhead (a sub-CSR's offsets, one sparse product per
 # block) is noise: ~18K rows for SAGE-mean at F = out = 128. Overridden per task by header key
 # vertex_chunk_bytes.
-VERTEX_CHUNK_BYTES = 64 << 20
 # Fewest rows per range, whatever the widths; the ranges of a partition are balanced (sizes differ
 # by at most one row), so none is smaller than half of this. WHY: the dense products of `update`
 # pick their kernel by the number of rows, and on very few rows (under 8 here) another kernel sums
@@ -87,38 +88,10 @@ def _row_ranges(n: int, rows: int) -> list[tuple[int, int]]:
     return list(zip(bounds[:-1], bounds[1:], strict=True))
 
 
-def _row_wise_module(module: torch.nn.Module) -> bool:
-    from sparkgnn.layers.gat import GATLayer
-    from sparkgnn.layers.gcn import GCNLayer
-    from sparkgnn.layers.gin import GINLayer
-    from sparkgnn.layers.nodeops import ActivationOp, BatchNormOp, LinearOp, NodeOpStack, PReLUOp
-    from sparkgnn.layers.sage import SAGELayer
-
-    declared = getattr(module, "row_wise", None)
-    if declared is not None:
-        return bool(declared)
-    # Checked: each update reads h_dst[i], agg[i] and stats[i] only; BatchNorm runs in eval on its
-    # running statistics (an affine map per feature); the activations are element-wise or over the
-    # feature axis of one row ((log_)softmax).
-    if type(module) is ActivationOp:
-        return module.name in ROW_WISE_ACTIVATIONS
-    known = (GCNLayer, SAGELayer, GINLayer, GATLayer, NodeOpStack, torch.nn.ModuleList, LinearOp, BatchNormOp, PReLUOp)
-    return type(module) in known
-
-
-ROW_WISE_ACTIVATIONS = frozenset(
-    {"relu", "leaky_relu", "elu", "gelu", "tanh", "sigmoid", "silu", "softplus", "log_softmax", "softmax"}
-)
-
-
 def rows_independent(model: Model, layer: int) -> bool:
-    """Whether layer `layer`'s update and post compute each destination's row from that row alone,
-    so the step may run them on destination ranges. Decided per module of the conv and of its post
-    stack: a module's own `row_wise` attribute when it has one, else membership of the classes
-    checked in _row_wise_module (the exact class: a subclass may override forward). Anything else (a
-    layer normalising over all rows, an op with batch statistics) runs on the whole partition."""
-    parts = (model.conv(layer), model.post_list()[layer])
-    return all(_row_wise_module(module) for part in parts for module in part.modules())
+    """Whether layer `layer`'s update and post compute each destination's row from that row alone
+    (layers.rowwise), so the step may run them on destination ranges."""
+    return layers_rows_independent(model.conv(layer), model.post_list()[layer])
 
 
 @dataclass

@@ -74,12 +74,17 @@ def plan_for(
     out: str | None = None,
     log=print,
     exchange: str = "shuffle",
+    keep_states: bool = False,
 ):
     """Prepare the graph for a partition count and compile the plan (no inference yet), costed
-    with the constants measured for `exchange` (engine.exchange)."""
+    with the constants measured for `exchange` (engine.exchange). `keep_states`: the job keeps
+    every vertex's merged state (PE precompute), so no layer's state is range-wise in the memory
+    rule (planner.partitions)."""
     from sparkgnn import planner
 
     layers = model.plan_info()
+    if keep_states:
+        layers = [dict(layer, range_wise=False) for layer in layers]
     stats = graph.stats()
     cores = default_parallelism(spark)
     task_memory = memory_per_task(spark)

@@ -111,7 +111,7 @@ def precompute(
         log(f"sparkgnn precompute: layers 1..{start} already committed in {store}; resuming")
     if start < num_layers:
         root = _work_dir(spark, None, work_dir)
-        prepared, plan = plan_for(spark, graph, model, strategy, partitions, work_dir=root, log=log)
+        prepared, plan = plan_for(spark, graph, model, strategy, partitions, work_dir=root, log=log, keep_states=states)
         if states:
             for layer in plan.layers:  # canonical raw-space states (module doc)
                 layer.pre_transform = False

@@ -22,6 +22,7 @@ from torch import Tensor
 
 from sparkgnn.layers.base import MergeableConv, build_conv, propagate
 from sparkgnn.layers.nodeops import NodeOpStack
+from sparkgnn.layers.rowwise import rows_independent
 
 SPEC_FORMAT = "sparkgnn.Model"
 SPEC_VERSION = 1
@@ -115,7 +116,19 @@ class Model(torch.nn.Module):
         return cast(NodeOpStack, self.post_ops[l])(h)
 
     def plan_info(self) -> list[dict]:
-        return [{"index": l, **conv.plan_info()} for l, conv in enumerate(self.conv_list())]
+        """Each conv's plan_info plus `range_wise`: whether the DL step aggregates it by sparse
+        products and runs its update and post ops on destination ranges (dl/step.py), which the
+        planner's memory rule counts (planner.partitions)."""
+        posts = self.post_list()
+        return [
+            {"index": l, **conv.plan_info(), "range_wise": self._range_wise(conv, posts[l])}
+            for l, conv in enumerate(self.conv_list())
+        ]
+
+    @staticmethod
+    def _range_wise(conv: MergeableConv, post: torch.nn.Module) -> bool:
+        sums_path = conv.aggregator.from_sums and all(conv.message_scale(None, pre)[0] for pre in (False, True))
+        return bool(sums_path and rows_independent(conv, post))
 
     # -- execution -------------------------------------------------------------------------
     @staticmethod
