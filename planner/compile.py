@@ -78,9 +78,12 @@ def compile(layers: Any, graph_stats: Any, task: Any, cost_model: CostModel | No
         cost_model=model.to_dict(),
         graph_stats=stats.as_dict(),
         memory={
-            "peak_task_bytes_per_layer": [int(need) for need in _task_memory(decisions, stats)],
+            "peak_task_bytes_per_layer": [
+                int(need) for need in _task_memory(decisions, stats, job.mapped_payloads)
+            ],
             "budget_per_task_bytes": int(job.memory_per_task_bytes),
             "message_chunk_bytes": MESSAGE_CHUNK_BYTES,
+            "mapped_payloads": job.mapped_payloads,
         },
     )
 
@@ -356,7 +359,7 @@ def _largest_task_edges(stats: GraphStats) -> float:
     return stats.max_partition_edges if stats.max_partition_edges is not None else stats.num_edges / stats.partitions
 
 
-def _task_memory(decisions: list[_Decision], stats: GraphStats) -> list[float]:
+def _task_memory(decisions: list[_Decision], stats: GraphStats, mapped_payloads: bool = False) -> list[float]:
     """Estimated peak bytes of each layer's largest task (planner.partitions.task_memory_bytes)."""
     edges = _largest_task_edges(stats)
     vertices = stats.num_vertices / stats.partitions
@@ -368,7 +371,11 @@ def _task_memory(decisions: list[_Decision], stats: GraphStats) -> list[float]:
         measured = vertices + stats.mirror_rows / stats.partitions if stats.mirror_rows is not None else math.inf
         rows = edges if decision.strategy.name == "edge_join" else min(edges, stats.num_vertices, measured)
         range_wise = decision.ctx.spec.range_wise
-        needs.append(task_memory_bytes(edges, vertices, w.src, w.in_dim, w.out_dim, w.state, w.dst, rows, range_wise))
+        needs.append(
+            task_memory_bytes(
+                edges, vertices, w.src, w.in_dim, w.out_dim, w.state, w.dst, rows, range_wise, mapped_payloads
+            )
+        )
     return needs
 
 
@@ -380,13 +387,19 @@ def _memory_warnings(
     choose_partitions would pick, not an error."""
     edges = _largest_task_edges(stats)
     warnings = []
-    for decision, need in zip(decisions, _task_memory(decisions, stats), strict=True):
+    for decision, need in zip(decisions, _task_memory(decisions, stats, job.mapped_payloads), strict=True):
         if need > job.memory_per_task_bytes:
             if collect_all:
                 advice = "the collect-all path runs on one partition; it may spill or fail"
             else:
                 suggested = partitions_for(
-                    specs, stats.num_vertices, stats.num_edges, job.cores, job.memory_per_task_bytes, stats.feature_dim
+                    specs,
+                    stats.num_vertices,
+                    stats.num_edges,
+                    job.cores,
+                    job.memory_per_task_bytes,
+                    stats.feature_dim,
+                    mapped_payloads=job.mapped_payloads,
                 )
                 advice = f"choose_partitions suggests {suggested} partitions"
             warnings.append(

@@ -86,6 +86,7 @@ def _memory_line(plan: Plan) -> list[str]:
     return [
         f"memory per task: estimated peak {peaks} (per layer) of a {human_bytes(memory['budget_per_task_bytes'])} "
         f"budget; messages aggregated in destination ranges of at most {human_bytes(memory['message_chunk_bytes'])}"
+        + ("; remote payloads read in place from memory-mapped exchange files" if memory.get("mapped_payloads") else "")
     ]
 
 

@@ -45,6 +45,7 @@ TASK_DEFAULTS: dict[str, Any] = {
     "ids": None,
     "fuse": True,
     "collect_all": False,
+    "mapped_payloads": False,
 }
 TASK_REQUIRED = ("strategy", "cores", "memory_per_task_bytes")
 
@@ -126,6 +127,8 @@ class Task:
     ids: int | None
     fuse: bool
     collect_all: bool
+    # remote payloads stay in memory-mapped exchange files, outside the task's memory (partitions.py)
+    mapped_payloads: bool = False
 
 
 def _int(value: Any, what: str, minimum: int = 0) -> int:
@@ -275,4 +278,5 @@ def parse_task(task: Any, strategy_names: tuple[str, ...]) -> Task:
         ids=None if ids is None else _int(ids, "task['ids'] (count of requested ids)", 1),
         fuse=_bool(merged["fuse"], "task['fuse']"),
         collect_all=_bool(merged["collect_all"], "task['collect_all']"),
+        mapped_payloads=_bool(merged["mapped_payloads"], "task['mapped_payloads']"),
     )

@@ -22,6 +22,13 @@ with the exchange files' pages included, against a 6.3 GB budget), so the rule c
 ships R_f = 3.73 instead of 1.98 and made the layers 1.5x slower. A job that keeps every vertex's
 state (PE precompute with states) plans with range_wise off.
 
+With the files exchange and the layers run inside Spark's Python workers (`mapped_payloads`), a
+task's remote source payloads are never copied into its memory: the DL step multiplies them where
+they lie, in the memory-mapped exchange files (engine.routed_files, dl/csr.py blocks), whose pages
+the kernel can drop and read again. Only the own sources' payloads (min(s, v) rows) count then.
+That term is what forced P up on large graphs (at 100M edges / P=2 a task receives 9.8M of the 10M
+vertices as sources: 5 GB), and a higher P raises R_f, so more bytes go through the exchange.
+
 with e = |E| / P, v = |V| / P, s = the source payload rows that reach the task: the distinct
 sources among the task's e in-edges for replicate and combine (a remote source arrives once per
 partition), e for edge_join (one payload row per edge). With the graph's out-degree histogram
@@ -68,6 +75,9 @@ WORKER_RSS_BYTES = 400 << 20
 # CSR blocks' order and col (int64 each), and one int64 copy of the index columns the DL side may
 # take (unaligned buffers, self loops added).
 EDGE_TASK_BYTES = 8 + 8 + 4 + 8 + 8 + 8 + 8
+# Per edge with mapped payloads: the in-edges' sources renumbered to the order the payload files
+# arrive in (engine.steps._arrival_sources), cached next to the static layout's own.
+RENUMBERED_SOURCE_BYTES = 8
 # At most this many bytes of per-edge messages exist at once in a DL step (sparkgnn.dl.chunks
 # aggregates a partition's edges in destination ranges of this size).
 MESSAGE_CHUNK_BYTES = 256 << 20
@@ -97,12 +107,16 @@ def task_memory_bytes(
     dst: int = 0,
     source_rows: float | None = None,
     range_wise: bool = False,
+    mapped_payloads: bool = False,
 ) -> float:
     """Estimated peak bytes of one task holding `edges` edges and `vertices` vertices, receiving
     `source_rows` source payload rows (default: one per edge, edge_join's case), for a layer that
-    runs range-wise or not (see the module)."""
+    runs range-wise or not, with remote payloads in the task's memory or left in memory-mapped
+    exchange files (`mapped_payloads`; see the module)."""
     rows = edges if source_rows is None else source_rows
-    edge_part = edges * EDGE_TASK_BYTES
+    if mapped_payloads:
+        rows = min(rows, vertices)  # only the own sources' payloads are made in the task
+    edge_part = edges * (EDGE_TASK_BYTES + (RENUMBERED_SOURCE_BYTES if mapped_payloads else 0))
     payload_part = rows * FLOAT_BYTES * src
     message_part = min(edges * 3 * FLOAT_BYTES * (src + dst), MESSAGE_CHUNK_BYTES)
     state_part = vertices * FLOAT_BYTES * state
@@ -113,7 +127,12 @@ def task_memory_bytes(
 
 
 def widest_layer_bytes(
-    specs: list[LayerSpec], edges: float, vertices: float, feature_dim: int = 0, source_rows: float | None = None
+    specs: list[LayerSpec],
+    edges: float,
+    vertices: float,
+    feature_dim: int = 0,
+    source_rows: float | None = None,
+    mapped_payloads: bool = False,
 ) -> float:
     """task_memory_bytes of the most demanding layer (raw widths; layer 0 reads x, which may be
     wider than its in_dim when node-wise ops precede the first conv)."""
@@ -128,6 +147,7 @@ def widest_layer_bytes(
             s.dst_width,
             source_rows,
             s.range_wise,
+            mapped_payloads,
         )
         for s in specs
     )
@@ -142,6 +162,7 @@ def choose_partitions(
     memory_per_task_bytes: int,
     requested: int | None = None,
     out_degrees: dict[int, int] | None = None,
+    mapped_payloads: bool = False,
 ) -> int:
     """The requested count if given (validated >= 1 and <= partition_cap(cores)), else `cores`, raised to the smallest
     multiple of `cores` whose per-task memory estimate fits `memory_per_task_bytes` (sources per
@@ -162,7 +183,7 @@ def choose_partitions(
     feature_dim = _int(feature_dim, "feature_dim", 1)
     cores = _int(cores, "cores", 1)
     memory = _int(memory_per_task_bytes, "memory_per_task_bytes", 1)
-    return partitions_for(specs, num_vertices, num_edges, cores, memory, feature_dim, out_degrees)
+    return partitions_for(specs, num_vertices, num_edges, cores, memory, feature_dim, out_degrees, mapped_payloads)
 
 
 def expected_sources(out_degrees: dict[int, int] | None, num_edges: int, num_vertices: int, edges: float) -> float:
@@ -188,6 +209,7 @@ def partitions_for(
     memory_per_task_bytes: int,
     feature_dim: int = 0,
     out_degrees: dict[int, int] | None = None,
+    mapped_payloads: bool = False,
 ) -> int:
     """choose_partitions on already-checked inputs (the rule is documented in the module)."""
     # The smallest P (in whole waves of `cores`) whose per-task estimate fits: source rows per task
@@ -196,7 +218,7 @@ def partitions_for(
         p = waves * cores
         edges, vertices = num_edges / p, num_vertices / p
         sources = expected_sources(out_degrees, num_edges, num_vertices, edges)
-        need = widest_layer_bytes(specs, edges, vertices, feature_dim, sources)
+        need = widest_layer_bytes(specs, edges, vertices, feature_dim, sources, mapped_payloads)
         if need <= memory_per_task_bytes:
             return p
     return (partition_cap(cores) // cores) * cores

@@ -13,7 +13,7 @@ from torch_geometric.nn import GAT, GCN, GraphSAGE
 from sparkgnn import infer
 from sparkgnn.arrowvec import pack_binary
 from sparkgnn.engine import exchange
-from sparkgnn.engine.routing import OWN, SRC, make_rows
+from sparkgnn.engine.routing import OWN, ROW_SCHEMA, SRC, make_rows
 from sparkgnn.errors import SparkGNNError
 from sparkgnn.models import Model
 
@@ -44,7 +44,10 @@ def test_rows_reach_exactly_their_destination_and_every_file_exists(tmp_path):
     (summary,) = list(exchange.write_routed(step, 1, 3, iter(batches)))
     assert summary.to_pydict()["pt"] == [1] and summary.to_pydict()["rows"] == [7]
     assert summary.to_pydict()["bytes"][0] == sum(
-        os.path.getsize(tmp_path / "step=0" / f"to={q}" / "from=1.arrow") for q in range(3)
+        os.path.getsize(tmp_path / "step=0" / f"to={q}" / name)
+        for q in range(3)
+        for name in os.listdir(tmp_path / "step=0" / f"to={q}")
+        if name.startswith("from=1.")
     )
     # the other sources report nothing routed (still one file each)
     for source in (0, 2):
@@ -95,6 +98,32 @@ def test_a_damaged_file_is_refused(tmp_path):
     (tmp_path / "step=0" / "to=0" / "from=1.arrow").write_bytes(b"not arrow")
     with pytest.raises(exchange.ExchangeError, match="from partition 1 to partition 0 are missing or damaged"):
         list(exchange.read_routed(step, 0, 2))
+
+
+def test_a_vector_file_that_does_not_match_its_rows_is_refused(tmp_path):
+    step = _step(tmp_path, 2)
+    for source in range(2):
+        list(exchange.write_routed(step, source, 2, iter([_batch([0, 1])])))
+    (vectors,) = [p for p in (tmp_path / "step=0" / "to=0").iterdir() if p.name.startswith("from=1.") and p.suffix == ".vec"]
+    vectors.write_bytes(vectors.read_bytes()[:-4])
+    with pytest.raises(exchange.ExchangeError, match=r"from partition 1 to partition 0 .*declares 16 bytes of vectors"):
+        list(exchange.read_routed(step, 0, 2))
+    vectors.unlink()
+    with pytest.raises(exchange.ExchangeError, match="from partition 1 to partition 0 are missing or damaged"):
+        list(exchange.read_routed(step, 0, 2))
+
+
+def test_a_file_of_one_width_is_one_mapped_matrix(tmp_path):
+    step = _step(tmp_path, 2)
+    list(exchange.write_routed(step, 0, 2, iter([_batch([1, 0, 1], start=0), _batch([1, 1], start=3)])))
+    list(exchange.write_routed(step, 1, 2, iter([_batch([1], width=2, start=9), _batch([1], width=4, start=8)])))
+    uniform, mixed = exchange.routed_files(step, 1, 2)
+    assert uniform.column("id").tolist() == [0, 2, 3, 4]
+    matrix = uniform.matrix()
+    assert matrix.shape == (4, 4) and not matrix.flags.owndata and not matrix.flags.writeable
+    assert matrix[:, 0].tolist() == [0.0, 20.0, 30.0, 40.0]
+    assert mixed.matrix() is None  # rows of two widths: only batch by batch
+    assert [len(b) for b in mixed.batches()] == [1, 1]
 
 
 def test_unrouted_rows_are_refused(tmp_path):
@@ -215,7 +244,7 @@ def test_the_feature_scan_puts_every_vertex_at_its_owner(spark, graph_dirs, tmp_
     reads, _ = run.paths(0, last=True)
     seen = []
     for part in range(3):
-        table = pa.Table.from_batches(list(exchange.read_routed(reads, part, 3)), schema=exchange.ROW_SCHEMA)
+        table = pa.Table.from_batches(list(exchange.read_routed(reads, part, 3)), schema=ROW_SCHEMA)
         ids = table.column("id").to_numpy()
         assert (owner_partition(ids, 3) == part).all() and (table.column("kind").to_numpy() == OWN).all()
         np.testing.assert_array_equal(unpack_binary(table.column("v").combine_chunks()), data.x[data.index_of(ids)])

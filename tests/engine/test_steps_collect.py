@@ -112,3 +112,79 @@ def test_no_rows_means_no_tables_and_rows_of_two_partitions_are_refused(prep_dir
     with pytest.raises(steps.StepFailed, match="rows of partitions 0 and 1 reached one task"):
         steps.collect(_cfg(prep_dir), iter([*rows, other]), task=task)
     assert task == {"partition": 0}
+
+
+# ---- the files exchange: rows read where they lie (engine.routed_files) ---------------------------
+
+
+def _vectors(ids, width=3):
+    return np.array([[i + 0.5 * j for j in range(width)] for i in ids], np.float32).reshape(len(ids), width)
+
+
+def _write_files(tmp_path, sources: dict[int, list[tuple[int, list[int]]]], partitions=2):
+    """A step directory where source p sent partition 0 the (kind, ids) row groups sources[p]."""
+    from sparkgnn.engine import exchange
+
+    step = tmp_path / "exchange" / "step=0"
+    for q in range(partitions):
+        (step / f"to={q}").mkdir(parents=True, exist_ok=True)
+    for source in range(partitions):
+        batches = [
+            make_rows(KEYS, np.zeros(len(ids)), kind, np.array(ids), pack_binary(_vectors(ids)))
+            for kind, ids in sources.get(source, [])
+        ]
+        list(exchange.write_routed(str(step), source, partitions, iter(batches)))
+    return str(step)
+
+
+def _collect_files(prep_dir, step):
+    from sparkgnn.engine import exchange
+
+    cfg = _cfg(prep_dir)
+    return steps.collect_files(cfg, 0, exchange.routed_files(step, 0, 2), {}, {})[1]
+
+
+def _source_vectors(tables):
+    """Each in-edge's source vector as the DL step reads it: row src of [own | mirror chunks]."""
+    own = to_numpy_matrix(tables["own"].column("h"))
+    mirrors = [to_numpy_matrix(chunk) for chunk in tables["mirror"].column("p").chunks]
+    rows = np.concatenate([own] + mirrors)
+    return rows[tables["edges"].column("src").to_numpy()]
+
+
+def test_files_are_used_where_they_lie_and_give_the_rows_spark_would(prep_dir, tmp_path):
+    # own rows from this partition's own file in local order; mirrors 7 then 5 from partition 1
+    step = _write_files(tmp_path, {0: [(OWN, [10, 20, 30])], 1: [(SRC, [7, 5])]})
+    tables = _collect_files(prep_dir, step)
+    spark_tables = _collect(prep_dir, _rows(np.array([30, 10, 20]), np.array([7, 5])))
+    h = to_numpy_matrix(tables["own"].column("h"))
+    assert not h.flags.writeable and not h.flags.owndata  # a view of the mapped file, not a copy
+    assert np.array_equal(h, to_numpy_matrix(spark_tables["own"].column("h")))
+    assert tables["mirror"].column("p").num_chunks == 1  # one block per source file
+    # the sources are renumbered to the order the mirrors arrived in; each edge reads the same vector
+    assert tables["edges"].column("src").to_pylist() == [1, 4, 3, 3]  # 20 (own), 5 (arrived 2nd), 7, 7
+    assert np.array_equal(_source_vectors(tables), _source_vectors(spark_tables))
+    assert tables["edges"].column("dst").equals(spark_tables["edges"].column("dst"))
+
+
+def test_rows_from_several_files_or_out_of_order_are_assembled(prep_dir, tmp_path):
+    # own rows split over two files (the feature scan's case) and mirrors split over both sources
+    step = _write_files(tmp_path, {0: [(OWN, [30, 10]), (SRC, [5])], 1: [(OWN, [20]), (SRC, [7])]})
+    tables = _collect_files(prep_dir, step)
+    h = to_numpy_matrix(tables["own"].column("h"))
+    assert h[:, 0].tolist() == [10, 20, 30] and h.ctypes.data % 64 == 0
+    spark_tables = _collect(prep_dir, _rows(np.array([30, 10, 20]), np.array([7, 5])))
+    assert np.array_equal(_source_vectors(tables), _source_vectors(spark_tables))
+
+
+@pytest.mark.parametrize(
+    "sources, match",
+    [
+        ({0: [(OWN, [10, 20, 30])], 1: [(SRC, [7, 7])]}, "duplicate mirror payload rows"),
+        ({0: [(OWN, [10, 20, 30])], 1: [(SRC, [7])]}, "expected 2 mirror payload rows, received 1"),
+        ({0: [(OWN, [10, 20, 99])], 1: [(SRC, [7, 5])]}, r"own ids are not known to this partition; first: \[99\]"),
+    ],
+)
+def test_files_with_missing_duplicate_or_unknown_rows_are_refused(prep_dir, tmp_path, sources, match):
+    with pytest.raises(ValueError, match=match):
+        _collect_files(prep_dir, _write_files(tmp_path, sources))

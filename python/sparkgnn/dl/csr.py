@@ -17,7 +17,10 @@ no caller needs the whole once it is split (emit_partials' sources are all own, 
 block is empty and `own` is the whole CSR), and both forms at once would double the entry's |E|
 index memory. The two blocks are views of one order and one col array, so an entry costs what the
 whole CSR cost (2 x |E| int64 plus per-destination offsets). Without `split` an entry is the whole
-CSR in `own`.
+CSR in `own`. With the files exchange the mirror rows arrive as one memory-mapped matrix per
+source partition (engine.routed_files), so `split` may also be a list of block starts: one CSR
+block per source file, each multiplied by its own file's matrix (P + 1 blocks: their offsets cost
+(P + 1) x num_dst int64).
 
 A hit is decided by content, not by a name: an entry keeps the src and dst tensors it was built
 from and a lookup compares them element-wise (milliseconds for millions of edges), so an edge list
@@ -54,13 +57,29 @@ class Block:
 class Csr:
     src: torch.Tensor  # the edge list the entry was built from (kept to verify hits)
     dst: torch.Tensor
-    split: int | None  # sources < split are own rows, the rest mirror rows; None: one block
-    own: Block  # sources < split (every edge when split is None)
-    mirror: Block  # sources >= split, col = src - split (empty when split is None)
-    in_degree: torch.Tensor  # edges per destination, both blocks
+    bounds: tuple[int, ...]  # first source row of each block after the first (block 0 starts at 0)
+    blocks: tuple[Block, ...]  # one per source block, columns re-based to the block's first row
+    in_degree: torch.Tensor  # edges per destination, all blocks
+
+    @property
+    def own(self) -> Block:
+        """Sources < split: the own block (every edge when the entry has one block)."""
+        return self.blocks[0]
+
+    @property
+    def mirror(self) -> Block:
+        """Sources >= split, when the entry was split once (an empty block when never split)."""
+        if len(self.blocks) > 2:
+            raise ValueError(f"this CSR has {len(self.blocks) - 1} mirror blocks; use .blocks")
+        return self.blocks[1] if len(self.blocks) == 2 else _empty_block(self.own.crow.numel() - 1, self.src.device)
 
 
 _entries: OrderedDict[tuple, Csr] = OrderedDict()
+
+
+def _empty_block(num_dst: int, device) -> Block:
+    empty = torch.zeros(0, dtype=torch.long, device=device)
+    return Block(crow=torch.zeros(num_dst + 1, dtype=torch.long, device=device), col=empty, order=empty)
 
 
 def _offsets(counts: torch.Tensor) -> torch.Tensor:
@@ -69,39 +88,53 @@ def _offsets(counts: torch.Tensor) -> torch.Tensor:
     return crow
 
 
-def _build(src: torch.Tensor, dst: torch.Tensor, num_dst: int, split: int | None) -> Csr:
-    # One stable sort by (block, destination): own edges first, then mirror edges, each block in
-    # destination order and, within a destination, in edge-list order.
-    key = dst if split is None else torch.add(dst, src >= split, alpha=num_dst)
+def _bounds(split) -> tuple[int, ...]:
+    if split is None:
+        return ()
+    bounds = (int(split),) if isinstance(split, int) else tuple(int(b) for b in split)
+    if any(b < 0 for b in bounds) or list(bounds) != sorted(bounds):
+        raise ValueError(f"block bounds must be ascending and >= 0, got {bounds}")
+    return bounds
+
+
+def _build(src: torch.Tensor, dst: torch.Tensor, num_dst: int, bounds: tuple[int, ...]) -> Csr:
+    # One stable sort by (block, destination): own edges first, then each mirror block, each block
+    # in destination order and, within a destination, in edge-list order.
+    blocks = len(bounds) + 1
+    if bounds:
+        block_of = torch.bucketize(src, torch.tensor(bounds, dtype=src.dtype, device=src.device), right=True)
+        key = torch.add(dst, block_of, alpha=num_dst)
+        del block_of
+    else:
+        key = dst
     order = torch.argsort(key, stable=True)
-    counts = torch.bincount(key, minlength=num_dst if split is None else 2 * num_dst)
-    own_counts = counts[:num_dst]
-    mirror_counts = counts[num_dst:] if split is not None else torch.zeros_like(own_counts)
+    counts = torch.bincount(key, minlength=blocks * num_dst).view(blocks, num_dst)
     del key
     col = src[order]
-    k = int(own_counts.sum())
-    if split is not None:
-        col[k:] -= split
-    return Csr(
-        src=src,
-        dst=dst,
-        split=split,
-        own=Block(crow=_offsets(own_counts), col=col[:k], order=order[:k]),
-        mirror=Block(crow=_offsets(mirror_counts), col=col[k:], order=order[k:]),
-        in_degree=own_counts + mirror_counts,
-    )
+    ends = torch.cumsum(counts.sum(dim=1), 0).tolist()
+    starts = [0] + ends[:-1]
+    out = []
+    for b in range(blocks):
+        e0, e1 = starts[b], ends[b]
+        if b:
+            col[e0:e1] -= bounds[b - 1]
+        out.append(Block(crow=_offsets(counts[b]), col=col[e0:e1], order=order[e0:e1]))
+    return Csr(src=src, dst=dst, bounds=bounds, blocks=tuple(out), in_degree=counts.sum(dim=0))
 
 
-def by_destination(src: torch.Tensor, dst: torch.Tensor, num_dst: int, split: int | None = None) -> Csr:
-    """The CSR of edges (src[i] -> dst[i]) over `num_dst` destinations, split into the blocks of
-    sources < `split` and >= `split` (module docstring), from the cache when the same edge list was
-    sorted with the same split before in this process."""
-    key = (str(dst.device), int(dst.numel()), int(num_dst), split)
+def by_destination(src: torch.Tensor, dst: torch.Tensor, num_dst: int, split=None) -> Csr:
+    """The CSR of edges (src[i] -> dst[i]) over `num_dst` destinations, in blocks of sources:
+    `split` is the first mirror row (two blocks, module docstring) or an ascending sequence of
+    block starts (one block per source partition's payload file, engine.routed_files), None for
+    one block. From the cache when the same edge list was sorted with the same blocks before in
+    this process."""
+    bounds = _bounds(split)
+    key = (str(dst.device), int(dst.numel()), int(num_dst), bounds)
     hit = _entries.get(key)
     if hit is not None and torch.equal(hit.dst, dst) and torch.equal(hit.src, src):
         _entries.move_to_end(key)
         return hit
-    csr = _build(src, dst, num_dst, split)
+    csr = _build(src, dst, num_dst, bounds)
     _entries[key] = csr
     _entries.move_to_end(key)
     while len(_entries) > MAX_ENTRIES:

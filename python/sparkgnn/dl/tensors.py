@@ -31,6 +31,15 @@ def matrix(table: pa.Table, column: str, device: str, width: int | None = None) 
     return tensor(to_numpy_matrix(table.column(column), width), device)
 
 
+def matrices(table: pa.Table, column: str, device: str, width: int | None = None) -> list[torch.Tensor]:
+    """A vector column as one tensor per chunk (no concatenation): a step's mirror payloads arrive
+    as one memory-mapped block per source partition (engine.routed_files), and joining them would
+    copy every row into the task's memory. An empty column is one empty [0, width] block."""
+    chunks = table.column(column).chunks
+    blocks = [tensor(to_numpy_matrix(chunk, width), device) for chunk in chunks if len(chunk)]
+    return blocks or [tensor(to_numpy_matrix(pa.chunked_array([], table.schema.field(column).type), width), device)]
+
+
 def index(table: pa.Table, column: str, device: str) -> torch.Tensor:
     values = table.column(column).to_numpy()
     return tensor(np.ascontiguousarray(values, dtype=np.int64), device)

@@ -75,11 +75,13 @@ def plan_for(
     log=print,
     exchange: str = "shuffle",
     keep_states: bool = False,
+    mapped_payloads: bool = False,
 ):
     """Prepare the graph for a partition count and compile the plan (no inference yet), costed
     with the constants measured for `exchange` (engine.exchange). `keep_states`: the job keeps
     every vertex's merged state (PE precompute), so no layer's state is range-wise in the memory
-    rule (planner.partitions)."""
+    rule (planner.partitions). `mapped_payloads`: the tasks read remote payloads from memory-mapped
+    exchange files (files exchange, layers in-process), so the rule leaves them out."""
     from sparkgnn import planner
 
     layers = model.plan_info()
@@ -100,6 +102,7 @@ def plan_for(
             task_memory,
             requested=partitions,
             out_degrees=out_degrees,
+            mapped_payloads=mapped_payloads,
         )
 
     num_partitions = partitions_with()
@@ -114,6 +117,7 @@ def plan_for(
         "memory_per_task_bytes": task_memory,
         "ids": None,
         "fuse": True,
+        "mapped_payloads": mapped_payloads,
     }
     cost_model, observations = calibration.load(
         root, cores, log=log, target_edges=stats["num_edges"], exchange=exchange
@@ -193,8 +197,14 @@ def infer(
     check_model_fits(graph, model)
     ids_df = checked_ids(spark, graph, ids) if ids is not None else None
     kind = exchange_kind(spark, exchange, root)
-    prepared, plan = plan_for(spark, graph, model, strategy, partitions, work_dir=root, log=log, exchange=kind)
-    kind = _usable_exchange(kind, exchange, plan, root, log)
+    mapped = kind == "files" and workers == "inprocess"  # remote payloads stay in mapped files
+    prepared, plan = plan_for(
+        spark, graph, model, strategy, partitions, work_dir=root, log=log, exchange=kind, mapped_payloads=mapped
+    )
+    usable = _usable_exchange(kind, exchange, plan, root, log)
+    if usable != kind and mapped:  # P was chosen for payloads in files: plan again for the shuffle
+        prepared, plan = plan_for(spark, graph, model, strategy, partitions, work_dir=root, log=log, exchange=usable)
+    kind = usable
     if explain:
         log(plan.explain())
     model_store = model_store or os.path.join(root, "models")

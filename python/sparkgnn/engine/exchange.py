@@ -31,9 +31,9 @@ from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.fs as pafs
 
-from sparkgnn.engine.routing import FILES_SCHEMA_DDL, ROW_SCHEMA
+from sparkgnn.engine.routed_files import RoutedFile, RoutedFileError, RoutedFileWriter, rows_path
+from sparkgnn.engine.routing import FILES_SCHEMA_DDL
 from sparkgnn.errors import SparkGNNError
 from sparkgnn.files import filesystem, is_local, join, parquet_batches
 
@@ -42,10 +42,6 @@ EXCHANGE_DIR = "exchange"
 
 class ExchangeError(SparkGNNError, RuntimeError):
     """A step's routed rows are missing or damaged (the previous step did not finish a partition)."""
-
-
-def _partition_file(step_dir: str, to: int, source: int) -> str:
-    return join(step_dir, f"to={to}", f"from={source}.arrow")
 
 
 def summary_row(part: int, rows: int, num_bytes: int) -> pa.RecordBatch:
@@ -79,57 +75,46 @@ def _by_destination(batch: pa.RecordBatch, partitions: int) -> Iterator[tuple[in
 
 
 def write_routed(step_dir: str, part: int, partitions: int, batches) -> Iterator[pa.RecordBatch]:
-    """Task side: write partition `part`'s routed output batches into one IPC file per destination
-    under `step_dir`; yields one summary row (pt, rows, bytes) for Spark."""
+    """Task side: write partition `part`'s routed output batches into one routed-rows file per
+    destination under `step_dir` (engine.routed_files); yields one summary row (pt, rows, bytes)."""
     fs, directory = filesystem(step_dir)
-    token = uuid.uuid4().hex
-    final = [_partition_file(directory, q, part) for q in range(partitions)]
-    temporary = [join(directory, f"to={q}", f".from={part}.arrow.tmp-{token}") for q in range(partitions)]
-    sinks, writers = [], []
+    writers: list[RoutedFileWriter] = []
     try:
         for q in range(partitions):  # the driver made the directories (FileExchange.paths)
-            sinks.append(fs.open_output_stream(temporary[q]))
-            writers.append(pa.ipc.new_file(sinks[-1], ROW_SCHEMA))
-        rows = 0
+            writers.append(RoutedFileWriter(fs, join(directory, f"to={q}"), part))
         for batch in batches:
             for destination, piece in _by_destination(batch, partitions):
-                writers[destination].write_batch(piece)
-                rows += piece.num_rows
-        for writer, sink in zip(writers, sinks, strict=True):
+                writers[destination].write(piece)
+        for writer in writers:
             writer.close()
-            sink.close()
     except BaseException:
-        for path in temporary:
-            try:
-                fs.delete_file(path)
-            except OSError:
-                pass
+        for writer in writers:
+            writer.abort()
         raise
-    for source, target in zip(temporary, final, strict=True):
-        fs.move(source, target)
-    written = sum(info.size for info in fs.get_file_info(final))
-    yield summary_row(part, rows, written)
+    written = sum(writer.commit() for writer in writers)
+    yield summary_row(part, sum(writer.rows for writer in writers), written)
+
+
+def routed_files(step_dir: str, part: int, partitions: int) -> Iterator[RoutedFile]:
+    """Task side: the P routed-rows files addressed to `part` by the previous step, source by
+    source (memory-mapped on a local disk)."""
+    fs, directory = filesystem(step_dir)
+    for source in range(partitions):
+        path = rows_path(join(directory, f"to={part}"), source)
+        try:
+            yield RoutedFile(fs, path)
+        except RoutedFileError as exc:
+            raise ExchangeError(
+                f"routed rows from partition {source} to partition {part} are missing or damaged ({exc}); "
+                "the previous step did not finish that partition"
+            ) from exc
 
 
 def read_routed(step_dir: str, part: int, partitions: int) -> Iterator[pa.RecordBatch]:
-    """Task side: every batch routed to `part` by the previous step, file by file (memory-mapped
-    on a local disk: the batches are views of the page cache)."""
-    fs, directory = filesystem(step_dir)
-    local = isinstance(fs, pafs.LocalFileSystem)
-    for source in range(partitions):
-        path = _partition_file(directory, part, source)
-        try:
-            handle = pa.memory_map(path) if local else fs.open_input_file(path)
-            reader = pa.ipc.open_file(handle)
-        except (FileNotFoundError, pa.ArrowInvalid, OSError) as exc:
-            raise ExchangeError(
-                f"routed rows from partition {source} to partition {part} are missing or damaged ({path}: {exc}); "
-                "the previous step did not finish that partition"
-            ) from exc
-        if not reader.schema.equals(ROW_SCHEMA):
-            raise ExchangeError(f"{path} does not hold routed rows (schema {reader.schema})")
-        for index in range(reader.num_record_batches):
-            yield reader.get_batch(index)
+    """Task side: every batch routed to `part` by the previous step, file by file (the vectors are
+    views of the page cache on a local disk)."""
+    for routed in routed_files(step_dir, part, partitions):
+        yield from routed.batches()
 
 
 SCAN_BATCH_ROWS = 32768

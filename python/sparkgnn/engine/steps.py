@@ -12,7 +12,9 @@ what the next layer needs to a row builder.
 
 from __future__ import annotations
 
+import functools
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -88,11 +90,16 @@ class Received:
     and the batch is dropped; kinds whose count is only known at the end (partial states,
     per-edge rows) are kept as Arrow batches. Every placed id must be known and arrive exactly once."""
 
-    def __init__(self, part: int, placements: dict[int, Placement], kept: tuple[int, ...]):
+    def __init__(
+        self, part: int, placements: dict[int, Placement], kept: tuple[int, ...], mapped: tuple[int, ...] = ()
+    ):
         self.part = part
         self._placements = placements
         self._kept: dict[int, list[pa.RecordBatch]] = {kind: [] for kind in kept}
         self._vectors: dict[int, np.ndarray] = {}
+        # mapped kinds: rows stay where they arrived (views of the exchange's memory-mapped files)
+        # as (positions, vectors) blocks instead of being copied into one buffer (mapped_blocks)
+        self._blocks: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {k: [] for k in mapped if k in placements}
         self._seen = {kind: np.zeros(len(p.sorted_ids), dtype=bool) for kind, p in placements.items()}
         self._index = {kind: static.IdIndex(p.sorted_ids) for kind, p in placements.items()}
         self._received = dict.fromkeys(placements, 0)
@@ -115,32 +122,71 @@ class Received:
             self._kept[kind].append(batch if mask is None else batch.filter(pa.array(mask)))
 
     def _place(self, kind: int, batch: pa.RecordBatch, mask: np.ndarray | None) -> None:
-        placement = self._placements[kind]
         column = batch.column(_vector_column(batch))
         # Rows of other kinds in the same batch may be of another width: unpack only this kind's.
         values = to_numpy_matrix(column if mask is None else column.filter(pa.array(mask)))
+        ids = batch.column("id").to_numpy()
+        self.place(kind, ids if mask is None else ids[mask], values)
+
+    def place(self, kind: int, ids: np.ndarray, values: np.ndarray) -> None:
+        """Rows of a placed kind: copied to their local positions, or kept as a block (mapped kinds)."""
+        placement = self._placements[kind]
+        if kind in self._blocks:
+            self._check_width(kind, values)
+            pos = self._index[kind].positions(ids, placement.what)
+            self._blocks[kind].append((pos, values))
+            self._received[kind] += len(values)
+            self._seen[kind][pos] = True
+            return
         out = self._vectors.get(kind)
         if out is None:
             out = self._vectors[kind] = aligned_empty((len(placement.sorted_ids), values.shape[1]), np.float32)
         elif values.shape[1] != out.shape[1]:
             raise ValueError(f"{placement.what} vectors differ in width ({out.shape[1]} and {values.shape[1]})")
-        ids = batch.column("id").to_numpy()
         self._received[kind] += len(values)
-        pos = self._index[kind].positions(ids if mask is None else ids[mask], placement.what)
+        pos = self._index[kind].positions(ids, placement.what)
         out[pos] = values
         self._seen[kind][pos] = True
 
-    def vectors(self, kind: int) -> np.ndarray:
-        """The placed vectors of `kind` in local order, after checking that each id came once."""
+    def _check_width(self, kind: int, values: np.ndarray) -> None:
+        blocks = self._blocks[kind]
+        if blocks and values.shape[1] != blocks[0][1].shape[1]:
+            what = self._placements[kind].what
+            raise ValueError(f"{what} vectors differ in width ({blocks[0][1].shape[1]} and {values.shape[1]})")
+
+    def _check_complete(self, kind: int) -> int:
+        """Each id of `kind` arrived exactly once; returns how many there are."""
         placement = self._placements[kind]
         expected, received = len(placement.sorted_ids), self._received[kind]
         if received != expected:
             raise ValueError(placement.count_error.format(expected=expected, received=received))
-        if not expected:
-            return np.zeros((0, 0), np.float32)
-        if not self._seen[kind].all():  # as many rows as ids, so one arrived twice and another never
+        if expected and not self._seen[kind].all():  # as many rows as ids: one came twice, another never
             raise ValueError(f"received duplicate {placement.what} rows for some vertices")
+        return expected
+
+    def mapped(self, kind: int) -> bool:
+        return kind in self._blocks
+
+    def vectors(self, kind: int) -> np.ndarray:
+        """The placed vectors of `kind` in local order, after checking that each id came once. A
+        mapped kind that arrived as one block already in local order is returned as that view;
+        otherwise its blocks are assembled into one buffer."""
+        if not self._check_complete(kind):
+            return np.zeros((0, 0), np.float32)
+        if kind in self._blocks:
+            blocks = self._blocks[kind]
+            if len(blocks) == 1 and _identity(blocks[0][0]):
+                return blocks[0][1]
+            out = aligned_empty((len(self._placements[kind].sorted_ids), blocks[0][1].shape[1]), np.float32)
+            for pos, values in blocks:
+                out[pos] = values
+            return out
         return self._vectors[kind]
+
+    def mapped_blocks(self, kind: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """A mapped kind's (local positions, vectors) blocks in arrival order, after the same checks."""
+        self._check_complete(kind)
+        return [block for block in self._blocks[kind] if len(block[0])]
 
     def rows(self, kind: int) -> pa.Table:
         """The kept rows of `kind` (possibly none)."""
@@ -148,6 +194,10 @@ class Received:
         if batches:
             return pa.Table.from_batches(batches)
         return self._schema.empty_table() if self._schema is not None else pa.table({})
+
+
+def _identity(positions: np.ndarray) -> bool:
+    return bool(len(positions) == 0 or (positions[0] == 0 and (np.diff(positions) == 1).all()))
 
 
 def _own_placement(cfg, part) -> Placement:
@@ -177,6 +227,9 @@ class InputKind:
     placed: Callable[[StepConfig, int], dict[int, Placement]]
     build: Callable[[StepConfig, Received, int], dict]
     kept: tuple[int, ...] = ()
+    # placed kinds the DL step can use where they arrived, as blocks of the exchange's memory-mapped
+    # files (files exchange only: Spark's batches are the task's own memory either way)
+    mapped: tuple[int, ...] = (OWN,)
 
 
 def _own_only(cfg, part):
@@ -196,12 +249,48 @@ def _own_and_mirrors(cfg, part):
 
 def build_edges_static(cfg, received, part):
     edges = static.in_edges(cfg.prep_dir, part)
-    mirror = received.vectors(SRC)
+    own = _own_table(received, static.owned(cfg.prep_dir, part))
+    if received.mapped(SRC):
+        blocks = received.mapped_blocks(SRC)
+        n_own = len(static.owned(cfg.prep_dir, part).ids)
+        src = _arrival_sources((cfg.prep_dir, part), edges.src, n_own, [pos for pos, _ in blocks])
+        chunks = [to_fixed_list(values) for _, values in blocks]
+        mirror = pa.chunked_array(chunks) if chunks else pa.chunked_array([], pa.list_(pa.float32(), 1))
+    else:
+        src, vectors = edges.src, received.vectors(SRC)
+        mirror = to_fixed_list(vectors) if len(vectors) else pa.array([], pa.list_(pa.float32(), 1))
     return {
-        "own": _own_table(received, static.owned(cfg.prep_dir, part)),
-        "mirror": pa.table({"p": to_fixed_list(mirror) if len(mirror) else pa.array([], pa.list_(pa.float32(), 1))}),
-        "edges": pa.table({"src": edges.src, "dst": edges.dst, "weight": edges.w}),
+        "own": own,
+        "mirror": pa.table({"p": mirror}),
+        "edges": pa.table({"src": src, "dst": edges.dst, "weight": edges.w}),
     }
+
+
+# (prepared dir, partition) -> (arrival order of its mirrors, the in-edges' sources renumbered to
+# it): the files exchange delivers the mirrors in the same order every step, so the renumbering is
+# made once per partition a worker serves (at most ARRIVAL_ENTRIES, least recently used out).
+_ARRIVAL_SOURCES: OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+ARRIVAL_ENTRIES = 2
+
+
+def _arrival_sources(key: tuple, src: np.ndarray, n_own: int, positions: list[np.ndarray]) -> np.ndarray:
+    """The in-edges' sources with mirror rows numbered in arrival order (n_own + i for the i-th row
+    that arrived) instead of the static layout's sorted order, so the DL step can read each source
+    file's block where it lies. Own sources (< n_own) keep their numbers."""
+    order = np.concatenate(positions) if positions else np.zeros(0, np.int64)
+    cached = _ARRIVAL_SOURCES.get(key)
+    if cached is not None and np.array_equal(cached[0], order):
+        _ARRIVAL_SOURCES.move_to_end(key)
+        return cached[1]
+    arrival = np.empty(len(order), dtype=np.int64)
+    arrival[order] = np.arange(len(order), dtype=np.int64)
+    renumbered = np.array(src, dtype=np.int64, copy=True)
+    remote = renumbered >= n_own
+    renumbered[remote] = n_own + arrival[renumbered[remote] - n_own]
+    _ARRIVAL_SOURCES[key] = (order, renumbered)
+    while len(_ARRIVAL_SOURCES) > ARRIVAL_ENTRIES:
+        _ARRIVAL_SOURCES.popitem(last=False)
+    return renumbered
 
 
 def build_edges_rows(cfg, received, part):
@@ -249,7 +338,7 @@ def build_given(cfg, received, part):
 INPUTS = {
     "first": InputKind(_own_only, build_first),
     "resume": InputKind(_own_only, build_first),
-    "edges_static": InputKind(_own_and_mirrors, build_edges_static),
+    "edges_static": InputKind(_own_and_mirrors, build_edges_static, mapped=(OWN, SRC)),
     "edges_rows": InputKind(_own_only, build_edges_rows, kept=(EDGE,)),
     "states": InputKind(_own_only, build_states, kept=(STATE,)),
     "given": InputKind(_own_and_foreign, build_given),
@@ -262,6 +351,32 @@ INPUT_STAGE = {
     "states": "states",
     "given": "given",
 }
+
+
+def collect_files(cfg: StepConfig, part: int, files, spent: dict, task: dict) -> tuple[int, dict]:
+    """collect for the files exchange: the routed-rows files addressed to `part` (engine.routed_files).
+    A file holding one mapped kind of one width is placed as one block, its vectors left in the
+    memory-mapped file (Received's mapped kinds); anything else goes batch by batch like Spark's rows."""
+    kind = INPUTS[cfg.inputs]
+    task["partition"] = part
+    received = Received(part, kind.placed(cfg, part), kind.kept, kind.mapped)
+    clock = time.perf_counter()
+    for routed in files:
+        if not routed.num_rows:
+            continue
+        pts, kinds = routed.column("pt"), routed.column("kind")
+        if (pts != part).any():
+            raise StepFailed(f"{routed.path} holds rows for partition {int(pts[pts != part][0])}, read by partition {part}")
+        only = int(kinds[0]) if (kinds == kinds[0]).all() else None
+        matrix = routed.matrix() if only is not None and received.mapped(only) else None
+        if matrix is not None:
+            received.place(only, routed.column("id"), matrix)
+            continue
+        for batch in routed.batches():
+            received.add(batch)
+    tables = kind.build(cfg, received, part)
+    spent["collect_s"] = spent.get("collect_s", 0.0) + time.perf_counter() - clock
+    return part, tables
 
 
 def collect(cfg: StepConfig, batches, spent: dict | None = None, task: dict | None = None) -> tuple[int, dict] | None:
@@ -469,11 +584,12 @@ def run_step(cfg: StepConfig, batches, timers: dict | None = None):
     the files exchange (engine.exchange) over the previous step's files for this task's partition,
     writing the routed output to files and handing Spark one summary row."""
     if cfg.exchange_in is None and cfg.exchange_out is None:
-        yield from run_partition(cfg, batches, timers)
+        yield from run_partition(cfg, functools.partial(collect, cfg, batches), timers)
         return
     if cfg.exchange_in is not None:
         part = exchange.control_partition(batches)
-        batches = exchange.read_routed(cfg.exchange_in, part, cfg.partitions)
+        files = exchange.routed_files(cfg.exchange_in, part, cfg.partitions)
+        collector = functools.partial(collect_files, cfg, part, files)
     else:
         from pyspark import TaskContext
 
@@ -481,15 +597,17 @@ def run_step(cfg: StepConfig, batches, timers: dict | None = None):
         if context is None:
             raise exchange.ExchangeError("a step that writes exchange files must run inside a Spark task")
         part = context.partitionId()  # routed shuffle partition i is partition i (routing.py)
-    output = run_partition(cfg, batches, timers)
+        collector = functools.partial(collect, cfg, batches)
+    output = run_partition(cfg, collector, timers)
     if cfg.exchange_out is None:
         yield from output
     else:
         yield from exchange.write_routed(cfg.exchange_out, part, cfg.partitions, output)
 
 
-def run_partition(cfg: StepConfig, batches, timers: dict | None = None):
-    """Collect one partition's rows, run the DL step through the transport, scatter the results.
+def run_partition(cfg: StepConfig, collector, timers: dict | None = None):
+    """Collect one partition's rows (collector(spent, task): collect or collect_files with their
+    input bound), run the DL step through the transport, scatter the results.
     `timers` (Spark accumulators, optional) sum task seconds spent receiving rows from Spark,
     building the DL tables, in the DL engine, and building the output rows: where the time goes."""
     from sparkgnn.runners import get_transport
@@ -498,7 +616,7 @@ def run_partition(cfg: StepConfig, batches, timers: dict | None = None):
     spent: dict = {}
     task: dict = {}
     try:
-        collected = collect(cfg, batches, spent, task)
+        collected = collector(spent, task)
         if collected is None:
             return
         part, tables = collected
