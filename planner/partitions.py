@@ -25,7 +25,10 @@ state (PE precompute with states) plans with range_wise off.
 With the files exchange and the layers run inside Spark's Python workers (`mapped_payloads`), a
 task's remote source payloads are never copied into its memory: the DL step multiplies them where
 they lie, in the memory-mapped exchange files (engine.routed_files, dl/csr.py blocks), whose pages
-the kernel can drop and read again. Only the own sources' payloads (min(s, v) rows) count then.
+the kernel can drop and read again. Only the own sources' payloads (min(s, v) rows) count then,
+and not the own rows' input h either (they arrive in local order from one file, so the step uses
+that mapped view as h; the first step, whose x comes from every scan file, copies, but it holds no
+edges).
 That term is what forced P up on large graphs (at 100M edges / P=2 a task receives 9.8M of the 10M
 vertices as sources: 5 GB), and a higher P raises R_f, so more bytes go through the exchange.
 
@@ -122,7 +125,8 @@ def task_memory_bytes(
     state_part = vertices * FLOAT_BYTES * state
     if range_wise:
         state_part = min(state_part, VERTEX_CHUNK_BYTES)
-    vertex_part = vertices * (ROW_BYTES + FLOAT_BYTES * (in_dim + out_dim + dst)) + state_part
+    own_in = 0 if mapped_payloads else in_dim  # own rows arrive in local order: used as mapped too
+    vertex_part = vertices * (ROW_BYTES + FLOAT_BYTES * (own_in + out_dim + dst)) + state_part
     return WORKER_RSS_BYTES + MEMORY_MARGIN * (edge_part + payload_part + message_part + vertex_part)
 
 

@@ -166,3 +166,18 @@ def test_range_wise_layers_keep_p_at_the_cores_where_whole_states_would_not(make
     layers = make.sage_model((128, 128, 128), range_wise=True)
     ranged = choose_partitions(layers, 3_200_000, 32_000_000, 128, 2, budget, out_degrees=sources)
     assert (whole, ranged) == (4, 2)
+
+
+def test_payloads_left_in_mapped_files_leave_the_estimate(make):
+    # 100M-edge bench shape, P=4: a task receives 9.1M of the 10M vertices as sources
+    copied = task_memory_bytes(25e6, 2.5e6, 128, 128, 128, 129, source_rows=9.1e6, range_wise=True)
+    mapped = task_memory_bytes(25e6, 2.5e6, 128, 128, 128, 129, source_rows=9.1e6, range_wise=True, mapped_payloads=True)
+    # remote payload rows and the own rows' input h no longer count; the renumbered sources do
+    removed = (9.1e6 - 2.5e6) * 512 + 2.5e6 * 512 - 25e6 * 8
+    assert copied - mapped == pytest.approx(MEMORY_MARGIN * removed)
+    layers = make.sage_model((128, 128, 128), range_wise=True)
+    degrees = {1: 2_000_000, 10: 6_000_000, 40: 1_000_000}
+    args = (layers, 10_000_000, 100_000_000, 128, 2, 6_319_127_552)
+    assert choose_partitions(*args, out_degrees=degrees, mapped_payloads=True) < choose_partitions(
+        *args, out_degrees=degrees
+    )
