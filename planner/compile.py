@@ -78,9 +78,7 @@ def compile(layers: Any, graph_stats: Any, task: Any, cost_model: CostModel | No
         cost_model=model.to_dict(),
         graph_stats=stats.as_dict(),
         memory={
-            "peak_task_bytes_per_layer": [
-                int(need) for need in _task_memory(decisions, stats, job.mapped_payloads)
-            ],
+            "peak_task_bytes_per_layer": [int(need) for need in _task_memory(decisions, stats, job.mapped_payloads)],
             "budget_per_task_bytes": int(job.memory_per_task_bytes),
             "message_chunk_bytes": MESSAGE_CHUNK_BYTES,
             "mapped_payloads": job.mapped_payloads,

@@ -104,7 +104,9 @@ def test_a_vector_file_that_does_not_match_its_rows_is_refused(tmp_path):
     step = _step(tmp_path, 2)
     for source in range(2):
         list(exchange.write_routed(step, source, 2, iter([_batch([0, 1])])))
-    (vectors,) = [p for p in (tmp_path / "step=0" / "to=0").iterdir() if p.name.startswith("from=1.") and p.suffix == ".vec"]
+    (vectors,) = [
+        p for p in (tmp_path / "step=0" / "to=0").iterdir() if p.name.startswith("from=1.") and p.suffix == ".vec"
+    ]
     vectors.write_bytes(vectors.read_bytes()[:-4])
     with pytest.raises(exchange.ExchangeError, match=r"from partition 1 to partition 0 .*declares 16 bytes of vectors"):
         list(exchange.read_routed(step, 0, 2))

@@ -162,7 +162,9 @@ def test_range_wise_layers_keep_p_at_the_cores_where_whole_states_would_not(make
     # The 32M-edge bench graph's shape on 2 cores with its measured 6.3 GB budget: counting the
     # whole state chose 4 partitions; the DL step only ever holds one range's state.
     budget, sources = 6_319_127_552, {1: 600_000, 5: 1_400_000, 20: 1_168_000}
-    whole = choose_partitions(make.sage_model((128, 128, 128)), 3_200_000, 32_000_000, 128, 2, budget, out_degrees=sources)
+    whole = choose_partitions(
+        make.sage_model((128, 128, 128)), 3_200_000, 32_000_000, 128, 2, budget, out_degrees=sources
+    )
     layers = make.sage_model((128, 128, 128), range_wise=True)
     ranged = choose_partitions(layers, 3_200_000, 32_000_000, 128, 2, budget, out_degrees=sources)
     assert (whole, ranged) == (4, 2)
@@ -171,7 +173,9 @@ def test_range_wise_layers_keep_p_at_the_cores_where_whole_states_would_not(make
 def test_payloads_left_in_mapped_files_leave_the_estimate(make):
     # 100M-edge bench shape, P=4: a task receives 9.1M of the 10M vertices as sources
     copied = task_memory_bytes(25e6, 2.5e6, 128, 128, 128, 129, source_rows=9.1e6, range_wise=True)
-    mapped = task_memory_bytes(25e6, 2.5e6, 128, 128, 128, 129, source_rows=9.1e6, range_wise=True, mapped_payloads=True)
+    mapped = task_memory_bytes(
+        25e6, 2.5e6, 128, 128, 128, 129, source_rows=9.1e6, range_wise=True, mapped_payloads=True
+    )
     # remote payload rows and the own rows' input h no longer count; the renumbered sources do
     removed = (9.1e6 - 2.5e6) * 512 + 2.5e6 * 512 - 25e6 * 8
     assert copied - mapped == pytest.approx(MEMORY_MARGIN * removed)

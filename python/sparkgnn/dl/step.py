@@ -221,24 +221,25 @@ def _block_rows(block: Block, r0: int, r1: int) -> Block:
 def _sparse_sums(
     csr: Csr, scale, num_dst: int, own_src: torch.Tensor, mirror, rows: tuple[int, int] | None = None
 ) -> torch.Tensor:
-    """Per-destination sums of (scaled) source rows: A_own @ own_src + A_mirror @ mirror (or one
-    product per mirror block when `mirror` is a list), the blocks of the CSR from dl/csr.py (built once per edge list and process), accumulated in place
-    into one output (addmm_: `A @ X` would allocate a second output-sized buffer, and each block's
-    product reads a smaller source matrix: 0.74 s against 1.1 s for the single product over the
-    concatenation at 4M edges, F=128). A row's sum adds its own edges first, then its mirror edges;
-    the float result differs from one product over [own | mirror] only by that order (~1e-7 relative).
+    """Per-destination sums of (scaled) source rows: A_own @ own_src + A_mirror @ mirror (one
+    product per mirror block when `mirror` is a list), the blocks of the CSR from dl/csr.py (built
+    once per edge list and process), accumulated in place into one output (addmm_: `A @ X` would
+    allocate a second output-sized buffer, and each block's product reads a smaller source
+    matrix: 0.74 s against 1.1 s for the single product over the concatenation at 4M edges,
+    F=128). A row's sum adds its own edges first, then its mirror edges block by block; the float
+    result differs from one product over [own | mirror] only by that order (~1e-7 relative).
     `rows` = (r0, r1): only destinations r0..r1-1 (row r0 of the result is destination r0); each
     row's edges and their order are those of the whole product, so its sum is the same."""
     r0, r1 = (0, num_dst) if rows is None else rows
     sums = torch.zeros(r1 - r0, own_src.shape[1], dtype=own_src.dtype, device=own_src.device)
     payloads = [own_src] + mirror_blocks(mirror)
-    for index, whole in enumerate(csr.blocks):
+    for number, whole in enumerate(csr.blocks):
         block = _block_rows(whole, r0, r1)
         if not block.num_edges:
             continue
-        if index >= len(payloads):
-            raise StepError(f"edges reference {'own' if index == 0 else 'mirror'} source rows the task did not carry")
-        payload = payloads[index]
+        if number >= len(payloads):
+            raise StepError(f"edges reference {'own' if number == 0 else 'mirror'} source rows the task did not carry")
+        payload = payloads[number]
         values = (
             torch.ones(block.num_edges, dtype=sums.dtype, device=sums.device)
             if scale is None

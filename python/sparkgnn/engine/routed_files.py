@@ -153,4 +153,3 @@ class RoutedFile:
             return None
         data = self._vector_bytes(0, self._vectors.size())
         return np.frombuffer(data, dtype=np.float32).reshape(self.num_rows, width_bytes // FLOAT_BYTES)
-

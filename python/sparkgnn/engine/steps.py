@@ -366,12 +366,15 @@ def collect_files(cfg: StepConfig, part: int, files, spent: dict, task: dict) ->
             continue
         pts, kinds = routed.column("pt"), routed.column("kind")
         if (pts != part).any():
-            raise StepFailed(f"{routed.path} holds rows for partition {int(pts[pts != part][0])}, read by partition {part}")
+            raise StepFailed(
+                f"{routed.path} holds rows for partition {int(pts[pts != part][0])}, read by partition {part}"
+            )
         only = int(kinds[0]) if (kinds == kinds[0]).all() else None
-        matrix = routed.matrix() if only is not None and received.mapped(only) else None
-        if matrix is not None:
-            received.place(only, routed.column("id"), matrix)
-            continue
+        if only is not None and received.mapped(only):
+            matrix = routed.matrix()
+            if matrix is not None:
+                received.place(only, routed.column("id"), matrix)
+                continue
         for batch in routed.batches():
             received.add(batch)
     tables = kind.build(cfg, received, part)
@@ -589,7 +592,7 @@ def run_step(cfg: StepConfig, batches, timers: dict | None = None):
     if cfg.exchange_in is not None:
         part = exchange.control_partition(batches)
         files = exchange.routed_files(cfg.exchange_in, part, cfg.partitions)
-        collector = functools.partial(collect_files, cfg, part, files)
+        collector: Callable = functools.partial(collect_files, cfg, part, files)
     else:
         from pyspark import TaskContext
 
