@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 
 from sparkgnn.arrowvec import aligned_empty, pack_binary, to_fixed_list, to_list, to_numpy_matrix
 from sparkgnn.engine import exchange, static
-from sparkgnn.engine.routing import DST, EDGE, OWN, PE_STATE, SRC, STATE, make_rows, split_batches
+from sparkgnn.engine.routing import DST, EDGE, OWN, PE_STATE, ROW_SCHEMA, SRC, STATE, make_rows, split_batches
 from sparkgnn.errors import USER_ERRORS, SparkGNNError
 from sparkgnn.heap import retain_freed_memory
 
@@ -193,7 +193,7 @@ class Received:
         batches = self._kept[kind]
         if batches:
             return pa.Table.from_batches(batches)
-        return self._schema.empty_table() if self._schema is not None else pa.table({})
+        return (self._schema or ROW_SCHEMA).empty_table()  # no batch seen: files placed whole
 
 
 def _identity(positions: np.ndarray) -> bool:
