@@ -50,7 +50,7 @@ counts sources as replicate and combine receive them, and compile warns when edg
 rows do not fit.
 
 Each payload row is counted once: the task places every routed row straight into its final buffer
-as Spark's batches stream in (engine.steps.Received), the DL step sums own and mirror blocks
+as Spark's batches stream in (engine.received.Received), the DL step sums own and mirror blocks
 without concatenating them (dl/csr.py), updates destination ranges into one output (dl/step.py),
 and routed output rows are built in slices. Until those changes every row had three copies alive
 (Spark's whole input table, the unpacked buffer, the concatenation) and the estimate multiplied
