@@ -57,7 +57,6 @@ class Block:
 class Csr:
     src: torch.Tensor  # the edge list the entry was built from (kept to verify hits)
     dst: torch.Tensor
-    bounds: tuple[int, ...]  # first source row of each block after the first (block 0 starts at 0)
     blocks: tuple[Block, ...]  # one per source block, columns re-based to the block's first row
     in_degree: torch.Tensor  # edges per destination, all blocks
 
@@ -119,7 +118,7 @@ def _build(src: torch.Tensor, dst: torch.Tensor, num_dst: int, bounds: tuple[int
         if b:
             col[e0:e1] -= bounds[b - 1]
         out.append(Block(crow=_offsets(counts[b]), col=col[e0:e1], order=order[e0:e1]))
-    return Csr(src=src, dst=dst, bounds=bounds, blocks=tuple(out), in_degree=counts.sum(dim=0))
+    return Csr(src=src, dst=dst, blocks=tuple(out), in_degree=counts.sum(dim=0))
 
 
 def by_destination(src: torch.Tensor, dst: torch.Tensor, num_dst: int, split=None) -> Csr:

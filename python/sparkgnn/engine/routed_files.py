@@ -6,7 +6,7 @@ in one step, stored as two files so that the vectors are one contiguous block on
 - `from=p.<token>.vec`: the vectors' bytes, row after row, nothing else.
 
 WHY two files: a reader that memory-maps the vector file gets every vector of the file as one
-[rows, width] float32 matrix backed by the page cache (VectorFile.matrix), not by the task's own
+[rows, width] float32 matrix backed by the page cache (RoutedFile.matrix), not by the task's own
 memory. The DL step multiplies it in place (dl/csr.py keeps a CSR block per source file), so a
 partition's mirror payloads (most of a task's working set on a large graph: 5 GB per task at
 100M edges / P=2) no longer count against the task's memory budget, and the planner need not raise
@@ -107,10 +107,12 @@ class RoutedFile:
                 raise RoutedFileError(f"{path} does not hold routed rows (schema {self._reader.schema})")
             vector_path = join(path.rsplit("/", 1)[0], metadata[VECTOR_FILE_KEY].decode())
             self._vectors = pa.memory_map(vector_path) if local else fs.open_input_file(vector_path)
-            self._lengths = [self._reader.get_batch(i).column("vbytes") for i in range(self._reader.num_record_batches)]
+            # read once: every later pass (columns, vectors, the matrix) reuses these views
+            self._batches = [self._reader.get_batch(i) for i in range(self._reader.num_record_batches)]
         except (FileNotFoundError, pa.ArrowInvalid, OSError) as exc:
             raise RoutedFileError(f"{path}: {exc}") from exc
-        declared = sum(int(lengths.to_numpy().sum(dtype=np.int64)) for lengths in self._lengths)
+        self._lengths = [batch.column("vbytes").to_numpy() for batch in self._batches]
+        declared = sum(int(lengths.sum(dtype=np.int64)) for lengths in self._lengths)
         if declared != self._vectors.size():
             raise RoutedFileError(
                 f"{path} declares {declared} bytes of vectors but its vector file holds {self._vectors.size()}"
@@ -125,10 +127,9 @@ class RoutedFile:
     def batches(self):
         """The rows as ROW_SCHEMA batches, their vectors views of the vector file."""
         start = 0
-        for index, lengths in enumerate(self._lengths):
-            batch = self._reader.get_batch(index)
+        for batch, lengths in zip(self._batches, self._lengths, strict=True):
             offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
-            np.cumsum(lengths.to_numpy(), out=offsets[1:])
+            np.cumsum(lengths, out=offsets[1:])
             size = int(offsets[-1])
             data = self._vector_bytes(start, size) if size else pa.py_buffer(b"")
             start += size
@@ -138,7 +139,7 @@ class RoutedFile:
 
     def column(self, name: str) -> np.ndarray:
         """One scalar column over the whole file."""
-        parts = [self._reader.get_batch(i).column(name).to_numpy() for i in range(self._reader.num_record_batches)]
+        parts = [batch.column(name).to_numpy() for batch in self._batches]
         return np.concatenate(parts) if parts else np.zeros(0, FILE_SCHEMA.field(name).type.to_pandas_dtype())
 
     def matrix(self) -> np.ndarray | None:
@@ -147,7 +148,7 @@ class RoutedFile:
         cache, which the kernel can drop and re-read, not to the task."""
         if not self.num_rows:
             return None
-        lengths = np.concatenate([lengths.to_numpy() for lengths in self._lengths])
+        lengths = np.concatenate(self._lengths)
         width_bytes = int(lengths[0])
         if width_bytes <= 0 or width_bytes % FLOAT_BYTES or not (lengths == width_bytes).all():
             return None
