@@ -9,7 +9,7 @@ driver, in a notebook or in the bench without either). Modules, one job each:
   strategies  registry of physical data-movement strategies (edge_join, replicate, combine)
   rewrites    transform-then-propagate, fusion of DL operators into one Pipe round trip
   cost        CostModel (calibrated constants) and measuring an operator list
-  partitions  choose_partitions (cores unless memory needs more)
+  partitions  choose_layout / choose_partitions (P = cores and all cores at once, unless memory needs otherwise)
   compile     compile(layers, graph_stats, task) -> Plan
   explain     Plan.explain() text
 """
@@ -18,11 +18,12 @@ from sparkgnn.planner.compile import compile
 from sparkgnn.planner.cost import CostModel, Estimate, measure
 from sparkgnn.planner.errors import PlanError
 from sparkgnn.planner.ir import ENGINES, OPERATORS, LayerPlan, Operator, Plan
-from sparkgnn.planner.partitions import MEMORY_MARGIN, choose_partitions, task_memory_bytes
+from sparkgnn.planner.partitions import MEMORY_MARGIN, choose_layout, choose_partitions, task_memory_bytes
 from sparkgnn.planner.strategies import STRATEGIES
 
 __all__ = [
     "compile",
+    "choose_layout",
     "choose_partitions",
     "Plan",
     "LayerPlan",

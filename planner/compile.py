@@ -23,7 +23,7 @@ from sparkgnn.planner.cost import CostModel, Estimate, measure
 from sparkgnn.planner.errors import PlanError
 from sparkgnn.planner.inputs import GraphStats, LayerSpec, Task, parse_graph_stats, parse_layers, parse_task
 from sparkgnn.planner.ir import LayerPlan, Operator, Plan
-from sparkgnn.planner.partitions import MESSAGE_CHUNK_BYTES, partitions_for, task_memory_bytes
+from sparkgnn.planner.partitions import MESSAGE_CHUNK_BYTES, layout_for, task_memory_bytes, worker_bytes
 from sparkgnn.planner.segments import ID_BYTES, dl, edge_row_bytes, graph, segment, to_python
 from sparkgnn.planner.strategies import PARTITIONINGS, STRATEGIES, LayerContext, Program, Rows, Strategy
 
@@ -77,13 +77,32 @@ def compile(layers: Any, graph_stats: Any, task: Any, cost_model: CostModel | No
         warnings=_memory_warnings(decisions, specs, stats, job, collect_all),
         cost_model=model.to_dict(),
         graph_stats=stats.as_dict(),
-        memory={
-            "peak_task_bytes_per_layer": [int(need) for need in _task_memory(decisions, stats, job.mapped_payloads)],
-            "budget_per_task_bytes": int(job.memory_per_task_bytes),
-            "message_chunk_bytes": MESSAGE_CHUNK_BYTES,
-            "mapped_payloads": job.mapped_payloads,
-        },
+        memory=_memory(decisions, stats, job),
     )
+
+
+def _concurrent_tasks(stats: GraphStats, job: Task) -> int:
+    return job.concurrent_tasks if job.concurrent_tasks is not None else max(1, min(job.cores, stats.partitions))
+
+
+def _memory(decisions: list[_Decision], stats: GraphStats, job: Task) -> dict[str, Any]:
+    """Plan.memory: each layer's estimated peak task bytes, the worker's resident heap with the
+    partitions it keeps cached (partitions.worker_bytes), how many tasks run at once and the budget
+    each of them has (the Python workers' share divided among them)."""
+    tasks = _concurrent_tasks(stats, job)
+    needs = _task_memory(decisions, stats, job.mapped_payloads)
+    served = -(-stats.partitions // tasks)
+    edges = _largest_task_edges(stats)
+    return {
+        "peak_task_bytes_per_layer": [int(need) for need in needs],
+        "worker_bytes": int(max((worker_bytes(need, edges, served, job.mapped_payloads) for need in needs), default=0)),
+        "budget_per_task_bytes": int(job.memory_per_task_bytes * job.cores // tasks),
+        "concurrent_tasks": tasks,
+        "partitions_per_task": served,
+        "threads_per_task": max(1, job.cores // tasks),
+        "message_chunk_bytes": MESSAGE_CHUNK_BYTES,
+        "mapped_payloads": job.mapped_payloads,
+    }
 
 
 # ---------------------------------------------------------------- checks
@@ -384,13 +403,14 @@ def _memory_warnings(
     itself (the stats are for this P), so an over-budget layer is a warning with the P that
     choose_partitions would pick, not an error."""
     edges = _largest_task_edges(stats)
+    budget = job.memory_per_task_bytes * job.cores // _concurrent_tasks(stats, job)
     warnings = []
     for decision, need in zip(decisions, _task_memory(decisions, stats, job.mapped_payloads), strict=True):
-        if need > job.memory_per_task_bytes:
+        if need > budget:
             if collect_all:
                 advice = "the collect-all path runs on one partition; it may spill or fail"
             else:
-                suggested = partitions_for(
+                suggested, tasks = layout_for(
                     specs,
                     stats.num_vertices,
                     stats.num_edges,
@@ -399,10 +419,10 @@ def _memory_warnings(
                     stats.feature_dim,
                     mapped_payloads=job.mapped_payloads,
                 )
-                advice = f"choose_partitions suggests {suggested} partitions"
+                advice = f"choose_layout suggests {suggested} partitions, {tasks} task(s) at once"
             warnings.append(
                 f"layer {decision.ctx.index}: estimated peak task memory {need / 2**20:,.0f} MiB "
-                f"(largest partition ~{edges:,.0f} edges) exceeds memory_per_task_bytes "
-                f"{job.memory_per_task_bytes / 2**20:,.0f} MiB; {advice}"
+                f"(largest partition ~{edges:,.0f} edges) exceeds the {budget / 2**20:,.0f} MiB a task "
+                f"has ({_concurrent_tasks(stats, job)} at once); {advice}"
             )
     return warnings

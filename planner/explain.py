@@ -83,11 +83,18 @@ def _memory_line(plan: Plan) -> list[str]:
     if not memory.get("peak_task_bytes_per_layer"):
         return []
     peaks = ", ".join(human_bytes(b) for b in memory["peak_task_bytes_per_layer"])
-    return [
+    lines = [
         f"memory per task: estimated peak {peaks} (per layer) of a {human_bytes(memory['budget_per_task_bytes'])} "
         f"budget; messages aggregated in destination ranges of at most {human_bytes(memory['message_chunk_bytes'])}"
         + ("; remote payloads read in place from memory-mapped exchange files" if memory.get("mapped_payloads") else "")
     ]
+    if "concurrent_tasks" in memory:
+        lines.append(
+            f"tasks: {memory['concurrent_tasks']} at once, {memory['partitions_per_task']} partition(s) each per step "
+            f"in turn, {memory['threads_per_task']} torch thread(s) each; a worker's heap estimated at "
+            f"{human_bytes(memory['worker_bytes'])} with the partitions it keeps cached"
+        )
+    return lines
 
 
 def explain(plan: Plan) -> str:

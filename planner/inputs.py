@@ -46,6 +46,7 @@ TASK_DEFAULTS: dict[str, Any] = {
     "fuse": True,
     "collect_all": False,
     "mapped_payloads": False,
+    "concurrent_tasks": None,
 }
 TASK_REQUIRED = ("strategy", "cores", "memory_per_task_bytes")
 
@@ -129,6 +130,8 @@ class Task:
     collect_all: bool
     # remote payloads stay in memory-mapped exchange files, outside the task's memory (partitions.py)
     mapped_payloads: bool = False
+    # how many of a step's tasks run at once (partitions.choose_layout); None: min(cores, P)
+    concurrent_tasks: int | None = None
 
 
 def _int(value: Any, what: str, minimum: int = 0) -> int:
@@ -279,4 +282,7 @@ def parse_task(task: Any, strategy_names: tuple[str, ...]) -> Task:
         fuse=_bool(merged["fuse"], "task['fuse']"),
         collect_all=_bool(merged["collect_all"], "task['collect_all']"),
         mapped_payloads=_bool(merged["mapped_payloads"], "task['mapped_payloads']"),
+        concurrent_tasks=None
+        if merged["concurrent_tasks"] is None
+        else _int(merged["concurrent_tasks"], "task['concurrent_tasks']", 1),
     )

@@ -182,6 +182,11 @@ class Plan:
     # the destination-range chunks messages are aggregated in (planner.partitions, dl/chunks.py).
     memory: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def concurrent_tasks(self) -> int:
+        """How many of a step's tasks run at once (planner.partitions.choose_layout)."""
+        return int(self.memory.get("concurrent_tasks", self.partitions))
+
     def operators(self) -> Iterator[Operator]:
         """All operators in execution order (each once)."""
         for layer in self.layers:

@@ -60,6 +60,29 @@ slack; WORKER_RSS_BYTES is what a worker holds before any data.
 When more partitions than cores are needed, P is rounded up to a multiple of the
 cores: tasks run in waves of `cores` (eq. 3: max(P/ML, 1) rounds), so a partial last wave costs
 a full wave of time while the extra partitions shrink every task's memory for free.
+
+Concurrent tasks (choose_layout). Before raising P, the rule runs fewer of a step's tasks at once
+(each task then serves a run of partitions one after another, engine.exchange.control_rows, and
+its DL step gets cores / tasks torch threads): on a graph whose vertices have more out-edges than
+there are partitions, R_f grows almost like P (3.73 at P=4 on the 100M-edge bench graph, 1.98 at
+P=2), so every extra partition ships nearly a whole copy of the vertices' payloads more per layer
+(19.6 GiB per layer at P=4 there) through the disk and the page cache, while one task fewer costs
+only the parallelism torch's threads do not win back. Order tried: (P = cores, tasks = cores ..
+1), then (2 x cores, cores .. 1), ... The first that fits is taken. A worker's memory then is
+
+    worker_bytes = task_bytes + MEMORY_MARGIN x (kept - 1) x e x KEPT_EDGE_BYTES
+
+where kept = min(partitions it serves per step, CACHED_PARTITIONS): the static layouts and CSRs of
+the last partitions a worker served stay cached (engine.static, dl/csr.py), and its resident
+memory is what the machine must hold (the heap is kept for reuse, sparkgnn.heap, trimmed down to
+this estimate after each partition). Two budgets must hold: tasks x worker_bytes within the Python
+workers' share (cores x memory_per_task_bytes) and, with mapped payloads, tasks x mapped_bytes
+within the page cache left for them (`mapped_budget_bytes`, engine.session): the exchange files a
+step reads in place (remote source payloads, the own rows' input h) are a working set too. The
+sparse products read every source row of a task at random, so pages the kernel drops are read
+again at once: at 100M edges / P=4 two tasks at a time held 2 x (6.7 GiB heap + 4.8 GiB mapped
+inputs) with the JVM's 2.8 GiB on a 23.5 GiB machine, and the second layer took 29 minutes
+instead of two, thrashing.
 """
 
 from __future__ import annotations
@@ -94,6 +117,13 @@ VERTEX_CHUNK_BYTES = 64 << 20
 # 32-fold.
 MIN_PARTITION_CAP = 1024
 PARTITIONS_PER_CORE_CAP = 32
+# How many partitions' edge structures a worker keeps between steps (engine.static LAYOUT_ENTRIES,
+# dl/csr.py MAX_ENTRIES, engine.steps ARRIVAL_ENTRIES): a worker serving one partition per step keeps
+# it warm for every layer; one serving more keeps the last ones and rebuilds the others.
+CACHED_PARTITIONS = 2
+# Per edge of a partition a worker keeps cached while it runs another: the static layout's local
+# src/dst (int64) and weight (float32), the CSR blocks' order and col (int64 each).
+KEPT_EDGE_BYTES = 8 + 8 + 4 + 8 + 8
 
 
 def partition_cap(cores: int) -> int:
@@ -128,6 +158,34 @@ def task_memory_bytes(
     own_in = 0 if mapped_payloads else in_dim  # own rows arrive in local order: used as mapped too
     vertex_part = vertices * (ROW_BYTES + FLOAT_BYTES * (own_in + out_dim + dst)) + state_part
     return WORKER_RSS_BYTES + MEMORY_MARGIN * (edge_part + payload_part + message_part + vertex_part)
+
+
+def mapped_input_bytes(vertices: float, source_rows: float, src: int, in_dim: int) -> float:
+    """Bytes of memory-mapped exchange files a task's step reads in place (with mapped payloads):
+    the remote source payloads (the sources that are not its own vertices) and its own rows'
+    input h. They are page cache, not the task's heap, but resident while the step runs (module)."""
+    remote = max(float(source_rows) - float(vertices), 0.0)
+    return FLOAT_BYTES * (remote * src + vertices * in_dim)
+
+
+def worker_bytes(task_bytes: float, edges: float, served: int, mapped_payloads: bool = False) -> float:
+    """A worker's resident heap while it runs one of the `served` partitions it serves per step: the
+    task's own peak plus the cached edge structures of the other partitions it keeps (module)."""
+    kept = min(max(int(served), 1), CACHED_PARTITIONS) - 1
+    per_edge = KEPT_EDGE_BYTES + (RENUMBERED_SOURCE_BYTES if mapped_payloads else 0)
+    return task_bytes + MEMORY_MARGIN * kept * edges * per_edge
+
+
+def widest_mapped_bytes(
+    specs: list[LayerSpec], edges: float, vertices: float, feature_dim: int, source_rows: float
+) -> float:
+    """mapped_input_bytes of the layer that reads the most (raw widths, like widest_layer_bytes)."""
+    return max(
+        mapped_input_bytes(
+            vertices, min(source_rows, edges), s.src_width.raw, max(s.in_dim, feature_dim if s.index == 0 else 0)
+        )
+        for s in specs
+    )
 
 
 def widest_layer_bytes(
@@ -167,10 +225,50 @@ def choose_partitions(
     requested: int | None = None,
     out_degrees: dict[int, int] | None = None,
     mapped_payloads: bool = False,
+    mapped_budget_bytes: int | None = None,
 ) -> int:
-    """The requested count if given (validated >= 1 and <= partition_cap(cores)), else `cores`, raised to the smallest
-    multiple of `cores` whose per-task memory estimate fits `memory_per_task_bytes` (sources per
-    task from `out_degrees`, the out-degree histogram, when given)."""
+    """The partition count of choose_layout (same arguments)."""
+    return choose_layout(
+        layers,
+        num_vertices,
+        num_edges,
+        feature_dim,
+        cores,
+        memory_per_task_bytes,
+        requested,
+        out_degrees,
+        mapped_payloads,
+        mapped_budget_bytes,
+    )[0]
+
+
+def choose_layout(
+    layers: Any,
+    num_vertices: int,
+    num_edges: int,
+    feature_dim: int,
+    cores: int,
+    memory_per_task_bytes: int,
+    requested: int | None = None,
+    out_degrees: dict[int, int] | None = None,
+    mapped_payloads: bool = False,
+    mapped_budget_bytes: int | None = None,
+    serial_partitions: bool = False,
+) -> tuple[int, int]:
+    """(partitions, concurrent tasks): the requested partition count if given (validated >= 1 and
+    <= partition_cap(cores)), else `cores`, raised to the smallest multiple of `cores` at which some
+    number of concurrent tasks fits the memory (module: concurrent tasks), preferring all cores at
+    once; sources per task from `out_degrees`, the out-degree histogram, when given. With mapped
+    payloads, `mapped_budget_bytes` bounds the exchange pages all concurrent tasks read in place
+    (None: unchecked). Fewer tasks than min(cores, P) only where a task can serve several partitions
+    in turn (`serial_partitions`: the files exchange's control rows); else P alone fits the memory."""
+    specs = parse_layers(layers)
+    num_vertices = _int(num_vertices, "num_vertices", 1)
+    num_edges = _int(num_edges, "num_edges")
+    feature_dim = _int(feature_dim, "feature_dim", 1)
+    cores = _int(cores, "cores", 1)
+    memory = _int(memory_per_task_bytes, "memory_per_task_bytes", 1)
+    mapped_budget = None if mapped_budget_bytes is None else _int(mapped_budget_bytes, "mapped_budget_bytes", 1)
     if requested is not None:
         requested = _int(requested, "requested partitions", 1)
         cap = partition_cap(cores)
@@ -180,14 +278,32 @@ def choose_partitions(
                 f"(max({MIN_PARTITION_CAP}, {PARTITIONS_PER_CORE_CAP} x cores)): each partition "
                 "is a task per step; leave the count to the planner or ask for fewer"
             )
-        return requested
-    specs = parse_layers(layers)
-    num_vertices = _int(num_vertices, "num_vertices", 1)
-    num_edges = _int(num_edges, "num_edges")
-    feature_dim = _int(feature_dim, "feature_dim", 1)
-    cores = _int(cores, "cores", 1)
-    memory = _int(memory_per_task_bytes, "memory_per_task_bytes", 1)
-    return partitions_for(specs, num_vertices, num_edges, cores, memory, feature_dim, out_degrees, mapped_payloads)
+        fits = _tasks_that_fit(
+            specs,
+            num_vertices,
+            num_edges,
+            cores,
+            memory,
+            feature_dim,
+            out_degrees,
+            mapped_payloads,
+            mapped_budget,
+            requested,
+            serial_partitions,
+        )
+        return requested, fits or (1 if serial_partitions else min(cores, requested))
+    return layout_for(
+        specs,
+        num_vertices,
+        num_edges,
+        cores,
+        memory,
+        feature_dim,
+        out_degrees,
+        mapped_payloads,
+        mapped_budget,
+        serial_partitions,
+    )
 
 
 def expected_sources(out_degrees: dict[int, int] | None, num_edges: int, num_vertices: int, edges: float) -> float:
@@ -205,7 +321,38 @@ def expected_sources(out_degrees: dict[int, int] | None, num_edges: int, num_ver
     return min(total, edges, num_vertices)
 
 
-def partitions_for(
+def _tasks_that_fit(
+    specs: list[LayerSpec],
+    num_vertices: int,
+    num_edges: int,
+    cores: int,
+    memory_per_task_bytes: int,
+    feature_dim: int,
+    out_degrees: dict[int, int] | None,
+    mapped_payloads: bool,
+    mapped_budget_bytes: int | None,
+    partitions: int,
+    serial_partitions: bool = True,
+) -> int:
+    """The most tasks (<= cores, <= P) that can run at once on P partitions within both budgets
+    (module), 0 when not even one fits; without `serial_partitions` only min(cores, P) is tried."""
+    edges, vertices = num_edges / partitions, num_vertices / partitions
+    sources = expected_sources(out_degrees, num_edges, num_vertices, edges)
+    task = widest_layer_bytes(specs, edges, vertices, feature_dim, sources, mapped_payloads)
+    mapped = widest_mapped_bytes(specs, edges, vertices, feature_dim, sources) if mapped_payloads else 0.0
+    pool = cores * memory_per_task_bytes
+    fewest = 1 if serial_partitions else min(cores, partitions)
+    for tasks in range(min(cores, partitions), fewest - 1, -1):
+        served = -(-partitions // tasks)
+        if tasks * worker_bytes(task, edges, served, mapped_payloads) > pool:
+            continue
+        if mapped_budget_bytes is not None and tasks * mapped > mapped_budget_bytes:
+            continue
+        return tasks
+    return 0
+
+
+def layout_for(
     specs: list[LayerSpec],
     num_vertices: int,
     num_edges: int,
@@ -214,15 +361,27 @@ def partitions_for(
     feature_dim: int = 0,
     out_degrees: dict[int, int] | None = None,
     mapped_payloads: bool = False,
-) -> int:
-    """choose_partitions on already-checked inputs (the rule is documented in the module)."""
-    # The smallest P (in whole waves of `cores`) whose per-task estimate fits: source rows per task
-    # shrink more slowly than the edges, so this is not a plain division.
+    mapped_budget_bytes: int | None = None,
+    serial_partitions: bool = False,
+) -> tuple[int, int]:
+    """choose_layout on already-checked inputs (the rule is documented in the module)."""
+    # The smallest P (in whole waves of `cores`) at which some number of concurrent tasks fits:
+    # source rows per task shrink more slowly than the edges, so this is not a plain division.
     for waves in range(1, partition_cap(cores) // cores + 1):
         p = waves * cores
-        edges, vertices = num_edges / p, num_vertices / p
-        sources = expected_sources(out_degrees, num_edges, num_vertices, edges)
-        need = widest_layer_bytes(specs, edges, vertices, feature_dim, sources, mapped_payloads)
-        if need <= memory_per_task_bytes:
-            return p
-    return (partition_cap(cores) // cores) * cores
+        tasks = _tasks_that_fit(
+            specs,
+            num_vertices,
+            num_edges,
+            cores,
+            memory_per_task_bytes,
+            feature_dim,
+            out_degrees,
+            mapped_payloads,
+            mapped_budget_bytes,
+            p,
+            serial_partitions,
+        )
+        if tasks:
+            return p, tasks
+    return (partition_cap(cores) // cores) * cores, cores

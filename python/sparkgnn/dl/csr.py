@@ -36,7 +36,9 @@ from dataclasses import dataclass
 
 import torch
 
-MAX_ENTRIES = 2
+from sparkgnn.planner.partitions import CACHED_PARTITIONS
+
+MAX_ENTRIES = CACHED_PARTITIONS  # the planner counts what a worker keeps (planner.partitions)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from sparkgnn.engine.degrees import out_degree_histogram
 from sparkgnn.engine.exchange import EXCHANGES, exchange_kind, fits_on_disk
 from sparkgnn.engine.executor import estimate_lines, estimate_vs_actual, execute, finish, staged_output
 from sparkgnn.engine.prepare import ensure_layouts, layout_writer, prepare
-from sparkgnn.engine.session import configure, default_parallelism, memory_per_task
+from sparkgnn.engine.session import configure, default_parallelism, mapped_memory_budget, memory_per_task
 from sparkgnn.errors import GraphValidationError, PlanError, SparkGNNError
 from sparkgnn.graph.problems import MAX_EXAMPLES, Problem
 from sparkgnn.outputs import check_output, discard
@@ -92,8 +92,11 @@ def plan_for(
     task_memory = memory_per_task(spark)
     root = _work_dir(spark, out, work_dir)
 
-    def partitions_with(out_degrees=None) -> int:
-        return planner.choose_partitions(
+    serial = exchange == "files"  # a files-exchange task can serve several partitions in turn
+    mapped_budget = mapped_memory_budget(spark) if mapped_payloads else None
+
+    def layout_with(out_degrees=None) -> tuple[int, int]:
+        return planner.choose_layout(
             layers,
             stats["num_vertices"],
             stats["num_edges"],
@@ -103,11 +106,13 @@ def plan_for(
             requested=partitions,
             out_degrees=out_degrees,
             mapped_payloads=mapped_payloads,
+            mapped_budget_bytes=mapped_budget,
+            serial_partitions=serial,
         )
 
-    num_partitions = partitions_with()
-    if partitions is None and num_partitions > cores:  # the bound raised P: count the sources instead
-        num_partitions = partitions_with(out_degree_histogram(graph, root, log=log))
+    num_partitions, tasks = layout_with()
+    if partitions is None and (num_partitions > cores or tasks < cores):  # memory bound: count the sources
+        num_partitions, tasks = layout_with(out_degree_histogram(graph, root, log=log))
     prepared = prepare(spark, graph, num_partitions, root, log=log, writer=layout_writer(graph, exchange))
     graph_stats = dict(prepared.stats, feature_dim=graph.feature_dim)
     task = {
@@ -118,6 +123,7 @@ def plan_for(
         "ids": None,
         "fuse": True,
         "mapped_payloads": mapped_payloads,
+        "concurrent_tasks": tasks,
     }
     cost_model, observations = calibration.load(
         root, cores, log=log, target_edges=stats["num_edges"], exchange=exchange
@@ -214,7 +220,7 @@ def infer(
     with_pred = model.output == "logits"
     # Tasks write the output files themselves unless rows must first be filtered by ids (a join).
     staged = staged_output(out) if out and ids_df is None else None
-    route = EXCHANGES[kind](root, plan.partitions)
+    route = EXCHANGES[kind](root, plan.partitions, plan.concurrent_tasks)
     try:
         final_df, report, meter, label, timers = execute(
             spark,

@@ -137,15 +137,26 @@ def scan_vertex_files(step_dir: str, files: list[str], partitions: int, keys, re
     yield from write_routed(step_dir, reader, partitions, rows())
 
 
-def control_rows(spark, partitions: int):
-    """P control rows (pt), one per task (range slices: task i holds row i, no shuffle): what a
-    job whose tasks read and write files themselves runs over."""
-    return spark.range(0, partitions, 1, partitions).selectExpr("cast(id as int) as pt")
+def control_rows(spark, partitions: int, tasks: int | None = None):
+    """P control rows (pt) in `tasks` Spark partitions (default P: one per task; range slices, no
+    shuffle): what a job whose tasks read and write files themselves runs over. With fewer tasks
+    than partitions, task j serves a contiguous run of partitions one after another (the memory
+    rule's concurrent tasks, planner.partitions)."""
+    tasks = partitions if tasks is None else max(1, min(int(tasks), partitions))
+    return spark.range(0, partitions, 1, tasks).selectExpr("cast(id as int) as pt")
+
+
+def control_partitions(batches) -> list[int]:
+    """The partitions a files-exchange task serves, in order, from its control rows (pt)."""
+    parts = [int(p) for batch in batches for p in batch.column("pt").to_pylist()]
+    if not parts or len(set(parts)) != len(parts):
+        raise ExchangeError(f"a step task received control rows {parts[:5]}; expected distinct partitions")
+    return parts
 
 
 def control_partition(batches) -> int:
     """The partition a files-exchange task serves, from its one control row (pt)."""
-    parts = [int(p) for batch in batches for p in batch.column("pt").to_pylist()]
+    parts = control_partitions(batches)
     if len(parts) != 1:
         raise ExchangeError(f"a step task received control rows {parts[:5]}; expected exactly one partition")
     return parts[0]
@@ -169,8 +180,8 @@ class ShuffleExchange:
 
     name = "shuffle"
 
-    def __init__(self, work_dir: str | None = None, partitions: int | None = None):
-        pass  # Spark keeps and cleans its shuffle files itself
+    def __init__(self, work_dir: str | None = None, partitions: int | None = None, tasks: int | None = None):
+        pass  # Spark keeps and cleans its shuffle files itself; routed rows decide the tasks
 
     def paths(self, index: int, last: bool) -> tuple[str | None, str | None]:
         return None, None
@@ -195,9 +206,10 @@ class FileExchange:
 
     name = "files"
 
-    def __init__(self, work_dir: str, partitions: int):
+    def __init__(self, work_dir: str, partitions: int, tasks: int | None = None):
         self.run_dir = join(work_dir, EXCHANGE_DIR, uuid.uuid4().hex)
         self.partitions = partitions
+        self.tasks = tasks  # concurrent step tasks (control_rows); None: one task per partition
         self.scanned = False  # the first step reads the feature scan's files (scan_features)
         fs, directory = filesystem(self.run_dir)
         fs.create_dir(directory, recursive=True)
@@ -237,8 +249,8 @@ class FileExchange:
         return reads, writes
 
     def control(self, spark):
-        """What a step that reads files runs over (control_rows)."""
-        return control_rows(spark, self.partitions)
+        """What a step that reads files runs over (control_rows: `tasks` tasks over P partitions)."""
+        return control_rows(spark, self.partitions, self.tasks)
 
     def output_schema(self, index: int, last: bool, schema: str) -> str:
         return schema if last else FILES_SCHEMA_DDL

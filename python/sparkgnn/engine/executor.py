@@ -202,6 +202,10 @@ def execute(
     num_layers = len(plan.layers)
     meter = ShuffleMeter(spark)
     exchange = exchange or ShuffleExchange()
+    threads = int(plan.memory.get("threads_per_task", 1))
+    if transport.get("kind", "inprocess") == "inprocess" and threads > 1:
+        transport = dict(transport, threads=threads)  # fewer tasks at once than cores: each gets more
+    retain = plan.memory.get("worker_bytes") or None
     report = RunReport(prepare_s=prepared.seconds, prepare_reused=prepared.reused, exchange=exchange.name)
     rows = (
         _initial_rows(resume[1], keys, partitions, "h") if resume else _initial_rows(graph.vertices, keys, partitions)
@@ -238,6 +242,7 @@ def execute(
             out_dir=write_to if step.outputs == "final_files" else None,
             exchange_in=exchange_in,
             exchange_out=exchange_out,
+            retain_bytes=retain,
         )
         schema = {
             "final": OUTPUT_PRED_SCHEMA_DDL if with_pred else OUTPUT_SCHEMA_DDL,

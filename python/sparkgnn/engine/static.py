@@ -27,6 +27,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sparkgnn.planner.partitions import CACHED_PARTITIONS
+
 STAT_COLUMNS = ("gcn_degree",)
 
 
@@ -171,7 +173,14 @@ def owned(prep_dir: str, part: int) -> Owned:
     return Owned(ids=ids[order], stats={c: _np(table, c, np.float32)[order] for c in STAT_COLUMNS})
 
 
-@functools.lru_cache(maxsize=256)
+# The edge arrays of a partition (|E_p| x 20 bytes and more) are kept for the last LAYOUT_ENTRIES
+# partitions a worker served, like the CSR built from them (dl/csr.py MAX_ENTRIES): a worker that
+# serves several partitions per step reloads the others' arrays from <prep>/local/ (a page-cache
+# read) instead of holding every partition's edges at once. Vertex-sized tables stay cached.
+LAYOUT_ENTRIES = CACHED_PARTITIONS
+
+
+@functools.lru_cache(maxsize=LAYOUT_ENTRIES)
 def in_edges(prep_dir: str, part: int) -> InEdges:
     def build() -> dict[str, np.ndarray]:
         own = IdIndex(owned(prep_dir, part).ids)
@@ -192,7 +201,7 @@ def in_edges(prep_dir: str, part: int) -> InEdges:
     return InEdges(**_derived(prep_dir, "in_edges", part, build))
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=LAYOUT_ENTRIES)
 def out_edges(prep_dir: str, part: int) -> OutEdges:
     def build() -> dict[str, np.ndarray]:
         own = IdIndex(owned(prep_dir, part).ids)

@@ -27,7 +27,8 @@ from sparkgnn.engine import exchange, static
 from sparkgnn.engine.received import Placement, Received, vector_column
 from sparkgnn.engine.routing import DST, EDGE, OWN, PE_STATE, SRC, STATE, make_rows, split_batches
 from sparkgnn.errors import USER_ERRORS, SparkGNNError
-from sparkgnn.heap import retain_freed_memory
+from sparkgnn.heap import release_retained_memory, retain_freed_memory
+from sparkgnn.planner.partitions import CACHED_PARTITIONS
 
 
 class StepFailed(SparkGNNError, RuntimeError):
@@ -52,6 +53,9 @@ class StepConfig:
     out_dir: str | None = None  # outputs "final_files": where each task writes its Parquet part
     exchange_in: str | None = None  # files exchange: the previous step's directory (engine.exchange)
     exchange_out: str | None = None  # files exchange: where this step writes its routed rows
+    # a worker keeps freed memory for reuse up to this many resident bytes (None: no bound); more is
+    # handed back after each partition (sparkgnn.heap.release_retained_memory)
+    retain_bytes: int | None = None
 
     @property
     def dl_aggregate(self) -> str:
@@ -136,7 +140,7 @@ def build_edges_static(cfg, received, part):
 # it): the files exchange delivers the mirrors in the same order every step, so the renumbering is
 # made once per partition a worker serves (at most ARRIVAL_ENTRIES, least recently used out).
 _ARRIVAL_SOURCES: OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = OrderedDict()
-ARRIVAL_ENTRIES = 2
+ARRIVAL_ENTRIES = CACHED_PARTITIONS
 
 
 def _arrival_sources(key: tuple, src: np.ndarray, n_own: int, positions: list[np.ndarray]) -> np.ndarray:
@@ -450,28 +454,31 @@ def _peak_rss_bytes() -> int:
 
 def run_step(cfg: StepConfig, batches, timers: dict | None = None):
     """The mapInArrow function of a step: run_partition over the rows Spark routed here, or with
-    the files exchange (engine.exchange) over the previous step's files for this task's partition,
-    writing the routed output to files and handing Spark one summary row."""
+    the files exchange (engine.exchange) over the previous step's files for each partition this
+    task serves (one, or a run of them when the plan runs fewer tasks than partitions at once),
+    writing the routed output to files and handing Spark one summary row per partition."""
     if cfg.exchange_in is None and cfg.exchange_out is None:
         yield from run_partition(cfg, functools.partial(collect, cfg, batches), timers)
         return
-    if cfg.exchange_in is not None:
-        part = exchange.control_partition(batches)
-        files = exchange.routed_files(cfg.exchange_in, part, cfg.partitions)
-        collector: Callable = functools.partial(collect_files, cfg, part, files)
-    else:
+    if cfg.exchange_in is None:
         from pyspark import TaskContext
 
         context = TaskContext.get()
         if context is None:
             raise exchange.ExchangeError("a step that writes exchange files must run inside a Spark task")
         part = context.partitionId()  # routed shuffle partition i is partition i (routing.py)
-        collector = functools.partial(collect, cfg, batches)
-    output = run_partition(cfg, collector, timers)
-    if cfg.exchange_out is None:
-        yield from output
-    else:
+        output = run_partition(cfg, functools.partial(collect, cfg, batches), timers)
         yield from exchange.write_routed(cfg.exchange_out, part, cfg.partitions, output)
+        return
+    for part in exchange.control_partitions(batches):
+        files = exchange.routed_files(cfg.exchange_in, part, cfg.partitions)
+        output = run_partition(cfg, functools.partial(collect_files, cfg, part, files), timers)
+        if cfg.exchange_out is None:
+            yield from output
+        else:
+            yield from exchange.write_routed(cfg.exchange_out, part, cfg.partitions, output)
+        # what this partition alone needed goes back to the OS before the next one (sparkgnn.heap)
+        release_retained_memory(cfg.retain_bytes)
 
 
 def run_partition(cfg: StepConfig, collector, timers: dict | None = None):

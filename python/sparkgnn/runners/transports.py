@@ -35,11 +35,16 @@ class InProcess:
     def __init__(self, spec: dict):
         from sparkgnn.dl.handler import build_handler
 
-        self.handler = build_handler(
-            spec["model_store"], device=spec.get("device", "cpu"), threads=spec.get("threads", 1)
-        )
+        self.threads = int(spec.get("threads", 1))
+        self.handler = build_handler(spec["model_store"], device=spec.get("device", "cpu"), threads=self.threads)
 
     def call(self, header: dict, tables: dict):
+        import torch
+
+        # torch's thread count is per process and a reused worker may serve plans that run
+        # different numbers of tasks at once (each task gets cores / concurrent tasks threads)
+        if torch.get_num_threads() != self.threads:
+            torch.set_num_threads(self.threads)
         return self.handler(header, tables)
 
 
