@@ -157,6 +157,8 @@ def sparkgnn_job(graph: str, model: str, scratch: str, timeout_s: float, calibra
         "load_s": report["seconds_by_layer"].get("-1", 0.0),
         "layer_s": layers,
         "partitions": report["partitions"],
+        "concurrent_tasks": report["memory"].get("concurrent_tasks"),
+        "estimated_worker_gib": round(report["memory"].get("worker_bytes", 0) / 2**30, 2),
         "strategies": report["strategies"],
         "peak_task_rss_gib": round(max((s["peak_task_rss_bytes"] or 0) for s in report["steps"]) / 2**30, 2),
         "estimated_peak_task_gib": round(max(report["memory"]["peak_task_bytes_per_layer"]) / 2**30, 2),
@@ -243,6 +245,9 @@ def summary_keys(points: list[dict]) -> dict:
             "peak_rss_gib": huge["sparkgnn"]["peak_rss_gib"],
             "peak_private_gib": huge["sparkgnn"].get("peak_private_gib"),
             "partitions": huge["sparkgnn"].get("partitions"),
+            "concurrent_tasks": huge["sparkgnn"].get("concurrent_tasks"),
+            "layer_s": huge["sparkgnn"].get("layer_s"),
+            "prepare_s": huge["sparkgnn"].get("prepare_s"),
             "ok": huge["sparkgnn"]["ok"],
             "pyg_outcome": "ok" if huge["pyg"].get("ok") else huge["pyg"].get("error"),
         }

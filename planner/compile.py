@@ -93,9 +93,15 @@ def _memory(decisions: list[_Decision], stats: GraphStats, job: Task) -> dict[st
     needs = _task_memory(decisions, stats, job.mapped_payloads)
     served = -(-stats.partitions // tasks)
     edges = _largest_task_edges(stats)
+    worker = max((worker_bytes(need, edges, served, job.mapped_payloads) for need in needs), default=0)
+    # Spark keeps up to min(cores, P) Python workers alive and hands the next task to whichever is
+    # idle, so with fewer tasks at once the others sit on what they kept from their last task: a
+    # worker keeps its caches and heap between steps only if all of them together still fit.
+    workers_alive = max(1, min(job.cores, stats.partitions))
     return {
         "peak_task_bytes_per_layer": [int(need) for need in needs],
-        "worker_bytes": int(max((worker_bytes(need, edges, served, job.mapped_payloads) for need in needs), default=0)),
+        "worker_bytes": int(worker),
+        "keep_between_steps": workers_alive * worker <= job.cores * job.memory_per_task_bytes,
         "budget_per_task_bytes": int(job.memory_per_task_bytes * job.cores // tasks),
         "concurrent_tasks": tasks,
         "partitions_per_task": served,

@@ -93,6 +93,7 @@ def _memory_line(plan: Plan) -> list[str]:
             f"tasks: {memory['concurrent_tasks']} at once, {memory['partitions_per_task']} partition(s) each per step "
             f"in turn, {memory['threads_per_task']} torch thread(s) each; a worker's heap estimated at "
             f"{human_bytes(memory['worker_bytes'])} with the partitions it keeps cached"
+            + ("" if memory.get("keep_between_steps", True) else "; caches and free heap dropped after each task")
         )
     return lines
 

@@ -45,3 +45,24 @@ def test_without_the_call_a_freed_block_goes_back_to_the_os():
         subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.strip()
         == "True"
     )
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc malloc_trim, /proc")
+def test_release_retained_memory_trims_only_above_its_bound():
+    # In a fresh interpreter that keeps freed memory: a freed 512 MiB block stays resident under a
+    # bound above it and goes back to the OS once the bound is below what the process holds.
+    script = textwrap.dedent(
+        """
+        import numpy as np
+        from sparkgnn.heap import anonymous_resident_bytes, release_retained_memory, retain_freed_memory
+        retain_freed_memory()
+        block = np.ones(1 << 27, dtype=np.float32)
+        del block
+        held = anonymous_resident_bytes()
+        kept = not release_retained_memory(held + (1 << 30)) and anonymous_resident_bytes() >= held - (1 << 20)
+        trimmed = release_retained_memory(1 << 20) and anonymous_resident_bytes() < held - (1 << 28)
+        print(kept, trimmed, release_retained_memory(None))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["True", "True", "False"]

@@ -281,3 +281,49 @@ def test_a_graph_given_as_dataframes_scans_through_spark_and_exchanges_files(spa
     assert not any("feature scan" in line for line in lines)
     assert any("through files" in line for line in lines)
     assert relative_error(spark_output(result, data), pyg_reference(module, data)) <= 1e-5
+
+
+def test_control_rows_spread_partitions_over_fewer_tasks(spark):
+    rows = exchange.control_rows(spark, 5, tasks=2)
+    assert rows.rdd.getNumPartitions() == 2
+    served = rows.rdd.glom().map(lambda part: [row.pt for row in part]).collect()
+    assert sorted(p for task in served for p in task) == [0, 1, 2, 3, 4] and all(served)
+    assert exchange.control_rows(spark, 3).rdd.getNumPartitions() == 3  # default: one task each
+
+
+def test_control_partitions_are_distinct_and_present():
+    batch = pa.record_batch({"pt": pa.array([2, 3], pa.int32())})
+    assert exchange.control_partitions([batch]) == [2, 3]
+    with pytest.raises(exchange.ExchangeError, match="expected exactly one partition"):
+        exchange.control_partition([batch])
+    for bad in ([], [pa.record_batch({"pt": pa.array([1, 1], pa.int32())})]):
+        with pytest.raises(exchange.ExchangeError, match="expected distinct partitions"):
+            exchange.control_partitions(bad)
+
+
+def test_tasks_serving_several_partitions_in_turn_equal_pyg(spark, graph_dirs, work_dir, monkeypatch):
+    # A page-cache budget too small for two tasks at once: the plan runs one task that serves the
+    # three partitions one after another (with 2 torch threads), and the answer is still exact.
+    import sparkgnn.engine.api as api
+
+    monkeypatch.setattr(api, "mapped_memory_budget", lambda spark: 1 << 10)
+    path, data = graph_dirs["skewed"]
+    torch.manual_seed(3)
+    module = GraphSAGE(data.feature_dim, 12, 2, out_channels=5).eval()
+    lines = []
+    result, report, plan = infer(
+        spark,
+        path,
+        Model.from_pyg(module),
+        strategy="replicate",
+        partitions=3,
+        work_dir=work_dir,
+        log=lines.append,
+        exchange="files",
+        explain=True,
+        return_report=True,
+    )
+    assert plan.concurrent_tasks == 1 and plan.memory["partitions_per_task"] == 3
+    assert plan.memory["threads_per_task"] == 2
+    assert any(line.startswith("tasks: 1 at once, 3 partition(s) each") for line in "\n".join(lines).splitlines())
+    assert relative_error(spark_output(result, data), pyg_reference(module, data)) <= 1e-5

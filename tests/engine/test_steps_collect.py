@@ -188,3 +188,16 @@ def test_rows_from_several_files_or_out_of_order_are_assembled(prep_dir, tmp_pat
 def test_files_with_missing_duplicate_or_unknown_rows_are_refused(prep_dir, tmp_path, sources, match):
     with pytest.raises(ValueError, match=match):
         _collect_files(prep_dir, _write_files(tmp_path, sources))
+
+
+def test_dropping_partition_caches_forgets_every_kept_structure(tmp_path):
+    import torch
+
+    from sparkgnn.dl import csr
+
+    steps._arrival_sources(("prep", 0), np.array([0, 1, 2]), 1, [np.array([1, 0])])
+    csr.by_destination(torch.tensor([0, 1]), torch.tensor([1, 0]), 2)
+    assert steps._ARRIVAL_SOURCES and csr._entries
+    steps.drop_partition_caches()
+    assert not steps._ARRIVAL_SOURCES and not csr._entries
+    assert static.in_edges.cache_info().currsize == 0

@@ -186,3 +186,77 @@ def test_payloads_left_in_mapped_files_leave_the_estimate(make):
     assert choose_partitions(*args, out_degrees=degrees, mapped_payloads=True) < choose_partitions(
         *args, out_degrees=degrees
     )
+
+
+def test_a_worker_counts_the_partitions_it_keeps_cached():
+    from sparkgnn.planner.partitions import CACHED_PARTITIONS, KEPT_EDGE_BYTES, RENUMBERED_SOURCE_BYTES, worker_bytes
+
+    assert worker_bytes(1e9, 1e6, served=1) == 1e9  # one partition per step: the task is the worker
+    kept = MEMORY_MARGIN * (CACHED_PARTITIONS - 1) * 1e6
+    assert worker_bytes(1e9, 1e6, served=2) == pytest.approx(1e9 + kept * KEPT_EDGE_BYTES)
+    # serving more partitions than it caches keeps no more (the others are rebuilt)
+    assert worker_bytes(1e9, 1e6, served=5) == worker_bytes(1e9, 1e6, served=2)
+    mapped = worker_bytes(1e9, 1e6, served=2, mapped_payloads=True)
+    assert mapped == pytest.approx(1e9 + kept * (KEPT_EDGE_BYTES + RENUMBERED_SOURCE_BYTES))
+
+
+def _bench_100m(make):
+    """The 100M-edge bench graph on this 2-core, 23.5 GiB machine: the Python workers' share per
+    task and the page cache left for mapped exchange files (engine.session), a Zipf-like histogram."""
+    layers = make.sage_model((128, 128, 128), range_wise=True)
+    degrees = {4: 1_000_000, 8: 3_000_000, 10: 3_000_000, 12: 2_000_000, 16: 1_000_000}
+    return (layers, 10_000_000, 100_000_000, 128, 2, 6_319_127_552), degrees, 8_340_000_000
+
+
+def test_fewer_tasks_at_once_before_more_partitions(make):
+    from sparkgnn.planner import choose_layout
+
+    args, degrees, page_cache = _bench_100m(make)
+    common = {"out_degrees": degrees, "mapped_payloads": True, "mapped_budget_bytes": page_cache}
+    # two tasks at once would need 2 x (heap + mapped inputs) at every P up to 6; one task at P=4
+    # fits, and shipping ~R_f(4) = 3.7 copies of the payloads beats ~R_f(6)
+    assert choose_layout(*args, serial_partitions=True, **common) == (4, 1)
+    # where a task cannot serve several partitions (Spark routes the rows), only P can give
+    partitions, tasks = choose_layout(*args, **common)
+    assert partitions > 4 and tasks == 2
+    # a requested P keeps its count and gets the tasks that fit
+    assert choose_layout(*args, requested=4, serial_partitions=True, **common) == (4, 1)
+    assert choose_layout(*args, requested=4, **common) == (4, 2)
+    # a small graph runs on every core at once
+    assert choose_layout(args[0], 200_000, 2_000_000, 128, 2, args[5], serial_partitions=True, **common) == (2, 2)
+
+
+def test_the_page_cache_budget_bounds_the_mapped_inputs_of_all_tasks(make):
+    from sparkgnn.planner import choose_layout
+
+    args, degrees, _ = _bench_100m(make)
+    roomy = choose_layout(*args, out_degrees=degrees, mapped_payloads=True, serial_partitions=True)
+    tight = choose_layout(
+        *args, out_degrees=degrees, mapped_payloads=True, mapped_budget_bytes=1 << 30, serial_partitions=True
+    )
+    assert tight[0] > roomy[0]  # 1 GiB holds the mapped inputs of the tasks only at a larger P
+
+
+def test_explain_shows_the_tasks_at_once(make):
+    from sparkgnn.planner import compile
+
+    plan = compile(make.sage_model(), make.stats(), make.task(concurrent_tasks=1))
+    assert plan.concurrent_tasks == 1
+    line = next(line for line in plan.explain().splitlines() if line.startswith("tasks:"))
+    assert "1 at once" in line and "partition(s) each per step in turn" in line
+    # the one task has both cores' share of the workers' memory
+    assert plan.memory["budget_per_task_bytes"] == 2 * make.task()["memory_per_task_bytes"]
+
+
+def test_idle_workers_keep_nothing_when_all_of_them_would_not_fit(make):
+    from sparkgnn.planner import compile
+    from sparkgnn.planner.partitions import worker_bytes
+
+    stats = make.stats()
+    plan = compile(make.sage_model(), stats, make.task(concurrent_tasks=1))
+    assert plan.memory["keep_between_steps"]  # a small graph: every worker may keep its caches
+    worker = plan.memory["worker_bytes"]
+    # a budget where one worker fits but two (Spark keeps min(cores, P) alive) would not
+    tight = compile(make.sage_model(), stats, make.task(concurrent_tasks=1, memory_per_task_bytes=int(worker * 0.75)))
+    assert worker_bytes(worker, 0, 1) == worker and not tight.memory["keep_between_steps"]
+    assert "caches and free heap dropped after each task" in tight.explain()

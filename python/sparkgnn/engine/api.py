@@ -242,7 +242,9 @@ def infer(
         )
         for line in estimate_lines(estimate_vs_actual(report, plan)):
             log(line)
-        calibration.record(root, default_parallelism(spark), plan, report.seconds_by_layer(), log=log, exchange=kind)
+        calibration.record(
+            root, default_parallelism(spark), plan, report.seconds_by_plan_layer(), log=log, exchange=kind
+        )
     except BaseException:
         if staged is not None:
             discard(staged)

@@ -272,8 +272,14 @@ class FileExchange:
 
 
 def _scan_task(step_dir, files, partitions, keys, column, batches):
+    from sparkgnn.heap import release_retained_memory
+
     reader = control_partition(batches)
     yield from scan_vertex_files(step_dir, files, partitions, np.asarray(keys, dtype=np.int64), reader, column)
+    # the scan's buffers (decoded Parquet batches, packed rows) are not what the layer steps reuse:
+    # a worker that kept them (2 GiB each at 100M edges) would hold them idle while fewer tasks
+    # than cores run the steps
+    release_retained_memory(0)
 
 
 EXCHANGES = {"shuffle": ShuffleExchange, "files": FileExchange}

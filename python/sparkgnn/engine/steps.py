@@ -56,6 +56,9 @@ class StepConfig:
     # a worker keeps freed memory for reuse up to this many resident bytes (None: no bound); more is
     # handed back after each partition (sparkgnn.heap.release_retained_memory)
     retain_bytes: int | None = None
+    # False: at the end of each task the worker drops its per-partition caches and hands its whole
+    # free heap back (planner.compile: idle workers would sit on them while another one runs)
+    keep_between_steps: bool = True
 
     @property
     def dl_aggregate(self) -> str:
@@ -479,6 +482,23 @@ def run_step(cfg: StepConfig, batches, timers: dict | None = None):
             yield from exchange.write_routed(cfg.exchange_out, part, cfg.partitions, output)
         # what this partition alone needed goes back to the OS before the next one (sparkgnn.heap)
         release_retained_memory(cfg.retain_bytes)
+    if not cfg.keep_between_steps:
+        drop_partition_caches()
+        release_retained_memory(0)
+
+
+def drop_partition_caches() -> None:
+    """Forget the per-partition structures this worker keeps between steps: the static edge
+    arrays, the arrival renumbering and, where the DL step runs in this process, the CSR entries.
+    Nothing is lost: each is rebuilt from the prepared layout when a partition is served again."""
+    import sys
+
+    static.in_edges.cache_clear()
+    static.out_edges.cache_clear()
+    _ARRIVAL_SOURCES.clear()
+    csr = sys.modules.get("sparkgnn.dl.csr")  # only loaded where layers run in-process
+    if csr is not None:
+        csr.clear()
 
 
 def run_partition(cfg: StepConfig, collector, timers: dict | None = None):
