@@ -23,7 +23,7 @@ from sparkgnn.planner.cost import CostModel, Estimate, measure
 from sparkgnn.planner.errors import PlanError
 from sparkgnn.planner.inputs import GraphStats, LayerSpec, Task, parse_graph_stats, parse_layers, parse_task
 from sparkgnn.planner.ir import LayerPlan, Operator, Plan
-from sparkgnn.planner.partitions import MESSAGE_CHUNK_BYTES, layout_for, task_memory_bytes, worker_bytes
+from sparkgnn.planner.partitions import MESSAGE_CHUNK_BYTES, Sizing, task_memory_bytes, worker_bytes
 from sparkgnn.planner.segments import ID_BYTES, dl, edge_row_bytes, graph, segment, to_python
 from sparkgnn.planner.strategies import PARTITIONINGS, STRATEGIES, LayerContext, Program, Rows, Strategy
 
@@ -98,10 +98,15 @@ def _memory(decisions: list[_Decision], stats: GraphStats, job: Task) -> dict[st
     # idle, so with fewer tasks at once the others sit on what they kept from their last task: a
     # worker keeps its caches and heap between steps only if all of them together still fit.
     workers_alive = max(1, min(job.cores, stats.partitions))
+    pool = job.cores * job.memory_per_task_bytes
     return {
         "peak_task_bytes_per_layer": [int(need) for need in needs],
         "worker_bytes": int(worker),
-        "keep_between_steps": workers_alive * worker <= job.cores * job.memory_per_task_bytes,
+        "keep_between_steps": workers_alive * worker <= pool,
+        # a worker keeps freed heap for reuse up to its share of the pool, or the estimate where that
+        # is larger (sparkgnn.heap.release_retained_memory): trimming down to the estimate itself
+        # made every step of 8M and 32M edges fault its buffers in again (32M layer 2: 10 -> 20 s)
+        "retain_bytes": int(max(worker, pool / workers_alive)),
         "budget_per_task_bytes": int(job.memory_per_task_bytes * job.cores // tasks),
         "concurrent_tasks": tasks,
         "partitions_per_task": served,
@@ -416,7 +421,7 @@ def _memory_warnings(
             if collect_all:
                 advice = "the collect-all path runs on one partition; it may spill or fail"
             else:
-                suggested, tasks = layout_for(
+                suggested, tasks = Sizing(
                     specs,
                     stats.num_vertices,
                     stats.num_edges,
@@ -424,7 +429,7 @@ def _memory_warnings(
                     job.memory_per_task_bytes,
                     stats.feature_dim,
                     mapped_payloads=job.mapped_payloads,
-                )
+                ).layout()
                 advice = f"choose_layout suggests {suggested} partitions, {tasks} task(s) at once"
             warnings.append(
                 f"layer {decision.ctx.index}: estimated peak task memory {need / 2**20:,.0f} MiB "

@@ -87,6 +87,7 @@ instead of two, thrashing.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from sparkgnn.planner.errors import PlanError
@@ -215,31 +216,10 @@ def widest_layer_bytes(
     )
 
 
-def choose_partitions(
-    layers: Any,
-    num_vertices: int,
-    num_edges: int,
-    feature_dim: int,
-    cores: int,
-    memory_per_task_bytes: int,
-    requested: int | None = None,
-    out_degrees: dict[int, int] | None = None,
-    mapped_payloads: bool = False,
-    mapped_budget_bytes: int | None = None,
-) -> int:
-    """The partition count of choose_layout (same arguments)."""
-    return choose_layout(
-        layers,
-        num_vertices,
-        num_edges,
-        feature_dim,
-        cores,
-        memory_per_task_bytes,
-        requested,
-        out_degrees,
-        mapped_payloads,
-        mapped_budget_bytes,
-    )[0]
+def choose_partitions(*args: Any, **kwargs: Any) -> int:
+    """The partition count of choose_layout (same arguments), for callers that run every task at
+    once (Spark routes the rows: a task serves exactly one partition)."""
+    return choose_layout(*args, **kwargs)[0]
 
 
 def choose_layout(
@@ -269,30 +249,7 @@ def choose_layout(
     cores = _int(cores, "cores", 1)
     memory = _int(memory_per_task_bytes, "memory_per_task_bytes", 1)
     mapped_budget = None if mapped_budget_bytes is None else _int(mapped_budget_bytes, "mapped_budget_bytes", 1)
-    if requested is not None:
-        requested = _int(requested, "requested partitions", 1)
-        cap = partition_cap(cores)
-        if requested > cap:
-            raise PlanError(
-                f"{requested} partitions requested, over the cap of {cap} for {cores} cores "
-                f"(max({MIN_PARTITION_CAP}, {PARTITIONS_PER_CORE_CAP} x cores)): each partition "
-                "is a task per step; leave the count to the planner or ask for fewer"
-            )
-        fits = _tasks_that_fit(
-            specs,
-            num_vertices,
-            num_edges,
-            cores,
-            memory,
-            feature_dim,
-            out_degrees,
-            mapped_payloads,
-            mapped_budget,
-            requested,
-            serial_partitions,
-        )
-        return requested, fits or (1 if serial_partitions else min(cores, requested))
-    return layout_for(
+    sizing = Sizing(
         specs,
         num_vertices,
         num_edges,
@@ -304,6 +261,17 @@ def choose_layout(
         mapped_budget,
         serial_partitions,
     )
+    if requested is not None:
+        requested = _int(requested, "requested partitions", 1)
+        cap = partition_cap(cores)
+        if requested > cap:
+            raise PlanError(
+                f"{requested} partitions requested, over the cap of {cap} for {cores} cores "
+                f"(max({MIN_PARTITION_CAP}, {PARTITIONS_PER_CORE_CAP} x cores)): each partition "
+                "is a task per step; leave the count to the planner or ask for fewer"
+            )
+        return requested, sizing.tasks_that_fit(requested) or (1 if serial_partitions else min(cores, requested))
+    return sizing.layout()
 
 
 def expected_sources(out_degrees: dict[int, int] | None, num_edges: int, num_vertices: int, edges: float) -> float:
@@ -321,67 +289,49 @@ def expected_sources(out_degrees: dict[int, int] | None, num_edges: int, num_ver
     return min(total, edges, num_vertices)
 
 
-def _tasks_that_fit(
-    specs: list[LayerSpec],
-    num_vertices: int,
-    num_edges: int,
-    cores: int,
-    memory_per_task_bytes: int,
-    feature_dim: int,
-    out_degrees: dict[int, int] | None,
-    mapped_payloads: bool,
-    mapped_budget_bytes: int | None,
-    partitions: int,
-    serial_partitions: bool = True,
-) -> int:
-    """The most tasks (<= cores, <= P) that can run at once on P partitions within both budgets
-    (module), 0 when not even one fits; without `serial_partitions` only min(cores, P) is tried."""
-    edges, vertices = num_edges / partitions, num_vertices / partitions
-    sources = expected_sources(out_degrees, num_edges, num_vertices, edges)
-    task = widest_layer_bytes(specs, edges, vertices, feature_dim, sources, mapped_payloads)
-    mapped = widest_mapped_bytes(specs, edges, vertices, feature_dim, sources) if mapped_payloads else 0.0
-    pool = cores * memory_per_task_bytes
-    fewest = 1 if serial_partitions else min(cores, partitions)
-    for tasks in range(min(cores, partitions), fewest - 1, -1):
-        served = -(-partitions // tasks)
-        if tasks * worker_bytes(task, edges, served, mapped_payloads) > pool:
-            continue
-        if mapped_budget_bytes is not None and tasks * mapped > mapped_budget_bytes:
-            continue
-        return tasks
-    return 0
+@dataclass(frozen=True)
+class Sizing:
+    """What the memory rule sizes a layout for (checked inputs; the rule is in the module)."""
 
+    specs: list[LayerSpec]
+    num_vertices: int
+    num_edges: int
+    cores: int
+    memory_per_task_bytes: int
+    feature_dim: int = 0
+    out_degrees: dict[int, int] | None = None
+    mapped_payloads: bool = False
+    mapped_budget_bytes: int | None = None
+    serial_partitions: bool = False
 
-def layout_for(
-    specs: list[LayerSpec],
-    num_vertices: int,
-    num_edges: int,
-    cores: int,
-    memory_per_task_bytes: int,
-    feature_dim: int = 0,
-    out_degrees: dict[int, int] | None = None,
-    mapped_payloads: bool = False,
-    mapped_budget_bytes: int | None = None,
-    serial_partitions: bool = False,
-) -> tuple[int, int]:
-    """choose_layout on already-checked inputs (the rule is documented in the module)."""
-    # The smallest P (in whole waves of `cores`) at which some number of concurrent tasks fits:
-    # source rows per task shrink more slowly than the edges, so this is not a plain division.
-    for waves in range(1, partition_cap(cores) // cores + 1):
-        p = waves * cores
-        tasks = _tasks_that_fit(
-            specs,
-            num_vertices,
-            num_edges,
-            cores,
-            memory_per_task_bytes,
-            feature_dim,
-            out_degrees,
-            mapped_payloads,
-            mapped_budget_bytes,
-            p,
-            serial_partitions,
+    def tasks_that_fit(self, partitions: int) -> int:
+        """The most tasks (<= cores, <= P) that can run at once on P partitions within both budgets,
+        0 when not even one fits; without serial_partitions only min(cores, P) is tried."""
+        edges, vertices = self.num_edges / partitions, self.num_vertices / partitions
+        sources = expected_sources(self.out_degrees, self.num_edges, self.num_vertices, edges)
+        task = widest_layer_bytes(self.specs, edges, vertices, self.feature_dim, sources, self.mapped_payloads)
+        mapped = (
+            widest_mapped_bytes(self.specs, edges, vertices, self.feature_dim, sources) if self.mapped_payloads else 0.0
         )
-        if tasks:
-            return p, tasks
-    return (partition_cap(cores) // cores) * cores, cores
+        pool = self.cores * self.memory_per_task_bytes
+        most = min(self.cores, partitions)
+        fewest = 1 if self.serial_partitions else most
+        for tasks in range(most, fewest - 1, -1):
+            served = -(-partitions // tasks)
+            if tasks * worker_bytes(task, edges, served, self.mapped_payloads) > pool:
+                continue
+            if self.mapped_budget_bytes is not None and tasks * mapped > self.mapped_budget_bytes:
+                continue
+            return tasks
+        return 0
+
+    def layout(self) -> tuple[int, int]:
+        """(P, tasks at once): the smallest P in whole waves of `cores` at which some number of
+        concurrent tasks fits (source rows per task shrink more slowly than the edges, so this is
+        not a plain division), all cores preferred."""
+        for waves in range(1, partition_cap(self.cores) // self.cores + 1):
+            p = waves * self.cores
+            tasks = self.tasks_that_fit(p)
+            if tasks:
+                return p, tasks
+        return (partition_cap(self.cores) // self.cores) * self.cores, self.cores

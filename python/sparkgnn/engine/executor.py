@@ -222,7 +222,7 @@ def execute(
     threads = int(plan.memory.get("threads_per_task", 1))
     if transport.get("kind", "inprocess") == "inprocess" and threads > 1:
         transport = dict(transport, threads=threads)  # fewer tasks at once than cores: each gets more
-    retain = plan.memory.get("worker_bytes") or None
+    retain = plan.memory.get("retain_bytes") or None
     report = RunReport(prepare_s=prepared.seconds, prepare_reused=prepared.reused, exchange=exchange.name)
     rows = (
         _initial_rows(resume[1], keys, partitions, "h") if resume else _initial_rows(graph.vertices, keys, partitions)
