@@ -14,6 +14,9 @@ from messenger_helpers import HB, wait_for  # noqa: F401  (re-exported for fixtu
 HERE = pathlib.Path(__file__).resolve().parent
 
 
+STOP_TIMEOUT_S = 30
+
+
 class ThreadCluster:
     """Broker + workers in threads of this process, on inproc:// (or ipc://) endpoints."""
 
@@ -72,7 +75,9 @@ class ThreadCluster:
     def close(self):
         self.stop_event.set()
         for t in [*self.worker_threads, self.broker_thread]:
-            t.join(5)
+            # generous: on a loaded 2-core CI box a thread that stops after 5 s is slow, not stuck
+            # (the full suite once failed here at 5 s; the test alone stops in well under a second)
+            t.join(STOP_TIMEOUT_S)
             assert not t.is_alive(), "a messenger thread did not stop"
 
 

@@ -37,6 +37,7 @@ import torch
 
 from sparkgnn.dl.chunks import chunked_by_dst
 from sparkgnn.dl.csr import Block, Csr, by_destination
+from sparkgnn.dl.staging import staged, to_host
 from sparkgnn.dl.tensors import fixed_list, index, matrices, matrix, vector
 from sparkgnn.errors import SparkGNNError
 from sparkgnn.layers.rowwise import rows_independent as layers_rows_independent
@@ -376,22 +377,22 @@ def _next(ctx: StepContext):
 
 
 def emit_none(ctx: StepContext, h: torch.Tensor) -> dict:
-    own = {"h": fixed_list(h)}
+    own = {"h": h}
     if getattr(ctx.model, "output", "embedding") == "logits":
-        own["pred"] = pa.array(h.argmax(dim=1).to("cpu").numpy())
-    return {"own": pa.table(own)}
+        own["pred"] = h.argmax(dim=1)
+    return {"own": own}
 
 
 def emit_src(ctx: StepContext, h: torch.Tensor) -> dict:
     _, conv, pre = _next(ctx)
     payload = conv.prepare_src(h, ctx.required_stats(conv), pre)
-    return {"own": pa.table({"h": fixed_list(h)}), "src": pa.table({"p": fixed_list(payload)})}
+    return {"own": {"h": h}, "src": {"p": payload}}
 
 
 def emit_dst(ctx: StepContext, h: torch.Tensor) -> dict:
     _, conv, _ = _next(ctx)
     payload = conv.prepare_dst(h, ctx.required_stats(conv))
-    return {"own": pa.table({"h": fixed_list(h)}), "dst": pa.table({"d": fixed_list(payload)})}
+    return {"own": {"h": h}, "dst": {"d": payload}}
 
 
 def emit_partials(ctx: StepContext, h: torch.Tensor) -> dict:
@@ -419,13 +420,28 @@ def emit_partials(ctx: StepContext, h: torch.Tensor) -> dict:
     states = local_partial(conv, src_pay, dst_pay, src, dst, weight, num_dst, pre, chunk)
     touched = torch.bincount(dst, minlength=num_dst) > 0
     rows = touched.nonzero().flatten()
-    return {
-        "own": pa.table({"h": fixed_list(h)}),
-        "partials": pa.table({"row": pa.array(rows.to("cpu").numpy().astype("int64")), "s": fixed_list(states[rows])}),
-    }
+    return {"own": {"h": h}, "partials": {"row": rows.to(torch.int64), "s": states[rows]}}
 
 
 EMIT_STAGES = {"none": emit_none, "src": emit_src, "dst": emit_dst, "partials": emit_partials}
+
+
+def result_tables(result: dict[str, dict[str, torch.Tensor]]) -> dict[str, pa.Table]:
+    """The emit stages' tensors as Arrow tables, brought to the host in one transfer (dl/staging.py):
+    a matrix becomes a vector column, a 1-d tensor a plain column."""
+    names = [(table, column) for table, columns in result.items() for column in columns]
+    host = dict(zip(names, to_host([result[t][c] for t, c in names]), strict=True))
+    tables = {}
+    for table, columns in result.items():
+        tables[table] = pa.table(
+            {
+                column: fixed_list(host[table, column])
+                if host[table, column].dim() == 2
+                else pa.array(host[table, column].numpy())
+                for column in columns
+            }
+        )
+    return tables
 
 
 def run_step(model, header: dict, tables: dict, device: str = "cpu") -> dict:
@@ -439,9 +455,9 @@ def run_step(model, header: dict, tables: dict, device: str = "cpu") -> dict:
     ctx = StepContext(model=model, header=header, tables=tables, device=device)
     if "own" not in tables:
         raise StepError("every step needs the 'own' table (the partition's vertices)")
-    with torch.inference_mode():
+    with torch.inference_mode(), staged(tables, device):
         h, state = AGGREGATE_STAGES[aggregate](ctx)
         result = EMIT_STAGES[emit](ctx, h)
         if header.get("with_state") and state is not None:
-            result["state"] = pa.table({"s": fixed_list(state)})  # the node's merged state (PE store)
-        return result
+            result["state"] = {"s": state}  # the node's merged state (PE store)
+        return result_tables(result)

@@ -9,6 +9,7 @@ import pyarrow as pa
 import torch
 
 from sparkgnn.arrowvec import ALIGNMENT, aligned_empty, to_fixed_list, to_numpy_matrix
+from sparkgnn.dl.staging import lookup
 
 
 def tensor(values: np.ndarray, device: str) -> torch.Tensor:
@@ -16,7 +17,11 @@ def tensor(values: np.ndarray, device: str) -> torch.Tensor:
     never write into their inputs, so the view is safe and saves a copy. Buffers that are not
     64-byte aligned (e.g. read from a messenger payload) are copied: CPU kernels pick code paths by
     alignment, and results must not depend on how the data arrived (in-process == messenger,
-    bit for bit)."""
+    bit for bit). On an accelerator, an array of the step's tables was already copied there with
+    all the others in one transfer (dl/staging.py): that view is returned."""
+    staged = lookup(values)
+    if staged is not None:
+        return staged
     if values.ctypes.data % ALIGNMENT:
         aligned = aligned_empty(values.shape, values.dtype)
         aligned[...] = values

@@ -464,6 +464,7 @@ def run_step(cfg: StepConfig, batches, timers: dict | None = None):
         yield from run_partition(cfg, functools.partial(collect, cfg, batches), timers)
         return
     if cfg.exchange_in is None:
+        assert cfg.exchange_out is not None  # Spark's rows in, files out
         from pyspark import TaskContext
 
         context = TaskContext.get()
