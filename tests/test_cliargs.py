@@ -90,3 +90,39 @@ def test_a_jvm_disk_error_is_one_line(capsys):
         capsys.readouterr().err.strip()
         == "tool: error: Spark could not write: Caused by: java.io.IOException: No space left on device"
     )
+
+
+def test_progress_lines_reach_a_pipe_as_they_are_printed():
+    # The command prints a line and then waits for its parent: with stdout a pipe (as under
+    # spark-submit) the parent must see the line before the command ends.
+    import os
+    import select
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(
+        """
+        import sys
+        from sparkgnn.cliargs import run_cli
+
+        def main():
+            print("sparkgnn layer 1/2: done")
+            sys.stdin.readline()  # the parent answers only after it has read the line
+
+        sys.exit(run_cli("probe", main))
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # as a cluster manager runs it
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], 30)
+        assert ready, "the progress line was held in the pipe's buffer"
+        assert proc.stdout.readline().strip() == "sparkgnn layer 1/2: done"
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.wait(30) == 0
+    finally:
+        proc.kill()

@@ -102,8 +102,20 @@ def user_error_message(exc: BaseException) -> str | None:
     return None
 
 
+def line_buffered_output() -> None:
+    """Flush stdout and stderr at every line, even into a pipe. Why: under spark-submit or a
+    cluster manager stdout is a pipe, which Python block-buffers, so a job's progress lines
+    ("layer 1/2: ...") arrived all at once when the job ended instead of as it ran."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)  # absent when replaced (e.g. captured)
+        if reconfigure is not None:
+            reconfigure(line_buffering=True)
+
+
 def run_cli(prog: str, main: Callable[[], int | None]) -> int:
-    """Run a command's body; a user error prints `prog: error: message` and returns 2."""
+    """Run a command's body with line-buffered output; a user error prints `prog: error: message`
+    and returns 2."""
+    line_buffered_output()
     try:
         return int(main() or 0)
     except KeyboardInterrupt:
