@@ -33,6 +33,19 @@ def is_local(path) -> bool:
     return path.startswith("file:") or "://" not in path
 
 
+def absolute(path) -> str:
+    """`path` as every process of a cluster must see it: a plain path or file: URI made absolute
+    against this (the driver's) working directory, a remote URI unchanged. Why: tasks resolve a
+    relative path against their own working directory, which on a cluster is the executor's
+    (`.../work/app-<id>/<n>/` under local-cluster), not the driver's: a relative --graph failed
+    there with "Failed to open local file .../work/app-.../1/data/...".
+    """
+    path = str(path)
+    if path.startswith("file:"):
+        return "file://" + filesystem(path)[1]
+    return path if "://" in path else os.path.abspath(path)
+
+
 def parquet_batches(path, columns: list[str], batch_size: int):
     """The record batches of one Parquet file (only `columns`), read through its filesystem."""
     fs, inner = filesystem(path)

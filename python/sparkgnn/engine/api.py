@@ -12,6 +12,7 @@ from sparkgnn.engine.executor import estimate_lines, estimate_vs_actual, execute
 from sparkgnn.engine.prepare import ensure_layouts, layout_writer, prepare
 from sparkgnn.engine.session import configure, default_parallelism, mapped_memory_budget, memory_per_task
 from sparkgnn.errors import GraphValidationError, PlanError, SparkGNNError
+from sparkgnn.files import absolute
 from sparkgnn.graph.problems import MAX_EXAMPLES, Problem
 from sparkgnn.outputs import check_output, discard
 from sparkgnn.runners import check_workers, workers_for
@@ -57,8 +58,9 @@ def input_paths(graph, model, work_dir: str | None) -> dict:
 
 
 def _work_dir(spark, out: str | None, work_dir: str | None) -> str:
+    """The work dir, absolute (files.absolute: tasks read and write under it)."""
     if work_dir:
-        return work_dir
+        return absolute(work_dir)
     if out:
         return os.path.join(os.path.dirname(os.path.abspath(out.rstrip("/"))), "_sparkgnn_work")
     return os.path.join(tempfile.gettempdir(), f"sparkgnn-{spark.sparkContext.applicationId}")
@@ -192,6 +194,8 @@ def infer(
     from sparkgnn.dl.model_store import register
 
     check_workers(workers)  # a typo fails in a second, not after preparing the graph
+    out = absolute(out) if out else out  # tasks write the output parts: not relative to their cwd
+    model_store = absolute(model_store) if model_store else model_store
     root = _work_dir(spark, out, work_dir)
     if out:
         check_output(out, input_paths(graph, model, root), overwrite)

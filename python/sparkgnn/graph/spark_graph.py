@@ -125,7 +125,7 @@ class Graph:
         describes the data files (dirfacts: a changed directory is validated and fingerprinted
         again, never served from a stale cache). Missing folders and unreadable Parquet files are
         refused up front with their names."""
-        path = str(path)
+        path = files.absolute(path)  # tasks list and read its files from their own working directory
         reachable = files.reachable(path)
         if reachable:
             dirfacts.check_graph_dir(path)
