@@ -42,16 +42,22 @@ LARGEST_THRESHOLD = 2**31 - 1
 _retaining = False
 
 
+def _libc_function(name: str):
+    """glibc's `name`, None where the C library has no such function (musl, macOS)."""
+    try:
+        return getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), name)
+    except (OSError, AttributeError):
+        return None
+
+
 def retain_freed_memory() -> bool:
     """Make this process keep and reuse freed memory (see module). Idempotent; returns whether the
     allocator accepted the settings (False where libc is not glibc)."""
     global _retaining
     if _retaining:
         return True
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
+    mallopt = _libc_function("mallopt")
+    if mallopt is None:
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     accepted = bool(mallopt(M_MMAP_THRESHOLD, LARGEST_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, LARGEST_THRESHOLD))
@@ -82,8 +88,5 @@ def release_retained_memory(limit_bytes: int | None) -> bool:
     held = anonymous_resident_bytes()
     if held is None or held <= limit_bytes:
         return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return bool(libc.malloc_trim(0))
-    except (OSError, AttributeError):
-        return False
+    malloc_trim = _libc_function("malloc_trim")
+    return bool(malloc_trim(0)) if malloc_trim is not None else False

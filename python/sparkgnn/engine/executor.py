@@ -204,7 +204,7 @@ def execute(
     materialised rows (own rows with h^(l) and state rows) to the callback, including the last, and
     no output DataFrame is returned. `resume=(l, DataFrame(id, h))` starts from a stored h^(l).
     With `write_to` (an existing staging directory) the last step's tasks write the output Parquet
-    there themselves (steps.outputs_final_files) and the final DataFrame holds one row per
+    there themselves (step_outputs.outputs_final_files) and the final DataFrame holds one row per
     partition (pt, rows, bytes); `finish(..., staged=write_to)` then commits it. `exchange`
     (engine.exchange, default the shuffle) carries the routed rows between steps; the caller
     closes it after finish."""

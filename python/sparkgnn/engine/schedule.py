@@ -20,7 +20,7 @@ EMIT_FOR = {"replicate": "mirrors", "edge_join": "edge_payloads", "combine": "pa
 class Step:
     layer: int  # conv whose aggregation this step finishes (-1 for the first step)
     inputs: str  # steps.INPUTS key
-    outputs: str  # steps.OUTPUTS key
+    outputs: str  # step_outputs.OUTPUTS key
     label: str  # what the progress line and the Spark UI say
 
 
