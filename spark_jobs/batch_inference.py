@@ -51,6 +51,14 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="how routed rows travel between layer steps: Spark's shuffle, or Arrow files in the work dir "
         "written and read by the tasks (auto: files when every executor shares the work dir's local disk)",
     )
+    parser.add_argument(
+        "--materialise",
+        choices=("auto", "local", "reliable"),
+        default="auto",
+        help="how a step's output is kept between steps on the shuffle exchange: local (localCheckpoint, lost "
+        "with its executor), reliable (Parquet in the work dir: survives a lost executor, a rerun resumes); "
+        "auto: local in local mode, reliable on a cluster",
+    )
     parser.add_argument("--explain", action="store_true", help="print the plan before running")
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier result in --out")
     parser.add_argument(
@@ -93,7 +101,23 @@ def read_ids(path: str) -> list[int]:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    return run_cli("batch_inference", lambda: _run(args))
+    argv = sys.argv[1:] if argv is None else list(argv)
+    return run_cli("batch_inference", lambda: _run_resumable(args, argv))
+
+
+def _run_resumable(args, argv: list[str]) -> int:
+    """_run, with a lost step's error ending in the exact command that resumes it."""
+    from sparkgnn.engine.failures import resume_command
+    from sparkgnn.errors import LayerFailed
+
+    try:
+        return _run(args)
+    except LayerFailed as exc:
+        if exc.run_path is None:
+            raise
+        raise LayerFailed(
+            f"{exc}: {resume_command(sys.argv[0], argv, exc.run_path)}", exc.label, exc.lost, exc.run_path
+        ) from exc
 
 
 def _run(args) -> int:
@@ -123,6 +147,7 @@ def _run(args) -> int:
         overwrite=args.overwrite,
         return_report=True,
         exchange=args.exchange,
+        materialise=args.materialise,
     )
     rows = result.count()
     total_s = time.perf_counter() - started

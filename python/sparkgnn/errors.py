@@ -44,6 +44,22 @@ class DamagedPEStore(StalePEStore):
     truncated, changed or added): the store cannot be trusted until the layer is recomputed."""
 
 
+class PEStoreConflict(SparkGNNError):
+    """Two writers on one PE store: another writer took the store's lease, or committed to its
+    manifest, after this one started. The displaced writer stops before committing anything."""
+
+
+class LayerFailed(SparkGNNError, RuntimeError):
+    """A layer step's Spark job failed (engine.failures): the message names the step, what was
+    lost, and whether a rerun resumes. `run_path`: where its committed steps are kept, or None."""
+
+    def __init__(self, message: str, label: str = "", lost: str | None = None, run_path: str | None = None):
+        super().__init__(message)
+        self.label = label
+        self.lost = lost
+        self.run_path = run_path
+
+
 # Every base of a deliberate refusal: sparkgnn's own, the messenger's and the planner's.
 USER_ERRORS: tuple[type[Exception], ...] = (SparkGNNError, MessengerError, PlanError)
 
@@ -56,6 +72,8 @@ __all__ = [
     "StalePEStore",
     "OutputError",
     "DamagedPEStore",
+    "PEStoreConflict",
+    "LayerFailed",
     "MessengerError",
     "USER_ERRORS",
 ]

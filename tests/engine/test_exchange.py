@@ -14,6 +14,7 @@ from sparkgnn import infer
 from sparkgnn.arrowvec import pack_binary
 from sparkgnn.engine import exchange
 from sparkgnn.engine.routing import OWN, ROW_SCHEMA, SRC, make_rows
+from sparkgnn.engine.run_dir import RUNS_DIR
 from sparkgnn.errors import SparkGNNError
 from sparkgnn.models import Model
 
@@ -143,7 +144,7 @@ def test_a_task_cannot_write_into_a_closed_exchange(tmp_path):
     run.close()
     with pytest.raises(OSError):
         list(exchange.write_routed(writes, 0, 2, iter([_batch([0, 1])])))
-    assert os.listdir(tmp_path / "work" / exchange.EXCHANGE_DIR) == []
+    assert os.listdir(tmp_path / "work" / RUNS_DIR) == []
 
 
 def test_disk_room_counts_two_steps(tmp_path):
@@ -205,7 +206,7 @@ def test_files_runs_leave_no_scratch_and_edge_join_falls_back(spark, graph_dirs,
     work = str(tmp_path / "work")
     out = str(tmp_path / "out")
     infer(spark, path, Model.from_pyg(module), out=out, partitions=3, work_dir=work, log=lambda _: None)
-    assert os.listdir(os.path.join(work, exchange.EXCHANGE_DIR)) == []
+    assert os.listdir(os.path.join(work, RUNS_DIR)) == []
     lines = []
 
     def edge_join(**options):
@@ -229,7 +230,7 @@ def test_a_failing_files_run_removes_its_scratch(spark, graph_dirs, tmp_path):
     work = str(tmp_path / "work")
     with pytest.raises(Exception, match="NaN/Inf"):
         infer(spark, path, Model.from_pyg(module), partitions=3, work_dir=work, log=lambda _: None)
-    assert os.listdir(os.path.join(work, exchange.EXCHANGE_DIR)) == []
+    assert os.listdir(os.path.join(work, RUNS_DIR)) == []
 
 
 def test_the_feature_scan_puts_every_vertex_at_its_owner(spark, graph_dirs, tmp_path):

@@ -11,7 +11,9 @@ from sparkgnn.engine.exchange import EXCHANGES, exchange_kind, fits_on_disk
 from sparkgnn.engine.executor import estimate_lines, estimate_vs_actual, execute, finish, staged_output
 from sparkgnn.engine.prepare import ensure_layouts, layout_writer, prepare
 from sparkgnn.engine.session import configure, default_parallelism, mapped_memory_budget, memory_per_task
-from sparkgnn.errors import GraphValidationError, PlanError, SparkGNNError
+from sparkgnn.engine.failures import step_failures
+from sparkgnn.engine.materialise import is_local_master, materialise_kind
+from sparkgnn.errors import GraphValidationError, PlanError, SparkGNNError, LayerFailed
 from sparkgnn.files import absolute
 from sparkgnn.graph.problems import MAX_EXAMPLES, Problem
 from sparkgnn.outputs import check_output, discard
@@ -57,13 +59,31 @@ def input_paths(graph, model, work_dir: str | None) -> dict:
     return {"graph directory": path(graph) or getattr(graph, "path", None), "model": path(model), "work dir": work_dir}
 
 
+WORK_DIR_CONF = "spark.sparkgnn.workDir"
+
+
 def _work_dir(spark, out: str | None, work_dir: str | None) -> str:
-    """The work dir, absolute (files.absolute: tasks read and write under it)."""
+    """The work dir, absolute (files.absolute: tasks read and write under it). Given, else beside
+    `out`, else `spark.sparkgnn.workDir`, else Spark's checkpoint dir; the driver's temp dir only
+    where every executor shares this machine's disk (local and local-cluster masters): elsewhere the
+    tasks would not find what the driver prepared there, so the job is refused instead."""
     if work_dir:
         return absolute(work_dir)
     if out:
-        return os.path.join(os.path.dirname(os.path.abspath(out.rstrip("/"))), "_sparkgnn_work")
-    return os.path.join(tempfile.gettempdir(), f"sparkgnn-{spark.sparkContext.applicationId}")
+        head, _sep, _name = absolute(out).rstrip("/").rpartition("/")
+        return f"{head}/_sparkgnn_work"
+    for conf in (WORK_DIR_CONF, "spark.checkpoint.dir"):
+        configured = spark.conf.get(conf, None)
+        if configured:
+            return absolute(configured.rstrip("/") + ("/sparkgnn" if conf == "spark.checkpoint.dir" else ""))
+    master = spark.conf.get("spark.master", "") or ""
+    if not (is_local_master(spark) or master.startswith("local-cluster[")):
+        raise SparkGNNError(
+            f"on a cluster (master {master}) the work dir must be on a filesystem every executor reaches: "
+            f"pass --work-dir (hdfs://..., s3a://... or a shared mount) or set {WORK_DIR_CONF}"
+        )
+    app = spark.conf.get("spark.app.id", None) or "local"
+    return os.path.join(tempfile.gettempdir(), f"sparkgnn-{app}")
 
 
 def plan_for(
@@ -176,6 +196,7 @@ def infer(
     model_store: str | None = None,
     overwrite: bool = False,
     exchange: str = "auto",
+    materialise: str = "auto",
 ):
     """Exact embeddings/predictions of `model` for every vertex of `graph` (or the ones in `ids`).
 
@@ -190,6 +211,11 @@ def infer(
     `exchange`: how routed rows travel between layer steps (engine.exchange): "shuffle" (Spark's),
     "files" (Arrow files in the work dir, written and read by the tasks), or "auto" (files where
     every executor shares the work dir's local disk).
+    `materialise`: how the shuffle exchange keeps a step's output (engine.materialise): "local"
+    (localCheckpoint: lost with its executor), "reliable" (Parquet in the work dir: survives a lost
+    executor, and a rerun with the same work dir resumes after the last committed step), or "auto"
+    (local for a local[...] master, reliable on a cluster). The files exchange always keeps its
+    steps in the work dir.
     """
     from sparkgnn.dl.model_store import register
 
@@ -224,7 +250,8 @@ def infer(
     with_pred = model.output == "logits"
     # Tasks write the output files themselves unless rows must first be filtered by ids (a join).
     staged = staged_output(out) if out and ids_df is None else None
-    route = EXCHANGES[kind](root, plan.partitions, plan.concurrent_tasks)
+    route = EXCHANGES[kind](root, plan.partitions, plan.concurrent_tasks, materialise_kind(spark, materialise))
+    keep = False
     try:
         final_df, report, meter, label, timers = execute(
             spark,
@@ -242,19 +269,31 @@ def infer(
         if ids_df is not None:
             final_df = final_df.join(ids_df, "id", "left_semi")
         result = finish(
-            spark, final_df, report, meter, label, out, log=log, timers=timers, staged=staged, with_pred=with_pred
+            spark,
+            final_df,
+            report,
+            meter,
+            label,
+            out,
+            log=log,
+            timers=timers,
+            staged=staged,
+            with_pred=with_pred,
+            guard=lambda: step_failures(label, route, True, report.labels.__getitem__),
         )
         for line in estimate_lines(estimate_vs_actual(report, plan)):
             log(line)
         calibration.record(
             root, default_parallelism(spark), plan, report.seconds_by_plan_layer(), log=log, exchange=kind
         )
-    except BaseException:
+    except BaseException as exc:
         if staged is not None:
             discard(staged)
+        keep = isinstance(exc, LayerFailed) and exc.run_path is not None  # a rerun resumes from it
         raise
     finally:
-        route.close()
+        if route.close(keep):
+            log(f"sparkgnn: kept the committed steps in {route.run.path} for a rerun to resume from")
         runners.close()
     return (result, report, plan) if return_report else result
 

@@ -11,12 +11,15 @@ retried on failure) and still moves the rows wherever a step needs SQL: edge_joi
 precomputation's per-layer DataFrames use the shuffle. The features reach the first step through
 files too, from a scan job whose tasks read the graph's vertex files (FileExchange.scan_features).
 
-On-disk layout of one run: `<work>/exchange/<run>/step=<i>/to=<q>/from=<p>.arrow`. Every task
-writes one file per destination partition (empty when it routes nothing there) under a hidden
-temporary name and renames it, so a retried or speculative attempt replaces its files whole and
-a reader can tell a finished step (P files for its partition) from a broken one. The run
-directory is this job's scratch: a step's files are deleted once the next step has read them, and
-the whole run directory when the job ends, whether it succeeded or not. Nothing else is touched.
+On-disk layout of one run: `<work>/runs/<key>/step=<i>/to=<q>/from=<p>.arrow` (engine.run_dir:
+the key hashes graph, model and plan). Every task writes one file per destination partition
+(empty when it routes nothing there) under a hidden temporary name and renames it, so a retried or
+speculative attempt replaces its files whole and a reader can tell a finished step (P files for
+its partition) from a broken one; once every partition reported, the driver commits the step
+(its marker, written last). A step's files are deleted once the next step has committed, and the
+whole run directory when the job ends, unless it failed because something was lost (an executor,
+a worker): then its committed steps stay for the rerun to resume from (engine.failures). Nothing
+else is touched.
 
 The choice is a registry (EXCHANGES); "auto" picks files where every executor sees the work dir
 as a local disk (a local or local-cluster master and a local work dir), the shuffle elsewhere.
@@ -33,11 +36,11 @@ import numpy as np
 import pyarrow as pa
 
 from sparkgnn.engine.routed_files import RoutedFile, RoutedFileError, RoutedFileWriter, rows_path
+from sparkgnn.engine.materialise import MATERIALISERS, is_local_master
 from sparkgnn.engine.routing import FILES_SCHEMA_DDL
+from sparkgnn.engine.run_dir import RunDir
 from sparkgnn.errors import SparkGNNError
 from sparkgnn.files import filesystem, is_local, join, parquet_batches
-
-EXCHANGE_DIR = "exchange"
 
 
 class ExchangeError(SparkGNNError, RuntimeError):
@@ -175,13 +178,38 @@ def check_reports(reports, partitions: int | None = None) -> tuple[int, int]:
 
 
 class ShuffleExchange:
-    """Rows travel through Spark: each step's output is routed by key and materialised with
-    localCheckpoint (lineage one step long, each step timed on its own)."""
+    """Rows travel through Spark: each step's output is routed by key by the next step and
+    materialised in between (engine.materialise: localCheckpoint in local mode, Parquet in the
+    run directory on a cluster), so lineage stays one step long and each step is timed on its own."""
 
     name = "shuffle"
 
-    def __init__(self, work_dir: str | None = None, partitions: int | None = None, tasks: int | None = None):
-        pass  # Spark keeps and cleans its shuffle files itself; routed rows decide the tasks
+    def __init__(
+        self,
+        work_dir: str | None = None,
+        partitions: int | None = None,
+        tasks: int | None = None,
+        materialise: str = "local",
+    ):
+        self.work_dir = work_dir
+        self.materialiser = MATERIALISERS.lookup(materialise)()
+        self.run: RunDir | None = None
+
+    @property
+    def durable(self) -> bool:
+        """Whether committed steps survive executor loss and a rerun can resume from them."""
+        return self.materialiser.durable and self.run is not None
+
+    def start(self, key: str) -> None:
+        if self.materialiser.durable:
+            if self.work_dir is None:
+                raise SparkGNNError("a reliable materialisation needs a work dir to keep each step in")
+            self.run = RunDir(self.work_dir, key)
+
+    def resume(self, spark, index: int):
+        """The rows step `index` committed in an earlier run (None when this exchange keeps none)."""
+        marker = self.run.marker(index) if self.durable else None
+        return None if marker is None else self.materialiser.read(spark, self.run, index, marker)
 
     def paths(self, index: int, last: bool) -> tuple[str | None, str | None]:
         return None, None
@@ -193,36 +221,62 @@ class ShuffleExchange:
         """None: Spark itself reads x and routes it to the owners (executor._initial_rows)."""
         return None
 
-    def materialise(self, out, index: int):
+    def materialise(self, spark, out, index: int):
         """(rows for the next step, bytes written to files: None)."""
-        return out.localCheckpoint(eager=True), None
+        rows = self.materialiser.write(spark, out, self.run, index)
+        if self.durable and index > 0:
+            self.run.drop_step(index - 1)
+        return rows, None
 
-    def close(self) -> None:
-        pass
+    def close(self, keep: bool = False) -> bool:
+        """Delete the run's kept steps unless `keep` (a failed job a rerun can resume); returns
+        whether anything was kept."""
+        return self.run.close(keep) if self.run is not None else False
 
 
 class FileExchange:
-    """Rows travel through Arrow files under `<work>/exchange/<run>` (see the module)."""
+    """Rows travel through Arrow files in the run directory (see the module)."""
 
     name = "files"
+    durable = True  # the files are on a disk every executor shares
 
-    def __init__(self, work_dir: str, partitions: int, tasks: int | None = None):
-        self.run_dir = join(work_dir, EXCHANGE_DIR, uuid.uuid4().hex)
+    def __init__(self, work_dir: str, partitions: int, tasks: int | None = None, materialise: str = "local"):
+        self.work_dir = work_dir
         self.partitions = partitions
         self.tasks = tasks  # concurrent step tasks (control_rows); None: one task per partition
         self.scanned = False  # the first step reads the feature scan's files (scan_features)
-        fs, directory = filesystem(self.run_dir)
-        fs.create_dir(directory, recursive=True)
+        self.run: RunDir | None = None
+
+    def start(self, key: str) -> None:
+        self.run = RunDir(self.work_dir, key)
+
+    def _run(self) -> RunDir:
+        if self.run is None:  # used without start(): a private run nothing resumes
+            self.start(uuid.uuid4().hex)
+        assert self.run is not None
+        return self.run
+
+    @property
+    def run_dir(self) -> str:
+        return self._run().path
 
     def step_dir(self, index: int) -> str:
         """Step i's output (the feature scan's is step -1)."""
-        return join(self.run_dir, f"step={index}")
+        return self._run().step_dir(index)
 
     def _make_step(self, index: int) -> str:
-        fs, directory = filesystem(self.step_dir(index))
+        directory = self._run().make_step(index)
+        fs, inner = filesystem(directory)
         for q in range(self.partitions):
-            fs.create_dir(join(directory, f"to={q}"), recursive=True)
-        return self.step_dir(index)
+            fs.create_dir(join(inner, f"to={q}"), recursive=True)
+        return directory
+
+    def resume(self, spark, index: int):
+        """Read step `index`'s committed files in the next step (no DataFrame: the tasks read them)."""
+        if self._run().marker(index) is None:
+            return None
+        self.scanned = True  # the next step reads files, not Spark's rows
+        return RESUMED_FROM_FILES
 
     def scan_features(self, spark, files: list[str], keys, column: str = "x") -> tuple[int, int]:
         """Run the feature scan as its own Spark job over P control rows (task i reads
@@ -255,20 +309,19 @@ class FileExchange:
     def output_schema(self, index: int, last: bool, schema: str) -> str:
         return schema if last else FILES_SCHEMA_DDL
 
-    def materialise(self, out, index: int):
-        _, written = check_reports(out.collect(), self.partitions)
-        self._delete(self.step_dir(index - 1))
+    def materialise(self, spark, out, index: int):
+        rows, written = check_reports(out.collect(), self.partitions)
+        run = self._run()
+        run.commit(index, {"exchange": self.name, "partitions": self.partitions, "rows": rows, "bytes": written})
+        run.drop_step(index - 1)
         return None, written
 
-    def _delete(self, path: str) -> None:
-        fs, directory = filesystem(path)
-        try:
-            fs.delete_dir(directory)
-        except FileNotFoundError:
-            pass
+    def close(self, keep: bool = False) -> bool:
+        return self._run().close(keep)
 
-    def close(self) -> None:
-        self._delete(self.run_dir)
+
+# What FileExchange.resume returns: the next step reads the committed files, not a DataFrame.
+RESUMED_FROM_FILES = "files"
 
 
 def _scan_task(step_dir, files, partitions, keys, column, batches):
@@ -288,8 +341,7 @@ EXCHANGES = {"shuffle": ShuffleExchange, "files": FileExchange}
 def files_reach_every_task(spark, work_dir: str) -> bool:
     """Every executor of a local or local-cluster master shares this machine's disk."""
     master = spark.conf.get("spark.master", "") or ""
-    local_master = master == "local" or master.startswith(("local[", "local-cluster["))
-    return local_master and is_local(work_dir)
+    return (is_local_master(spark) or master.startswith("local-cluster[")) and is_local(work_dir)
 
 
 # Headroom asked of the work dir's disk over the two steps' files that exist at once (the step

@@ -1,14 +1,18 @@
 """Runs a compiled Plan on Spark DataFrames.
 
 Each step (schedule.py) is one mapInArrow over the rows routed to each partition; between steps
-rows are routed with Spark's shuffle (or, for edge_join, joined onto the edges first). Every step's
-output is materialised (localCheckpoint) so lineage stays one step long and each layer is timed on
-its own; the last step's output is the result. One console line per step, and the Spark UI names
+rows travel through an exchange (engine.exchange: Spark's shuffle, or Arrow files in the work dir).
+Every step's output is materialised (engine.materialise) so lineage stays one step long and each
+layer is timed on its own; the last step's output is the result. On a cluster the materialised
+steps are kept in the run directory (engine.run_dir), so a lost executor costs only its tasks and
+a rerun of a failed job resumes after the last committed step; a failed step's Spark error becomes
+one line naming the step and what was lost (engine.failures). One console line per step, and the Spark UI names
 each job "sparkgnn layer l/k: strategy".
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import time
@@ -16,6 +20,7 @@ from dataclasses import dataclass, field
 
 from sparkgnn.engine.exchange import ShuffleExchange, check_reports
 from sparkgnn.engine.metrics import MaxParam, ShuffleMeter
+from sparkgnn.engine.failures import step_failures
 from sparkgnn.engine.routing import (
     FILES_SCHEMA_DDL,
     OUTPUT_PRED_SCHEMA_DDL,
@@ -27,6 +32,7 @@ from sparkgnn.engine.routing import (
     partition_keys,
     route,
 )
+from sparkgnn.engine.run_dir import run_key
 from sparkgnn.engine.schedule import schedule
 from sparkgnn.engine.steps import INPUT_STAGE, PEAK_RSS, TIMERS, StepConfig, run_step
 from sparkgnn.outputs import discard, staging_path, swap_into_place
@@ -61,6 +67,8 @@ class RunReport:
     prepare_s: float = 0.0
     prepare_reused: bool = False
     exchange: str = "shuffle"  # how routed rows travelled between steps (engine.exchange)
+    labels: list = field(default_factory=list)  # every step of the run's schedule, by index
+    resumed_after: int | None = None  # the step an earlier run committed and this one started after
 
     def seconds_by_layer(self) -> dict[int, float]:
         out: dict[int, float] = {}
@@ -87,6 +95,7 @@ class RunReport:
             "prepare_s": round(self.prepare_s, 3),
             "prepare_reused": self.prepare_reused,
             "exchange": self.exchange,
+            "resumed_after": None if self.resumed_after is None else self.labels[self.resumed_after],
             "seconds_by_layer": {str(k): round(v, 3) for k, v in sorted(self.seconds_by_layer().items())},
             "steps": [
                 {
@@ -214,24 +223,55 @@ def execute(
     pre = [layer.pre_transform for layer in plan.layers]
     start_layer = resume[0] if resume else 0
     steps = schedule(strategies, needs_dst, start_layer, final="final" if on_layer is None else "own_only")
+    exchange = exchange or ShuffleExchange()
+    exchange.start(
+        run_key(
+            {
+                "graph": graph.fingerprint,
+                "model": model_fingerprint,
+                "partitions": partitions,
+                "keys": [int(k) for k in keys],
+                "steps": [dataclasses.astuple(step) for step in steps],
+                "pre_transform": pre,
+                "with_pred": with_pred,
+                "with_state": on_layer is not None,
+                "start_layer": start_layer,
+                "exchange": exchange.name,
+            }
+        )
+    )
     if write_to is not None and steps[-1].outputs == "final":
         steps[-1] = dataclasses.replace(steps[-1], outputs="final_files")
     num_layers = len(plan.layers)
     meter = ShuffleMeter(spark)
-    exchange = exchange or ShuffleExchange()
     threads = int(plan.memory.get("threads_per_task", 1))
     if transport.get("kind", "inprocess") == "inprocess" and threads > 1:
         transport = dict(transport, threads=threads)  # fewer tasks at once than cores: each gets more
     retain = plan.memory.get("retain_bytes") or None
-    report = RunReport(prepare_s=prepared.seconds, prepare_reused=prepared.reused, exchange=exchange.name)
+    report = RunReport(
+        prepare_s=prepared.seconds,
+        prepare_reused=prepared.reused,
+        exchange=exchange.name,
+        labels=[step.label for step in steps],
+    )
     rows = (
         _initial_rows(resume[1], keys, partitions, "h") if resume else _initial_rows(graph.vertices, keys, partitions)
     )
-    files = None if resume else _vertex_files(graph)
+    # A rerun of a failed job (same work dir, graph, model and plan) starts after its last committed
+    # step. Not for PE precomputation: its store commits layers itself and resumes from them.
+    first = 0
+    kept = exchange.run.last_committed(len(steps) - 1) if on_layer is None and exchange.durable else None
+    if kept is not None:
+        rows = exchange.resume(spark, kept)
+        first = kept + 1
+        report.resumed_after = kept
+        log(f"sparkgnn: resuming after '{steps[kept].label}', committed by an earlier run in {exchange.run.path}")
+    files = None if resume or first else _vertex_files(graph)
     if files:
         spark.sparkContext.setJobDescription("sparkgnn feature scan")
         started = time.perf_counter()
-        scanned = exchange.scan_features(spark, files, keys)
+        with step_failures("feature scan", exchange, on_layer is None):
+            scanned = exchange.scan_features(spark, files, keys)
         if scanned is not None:
             report.steps.append(
                 StepReport(
@@ -245,6 +285,8 @@ def execute(
             log(_progress(report.steps[-1]))
     final_df = final_timers = None
     for index, step in enumerate(steps):
+        if index < first:
+            continue
         last = index == len(steps) - 1
         ends_job = last and on_layer is None  # the step whose output is the job's result
         exchange_in, exchange_out = exchange.paths(index, ends_job)
@@ -286,7 +328,8 @@ def execute(
             break
         spark.sparkContext.setJobDescription(f"sparkgnn {step.label}")
         started = time.perf_counter()
-        rows, exchanged = exchange.materialise(out, index)
+        with step_failures(step.label, exchange, on_layer is None, report.labels.__getitem__):
+            rows, exchanged = exchange.materialise(spark, out, index)
         seconds = time.perf_counter() - started
         shuffle = meter.delta()
         report.steps.append(
@@ -365,28 +408,33 @@ def finish(
     timers: dict | None = None,
     staged: str | None = None,
     with_pred: bool = False,
+    guard=None,
 ):
     """Materialise the last step: write Parquet under `out` (staged beside it, then swapped in:
     a failure leaves any previous result intact; the caller checked `out` first), or checkpoint
     in memory. With `staged` the tasks of the last step wrote the files there (execute's
-    write_to); otherwise Spark's writer does."""
+    write_to); otherwise Spark's writer does. `guard` (engine.failures.step_failures) names the
+    step in a failure of its Spark job."""
     spark.sparkContext.setJobDescription(f"sparkgnn {label}")
     started = time.perf_counter()
+    guard = guard or contextlib.nullcontext
     if out:
         tasks_wrote = staged is not None
         staged = staged or staging_path(out)
         try:
-            if tasks_wrote:
-                _commit_task_files(final_df, staged, with_pred)
-            else:
-                final_df.write.parquet(staged)
+            with guard():
+                if tasks_wrote:
+                    _commit_task_files(final_df, staged, with_pred)
+                else:
+                    final_df.write.parquet(staged)
         except BaseException:
             discard(staged)
             raise
         swap_into_place(staged, out)
         result = spark.read.parquet(out)
     else:
-        result = final_df.localCheckpoint(eager=True)
+        with guard():
+            result = final_df.localCheckpoint(eager=True)
     seconds = time.perf_counter() - started
     shuffle = meter.delta()
     report.steps.append(

@@ -21,7 +21,9 @@ import pyarrow.compute as pc
 
 from sparkgnn.arrowvec import to_list, to_numpy_matrix
 from sparkgnn.engine.api import _work_dir, check_model_fits, coerce_graph, coerce_model, plan_for
+from sparkgnn.engine.exchange import ShuffleExchange
 from sparkgnn.engine.executor import execute
+from sparkgnn.engine.materialise import materialise_kind
 from sparkgnn.engine.routing import OWN, PE_STATE
 from sparkgnn.engine.session import configure
 from sparkgnn.runners import check_workers, workers_for
@@ -91,9 +93,11 @@ def precompute(
     validate: bool = True,
     log=print,
     on_layer_committed=None,
+    materialise: str = "auto",
 ):
     """Compute and store h^(1..k) (and merged states) of every vertex, plus workload metrics.
-    Returns the opened PEStore."""
+    Returns the opened PEStore. `materialise`: how each step is kept between steps, as in `infer`
+    (engine.materialise; "auto": Parquet in the work dir on a cluster)."""
     from sparkgnn.dl.model_store import register
     from sparkgnn.pe import PEStore, PEWriter
 
@@ -129,6 +133,9 @@ def precompute(
                 on_layer_committed(layer)
 
         runners = workers_for(workers, model_store)
+        # on a cluster each step is kept as Parquet in the work dir (a lost executor costs only its
+        # tasks); a rerun resumes from the store's committed layers, so the steps are never kept
+        route = ShuffleExchange(root, plan.partitions, materialise=materialise_kind(spark, materialise))
         try:
             execute(
                 spark,
@@ -142,8 +149,10 @@ def precompute(
                 log=log,
                 on_layer=commit,
                 resume=resume,
+                exchange=route,
             )
         finally:
+            route.close(keep=False)
             runners.close()
     if metrics and not writer.has_metrics():
         from sparkgnn.pe.metrics import compute_metrics

@@ -1,0 +1,67 @@
+"""How the shuffle exchange materialises a step's output between two steps.
+
+Materialising keeps each step's lineage one step long (a failure recomputes one step, not the
+whole model) and times each layer on its own. Two ways, chosen by name (MATERIALISERS):
+
+- "local": `localCheckpoint`, the fastest: blocks in the executors' block managers. They die with
+  their executor and have no lineage to recompute, so one lost executor fails the job
+  (`checkpointRDDBlockIdNotFoundError`). Fine in local mode, where losing the executor is losing
+  the driver too.
+- "reliable": Parquet under the run directory (engine.run_dir), written and read by Spark's own
+  writer through its Hadoop filesystem (so hdfs://, s3a:// and shared mounts work wherever the
+  cluster has the connector). Each attempt writes a uniquely named directory and the step's marker,
+  written last, names it: a retried or concurrent attempt's files are never read, and no rename is
+  needed (object stores have none). A lost executor costs only the tasks it was running; a failed
+  job's rerun resumes from the last committed step.
+
+"auto" is local for a `local`/`local[...]` master (one JVM) and reliable everywhere else,
+`local-cluster` included (several executor JVMs, like a real cluster).
+"""
+
+from __future__ import annotations
+
+from sparkgnn.errors import SparkGNNError
+from sparkgnn.files import join
+from sparkgnn.registry import Registry
+
+MATERIALISERS: Registry = Registry("materialisation", SparkGNNError)
+
+
+@MATERIALISERS.register("local")
+class LocalCheckpoint:
+    durable = False
+
+    def write(self, spark, out, run, index: int):
+        return out.localCheckpoint(eager=True)
+
+    def read(self, spark, run, index: int, marker: dict):
+        raise SparkGNNError("a localCheckpoint keeps nothing to resume from")
+
+
+@MATERIALISERS.register("reliable")
+class ReliableParquet:
+    durable = True
+
+    def write(self, spark, out, run, index: int):
+        directory = run.make_step(index)
+        attempt = run.new_attempt()
+        out.write.parquet(join(directory, attempt))
+        run.commit(index, {"materialise": "reliable", "attempt": attempt})
+        return spark.read.parquet(join(directory, attempt))
+
+    def read(self, spark, run, index: int, marker: dict):
+        return spark.read.parquet(join(run.step_dir(index), str(marker["attempt"])))
+
+
+def is_local_master(spark) -> bool:
+    """One JVM runs the driver and every task (`local`, `local[N]`, `local[*]`, `local[N,F]`)."""
+    master = spark.conf.get("spark.master", "") or ""
+    return master == "local" or master.startswith("local[")
+
+
+def materialise_kind(spark, requested: str) -> str:
+    """The materialisation a run asked for, with "auto" resolved (module doc)."""
+    if requested == "auto":
+        return "local" if is_local_master(spark) else "reliable"
+    MATERIALISERS.lookup(requested)  # an unknown name fails here, naming the known ones
+    return requested
