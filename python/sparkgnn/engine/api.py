@@ -9,11 +9,11 @@ from sparkgnn.engine import calibration
 from sparkgnn.engine.degrees import out_degree_histogram
 from sparkgnn.engine.exchange import EXCHANGES, exchange_kind, fits_on_disk
 from sparkgnn.engine.executor import estimate_lines, estimate_vs_actual, execute, finish, staged_output
-from sparkgnn.engine.prepare import ensure_layouts, layout_writer, prepare
-from sparkgnn.engine.session import configure, default_parallelism, mapped_memory_budget, memory_per_task
 from sparkgnn.engine.failures import step_failures
 from sparkgnn.engine.materialise import is_local_master, materialise_kind
-from sparkgnn.errors import GraphValidationError, PlanError, SparkGNNError, LayerFailed
+from sparkgnn.engine.prepare import ensure_layouts, layout_writer, prepare
+from sparkgnn.engine.session import configure, default_parallelism, mapped_memory_budget, memory_per_task
+from sparkgnn.errors import GraphValidationError, LayerFailed, PlanError, SparkGNNError
 from sparkgnn.files import absolute
 from sparkgnn.graph.problems import MAX_EXAMPLES, Problem
 from sparkgnn.outputs import check_output, discard

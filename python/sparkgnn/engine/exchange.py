@@ -35,8 +35,8 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 
-from sparkgnn.engine.routed_files import RoutedFile, RoutedFileError, RoutedFileWriter, rows_path
 from sparkgnn.engine.materialise import MATERIALISERS, is_local_master
+from sparkgnn.engine.routed_files import RoutedFile, RoutedFileError, RoutedFileWriter, rows_path
 from sparkgnn.engine.routing import FILES_SCHEMA_DDL
 from sparkgnn.engine.run_dir import RunDir
 from sparkgnn.errors import SparkGNNError

@@ -19,8 +19,8 @@ import time
 from dataclasses import dataclass, field
 
 from sparkgnn.engine.exchange import ShuffleExchange, check_reports
-from sparkgnn.engine.metrics import MaxParam, ShuffleMeter
 from sparkgnn.engine.failures import step_failures
+from sparkgnn.engine.metrics import MaxParam, ShuffleMeter
 from sparkgnn.engine.routing import (
     FILES_SCHEMA_DDL,
     OUTPUT_PRED_SCHEMA_DDL,
