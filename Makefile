@@ -103,6 +103,13 @@ bench-serving: venv
 bench-integrity: venv
 	$(PY) bench/bench_integrity.py
 
+# What surviving a lost executor costs: cold jobs on the 2M-edge graph, each step materialised as
+# Parquet in the work dir vs localCheckpoint, in local mode and on local-cluster[2,1,4096]:
+# bench/results/cluster.json + cluster.png (~10 minutes).
+.PHONY: bench-cluster
+bench-cluster: venv
+	$(PY) bench/bench_cluster.py
+
 # Batch inference at scale as a spark-submit user pays it: cold jobs at 2M / 8M / 32M edges vs a cold
 # PyG script, peak RSS of each: bench/results/scale.json + scale.png (long; SIZES=2000000,8000000 for
 # a shorter run, HUGE=1 adds 100M edges).
