@@ -57,7 +57,7 @@ def _store_costs(graph_path: str, store_root: str, dim: int) -> dict:
 
     from sparkgnn.graph.dirfacts import read_trusted_meta
     from sparkgnn.models import Model
-    from sparkgnn.pe import PEStore, PEWriter, integrity
+    from sparkgnn.pe import PEStore, PEWriter, integrity, layout
 
     meta = read_trusted_meta(graph_path)[0]
     n = int(meta["num_vertices"])
@@ -73,10 +73,10 @@ def _store_costs(graph_path: str, store_root: str, dim: int) -> dict:
         state = rng.standard_normal((n, dim + 1), dtype=np.float32)
         writer.commit_layer_arrays(layer, ids, h, state)
         started = time.perf_counter()
-        integrity.record(os.path.join(writer.base, f"layer={layer}"))
+        integrity.record(layout.committed_dir(writer.base, writer.manifest, layout.layer_key(layer)))
         record_s.append(time.perf_counter() - started)
     writer.finish()
-    layer_dirs = [os.path.join(writer.base, f"layer={layer}") for layer in (1, 2)]
+    layer_dirs = [layout.committed_dir(writer.base, writer.manifest, layout.layer_key(layer)) for layer in (1, 2)]
     store_bytes = sum(os.path.getsize(os.path.join(d, f)) for d in layer_dirs for f in os.listdir(d))
 
     def read_layers():

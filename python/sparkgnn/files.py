@@ -6,13 +6,35 @@ WHY one module: the graph reader (is graph.json still describing these files?), 
 finished result into place) all need the same three facts about a directory -- which data files it
 holds, their sizes and modification times, and whether each is a readable Parquet file -- and must
 agree on what counts as a data file (Spark's `_SUCCESS`, `.crc` and `.tmp-*` side files do not).
+
+It is also the one filesystem layer for what the driver and the tasks read and write themselves
+(PE store manifests and lookups, the model store, prepared-layout markers, small JSON files):
+`read_bytes` / `write_bytes_atomic` / `read_json` / `write_json_atomic`, `entries`, `delete`.
+
+Remote URIs. `s3://bucket/key` (also `s3a://`, `s3n://`, the Hadoop spellings) resolves to
+pyarrow's S3FileSystem, configured the AWS way: AWS_ENDPOINT_URL (an S3-compatible endpoint such
+as MinIO or moto, `http://host:port`), AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_REGION. A
+filesystem configured in code can be bound to a URI prefix with `register_filesystem("s3://bucket",
+fs)`: paths under it then use `fs` (this process only; Spark tasks see the environment, not the
+registry). `hdfs://` and the other schemes pyarrow knows go through `FileSystem.from_uri`.
+Spark's own reads and writes never come here: `spark_uri` turns a path into what Spark's Hadoop
+filesystem expects (`file://` for local paths, `s3a://` for S3, which needs the hadoop-aws
+connector on the cluster; pyspark does not ship it).
+
+Atomic single objects: on a local disk (and HDFS) a hidden temporary file beside the target,
+then a rename; on an object store (no rename: a "move" is a copy) the whole object in one put,
+which becomes visible only once complete, so readers see the old or the new object, never half.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import threading
+import uuid
 import zlib
 from dataclasses import dataclass
+from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
@@ -53,18 +75,205 @@ def parquet_batches(path, columns: list[str], batch_size: int):
         yield from pq.ParquetFile(handle).iter_batches(batch_size=batch_size, columns=columns)
 
 
+# Object stores: no directories, no rename; pyarrow addresses an object as "bucket/key".
+OBJECT_STORE_SCHEMES = ("s3", "gs", "gcs")
+# Hadoop's spellings of S3 (what Spark is given) read as pyarrow's s3.
+_S3_ALIASES = ("s3a", "s3n")
+# The environment pyarrow's S3 filesystem is configured from (a cached filesystem is reused only
+# while these are unchanged).
+_S3_ENV = (
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_PROFILE",
+)
+_REGISTERED: dict[str, pafs.FileSystem] = {}
+_CACHE: dict[tuple, pafs.FileSystem] = {}
+_LOCK = threading.Lock()
+
+
+def register_filesystem(prefix: str, fs: pafs.FileSystem) -> None:
+    """Route every path equal to or under the URI `prefix` (e.g. "s3://bucket") to `fs`, a pyarrow
+    filesystem configured in code (endpoint, credentials). The path inside it is what pyarrow
+    expects: "bucket/key" for object stores, the URI's path otherwise. This process only."""
+    prefix = _pyarrow_uri(str(prefix)).rstrip("/")
+    if "://" not in prefix:
+        raise ValueError(f"register_filesystem needs a URI prefix such as s3://bucket, got {prefix!r}")
+    with _LOCK:
+        _REGISTERED[prefix] = fs
+
+
+def unregister_filesystem(prefix: str) -> None:
+    with _LOCK:
+        _REGISTERED.pop(_pyarrow_uri(str(prefix)).rstrip("/"), None)
+
+
+def _pyarrow_uri(path: str) -> str:
+    scheme, sep, rest = path.partition("://")
+    return f"s3://{rest}" if sep and scheme in _S3_ALIASES else path
+
+
+def is_object_store(path) -> bool:
+    """An s3:// (s3a://, s3n://) or gs:// URI: no rename, so commits are manifests written last."""
+    scheme, sep, _rest = str(path).partition("://")
+    return bool(sep) and (scheme in OBJECT_STORE_SCHEMES or scheme in _S3_ALIASES)
+
+
+def _inner_path(uri: str) -> str:
+    scheme, _sep, rest = uri.partition("://")
+    if scheme in OBJECT_STORE_SCHEMES:
+        rest = rest.split("?", 1)[0]
+        return rest.rstrip("/") or rest
+    return urlparse(uri).path
+
+
 def filesystem(path) -> tuple[pafs.FileSystem, str]:
-    """(filesystem, path inside it). Plain paths and file: URIs are local and made absolute."""
+    """(filesystem, path inside it). Plain paths and file: URIs are local and made absolute;
+    remote URIs use a registered filesystem (register_filesystem), else pyarrow's from_uri (one
+    filesystem per bucket / authority and configuration, reused)."""
     path = str(path)
     if path.startswith("file:"):
         path = path[len("file://") :] if path.startswith("file://") else path[len("file:") :]
     if "://" not in path:
         return pafs.LocalFileSystem(), os.path.abspath(path)
-    return pafs.FileSystem.from_uri(path)
+    path = _pyarrow_uri(path)
+    with _LOCK:
+        matches = [p for p in _REGISTERED if path == p or path.startswith(p + "/")]
+        if matches:
+            return _REGISTERED[max(matches, key=len)], _inner_path(path)
+    if "?" in path:  # options in the URI itself: pyarrow parses them each time
+        return pafs.FileSystem.from_uri(path)
+    parsed = urlparse(path)
+    key = (parsed.scheme, parsed.netloc, tuple(os.environ.get(k) for k in _S3_ENV))
+    with _LOCK:
+        fs = _CACHE.get(key)
+    if fs is None:
+        fs, inner = pafs.FileSystem.from_uri(path)
+        with _LOCK:
+            _CACHE[key] = fs
+        return fs, inner
+    return fs, _inner_path(path)
+
+
+def spark_uri(path) -> str:
+    """`path` as Spark's Hadoop filesystem must be given it: a local path as an absolute file: URI
+    (so it stays local when the cluster's default filesystem is HDFS), s3:// as s3a:// (Hadoop's
+    S3 connector, hadoop-aws, which the cluster must provide), other URIs unchanged."""
+    path = str(path)
+    if is_local(path):
+        return "file://" + filesystem(path)[1]
+    scheme, _sep, rest = path.partition("://")
+    return f"s3a://{rest}" if scheme == "s3" else path
 
 
 def join(path: str, *parts: str) -> str:
     return "/".join([str(path).rstrip("/"), *parts])
+
+
+def parent(path: str) -> str:
+    """The folder holding `path` (a path or URI; '/'-separated)."""
+    head, _sep, _name = str(path).rstrip("/").rpartition("/")
+    return head
+
+
+def exists(path) -> bool:
+    return kind(path) != "missing"
+
+
+def entries(path) -> dict[str, str]:
+    """{name: 'dir' | 'file'} of the direct children of the folder `path` ({} when absent)."""
+    fs, inner = filesystem(path)
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(inner, allow_not_found=True, recursive=False))
+    except (FileNotFoundError, NotADirectoryError):
+        return {}
+    found = {}
+    for info in infos:
+        if info.type in (pafs.FileType.Directory, pafs.FileType.File):
+            found[info.base_name] = "dir" if info.type == pafs.FileType.Directory else "file"
+    return found
+
+
+def delete(path) -> None:
+    """Remove a file or a folder with everything under it; an absent path is not an error."""
+    fs, inner = filesystem(path)
+    info = fs.get_file_info(inner)
+    try:
+        if info.type == pafs.FileType.Directory:
+            fs.delete_dir(inner)
+        elif info.type == pafs.FileType.File:
+            fs.delete_file(inner)
+    except FileNotFoundError:
+        pass
+
+
+def makedirs(path) -> None:
+    """Create a folder and its parents (object stores have no folders: nothing to do)."""
+    if is_object_store(path):
+        return
+    fs, inner = filesystem(path)
+    fs.create_dir(inner, recursive=True)
+
+
+def read_bytes(path) -> bytes:
+    """A whole file. Raises FileNotFoundError when it is absent."""
+    fs, inner = filesystem(path)
+    if fs.get_file_info(inner).type != pafs.FileType.File:
+        raise FileNotFoundError(f"{path}: no such file")
+    with fs.open_input_stream(inner) as stream:
+        return stream.readall()
+
+
+def write_bytes_atomic(path, data: bytes) -> None:
+    """Write `data` as the whole content of `path` so that readers see the previous content or
+    this one, never part of it: on an object store one put (an object appears only once its
+    upload completes), elsewhere a hidden temporary file beside it, synced, then renamed over it
+    (atomic on a local disk and on HDFS). Parent folders are created."""
+    data = bytes(data)
+    if is_object_store(path):
+        fs, inner = filesystem(path)
+        with fs.open_output_stream(inner) as sink:
+            sink.write(data)
+        return
+    fs, inner = filesystem(path)
+    folder, _sep, name = inner.rstrip("/").rpartition("/")
+    temporary = f"{folder}/.{name}.{uuid.uuid4().hex}.tmp"
+    if isinstance(fs, pafs.LocalFileSystem):
+        os.makedirs(folder or "/", exist_ok=True)
+        try:
+            with open(temporary, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(temporary, inner)
+        except BaseException:
+            if os.path.exists(temporary):
+                os.remove(temporary)
+            raise
+        return
+    fs.create_dir(folder, recursive=True)
+    try:
+        with fs.open_output_stream(temporary) as sink:
+            sink.write(data)
+        fs.move(temporary, inner)  # pyarrow.fs: a file at the destination is replaced
+    except BaseException:
+        if fs.get_file_info(temporary).type == pafs.FileType.File:
+            fs.delete_file(temporary)
+        raise
+
+
+def read_json(path):
+    """A JSON document. Raises FileNotFoundError when absent, ValueError when it does not parse."""
+    return json.loads(read_bytes(path))
+
+
+def write_json_atomic(path, content, **dump_options) -> None:
+    """`content` as JSON, written with write_bytes_atomic (`dump_options`: json.dumps's)."""
+    write_bytes_atomic(path, json.dumps(content, **dump_options).encode())
 
 
 def kind(path) -> str:

@@ -11,10 +11,20 @@ without a word; and a job that failed mid-write left neither the old nor a new r
   3. `swap_into_place` moves an existing output aside, moves the staged one in, and only then
      deletes the old one. A failure before step 3 leaves the previous result untouched.
 All through pyarrow.fs, so local paths and the remote filesystems pyarrow reaches behave alike.
+
+On an object store (s3://, gs://) there is no rename: a "move" of a directory is a copy of every
+object and a delete (pyarrow's own move refuses directories there). Steps 1 and 2 are unchanged;
+step 3 copies, so it is NOT atomic: it takes time proportional to the output, a reader listing
+`<name>` meanwhile can see part of the new result, and a crash in the middle leaves a partial one
+(the old result is then still whole under its `.<name>.sparkgnn-old-<uuid>` sibling, and the new
+one under the staging sibling). Side files (`_SUCCESS`) are copied last, so a result carrying
+`_SUCCESS` was copied whole. Readers that need atomicity on object stores read through a manifest
+instead (as the PE store does, sparkgnn.pe.layout).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import uuid
 
@@ -46,6 +56,8 @@ def _overlap(out: str, other: str) -> str | None:
 def check_output(out, inputs: dict, overwrite: bool = False, flag: str = "--out") -> None:
     """Refuse `out` (see module doc). `inputs`: {flag or name: path or None} of what the job reads
     or keeps (graph, model, ids file, work dir): never written over, even with overwrite."""
+    if files.is_object_store(out) and "/" not in str(out).partition("://")[2].strip("/"):
+        raise OutputError(f"cannot write {flag} {out}: name a folder inside the bucket, not the bucket itself")
     target = _normal(out)
     for name, path in inputs.items():
         if path is None or not isinstance(path, (str, os.PathLike)):
@@ -71,7 +83,9 @@ def check_output(out, inputs: dict, overwrite: bool = False, flag: str = "--out"
 
 
 def _check_writable(out, flag: str) -> None:
-    """Local paths: the nearest existing ancestor must be a writable directory."""
+    """Local paths: the nearest existing ancestor must be a writable directory. (An object-store
+    output must be a folder inside a bucket, where its staging and retired siblings can live:
+    check_output refuses the bucket itself first.)"""
     path = str(out)
     if "://" in path and not path.startswith("file:"):
         return
@@ -99,22 +113,44 @@ def _delete_in(fs, inner: str) -> None:
         fs.delete_file(inner)
 
 
+def _copy_move(fs, source: str, target: str) -> None:
+    """A move on an object store: copy every object (side files such as _SUCCESS last), then
+    delete the source. Not atomic (module doc)."""
+    if fs.get_file_info(source).type == files.pafs.FileType.File:
+        fs.copy_file(source, target)
+        fs.delete_file(source)
+        return
+    prefix = source.rstrip("/") + "/"
+    infos = fs.get_file_info(files.pafs.FileSelector(source, recursive=True))
+    rels = [i.path[len(prefix) :] for i in infos if i.type == files.pafs.FileType.File and i.path.startswith(prefix)]
+    for rel in sorted(rels, key=lambda r: (not files.is_data_name(r), r)):
+        fs.copy_file(prefix + rel, f"{target.rstrip('/')}/{rel}")
+    fs.delete_dir(source)
+
+
 def swap_into_place(staged, out) -> None:
     """Move `staged` to `out`; an existing `out` (the caller was told it may be replaced) is moved
-    aside first and deleted last, so at every instant one complete result exists."""
+    aside first and deleted last, so at every instant one complete result exists (on a local disk
+    and HDFS, where a move is a rename; on an object store a move is a copy: see the module doc)."""
     fs, target = files.filesystem(out)
     _fs, source = files.filesystem(staged)
-    fs.create_dir(os.path.dirname(target.rstrip("/")) or "/", recursive=True)
+    if files.is_object_store(out):
+        move = functools.partial(_copy_move, fs)
+    else:
+        fs.create_dir(os.path.dirname(target.rstrip("/")) or "/", recursive=True)
+        move = fs.move
     retired = None
     if fs.get_file_info(target).type != files.pafs.FileType.NotFound:
         head, _sep, name = target.rstrip("/").rpartition("/")
         retired = f"{head}/.{name}{RETIRED_MARK}{uuid.uuid4().hex}"
-        fs.move(target, retired)
+        move(target, retired)
     try:
-        fs.move(source, target)
+        move(source, target)
     except Exception:
         if retired is not None:
-            fs.move(retired, target)
+            if files.is_object_store(out):
+                _delete_in(fs, target)  # a partial copy
+            move(retired, target)
         raise
     if retired is not None:
         _delete_in(fs, retired)

@@ -110,3 +110,29 @@ def test_spark_precompute_rerun_repairs_a_deleted_layer(spark, spark_graph, grap
     assert any("layer 1 of" in line and "recomputing it" in line for line in lines)
     assert any("committed layer 1/3" in line for line in lines)
     np.testing.assert_allclose(repaired.lookup(graph_data.ids, 1)[0], h1, rtol=1e-6, atol=1e-6)
+
+
+def test_store_written_before_attempts_opens_and_recommits(tmp_path, graph_data, model):
+    """Stores committed by the rename protocol hold their files in layer=<l>/ itself and have no
+    manifest["paths"]: they still open, and a recommit moves the layer into an attempt folder."""
+    from sparkgnn.pe import PEWriter
+
+    store = _store(tmp_path, graph_data, model)
+    for l in store.layers:  # rebuild the old shape: files directly in layer=<l>/
+        attempt, folder = store.layer_path(l), layout.layer_dir(store.base, l)
+        for name in os.listdir(attempt):
+            shutil.move(os.path.join(attempt, name), folder)
+        os.rmdir(attempt)
+    manifest = dict(store.manifest)
+    manifest.pop("paths")
+    layout.write_manifest(store.base, manifest)
+    legacy = _open(tmp_path, graph_data, model)
+    assert legacy.layer_path(1) == layout.layer_dir(store.base, 1)
+    h1, s1 = legacy.lookup(graph_data.ids, 1, states=True)
+
+    writer = PEWriter(str(tmp_path / "store"), graph_data, model, with_states=True)
+    writer.commit_layer_arrays(1, graph_data.ids, h1, s1)
+    assert os.listdir(layout.layer_dir(store.base, 1)) == [writer.manifest["paths"]["layer=1"].split("/")[1]]
+    reopened = _open(tmp_path, graph_data, model)
+    np.testing.assert_array_equal(reopened.lookup(graph_data.ids, 1)[0], h1)
+    assert reopened.layer_path(2) == layout.layer_dir(store.base, 2)  # untouched layers stay where they were

@@ -3,6 +3,12 @@
 Why: a DL worker may be a separate process (or machine) that receives only a model fingerprint in a
 task header. It loads `<store>/<fingerprint>/` with weights_only loading and refuses a fingerprint
 it does not hold, or a directory whose content hashes to something else (no silent wrong model).
+
+The store is any path sparkgnn.files reaches. On a local disk an entry is saved into a staging
+directory and renamed into place (a reader sees a whole entry or none). Elsewhere (s3://, where
+there is no rename; HDFS too) an entry is committed by its model.json, written last: a directory
+without one is not an entry yet, and its weights file is named after its checksum, so two
+processes registering the same model at once leave a model.json that names complete weights.
 """
 
 from __future__ import annotations
@@ -10,19 +16,34 @@ from __future__ import annotations
 import os
 import threading
 
+from sparkgnn import files
 from sparkgnn.errors import ModelLoadError
 
 
 def model_dir(store: str, fingerprint: str) -> str:
-    return os.path.join(store, fingerprint)
+    """`<store>/<fingerprint>`; a local store (path or file: URI) as a plain absolute path."""
+    store = files.filesystem(store)[1] if files.is_local(store) else str(store)
+    return files.join(store, fingerprint)
+
+
+def _committed(target: str) -> bool:
+    from sparkgnn.models.serialization import MANIFEST
+
+    return files.kind(files.join(target, MANIFEST)) == "file"
 
 
 def register(model, store: str) -> str:
     """Save `model` under its fingerprint in `store` (idempotent) and return the fingerprint."""
     fingerprint = model.fingerprint()
     target = model_dir(store, fingerprint)
+    if not files.is_local(store):
+        if not _committed(target):
+            from sparkgnn.models.serialization import save_model
+
+            save_model(model, target, unique_weights=True)
+        return fingerprint
     if not os.path.isdir(target):
-        os.makedirs(store, exist_ok=True)
+        os.makedirs(files.parent(target), exist_ok=True)
         staging = f"{target}.tmp-{os.getpid()}-{threading.get_ident()}"
         model.save(staging)
         try:
@@ -54,7 +75,7 @@ class ModelRegistry:
         from sparkgnn.models import Model
 
         path = model_dir(self.store, fingerprint)
-        if not os.path.isdir(path):
+        if not (os.path.isdir(path) if files.is_local(path) else _committed(path)):
             raise ModelLoadError(f"unknown model fingerprint {fingerprint!r}: not in model store {self.store!r}")
         model = Model.load(path)
         actual = model.fingerprint()

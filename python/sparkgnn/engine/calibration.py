@@ -14,10 +14,7 @@ nothing here overwrites what it did not write.
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
-
+from sparkgnn import files
 from sparkgnn.planner import CostModel
 from sparkgnn.planner.calibration import Observation, fit
 
@@ -42,18 +39,17 @@ PRIORS = {
 
 
 def _path(work_dir: str) -> str:
-    return os.path.join(work_dir, CALIBRATION_FILE)
+    return files.join(work_dir, CALIBRATION_FILE)
 
 
 def _read(work_dir: str) -> dict:
     """The stored observations by core count; {} when there is no file yet. Raises ValueError
     naming the file when it exists but is not a calibration file this version wrote."""
     path = _path(work_dir)
-    if not os.path.exists(path):
+    if not files.exists(path):
         return {}
     try:
-        with open(path) as fh:
-            data = json.load(fh)
+        data = files.read_json(path)
         if data.get("version") != VERSION or not isinstance(data.get("by_cores"), dict):
             raise ValueError("unknown layout")
         return {key: [Observation(**item) for item in items] for key, items in data["by_cores"].items()}
@@ -84,7 +80,8 @@ def record(
     work_dir: str, cores: int, plan, seconds_by_layer: dict[int, float], log=print, exchange: str = "shuffle"
 ) -> int:
     """Append this run's layers (planner quantities + measured seconds) and return how many
-    observations the key now holds. Written atomically (temp file + rename in the work dir)."""
+    observations the key now holds. Written atomically (files.write_json_atomic: temp file + rename
+    in the work dir, one put on an object store)."""
     fresh = [
         Observation.from_estimates(layer.estimates, seconds_by_layer[index])
         for index, layer in enumerate(plan.layers)
@@ -99,12 +96,8 @@ def record(
         return 0
     key = _key(cores, exchange)
     stored[key] = (stored.get(key, []) + fresh)[-MAX_OBSERVATIONS:]
-    os.makedirs(work_dir, exist_ok=True)
     content = {"version": VERSION, "by_cores": {k: [o.to_dict() for o in v] for k, v in stored.items()}}
-    fd, tmp = tempfile.mkstemp(prefix=".calibration-", dir=work_dir)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(content, fh)
-    os.replace(tmp, _path(work_dir))
+    files.write_json_atomic(_path(work_dir), content)
     return len(stored[key])
 
 

@@ -8,34 +8,27 @@ graph size. It is only computed when the bound would raise P above the cores: be
 the core count either way.
 
 Cached at <work>/prep/<graph fingerprint>/out_degrees.json (the fingerprint covers the edges, so a
-changed graph has another file); written atomically, and a file that does not parse is recomputed.
+changed graph has another file); written atomically (files.write_json_atomic), and a file that does
+not parse is recomputed.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
+from sparkgnn import files
 
 FILE = "out_degrees.json"
 
 
 def out_degree_histogram(graph, work_dir: str, log=print) -> dict[int, int]:
     """{out-degree k > 0: number of vertices with k out-edges}."""
-    folder = os.path.join(work_dir, "prep", str(graph.fingerprint))
-    path = os.path.join(folder, FILE)
+    path = files.join(work_dir, "prep", str(graph.fingerprint), FILE)
     try:
-        with open(path) as fh:
-            return {int(k): int(v) for k, v in json.load(fh)["out_degrees"].items()}
+        return {int(k): int(v) for k, v in files.read_json(path)["out_degrees"].items()}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass
     rows = graph.edges.groupBy("src").count().groupBy("count").count().collect()
     histogram = {int(r[0]): int(r[1]) for r in rows}
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".out_degrees-", dir=folder)
-    with os.fdopen(fd, "w") as fh:
-        json.dump({"fingerprint": str(graph.fingerprint), "out_degrees": histogram}, fh)
-    os.replace(tmp, path)
+    files.write_json_atomic(path, {"fingerprint": str(graph.fingerprint), "out_degrees": histogram})
     log(
         f"sparkgnn: out-degree histogram of {sum(histogram.values()):,} source vertices computed for the partition rule"
     )

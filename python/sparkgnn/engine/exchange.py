@@ -208,7 +208,7 @@ class ShuffleExchange:
 
     def resume(self, spark, index: int):
         """The rows step `index` committed in an earlier run (None when this exchange keeps none)."""
-        marker = self.run.marker(index) if self.durable else None
+        marker = self.run.marker(index) if self.durable and self.run is not None else None
         return None if marker is None else self.materialiser.read(spark, self.run, index, marker)
 
     def paths(self, index: int, last: bool) -> tuple[str | None, str | None]:
@@ -224,7 +224,7 @@ class ShuffleExchange:
     def materialise(self, spark, out, index: int):
         """(rows for the next step, bytes written to files: None)."""
         rows = self.materialiser.write(spark, out, self.run, index)
-        if self.durable and index > 0:
+        if self.durable and self.run is not None and index > 0:
             self.run.drop_step(index - 1)
         return rows, None
 

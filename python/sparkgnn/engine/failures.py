@@ -9,7 +9,8 @@ the last committed step (engine.run_dir) when the run keeps its steps, start ove
 
 Only lost resources keep the run's steps for a rerun: a deterministic failure (a refusal raised in
 a task, NaN payloads) would fail the same way again, so its steps are deleted as before. sparkgnn's
-own refusals raised on the driver pass through unchanged: they already say what is wrong.
+own refusals and OS errors raised on the driver (a full disk) pass through unchanged: they already
+say what is wrong.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ LOSS_PHRASES = (
     "SparkContext was shut down",
 )
 MAX_DETAIL = 400
+PASS_THROUGH: tuple[type[BaseException], ...] = (*USER_ERRORS, OSError)
 # The last line of a Python traceback: "ValueError: ..." or "sparkgnn.engine.steps.StepFailed: ...".
 _PYTHON_ERROR_LINE = re.compile(r"^(\w*(Error|Exception)|([a-z_]\w*\.)+[A-Z]\w*): ")
 
@@ -85,7 +87,7 @@ def step_failures(label: str, exchange, resumable: bool, committed_label=None):
     committed step, for the message."""
     try:
         yield
-    except USER_ERRORS:
+    except PASS_THROUGH:  # they already say what is wrong (a driver-side disk error: cliargs)
         raise
     except Exception as exc:
         raise failed_step(label, exc, exchange, resumable, committed_label) from exc
@@ -95,10 +97,8 @@ def failed_step(label: str, exc: BaseException, exchange, resumable: bool, commi
     lost = lost_resource(exc)
     run = getattr(exchange, "run", None)
     durable = bool(getattr(exchange, "durable", False)) and run is not None
-    kept = None
-    if lost and resumable and durable:
-        kept = run.last_committed(10**6)
-    if kept is not None:
+    kept = run.last_committed(10**6) if lost and resumable and run is not None and durable else None
+    if kept is not None and run is not None:
         after = f" after '{committed_label(kept)}'" if committed_label else ""
         then = (
             f"the steps before it are kept in {run.path}: rerun the same command with the same work dir "
@@ -115,7 +115,7 @@ def failed_step(label: str, exc: BaseException, exchange, resumable: bool, commi
         f"sparkgnn {label} failed: {what}; {then}",
         label=label,
         lost=lost,
-        run_path=run.path if kept is not None else None,
+        run_path=run.path if kept is not None and run is not None else None,
     )
 
 

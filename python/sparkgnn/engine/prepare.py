@@ -21,11 +21,11 @@ combine layouts were 8.4 s of a 36.7 s prepare.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import dataclass
 
+from sparkgnn import files
 from sparkgnn.engine.routing import partition_expr
 
 MARKER = "prepared.json"
@@ -115,9 +115,8 @@ ON_DEMAND_FOR = frozenset({"combine"})
 
 
 def _write_marker(path: str, content: dict) -> None:
-    with open(path + ".tmp", "w") as fh:
-        json.dump(content, fh)
-    os.replace(path + ".tmp", path)
+    """One atomic object (files.write_json_atomic), written after everything it vouches for."""
+    files.write_json_atomic(path, content)
 
 
 def _write_with_spark(spark, graph, partitions: int, path: str) -> dict:
@@ -151,12 +150,11 @@ def layout_writer(graph, exchange: str) -> str:
 
 def prepare(spark, graph, partitions: int, work_dir: str, log=print, writer: str = "spark") -> PreparedGraph:
     fingerprint = graph.fingerprint
-    path = os.path.join(work_dir, "prep", str(fingerprint), f"P={partitions}")
-    marker = os.path.join(path, MARKER)
-    if os.path.exists(marker):
+    path = files.join(work_dir, "prep", str(fingerprint), f"P={partitions}")
+    marker = files.join(path, MARKER)
+    if files.exists(marker):
         started = time.perf_counter()
-        with open(marker) as fh:
-            stats = json.load(fh)["stats"]
+        stats = files.read_json(marker)["stats"]
         log(f"sparkgnn: reusing the graph layout prepared for {partitions} partitions ({path})")
         return PreparedGraph(path, partitions, stats, time.perf_counter() - started, reused=True)
     started = time.perf_counter()
@@ -174,8 +172,8 @@ def prepare(spark, graph, partitions: int, work_dir: str, log=print, writer: str
 def ensure_layouts(spark, graph, prepared: PreparedGraph, strategies, log=print) -> PreparedGraph:
     """Write the on-demand layouts when one of `strategies` reads them and an earlier job has not;
     the time is added to prepared.seconds (a reused layout stays reused only if nothing was written)."""
-    marker = os.path.join(prepared.path, ON_DEMAND_MARKER)
-    if not ON_DEMAND_FOR.intersection(strategies) or os.path.exists(marker):
+    marker = files.join(prepared.path, ON_DEMAND_MARKER)
+    if not ON_DEMAND_FOR.intersection(strategies) or files.exists(marker):
         return prepared
     started = time.perf_counter()
     spark.sparkContext.setJobDescription(f"sparkgnn prepare: combine layouts for {prepared.partitions}")

@@ -13,20 +13,25 @@ promise a partition the same Python worker in the next step (it swapped them bet
 workers in about half the layers at 8M edges), and a miss rebuilt them from the Parquet slice with
 two searchsorted passes and a unique over every edge: ~4 s of a ~6 s collect per 4M-edge
 partition, against ~0.1 s to load the arrays. A saved file is trusted only if it names the same
-source files (names and sizes) as the layout and vertex slices it was derived from.
+source files (names and sizes) as the layout and vertex slices it was derived from. Listing and
+reading go through sparkgnn.files (pyarrow.fs), so a prep dir on s3:// works too; there a saved
+file is one object put whole (no temporary, no rename).
 """
 
 from __future__ import annotations
 
 import functools
+import io
 import os
 import uuid
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from sparkgnn import files as fsys
 from sparkgnn.planner.partitions import CACHED_PARTITIONS
 
 STAT_COLUMNS = ("gcn_degree",)
@@ -37,22 +42,29 @@ def _read_part(prep_dir: str, table: str, part: int, columns: list[str]) -> pa.T
     files = _part_files(prep_dir, table, part)
     if not files:
         return pa.table({c: pa.array([], pa.float32() if c in ("w",) + STAT_COLUMNS else pa.int64()) for c in columns})
-    return pa.concat_tables([pq.read_table(f, columns=columns) for f in files])
+    fs = fsys.filesystem(files[0][0])[0]
+    return pa.concat_tables([pq.read_table(fsys.filesystem(f)[1], columns=columns, filesystem=fs) for f, _ in files])
 
 
-def _part_files(prep_dir: str, table: str, part: int) -> list[str]:
-    path = os.path.join(prep_dir, table, f"part={part}")
-    if not os.path.isdir(path):
+def _part_files(prep_dir: str, table: str, part: int) -> list[tuple[str, int]]:
+    """(path, size) of the Parquet files of one partition's slice, sorted ([] without a folder)."""
+    path = fsys.join(prep_dir, table, f"part={part}")
+    fs, inner = fsys.filesystem(path)
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(inner, allow_not_found=True))
+    except NotADirectoryError:
         return []
-    return sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".parquet"))
+    return sorted(
+        (fsys.join(path, i.base_name), int(i.size))
+        for i in infos
+        if i.type == pafs.FileType.File and i.base_name.endswith(".parquet")
+    )
 
 
 def _source_key(prep_dir: str, tables: tuple[str, ...], part: int) -> str:
     """What a derived file was built from: the file names and sizes of the layout slices."""
     return "|".join(
-        table
-        + "="
-        + ";".join(f"{os.path.basename(f)}:{os.path.getsize(f)}" for f in _part_files(prep_dir, table, part))
+        table + "=" + ";".join(f"{f.rpartition('/')[2]}:{size}" for f, size in _part_files(prep_dir, table, part))
         for table in tables
     )
 
@@ -61,7 +73,10 @@ def _derived(prep_dir: str, table: str, part: int, build) -> dict[str, np.ndarra
     """The arrays `build()` derives from a layout slice, from `<prep>/local/` when an earlier task
     saved them for the same source files, else built and saved (see the module)."""
     key = _source_key(prep_dir, (table, "vertices"), part)  # local positions follow the owned ids
-    path = os.path.join(prep_dir, "local", table, f"part={part}.npz")
+    path = fsys.join(prep_dir, "local", table, f"part={part}.npz")
+    if not fsys.is_local(path):
+        return _derived_remote(path, key, build)
+    path = fsys.filesystem(path)[1]
     if os.path.exists(path):
         try:
             with np.load(path, allow_pickle=False) as saved:
@@ -79,6 +94,24 @@ def _derived(prep_dir: str, table: str, part: int, build) -> dict[str, np.ndarra
     except OSError:  # a read-only work dir costs the rebuild next time, nothing else
         if os.path.exists(temporary):
             os.remove(temporary)
+    return arrays
+
+
+def _derived_remote(path: str, key: str, build) -> dict[str, np.ndarray]:
+    """_derived on a remote prep dir: the saved file is read and written whole (one object)."""
+    try:
+        with np.load(io.BytesIO(fsys.read_bytes(path)), allow_pickle=False) as saved:
+            if str(saved["source_key"]) == key:
+                return {name: saved[name] for name in saved.files if name != "source_key"}
+    except (OSError, ValueError, KeyError):
+        pass
+    arrays = build()
+    buffer = io.BytesIO()
+    np.savez(buffer, source_key=np.array(key), **arrays)
+    try:
+        fsys.write_bytes_atomic(path, buffer.getvalue())
+    except OSError:
+        pass
     return arrays
 
 

@@ -16,9 +16,10 @@ list<float|double|int> too (Spark writes array<float> as a plain list).
 from __future__ import annotations
 
 import json
-import os
 
 import pyarrow as pa
+
+from sparkgnn import files
 
 VERTICES_DIR = "vertices"
 EDGES_DIR = "edges"
@@ -76,19 +77,16 @@ def is_local(path: str) -> bool:
 
 
 def read_meta(path: str) -> dict | None:
-    """graph.json of a local graph directory, or None when absent (e.g. a directory Spark wrote)."""
-    meta_path = os.path.join(strip_scheme(path), META_FILE)
-    if not os.path.exists(meta_path):
+    """graph.json of a graph directory (any path sparkgnn.files reaches), or None when absent
+    (e.g. a directory Spark wrote)."""
+    try:
+        return files.read_json(files.join(strip_scheme(path), META_FILE))
+    except FileNotFoundError:
         return None
-    with open(meta_path) as fh:
-        return json.load(fh)
 
 
 def write_meta(path: str, meta: dict) -> None:
-    """Write graph.json atomically (temp file + rename) so readers never see half a document."""
-    target = os.path.join(strip_scheme(path), META_FILE)
-    tmp = target + ".tmp"
-    with open(tmp, "w") as fh:
-        json.dump({"format": FORMAT, **meta}, fh, indent=2, sort_keys=True)
-        fh.write("\n")
-    os.replace(tmp, target)
+    """Write graph.json atomically (files.write_bytes_atomic: temp file + rename on a disk, one put
+    on an object store) so readers never see half a document."""
+    text = json.dumps({"format": FORMAT, **meta}, indent=2, sort_keys=True) + "\n"
+    files.write_bytes_atomic(files.join(strip_scheme(path), META_FILE), text.encode())

@@ -12,6 +12,11 @@ edited after saving, a clear ModelLoadError instead of a silently different mode
 
 The fingerprint is sha256 over the canonical spec JSON and every state_dict tensor (name, dtype,
 shape, raw bytes) in sorted-name order: same model -> same string, in any process.
+
+Where: any path sparkgnn.files reaches (local, s3://, hdfs://); both files are read and written
+whole through pyarrow.fs (each write atomic: a put on an object store, temp + rename on a disk) and
+model.json goes last, so it is the commit record: a directory without it holds no model, and the
+weights it names are complete (their checksum is in it).
 """
 
 from __future__ import annotations
@@ -20,10 +25,10 @@ import hashlib
 import io
 import json
 import os
-from pathlib import Path
 
 import torch
 
+from sparkgnn import files
 from sparkgnn.errors import ModelLoadError
 
 MANIFEST = "model.json"
@@ -48,42 +53,41 @@ def fingerprint(model) -> str:
     return h.hexdigest()
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def save_model(model, path) -> None:
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
+def save_model(model, path, unique_weights: bool = False) -> None:
+    """weights, then model.json (the commit record). `unique_weights`: name the weights file after
+    its checksum (`weights-<sha256[:16]>.pt`) instead of weights.pt, so that two processes saving
+    the same model into one object-store directory at once (no rename there) can never leave a
+    model.json naming the other's weights (torch.save's bytes differ between saves)."""
+    path = os.fspath(path)
+    files.makedirs(path)
     buf = io.BytesIO()
     torch.save({k: v.detach().to("cpu").clone() for k, v in model.state_dict().items()}, buf)
     data = buf.getvalue()
-    _atomic_write(path / WEIGHTS, data)
+    digest = hashlib.sha256(data).hexdigest()
+    weights = f"weights-{digest[:16]}.pt" if unique_weights else WEIGHTS
+    files.write_bytes_atomic(files.join(path, weights), data)
     manifest = {
         "format": MANIFEST_FORMAT,
         "version": MANIFEST_VERSION,
         "spec": model.spec,
-        "weights_file": WEIGHTS,
-        "weights_sha256": hashlib.sha256(data).hexdigest(),
+        "weights_file": weights,
+        "weights_sha256": digest,
         "fingerprint": fingerprint(model),
     }
-    _atomic_write(path / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True).encode())
+    files.write_bytes_atomic(files.join(path, MANIFEST), json.dumps(manifest, indent=2, sort_keys=True).encode())
 
 
 def load_model(cls, path):
-    path = Path(path)
-    if path.is_file() and path.name == MANIFEST:
-        path = path.parent
-    mpath = path / MANIFEST
-    if not mpath.is_file():
-        raise ModelLoadError(f"no saved model at {path}: {MANIFEST} is missing")
+    path = os.fspath(path).rstrip("/") or "/"
+    if path.rpartition("/")[2] == MANIFEST and files.kind(path) == "file":
+        path = files.parent(path)
+    mpath = files.join(path, MANIFEST)
     try:
-        manifest = json.loads(mpath.read_text())
+        text = files.read_bytes(mpath)
+    except FileNotFoundError:
+        raise ModelLoadError(f"no saved model at {path}: {MANIFEST} is missing") from None
+    try:
+        manifest = json.loads(text)
     except (OSError, ValueError) as e:
         raise ModelLoadError(f"{mpath} is not valid JSON: {e}") from e
     if (
@@ -98,10 +102,11 @@ def load_model(cls, path):
     wname = str(manifest["weights_file"])
     if os.sep in wname or (os.altsep and os.altsep in wname) or wname in ("", ".", ".."):
         raise ModelLoadError(f"{mpath}: weights_file must be a plain file name, got {wname!r}")
-    wpath = path / wname
-    if not wpath.is_file():
-        raise ModelLoadError(f"weights file {wpath} is missing")
-    data = wpath.read_bytes()
+    wpath = files.join(path, wname)
+    try:
+        data = files.read_bytes(wpath)
+    except FileNotFoundError:
+        raise ModelLoadError(f"weights file {wpath} is missing") from None
     if hashlib.sha256(data).hexdigest() != manifest["weights_sha256"]:
         raise ModelLoadError(
             f"weights file {wpath} does not match the checksum in {mpath} (corrupt or modified after saving)"

@@ -45,9 +45,9 @@ def graph_fingerprint(graph) -> str:
     if isinstance(graph, (str, os.PathLike)):
         from sparkgnn.graph.dirfacts import read_trusted_meta
         from sparkgnn.graph.reader import read_graph_dir
-        from sparkgnn.pe.layout import local_path
+        from sparkgnn.pe.layout import normal_path
 
-        path = local_path(graph)
+        path = normal_path(graph)
         meta, _why = read_trusted_meta(path)
         if meta and meta.get("fingerprint"):
             return str(meta["fingerprint"])
@@ -59,9 +59,9 @@ def graph_sizes(graph) -> dict:
     """num_vertices / num_edges / feature_dim for the size report (graph.json or Graph.stats())."""
     if isinstance(graph, (str, os.PathLike)):
         from sparkgnn.graph.dirfacts import read_trusted_meta
-        from sparkgnn.pe.layout import local_path
+        from sparkgnn.pe.layout import normal_path
 
-        meta = read_trusted_meta(local_path(graph))[0] or {}
+        meta = read_trusted_meta(normal_path(graph))[0] or {}
     elif hasattr(graph, "stats"):
         meta = graph.stats()
     else:  # an in-memory GraphData

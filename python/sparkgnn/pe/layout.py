@@ -1,71 +1,126 @@
 """Where a PE store keeps what, and the one way its manifest is read and written.
 
-    <store>/<graph fingerprint>/<model fingerprint>/manifest.json
-    <store>/<graph fingerprint>/<model fingerprint>/layer=<l>/part-*.parquet   id, h[, state]
-    <store>/<graph fingerprint>/<model fingerprint>/metrics/<name>/part-*.parquet
+    <store>/<graph fingerprint>/<model fingerprint>/manifest.json          the commit record
+    <store>/<graph fingerprint>/<model fingerprint>/_writer.json           the writer's lease
+    <store>/<graph fingerprint>/<model fingerprint>/layer=<l>/attempt=<id>/part-*.parquet   id, h[, state]
+    <store>/<graph fingerprint>/<model fingerprint>/metrics/<name>/attempt=<id>/part-*.parquet
 
 WHY fingerprints in the path: a store can hold PEs of several models over several graphs side by
 side, and a reader asked for (graph G, model M) can only ever open G/M's directory, so stale PEs
-are never picked up by accident. The manifest is the COMMIT RECORD: a layer directory counts only
-once its number is in `layers_complete`; anything else on disk (a half-written `.tmp-*` dir, an
-orphaned layer dir from a crashed forced rerun) is ignored and cleaned up by the next writer.
+are never picked up by accident.
 
-Local filesystem only: the commit protocol relies on POSIX rename of a directory and
-os.replace of a file being atomic. On HDFS the same protocol works with FileSystem.rename (atomic
-for directories); on S3 (no atomic rename) it needs a committer or a manifest-only commit.
+WHY attempts and a manifest, not renames: the store must work where there is no rename (S3 and
+other object stores, where a "move" is a copy and a directory is only a key prefix). Every write of
+a layer goes to a fresh `attempt=<uuid>/` folder, and the manifest -- one JSON object, written
+last and whole (files.write_json_atomic: a put on an object store, temp + rename on a disk) -- is
+the COMMIT RECORD: it names the layers in `layers_complete`, the attempt folder of each under
+`paths`, and every file of it (size, CRC-32) under `files`. Anything else on disk (an attempt of a
+crashed or concurrent run, a legacy `layer=<l>.tmp-*` dir) is never read and is deleted by the
+next writer once its own commit is in. Stores written before attempts existed have no `paths`:
+their layer files lie in `layer=<l>/` itself, and readers still find them there.
+
+Paths are local paths or URIs (sparkgnn.files: s3://, hdfs://, ...); Python reads and writes go
+through pyarrow.fs, Spark's through `spark_uri` (its own Hadoop filesystem).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import json
-import os
 import uuid
 
+from sparkgnn import files
+
 MANIFEST_FILE = "manifest.json"
+LEASE_FILE = "_writer.json"
 FORMAT = 1
 METRICS_DIR = "metrics"
+PATHS_KEY = "paths"
+ATTEMPT_PREFIX = "attempt="
 
 
-def local_path(path) -> str:
-    """Plain absolute local path (accepts file: URIs); refuses remote URIs (see module doc)."""
+def normal_path(path) -> str:
+    """A local path (or file: URI) as a plain absolute path; a remote URI without a trailing '/'."""
     path = str(path)
-    if path.startswith("file://"):
-        path = path[len("file://") :]
-    elif path.startswith("file:"):
-        path = path[len("file:") :]
-    if "://" in path:
-        raise NotImplementedError(
-            f"PE stores are local-filesystem only for now, got {path!r} "
-            "(HDFS needs FileSystem.rename, S3 a manifest-only commit)"
-        )
-    return os.path.abspath(path)
+    if files.is_local(path):
+        return files.filesystem(path)[1]
+    return path.rstrip("/")
 
 
 def spark_uri(path: str) -> str:
-    """file: URI so Spark writes/reads the LOCAL path even when its default FS is HDFS."""
-    return "file://" + local_path(path)
+    """What Spark's Hadoop filesystem is given: file:// for local paths (so it stays local when
+    the default FS is HDFS), s3a:// for s3:// (needs hadoop-aws on the cluster)."""
+    return files.spark_uri(path)
 
 
 def store_dir(root, graph_fp: str, model_fp: str) -> str:
-    return os.path.join(local_path(root), graph_fp, model_fp)
+    return files.join(normal_path(root), graph_fp, model_fp)
 
 
 def layer_dir(base: str, layer: int) -> str:
-    return os.path.join(base, f"layer={int(layer)}")
+    """The folder of layer `layer` (its attempts lie inside; see committed_dir)."""
+    return files.join(base, layer_key(layer))
 
 
-def tmp_dir(final: str) -> str:
-    return f"{final}.tmp-{uuid.uuid4().hex}"
+def layer_key(layer: int) -> str:
+    """Key of a layer in manifest["files"] and manifest["paths"] (its folder under the store)."""
+    return f"layer={int(layer)}"
+
+
+def metrics_key(name: str) -> str:
+    return f"{METRICS_DIR}/{name}"
+
+
+def new_attempt(key: str) -> str:
+    """A fresh attempt folder for `key`, relative to the store directory."""
+    return f"{key}/{ATTEMPT_PREFIX}{uuid.uuid4().hex}"
+
+
+def committed_dir(base: str, manifest: dict, key: str) -> str:
+    """Where the manifest says the committed files of `key` (a layer or metrics table) lie: its
+    attempt folder, or the key's folder itself for stores written before attempts existed."""
+    rel = (manifest.get(PATHS_KEY) or {}).get(key) or key
+    return files.join(base, rel)
+
+
+def committed_files(base: str, manifest: dict, key: str) -> list[str] | None:
+    """The paths of the files the manifest recorded for `key` (None: no record, read the folder)."""
+    recorded = (manifest.get("files") or {}).get(key)
+    if not recorded:
+        return None
+    folder = committed_dir(base, manifest, key)
+    return [files.join(folder, r["file"]) for r in recorded]
+
+
+def read_table(base: str, manifest: dict, key: str, columns=None):
+    """The committed rows of `key` with pyarrow: exactly the recorded files (a stray file in the
+    folder is never read), or the whole folder when the store has no file record."""
+    import pyarrow.parquet as pq
+
+    listed = committed_files(base, manifest, key)
+    if listed is None:
+        fs, inner = files.filesystem(committed_dir(base, manifest, key))
+        return pq.read_table(inner, filesystem=fs, columns=columns)
+    fs = files.filesystem(listed[0])[0]
+    return pq.read_table([files.filesystem(p)[1] for p in listed], filesystem=fs, columns=columns)
+
+
+def read_layer(base: str, layer: int, manifest: dict | None = None, columns=None):
+    """Layer `layer` of the store directory `base`, as its manifest committed it."""
+    manifest = manifest if manifest is not None else (read_manifest(base) or {})
+    return read_table(base, manifest, layer_key(layer), columns)
+
+
+def spark_paths(base: str, manifest: dict, key: str) -> list[str]:
+    """What Spark reads for `key`: the recorded files, or the committed folder without a record."""
+    listed = committed_files(base, manifest, key)
+    return [spark_uri(p) for p in listed] if listed else [spark_uri(committed_dir(base, manifest, key))]
 
 
 def stale_tmp_dirs(final: str) -> list[str]:
-    """Left-overs of crashed commits of this very directory (`<final>.tmp-*`)."""
-    parent, name = os.path.split(final)
-    if not os.path.isdir(parent):
-        return []
+    """Left-overs of the rename-based protocol of earlier versions (`<final>.tmp-*`)."""
+    folder, _sep, name = final.rstrip("/").rpartition("/")
     prefix = name + ".tmp-"
-    return [os.path.join(parent, d) for d in sorted(os.listdir(parent)) if d.startswith(prefix)]
+    return [files.join(folder, d) for d in sorted(files.entries(folder)) if d.startswith(prefix)]
 
 
 def now() -> str:
@@ -73,31 +128,18 @@ def now() -> str:
 
 
 def read_manifest(base: str) -> dict | None:
-    path = os.path.join(base, MANIFEST_FILE)
-    if not os.path.exists(path):
+    try:
+        return files.read_json(files.join(base, MANIFEST_FILE))
+    except FileNotFoundError:
         return None
-    with open(path) as fh:
-        return json.load(fh)
 
 
 def write_manifest(base: str, manifest: dict) -> None:
-    """Atomic: write a temp file beside it, fsync, os.replace. Readers see the old or the new
-    manifest, never half of one, so the manifest can serve as the commit record."""
-    os.makedirs(base, exist_ok=True)
-    target = os.path.join(base, MANIFEST_FILE)
-    tmp = f"{target}.tmp-{uuid.uuid4().hex}"
-    with open(tmp, "w") as fh:
-        json.dump(manifest, fh, indent=2, sort_keys=True)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, target)
+    """Atomic (one put on an object store; temp file, fsync, rename on a disk): readers see the
+    old or the new manifest, never half of one, so the manifest serves as the commit record."""
+    files.write_json_atomic(files.join(base, MANIFEST_FILE), manifest, indent=2, sort_keys=True)
 
 
 def dir_bytes(path: str) -> int:
     """Bytes of the data files under a directory (Spark's .crc/_SUCCESS side files excluded)."""
-    total = 0
-    for root, _dirs, files in os.walk(path):
-        for f in files:
-            if not f.startswith((".", "_")):
-                total += os.path.getsize(os.path.join(root, f))
-    return total
+    return sum(f.size for f in files.data_files(path))

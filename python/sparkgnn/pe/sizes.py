@@ -9,18 +9,23 @@ and `state` columns, plus raw (uncompressed float32) bytes = rows x width x 4.
 
 from __future__ import annotations
 
-import glob
-import os
-
+from sparkgnn import files
 from sparkgnn.pe import layout
 
 
-def _column_bytes(directory: str) -> dict:
+def _column_bytes(base: str, manifest: dict, key: str) -> dict:
+    """Compressed bytes per top-level column over the committed Parquet files of `key` (footers only)."""
     import pyarrow.parquet as pq
 
+    listed = layout.committed_files(base, manifest, key)
+    if listed is None:
+        folder = layout.committed_dir(base, manifest, key)
+        listed = [files.join(folder, f.rel) for f in files.data_files(folder)]
     out: dict = {}
-    for path in sorted(glob.glob(os.path.join(directory, "*.parquet"))):
-        meta = pq.ParquetFile(path).metadata
+    for path in sorted(p for p in listed if p.endswith(".parquet")):
+        fs, inner = files.filesystem(path)
+        with fs.open_input_file(inner) as handle:
+            meta = pq.ParquetFile(handle).metadata
         for rg in range(meta.num_row_groups):
             group = meta.row_group(rg)
             for c in range(group.num_columns):
@@ -36,7 +41,7 @@ def size_report(base: str, manifest: dict) -> dict:
     n = graph.get("num_vertices")
     pe_bytes, state_bytes, pe_raw, state_raw = {}, {}, {}, {}
     for l in sorted(int(x) for x in manifest["layers_complete"]):
-        cols = _column_bytes(layout.layer_dir(base, l))
+        cols = _column_bytes(base, manifest, layout.layer_key(l))
         rows = int(manifest.get("rows", {}).get(str(l), n or 0))
         pe_bytes[str(l)] = cols.get("h", 0)
         pe_raw[str(l)] = rows * dims[l - 1] * 4

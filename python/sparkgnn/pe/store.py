@@ -6,16 +6,14 @@ changed gives plausible-looking, wrong answers. So `open` needs the model and th
 every difference it finds (weights, graph, layer count, widths, layers never committed) in one
 StalePEStore message.
 
-Lookups load a layer's Parquet with pyarrow once (cached per layer) and answer id batches with a
-vectorised search (lookup.py); `frame` hands the same layer to Spark for joins at scale.
+Lookups load a layer's Parquet with pyarrow once (cached per layer; exactly the files the manifest
+recorded, through pyarrow.fs, so s3:// stores work) and answer id batches with a vectorised search
+(lookup.py); `frame` hands the same files to Spark (its Hadoop filesystem) for joins at scale.
 """
 
 from __future__ import annotations
 
-import os
-
-import pyarrow.parquet as pq
-
+from sparkgnn import files
 from sparkgnn.errors import DamagedPEStore, StalePEStore
 from sparkgnn.pe import integrity, layout
 from sparkgnn.pe.identity import graph_fingerprint, model_identity
@@ -30,7 +28,7 @@ def _short(fp: str) -> str:
 
 
 def _listdirs(path: str) -> list[str]:
-    return sorted(d for d in os.listdir(path) if os.path.isdir(os.path.join(path, d))) if os.path.isdir(path) else []
+    return sorted(name for name, what in files.entries(path).items() if what == "dir")
 
 
 def _missing_dir_problem(root: str, graph_fp: str, model) -> str:
@@ -41,11 +39,11 @@ def _missing_dir_problem(root: str, graph_fp: str, model) -> str:
         return (
             f"graph fingerprint differs: no PEs for graph {_short(graph_fp)} under {root} (store has graph(s): {have})"
         )
-    models = _listdirs(os.path.join(root, graph_fp))
+    models = _listdirs(files.join(root, graph_fp))
     same_spec = [
         m
         for m in models
-        if (layout.read_manifest(os.path.join(root, graph_fp, m)) or {}).get("model_spec_sha256") == model.spec_sha
+        if (layout.read_manifest(files.join(root, graph_fp, m)) or {}).get("model_spec_sha256") == model.spec_sha
     ]
     if same_spec:
         return (
@@ -55,7 +53,7 @@ def _missing_dir_problem(root: str, graph_fp: str, model) -> str:
         )
     described = []
     for m in models:
-        mf = layout.read_manifest(os.path.join(root, graph_fp, m)) or {}
+        mf = layout.read_manifest(files.join(root, graph_fp, m)) or {}
         described.append(f"{_short(m)} ({mf.get('num_layers')} layers, dims {mf.get('dims')})")
     return (
         f"model fingerprint differs: no PEs for model {_short(model.fingerprint)} "
@@ -99,15 +97,12 @@ def damaged_parts(base: str, manifest: dict, verify: str = "checksums") -> list[
     """'layer=2: 1 file(s) missing: ...' for every committed directory whose files differ from
     the manifest's record."""
     recorded = manifest.get(integrity.FILES_KEY) or {}
-    columns = ("id", "h", "state") if manifest.get("with_states") else ("id", "h")
-    parts: list[tuple[str, str, tuple[str, ...]]] = [
-        (layer_key(l), layout.layer_dir(base, int(l)), columns) for l in sorted(manifest["layers_complete"])
-    ]
-    parts += [
-        (metrics_key(n), os.path.join(base, layout.METRICS_DIR, n), ()) for n in manifest.get("metric_tables") or []
-    ]
+    columns: tuple[str, ...] = ("id", "h", "state") if manifest.get("with_states") else ("id", "h")
+    keys = [(layer_key(l), columns) for l in sorted(manifest["layers_complete"])]
+    keys += [(metrics_key(n), ()) for n in manifest.get("metric_tables") or []]
     found = []
-    for key, directory, cols in parts:
+    for key, cols in keys:
+        directory = layout.committed_dir(base, manifest, key)
         problems = integrity.problems(directory, recorded.get(key), verify, cols)
         if problems:
             found.append(f"{key}: " + ", ".join(problems))
@@ -130,12 +125,12 @@ class PEStore:
         files differ from their commit record (`verify`: "checksums" or "sizes", integrity.py)."""
         ident = model_identity(model)
         graph_fp = graph_fingerprint(graph)
-        root = layout.local_path(path)
-        if os.path.exists(os.path.join(root, layout.MANIFEST_FILE)):
+        root = layout.normal_path(path)
+        if files.kind(files.join(root, layout.MANIFEST_FILE)) == "file":
             base = root
         else:
             base = layout.store_dir(root, graph_fp, ident.fingerprint)
-            if not os.path.isdir(base):
+            if files.kind(base) != "dir":
                 raise StalePEStore(f"PE store {root}: {_missing_dir_problem(root, graph_fp, ident)}")
         manifest = layout.read_manifest(base)
         if manifest is None:
@@ -174,13 +169,14 @@ class PEStore:
         return int(layer)
 
     def layer_path(self, layer: int) -> str:
-        return layout.layer_dir(self.base, self._check_layer(layer))
+        """The folder holding the committed files of `layer` (its attempt folder)."""
+        return layout.committed_dir(self.base, self.manifest, layer_key(self._check_layer(layer)))
 
     # -- lookups -------------------------------------------------------------------------------
     def _table(self, layer: int) -> SortedTable:
         layer = self._check_layer(layer)
         if layer not in self._tables:
-            table = pq.read_table(self.layer_path(layer))
+            table = layout.read_table(self.base, self.manifest, layer_key(layer))
             what = f"PE store layer {layer}"
             cols = {"h": vectors(table.column("h"), self.width(layer), f"{what} h")}
             if "state" in table.column_names:
@@ -208,13 +204,14 @@ class PEStore:
         return h, s
 
     def frame(self, spark, layer: int):
-        """The layer as a Spark DataFrame (id, h[, state])."""
-        return spark.read.parquet(layout.spark_uri(self.layer_path(layer)))
+        """The layer as a Spark DataFrame (id, h[, state]): its recorded files, read by Spark's
+        own filesystem (s3a:// for an s3:// store: the cluster needs hadoop-aws)."""
+        return spark.read.parquet(*layout.spark_paths(self.base, self.manifest, layer_key(self._check_layer(layer))))
 
     def metrics_frame(self, spark, name: str):
         if name not in (self.manifest.get("metric_tables") or []):
             raise ValueError(f"no metrics table {name!r} (have {self.manifest.get('metric_tables')})")
-        return spark.read.parquet(layout.spark_uri(os.path.join(self.base, layout.METRICS_DIR, name)))
+        return spark.read.parquet(*layout.spark_paths(self.base, self.manifest, metrics_key(name)))
 
     def size_report(self) -> dict:
         from sparkgnn.pe.sizes import size_report

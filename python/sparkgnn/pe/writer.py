@@ -1,36 +1,66 @@
 """PEWriter: commits one layer of PEs at a time, so a crashed precompute resumes where it died.
 
-Commit protocol for layer l (and for each metrics table), WHY in this order:
-  1. remove stale `layer=<l>.tmp-*` dirs left by a crashed attempt;
-  2. Spark writes the DataFrame to a fresh `layer=<l>.tmp-<uuid>/` (a crash here leaves only a
-     tmp dir, which step 1 of the next run deletes);
-  3. the tmp dir is renamed to `layer=<l>/` (atomic on a local FS; an orphaned `layer=<l>/` that
-     the manifest does not list is deleted first);
-  4. manifest.json is rewritten atomically with l added to `layers_complete` and the layer's files
-     (size, CRC-32; integrity.py) under `files` -- THIS is the commit point. A crash between 3 and
-     4 leaves a directory the manifest does not vouch for; it is recomputed, never trusted.
-Readers (PEStore) only look at layers listed in the manifest, and only after checking their files
-against the record. A resumed run checks the same way and recomputes a damaged layer (and every
-layer after it) instead of trusting the manifest. On HDFS the same protocol needs
-FileSystem.rename; see layout.py.
+Commit protocol for layer l (and for each metrics table), the same on a local disk, HDFS and an
+object store (no rename anywhere; layout.py says why):
+  1. the writer holds the store's lease (`_writer.json`: its unique id, host, pid), taken when it
+     was created, and checks before every write and every commit that it still holds it and that
+     the manifest is the one it last read or wrote (`commit` token);
+  2. the layer's rows are written to a fresh `layer=<l>/attempt=<uuid>/` (Spark through its Hadoop
+     filesystem, or pyarrow for in-memory arrays); a crash here leaves an attempt nobody reads;
+  3. the attempt's files are listed and checksummed (integrity.py);
+  4. manifest.json is rewritten whole with l in `layers_complete`, the attempt under `paths` and its
+     files under `files` -- THIS is the commit point (one put on an object store, temp + rename on
+     a disk). A crash before it leaves the previous manifest, which never names the attempt;
+  5. the layer's other attempts (failed, concurrent or superseded ones) and legacy `layer=<l>.tmp-*`
+     dirs are deleted.
+Readers (PEStore) only look at layers listed in the manifest, read only the files recorded for them,
+and check those files against the record first. A resumed run checks the same way and recomputes a
+damaged layer (and every layer after it) instead of trusting the manifest.
+
+Two writers: the one created last takes the lease over (with a log line naming the previous
+holder: a crashed run never gives it back) and the other stops with PEStoreConflict before its next
+write or commit. A writer also stops if the manifest changed since it last read or wrote it (a
+writer that never saw the lease). Both checks are a read before a write, not an atomic
+compare-and-swap (pyarrow.fs has no conditional put), so two writers committing in the same
+instant can still race; what they cannot do is mix their files: each commit names only its own
+attempt's files.
 """
 
 from __future__ import annotations
 
+import functools
 import os
-import shutil
+import socket
+import uuid
 
+from sparkgnn import files
+from sparkgnn.errors import PEStoreConflict
 from sparkgnn.pe import integrity, layout
 from sparkgnn.pe.identity import graph_fingerprint, graph_sizes, model_identity
+
+COMMIT_KEY = "commit"
 
 
 def layer_key(l: int) -> str:
     """Key of a layer directory in manifest["files"] (its name under the store directory)."""
-    return f"layer={int(l)}"
+    return layout.layer_key(l)
 
 
 def metrics_key(name: str) -> str:
-    return f"{layout.METRICS_DIR}/{name}"
+    return layout.metrics_key(name)
+
+
+def _token(manifest: dict | None):
+    return (manifest or {}).get(COMMIT_KEY)
+
+
+def _holder(lease: dict | None) -> str:
+    if not lease:
+        return "no writer: the lease was removed"
+    return (
+        f"writer {str(lease.get('writer'))[:12]} on {lease.get('host')}, pid {lease.get('pid')}, "
+        f"since {lease.get('since')}"
+    )
 
 
 class PEWriter:
@@ -41,13 +71,60 @@ class PEWriter:
         self.base = layout.store_dir(store_root, self.graph_fingerprint, self.model.fingerprint)
         self._graph = graph
         self._log = log or (lambda _line: None)
+        self.writer_id = uuid.uuid4().hex
         old = layout.read_manifest(self.base)
+        self._seen = _token(old)
+        self._take_lease()
         if old is not None and not force and self._reusable(old):
             self.manifest = old
             self._unvouch_damaged()
         else:
             self.manifest = self._fresh_manifest(old)
-            layout.write_manifest(self.base, self.manifest)
+            self._save()
+
+    # -- the lease -----------------------------------------------------------------------------
+    def _lease_path(self) -> str:
+        return files.join(self.base, layout.LEASE_FILE)
+
+    def _read_lease(self) -> dict | None:
+        try:
+            lease = files.read_json(self._lease_path())
+        except (FileNotFoundError, ValueError):
+            return None
+        return lease if isinstance(lease, dict) else None
+
+    def _take_lease(self) -> None:
+        held = self._read_lease()
+        if held and held.get("writer") != self.writer_id and not held.get("released"):
+            self._log(
+                f"sparkgnn precompute: {self.base} was held by {_holder(held)}, which did not finish "
+                "(crashed, or still running: it stops before its next commit); this writer takes it over"
+            )
+        self._lease = {
+            "writer": self.writer_id,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "since": layout.now(),
+        }
+        files.write_json_atomic(self._lease_path(), self._lease)
+
+    def _check_owner(self, what: str) -> None:
+        """Refuse to go on (PEStoreConflict) unless this writer still holds the lease and the
+        manifest is the one it last read or wrote (protocol step 1)."""
+        held = self._read_lease()
+        if (held or {}).get("writer") != self.writer_id:
+            raise PEStoreConflict(
+                f"PE store {self.base}: another writer took it over after this one started "
+                f"({_holder(held)}); this writer stops before {what}, nothing of it committed. "
+                "Let the other writer finish; a rerun then resumes from the committed layers"
+            )
+        token = _token(layout.read_manifest(self.base))
+        if token != self._seen:
+            raise PEStoreConflict(
+                f"PE store {self.base}: its manifest was committed by someone else (commit {token}, "
+                f"this writer last saw {self._seen}); this writer stops before {what}, nothing of it "
+                "committed. A rerun resumes from the committed layers"
+            )
 
     def _unvouch_damaged(self) -> None:
         """Resume only from layers whose files still match their commit record: a damaged layer
@@ -57,7 +134,8 @@ class PEWriter:
         columns = ("id", "h", "state") if self.manifest.get("with_states") else ("id", "h")
         dropped = []
         for l in self.completed_layers():
-            found = integrity.problems(layout.layer_dir(self.base, l), recorded.get(layer_key(l)), columns=columns)
+            folder = layout.committed_dir(self.base, self.manifest, layer_key(l))
+            found = integrity.problems(folder, recorded.get(layer_key(l)), columns=columns)
             if found:
                 self.manifest["layers_complete"].remove(l)
                 dropped.append(l)
@@ -66,7 +144,7 @@ class PEWriter:
                 )
         for name in list(self.manifest.get("metric_tables") or []):
             found = integrity.problems(
-                os.path.join(self.base, layout.METRICS_DIR, name), recorded.get(metrics_key(name))
+                layout.committed_dir(self.base, self.manifest, metrics_key(name)), recorded.get(metrics_key(name))
             )
             if found:
                 self._log(
@@ -111,11 +189,17 @@ class PEWriter:
             "graph": graph_sizes(self._graph),
             "sizes": None,
             integrity.FILES_KEY: {},
+            layout.PATHS_KEY: {},
         }
 
-    def _save(self) -> None:
+    def _save(self, what: str = "writing the manifest") -> None:
+        """Commit point: the whole manifest in one atomic write, after the ownership check."""
+        self._check_owner(what)
         self.manifest["updated"] = layout.now()
+        self.manifest[COMMIT_KEY] = uuid.uuid4().hex
+        self.manifest["writer"] = self.writer_id
         layout.write_manifest(self.base, self.manifest)
+        self._seen = self.manifest[COMMIT_KEY]
 
     def completed_layers(self) -> list[int]:
         """Layers the manifest vouches for, ascending (with force=True: none, the old entry was
@@ -130,30 +214,37 @@ class PEWriter:
         return l
 
     # -- commits -------------------------------------------------------------------------------
-    def _commit_dir(self, df, final: str, columns: list[str]) -> int:
-        return self._commit_with(final, lambda tmp: self._commit_dir_write(df, tmp, columns))
-
-    def _record_files(self, key: str, directory: str) -> None:
-        """Put the committed directory's file record into the manifest (saved by the caller's
-        commit, so record and commit land together)."""
-        self.manifest.setdefault(integrity.FILES_KEY, {})[key] = integrity.record(directory)
-
-    @staticmethod
-    def _commit_dir_write(df, tmp: str, columns: list[str]) -> int:
-        df.selectExpr(*columns).write.mode("overwrite").parquet(layout.spark_uri(tmp))
-        return int(df.sparkSession.read.parquet(layout.spark_uri(tmp)).count())
-
-    @staticmethod
-    def _commit_with(final: str, write) -> int:
-        """Steps 1-3 of the protocol (module doc) around `write(tmp_dir) -> rows`."""
-        for stale in layout.stale_tmp_dirs(final):
-            shutil.rmtree(stale, ignore_errors=True)
-        tmp = layout.tmp_dir(final)
-        rows = write(tmp)
-        if os.path.exists(final):
-            shutil.rmtree(final)
-        os.rename(tmp, final)
+    def _write_attempt(self, key: str, write) -> int:
+        """Steps 2-3 of the protocol: `write(folder) -> rows` into a fresh attempt of `key`, whose
+        folder and file record go into the manifest (committed by the caller's _save)."""
+        self._check_owner(f"writing {key}")
+        rel = layout.new_attempt(key)
+        folder = files.join(self.base, rel)
+        rows = write(folder)
+        self.manifest.setdefault(layout.PATHS_KEY, {})[key] = rel
+        self.manifest.setdefault(integrity.FILES_KEY, {})[key] = integrity.record(folder)
         return int(rows)
+
+    def _legacy(self, key: str) -> bool:
+        """Whether `key`'s committed files lie in its folder itself (a store written before
+        attempts): an attempt written there would count as an added file until committed."""
+        return key not in (self.manifest.get(layout.PATHS_KEY) or {})
+
+    def _clean(self, key: str) -> None:
+        """Step 5: everything in `key`'s folder but its committed attempt (failed, concurrent and
+        superseded attempts; the files of a store written before attempts), and legacy tmp dirs."""
+        folder = files.join(self.base, key)
+        committed = (self.manifest.get(layout.PATHS_KEY) or {}).get(key, "").rpartition("/")[2]
+        for name in files.entries(folder):
+            if name != committed:
+                files.delete(files.join(folder, name))
+        for stale in layout.stale_tmp_dirs(folder):
+            files.delete(stale)
+
+    @staticmethod
+    def _commit_dir_write(df, folder: str, columns: list[str]) -> int:
+        df.selectExpr(*columns).write.mode("overwrite").parquet(layout.spark_uri(folder))
+        return int(df.sparkSession.read.parquet(layout.spark_uri(folder)).count())
 
     def _check_commit(self, l: int, width: int, state_width: int | None, has_state: bool) -> int:
         k = self.model.num_layers
@@ -167,17 +258,19 @@ class PEWriter:
         return l
 
     def _record(self, l: int, write, state_width: int | None) -> None:
-        if l in self.manifest["layers_complete"]:  # recommit: un-vouch first
-            self.manifest["layers_complete"].remove(l)
-            self._save()
-        rows = self._commit_with(layout.layer_dir(self.base, l), write)
-        self._record_files(layer_key(l), layout.layer_dir(self.base, l))
+        """Write layer l into a fresh attempt and commit it (a recommitted layer switches to the
+        new attempt in the same manifest write, so readers see the old rows or the new ones)."""
+        if l in self.manifest["layers_complete"] and self._legacy(layer_key(l)):
+            self.manifest["layers_complete"].remove(l)  # its folder is about to hold an attempt too
+            self._save(f"recommitting layer {l}")
+        rows = self._write_attempt(layer_key(l), write)
         if self.with_states:
             assert state_width is not None, "_check_commit refuses a store with states but no state width"
             self.manifest["state_dims"][l - 1] = int(state_width)
         self.manifest["rows"][str(l)] = rows
         self.manifest["layers_complete"] = sorted(set(self.manifest["layers_complete"]) | {l})
-        self._save()
+        self._save(f"committing layer {l}")
+        self._clean(layer_key(l))
 
     def commit_layer_arrays(self, l: int, ids, h, state=None) -> None:
         """Same commit as `commit_layer`, from in-memory arrays (ids int64 [n], h float32 [n, w],
@@ -202,9 +295,11 @@ class PEWriter:
         l = self._check_commit(l, h.shape[1], state_width, state is not None)
         table = pa.table(cols)
 
-        def write(tmp: str) -> int:
-            os.makedirs(tmp)
-            pq.write_table(table, os.path.join(tmp, "part-00000.parquet"))
+        def write(folder: str) -> int:
+            files.makedirs(folder)
+            fs, inner = files.filesystem(files.join(folder, "part-00000.parquet"))
+            with fs.open_output_stream(inner) as sink:
+                pq.write_table(table, sink)
             return table.num_rows
 
         self._record(l, write, state_width)
@@ -216,7 +311,7 @@ class PEWriter:
         columns = ["CAST(id AS BIGINT) AS id", "CAST(h AS ARRAY<FLOAT>) AS h"]
         if self.with_states:
             columns.append("CAST(state AS ARRAY<FLOAT>) AS state")
-        self._record(l, lambda tmp: self._commit_dir_write(df, tmp, columns), state_width)
+        self._record(l, lambda folder: self._commit_dir_write(df, folder, columns), state_width)
 
     def has_metrics(self) -> bool:
         """Whether workload metrics were committed (a resumed run need not recompute them)."""
@@ -227,28 +322,32 @@ class PEWriter:
         from."""
         if int(l) not in self.completed_layers():
             raise ValueError(f"layer {l} is not committed (committed: {self.completed_layers()})")
-        return spark.read.parquet(layout.spark_uri(layout.layer_dir(self.base, int(l))))
+        return spark.read.parquet(*layout.spark_paths(self.base, self.manifest, layer_key(l)))
 
     def commit_metrics(self, metrics: dict) -> None:
         """name -> DataFrame (written to metrics/<name>/ with the same protocol) or a JSON-able
         value (kept in the manifest's "metrics"), e.g. {**frames, "summary": summary} from
         sparkgnn.pe.metrics.compute_metrics."""
-        values, tables = {}, set(self.manifest.get("metric_tables") or [])
+        values, tables, written = {}, set(self.manifest.get("metric_tables") or []), []
         for name, value in metrics.items():
             if hasattr(value, "write") and hasattr(value, "columns"):
-                tables.discard(name)
-                self.manifest["metric_tables"] = sorted(tables)
-                self._save()
-                final = os.path.join(self.base, layout.METRICS_DIR, name)
-                os.makedirs(os.path.dirname(final), exist_ok=True)
-                self._commit_dir(value, final, [f"`{c}`" for c in value.columns])
-                self._record_files(metrics_key(name), final)
+                if name in tables and self._legacy(metrics_key(name)):
+                    tables.discard(name)  # as for layers: un-vouch a pre-attempt table first
+                    self.manifest["metric_tables"] = sorted(tables)
+                    self._save(f"recommitting metrics table {name}")
+                columns = [f"`{c}`" for c in value.columns]
+                self._write_attempt(
+                    metrics_key(name), functools.partial(self._commit_dir_write, value, columns=columns)
+                )
                 tables.add(name)
+                written.append(name)
             else:
                 values[name] = value
         self.manifest["metric_tables"] = sorted(tables)
         self.manifest["metrics"] = {**(self.manifest.get("metrics") or {}), **values} or None
-        self._save()
+        self._save("committing the metrics")
+        for name in written:
+            self._clean(metrics_key(name))
 
     def finish(self, sizes: dict | None = None) -> dict:
         """Record sizes (caller's timings/bytes merged with the store's own per-layer bytes) and
@@ -256,5 +355,6 @@ class PEWriter:
         from sparkgnn.pe.sizes import size_report
 
         self.manifest["sizes"] = {**size_report(self.base, self.manifest), **(sizes or {})}
-        self._save()
+        self._save("recording sizes")
+        files.write_json_atomic(self._lease_path(), {**self._lease, "released": layout.now()})
         return dict(self.manifest)

@@ -18,7 +18,7 @@ import os
 import numpy as np
 import torch
 
-from sparkgnn.pe.layout import layer_dir
+from sparkgnn.pe import layout
 from sparkgnn.serving.cgp_kernel import owner_of_ids, partition_partials
 
 _SHARDS: dict = {}
@@ -41,8 +41,9 @@ class Shard:
             cols = {"h0": model.pre(torch.from_numpy(np.ascontiguousarray(x))).numpy()}
         table0 = SortedTable(ids[mine], cols, f"shard {p} features")
         self.tables = {0: table0}
+        manifest = layout.read_manifest(store_base) or {}
         for l in range(1, model.num_layers):
-            t = pq.read_table(layer_dir(store_base, l))
+            t = layout.read_layer(store_base, l, manifest)
             lid = t.column("id").to_numpy()
             keep = owner_of_ids(lid, parts) == p
             c = {"h": vectors(t.column("h"), None, f"store layer {l} h")[keep]}

@@ -22,6 +22,7 @@ import os
 import sys
 
 from sparkgnn.cliargs import positive_int, run_cli
+from sparkgnn.files import filesystem, is_local
 from sparkgnn.heap import retain_freed_memory
 from sparkgnn.messenger import cli as messenger_cli
 from sparkgnn.messenger import worker as messenger_worker
@@ -40,8 +41,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.device == "cpu" or args.device == "cuda" or (args.device.startswith("cuda:") and args.device[5:].isdigit())
     ):
         p.error(f"--device must be cpu, cuda or cuda:i, got {args.device!r}")
-    if not os.path.isdir(args.model_store):
-        p.error(f"--model-store {args.model_store!r} is not a folder")
+    if is_local(args.model_store) and not os.path.isdir(filesystem(args.model_store)[1]):
+        p.error(f"--model-store {args.model_store!r} is not a folder")  # s3:// & co.: folders exist only as prefixes
     return args
 
 
