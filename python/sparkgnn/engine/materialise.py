@@ -21,7 +21,7 @@ whole model) and times each layer on its own. Two ways, chosen by name (MATERIAL
 from __future__ import annotations
 
 from sparkgnn.errors import SparkGNNError
-from sparkgnn.files import join
+from sparkgnn.files import join, spark_uri
 from sparkgnn.registry import Registry
 
 MATERIALISERS: Registry = Registry("materialisation", SparkGNNError)
@@ -45,12 +45,12 @@ class ReliableParquet:
     def write(self, spark, out, run, index: int):
         directory = run.make_step(index)
         attempt = run.new_attempt()
-        out.write.parquet(join(directory, attempt))
+        out.write.parquet(spark_uri(join(directory, attempt)))
         run.commit(index, {"materialise": "reliable", "attempt": attempt})
-        return spark.read.parquet(join(directory, attempt))
+        return spark.read.parquet(spark_uri(join(directory, attempt)))
 
     def read(self, spark, run, index: int, marker: dict):
-        return spark.read.parquet(join(run.step_dir(index), str(marker["attempt"])))
+        return spark.read.parquet(spark_uri(join(run.step_dir(index), str(marker["attempt"]))))
 
 
 def is_local_master(spark) -> bool:
