@@ -17,7 +17,7 @@ import os
 import sys
 import time
 
-from sparkgnn.cliargs import positive_int, run_cli
+from sparkgnn.cliargs import positive_int, require_inputs, run_cli
 from sparkgnn.errors import PlanError
 from sparkgnn.outputs import check_output
 
@@ -68,9 +68,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         "layer, the planner's estimate vs the measured seconds per layer)",
     )
     args = parser.parse_args(argv)
-    for flag, path in (("--graph", args.graph), ("--model", args.model)):
-        if not os.path.exists(path):
-            parser.error(f"{flag} {path!r} does not exist")
+    require_inputs(parser, {"--graph": args.graph, "--model": args.model})
     if args.ids and not os.path.isfile(args.ids):
         parser.error(f"--ids {args.ids!r} is not a file")
     if args.report and os.path.exists(args.report) and not args.overwrite:

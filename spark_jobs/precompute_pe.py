@@ -10,11 +10,10 @@ Layers commit atomically; a rerun resumes after the last committed layer (--forc
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 
-from sparkgnn.cliargs import int_list, positive_int, run_cli
+from sparkgnn.cliargs import int_list, positive_int, require_inputs, run_cli
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -33,9 +32,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--work-dir", default=None)
     parser.add_argument("--force", action="store_true", help="recompute every layer even if committed")
     args = parser.parse_args(argv)
-    for flag, path in (("--graph", args.graph), ("--model", args.model)):
-        if not os.path.exists(path):
-            parser.error(f"{flag} {path!r} does not exist")
+    require_inputs(parser, {"--graph": args.graph, "--model": args.model})
     return args
 
 

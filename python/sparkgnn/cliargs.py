@@ -20,6 +20,20 @@ from sparkgnn.errors import USER_ERRORS
 USAGE_EXIT = 2
 
 
+def require_inputs(parser: argparse.ArgumentParser, inputs: dict) -> None:
+    """Refuse (parser.error) an input flag whose path does not exist: {flag: path or None}. Local
+    paths and the URIs pyarrow.fs reaches (s3://, s3a:// with AWS_* set, hdfs://) are checked; a
+    URI this process cannot reach is left to Spark's Hadoop filesystem, which reads it on the
+    cluster (files.reachable)."""
+    from sparkgnn import files
+
+    for flag, path in inputs.items():
+        if path is None:
+            continue
+        if (files.is_local(path) or files.reachable(path)) and not files.exists(path):
+            parser.error(f"{flag} {path!r} does not exist")
+
+
 def positive_int(text: str) -> int:
     """argparse type: an integer >= 1."""
     return _bounded_int(text, 1)

@@ -7,10 +7,10 @@ import tempfile
 
 from sparkgnn.engine import calibration
 from sparkgnn.engine.degrees import out_degree_histogram
-from sparkgnn.engine.exchange import EXCHANGES, exchange_kind, fits_on_disk
+from sparkgnn.engine.exchange import EXCHANGES, exchange_kind, executors_share_this_disk, fits_on_disk
 from sparkgnn.engine.executor import estimate_lines, estimate_vs_actual, execute, finish, staged_output
 from sparkgnn.engine.failures import step_failures
-from sparkgnn.engine.materialise import is_local_master, materialise_kind
+from sparkgnn.engine.materialise import materialise_kind
 from sparkgnn.engine.prepare import ensure_layouts, layout_writer, prepare
 from sparkgnn.engine.session import configure, default_parallelism, mapped_memory_budget, memory_per_task
 from sparkgnn.errors import GraphValidationError, LayerFailed, PlanError, SparkGNNError
@@ -76,8 +76,8 @@ def _work_dir(spark, out: str | None, work_dir: str | None) -> str:
         configured = spark.conf.get(conf, None)
         if configured:
             return absolute(configured.rstrip("/") + ("/sparkgnn" if conf == "spark.checkpoint.dir" else ""))
-    master = spark.conf.get("spark.master", "") or ""
-    if not (is_local_master(spark) or master.startswith("local-cluster[")):
+    if not executors_share_this_disk(spark):
+        master = spark.conf.get("spark.master", "") or ""
         raise SparkGNNError(
             f"on a cluster (master {master}) the work dir must be on a filesystem every executor reaches: "
             f"pass --work-dir (hdfs://..., s3a://... or a shared mount) or set {WORK_DIR_CONF}"

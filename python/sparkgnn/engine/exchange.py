@@ -39,6 +39,7 @@ from sparkgnn.engine.materialise import MATERIALISERS, is_local_master
 from sparkgnn.engine.routed_files import RoutedFile, RoutedFileError, RoutedFileWriter, rows_path
 from sparkgnn.engine.routing import FILES_SCHEMA_DDL
 from sparkgnn.engine.run_dir import RunDir
+from sparkgnn.engine.spark_compat import driver_is_here
 from sparkgnn.errors import SparkGNNError
 from sparkgnn.files import filesystem, is_local, join, parquet_batches
 
@@ -338,10 +339,16 @@ def _scan_task(step_dir, files, partitions, keys, column, batches):
 EXCHANGES = {"shuffle": ShuffleExchange, "files": FileExchange}
 
 
-def files_reach_every_task(spark, work_dir: str) -> bool:
-    """Every executor of a local or local-cluster master shares this machine's disk."""
+def executors_share_this_disk(spark) -> bool:
+    """Every executor runs on this machine: a local or local-cluster master whose driver is here
+    (a Spark Connect server elsewhere runs its local executors on its own machine)."""
     master = spark.conf.get("spark.master", "") or ""
-    return (is_local_master(spark) or master.startswith("local-cluster[")) and is_local(work_dir)
+    return (is_local_master(spark) or master.startswith("local-cluster[")) and driver_is_here(spark)
+
+
+def files_reach_every_task(spark, work_dir: str) -> bool:
+    """Every executor shares this machine's disk, where the work dir is."""
+    return executors_share_this_disk(spark) and is_local(work_dir)
 
 
 # Headroom asked of the work dir's disk over the two steps' files that exist at once (the step

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from sparkgnn.engine.exchange import ShuffleExchange, check_reports
 from sparkgnn.engine.failures import step_failures
-from sparkgnn.engine.metrics import MaxParam, ShuffleMeter
+from sparkgnn.engine.metrics import ShuffleMeter
 from sparkgnn.engine.routing import (
     FILES_SCHEMA_DDL,
     OUTPUT_PRED_SCHEMA_DDL,
@@ -34,6 +34,7 @@ from sparkgnn.engine.routing import (
 )
 from sparkgnn.engine.run_dir import run_key
 from sparkgnn.engine.schedule import schedule
+from sparkgnn.engine.spark_compat import set_job_description, task_counters
 from sparkgnn.engine.steps import INPUT_STAGE, PEAK_RSS, TIMERS, StepConfig, run_step
 from sparkgnn.outputs import discard, staging_path, swap_into_place
 
@@ -268,7 +269,7 @@ def execute(
         log(f"sparkgnn: resuming after '{steps[kept].label}', committed by an earlier run in {exchange.run.path}")
     files = None if resume or first else _vertex_files(graph)
     if files:
-        spark.sparkContext.setJobDescription("sparkgnn feature scan")
+        set_job_description(spark, "sparkgnn feature scan")
         started = time.perf_counter()
         with step_failures("feature scan", exchange, on_layer is None):
             scanned = exchange.scan_features(spark, files, keys)
@@ -315,8 +316,7 @@ def execute(
             "final_files": FILES_SCHEMA_DDL,
         }.get(step.outputs, ROW_SCHEMA_DDL)
         schema = exchange.output_schema(index, ends_job, schema)
-        timers = {name: spark.sparkContext.accumulator(0.0) for name in TIMERS}
-        timers[PEAK_RSS] = spark.sparkContext.accumulator(0, MaxParam())
+        timers = task_counters(spark, TIMERS, (PEAK_RSS,))
         if exchange_in is None:
             source = _wire(spark, step, rows, prepared, keys, partitions)
         else:
@@ -326,7 +326,7 @@ def execute(
             final_df = out
             final_timers = timers
             break
-        spark.sparkContext.setJobDescription(f"sparkgnn {step.label}")
+        set_job_description(spark, f"sparkgnn {step.label}")
         started = time.perf_counter()
         with step_failures(step.label, exchange, on_layer is None, report.labels.__getitem__):
             rows, exchanged = exchange.materialise(spark, out, index)
@@ -415,7 +415,7 @@ def finish(
     in memory. With `staged` the tasks of the last step wrote the files there (execute's
     write_to); otherwise Spark's writer does. `guard` (engine.failures.step_failures) names the
     step in a failure of its Spark job."""
-    spark.sparkContext.setJobDescription(f"sparkgnn {label}")
+    set_job_description(spark, f"sparkgnn {label}")
     started = time.perf_counter()
     guard = guard or contextlib.nullcontext
     if out:
@@ -441,5 +441,5 @@ def finish(
         StepReport(label, seconds, shuffle, _read(timers) if timers else {}, report.final_layer, _peak(timers))
     )
     log(_progress(report.steps[-1], f" -> {out}" if out else ""))
-    spark.sparkContext.setJobDescription(None)
+    set_job_description(spark, None)
     return result

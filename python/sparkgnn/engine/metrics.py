@@ -1,9 +1,14 @@
 """Shuffle bytes per step from Spark's own status store (what the Spark UI shows).
 
 Reached through the JVM gateway because PySpark exposes no stage metrics; if a Spark version
-changes the internal API the metric is reported as None rather than failing the job."""
+changes the internal API the metric is reported as None rather than failing the job. A Spark
+Connect session has no gateway: there the meter reads the shuffle bytes a collected DataFrame
+carries (`delta(df)`, engine.spark_compat.query_shuffle_bytes) and reports None (not measured)
+for steps materialised otherwise (localCheckpoint, writes carry no metrics to the client)."""
 
 from __future__ import annotations
+
+from sparkgnn.engine.spark_compat import has_jvm, query_shuffle_bytes
 
 
 class MaxParam:
@@ -19,11 +24,15 @@ class MaxParam:
 
 
 class ShuffleMeter:
-    def __init__(self, spark):
-        self._sc = spark.sparkContext
+    def __init__(self, spark) -> None:
+        self._sc = spark.sparkContext if has_jvm(spark) else None
+        # why a step's shuffle reads None (printed by reports); None while the status store answers
+        self.not_measured: str | None = None if self._sc is not None else "Spark Connect: no status store"
         self._seen = self._stage_ids()
 
     def _stage_list(self):
+        if self._sc is None:
+            return None
         try:
             jvm = self._sc._jvm
             no_quantiles = self._sc._gateway.new_array(jvm.double, 0)
@@ -39,8 +48,11 @@ class ShuffleMeter:
         stages = self._stage_list()
         return set() if stages is None else {int(s.stageId()) for s in stages}
 
-    def delta(self) -> dict | None:
-        """Shuffle bytes written/read by stages that completed since the last call."""
+    def delta(self, df=None) -> dict | None:
+        """Shuffle bytes written/read by stages that completed since the last call. Connect: the
+        shuffle bytes of the last action collected from `df` (None without one)."""
+        if self._sc is None:
+            return query_shuffle_bytes(df)
         stages = self._stage_list()
         if stages is None:
             return None

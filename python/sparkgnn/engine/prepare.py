@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from sparkgnn import files
 from sparkgnn.engine.routing import partition_expr
+from sparkgnn.engine.spark_compat import set_job_description
 
 MARKER = "prepared.json"
 # Layouts written on demand, with the marker that says they are complete.
@@ -158,7 +159,7 @@ def prepare(spark, graph, partitions: int, work_dir: str, log=print, writer: str
         log(f"sparkgnn: reusing the graph layout prepared for {partitions} partitions ({path})")
         return PreparedGraph(path, partitions, stats, time.perf_counter() - started, reused=True)
     started = time.perf_counter()
-    spark.sparkContext.setJobDescription(f"sparkgnn prepare: partition graph into {partitions}")
+    set_job_description(spark, f"sparkgnn prepare: partition graph into {partitions}")
     stats = LAYOUT_WRITERS[writer](spark, graph, partitions, path)
     _write_marker(marker, {"fingerprint": fingerprint, "partitions": partitions, "stats": stats})
     seconds = time.perf_counter() - started
@@ -176,7 +177,7 @@ def ensure_layouts(spark, graph, prepared: PreparedGraph, strategies, log=print)
     if not ON_DEMAND_FOR.intersection(strategies) or files.exists(marker):
         return prepared
     started = time.perf_counter()
-    spark.sparkContext.setJobDescription(f"sparkgnn prepare: combine layouts for {prepared.partitions}")
+    set_job_description(spark, f"sparkgnn prepare: combine layouts for {prepared.partitions}")
     edges = _edges_with_parts(graph, prepared.partitions)
     for name, df in _on_demand_layouts(edges).items():
         _write(df, os.path.join(prepared.path, name), prepared.partitions, "part")

@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from sparkgnn.engine.spark_compat import application_id
+
 # Kinds of routed rows (column `kind`).
 OWN, SRC, STATE, DST, EDGE = 0, 1, 2, 3, 4
 PE_STATE = 5  # a vertex's merged aggregation state, kept for the PE store (never routed onwards)
@@ -46,8 +48,9 @@ _KEYS: dict[tuple, np.ndarray] = {}
 
 def partition_keys(spark, partitions: int) -> np.ndarray:
     """Representative key per partition: key[p] hashes into partition p. Asked of Spark itself (its
-    hash is the ground truth), once per application and partition count."""
-    cache_key = (spark.sparkContext.applicationId, int(partitions))
+    hash is the ground truth), once per application and partition count (spark_compat.application_id:
+    a Connect session has no sparkContext)."""
+    cache_key = (application_id(spark), int(partitions))
     if cache_key not in _KEYS:
         rows = (
             spark.range(0, 64 * partitions + 1024)

@@ -3,13 +3,18 @@
 Why: Spark's Python workers must run the same interpreter as the driver (else "No module named
 pyarrow"), adaptive query execution must not coalesce shuffle partitions (the executor routes
 rows to partition indexes and relies on partition i of a shuffle being task i), and a local
-session should bind to loopback.
+session should bind to loopback. A Spark Connect session (SPARK_REMOTE=sc://..., or one the caller built
+with SparkSession.builder.remote) is used as it is: its server owns master, memory and Python
+settings, and only the runtime SQL settings of REQUIRED_CONF can be set from here (`configure`);
+what a Connect session lacks (sparkContext) is answered by engine.spark_compat.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+
+from sparkgnn.engine import spark_compat
 
 # Settings sparkgnn relies on in any session (local or cluster); applied by `configure`.
 REQUIRED_CONF = {
@@ -47,33 +52,48 @@ def local_session(app_name: str = "sparkgnn", cores: int | str = "*", extra_conf
     for key, value in {**LOCAL_CONF, **REQUIRED_CONF, **(extra_conf or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    spark_compat.set_log_level(spark, "ERROR")
     return spark
 
 
 def job_session(app_name: str):
     """The session a job script (spark_jobs/) runs in: the active one (e.g. a notebook or a test
     that started it), the one spark-submit set up (its master and conf are kept, this only names
-    the app), else a local session with sparkgnn's settings (plain `python script.py`)."""
+    the app), a Spark Connect session when SPARK_REMOTE names a server (`sc://host:port`, pyspark's
+    own convention; `spark-submit --remote` sets it), else a local session with sparkgnn's settings
+    (plain `python script.py`)."""
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
+    if os.environ.get("SPARK_REMOTE"):  # Spark Connect: master and conf are the server's
+        return SparkSession.builder.remote(os.environ["SPARK_REMOTE"]).appName(app_name).getOrCreate()
     if "PYSPARK_GATEWAY_PORT" in os.environ:  # launched by spark-submit: keep its master and conf
         return SparkSession.builder.appName(app_name).getOrCreate()
     return local_session(app_name)
 
 
+def active_session():
+    """The SparkSession active in this process, or None. In a Spark Connect server's foreachBatch
+    process that is the session of the micro-batch being handled (what a pickled executor that
+    left its own session behind runs its tasks with, serving.spark_cgp)."""
+    from pyspark.sql import SparkSession
+
+    return SparkSession.getActiveSession()
+
+
 def configure(spark) -> None:
-    """Apply the settings sparkgnn relies on to a session the user built (e.g. spark-submit)."""
+    """Apply the settings sparkgnn relies on to a session the user built (e.g. spark-submit or a
+    Spark Connect session: both are runtime SQL settings, which a Connect client may set)."""
     for key, value in REQUIRED_CONF.items():
         spark.conf.set(key, value)
 
 
 def default_parallelism(spark) -> int:
-    """Total cores of the cluster as Spark reports them."""
-    return int(spark.sparkContext.defaultParallelism)
+    """Total cores of the cluster as Spark reports them (spark_compat: a Connect session has no
+    sparkContext.defaultParallelism)."""
+    return spark_compat.default_parallelism(spark)
 
 
 def _bytes(text: str) -> int:
@@ -97,12 +117,14 @@ def memory_per_task(spark) -> int:
     divided again. With spark.executor.pyspark.memory set, Spark
     caps every Python worker at that amount divided by spark.executor.cores (RLIMIT_AS, which counts
     the worker's own baseline); else LOCAL_PYTHON_SHARE of this machine's memory divided among the
-    cores (local mode: Python workers live outside the JVM heap)."""
+    cores (local mode: Python workers live outside the JVM heap). Settings are read through
+    spark.conf, which holds the application's SparkConf on a classic and a Connect session alike.
+    A Connect client on another machine than its server sees only its own memory: set
+    spark.executor.pyspark.memory on such a server."""
     cores = max(default_parallelism(spark), 1)
-    conf = spark.sparkContext.getConf()
-    configured = conf.get("spark.executor.pyspark.memory", None)
+    configured = spark_compat.conf_get(spark, "spark.executor.pyspark.memory")
     if configured:
-        cap = _bytes(configured) // max(int(conf.get("spark.executor.cores", "1")), 1)
+        cap = _bytes(configured) // max(int(spark_compat.conf_get(spark, "spark.executor.cores", "1") or 1), 1)
         return max(cap - WORKER_BASELINE_BYTES, cap // 8)
     import psutil
 
@@ -118,10 +140,12 @@ def mapped_memory_budget(spark) -> int | None:
     """Page cache the planner may count on for exchange files that tasks read in place (memory-mapped
     payloads, planner.partitions): in local mode what the Python workers' share leaves once the JVM
     and the OS are served; None where executors run elsewhere (their page cache is not this
-    machine's, and payloads are mapped only where every task shares the work dir's local disk)."""
-    conf = spark.sparkContext.getConf()
-    master = conf.get("spark.master", "") or ""
+    machine's, and payloads are mapped only where every task shares the work dir's local disk), which
+    includes a local master behind a Spark Connect server on another machine."""
+    master = spark_compat.conf_get(spark, "spark.master", "") or ""
     if not (master == "local" or master.startswith(("local[", "local-cluster["))):
+        return None
+    if not spark_compat.driver_is_here(spark):
         return None
     import psutil
 

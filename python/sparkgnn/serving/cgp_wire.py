@@ -11,6 +11,7 @@ as it runs in a Spark task.
 from __future__ import annotations
 
 import json
+import struct
 
 import numpy as np
 import pyarrow as pa
@@ -111,3 +112,30 @@ def handle(header: dict, tables: dict) -> dict:
 def result_from_tables(tables: dict) -> dict:
     manifest = json.loads(tables[META].column("v")[0].as_py())
     return unpack(manifest, tables)
+
+
+def to_bytes(d: dict) -> bytes:
+    """One self-describing blob of a partition's result (Spark tasks return it in a binary
+    column, spark_compat.run_tasks): an 8-byte header length, the JSON header (manifest and each
+    table's name and size), then each table as an Arrow IPC stream. Never pickle."""
+    manifest, tables = pack(d)
+    blobs = []
+    for name, table in tables.items():
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+        blobs.append((name, sink.getvalue().to_pybytes()))
+    header = json.dumps({"manifest": manifest, "tables": [[name, len(blob)] for name, blob in blobs]}).encode()
+    return struct.pack("<Q", len(header)) + header + b"".join(blob for _, blob in blobs)
+
+
+def from_bytes(data: bytes) -> dict:
+    (size,) = struct.unpack_from("<Q", data, 0)
+    header = json.loads(data[8 : 8 + size].decode())
+    tables, offset = {}, 8 + size
+    for name, length in header["tables"]:
+        tables[name] = pa.ipc.open_stream(pa.py_buffer(data[offset : offset + length])).read_all()
+        offset += length
+    if offset != len(data):
+        raise ValueError(f"a partition result blob holds {len(data) - offset} bytes past its tables")
+    return unpack(header["manifest"], tables)

@@ -26,7 +26,9 @@ import os
 import numpy as np
 import torch
 
+from sparkgnn.engine.spark_compat import run_tasks
 from sparkgnn.serving.cgp_kernel import count_layer, merge_partials, owner_of
+from sparkgnn.serving.cgp_wire import from_bytes, to_bytes
 from sparkgnn.serving.cgp_worker import partition_task
 from sparkgnn.serving.context import Meter
 from sparkgnn.serving.delta import LayerExecutor
@@ -155,17 +157,32 @@ class PartitionedLayerExecutor(LayerExecutor):
 
 
 class SparkLayerExecutor(PartitionedLayerExecutor):
-    """The partitions as the P tasks of one Spark job per layer."""
+    """The partitions as the P tasks of one Spark job per layer (spark_compat.run_tasks: a
+    mapInArrow over spark.range, which a Spark Connect session runs too; results come back in
+    cgp_wire's Arrow codec, never pickled)."""
 
     def __init__(self, ctx, model, spark, store, graph_dir: str, model_path: str, parts: int, states: bool = True):
         super().__init__(ctx, model, store, graph_dir, model_path, parts, states)
         self.spark = spark
 
+    def __getstate__(self) -> dict:
+        # A session does not travel: through Spark Connect the streaming job's handler (and this
+        # executor with it) is pickled into the server's foreachBatch process, which has its own.
+        return dict(self.__dict__, spark=None)
+
+    def _session(self):
+        if self.spark is None:
+            from sparkgnn.engine.session import active_session
+
+            self.spark = active_session()
+            if self.spark is None:
+                raise RuntimeError("SparkLayerExecutor: no active SparkSession in this process")
+        return self.spark
+
     def _run(self, job: dict) -> list:
         cfg, parts = self.cfg, self.parts
         self.jobs += 1
-        rdd = self.spark.sparkContext.parallelize(range(parts), parts)
-        return rdd.map(lambda p: partition_task(p, cfg, job)).collect()
+        return run_tasks(self._session(), parts, lambda p: to_bytes(partition_task(p, cfg, job)), from_bytes)
 
 
 def _attach(engine, build):

@@ -22,6 +22,15 @@ log (sourcelog.py) and dead-letters them, so every consumed file is answered or 
 Sink: foreachBatch(MicroBatchHandler) with the atomic, idempotent per-batch-id directory writes of
 sink.py; together with the checkpoint's offset and commit logs that is exactly-once output per
 request file (sink.py explains the argument).
+
+Spark Connect (a session from SparkSession.builder.remote, or SPARK_REMOTE): foreachBatch pickles
+the handler, with its QueryEngine, and runs it in a Python process of the Connect server, so the
+handler's counters and log lines stay there (its prints go to the server's log). The run loop
+then follows the sink instead (follow.SinkFollower: the batches written since start, with the
+same progress lines), and the handler logs with plain `print`. `--workers spark` works (the CGP
+executor, once on the server, runs its tasks through the session of the micro-batch); messenger
+workers (local[N], tcp://, ipc://) are refused, since their connections cannot move into the
+server's process.
 """
 
 from __future__ import annotations
@@ -174,6 +183,27 @@ def start_query(spark, cfg: StreamConfig, handler):
     return writer.start()
 
 
+class InServerProcess:
+    """The foreachBatch function of a Spark Connect query: the handler, pickled with the torch
+    thread count of this process (--torch-threads), which it sets in the server's Python process
+    before each micro-batch, so answers are computed as they would be here."""
+
+    def __init__(self, handler):
+        import sys
+
+        torch = sys.modules.get("torch")
+        self.handler = handler
+        self.torch_threads = torch.get_num_threads() if torch is not None else None
+
+    def __call__(self, df, batch_id) -> None:
+        if self.torch_threads:
+            import torch
+
+            if torch.get_num_threads() != self.torch_threads:
+                torch.set_num_threads(self.torch_threads)
+        self.handler(df, batch_id)
+
+
 def _last_committed(query) -> int | None:
     progress = query.lastProgress
     if progress is None:
@@ -214,7 +244,9 @@ def run(
 
 
 def _run_with(cfg, graph, engine, spark, log, on_started, stop_when, handle_signals, grouping):
+    from sparkgnn.engine.spark_compat import is_connect
     from sparkgnn.streaming.deadletter import DeadLetter
+    from sparkgnn.streaming.follow import SinkFollower
     from sparkgnn.streaming.handler import MicroBatchHandler
     from sparkgnn.streaming.sink import AnswerSink
 
@@ -223,25 +255,41 @@ def _run_with(cfg, graph, engine, spark, log, on_started, stop_when, handle_sign
     sink.sweep()
     dead = DeadLetter(cfg.dead_letter_dir)
     os.makedirs(cfg.requests, exist_ok=True)
-    handler = MicroBatchHandler(
-        engine, graph, grouping, sink, dead, log=log, checkpoint=os.path.abspath(cfg.checkpoint)
-    )
 
     session = spark() if callable(spark) else spark
+    remote_handler = is_connect(session)  # foreachBatch runs the handler in the server's process
+    if remote_handler and cfg.workers not in (None, "", "inprocess", "spark"):
+        raise StreamStartError(
+            f"--workers {cfg.workers}: messenger workers cannot serve a Spark Connect session (the "
+            f"micro-batch handler runs in the Connect server's Python process, where this process's "
+            f"worker connections do not exist); use --workers spark or inprocess"
+        )
+    handler = MicroBatchHandler(
+        engine,
+        graph,
+        grouping,
+        sink,
+        dead,
+        log=print if remote_handler else log,
+        checkpoint=os.path.abspath(cfg.checkpoint),
+    )
+    # what the loop reads of the handler: itself, or (Connect) what it wrote to the sink
+    view = SinkFollower(cfg.out, log=log) if remote_handler else handler
+    batch_fn = InServerProcess(handler) if remote_handler else handler
     if cfg.workers == "spark":
         from sparkgnn.serving.spark_cgp import use_spark_cgp
 
         parts = cfg.mode_options.get("partitions") or engine.mode.partitions
         use_spark_cgp(engine, session, cfg.graph, cfg.model, partitions=parts)
         log(f"stream: each request's layers run as {parts} Spark tasks (CGP over the cached PE store)")
-    query = start_query(session, cfg, handler)
+    query = start_query(session, cfg, batch_fn)
     sink.bind(query.id, cfg.checkpoint)
     log(
         f"stream: query {query.id} watching {os.path.abspath(cfg.requests)} -> {sink.out} "
         f"(checkpoint {os.path.abspath(cfg.checkpoint)}, grouping {json.dumps(grouping.describe())})"
     )
     if on_started:
-        on_started(query, handler)
+        on_started(query, view)
 
     stop = threading.Event()
     previous = {}
@@ -260,12 +308,14 @@ def _run_with(cfg, graph, engine, spark, log, on_started, stop_when, handle_sign
             if stop.is_set():
                 stopped_by = "signal"
                 break
+            if view is not handler:
+                view.poll()
             last = _last_committed(query)  # progress is reported after the commit log entry
-            committed = bool(handler.batches_handled) and last is not None and last >= handler.last_batch_id
-            if cfg.max_batches and handler.batches_handled >= cfg.max_batches and committed:
+            committed = bool(view.batches_handled) and last is not None and last >= view.last_batch_id
+            if cfg.max_batches and view.batches_handled >= cfg.max_batches and committed:
                 stopped_by = "max_batches"
                 break
-            if stop_when is not None and committed and stop_when(handler):
+            if stop_when is not None and committed and stop_when(view):
                 stopped_by = "stop_when"
                 break
             if deadline is not None and time.monotonic() > deadline:
@@ -276,8 +326,10 @@ def _run_with(cfg, graph, engine, spark, log, on_started, stop_when, handle_sign
             query.stop()
         for sig, old in previous.items():
             signal.signal(sig, old)
+    if view is not handler:
+        view.poll()  # batches written after the loop's last look
     exc = query.exception()
     if exc is not None:
         raise StreamJobError(f"streaming query {query.id} failed: {exc}")
-    log(f"stream: stopped ({stopped_by}) after {handler.batches_handled} micro-batches in this run")
-    return RunResult(str(query.id), handler.batches_handled, handler.last_batch_id, handler.history, stopped_by)
+    log(f"stream: stopped ({stopped_by}) after {view.batches_handled} micro-batches in this run")
+    return RunResult(str(query.id), view.batches_handled, view.last_batch_id, view.history, stopped_by)
