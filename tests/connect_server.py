@@ -38,6 +38,7 @@ SERVER_CONF = {
     "spark.ui.showConsoleProgress": "false",
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
+    "spark.connect.grpc.binding.address": "127.0.0.1",  # loopback only: Connect does not authenticate
     "spark.driver.memory": "2g",
     "spark.python.worker.reuse": "true",
     "spark.shuffle.compress": "false",

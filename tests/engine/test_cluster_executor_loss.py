@@ -1,6 +1,6 @@
 """Batch inference on a multi-process cluster (`local-cluster[2,1,1024]`: two executor JVMs, as on a
-real cluster) through spark-submit, with executors SIGKILLed during prepare and in the middle of a
-layer, and with the whole job killed after its first layer and run again: every run ends with an
+real cluster) through spark-submit, with executors SIGKILLed during prepare, in the middle of a
+layer and between layers, and with the whole job killed after its first layer and run again: every run ends with an
 output equal to PyG's, no vertex missing or duplicated, and the rerun resumes after the layer the
 killed run committed (engine.run_dir) instead of starting over.
 
@@ -48,11 +48,12 @@ def _check_output(tmp_path, module, data) -> None:
     assert relative_error(out, pyg_reference(module, data)) <= 1e-5
 
 
-def test_files_exchange_survives_executors_lost_during_prepare_and_mid_layer(job_dir):
+def test_files_exchange_survives_executors_lost_during_prepare_mid_layer_and_between_layers(job_dir):
     tmp_path, module, data = job_dir
     kills = [
         Kill(path="work/prep/*/P=4/in_edges"),  # the vertex layout is written, the edges' is not
         Kill(path="work/runs/*/step=1/to=*/from=*.arrow"),  # one task of layer 1 done, the other running
+        Kill(line="sparkgnn layer 1/2"),  # between the layers
     ]
     run = run_job("batch_inference.py", ARGS + ["--exchange", "files"], tmp_path, kills)
     assert run.returncode == 0, run.output()[-4000:]

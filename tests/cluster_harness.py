@@ -18,9 +18,10 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 JOB_TIMEOUT_S = 420
 MASTER = "local-cluster[2,1,1024]"
+QUIET_CONF = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
 
 
 @dataclass
@@ -100,7 +101,7 @@ def run_job(
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
     env.pop("PYTHONUNBUFFERED", None)  # the job must flush its progress lines itself
     command = [spark_submit, "--master", MASTER]
-    for key, value in (conf or {}).items():
+    for key, value in {**QUIET_CONF, **(conf or {})}.items():
         command += ["--conf", f"{key}={value}"]
     command += [os.path.join(REPO, "spark_jobs", script), *args]
     job = subprocess.Popen(
