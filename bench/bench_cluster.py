@@ -94,10 +94,12 @@ def one_run(graph: str, model: str, master: str, exchange: str, materialise: str
     }
 
 
-def measure(graph: str, model: str, repeats: int, timeout_s: float) -> list[dict]:
+def measure(graph: str, model: str, repeats: int, timeout_s: float, only: str | None = None) -> list[dict]:
     works: dict[str, str] = {}
     rows = []
     for name, master, exchange, materialise in CONFIGS:
+        if only and only not in name:
+            continue
         if master not in works:  # one work dir per master: prepare paid once, by a run not counted
             works[master] = tempfile.mkdtemp(prefix="sparkgnn-cluster-work-", dir=DATA)
             warm = one_run(graph, model, master, "shuffle", "local", works[master], timeout_s)
@@ -154,6 +156,7 @@ def main() -> int:
     parser.add_argument("--edges", type=int, default=2_000_000)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--timeout-s", type=float, default=900.0)
+    parser.add_argument("--only", default=None, help="run only the configurations whose name holds this text")
     args = parser.parse_args()
     os.makedirs(DATA, exist_ok=True)
     graph = synthetic_dir(args.edges // 10, args.edges, DIM)
@@ -162,7 +165,10 @@ def main() -> int:
         from bench_scale import make_model
 
         make_model(model, os.path.join(DATA, "scale_sage_pyg.pt"))
-    rows = measure(graph, model, args.repeats, args.timeout_s)
+    rows = measure(graph, model, args.repeats, args.timeout_s, args.only)
+    if args.only:  # a partial run is for looking, not for the result file
+        print(json.dumps(ratios(rows), indent=2))
+        return 0
     result = {
         "what": "per-layer cost of reliable step materialisation (Parquet in the work dir) vs localCheckpoint",
         "graph": f"synthetic Zipf, {args.edges // 10} nodes, {args.edges} edges, {DIM}-d, seed 0",

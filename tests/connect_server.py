@@ -29,6 +29,8 @@ import sys
 import tempfile
 import time
 
+from sparkgnn.messenger.watchdog import pid_alive
+
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
 # Server-wide settings of a test server: the ones engine.session.LOCAL_CONF gives a local classic
@@ -71,14 +73,8 @@ def _accepts(port: int) -> bool:
 
 
 def _alive(pid: int | None) -> bool:
-    if pid is None:
+    if pid is None or not pid_alive(pid):
         return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
     # a zombie (our own child that exited) counts as dead
     try:
         with open(f"/proc/{pid}/stat") as fh:
