@@ -9,9 +9,10 @@ differs:
     Parquet, and the files exchange (Arrow files in the work dir; its steps are durable too);
   - local-cluster[2,1,4096] (two executor JVMs, as on a real cluster): shuffle + reliable (what a
     cluster gets by default with the shuffle) and the files exchange.
-Each configuration runs REPEATS times in a work dir prepared by a first run of its master (prepare
-is reported apart); per-layer seconds are the best of the repeats, next to the first run's whole
-job wall time. The ratio that matters is reliable / localCheckpoint per layer (target <= 1.15).
+Each configuration runs --repeats times, in rounds over its master's configurations, in a work dir
+prepared by a first run of that master (prepare is reported apart); per-layer seconds are the best
+of the repeats, next to the first run's whole job wall time. The ratio that matters is
+reliable / localCheckpoint per layer (target <= 1.15).
 
 Writes bench/results/cluster.json and cluster.png.
 """
@@ -95,27 +96,31 @@ def one_run(graph: str, model: str, master: str, exchange: str, materialise: str
 
 
 def measure(graph: str, model: str, repeats: int, timeout_s: float, only: str | None = None) -> list[dict]:
-    works: dict[str, str] = {}
+    """Per master: one uncounted run that prepares the work dir, then the master's configurations
+    in turn, `repeats` rounds (A-B-C, A-B-C: a machine that drifts slower or faster over the
+    minutes shifts every configuration alike, not the last one measured)."""
+    configs = [c for c in CONFIGS if not only or only in c[0]]
+    runs: dict[str, list] = {name: [] for name, *_ in configs}
+    for master in dict.fromkeys(c[1] for c in configs):
+        work = tempfile.mkdtemp(prefix="sparkgnn-cluster-work-", dir=DATA)
+        warm = one_run(graph, model, master, "shuffle", "local", work, timeout_s)
+        print(f"{master}: prepare {warm.get('prepare_s')} s (first run, {warm.get('wall_s')} s)", flush=True)
+        for _ in range(repeats):
+            for name, at, exchange, materialise in configs:
+                if at == master:
+                    runs[name].append(one_run(graph, model, master, exchange, materialise, work, timeout_s))
+        shutil.rmtree(work, ignore_errors=True)
     rows = []
-    for name, master, exchange, materialise in CONFIGS:
-        if only and only not in name:
-            continue
-        if master not in works:  # one work dir per master: prepare paid once, by a run not counted
-            works[master] = tempfile.mkdtemp(prefix="sparkgnn-cluster-work-", dir=DATA)
-            warm = one_run(graph, model, master, "shuffle", "local", works[master], timeout_s)
-            print(f"{master}: prepare {warm.get('prepare_s')} s (first run, {warm.get('wall_s')} s)", flush=True)
-        runs = [one_run(graph, model, master, exchange, materialise, works[master], timeout_s) for _ in range(repeats)]
-        ok = [r for r in runs if r["ok"]]
-        row = {"config": name, "master": master, "exchange": exchange, "materialise": materialise, "runs": runs}
+    for name, master, exchange, materialise in configs:
+        ok = [r for r in runs[name] if r["ok"]]
+        row = {"config": name, "master": master, "exchange": exchange, "materialise": materialise, "runs": runs[name]}
         if ok:
             # the load step (layer -1) counts with layer 1: it is the first step the plan charges there
             layer_1 = min(r["load_s"] + r["layer_s"][0] for r in ok)
             layer_2 = min(r["layer_s"][1] for r in ok)
-            row.update(best_layer_s=[round(layer_1, 3), round(layer_2, 3)], first_wall_s=runs[0]["wall_s"])
+            row.update(best_layer_s=[round(layer_1, 3), round(layer_2, 3)], first_wall_s=runs[name][0]["wall_s"])
         rows.append(row)
         print(f"{name}: {row.get('best_layer_s')} s per layer (best of {repeats}), job {row.get('first_wall_s')} s")
-    for work in works.values():
-        shutil.rmtree(work, ignore_errors=True)
     return rows
 
 
@@ -154,7 +159,7 @@ def plot(result: dict, path: str) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--edges", type=int, default=2_000_000)
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--timeout-s", type=float, default=900.0)
     parser.add_argument("--only", default=None, help="run only the configurations whose name holds this text")
     args = parser.parse_args()
