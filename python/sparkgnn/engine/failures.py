@@ -97,7 +97,7 @@ def failed_step(label: str, exc: BaseException, exchange, resumable: bool, commi
     lost = lost_resource(exc)
     run = getattr(exchange, "run", None)
     durable = bool(getattr(exchange, "durable", False)) and run is not None
-    kept = run.last_committed(10**6) if lost and resumable and run is not None and durable else None
+    kept = run.last_committed() if lost and resumable and run is not None and durable else None
     if kept is not None and run is not None:
         after = f" after '{committed_label(kept)}'" if committed_label else ""
         then = (

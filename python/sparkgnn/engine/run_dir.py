@@ -92,10 +92,23 @@ class RunDir:
             return None
         return doc
 
-    def last_committed(self, below: int) -> int | None:
-        """The highest committed step index < `below` (the step count), or None."""
-        for index in range(below - 1, -1, -1):
-            if self.marker(index) is not None:
+    def _step_indices(self) -> list[int]:
+        """The indices of the step directories the run holds (one listing, not one probe each)."""
+        try:
+            infos = self._fs.get_file_info(pafs.FileSelector(self._inner, allow_not_found=True))
+        except OSError:
+            return []
+        found = []
+        for info in infos:
+            name, _sep, number = info.base_name.partition("=")
+            if name == "step" and number.lstrip("-").isdigit():
+                found.append(int(number))
+        return sorted(found)
+
+    def last_committed(self, below: int | None = None) -> int | None:
+        """The highest committed step index < `below` (the step count; any when None), or None."""
+        for index in reversed(self._step_indices()):
+            if (below is None or index < below) and self.marker(index) is not None:
                 return index
         return None
 
@@ -114,11 +127,7 @@ class RunDir:
         return sum(int(info.size or 0) for info in infos if info.type == pafs.FileType.File)
 
     def has_committed_step(self) -> bool:
-        try:
-            infos = self._fs.get_file_info(pafs.FileSelector(self._inner, recursive=True, allow_not_found=True))
-        except OSError:
-            return False
-        return any(info.base_name == COMMIT_NAME for info in infos)
+        return self.last_committed() is not None
 
     def close(self, keep: bool) -> bool:
         """Delete the run's directory unless `keep` and it holds a committed step; returns whether
