@@ -1,4 +1,4 @@
-"""What surviving a lost executor costs: each layer step materialised reliably (Parquet in the work
+"""What surviving a lost executor costs: each layer step materialised reliably (ORC files in the work
 dir, engine.materialise) against the local-mode `localCheckpoint`, on the 2M-edge bench graph
 (make bench-cluster).
 
@@ -6,7 +6,7 @@ Every run is a cold `spark-submit` of spark_jobs/batch_inference.py with --repor
 graph, model, strategy (replicate) and partition count, so only the way steps travel and persist
 differs:
   - local[2]: shuffle + localCheckpoint (the baseline: lost with its executor), shuffle + reliable
-    Parquet, and the files exchange (Arrow files in the work dir; its steps are durable too);
+    ORC files, and the files exchange (Arrow files in the work dir; its steps are durable too);
   - local-cluster[2,1,4096] (two executor JVMs, as on a real cluster): shuffle + reliable (what a
     cluster gets by default with the shuffle) and the files exchange.
 Each configuration runs --repeats times, in rounds over its master's configurations, in a work dir
@@ -37,9 +37,9 @@ PARTITIONS = 2
 CONFIGS = (
     # name, master, exchange, materialise
     ("local: shuffle + localCheckpoint", "local[2]", "shuffle", "local"),
-    ("local: shuffle + reliable Parquet", "local[2]", "shuffle", "reliable"),
+    ("local: shuffle + reliable ORC", "local[2]", "shuffle", "reliable"),
     ("local: files exchange", "local[2]", "files", "auto"),
-    ("local-cluster: shuffle + reliable Parquet", "local-cluster[2,1,4096]", "shuffle", "auto"),
+    ("local-cluster: shuffle + reliable ORC", "local-cluster[2,1,4096]", "shuffle", "auto"),
     ("local-cluster: files exchange", "local-cluster[2,1,4096]", "files", "auto"),
 )
 BASELINE = CONFIGS[0][0]
@@ -175,7 +175,7 @@ def main() -> int:
         print(json.dumps(ratios(rows), indent=2))
         return 0
     result = {
-        "what": "per-layer cost of reliable step materialisation (Parquet in the work dir) vs localCheckpoint",
+        "what": "per-layer cost of reliable step materialisation (ORC files in the work dir) vs localCheckpoint",
         "graph": f"synthetic Zipf, {args.edges // 10} nodes, {args.edges} edges, {DIM}-d, seed 0",
         "model": f"{LAYERS}-layer GraphSAGE (mean), strategy replicate, P={PARTITIONS}",
         "machine": machine(),

@@ -7,7 +7,7 @@ whole model) and times each layer on its own. Two ways, chosen by name (MATERIAL
   their executor and have no lineage to recompute, so one lost executor fails the job
   (`checkpointRDDBlockIdNotFoundError`). Fine in local mode, where losing the executor is losing
   the driver too.
-- "reliable": Parquet under the run directory (engine.run_dir), written and read by Spark's own
+- "reliable": ORC files under the run directory (engine.run_dir), written and read by Spark's own
   writer through its Hadoop filesystem (so hdfs://, s3a:// and shared mounts work wherever the
   cluster has the connector). Each attempt writes a uniquely named directory and the step's marker,
   written last, names it: a retried or concurrent attempt's files are never read, and no rename is
@@ -41,8 +41,9 @@ class LocalCheckpoint:
 
 
 @MATERIALISERS.register("reliable")
-class ReliableParquet:
+class ReliableFiles:
     durable = True
+    format = "orc"
 
     def __init__(self):
         self._cached = None  # the first step's rows, cached (write)
@@ -59,21 +60,21 @@ class ReliableParquet:
             return rows
         directory = run.make_step(index)
         attempt = run.new_attempt()
-        # Uncompressed, no dictionaries: the rows are mostly packed float vectors, which neither
-        # shrinks, and the step is read back once (compression cost ~15% of a layer at 2M edges).
-        (
-            out.write.option("compression", "none")
-            .option("parquet.enable.dictionary", "false")
-            .parquet(spark_uri(join(directory, attempt)))
-        )
-        run.commit(index, {"materialise": "reliable", "attempt": attempt})
+        # ORC, uncompressed: the rows are mostly packed float vectors, which compression does not
+        # shrink, and the step is read back once. Measured on 200K rows of 512-byte vectors
+        # (local[2]), write + read: ORC 0.41 s, Parquet without dictionaries 0.53-0.85 s (its
+        # reader and its per-page binary statistics cost more); compression added ~15% of a layer.
+        out.write.option("compression", "none").format(self.format).save(spark_uri(join(directory, attempt)))
+        run.commit(index, {"materialise": "reliable", "format": self.format, "attempt": attempt})
         if self._cached is not None:  # the step after the first one is safe on disk
             self._cached.unpersist()
             self._cached = None
-        return spark.read.parquet(spark_uri(join(directory, attempt)))
+        return self.read(spark, run, index, {"format": self.format, "attempt": attempt})
 
     def read(self, spark, run, index: int, marker: dict):
-        return spark.read.parquet(spark_uri(join(run.step_dir(index), str(marker["attempt"]))))
+        # steps committed before the format was recorded are Parquet
+        fmt = str(marker.get("format", "parquet"))
+        return spark.read.format(fmt).load(spark_uri(join(run.step_dir(index), str(marker["attempt"]))))
 
 
 def is_local_master(spark) -> bool:
