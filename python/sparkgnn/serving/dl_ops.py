@@ -21,7 +21,15 @@ def serving_partials(models, header: dict, tables: dict) -> dict:
     return cgp_wire.handle(header, tables)
 
 
-SERVING_OPS = {cgp_wire.OP: serving_partials}
+def serve_batch(models, header: dict, tables: dict) -> dict:
+    """A batch of online requests (serving.online.batch_op); `models` is unused: the header's
+    deployment names the graph, model and store, loaded once per worker process."""
+    from sparkgnn.serving.online import batch_op
+
+    return batch_op.serve_batch(header, tables)
+
+
+SERVING_OPS = {cgp_wire.OP: serving_partials, "serve_batch": serve_batch}
 
 
 def register(ops: Registry = OPS) -> None:

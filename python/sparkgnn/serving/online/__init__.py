@@ -1,0 +1,12 @@
+"""Online serving: the front end that turns a stream of requests into batches (GSM, "Degree-Based
+Scheduling and Memory Management for Large-Scale Exact Online GNN Inference", section IV).
+
+WHY a subpackage: the offline serving modes (sparkgnn.serving) answer one request at a time; an
+online server also has to decide which queued requests share a batch, how big a batch may grow and
+how to split one that would not fit in memory. The scheduler and the tuner are pure algorithms,
+free of any engine, so they can be tested and tuned on their own.
+
+scheduler   request queue: Pending, ServiceModel, SCHEDULERS (fifo, degree with promotion), divide
+tuner       offline parameter tuner: tune (two 1-D searches over T_d and T_s), candidate_ts,
+            write_thresholds / read_thresholds (the JSON deployment config)
+"""

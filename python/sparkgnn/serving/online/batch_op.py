@@ -1,0 +1,217 @@
+"""The worker side of online serving: op "serve_batch" answers a batch of requests.
+
+A serving worker (`sparkgnn-worker`, or the front end's own thread for the one-process
+deployment) loads its deployment once (graph, model, PE store, mode; cached by the deployment's
+JSON) and keeps it in memory; every batch then costs only the requests' own work.
+
+WHY some batches are fused into one request and others are not: the scheduler's batches exist
+to amortise per-call overhead over many small requests (GSM). A request's queries are new
+vertices whose edges touch G; a mode that recomputes only the queries from stored values (HE)
+gives each request the same answer whether it runs alone or next to others, PROVIDED no two
+fused requests attach to the same G vertex (a shared endpoint would change that vertex's
+degree statistics for both). Such requests are fused into one Request (query ids renumbered
+apart, then mapped back), answered in one call. Modes whose answers depend on the batch (FULL
+and EXACT recompute G vertices the requests change; SRPE's budget and NS's seeded sample are
+per request) answer each request of the batch on its own: still one worker call per batch,
+and the scheduler's order still decides who waits. `FUSABLE_MODES` names the first kind.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+
+from sparkgnn.errors import USER_ERRORS
+from sparkgnn.serving.online import wire
+from sparkgnn.serving.request import Request
+
+OP = "serve_batch"
+FUSABLE_MODES = frozenset({"he"})
+
+_DEPLOYMENTS: dict[str, Deployment] = {}
+
+
+class Deployment:
+    """G, the model and the PE store, loaded once per worker process, and one QueryEngine per
+    mode asked for (all sharing one ServingContext: G's index is built once)."""
+
+    def __init__(self, spec: dict):
+        from sparkgnn.graph.reader import read_graph_dir
+        from sparkgnn.models import Model
+        from sparkgnn.pe.store import PEStore
+
+        self.spec = spec
+        self.graph = read_graph_dir(spec["graph"])
+        self.model = Model.load(spec["model"])
+        self.store = PEStore.open(spec["store"], model=self.model, graph=self.graph) if spec.get("store") else None
+        self.engines: dict = {}
+        self.context = None
+        self._cached_stores: list = []
+        ids = self.graph.ids
+        self.fresh_base = int(ids.max()) + 1 if len(ids) else 0
+
+    def engine(self, mode: str):
+        found = self.engines.get(mode)
+        if found is None:
+            from sparkgnn.serving.engine import QueryEngine
+
+            options = (self.spec.get("options") or {}).get(mode, {})
+            found = QueryEngine(self.graph, self.model, mode=mode, store=self.store, context=self.context, **options)
+            self.context = found.context
+            self.engines[mode] = found
+            self._attach_cache(found)
+        return found
+
+    def _attach_cache(self, engine) -> None:
+        """Quiver's FAP placement (or GSM's degree cache): the hot rows of the stored layers this
+        engine reads go to the fastest memory (serving.online.hotcache)."""
+        cache = self.spec.get("cache") or {}
+        if self.store is None or not hasattr(engine.mode, "stored") or cache.get("policy", "off") == "off":
+            return
+        from sparkgnn.serving.online.hotcache import attach_hot_cache
+
+        stored = engine.mode.stored(engine.context)
+        if any(stored is s for s in self._cached_stores):
+            return
+        device = cache.get("device", "cpu")
+        attach_hot_cache(stored, cache["policy"], int(cache.get("bytes", 0)), self.store, self.graph, device)
+        self._cached_stores.append(stored)
+
+    def cache_stats(self) -> dict | None:
+        if not self._cached_stores:
+            return None
+        from sparkgnn.serving.online.hotcache import cache_stats
+
+        return cache_stats(self._cached_stores[0])
+
+    def answer(self, mode: str, requests: list[Request]) -> tuple[list, dict]:
+        """[(answer | None, error message | None)] per request, plus the summed breakdown."""
+        results: list = [None] * len(requests)
+        breakdown: dict = {}
+        valid = []
+        for i, r in enumerate(requests):
+            try:
+                r.validate(self.graph)
+                valid.append(i)
+            except USER_ERRORS as exc:
+                results[i] = (None, f"{type(exc).__name__}: {exc}")
+        engine = self.engine(mode)
+        if mode in FUSABLE_MODES:
+            groups = self._fusion_groups([requests[i] for i in valid])
+        else:
+            groups = [[j] for j in range(len(valid))]
+        for group in groups:
+            members = [valid[j] for j in group]
+            try:
+                if len(members) == 1:
+                    answer = engine.answer(requests[members[0]])
+                    parts = [answer]
+                else:
+                    answer = engine.answer(self._fused([requests[i] for i in members]))
+                    parts = _split(answer, [requests[i].batch_size for i in members])
+            except USER_ERRORS as exc:
+                for i in members:
+                    results[i] = (None, f"{type(exc).__name__}: {exc}")
+                continue
+            for i, part in zip(members, parts, strict=True):
+                results[i] = (part, None)
+            for key, value in answer.breakdown.items():
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    breakdown[key] = breakdown.get(key, 0) + value
+        return results, breakdown
+
+    def _fusion_groups(self, requests: list[Request]) -> list[list[int]]:
+        """Requests grouped so that no two in a group touch the same G vertex (module doc)."""
+        groups: list[list[int]] = []
+        used: list[set] = []
+        for j, r in enumerate(requests):
+            ends = set(np.concatenate([r.src, r.dst]).tolist()) - set(r.qid.tolist())
+            for g, taken in zip(groups, used, strict=True):
+                if taken.isdisjoint(ends):
+                    g.append(j)
+                    taken |= ends
+                    break
+            else:
+                groups.append([j])
+                used.append(set(ends))
+        return groups
+
+    def _fused(self, requests: list[Request]) -> Request:
+        """One request holding all of `requests`, query ids renumbered from above G's ids."""
+        qids, xs, srcs, dsts = [], [], [], []
+        next_id = self.fresh_base
+        for r in requests:
+            fresh = np.arange(next_id, next_id + r.batch_size, dtype=np.int64)
+            next_id += r.batch_size
+            order = np.argsort(r.qid)
+            sorted_q = r.qid[order]
+
+            def renumber(ids, sorted_q=sorted_q, order=order, fresh=fresh):
+                pos = np.minimum(np.searchsorted(sorted_q, ids), max(len(sorted_q) - 1, 0))
+                is_query = sorted_q[pos] == ids if len(sorted_q) else np.zeros(len(ids), bool)
+                out = ids.copy()
+                out[is_query] = fresh[order[pos[is_query]]]
+                return out
+
+            qids.append(fresh)
+            xs.append(r.x)
+            srcs.append(renumber(r.src))
+            dsts.append(renumber(r.dst))
+        return Request("fused", np.concatenate(qids), np.concatenate(xs), np.concatenate(srcs), np.concatenate(dsts))
+
+
+def _split(answer, sizes: list[int]) -> list:
+    from sparkgnn.serving.modes import Answer
+
+    out, start = [], 0
+    for size in sizes:
+        end = start + size
+        pred = None if answer.pred is None else answer.pred[start:end]
+        out.append(Answer(answer.qid[start:end], answer.h[start:end], pred, {}))
+        start = end
+    return out
+
+
+def deployment(spec: dict) -> Deployment:
+    key = json.dumps(spec, sort_keys=True)
+    found = _DEPLOYMENTS.get(key)
+    if found is None:
+        found = _DEPLOYMENTS[key] = Deployment(spec)
+    return found
+
+
+def serve_batch(header: dict, tables: dict) -> dict:
+    """Answer one batch: tables "nodes"/"edges" with `req`, header "deployment" and "requests"
+    (their ids, in batch order) and "mode". Returns "answer" + "meta" (per-request errors by
+    position in the batch)."""
+    started = time.perf_counter()
+    dep = deployment(header["deployment"])
+    request_ids = [str(r) for r in header["requests"]]
+    requests = wire.requests_from_batch(request_ids, tables)
+    results, breakdown = dep.answer(str(header["mode"]), requests)
+    reqs, nodes, hs, preds, errors = [], [], [], [], {}
+    for i, (answer, error) in enumerate(results):
+        if error is not None:
+            errors[str(i)] = error
+            continue
+        # answers are in the request's qid order already (modes answer rows in qid order)
+        reqs.append(np.full(len(answer.qid), i, np.int32))
+        nodes.append(np.asarray(requests[i].qid))
+        hs.append(answer.h)
+        preds.append(answer.pred)
+    width = hs[0].shape[1] if hs else 0
+    table = wire.answer_table(
+        np.concatenate(reqs) if reqs else np.zeros(0, np.int32),
+        np.concatenate(nodes) if nodes else np.zeros(0, np.int64),
+        np.concatenate(hs) if hs else np.zeros((0, width), np.float32),
+        None if not preds or preds[0] is None else np.concatenate(preds),
+    )
+    meta = {
+        "errors": errors,
+        "breakdown": breakdown,
+        "worker_s": time.perf_counter() - started,
+        "cache": dep.cache_stats(),
+    }
+    return {"answer": table, wire.META: wire.meta_table(meta)}

@@ -1,0 +1,159 @@
+"""sparkgnn.serving.Client: ask a running service (serving.online.server) over ZeroMQ or HTTP.
+
+ZeroMQ (`tcp://...`): one DEALER socket; requests go out as the messenger's frames (JSON header
++ Arrow tables, serving.online.wire) and may be many in flight (`send` / `receive`, what the load
+generator uses); `answer` is the blocking one-request form. HTTP (`http://...`): JSON, one
+request per call, through the standard library's urllib (a client needs no extra package).
+Every wait has a timeout (`timeout_s`): a silent service is an error, not a hang.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+
+import numpy as np
+import zmq
+
+from sparkgnn.errors import SparkGNNError
+from sparkgnn.messenger import protocol
+from sparkgnn.serving.online import wire
+from sparkgnn.serving.request import Request
+
+
+class ServiceError(SparkGNNError, RuntimeError):
+    """The service refused or failed a request (the message is the service's), or is busy."""
+
+
+class ServiceBusy(ServiceError):
+    """The service's queue is full: retry later (back-pressure)."""
+
+
+@dataclass
+class Reply:
+    request_id: str
+    nodes: np.ndarray
+    h: np.ndarray
+    pred: np.ndarray | None
+    queue_ms: float
+    service_ms: float
+    batch_requests: int
+    pool: str
+
+
+class Client:
+    def __init__(self, endpoint: str, timeout_s: float = 30.0, token: str | None = None, curve_server_key=None):
+        self.endpoint, self.timeout_s, self.token = endpoint, float(timeout_s), token
+        self._sock = None
+        if endpoint.startswith(("tcp://", "ipc://")):
+            self._sock = zmq.Context.instance().socket(zmq.DEALER)
+            self._sock.setsockopt(zmq.LINGER, 0)
+            if curve_server_key is not None:
+                from sparkgnn.messenger.security import make_client
+
+                make_client(self._sock, curve_server_key)
+            self._sock.connect(endpoint)
+        elif not endpoint.startswith(("http://", "https://")):
+            raise ValueError(f"endpoint {endpoint!r}: expected tcp://, ipc:// or http(s)://")
+
+    def answer(self, request: Request, mode: str | None = None) -> Reply:
+        if self._sock is None:
+            return self._answer_http(request, mode)
+        self.send(request, mode)
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            got = self.receive(left)
+            if got is None:
+                raise ServiceError(f"no answer from {self.endpoint} within {self.timeout_s} s")
+            if got[0] == request.request_id:
+                return _raise_or_reply(*got)
+
+    def send(self, request: Request, mode: str | None = None, tag=None) -> None:
+        header = {"kind": "TASK", "op": "answer", "request_id": request.request_id, "tag": tag}
+        if mode:
+            header["mode"] = mode
+        assert self._sock is not None, "send/receive need a ZeroMQ endpoint"
+        self._sock.send_multipart(protocol.encode(header, wire.request_tables(request)), copy=False)
+
+    def receive(self, timeout_s: float) -> tuple | None:
+        """(request_id, header, tables) of the next reply, or None after timeout_s."""
+        assert self._sock is not None, "send/receive need a ZeroMQ endpoint"
+        if not self._sock.poll(max(0, int(timeout_s * 1000))):
+            return None
+        header, tables = protocol.decode(self._sock.recv_multipart(copy=False))
+        return str(header.get("request_id")), header, tables
+
+    def _answer_http(self, request: Request, mode: str | None) -> Reply:
+        body = {
+            "request_id": request.request_id,
+            "nodes": [{"id": int(q), "x": row.tolist()} for q, row in zip(request.qid, request.x, strict=True)],
+            "edges": [[int(s), int(d)] for s, d in zip(request.src, request.dst, strict=True)],
+        }
+        if mode:
+            body["mode"] = mode
+        headers = {"Content-Type": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        req = urllib.request.Request(
+            f"{self.endpoint}/v1/answer", json.dumps(body).encode(), headers=headers, method="POST"
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as response:
+                data = json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            data = json.loads(exc.read() or b"{}")
+            if exc.code == 503:
+                raise ServiceBusy(data.get("error", "busy")) from None
+            raise ServiceError(data.get("error", f"HTTP {exc.code}")) from None
+        answers = data["answers"]
+        h = np.asarray([a["h"] for a in answers], np.float32)
+        pred = np.asarray([a["pred"] for a in answers], np.int64) if answers and "pred" in answers[0] else None
+        return Reply(
+            data["request_id"],
+            np.asarray([a["node"] for a in answers], np.int64),
+            h,
+            pred,
+            data["queue_ms"],
+            data["service_ms"],
+            data["batch_requests"],
+            data["pool"],
+        )
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close(0)
+            self._sock = None
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _raise_or_reply(request_id: str, header: dict, tables: dict) -> Reply:
+    kind = header.get("kind")
+    if kind == "BUSY":
+        raise ServiceBusy(header.get("error", "busy"))
+    if kind != "RESULT":
+        raise ServiceError(header.get("error", f"the service answered {kind}"))
+    nodes, h, pred = wire.answer_arrays(tables["answer"])
+    return Reply(
+        request_id,
+        nodes,
+        h,
+        pred,
+        float(header.get("queue_ms", 0.0)),
+        float(header.get("service_ms", 0.0)),
+        int(header.get("batch_requests", 0)),
+        str(header.get("pool", "")),
+    )
+
+
+def reply_of(received: tuple) -> Reply:
+    """A received (request_id, header, tables) as a Reply, raising the service's error."""
+    return _raise_or_reply(*received)

@@ -1,0 +1,99 @@
+"""What the front end knows of G: ids, in-degrees and PSGS, and nothing heavier.
+
+WHY the front end keeps these and not the store: the service's workers hold the PE store (the
+embeddings, states and features, the bulk of the bytes); the front end only has to (1) refuse a
+malformed request before it queues (unknown ids, ids that collide with G, wrong width, NaN), and
+(2) predict what a request will cost, for GSM's scheduler (in-degree sums, section IV-A) and its
+batch divider (per-layer subgraph sizes, IV-B), and for Quiver's router (PSGS, section 4). Three
+int64/float64 columns per vertex: 24 bytes a vertex, against the store's hundreds.
+
+Cost of a request (GSM's observation 2: processing time follows the in-degree of the targets): a
+query q's in-degree in the union graph plus the in-degrees of its G in-neighbours (the vertices
+its first two layers aggregate over). Its layer subgraph sizes: the queries and their G
+in-neighbours at the last layer, then those neighbours' in-degree sum one layer down, and so on.
+PSGS (Quiver): 1 per query plus the stored PSGS of each G in-neighbour (the metrics table a
+precompute job writes, `psgs`; without it, 1 + the in-degree).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pyarrow.dataset as ds
+
+from sparkgnn.serving.online.scheduler import Pending
+from sparkgnn.serving.request import Request
+
+
+class GraphFacts:
+    def __init__(self, ids: np.ndarray, in_degree: np.ndarray, psgs: np.ndarray, feature_dim: int, num_layers: int):
+        order = np.argsort(ids, kind="stable")
+        self.sorted_ids = ids[order]
+        self.in_degree = in_degree[order].astype(np.float64)
+        self.psgs = psgs[order].astype(np.float64)
+        self.feature_dim = int(feature_dim)
+        self.num_layers = int(num_layers)
+
+    @classmethod
+    def load(cls, graph_dir: str, store=None, num_layers: int = 2) -> GraphFacts:
+        """Ids and feature width from the graph's vertices, in-degrees from its edges (two int64
+        columns are read, never the features), PSGS from the store's metrics when it has them."""
+        from sparkgnn.graph import layout
+
+        base = layout.strip_scheme(str(graph_dir))
+        vertices = ds.dataset(os.path.join(base, layout.VERTICES_DIR), format="parquet")
+        ids = vertices.to_table(columns=["id"]).column("id").to_numpy()
+        first = next(iter(vertices.to_batches(columns=["x"], batch_size=1)), None)
+        width = len(first.column(0)[0].as_py()) if first is not None and first.num_rows else 0
+        dst = ds.dataset(os.path.join(base, layout.EDGES_DIR), format="parquet").to_table(columns=["dst"])
+        dst_ids = dst.column("dst").to_numpy()
+        order = np.argsort(ids)
+        sorted_ids = ids[order]
+        counts = np.bincount(np.searchsorted(sorted_ids, dst_ids), minlength=len(ids))[: len(ids)]
+        in_degree = np.empty(len(ids), np.float64)
+        in_degree[order] = counts
+        psgs = 1.0 + in_degree
+        if store is not None and "psgs" in (store.manifest.get("metric_tables") or []):
+            table = store.metrics_table("psgs")
+            pos = np.searchsorted(sorted_ids, table.column("id").to_numpy())
+            psgs = np.empty(len(ids), np.float64)
+            psgs[order[pos]] = table.column("psgs").to_numpy()
+        return cls(ids, in_degree, psgs, width, num_layers)
+
+    def lookup(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(positions in the sorted index, found mask)."""
+        pos = np.minimum(np.searchsorted(self.sorted_ids, ids), max(len(self.sorted_ids) - 1, 0))
+        found = self.sorted_ids[pos] == ids if len(self.sorted_ids) else np.zeros(len(ids), bool)
+        return pos, found
+
+    def problems(self, request: Request) -> list[str]:
+        """Request.problems against G's ids (the same sentences a worker would give)."""
+        return request.problems(graph=_IdOnlyGraph(self), feature_dim=self.feature_dim)
+
+    def pending(self, request: Request, key, group: str, arrived: float) -> tuple[Pending, float]:
+        """The scheduler's view of a (valid) request, and its PSGS (for the router)."""
+        _, dst_in_g = self.lookup(request.dst)
+        src_pos, src_in_g = self.lookup(request.src)
+        into_query = ~dst_in_g  # edges whose destination is a query (in a valid request: not in G)
+        neighbours = np.unique(src_pos[into_query & src_in_g])
+        cost = float(into_query.sum()) + float(self.in_degree[src_pos[into_query & src_in_g]].sum())
+        # last layer: the queries and their G in-neighbours; every layer below: the neighbours'
+        # in-edges (a two-hop estimate: the front end keeps no index to walk further)
+        below = int(self.in_degree[neighbours].sum())
+        sizes = (request.batch_size + len(neighbours),) + (below,) * (self.num_layers - 1)
+        psgs = float(request.batch_size) + float(self.psgs[neighbours].sum())
+        pending = Pending(key=key, cost=cost, hop_sizes=sizes, group=group, arrived=arrived, queries=request.batch_size)
+        return pending, psgs
+
+
+class _IdOnlyGraph:
+    """What Request.problems needs of a graph (id_index.lookup, feature_dim), from GraphFacts."""
+
+    def __init__(self, facts: GraphFacts):
+        self.feature_dim = facts.feature_dim
+        self.id_index = self
+        self._facts = facts
+
+    def lookup(self, ids) -> tuple[None, np.ndarray]:
+        return None, self._facts.lookup(np.asarray(ids, np.int64))[1]

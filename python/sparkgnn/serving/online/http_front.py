@@ -1,0 +1,119 @@
+"""The service's HTTP/JSON front (aiohttp), for clients that do not speak ZeroMQ.
+
+WHY aiohttp: a well-kept asynchronous server (no hand-written HTTP parsing); one event loop in
+its own thread holds thousands of open requests while they wait in the scheduler, each as a
+coroutine awaiting its Future, not a thread.
+
+  POST /v1/answer   body {"request_id", "mode"?, "nodes": [{"id", "x"}], "edges": [[s, d]]}
+                    200 with the answers; 400 for a malformed request (the error names what is
+                    wrong); 503 when the queue is full ("busy", retry later); 401 without the token
+  GET  /v1/health   {"status": "ok", "stats": ...}
+
+With a token configured every request must carry `Authorization: Bearer <token>` (compared in
+constant time). Bodies above `max_body_bytes` are refused by aiohttp itself (413).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import threading
+
+from sparkgnn.errors import USER_ERRORS
+
+MAX_BODY_BYTES = 64 * 1024 * 1024
+STATUS = {"ok": 200, "error": 400, "busy": 503}
+
+
+class HttpFront:
+    def __init__(self, server, bind: str, token: str | None = None, max_body_bytes: int = MAX_BODY_BYTES):
+        host, port = bind.rsplit(":", 1)
+        self.server, self.host, self.port, self.token = server, host, int(port), token
+        self.max_body_bytes = max_body_bytes
+        self.url: str | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> HttpFront:
+        ready = threading.Event()
+        failure: list = []
+        self._thread = threading.Thread(
+            target=self._run, args=(ready, failure), name="sparkgnn-serve-http", daemon=True
+        )
+        self._thread.start()
+        if not ready.wait(15.0):
+            raise TimeoutError("the HTTP front did not start within 15 s")
+        if failure:
+            raise failure[0]
+        return self
+
+    def _run(self, ready: threading.Event, failure: list) -> None:
+        loop = self._loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(self._serve())
+        except Exception as exc:  # noqa: BLE001 - reported to start()
+            failure.append(exc)
+            ready.set()
+            return
+        ready.set()
+        loop.run_forever()
+
+    async def _serve(self) -> None:
+        from aiohttp import web
+
+        app = web.Application(client_max_size=self.max_body_bytes)
+        app.router.add_post("/v1/answer", self._answer)
+        app.router.add_get("/v1/health", self._health)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]  # the bound port (0 = any)
+        self.url = f"http://{self.host}:{port}"
+
+    def _authorised(self, request) -> bool:
+        if not self.token:
+            return True
+        given = request.headers.get("Authorization", "")
+        return hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode())
+
+    async def _answer(self, request):
+        from aiohttp import web
+
+        from sparkgnn.serving.online.server import outcome_json, request_from_json
+
+        if not self._authorised(request):
+            return web.json_response({"status": "error", "error": "missing or wrong bearer token"}, status=401)
+        try:
+            body = json.loads(await request.read())
+            query, mode = request_from_json(body)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            return web.json_response({"status": "error", "error": f"the body is not JSON: {exc}"}, status=400)
+        except USER_ERRORS as exc:
+            return web.json_response({"status": "error", "error": str(exc)}, status=400)
+        outcome = await asyncio.wrap_future(self.server.submit(query, mode))
+        return web.json_response(outcome_json(outcome), status=STATUS.get(outcome.kind, 500))
+
+    async def _health(self, request):
+        from aiohttp import web
+
+        if not self._authorised(request):
+            return web.json_response({"status": "error", "error": "missing or wrong bearer token"}, status=401)
+        return web.json_response({"status": "ok", "stats": dict(self.server.stats)})
+
+    def stop(self) -> None:
+        loop = self._loop
+        if loop is None:
+            return
+
+        async def shutdown():
+            if self._runner is not None:
+                await self._runner.cleanup()
+
+        asyncio.run_coroutine_threadsafe(shutdown(), loop).result(timeout=10.0)
+        loop.call_soon_threadsafe(loop.stop)
+        if self._thread is not None:
+            self._thread.join(timeout=5.0)

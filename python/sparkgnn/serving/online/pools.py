@@ -1,0 +1,120 @@
+"""Worker pools of the online service, chosen by kind (POOL_KINDS), and Quiver's router.
+
+A pool runs batches (op "serve_batch", serving.online.batch_op) on `width` slots at once:
+  inprocess  the front end's own process (one process with all shards: the small deployment,
+             and what the tests use); slots share the GIL, so width 1 is the useful value
+  workers    `width` sparkgnn-worker processes behind a messenger broker (messenger.LocalCluster),
+             each with its own copy of the deployment in memory and `threads` torch threads; one
+             dealer per slot, so batches run in parallel. A worker that dies mid-batch is noticed
+             by the broker's heartbeats and the batch is re-sent to another worker (the dealer's
+             retries); the pool then starts a replacement.
+
+ROUTERS decide which pool serves a batch. "psgs" is Quiver's rule (section 4.2.2): a batch whose
+summed PSGS is below the threshold goes to the first pool (on a GPU host: the CPU pool, which
+answers small batches faster), the rest to the second (the GPU pool; on this CPU-only machine a
+wider CPU pool exercises the same code). A batch whose pool has no free slot while another pool
+has one goes there instead (counted as an overflow), so the router never idles a worker.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+
+from sparkgnn.errors import SparkGNNError
+from sparkgnn.registry import Registry
+
+
+class ServeError(SparkGNNError, ValueError):
+    """The service's configuration is wrong (unknown pool kind or router, bad widths)."""
+
+
+POOL_KINDS: Registry = Registry("worker pool kind", ServeError)
+ROUTERS: Registry = Registry("router", ServeError)
+
+
+@POOL_KINDS.register("inprocess")
+class InProcessPool:
+    def __init__(self, name: str, width: int = 1, threads: int = 1, **_):
+        import torch
+
+        self.name, self.width = name, int(width)
+        torch.set_num_threads(int(threads))
+
+    def call(self, slot: int, header: dict, tables: dict) -> dict:
+        from sparkgnn.serving.online.batch_op import serve_batch
+
+        return serve_batch(header, tables)
+
+    def warm_up(self, header: dict, tables: dict) -> None:
+        self.call(0, header, tables)
+
+    def close(self) -> None:
+        pass
+
+
+@POOL_KINDS.register("workers")
+class WorkerPool:
+    def __init__(self, name: str, width: int = 1, threads: int = 1, device: str = "cpu", timeout_s: float = 60.0, **_):
+        from sparkgnn.messenger.local import LocalCluster
+
+        self.name, self.width = name, int(width)
+        self._models = tempfile.mkdtemp(prefix="sparkgnn-serve-models-")  # the worker CLI wants one
+        self.cluster = LocalCluster(
+            self.width, model_store=self._models, device=device, threads=int(threads), slots=1, heartbeat_s=0.5
+        ).start()
+        self._timeout_s = float(timeout_s)
+        self._dealers = [self.cluster.client(timeout_s=self._timeout_s, retries=3, window=1) for _ in range(self.width)]
+        self._lock = threading.Lock()
+
+    def call(self, slot: int, header: dict, tables: dict) -> dict:
+        self._replace_dead_workers()
+        _, result = self._dealers[slot].call(dict(header), tables)
+        return result
+
+    def warm_up(self, header: dict, tables: dict) -> None:
+        """Every worker loads the deployment before the service takes requests (a first batch
+        would otherwise pay seconds of loading): one batch per slot at once."""
+        threads = [threading.Thread(target=self.call, args=(i, header, tables)) for i in range(self.width)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    def _replace_dead_workers(self) -> None:
+        with self._lock:
+            for i, proc in enumerate(self.cluster.workers):
+                if proc.poll() is not None:
+                    replacement = self.cluster.add_worker()  # appended; it takes the dead one's place
+                    self.cluster.workers.pop()
+                    self.cluster.workers[i] = replacement
+
+    def close(self) -> None:
+        for dealer in self._dealers:
+            dealer.close()
+        self.cluster.stop()
+        try:
+            os.rmdir(self._models)
+        except OSError:
+            pass
+
+
+def make_pool(spec: dict):
+    spec = dict(spec)
+    kind = spec.pop("kind", "inprocess")
+    return POOL_KINDS.lookup(kind)(**spec)
+
+
+@ROUTERS.register("first")
+def route_first(psgs: float, threshold: float | None, pools: list) -> int:
+    """Every batch to the first pool (one pool, or routing off)."""
+    return 0
+
+
+@ROUTERS.register("psgs")
+def route_psgs(psgs: float, threshold: float | None, pools: list) -> int:
+    """Quiver: below the PSGS threshold the first pool, else the last."""
+    if threshold is None or len(pools) < 2:
+        return 0
+    return 0 if psgs < threshold else len(pools) - 1

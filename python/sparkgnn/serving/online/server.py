@@ -1,0 +1,536 @@
+"""sparkgnn.serving.Server: the long-running online service (issue 15; docs/ARCHITECTURE.md
+"Online serving").
+
+    clients --ZeroMQ (Arrow frames)--> intake --> scheduler (GSM) --> batcher --> router (Quiver)
+            --HTTP/JSON (aiohttp)---->   |          degree order,      divider      PSGS -> pool
+                                          |          T_d, aging                        |
+            <------------------------ replies <-------- dispatch threads (one per pool slot)
+
+WHY this shape:
+  - The front end holds only GraphFacts (ids, in-degrees, PSGS: costs.py); the PE store lives in
+    the pools' workers (pools.py, batch_op.py), so the front end's memory does not grow with the
+    embeddings.
+  - One scheduler queue for all requests, bounded (`capacity`): a full queue answers BUSY at once
+    (back-pressure) instead of growing without limit. Batches are formed when a slot frees up
+    (work-conserving), so under load they grow to T_d and under light load a request goes alone.
+  - Every wait has a timeout: a batch's call is bounded by the pool's dealer timeout and retries;
+    a request that waited past `request_timeout_s` is answered with an error, not kept.
+  - Nothing from the wire is unpickled: ZeroMQ messages are the messenger's frames (JSON header +
+    Arrow tables, messenger.protocol), HTTP bodies are JSON. Binds are loopback unless told; a
+    non-loopback ZeroMQ bind needs CURVE keys and a non-loopback HTTP bind needs a token.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import zmq
+
+from sparkgnn.errors import USER_ERRORS
+from sparkgnn.messenger import protocol
+from sparkgnn.serving.online import wire
+from sparkgnn.serving.online.costs import GraphFacts
+from sparkgnn.serving.online.pools import ROUTERS, ServeError, make_pool
+from sparkgnn.serving.online.scheduler import SCHEDULERS, QueueFull, ServiceModel, divide
+from sparkgnn.serving.request import Request, RequestError
+
+OP_ANSWER = "answer"
+
+
+@dataclass
+class ServeConfig:
+    """A deployment: what to serve and how. Saved as JSON (`sparkgnn-serve tune` writes the
+    tuned thresholds into it)."""
+
+    graph: str
+    model: str
+    store: str | None = None
+    mode: str = "he"
+    modes: list[str] = field(default_factory=lambda: ["full", "ns", "he", "srpe", "exact"])
+    mode_options: dict = field(default_factory=dict)
+    scheduler: str = "degree"
+    t_d: float = 4096.0
+    t_s: int = 0
+    capacity: int = 4096
+    max_batch: int = 1024
+    max_wait_factor: float = 4.0
+    pools: list[dict] = field(default_factory=lambda: [{"name": "main", "kind": "inprocess", "width": 1}])
+    router: str = "first"
+    route_psgs: float | None = None
+    cache: dict = field(default_factory=lambda: {"policy": "off", "bytes": 0})
+    bind: str = "tcp://127.0.0.1:0"
+    http: str | None = "127.0.0.1:0"
+    curve_keys: str | None = None
+    token: str | None = None
+    max_queries: int = 4096
+    request_timeout_s: float = 30.0
+
+    @classmethod
+    def load(cls, path: str) -> ServeConfig:
+        from sparkgnn.files import read_json
+
+        data = read_json(path)
+        unknown = sorted(set(data) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise ServeError(f"{path}: unknown deployment settings {unknown}")
+        return cls(**data)
+
+    def save(self, path: str) -> None:
+        from sparkgnn.files import write_json_atomic
+
+        write_json_atomic(path, asdict(self))
+
+    def deployment(self) -> dict:
+        """What a worker needs to load (batch_op.Deployment); the cache key of its copy."""
+        return {
+            "graph": self.graph,
+            "model": self.model,
+            "store": self.store,
+            "options": self.mode_options,
+            "cache": self.cache,
+        }
+
+
+@dataclass
+class Outcome:
+    """What one request gets back: an answer table, or an error (kind "error" / "busy")."""
+
+    request_id: str
+    kind: str
+    answer: object = None
+    error: str | None = None
+    queue_s: float = 0.0
+    service_s: float = 0.0
+    batch_requests: int = 0
+    pool: str = ""
+
+
+@dataclass
+class Ticket:
+    request: Request
+    mode: str
+    arrived: float
+    psgs: float
+    deliver: object  # Callable[[Outcome], None]
+    cost: float = 0.0
+
+
+class Server:
+    def __init__(self, config: ServeConfig, *, start_pools: bool = True):
+        from sparkgnn.models import Model
+        from sparkgnn.pe.layout import read_manifest
+        from sparkgnn.pe.store import PEStore
+        from sparkgnn.serving.modes import MODES
+
+        self.config = config
+        for mode in [config.mode, *config.modes]:
+            MODES.lookup(mode)
+        self._check_binds()
+        model = Model.load(config.model)
+        # the manifest and metrics tables only: the store's layers stay with the workers
+        store = PEStore(config.store, read_manifest(config.store) or {}) if config.store else None
+        self.facts = GraphFacts.load(config.graph, store, model.num_layers)
+        self.service = ServiceModel()
+        self.scheduler = SCHEDULERS.lookup(config.scheduler)(
+            config.t_d,
+            capacity=config.capacity,
+            max_batch=config.max_batch,
+            service=self.service,
+            max_wait_factor=config.max_wait_factor,
+        )
+        self.route = ROUTERS.lookup(config.router)
+        self.pools = [make_pool(spec) for spec in config.pools] if start_pools else []
+        self._pool_queues: list[queue.Queue] = [queue.Queue() for _ in self.pools]
+        self._busy = [0] * len(self.pools)
+        self._free = threading.Semaphore(sum(p.width for p in self.pools) or 1)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._ids = itertools.count()
+        self.stats = {"requests": 0, "answered": 0, "errors": 0, "busy": 0, "batches": 0, "overflow": 0}
+        self.batch_log: list[dict] = []  # per batch: size, cost, psgs, pool, seconds (bounded)
+        self.cache_stats: dict | None = None
+        self.zmq_endpoint: str | None = None
+        self.http_url: str | None = None
+        self._context = zmq.Context.instance()
+        self._http = None
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def _check_binds(self) -> None:
+        from sparkgnn.messenger.endpoints import check_bind, is_loopback
+
+        check_bind(self.config.bind, self.config.curve_keys, bind_any=True)
+        if self.config.http:
+            host = self.config.http.rsplit(":", 1)[0]
+            if not is_loopback(f"tcp://{host}:1") and not self.config.token:
+                raise ServeError(
+                    f"HTTP bind {self.config.http} is not loopback: give a token (--token) that clients must send"
+                )
+
+    def start(self) -> Server:
+        self._warm_up()
+        for p, pool in enumerate(self.pools):
+            for slot in range(pool.width):
+                self._spawn(f"dispatch-{pool.name}-{slot}", self._dispatch_loop, p, slot)
+        self._spawn("batcher", self._batch_loop)
+        ready = threading.Event()
+        self._spawn("intake", self._intake_loop, ready)
+        if not ready.wait(10.0):
+            raise ServeError("the ZeroMQ intake did not start within 10 s")
+        if self.config.http:
+            from sparkgnn.serving.online.http_front import HttpFront
+
+            self._http = HttpFront(self, self.config.http, self.config.token).start()
+            self.http_url = self._http.url
+        return self
+
+    def _warm_up(self) -> None:
+        """Each pool's workers load the deployment now, with a one-query request on a vertex of G,
+        so the first client does not pay the load."""
+        width = self.facts.feature_dim
+        probe = Request(
+            "warm-up",
+            np.array([self.facts.sorted_ids.max() + 1 if len(self.facts.sorted_ids) else 0]),
+            np.zeros((1, width), np.float32),
+            np.zeros(0, np.int64),
+            np.zeros(0, np.int64),
+        )
+        header = self._batch_header(self.config.mode, [probe])
+        tables = wire.batch_tables([probe])
+        for pool in self.pools:
+            pool.warm_up(header, tables)
+
+    def _spawn(self, name: str, target, *args) -> None:
+        thread = threading.Thread(target=target, args=args, name=f"sparkgnn-serve-{name}", daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.scheduler.close()
+        for q in self._pool_queues:
+            for _ in range(8):
+                q.put(None)
+        if self._http is not None:
+            self._http.stop()
+        for thread in self._threads:
+            thread.join(timeout=5.0)
+        for pool in self.pools:
+            pool.close()
+
+    def __enter__(self) -> Server:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- intake -----------------------------------------------------------------------------
+    def submit(self, request: Request, mode: str | None = None, deliver=None) -> Future:
+        """Queue a request (in-process API; the ZeroMQ and HTTP fronts call this too). The
+        Future resolves to an Outcome; validation errors and BUSY resolve it at once."""
+        future: Future = Future()
+        deliver = deliver or future.set_result
+        mode = mode or self.config.mode
+        with self._lock:
+            self.stats["requests"] += 1
+        problems = self._problems(request, mode)
+        if problems:
+            self._finish(deliver, Outcome(request.request_id, "error", error=problems))
+            return future
+        ticket = Ticket(request, mode, time.monotonic(), 0.0, deliver)
+        pending, ticket.psgs = self.facts.pending(request, ticket, mode, ticket.arrived)
+        ticket.cost = pending.cost
+        try:
+            self.scheduler.push(pending)
+        except QueueFull as exc:
+            self._finish(deliver, Outcome(request.request_id, "busy", error=str(exc)))
+        return future
+
+    def _problems(self, request: Request, mode: str) -> str | None:
+        if mode not in self.config.modes:
+            return f"mode {mode!r} is not served here (served: {self.config.modes})"
+        if request.batch_size > self.config.max_queries:
+            return (
+                f"request {request.request_id!r} has {request.batch_size} query nodes; this service "
+                f"takes at most {self.config.max_queries} per request (split it)"
+            )
+        found = self.facts.problems(request)
+        if found:
+            return f"request {request.request_id!r} is invalid: " + "; ".join(found)
+        return None
+
+    def _finish(self, deliver, outcome: Outcome) -> None:
+        with self._lock:
+            key = {"ok": "answered", "busy": "busy"}.get(outcome.kind, "errors")
+            self.stats[key] += 1
+        deliver(outcome)
+
+    # -- batching and dispatch --------------------------------------------------------------
+    def _batch_header(self, mode: str, requests: list[Request]) -> dict:
+        return {
+            "op": "serve_batch",
+            "deployment": self.config.deployment(),
+            "mode": mode,
+            "requests": [r.request_id for r in requests],
+        }
+
+    def _batch_loop(self) -> None:
+        while not self._stop.is_set():
+            if not self._free.acquire(timeout=0.2):
+                continue
+            batch = self.scheduler.take(0.2)
+            if not batch:
+                self._free.release()
+                continue
+            subs = divide(batch, self.config.t_s)
+            for _ in subs[1:]:  # every sub-batch beyond the first takes a slot of its own
+                while not self._free.acquire(timeout=0.2):
+                    if self._stop.is_set():
+                        return
+            for sub in subs:
+                tickets = [p.key for p in sub]
+                psgs = sum(t.psgs for t in tickets)
+                self._pool_queues[self._choose_pool(psgs)].put(tickets)
+
+    def _choose_pool(self, psgs: float) -> int:
+        chosen = self.route(psgs, self.config.route_psgs, self.pools)
+        with self._lock:
+            if self._busy[chosen] + self._pool_queues[chosen].qsize() >= self.pools[chosen].width:
+                idle = [i for i, p in enumerate(self.pools) if self._busy[i] + self._pool_queues[i].qsize() < p.width]
+                if idle:
+                    self.stats["overflow"] += 1
+                    chosen = idle[0]
+        return chosen
+
+    def _dispatch_loop(self, p: int, slot: int) -> None:
+        pool = self.pools[p]
+        while not self._stop.is_set():
+            tickets = self._pool_queues[p].get()
+            if tickets is None:
+                return
+            with self._lock:
+                self._busy[p] += 1
+            try:
+                self._run_batch(pool, slot, tickets)
+            finally:
+                with self._lock:
+                    self._busy[p] -= 1
+                self._free.release()
+
+    def _run_batch(self, pool, slot: int, tickets: list[Ticket]) -> None:
+        started = time.monotonic()
+        live = []
+        for t in tickets:
+            if started - t.arrived > self.config.request_timeout_s:
+                self._finish(
+                    t.deliver,
+                    Outcome(
+                        t.request.request_id,
+                        "error",
+                        error=f"request waited {started - t.arrived:.1f} s in the queue, over the "
+                        f"service's request timeout of {self.config.request_timeout_s} s",
+                    ),
+                )
+            else:
+                live.append(t)
+        if not live:
+            return
+        requests = [t.request for t in live]
+        try:
+            tables = pool.call(slot, self._batch_header(live[0].mode, requests), wire.batch_tables(requests))
+            meta = wire.read_meta(tables)
+            answers = wire.split_answers(tables["answer"], len(live))
+        except Exception as exc:  # noqa: BLE001 - a failed batch fails its requests, never the service
+            for t in live:
+                self._finish(
+                    t.deliver,
+                    Outcome(t.request.request_id, "error", error=f"the batch failed: {type(exc).__name__}: {exc}"),
+                )
+            return
+        done = time.monotonic()
+        service = done - started
+        cost = sum(t.cost for t in live)
+        self.service.observe(cost, service)
+        if meta.get("cache") is not None:
+            self.cache_stats = meta["cache"]
+        with self._lock:
+            self.stats["batches"] += 1
+            if len(self.batch_log) < 100_000:
+                self.batch_log.append(
+                    {
+                        "requests": len(live),
+                        "cost": cost,
+                        "psgs": sum(t.psgs for t in live),
+                        "pool": pool.name,
+                        "seconds": service,
+                    }
+                )
+        errors = meta.get("errors", {})
+        for i, t in enumerate(live):
+            error = errors.get(str(i))
+            outcome = Outcome(
+                t.request.request_id,
+                "error" if error else "ok",
+                answer=None if error else answers[i],
+                error=error,
+                queue_s=started - t.arrived,
+                service_s=service,
+                batch_requests=len(live),
+                pool=pool.name,
+            )
+            self._finish(t.deliver, outcome)
+
+    # -- ZeroMQ front -----------------------------------------------------------------------
+    def _intake_loop(self, ready: threading.Event) -> None:
+        sock = self._context.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.LINGER, 0)
+        if self.config.curve_keys:
+            from sparkgnn.messenger.security import make_server, start_authenticator
+
+            self._auth = start_authenticator(self._context, self.config.curve_keys)
+            make_server(sock, self.config.curve_keys)
+        self.zmq_endpoint = _bind(sock, self.config.bind)
+        replies = self._context.socket(zmq.PULL)
+        reply_endpoint = f"inproc://sparkgnn-serve-replies-{id(self)}"
+        replies.bind(reply_endpoint)
+        self._reply_endpoint = reply_endpoint
+        self._pushers = threading.local()
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        poller.register(replies, zmq.POLLIN)
+        ready.set()
+        try:
+            while not self._stop.is_set():
+                events = dict(poller.poll(200))
+                if replies in events:
+                    while True:
+                        try:
+                            frames = replies.recv_multipart(zmq.NOBLOCK, copy=False)
+                        except zmq.Again:
+                            break
+                        sock.send_multipart(frames, copy=False)
+                if sock in events:
+                    while True:
+                        try:
+                            frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                        except zmq.Again:
+                            break
+                        self._on_zmq(frames)
+        finally:
+            sock.close(0)
+            replies.close(0)
+
+    def _pusher(self):
+        push = getattr(self._pushers, "sock", None)
+        if push is None:
+            push = self._pushers.sock = self._context.socket(zmq.PUSH)
+            push.setsockopt(zmq.LINGER, 0)
+            push.connect(self._reply_endpoint)
+        return push
+
+    def _on_zmq(self, frames) -> None:
+        identity, body = frames[0], frames[1:]
+        if body and len(body[0]) == 0:  # a REQ-style empty delimiter
+            identity, body = frames[0], frames[2:]
+        try:
+            header, tables = protocol.decode(body)
+            request_id = str(header.get("request_id") or f"r{next(self._ids)}")
+            request = wire.request_from_tables(request_id, tables)
+        except (protocol.ProtocolError, *USER_ERRORS, ValueError, KeyError) as exc:
+            header = header if "header" in locals() and isinstance(header, dict) else {}
+            self._send(identity, {"kind": "ERROR", "request_id": header.get("request_id"), "error": str(exc)}, {})
+            with self._lock:
+                self.stats["requests"] += 1
+                self.stats["errors"] += 1
+            return
+        tag = header.get("tag")
+
+        def deliver(outcome: Outcome, identity=identity, tag=tag) -> None:
+            self._send_outcome(identity, outcome, tag)
+
+        self.submit(request, header.get("mode"), deliver)
+
+    def _send_outcome(self, identity, outcome: Outcome, tag) -> None:
+        kind = {"ok": "RESULT", "busy": "BUSY"}.get(outcome.kind, "ERROR")
+        header = {
+            "kind": kind,
+            "request_id": outcome.request_id,
+            "tag": tag,
+            "queue_ms": outcome.queue_s * 1e3,
+            "service_ms": outcome.service_s * 1e3,
+            "batch_requests": outcome.batch_requests,
+            "pool": outcome.pool,
+        }
+        if outcome.error:
+            header["error"] = outcome.error
+        tables = {"answer": outcome.answer} if outcome.answer is not None else {}
+        self._send(identity, header, tables)
+
+    def _send(self, identity, header: dict, tables: dict) -> None:
+        # one PUSH socket per thread into the intake thread, the only one that touches the ROUTER
+        # socket (ZeroMQ sockets are not thread-safe); refusals made on the intake thread itself
+        # take the same pipe and leave on its next turn
+        self._pusher().send_multipart([identity, *protocol.encode(header, tables)], copy=False)
+
+
+def _bind(sock, endpoint: str) -> str:
+    if endpoint.endswith(":0"):
+        port = sock.bind_to_random_port(endpoint.rsplit(":", 1)[0])
+        return f"{endpoint.rsplit(':', 1)[0]}:{port}"
+    sock.bind(endpoint)
+    return endpoint
+
+
+def outcome_json(outcome: Outcome) -> dict:
+    """The HTTP/JSON form of an Outcome."""
+    body: dict = {"request_id": outcome.request_id, "status": outcome.kind}
+    if outcome.error:
+        body["error"] = outcome.error
+    if outcome.answer is not None:
+        nodes, h, pred = wire.answer_arrays(outcome.answer)
+        body["answers"] = [
+            {"node": int(n), "h": row.tolist(), **({"pred": int(pred[i])} if pred is not None else {})}
+            for i, (n, row) in enumerate(zip(nodes, h, strict=True))
+        ]
+        body["queue_ms"] = outcome.queue_s * 1e3
+        body["service_ms"] = outcome.service_s * 1e3
+        body["batch_requests"] = outcome.batch_requests
+        body["pool"] = outcome.pool
+    return body
+
+
+def request_from_json(body: dict) -> tuple[Request, str | None]:
+    """{"request_id", "mode"?, "nodes": [{"id", "x": [...]}], "edges": [[src, dst], ...]}."""
+    if not isinstance(body, dict):
+        raise RequestError("the body must be a JSON object")
+    nodes = body.get("nodes")
+    if not isinstance(nodes, list) or not all(isinstance(n, dict) for n in nodes):
+        raise RequestError('"nodes" must be a list of {"id": int, "x": [float, ...]} objects')
+    edges = body.get("edges") or []
+    if not isinstance(edges, list) or not all(isinstance(e, list | tuple) and len(e) == 2 for e in edges):
+        raise RequestError('"edges" must be a list of [src, dst] pairs')
+    try:
+        qid = [n["id"] for n in nodes]
+        x = [n["x"] for n in nodes]
+    except KeyError as exc:
+        raise RequestError(f"a node lacks {exc}") from None
+    mode = body.get("mode")
+    request = Request(
+        str(body.get("request_id", "http")),
+        np.asarray(qid) if qid else np.zeros(0, np.int64),
+        x if x else np.zeros((0, 0), np.float32),
+        np.asarray([e[0] for e in edges]) if edges else np.zeros(0, np.int64),
+        np.asarray([e[1] for e in edges]) if edges else np.zeros(0, np.int64),
+    )
+    return request, (str(mode) if mode is not None else None)
+
+
+def dumps(body: dict) -> str:
+    return json.dumps(body)
