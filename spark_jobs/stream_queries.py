@@ -47,6 +47,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         "local[N] | tcp://... | ipc://... (he/srpe/exact: the partitions run on messenger "
         "workers, op serving_partials; local[N] starts and stops N of them)",
     )
+    p.add_argument(
+        "--engine",
+        default=None,
+        help="serve://tcp://HOST:PORT (or serve://http://...): a running sparkgnn-serve answers the "
+        "requests (its scheduler and workers), not this driver",
+    )
     p.add_argument("--grouping", default="degree", help="grouping policy: degree (GSM, default) | fifo")
     p.add_argument(
         "--degree-threshold", type=positive_float, default=None, help="degree grouping: cost sum T_d per engine batch"
@@ -120,6 +126,7 @@ def config_from_args(args):
         mode=args.mode,
         mode_options=mode_options,
         workers=args.workers,
+        engine=args.engine,
         grouping=args.grouping,
         grouping_options=grouping_options,
         trigger_s=args.trigger or None,

@@ -14,13 +14,18 @@ recorded, through pyarrow.fs, so s3:// stores work) and answer id batches with a
 from __future__ import annotations
 
 from sparkgnn import files
-from sparkgnn.errors import DamagedPEStore, StalePEStore
+from sparkgnn.errors import DamagedPEStore, SparkGNNError, StalePEStore
 from sparkgnn.pe import integrity, layout
 from sparkgnn.pe.identity import graph_fingerprint, model_identity
 from sparkgnn.pe.lookup import SortedTable, UnknownIds, vectors
 from sparkgnn.pe.writer import PEWriter, layer_key, metrics_key
 
-__all__ = ["PEStore", "PEWriter", "UnknownIds"]
+__all__ = ["MissingMetricsTable", "PEStore", "PEWriter", "UnknownIds"]
+
+
+class MissingMetricsTable(SparkGNNError, ValueError):
+    """The store has no committed metrics table of that name (precomputed without metrics, or a
+    name it never writes)."""
 
 
 def _short(fp: str) -> str:
@@ -208,10 +213,39 @@ class PEStore:
         own filesystem (s3a:// for an s3:// store: the cluster needs hadoop-aws)."""
         return spark.read.parquet(*layout.spark_paths(self.base, self.manifest, layer_key(self._check_layer(layer))))
 
+    # -- workload metrics ----------------------------------------------------------------------
+    @property
+    def metric_tables(self) -> list[str]:
+        """Names of the committed metrics tables ("degrees", "psgs", "fap" after a precompute
+        with metrics), sorted."""
+        return sorted(self.manifest.get("metric_tables") or [])
+
+    def _check_metrics(self, name: str) -> str:
+        if name not in self.metric_tables:
+            have = ", ".join(self.metric_tables) or "none: rerun the precompute with workload metrics"
+            raise MissingMetricsTable(f"PE store {self.base} has no metrics table {name!r} (it has: {have})")
+        return name
+
     def metrics_frame(self, spark, name: str):
-        if name not in (self.manifest.get("metric_tables") or []):
-            raise ValueError(f"no metrics table {name!r} (have {self.manifest.get('metric_tables')})")
-        return spark.read.parquet(*layout.spark_paths(self.base, self.manifest, metrics_key(name)))
+        """Metrics table `name` as a Spark DataFrame (its recorded files, read by Spark)."""
+        return spark.read.parquet(*layout.spark_paths(self.base, self.manifest, metrics_key(self._check_metrics(name))))
+
+    def metrics_table(self, name: str):
+        """Metrics table `name` as a pyarrow.Table, without Spark: exactly the files the manifest
+        recorded for it (the ones metrics_frame gives Spark), through pyarrow.fs (s3:// works).
+        WHY: serving workers (the hot cache's placement policies) need a few million doubles, not
+        a Spark session. Raises MissingMetricsTable naming the tables the store has. Only the
+        files' own columns: pyarrow would otherwise add the `attempt=<id>` folder as a Hive
+        partition column, which Spark (given the files themselves) does not."""
+        import pyarrow.parquet as pq
+
+        key = metrics_key(self._check_metrics(name))
+        listed = layout.committed_files(self.base, self.manifest, key)
+        if listed is None:  # a store written before file records: the committed folder
+            fs, inner = files.filesystem(layout.committed_dir(self.base, self.manifest, key))
+            return pq.read_table(inner, filesystem=fs, partitioning=None)
+        fs = files.filesystem(listed[0])[0]
+        return pq.read_table([files.filesystem(p)[1] for p in listed], filesystem=fs, partitioning=None)
 
     def size_report(self) -> dict:
         from sparkgnn.pe.sizes import size_report

@@ -278,7 +278,6 @@ class PEWriter:
         (sparkgnn.pe.local), no Spark needed. Vectors are fixed_size_list<float32>."""
         import numpy as np
         import pyarrow as pa
-        import pyarrow.parquet as pq
 
         ids = np.ascontiguousarray(ids, dtype=np.int64)
         h = np.ascontiguousarray(h, dtype=np.float32)
@@ -295,14 +294,7 @@ class PEWriter:
         l = self._check_commit(l, h.shape[1], state_width, state is not None)
         table = pa.table(cols)
 
-        def write(folder: str) -> int:
-            files.makedirs(folder)
-            fs, inner = files.filesystem(files.join(folder, "part-00000.parquet"))
-            with fs.open_output_stream(inner) as sink:
-                pq.write_table(table, sink)
-            return table.num_rows
-
-        self._record(l, write, state_width)
+        self._record(l, functools.partial(self._arrow_write, table), state_width)
 
     def commit_layer(self, l: int, df, width: int, state_width: int | None = None) -> None:
         """Write h^(l) (and the merged partial states of conv l) for every node and commit it.
@@ -324,21 +316,38 @@ class PEWriter:
             raise ValueError(f"layer {l} is not committed (committed: {self.completed_layers()})")
         return spark.read.parquet(*layout.spark_paths(self.base, self.manifest, layer_key(l)))
 
+    @staticmethod
+    def _arrow_write(table, folder: str) -> int:
+        """An in-memory Arrow table as one Parquet file of `folder` (the no-Spark commit path)."""
+        import pyarrow.parquet as pq
+
+        files.makedirs(folder)
+        fs, inner = files.filesystem(files.join(folder, "part-00000.parquet"))
+        with fs.open_output_stream(inner) as sink:
+            pq.write_table(table, sink)
+        return int(table.num_rows)
+
     def commit_metrics(self, metrics: dict) -> None:
-        """name -> DataFrame (written to metrics/<name>/ with the same protocol) or a JSON-able
-        value (kept in the manifest's "metrics"), e.g. {**frames, "summary": summary} from
-        sparkgnn.pe.metrics.compute_metrics."""
+        """name -> DataFrame or pyarrow.Table (written to metrics/<name>/ with the same protocol)
+        or a JSON-able value (kept in the manifest's "metrics"), e.g. {**frames, "summary": summary}
+        from sparkgnn.pe.metrics.compute_metrics, or from sparkgnn.pe.local.local_metrics (the
+        single-machine precompute's numpy metrics: Arrow tables, no Spark)."""
+        import pyarrow as pa
+
         values, tables, written = {}, set(self.manifest.get("metric_tables") or []), []
         for name, value in metrics.items():
-            if hasattr(value, "write") and hasattr(value, "columns"):
+            is_arrow = isinstance(value, pa.Table)
+            if is_arrow or (hasattr(value, "write") and hasattr(value, "columns")):
                 if name in tables and self._legacy(metrics_key(name)):
                     tables.discard(name)  # as for layers: un-vouch a pre-attempt table first
                     self.manifest["metric_tables"] = sorted(tables)
                     self._save(f"recommitting metrics table {name}")
-                columns = [f"`{c}`" for c in value.columns]
-                self._write_attempt(
-                    metrics_key(name), functools.partial(self._commit_dir_write, value, columns=columns)
-                )
+                if is_arrow:
+                    write = functools.partial(self._arrow_write, value)
+                else:
+                    columns = [f"`{c}`" for c in value.columns]
+                    write = functools.partial(self._commit_dir_write, value, columns=columns)
+                self._write_attempt(metrics_key(name), write)
                 tables.add(name)
                 written.append(name)
             else:

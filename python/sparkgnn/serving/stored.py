@@ -11,15 +11,26 @@ Layer 0 is G's raw features passed through the model's node-wise `pre` ops, so "
 at layer l-1" means the same thing for every l. Only the layers serving can use are loaded:
 h^(1..k-1) (inputs of layers 2..k) and, when asked for, states 1..k-1 (the last layer is only ever
 computed for queries, which have no stored state).
+
+`cache` (empty unless serving.online.hotcache.attach_hot_cache filled it) maps ("h", layer) or
+("state", layer) to a HotRows that holds the hottest rows of that array in the fastest memory; a
+lookup then goes through it. Answers are the same bytes either way (HotRows copies rows, never
+recomputes them), and bytes_fetched still counts every row handed out, hit or miss, so a request's
+breakdown does not depend on the cache (its hits and misses are in hotcache.cache_stats).
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from sparkgnn.errors import SparkGNNError
 from sparkgnn.serving.context import Meter
+
+if TYPE_CHECKING:
+    from sparkgnn.serving.online.hotcache import HotRows
 
 
 class StoreMismatch(SparkGNNError, ValueError):
@@ -35,6 +46,8 @@ class StoredLayers:
         self._pre_x: np.ndarray | None = None
         self.h: dict[int, np.ndarray] = {}
         self.state: dict[int, np.ndarray] = {}
+        self.cache: dict[tuple[str, int], HotRows] = {}
+        self.cache_policy: str | None = None  # the policy that filled `cache` (for its stats)
         if states and not store.with_states:
             raise StoreMismatch(
                 f"{store!r} was written without partial aggregation states; SRPE "
@@ -53,14 +66,33 @@ class StoredLayers:
             self._pre_x = self.model.pre(torch.from_numpy(self.graph.x)).numpy()
         return self._pre_x
 
+    def arrays(self) -> dict[tuple[str, int], np.ndarray]:
+        """Every array a lookup can gather from, keyed as in `cache`: ("h", 0) is pre(x) (computed
+        here if no request needed it yet), ("h", l) and ("state", l) the loaded store layers."""
+        out = {("h", 0): self._layer0()}
+        out.update({("h", l): a for l, a in self.h.items()})
+        out.update({("state", l): a for l, a in self.state.items()})
+        return out
+
+    def _cached(self, key: tuple[str, int], rows: np.ndarray, meter: Meter) -> torch.Tensor:
+        """The rows through the hot cache, on the CPU where the executor computes (a GPU cache
+        hands them back; it pays off once the kernels run on that GPU too)."""
+        out = self.cache[key].gather(rows)
+        meter.bytes_fetched += int(out.numel() * out.element_size())
+        return out if out.device.type == "cpu" else out.cpu()
+
     def value(self, layer: int, rows: np.ndarray, meter: Meter) -> torch.Tensor:
         """h^(layer) of G vertices `rows` (layer 0: pre(x)), counted as fetched bytes."""
+        if ("h", layer) in self.cache:
+            return self._cached(("h", layer), rows, meter)
         src = self._layer0() if layer == 0 else self.h[layer]
         out = src[rows]
         meter.bytes_fetched += int(out.nbytes)
         return torch.from_numpy(out)
 
     def stored_state(self, layer: int, rows: np.ndarray, meter: Meter) -> torch.Tensor:
+        if ("state", layer) in self.cache:
+            return self._cached(("state", layer), rows, meter)
         out = self.state[layer][rows]
         meter.bytes_fetched += int(out.nbytes)
         return torch.from_numpy(out)

@@ -68,6 +68,7 @@ class StreamConfig:
     mode: str = "full"
     mode_options: dict = field(default_factory=dict)
     workers: str = "inprocess"  # inprocess | spark (reuse modes: CGP as Spark tasks) | other: to the mode
+    engine: str | None = None  # serve://tcp://HOST:PORT: a running sparkgnn-serve answers the requests
     grouping: str = "degree"
     grouping_options: dict = field(default_factory=dict)
     trigger_s: float | None = None  # None or 0: next micro-batch right after the last
@@ -109,6 +110,11 @@ def build_engine(cfg: StreamConfig, log=print):
         )
     started = time.perf_counter()
     graph = read_graph_dir(cfg.graph)
+    if cfg.engine:
+        from sparkgnn.serving.online.remote_engine import RemoteEngine
+
+        log(f"stream: requests are answered by the service at {cfg.engine} (mode {cfg.mode})")
+        return graph, RemoteEngine(cfg.engine, cfg.mode)
     model = Model.load(cfg.model)
     store = PEStore.open(cfg.store, model=model, graph=graph) if cfg.store else None
     options = dict(cfg.mode_options)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 import urllib.error
 import urllib.request
 
@@ -21,7 +20,7 @@ from sparkgnn.messenger import protocol
 from sparkgnn.models import Model
 from sparkgnn.pe.local import precompute_local
 from sparkgnn.serving import QueryEngine
-from sparkgnn.serving.online.client import Client, ServiceBusy, ServiceError, reply_of
+from sparkgnn.serving.online.client import Client, ServiceError, reply_of
 from sparkgnn.serving.online.server import ServeConfig, Server
 from sparkgnn.serving.request import Request
 
@@ -178,6 +177,21 @@ def test_http_token_and_loopback_rules(deployment):
         assert close(got.h, QueryEngine(G, model, mode="he", store=store).answer(wl.requests[0]).h)
 
 
-def test_busy_client_error_type():
-    assert issubclass(ServiceBusy, ServiceError)
-    assert time.monotonic() > 0
+def test_remote_engine_answers_like_query_engine(deployment):
+    """The streaming job's `--engine serve://...` view of the service."""
+    from sparkgnn.serving.online.remote_engine import RemoteEngine
+
+    kwargs, G, model, store, wl = deployment
+    with Server(ServeConfig(**kwargs)) as server:
+        engine = RemoteEngine(f"serve://{server.zmq_endpoint}", "exact")
+        reference = QueryEngine(G, model, mode="exact", store=store)
+        for r in wl.requests[:3]:
+            got, want = engine.answer(r), reference.answer(r)
+            assert close(got.h, want.h)
+            np.testing.assert_array_equal(got.qid, r.qid)
+        bad = Request("bad", r.qid, np.full_like(r.x, np.nan), r.src, r.dst)
+        with pytest.raises(ServiceError, match="NaN"):
+            engine.answer(bad)
+        engine.close()
+    with pytest.raises(ValueError, match="serve://"):
+        RemoteEngine("tcp://127.0.0.1:1")

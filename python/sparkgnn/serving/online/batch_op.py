@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import numpy as np
 
@@ -47,7 +48,7 @@ class Deployment:
         self.model = Model.load(spec["model"])
         self.store = PEStore.open(spec["store"], model=self.model, graph=self.graph) if spec.get("store") else None
         self.engines: dict = {}
-        self.context = None
+        self.context: Any = None  # the ServingContext every engine shares, made by the first engine
         self._cached_stores: list = []
         ids = self.graph.ids
         self.fresh_base = int(ids.max()) + 1 if len(ids) else 0

@@ -47,7 +47,7 @@ class Reply:
 class Client:
     def __init__(self, endpoint: str, timeout_s: float = 30.0, token: str | None = None, curve_server_key=None):
         self.endpoint, self.timeout_s, self.token = endpoint, float(timeout_s), token
-        self._sock = None
+        self._sock: zmq.Socket | None = None
         if endpoint.startswith(("tcp://", "ipc://")):
             self._sock = zmq.Context.instance().socket(zmq.DEALER)
             self._sock.setsockopt(zmq.LINGER, 0)

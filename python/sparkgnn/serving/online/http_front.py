@@ -33,7 +33,7 @@ class HttpFront:
         self.max_body_bytes = max_body_bytes
         self.url: str | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._runner = None
+        self._runner: object | None = None
         self._thread: threading.Thread | None = None
 
     def start(self) -> HttpFront:
@@ -67,9 +67,10 @@ class HttpFront:
         app = web.Application(client_max_size=self.max_body_bytes)
         app.router.add_post("/v1/answer", self._answer)
         app.router.add_get("/v1/health", self._health)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        self._runner = runner
+        site = web.TCPSite(runner, self.host, self.port)
         await site.start()
         port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]  # the bound port (0 = any)
         self.url = f"http://{self.host}:{port}"

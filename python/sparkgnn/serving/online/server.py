@@ -159,8 +159,8 @@ class Server:
         self.cache_stats: dict | None = None
         self.zmq_endpoint: str | None = None
         self.http_url: str | None = None
-        self._context = zmq.Context.instance()
-        self._http = None
+        self._context: zmq.Context = zmq.Context.instance()
+        self._http: object | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
     def _check_binds(self) -> None:
@@ -187,8 +187,8 @@ class Server:
         if self.config.http:
             from sparkgnn.serving.online.http_front import HttpFront
 
-            self._http = HttpFront(self, self.config.http, self.config.token).start()
-            self.http_url = self._http.url
+            front = HttpFront(self, self.config.http, self.config.token).start()
+            self._http, self.http_url = front, front.url
         return self
 
     def _warm_up(self) -> None:
@@ -219,7 +219,7 @@ class Server:
             for _ in range(8):
                 q.put(None)
         if self._http is not None:
-            self._http.stop()
+            self._http.stop()  # type: ignore[attr-defined]  # an HttpFront
         for thread in self._threads:
             thread.join(timeout=5.0)
         for pool in self.pools:
@@ -295,7 +295,7 @@ class Server:
                     if self._stop.is_set():
                         return
             for sub in subs:
-                tickets = [p.key for p in sub]
+                tickets: list[Ticket] = [p.key for p in sub]  # type: ignore[misc]  # keys are Tickets
                 psgs = sum(t.psgs for t in tickets)
                 self._pool_queues[self._choose_pool(psgs)].put(tickets)
 
@@ -439,12 +439,13 @@ class Server:
         identity, body = frames[0], frames[1:]
         if body and len(body[0]) == 0:  # a REQ-style empty delimiter
             identity, body = frames[0], frames[2:]
+        header: dict = {}
+        refusals: tuple[type[Exception], ...] = (protocol.ProtocolError, ValueError, KeyError, *USER_ERRORS)
         try:
             header, tables = protocol.decode(body)
             request_id = str(header.get("request_id") or f"r{next(self._ids)}")
             request = wire.request_from_tables(request_id, tables)
-        except (protocol.ProtocolError, *USER_ERRORS, ValueError, KeyError) as exc:
-            header = header if "header" in locals() and isinstance(header, dict) else {}
+        except refusals as exc:
             self._send(identity, {"kind": "ERROR", "request_id": header.get("request_id"), "error": str(exc)}, {})
             with self._lock:
                 self.stats["requests"] += 1
@@ -525,7 +526,7 @@ def request_from_json(body: dict) -> tuple[Request, str | None]:
     request = Request(
         str(body.get("request_id", "http")),
         np.asarray(qid) if qid else np.zeros(0, np.int64),
-        x if x else np.zeros((0, 0), np.float32),
+        x if x else np.zeros((0, 0), np.float32),  # type: ignore[arg-type]  # Request reports ragged rows
         np.asarray([e[0] for e in edges]) if edges else np.zeros(0, np.int64),
         np.asarray([e[1] for e in edges]) if edges else np.zeros(0, np.int64),
     )

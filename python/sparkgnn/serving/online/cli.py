@@ -1,0 +1,143 @@
+"""sparkgnn-serve: run the online service, or tune its thresholds offline.
+
+    sparkgnn-serve serve --config deploy.json            (or --graph G --model M --store S ...)
+    sparkgnn-serve tune  --config deploy.json --requests DIR [--rate R] [--seconds S]
+
+`serve` prints one line with its endpoints, then a status line every --report-s seconds, and
+runs until interrupted (SIGINT / SIGTERM: in-flight batches finish, the pools stop).
+
+`tune` is GSM's parameter tuner (section IV-C): it replays the recorded requests (Parquet request
+files, serving.request) open-loop at --rate against the deployment for each candidate pair, first
+a 1-D search over T_s for each T_d, then the best pair; T_s candidates are the subgraph sizes at
+which 10% and 25% of batches would be divided (tuner.candidate_ts) plus "no division". The chosen
+thresholds are written into the deployment's config (--config) and every point into
+<config>.tuning.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import threading
+import time
+
+import numpy as np
+
+from sparkgnn.cliargs import positive_float, positive_int, run_cli
+from sparkgnn.serving.online.server import ServeConfig, Server
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="sparkgnn-serve", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the service")
+    tune = sub.add_parser("tune", help="choose T_d and T_s for a recorded workload")
+    for q in (serve, tune):
+        q.add_argument("--config", help="deployment JSON (ServeConfig fields); flags below override it")
+        q.add_argument("--graph")
+        q.add_argument("--model")
+        q.add_argument("--store")
+        q.add_argument("--mode", help="the deployment's default mode (full, ns, he, srpe, exact)")
+        q.add_argument("--scheduler", help="fifo or degree")
+        q.add_argument("--workers", type=positive_int, help="one pool of N sparkgnn-worker processes")
+    serve.add_argument("--bind", help="ZeroMQ endpoint (default tcp://127.0.0.1:0)")
+    serve.add_argument("--http", help="HOST:PORT of the HTTP front (default 127.0.0.1:0)")
+    serve.add_argument("--token", help="bearer token HTTP clients must send (required off loopback)")
+    serve.add_argument("--curve-keys", help="CURVE key folder (required for a non-loopback ZeroMQ bind)")
+    serve.add_argument("--report-s", type=positive_float, default=10.0)
+    tune.add_argument("--requests", required=True, help="folder of request Parquet files to replay")
+    tune.add_argument("--rate", type=positive_float, default=200.0, help="requests per second offered")
+    tune.add_argument("--seconds", type=positive_float, default=5.0, help="replay length per point")
+    tune.add_argument("--td", default="256,1024,4096,16384", help="T_d candidates")
+    return p
+
+
+def config_from(args) -> ServeConfig:
+    base = ServeConfig.load(args.config).__dict__ if args.config else {}
+    for name in ("graph", "model", "store", "mode", "scheduler"):
+        if getattr(args, name, None) is not None:
+            base[name] = getattr(args, name)
+    for name in ("bind", "http", "token", "curve_keys"):
+        if getattr(args, name, None) is not None:
+            base[name] = getattr(args, name)
+    if args.workers:
+        base["pools"] = [{"name": "workers", "kind": "workers", "width": args.workers, "threads": 1}]
+    if not base.get("graph") or not base.get("model"):
+        raise SystemExit("sparkgnn-serve: error: give --config or --graph and --model")
+    return ServeConfig(**base)
+
+
+def serve(args) -> int:
+    config = config_from(args)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    with Server(config) as server:
+        print(f"sparkgnn-serve: serving {config.mode} on {server.zmq_endpoint} and {server.http_url}", flush=True)
+        while not stop.wait(args.report_s):
+            print(f"sparkgnn-serve: {server.stats} queued={len(server.scheduler)}", flush=True)
+    return 0
+
+
+def replay(server: Server, requests: list, rate: float, seconds: float, seed: int = 0) -> dict:
+    """Open-loop replay through `server.submit`: Poisson send times fixed in advance (a slow
+    service does not slow the sender). Mean / p99 latency in seconds over the answered ones."""
+    rng = np.random.default_rng(seed)
+    count = max(1, int(rate * seconds))
+    times = np.cumsum(rng.exponential(1.0 / rate, count))
+    futures = []
+    start = time.monotonic()
+    for i, at in enumerate(times):
+        delay = start + at - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        futures.append(server.submit(requests[i % len(requests)]))
+    latencies, busy, errors = [], 0, 0
+    for future in futures:
+        outcome = future.result(timeout=max(60.0, seconds * 10))
+        if outcome.kind == "ok":
+            latencies.append(outcome.queue_s + outcome.service_s)
+        elif outcome.kind == "busy":
+            busy += 1
+        else:
+            errors += 1
+    lat = np.asarray(latencies) if latencies else np.asarray([np.inf])
+    return {"mean_s": float(lat.mean()), "p99_s": float(np.quantile(lat, 0.99)), "busy": busy, "errors": errors}
+
+
+def tune(args) -> int:
+    from sparkgnn.serving.online.tuner import candidate_ts, write_thresholds
+    from sparkgnn.serving.online.tuner import tune as search
+    from sparkgnn.serving.request import read_requests
+
+    config = config_from(args)
+    requests = read_requests(args.requests)
+    if not requests:
+        raise SystemExit(f"sparkgnn-serve: error: no requests in {args.requests}")
+    td_values = [float(v) for v in args.td.split(",")]
+    probe = Server(config, start_pools=False)
+    sizes = [probe.facts.pending(r, None, "", 0.0)[0].hop_sizes for r in requests]
+
+    def measure(t_d: float, t_s: int) -> float:
+        config.t_d, config.t_s = t_d, t_s
+        with Server(config) as server:
+            result = replay(server, requests, args.rate, args.seconds)
+        print(f"sparkgnn-serve tune: T_d={t_d:g} T_s={t_s}: mean {result['mean_s'] * 1e3:.2f} ms", flush=True)
+        return result["mean_s"] if not result["errors"] and not result["busy"] else float("inf")
+
+    result = search(measure, td_values, [0, *candidate_ts(sizes)])
+    config.t_d, config.t_s = result.t_d, result.t_s
+    if args.config:
+        config.save(args.config)
+        write_thresholds(f"{args.config}.tuning.json", result, {"rate": args.rate, "requests": args.requests})
+    print(f"sparkgnn-serve tune: chose T_d={result.t_d:g} T_s={result.t_s} (mean {result.latency * 1e3:.2f} ms)")
+    return 0
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    return run_cli("sparkgnn-serve", lambda: {"serve": serve, "tune": tune}[args.command](args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
