@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from sparkgnn.cliargs import positive_float, positive_int, run_cli
+from sparkgnn.cliargs import positive_float, positive_int, require_inputs, run_cli
 from sparkgnn.serving.online.server import ServeConfig, Server
 
 
@@ -135,7 +135,12 @@ def tune(args) -> int:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    inputs = {"--config": args.config, "--graph": args.graph, "--model": args.model, "--store": args.store}
+    if args.command == "tune":
+        inputs["--requests"] = args.requests
+    require_inputs(parser, inputs)
     return run_cli("sparkgnn-serve", lambda: {"serve": serve, "tune": tune}[args.command](args))
 
 

@@ -214,7 +214,7 @@ class Server:
 
     def stop(self) -> None:
         self._stop.set()
-        self.scheduler.close()
+        self._fail_stopped(self.scheduler.close())  # queued, never started: answered, not dropped
         for q in self._pool_queues:
             for _ in range(8):
                 q.put(None)
@@ -289,15 +289,21 @@ class Server:
             if not batch:
                 self._free.release()
                 continue
-            subs = divide(batch, self.config.t_s)
-            for _ in subs[1:]:  # every sub-batch beyond the first takes a slot of its own
-                while not self._free.acquire(timeout=0.2):
+            for i, sub in enumerate(divide(batch, self.config.t_s)):
+                # every sub-batch beyond the first waits for a slot of its own, AFTER the ones
+                # before it are queued (with one slot, the first must run to free it)
+                while i and not self._free.acquire(timeout=0.2):
                     if self._stop.is_set():
+                        self._fail_stopped(sub)
                         return
-            for sub in subs:
                 tickets: list[Ticket] = [p.key for p in sub]  # type: ignore[misc]  # keys are Tickets
                 psgs = sum(t.psgs for t in tickets)
                 self._pool_queues[self._choose_pool(psgs)].put(tickets)
+
+    def _fail_stopped(self, sub: list) -> None:
+        for pending in sub:
+            ticket = pending.key
+            self._finish(ticket.deliver, Outcome(ticket.request.request_id, "error", error="the service is stopping"))
 
     def _choose_pool(self, psgs: float) -> int:
         chosen = self.route(psgs, self.config.route_psgs, self.pools)

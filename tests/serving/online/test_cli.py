@@ -1,0 +1,58 @@
+"""sparkgnn-serve's command line: refusals are one line naming the flag; `tune` replays recorded
+requests against real services and writes the chosen T_d / T_s into the deployment's config."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from serving_testkit import pyg_model
+
+from sparkgnn.graph import write_graph_dir
+from sparkgnn.models import Model
+from sparkgnn.pe.local import precompute_local
+from sparkgnn.serving.online.cli import main
+from sparkgnn.serving.online.server import ServeConfig
+from sparkgnn.serving.request import write_requests
+
+
+def test_missing_inputs_are_one_line_naming_the_flag(tmp_path, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["serve", "--graph", str(tmp_path / "nope"), "--model", str(tmp_path / "m.pt")])
+    assert info.value.code == 2
+    assert "--graph" in capsys.readouterr().err
+
+
+def test_tune_writes_thresholds_into_the_config(skewed_workload, tmp_path):
+    wl = skewed_workload
+    G = wl.graph_G
+    model = Model.from_pyg(pyg_model("sage", G.feature_dim, 2, seed=3))
+    model.save(str(tmp_path / "model.pt"))
+    write_graph_dir(G, str(tmp_path / "g"))
+    precompute_local(G, model, str(tmp_path / "store"), log=None)
+    write_requests(str(tmp_path / "requests" / "r.parquet"), wl.requests)
+    config = tmp_path / "deploy.json"
+    ServeConfig(
+        graph=str(tmp_path / "g"), model=str(tmp_path / "model.pt"), store=str(tmp_path / "store"), http=None
+    ).save(str(config))
+    code = main(
+        [
+            "tune",
+            "--config",
+            str(config),
+            "--requests",
+            str(tmp_path / "requests"),
+            "--rate",
+            "40",
+            "--seconds",
+            "0.3",
+            "--td",
+            "64,100000",
+        ]
+    )
+    assert code == 0
+    saved = json.loads(config.read_text())
+    tuning = json.loads((tmp_path / "deploy.json.tuning.json").read_text())
+    assert saved["t_d"] in (64.0, 100000.0)
+    assert saved["t_d"] == tuning["t_d"] and saved["t_s"] == tuning["t_s"]
+    assert {p["t_d"] for p in tuning["points"]} == {64.0, 100000.0}
