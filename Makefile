@@ -110,6 +110,14 @@ bench-integrity: venv
 bench-cluster: venv
 	$(PY) bench/bench_cluster.py
 
+# The online service (sparkgnn.serving.online) under open-loop load from its own process: capacity,
+# FIFO vs degree scheduling, HE vs EXACT, 1 vs 2 workers, hot cache, PSGS router on a 1.1M-edge graph:
+# bench/results/online.json + online_latency.png + online_schedulers.png (~12 minutes; QUICK=1 for a
+# 100K-edge graph at 2 s per point, written as online_quick.*).
+.PHONY: bench-online
+bench-online: venv
+	$(PY) bench/bench_online.py $(if $(QUICK),--quick,)
+
 # Batch inference at scale as a spark-submit user pays it: cold jobs at 2M / 8M / 32M edges vs a cold
 # PyG script, peak RSS of each: bench/results/scale.json + scale.png (long; SIZES=2000000,8000000 for
 # a shorter run, HUGE=1 adds 100M edges).

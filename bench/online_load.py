@@ -1,0 +1,311 @@
+"""Open-loop load generator for the online serving benchmark (bench/bench_online.py).
+
+Runs in its OWN process (the bench starts it with subprocess), so that sending and receiving
+never share a GIL with the service under test. Open loop: the send times are fixed before the
+run starts (Poisson arrivals, or a bursty on/off Markov-modulated Poisson process with the same
+mean rate), and a request is sent at its time whether or not earlier ones were answered; replies
+are received in the same loop (ZeroMQ poll with short timeouts until the next send time). Latency
+is measured from the SCHEDULED send time, so a generator that falls behind shows up as latency
+(no coordinated omission) and its own lateness (sent - scheduled) is reported separately.
+
+Per request it records: scheduled / sent / received times (seconds from the run's start), status
+(ok / busy / error / lost: no reply by the end of the drain), the service's queue_ms, service_ms,
+batch size (requests in the batch) and pool, and which pool request it was.
+
+Request pools are .npz files written by bench_online.write_pool (concatenated qid / x / src / dst
+with offsets). Two ways to run:
+    one shot   python bench/online_load.py --endpoint tcp://... --pool P.npz --rate 200 --duration 5 --out R.json
+    server     python bench/online_load.py --serve      (one JSON job per stdin line; answers
+               "done <out path>" per job on stdout; the bench keeps one such process for all points,
+               which saves the ~2 s interpreter + import start per point)
+Job fields: endpoint, pool, rate, duration, process ("poisson" | "bursty"), seed, mode, out,
+drain_s, and for "bursty": burst_factor, on_fraction, on_mean_s. Or "closed": n requests one after
+the other (each sent when the previous answered; optional idle "gaps" before each), for the single
+large-request latencies and the calibrations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+_POOLS: dict[str, list] = {}
+
+
+# -- arrival processes -------------------------------------------------------------------------
+def poisson_times(rate: float, duration: float, rng: np.random.Generator) -> np.ndarray:
+    """Arrival offsets (s) of a Poisson process of `rate` per second over [0, duration)."""
+    n = int(rate * duration * 1.3 + 20)
+    t = np.cumsum(rng.exponential(1.0 / rate, size=n))
+    while t[-1] < duration:  # rare: draw more
+        t = np.concatenate([t, t[-1] + np.cumsum(rng.exponential(1.0 / rate, size=n))])
+    return t[t < duration]
+
+
+def bursty_times(
+    rate: float,
+    duration: float,
+    rng: np.random.Generator,
+    burst_factor: float = 3.0,
+    on_fraction: float = 0.25,
+    on_mean_s: float = 0.2,
+) -> np.ndarray:
+    """On/off Markov-modulated Poisson process with mean rate `rate`: exponential sojourns (mean
+    on_mean_s in the ON state, on_mean_s * (1 - f) / f in OFF, f = on_fraction of the time ON);
+    the ON rate is burst_factor * rate and the OFF rate takes what is left of the mean,
+    (1 - burst_factor * f) / (1 - f) * rate (burst_factor * f must be <= 1)."""
+    f = float(on_fraction)
+    if not 0 < f < 1 or burst_factor * f > 1:
+        raise ValueError(
+            f"bursty: need 0 < on_fraction < 1 and burst_factor * on_fraction <= 1, got {burst_factor}, {f}"
+        )
+    r_on = burst_factor * rate
+    r_off = (1 - burst_factor * f) / (1 - f) * rate
+    off_mean_s = on_mean_s * (1 - f) / f
+    out, t, on = [], 0.0, bool(rng.random() < f)
+    while t < duration:
+        length = rng.exponential(on_mean_s if on else off_mean_s)
+        r = r_on if on else r_off
+        end = min(t + length, duration)
+        if r > 0:
+            k = rng.poisson(r * (end - t))
+            out.append(np.sort(rng.uniform(t, end, size=k)))
+        t, on = t + length, not on
+    return np.concatenate(out) if out else np.zeros(0)
+
+
+def send_times(job: dict, rng: np.random.Generator) -> np.ndarray:
+    process = job.get("process", "poisson")
+    if process == "poisson":
+        return poisson_times(float(job["rate"]), float(job["duration"]), rng)
+    if process == "bursty":
+        return bursty_times(
+            float(job["rate"]),
+            float(job["duration"]),
+            rng,
+            float(job.get("burst_factor", 3.0)),
+            float(job.get("on_fraction", 0.25)),
+            float(job.get("on_mean_s", 0.2)),
+        )
+    raise ValueError(f"unknown arrival process {process!r} (poisson, bursty)")
+
+
+# -- request pools -----------------------------------------------------------------------------
+def load_pool(path: str) -> list:
+    """The Requests of a pool file (cached per process: the bench reuses its pools)."""
+    found = _POOLS.get(path)
+    if found is not None:
+        return found
+    from sparkgnn.serving.request import Request
+
+    with np.load(path) as z:
+        qid, x, src, dst, q_off, e_off = (z[k] for k in ("qid", "x", "src", "dst", "q_off", "e_off"))
+    out = [
+        Request(
+            f"p{i}",
+            qid[q_off[i] : q_off[i + 1]],
+            x[q_off[i] : q_off[i + 1]],
+            src[e_off[i] : e_off[i + 1]],
+            dst[e_off[i] : e_off[i + 1]],
+        )
+        for i in range(len(q_off) - 1)
+    ]
+    _POOLS[path] = out
+    return out
+
+
+def _renamed(request, request_id: str):
+    """A shallow copy under another id (dataclasses.replace would re-validate the arrays)."""
+    r = copy.copy(request)
+    r.request_id = request_id
+    return r
+
+
+# -- the loop ----------------------------------------------------------------------------------
+class _Recorder:
+    def __init__(self, n: int, pick: np.ndarray, queries: np.ndarray):
+        self.n = n
+        self.pick = pick
+        self.queries = queries
+        self.scheduled = np.full(n, np.nan)
+        self.sent = np.full(n, np.nan)
+        self.received = np.full(n, np.nan)
+        self.status = ["lost"] * n
+        self.queue_ms = np.full(n, np.nan)
+        self.service_ms = np.full(n, np.nan)
+        self.batch = np.zeros(n, np.int64)
+        self.pool = [""] * n
+        self.errors: dict[str, int] = {}
+        self.done = 0
+
+    def record(self, got: tuple, now: float) -> None:
+        rid, header, _tables = got
+        try:
+            i = int(rid)
+        except ValueError:
+            return
+        if not 0 <= i < self.n or self.status[i] != "lost":
+            return
+        kind = header.get("kind")
+        self.received[i] = now
+        self.status[i] = {"RESULT": "ok", "BUSY": "busy"}.get(kind, "error")
+        self.queue_ms[i] = float(header.get("queue_ms", np.nan))
+        self.service_ms[i] = float(header.get("service_ms", np.nan))
+        self.batch[i] = int(header.get("batch_requests", 0))
+        self.pool[i] = str(header.get("pool", ""))
+        if self.status[i] == "error":
+            message = str(header.get("error", "?"))[:200]
+            self.errors[message] = self.errors.get(message, 0) + 1
+        self.done += 1
+
+    def as_json(self, job: dict, extra: dict) -> dict:
+        def col(a):
+            return [None if not np.isfinite(v) else round(float(v), 7) for v in a]
+
+        return {
+            "job": job,
+            **extra,
+            "n": self.n,
+            "pick": self.pick.tolist(),
+            "queries": self.queries.tolist(),
+            "scheduled": col(self.scheduled),
+            "sent": col(self.sent),
+            "received": col(self.received),
+            "status": self.status,
+            "queue_ms": col(self.queue_ms),
+            "service_ms": col(self.service_ms),
+            "batch_requests": self.batch.tolist(),
+            "pool": self.pool,
+            "errors": self.errors,
+        }
+
+
+def run_open(job: dict) -> dict:
+    """One open-loop run (module doc)."""
+    from sparkgnn.serving.online.client import Client
+
+    pool = load_pool(job["pool"])
+    rng = np.random.default_rng([int(job.get("seed", 0)), 7])
+    times = send_times(job, rng)
+    n = len(times)
+    pick = rng.integers(len(pool), size=n)
+    requests = [_renamed(pool[k], str(i)) for i, k in enumerate(pick)]  # built before the clock starts
+    rec = _Recorder(n, pick, np.array([pool[k].batch_size for k in pick], np.int64))
+    rec.scheduled[:] = times
+    mode = job.get("mode")
+    drain_s = float(job.get("drain_s", 10.0))
+    client = Client(job["endpoint"], timeout_s=drain_s)
+    clock = time.perf_counter
+    t0 = clock() + 0.02
+    i = 0
+    try:
+        while True:
+            now = clock() - t0
+            while i < n and times[i] <= now:
+                client.send(requests[i], mode, i)
+                rec.sent[i] = clock() - t0
+                i += 1
+                now = rec.sent[i - 1]
+            if i >= n and (n == 0 or rec.done >= n or now > times[-1] + drain_s):
+                break
+            wait = (times[i] - now) if i < n else 0.05
+            got = client.receive(wait if wait >= 0.001 else 0.0)
+            while got is not None:
+                rec.record(got, clock() - t0)
+                got = client.receive(0.0)
+            if i < n:
+                left = times[i] - (clock() - t0)
+                if 0 < left < 0.001:
+                    time.sleep(left)
+    finally:
+        client.close()
+    lateness = rec.sent - rec.scheduled
+    extra = {
+        "send_lateness_ms_p50": float(np.nanpercentile(lateness, 50) * 1e3) if n else 0.0,
+        "send_lateness_ms_p99": float(np.nanpercentile(lateness, 99) * 1e3) if n else 0.0,
+        "send_lateness_ms_max": float(np.nanmax(lateness) * 1e3) if n else 0.0,
+    }
+    return rec.as_json(job, extra)
+
+
+def run_closed(job: dict) -> dict:
+    """`n` requests one after the other: each sent when the previous one was answered (requests
+    cycle through the pool in order, or always `index` when given), after `gaps[i]` seconds of
+    idling when the job gives gaps."""
+    from sparkgnn.serving.online.client import Client
+
+    pool = load_pool(job["pool"])
+    n = int(job["n"])
+    pick = np.full(n, int(job["index"])) if "index" in job else np.arange(n) % len(pool)
+    rec = _Recorder(n, pick, np.array([pool[k].batch_size for k in pick], np.int64))
+    client = Client(job["endpoint"], timeout_s=float(job.get("drain_s", 120.0)))
+    clock = time.perf_counter
+    t0 = clock()
+    try:
+        gaps = job.get("gaps") or []
+        for i, k in enumerate(pick):
+            if i < len(gaps) and gaps[i] > 0:
+                time.sleep(float(gaps[i]))
+            r = _renamed(pool[k], str(i))
+            rec.scheduled[i] = rec.sent[i] = clock() - t0
+            client.send(r, job.get("mode"), i)
+            deadline = clock() + float(job.get("drain_s", 120.0))
+            while rec.status[i] == "lost" and clock() < deadline:
+                got = client.receive(deadline - clock())
+                if got is not None:
+                    rec.record(got, clock() - t0)
+    finally:
+        client.close()
+    return rec.as_json(job, {})
+
+
+def run_job(job: dict) -> str:
+    result = run_closed(job) if job.get("closed") else run_open(job)
+    out = job["out"]
+    tmp = out + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(result, fh)
+    os.replace(tmp, out)
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--serve", action="store_true", help="read one JSON job per stdin line")
+    parser.add_argument("--endpoint")
+    parser.add_argument("--pool")
+    parser.add_argument("--rate", type=float, default=100.0)
+    parser.add_argument("--duration", type=float, default=5.0)
+    parser.add_argument("--process", default="poisson", choices=["poisson", "bursty"])
+    parser.add_argument("--mode", default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--drain-s", type=float, default=10.0)
+    parser.add_argument("--out")
+    args = parser.parse_args()
+    if not args.serve:
+        if not (args.endpoint and args.pool and args.out):
+            parser.error("--endpoint, --pool and --out are needed (or --serve)")
+        job = {k: getattr(args, k) for k in ("endpoint", "pool", "rate", "duration", "process", "mode", "seed", "out")}
+        job["drain_s"] = args.drain_s
+        print(run_job(job))
+        return 0
+    print("ready", flush=True)
+    for line in sys.stdin:
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            print("done " + run_job(json.loads(line)), flush=True)
+        except Exception as exc:  # noqa: BLE001 - reported to the bench, which raises it
+            print(f"failed {type(exc).__name__}: {exc}".replace("\n", " "), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
