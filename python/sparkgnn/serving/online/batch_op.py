@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from sparkgnn.errors import USER_ERRORS
+from sparkgnn.graph.index import IdIndex
 from sparkgnn.serving.online import wire
 from sparkgnn.serving.request import Request
 
@@ -146,15 +147,11 @@ class Deployment:
         for r in requests:
             fresh = np.arange(next_id, next_id + r.batch_size, dtype=np.int64)
             next_id += r.batch_size
-            order = np.argsort(r.qid)
-            sorted_q = r.qid[order]
+            queries = IdIndex(r.qid)
 
-            def renumber(ids, sorted_q=sorted_q, order=order, fresh=fresh):
-                pos = np.minimum(np.searchsorted(sorted_q, ids), max(len(sorted_q) - 1, 0))
-                is_query = sorted_q[pos] == ids if len(sorted_q) else np.zeros(len(ids), bool)
-                out = ids.copy()
-                out[is_query] = fresh[order[pos[is_query]]]
-                return out
+            def renumber(ids, queries=queries, fresh=fresh):
+                rows, is_query = queries.lookup(ids)
+                return np.where(is_query, fresh[rows], ids)
 
             qids.append(fresh)
             xs.append(r.x)

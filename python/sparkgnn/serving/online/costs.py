@@ -27,11 +27,16 @@ from sparkgnn.serving.request import Request
 
 
 class GraphFacts:
+    """G's ids (an IdIndex, as GraphData has: Request.problems reads `id_index` and
+    `feature_dim`, so the front end validates with the same sentences a worker gives), and the
+    in-degree and PSGS of each vertex, in the ids' order."""
+
     def __init__(self, ids: np.ndarray, in_degree: np.ndarray, psgs: np.ndarray, feature_dim: int, num_layers: int):
-        order = np.argsort(ids, kind="stable")
-        self.sorted_ids = ids[order]
-        self.in_degree = in_degree[order].astype(np.float64)
-        self.psgs = psgs[order].astype(np.float64)
+        from sparkgnn.graph.index import IdIndex
+
+        self.id_index = IdIndex(ids)
+        self.in_degree = np.asarray(in_degree, np.float64)
+        self.psgs = np.asarray(psgs, np.float64)
         self.feature_dim = int(feature_dim)
         self.num_layers = int(num_layers)
 
@@ -40,6 +45,7 @@ class GraphFacts:
         """Ids and feature width from the graph's vertices, in-degrees from its edges (two int64
         columns are read, never the features), PSGS from the store's metrics when it has them."""
         from sparkgnn.graph import layout
+        from sparkgnn.graph.index import IdIndex
 
         base = layout.strip_scheme(str(graph_dir))
         vertices = ds.dataset(os.path.join(base, layout.VERTICES_DIR), format="parquet")
@@ -47,34 +53,28 @@ class GraphFacts:
         first = next(iter(vertices.to_batches(columns=["x"], batch_size=1)), None)
         width = len(first.column(0)[0].as_py()) if first is not None and first.num_rows else 0
         dst = ds.dataset(os.path.join(base, layout.EDGES_DIR), format="parquet").to_table(columns=["dst"])
-        dst_ids = dst.column("dst").to_numpy()
-        order = np.argsort(ids)
-        sorted_ids = ids[order]
-        counts = np.bincount(np.searchsorted(sorted_ids, dst_ids), minlength=len(ids))[: len(ids)]
-        in_degree = np.empty(len(ids), np.float64)
-        in_degree[order] = counts
+        index = IdIndex(ids)
+        rows, _ = index.lookup(dst.column("dst").to_numpy())
+        in_degree = np.bincount(rows, minlength=len(ids)).astype(np.float64)
         psgs = 1.0 + in_degree
         if store is not None and "psgs" in (store.manifest.get("metric_tables") or []):
             table = store.metrics_table("psgs")
-            pos = np.searchsorted(sorted_ids, table.column("id").to_numpy())
             psgs = np.empty(len(ids), np.float64)
-            psgs[order[pos]] = table.column("psgs").to_numpy()
+            psgs[index.lookup(table.column("id").to_numpy())[0]] = table.column("psgs").to_numpy()
         return cls(ids, in_degree, psgs, width, num_layers)
 
-    def lookup(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(positions in the sorted index, found mask)."""
-        pos = np.minimum(np.searchsorted(self.sorted_ids, ids), max(len(self.sorted_ids) - 1, 0))
-        found = self.sorted_ids[pos] == ids if len(self.sorted_ids) else np.zeros(len(ids), bool)
-        return pos, found
+    def fresh_id(self) -> int:
+        """An id above every vertex of G (a query id that cannot collide)."""
+        return int(self.id_index.ids.max()) + 1 if len(self.id_index.ids) else 0
 
     def problems(self, request: Request) -> list[str]:
         """Request.problems against G's ids (the same sentences a worker would give)."""
-        return request.problems(graph=_IdOnlyGraph(self), feature_dim=self.feature_dim)
+        return request.problems(graph=self)
 
     def pending(self, request: Request, key, group: str, arrived: float) -> tuple[Pending, float]:
         """The scheduler's view of a (valid) request, and its PSGS (for the router)."""
-        _, dst_in_g = self.lookup(request.dst)
-        src_pos, src_in_g = self.lookup(request.src)
+        _, dst_in_g = self.id_index.lookup(request.dst)
+        src_pos, src_in_g = self.id_index.lookup(request.src)
         into_query = ~dst_in_g  # edges whose destination is a query (in a valid request: not in G)
         neighbours = np.unique(src_pos[into_query & src_in_g])
         cost = float(into_query.sum()) + float(self.in_degree[src_pos[into_query & src_in_g]].sum())
@@ -85,15 +85,3 @@ class GraphFacts:
         psgs = float(request.batch_size) + float(self.psgs[neighbours].sum())
         pending = Pending(key=key, cost=cost, hop_sizes=sizes, group=group, arrived=arrived, queries=request.batch_size)
         return pending, psgs
-
-
-class _IdOnlyGraph:
-    """What Request.problems needs of a graph (id_index.lookup, feature_dim), from GraphFacts."""
-
-    def __init__(self, facts: GraphFacts):
-        self.feature_dim = facts.feature_dim
-        self.id_index = self
-        self._facts = facts
-
-    def lookup(self, ids) -> tuple[None, np.ndarray]:
-        return None, self._facts.lookup(np.asarray(ids, np.int64))[1]

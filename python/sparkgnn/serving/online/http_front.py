@@ -20,7 +20,11 @@ import hmac
 import json
 import threading
 
+import numpy as np
+
 from sparkgnn.errors import USER_ERRORS
+from sparkgnn.serving.online import wire
+from sparkgnn.serving.request import Request, RequestError
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 STATUS = {"ok": 200, "error": 400, "busy": 503}
@@ -84,8 +88,6 @@ class HttpFront:
     async def _answer(self, request):
         from aiohttp import web
 
-        from sparkgnn.serving.online.server import outcome_json, request_from_json
-
         if not self._authorised(request):
             return web.json_response({"status": "error", "error": "missing or wrong bearer token"}, status=401)
         try:
@@ -118,3 +120,47 @@ class HttpFront:
         loop.call_soon_threadsafe(loop.stop)
         if self._thread is not None:
             self._thread.join(timeout=5.0)
+
+
+def outcome_json(outcome) -> dict:
+    """The HTTP/JSON form of an Outcome."""
+    body: dict = {"request_id": outcome.request_id, "status": outcome.kind}
+    if outcome.error:
+        body["error"] = outcome.error
+    if outcome.answer is not None:
+        nodes, h, pred = wire.answer_arrays(outcome.answer)
+        body["answers"] = [
+            {"node": int(n), "h": row.tolist(), **({"pred": int(pred[i])} if pred is not None else {})}
+            for i, (n, row) in enumerate(zip(nodes, h, strict=True))
+        ]
+        body["queue_ms"] = outcome.queue_s * 1e3
+        body["service_ms"] = outcome.service_s * 1e3
+        body["batch_requests"] = outcome.batch_requests
+        body["pool"] = outcome.pool
+    return body
+
+
+def request_from_json(body: dict) -> tuple[Request, str | None]:
+    """{"request_id", "mode"?, "nodes": [{"id", "x": [...]}], "edges": [[src, dst], ...]}."""
+    if not isinstance(body, dict):
+        raise RequestError("the body must be a JSON object")
+    nodes = body.get("nodes")
+    if not isinstance(nodes, list) or not all(isinstance(n, dict) for n in nodes):
+        raise RequestError('"nodes" must be a list of {"id": int, "x": [float, ...]} objects')
+    edges = body.get("edges") or []
+    if not isinstance(edges, list) or not all(isinstance(e, list | tuple) and len(e) == 2 for e in edges):
+        raise RequestError('"edges" must be a list of [src, dst] pairs')
+    try:
+        qid = [n["id"] for n in nodes]
+        x = [n["x"] for n in nodes]
+    except KeyError as exc:
+        raise RequestError(f"a node lacks {exc}") from None
+    mode = body.get("mode")
+    request = Request(
+        str(body.get("request_id", "http")),
+        np.asarray(qid) if qid else np.zeros(0, np.int64),
+        x if x else np.zeros((0, 0), np.float32),  # type: ignore[arg-type]  # Request reports ragged rows
+        np.asarray([e[0] for e in edges]) if edges else np.zeros(0, np.int64),
+        np.asarray([e[1] for e in edges]) if edges else np.zeros(0, np.int64),
+    )
+    return request, (str(mode) if mode is not None else None)

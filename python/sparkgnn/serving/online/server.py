@@ -22,8 +22,6 @@ WHY this shape:
 
 from __future__ import annotations
 
-import itertools
-import json
 import queue
 import threading
 import time
@@ -31,17 +29,12 @@ from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
-import zmq
 
-from sparkgnn.errors import USER_ERRORS
-from sparkgnn.messenger import protocol
 from sparkgnn.serving.online import wire
 from sparkgnn.serving.online.costs import GraphFacts
 from sparkgnn.serving.online.pools import ROUTERS, ServeError, make_pool
 from sparkgnn.serving.online.scheduler import SCHEDULERS, QueueFull, ServiceModel, divide
-from sparkgnn.serving.request import Request, RequestError
-
-OP_ANSWER = "answer"
+from sparkgnn.serving.request import Request
 
 
 @dataclass
@@ -153,13 +146,11 @@ class Server:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._ids = itertools.count()
         self.stats = {"requests": 0, "answered": 0, "errors": 0, "busy": 0, "batches": 0, "overflow": 0}
         self.batch_log: list[dict] = []  # per batch: size, cost, psgs, pool, seconds (bounded)
         self.cache_stats: dict | None = None
         self.zmq_endpoint: str | None = None
         self.http_url: str | None = None
-        self._context: zmq.Context = zmq.Context.instance()
         self._http: object | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -180,15 +171,19 @@ class Server:
             for slot in range(pool.width):
                 self._spawn(f"dispatch-{pool.name}-{slot}", self._dispatch_loop, p, slot)
         self._spawn("batcher", self._batch_loop)
+        from sparkgnn.serving.online.zmq_front import ZmqFront
+
+        front = ZmqFront(self, self.config.bind, self.config.curve_keys)
         ready = threading.Event()
-        self._spawn("intake", self._intake_loop, ready)
+        self._spawn("intake", front.run, ready, self._stop)
         if not ready.wait(10.0):
             raise ServeError("the ZeroMQ intake did not start within 10 s")
+        self.zmq_endpoint = front.endpoint
         if self.config.http:
             from sparkgnn.serving.online.http_front import HttpFront
 
-            front = HttpFront(self, self.config.http, self.config.token).start()
-            self._http, self.http_url = front, front.url
+            http = HttpFront(self, self.config.http, self.config.token).start()
+            self._http, self.http_url = http, http.url
         return self
 
     def _warm_up(self) -> None:
@@ -197,7 +192,7 @@ class Server:
         width = self.facts.feature_dim
         probe = Request(
             "warm-up",
-            np.array([self.facts.sorted_ids.max() + 1 if len(self.facts.sorted_ids) else 0]),
+            np.array([self.facts.fresh_id()]),
             np.zeros((1, width), np.float32),
             np.zeros(0, np.int64),
             np.zeros(0, np.int64),
@@ -265,6 +260,12 @@ class Server:
         if found:
             return f"request {request.request_id!r} is invalid: " + "; ".join(found)
         return None
+
+    def count_refusal(self) -> None:
+        """A message a front could not even read as a request (it never reached submit)."""
+        with self._lock:
+            self.stats["requests"] += 1
+            self.stats["errors"] += 1
 
     def _finish(self, deliver, outcome: Outcome) -> None:
         with self._lock:
@@ -392,152 +393,3 @@ class Server:
                 pool=pool.name,
             )
             self._finish(t.deliver, outcome)
-
-    # -- ZeroMQ front -----------------------------------------------------------------------
-    def _intake_loop(self, ready: threading.Event) -> None:
-        sock = self._context.socket(zmq.ROUTER)
-        sock.setsockopt(zmq.LINGER, 0)
-        if self.config.curve_keys:
-            from sparkgnn.messenger.security import make_server, start_authenticator
-
-            self._auth = start_authenticator(self._context, self.config.curve_keys)
-            make_server(sock, self.config.curve_keys)
-        self.zmq_endpoint = _bind(sock, self.config.bind)
-        replies = self._context.socket(zmq.PULL)
-        reply_endpoint = f"inproc://sparkgnn-serve-replies-{id(self)}"
-        replies.bind(reply_endpoint)
-        self._reply_endpoint = reply_endpoint
-        self._pushers = threading.local()
-        poller = zmq.Poller()
-        poller.register(sock, zmq.POLLIN)
-        poller.register(replies, zmq.POLLIN)
-        ready.set()
-        try:
-            while not self._stop.is_set():
-                events = dict(poller.poll(200))
-                if replies in events:
-                    while True:
-                        try:
-                            frames = replies.recv_multipart(zmq.NOBLOCK, copy=False)
-                        except zmq.Again:
-                            break
-                        sock.send_multipart(frames, copy=False)
-                if sock in events:
-                    while True:
-                        try:
-                            frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
-                        except zmq.Again:
-                            break
-                        self._on_zmq(frames)
-        finally:
-            sock.close(0)
-            replies.close(0)
-
-    def _pusher(self):
-        push = getattr(self._pushers, "sock", None)
-        if push is None:
-            push = self._pushers.sock = self._context.socket(zmq.PUSH)
-            push.setsockopt(zmq.LINGER, 0)
-            push.connect(self._reply_endpoint)
-        return push
-
-    def _on_zmq(self, frames) -> None:
-        identity, body = frames[0], frames[1:]
-        if body and len(body[0]) == 0:  # a REQ-style empty delimiter
-            identity, body = frames[0], frames[2:]
-        header: dict = {}
-        refusals: tuple[type[Exception], ...] = (protocol.ProtocolError, ValueError, KeyError, *USER_ERRORS)
-        try:
-            header, tables = protocol.decode(body)
-            request_id = str(header.get("request_id") or f"r{next(self._ids)}")
-            request = wire.request_from_tables(request_id, tables)
-        except refusals as exc:
-            self._send(identity, {"kind": "ERROR", "request_id": header.get("request_id"), "error": str(exc)}, {})
-            with self._lock:
-                self.stats["requests"] += 1
-                self.stats["errors"] += 1
-            return
-        tag = header.get("tag")
-
-        def deliver(outcome: Outcome, identity=identity, tag=tag) -> None:
-            self._send_outcome(identity, outcome, tag)
-
-        self.submit(request, header.get("mode"), deliver)
-
-    def _send_outcome(self, identity, outcome: Outcome, tag) -> None:
-        kind = {"ok": "RESULT", "busy": "BUSY"}.get(outcome.kind, "ERROR")
-        header = {
-            "kind": kind,
-            "request_id": outcome.request_id,
-            "tag": tag,
-            "queue_ms": outcome.queue_s * 1e3,
-            "service_ms": outcome.service_s * 1e3,
-            "batch_requests": outcome.batch_requests,
-            "pool": outcome.pool,
-        }
-        if outcome.error:
-            header["error"] = outcome.error
-        tables = {"answer": outcome.answer} if outcome.answer is not None else {}
-        self._send(identity, header, tables)
-
-    def _send(self, identity, header: dict, tables: dict) -> None:
-        # one PUSH socket per thread into the intake thread, the only one that touches the ROUTER
-        # socket (ZeroMQ sockets are not thread-safe); refusals made on the intake thread itself
-        # take the same pipe and leave on its next turn
-        self._pusher().send_multipart([identity, *protocol.encode(header, tables)], copy=False)
-
-
-def _bind(sock, endpoint: str) -> str:
-    if endpoint.endswith(":0"):
-        port = sock.bind_to_random_port(endpoint.rsplit(":", 1)[0])
-        return f"{endpoint.rsplit(':', 1)[0]}:{port}"
-    sock.bind(endpoint)
-    return endpoint
-
-
-def outcome_json(outcome: Outcome) -> dict:
-    """The HTTP/JSON form of an Outcome."""
-    body: dict = {"request_id": outcome.request_id, "status": outcome.kind}
-    if outcome.error:
-        body["error"] = outcome.error
-    if outcome.answer is not None:
-        nodes, h, pred = wire.answer_arrays(outcome.answer)
-        body["answers"] = [
-            {"node": int(n), "h": row.tolist(), **({"pred": int(pred[i])} if pred is not None else {})}
-            for i, (n, row) in enumerate(zip(nodes, h, strict=True))
-        ]
-        body["queue_ms"] = outcome.queue_s * 1e3
-        body["service_ms"] = outcome.service_s * 1e3
-        body["batch_requests"] = outcome.batch_requests
-        body["pool"] = outcome.pool
-    return body
-
-
-def request_from_json(body: dict) -> tuple[Request, str | None]:
-    """{"request_id", "mode"?, "nodes": [{"id", "x": [...]}], "edges": [[src, dst], ...]}."""
-    if not isinstance(body, dict):
-        raise RequestError("the body must be a JSON object")
-    nodes = body.get("nodes")
-    if not isinstance(nodes, list) or not all(isinstance(n, dict) for n in nodes):
-        raise RequestError('"nodes" must be a list of {"id": int, "x": [float, ...]} objects')
-    edges = body.get("edges") or []
-    if not isinstance(edges, list) or not all(isinstance(e, list | tuple) and len(e) == 2 for e in edges):
-        raise RequestError('"edges" must be a list of [src, dst] pairs')
-    try:
-        qid = [n["id"] for n in nodes]
-        x = [n["x"] for n in nodes]
-    except KeyError as exc:
-        raise RequestError(f"a node lacks {exc}") from None
-    mode = body.get("mode")
-    request = Request(
-        str(body.get("request_id", "http")),
-        np.asarray(qid) if qid else np.zeros(0, np.int64),
-        x if x else np.zeros((0, 0), np.float32),  # type: ignore[arg-type]  # Request reports ragged rows
-        np.asarray([e[0] for e in edges]) if edges else np.zeros(0, np.int64),
-        np.asarray([e[1] for e in edges]) if edges else np.zeros(0, np.int64),
-    )
-    return request, (str(mode) if mode is not None else None)
-
-
-def dumps(body: dict) -> str:
-    return json.dumps(body)
