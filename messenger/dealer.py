@@ -233,8 +233,15 @@ class MessengerTransport(BrokerLink, PayloadRoute):
             )
         header["kind"] = Kind.TASK.value
         batch = Batch(seq, header, tables, size, verify.request_ids(header, tables))
+        now = time.monotonic()
+        if not any(b.state == WAITING for b in self._batches.values()):
+            # Idle until now: nothing pumped, so the last word heard from the broker may be
+            # older than `liveness` heartbeats. Judging it silent would reopen the socket right
+            # after this batch's LEASE went out on the old one, and the worker the broker then
+            # assigns to that lost ask would sit idle until its lease expired (2 x timeout_s).
+            self._broker_not_needed(now)
         self._batches[seq] = batch
-        self._new_attempt(batch, time.monotonic(), "")
+        self._new_attempt(batch, now, "")
         return batch
 
     def _new_attempt(self, batch: Batch, now: float, reason: str) -> None:

@@ -207,3 +207,18 @@ def test_ctrl_c_in_the_parent_stops_the_children_cleanly(child_env):
             parent.wait()
     assert not any(alive(p) for p in pids)
     assert not os.path.exists(folder)
+
+
+def test_a_call_after_an_idle_gap_longer_than_liveness_does_not_lose_its_lease(cluster):
+    """Between calls nothing pumps the dealer. A call after more than `liveness` silent heartbeats
+    must not judge the broker dead: the reconnect would orphan the LEASE just sent, its worker would
+    wait for a lease nobody answers, and (retries=0) the call would fail instead of being answered."""
+    c = cluster(1)
+    with c.client(timeout_s=5, retries=0) as client:
+        for i in range(3):
+            req = requests(1)[0]
+            (header, tables), = list(client.map([req]))
+            assert header["kind"] == "RESULT"
+            time.sleep(HB * 3 * 2)  # twice the liveness window, idle
+        assert client.counts["broker_reconnects"] == 0
+        assert client.counts["resent"] == 0
