@@ -821,10 +821,11 @@ def experiment_router(b: Bench, dep, s, facts_mixed, rate: float) -> dict:
 
 
 def probe_worker_idle(b: Bench, dep, s) -> dict:
-    """Evidence for a service problem: single-query requests one after the other to a "workers"
-    pool of width 1 (dealer timeout_s 2), after idle gaps of 0 to 3 s. A dealer that heard nothing
-    from its broker for longer than liveness x heartbeat (3 x 0.5 s in WorkerPool) pays two
-    timeouts (two resends and a broker reconnect) on its next call."""
+    """A regression check of the dealer's idle-gap fix: single-query requests one after the other
+    to a "workers" pool of width 1 (dealer timeout_s 2), after idle gaps of 0 to 3 s. A dealer that
+    heard nothing from its broker for longer than liveness x heartbeat (3 x 0.5 s in WorkerPool)
+    used to reopen its broker socket right after sending a LEASE, losing it and paying two
+    timeouts; latencies must now be flat and broker_reconnects 0."""
     from sparkgnn.serving.online.server import Server
 
     gaps = [0.0, 0.0, 0.5, 1.0, 2.0, 0.0, 3.0, 0.0]
@@ -915,8 +916,9 @@ WHAT = {
     "pool because theirs was full)",
     "router_vs_single_pool_mean_latency": "mean latency with the router / with the workers pool of width 2 alone",
     "worker_pool_idle_probe": "sequential single-query requests to a 'workers' pool of width 1 (dealer "
-    "timeout_s 2) after idle gaps (idle_gap_s): latency_ms per request and the dealer's counters; a "
-    "request after more than ~1.5 s of idling takes two timeouts (resent, broker_reconnects)",
+    "timeout_s 2) after idle gaps (idle_gap_s): latency_ms per request and the dealer's counters. Before "
+    "the dealer fix (commit 'Messenger dealer: a call after an idle gap...') a request after more than "
+    "~1.5 s of idling took two timeouts (resent, broker_reconnects > 0); now every latency should be flat",
     "capacity.cost_model": "closed-loop service times of the mixed pool in he / exact / full, and the "
     "correlation of service ms with the predicted cost (in-degree sum) and its log: the scheduler "
     "comparison runs in the mode whose service time follows the cost (settings.sched_mode)",

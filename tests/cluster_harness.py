@@ -21,7 +21,14 @@ from dataclasses import dataclass, field
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 JOB_TIMEOUT_S = 420
 MASTER = "local-cluster[2,1,1024]"
-QUIET_CONF = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
+# No UI; and the graphs here are Cora-sized, so Spark's default 200 shuffle partitions only add
+# tasks (five 200-task stages were most of a 90 s precompute run); the jobs keep spark-submit's
+# other settings, as a user's would.
+CLUSTER_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "4",
+}
 
 
 @dataclass
@@ -101,7 +108,7 @@ def run_job(
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
     env.pop("PYTHONUNBUFFERED", None)  # the job must flush its progress lines itself
     command = [spark_submit, "--master", MASTER]
-    for key, value in {**QUIET_CONF, **(conf or {})}.items():
+    for key, value in {**CLUSTER_CONF, **(conf or {})}.items():
         command += ["--conf", f"{key}={value}"]
     command += [os.path.join(REPO, "spark_jobs", script), *args]
     job = subprocess.Popen(
@@ -109,7 +116,10 @@ def run_job(
     )
     kills = list(kills)
     lines: list[str] = []
-    deadline = time.monotonic() + JOB_TIMEOUT_S
+    started = time.monotonic()
+    deadline = started + JOB_TIMEOUT_S
+    # every line with its second since submit, next to the job: where a slow or failed run spent its time
+    log = open(os.path.join(cwd, f"spark-submit-{os.path.splitext(script)[0]}.log"), "a")
     try:
         while time.monotonic() < deadline:
             ready, _, _ = select.select([job.stdout], [], [], 0.02)
@@ -118,6 +128,7 @@ def run_job(
                 break
             if line and not line.startswith("\tat "):  # keep the job's lines and log lines, not stacks
                 lines.append(line)
+                log.write(f"{time.monotonic() - started:8.2f} {line}")
             for kill in kills:
                 if kill.due(cwd, line):
                     mine = [pid for pid in executor_pids() if pid in _children(job.pid)]
@@ -130,6 +141,7 @@ def run_job(
                 return JobRun(-signal.SIGKILL, lines, kills)
         returncode = job.wait(60)
     finally:
+        log.close()
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)
             job.wait(60)

@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from sparkgnn.serving.online import wire
+from sparkgnn.serving.online.batch_op import FUSABLE_MODES
 from sparkgnn.serving.online.costs import GraphFacts
 from sparkgnn.serving.online.pools import ROUTERS, ServeError, make_pool
 from sparkgnn.serving.online.scheduler import SCHEDULERS, QueueFull, ServiceModel, divide
@@ -290,7 +291,7 @@ class Server:
             if not batch:
                 self._free.release()
                 continue
-            for i, sub in enumerate(divide(batch, self.config.t_s)):
+            for i, sub in enumerate(self._split(batch)):
                 # every sub-batch beyond the first waits for a slot of its own, AFTER the ones
                 # before it are queued (with one slot, the first must run to free it)
                 while i and not self._free.acquire(timeout=0.2):
@@ -300,6 +301,16 @@ class Server:
                 tickets: list[Ticket] = [p.key for p in sub]  # type: ignore[misc]  # keys are Tickets
                 psgs = sum(t.psgs for t in tickets)
                 self._pool_queues[self._choose_pool(psgs)].put(tickets)
+
+    def _split(self, batch: list) -> list[list]:
+        """The worker calls a batch becomes. Fusable modes (HE: one engine call per batch) are
+        divided by T_s. The others answer request by request inside a call and reply only when the
+        call ends, so a batch would make each request wait for the ones answered before it: they
+        go one request per call, each replied to as soon as it is answered, in parallel over the
+        free slots (the scheduler's order still decides who goes first)."""
+        if batch[0].group in FUSABLE_MODES:
+            return divide(batch, self.config.t_s)
+        return [[item] for item in batch]
 
     def _fail_stopped(self, sub: list) -> None:
         for pending in sub:
