@@ -22,6 +22,14 @@ class GraphValidationError(SparkGNNError, ValueError):
     problems: list
 
 
+class GraphUpdateError(SparkGNNError, ValueError):
+    """A graph update (graph.updates) cannot be read, or cannot be applied to its graph: unknown ids,
+    duplicates, wrong widths, deletes of edges the graph does not hold. Raised before anything is
+    applied, listing every problem at once. `problems`: the updates.UpdateProblem list behind it."""
+
+    problems: list
+
+
 class UnsupportedModelError(SparkGNNError, ValueError):
     """A model uses a layer or option sparkgnn cannot run exactly."""
 
@@ -66,6 +74,7 @@ USER_ERRORS: tuple[type[Exception], ...] = (SparkGNNError, MessengerError, PlanE
 __all__ = [
     "SparkGNNError",
     "GraphValidationError",
+    "GraphUpdateError",
     "UnsupportedModelError",
     "ModelLoadError",
     "PlanError",

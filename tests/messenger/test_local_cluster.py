@@ -215,9 +215,8 @@ def test_a_call_after_an_idle_gap_longer_than_liveness_does_not_lose_its_lease(c
     wait for a lease nobody answers, and (retries=0) the call would fail instead of being answered."""
     c = cluster(1)
     with c.client(timeout_s=5, retries=0) as client:
-        for i in range(3):
-            req = requests(1)[0]
-            (header, tables), = list(client.map([req]))
+        for batch in range(3):
+            ((header, _tables),) = list(client.map([requests(batch + 1)[batch]]))
             assert header["kind"] == "RESULT"
             time.sleep(HB * 3 * 2)  # twice the liveness window, idle
         assert client.counts["broker_reconnects"] == 0
