@@ -268,3 +268,17 @@ def test_service_model_with_one_cost_level_keeps_the_prior_overhead():
     assert m.params == pytest.approx((0.01, 4e-4))
     with pytest.raises(SchedulerError):
         m.observe(-1, 0.1)
+
+
+@pytest.mark.parametrize("name", ["fifo", "degree"])
+def test_group_max_batch_caps_only_its_group(name):
+    """Modes answered request by request (serving EXACT) take one request per batch, so the
+    scheduler chooses again whenever a slot frees; other groups still fill up to T_d."""
+    s = make_scheduler(name, 1e9, group_max_batch={"exact": 1})
+    for i in range(4):
+        s.push(req(f"e{i}", 1.0, group="exact", arrived=i))
+        s.push(req(f"h{i}", 1.0, group="he", arrived=i + 0.5))
+    sizes = {}
+    for batch in drain(s):
+        sizes.setdefault(batch[0].group, []).append(len(batch))
+    assert sizes == {"exact": [1, 1, 1, 1], "he": [4]}

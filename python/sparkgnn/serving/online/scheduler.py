@@ -181,6 +181,7 @@ class Scheduler:
         service: ServiceModel | None = None,
         max_wait_factor: float = 4.0,
         clock: Callable[[], float] = time.monotonic,
+        group_max_batch: dict[str, int] | None = None,
     ):
         if not (_finite_nonnegative(t_d) and float(t_d) > 0):
             raise SchedulerError(f"{self.name} scheduler: T_d (the batch in-degree sum) must be > 0, got {t_d!r}")
@@ -190,6 +191,9 @@ class Scheduler:
             raise SchedulerError(f"{self.name} scheduler: max_wait_factor must be > 0, got {max_wait_factor}")
         self.t_d = float(t_d)
         self.capacity = int(capacity)
+        # groups whose batches are capped lower (e.g. serving modes answered request by request
+        # inside a call: batching them would only make each wait for the others)
+        self.group_max_batch = {str(g): max(1, int(n)) for g, n in (group_max_batch or {}).items()}
         self.max_batch = int(max_batch)
         self.service = service if service is not None else ServiceModel()
         self.max_wait_factor = float(max_wait_factor)
@@ -244,6 +248,9 @@ class Scheduler:
             self._cond.notify_all()
         return left
 
+    def _limit(self, group: str) -> int:
+        return min(self.max_batch, self.group_max_batch.get(group, self.max_batch))
+
     def _add(self, item: Pending, seq: int) -> None:
         raise NotImplementedError
 
@@ -277,7 +284,8 @@ class FifoScheduler(Scheduler):
         queue = self._queues[group]
         batch: list[Pending] = []
         total = 0.0
-        while queue and _fits(total, len(batch), queue[0][1].cost, self.t_d, self.max_batch):
+        limit = self._limit(group)
+        while queue and _fits(total, len(batch), queue[0][1].cost, self.t_d, limit):
             item = queue.popleft()[1]
             batch.append(item)
             total += item.cost
@@ -365,11 +373,12 @@ class DegreeScheduler(Scheduler):
         group = self._first_group()
         batch: list[Pending] = []
         total = 0.0
+        limit = self._limit(group)
         # Promoted first, oldest first, while they fit; then the cheapest, while they fit.
         for heap in (self._promoted.get(group, []), self._by_cost[group]):
             while True:
                 _clean(heap)
-                if not heap or not _fits(total, len(batch), heap[0][2].item.cost, self.t_d, self.max_batch):
+                if not heap or not _fits(total, len(batch), heap[0][2].item.cost, self.t_d, limit):
                     break
                 entry = heapq.heappop(heap)[2]
                 entry.taken = True

@@ -138,6 +138,9 @@ class Server:
             max_batch=config.max_batch,
             service=self.service,
             max_wait_factor=config.max_wait_factor,
+            # answered request by request inside a call: one per call, so the scheduler picks
+            # the next one whenever a slot frees (batch_op.FUSABLE_MODES)
+            group_max_batch={mode: 1 for mode in config.modes if mode not in FUSABLE_MODES},
         )
         self.route = ROUTERS.lookup(config.router)
         self.pools = [make_pool(spec) for spec in config.pools] if start_pools else []
@@ -291,7 +294,7 @@ class Server:
             if not batch:
                 self._free.release()
                 continue
-            for i, sub in enumerate(self._split(batch)):
+            for i, sub in enumerate(divide(batch, self.config.t_s)):
                 # every sub-batch beyond the first waits for a slot of its own, AFTER the ones
                 # before it are queued (with one slot, the first must run to free it)
                 while i and not self._free.acquire(timeout=0.2):
@@ -301,16 +304,6 @@ class Server:
                 tickets: list[Ticket] = [p.key for p in sub]  # type: ignore[misc]  # keys are Tickets
                 psgs = sum(t.psgs for t in tickets)
                 self._pool_queues[self._choose_pool(psgs)].put(tickets)
-
-    def _split(self, batch: list) -> list[list]:
-        """The worker calls a batch becomes. Fusable modes (HE: one engine call per batch) are
-        divided by T_s. The others answer request by request inside a call and reply only when the
-        call ends, so a batch would make each request wait for the ones answered before it: they
-        go one request per call, each replied to as soon as it is answered, in parallel over the
-        free slots (the scheduler's order still decides who goes first)."""
-        if batch[0].group in FUSABLE_MODES:
-            return divide(batch, self.config.t_s)
-        return [[item] for item in batch]
 
     def _fail_stopped(self, sub: list) -> None:
         for pending in sub:
