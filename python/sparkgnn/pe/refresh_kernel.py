@@ -1,0 +1,237 @@
+"""One layer of an incremental PE refresh: which vertices change, and their new state and h.
+
+WHY a refresh can touch only the change: h^(l) of a vertex depends on its own h^(l-1), its node
+statistics (GCN degrees) and the messages of its in-edges; the PE store keeps each vertex's
+MERGED aggregation state in raw message space. After a graph update, vertex t must be recomputed
+at layer l iff one of those inputs changed:
+
+    src_changed_l  = changed_{l-1} + vertices whose statistics changed + inserted vertices
+                     (everything a vertex's OUT-messages are made of)
+    targets_l      = src_changed_l + dst of inserted / deleted edges + out(src_changed_l)
+
+A target is recomputed in one of two ways:
+
+    delta    stored state, merged with the NEW messages of its inserted in-edges and of the kept
+             in-edges whose source changed, and the NEGATED OLD messages of its deleted in-edges
+             and of those same changed kept in-edges (old values, old statistics);
+    scratch  from all of its in-edges in the updated graph (the self-loop policy applied), when
+             the aggregator cannot remove a message (max, min, softmax), the vertex is new (no
+             stored state), the message reads the destination (GAT) and the destination changed,
+             or one of its own self-loops was inserted or deleted (self-loop policies rebuild
+             every loop of a vertex from its existing ones).
+
+Self-loops under a policy ("remaining", "replace") leave the regular edge logic: the policy keeps
+exactly one loop per vertex, whose message changes when the vertex's own source side changes, so
+a delta target with a changed source side swaps its OLD loop message for its NEW one.
+
+Edges are in the updated graph's layout of graph.updates.apply: kept edges first (position i is
+the old graph's edge `kept_edges[i]`), inserted edges after them. The integer bookkeeping passes
+over all edges (numpy masks, O(E) but far cheaper than messages); message computation, the cost
+that dominates a layer, runs only over the edges named above.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from sparkgnn.layers.base import compute_stats
+from sparkgnn.layers.selfloops import apply_self_loops
+
+
+@dataclass
+class Side:
+    """One graph (old or new) as a layer sees it: edges (dense rows), weights as the conv uses
+    them, the conv's statistics of every vertex, and a function giving h^(l-1) of rows."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    weight: np.ndarray | None
+    stats: dict
+    values: Callable[[np.ndarray], torch.Tensor]  # h^(l-1) of rows
+
+    @classmethod
+    def of(cls, conv, graph, values) -> Side:
+        def tensor(a):
+            return torch.from_numpy(np.require(a, requirements="W"))  # Arrow-backed arrays are read-only
+
+        w = graph.weight if conv.uses_edge_weight else None
+        t = None if w is None else tensor(w)
+        stats = compute_stats(conv, tensor(graph.edge_src), tensor(graph.edge_dst), t, graph.num_nodes)
+        return cls(graph.edge_src, graph.edge_dst, w, stats, values)
+
+    def stats_of(self, rows: np.ndarray) -> dict:
+        index = torch.from_numpy(rows)
+        return {name: value[index].to(torch.float32) for name, value in self.stats.items()}
+
+
+@dataclass
+class LayerChange:
+    """What one layer of a refresh recomputed (new-graph rows) and how."""
+
+    targets: np.ndarray
+    h: torch.Tensor
+    state: torch.Tensor
+    delta: int
+    scratch: int
+    new_messages: int
+    old_messages: int
+
+
+def _member(mask_size: int, rows: np.ndarray) -> np.ndarray:
+    mask = np.zeros(mask_size, bool)
+    mask[rows] = True
+    return mask
+
+
+def stats_changed(old: Side, new: Side, old_rows: np.ndarray) -> np.ndarray:
+    """New-graph rows whose statistics differ from their old ones (inserted rows count)."""
+    n = len(old_rows)
+    changed = old_rows < 0
+    kept = ~changed
+    for name, value in new.stats.items():
+        before = old.stats[name][torch.from_numpy(old_rows[kept])].numpy()
+        changed[kept] |= value.numpy()[kept] != before
+    return np.flatnonzero(changed) if n else np.zeros(0, np.int64)
+
+
+def _messages(conv, side: Side, src, dst_pos, weight, dst_payload) -> torch.Tensor:
+    """Messages of edges src -> target position `dst_pos` with `side`'s values and statistics."""
+    uniq, inv = np.unique(src, return_inverse=True)
+    payload = conv.prepare_src(side.values(uniq), side.stats_of(uniq), False)[torch.from_numpy(inv)]
+    w = None if weight is None else torch.from_numpy(np.ascontiguousarray(weight, np.float32))
+    d = None if dst_payload is None else dst_payload[torch.from_numpy(dst_pos)]
+    return conv.message(payload, d, w, False)
+
+
+def _loop_weights(conv, side: Side, nodes: np.ndarray) -> np.ndarray | None:
+    """Weight of the one loop the conv's self-loop policy leaves on each of the sorted `nodes`
+    (from their existing loops in `side`), or None for an unweighted conv."""
+    if side.weight is None:
+        return None
+    loops = np.flatnonzero((side.src == side.dst) & np.isin(side.dst, nodes))
+    local = torch.from_numpy(np.searchsorted(nodes, side.src[loops]))
+    weight = torch.from_numpy(np.ascontiguousarray(side.weight[loops], np.float32))
+    s, _d, w = apply_self_loops(local, local, weight, len(nodes), conv.self_loops)
+    assert w is not None  # a policy keeps weights when given some
+    out = np.ones(len(nodes), np.float32)
+    out[s.numpy()] = w.numpy()
+    return out
+
+
+def _scratch_edges(conv, new: Side, targets: np.ndarray, num_new: int):
+    """All in-edges of `targets` in the new graph with the self-loop policy applied: (source row,
+    target position, weight or None)."""
+    is_target = _member(num_new, targets)
+    sel = np.flatnonzero(is_target[new.dst])
+    src, dst = new.src[sel], new.dst[sel]
+    w = None if new.weight is None else new.weight[sel]
+    tgt = np.searchsorted(targets, dst)
+    if conv.self_loops == "none":
+        return src, tgt, w
+    # local numbering for the policy: targets 0..T-1, other sources T.. (never looped)
+    t = len(targets)
+    local = np.full(len(src), -1, np.int64)
+    on_target = is_target[src]
+    local[on_target] = np.searchsorted(targets, src[on_target])
+    others, other_pos = np.unique(src[~on_target], return_inverse=True)
+    local[~on_target] = t + other_pos
+    s, d, w2 = apply_self_loops(
+        torch.from_numpy(local), torch.from_numpy(tgt), None if w is None else torch.from_numpy(w), t, conv.self_loops
+    )
+    back = np.concatenate([targets, others])
+    return back[s.numpy()], d.numpy(), None if w2 is None else w2.numpy()
+
+
+def _positions(targets: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    return np.searchsorted(targets, rows)
+
+
+@torch.no_grad()
+def refresh_layer(conv, post, old: Side, new: Side, applied, changed_prev: np.ndarray, stored_states) -> LayerChange:
+    """Recompute layer l (module doc). `changed_prev`: sorted new-graph rows whose h^(l-1)
+    changed; `stored_states(old rows)` -> their stored merged states of layer l; `post(h)`: the
+    model's node-wise ops after this conv. Returns the targets (sorted new rows) with their new
+    h^(l) and state."""
+    agg = conv.aggregator
+    old_rows, new_rows = applied.old_rows, applied.new_rows
+    n_new = len(old_rows)
+    kept = len(applied.kept_edges)
+    inserted = np.arange(kept, len(new.src), dtype=np.int64)
+    removed = np.asarray(applied.removed_edges, np.int64)
+    looped = conv.self_loops != "none"
+
+    src_changed = np.union1d(changed_prev, stats_changed(old, new, old_rows))
+    src_changed_mask = _member(n_new, src_changed)
+    removed_dst = new_rows[old.dst[removed]]
+    removed, removed_dst = removed[removed_dst >= 0], removed_dst[removed_dst >= 0]
+    kept_changed = np.flatnonzero(src_changed_mask[new.src[:kept]])
+    targets = np.unique(np.concatenate([src_changed, new.dst[inserted], removed_dst, new.dst[kept_changed]]))
+    t = len(targets)
+
+    scratch = np.zeros(t, bool) if agg.invertible else np.ones(t, bool)
+    scratch |= old_rows[targets] < 0
+    if conv.needs_dst_in_message:
+        scratch |= src_changed_mask[targets]  # its own value or statistics changed
+    if looped:
+        new_loops = new.dst[inserted][new.src[inserted] == new.dst[inserted]]
+        old_loops = removed_dst[old.src[removed] == old.dst[removed]]
+        scratch |= np.isin(targets, np.concatenate([new_loops, old_loops]))
+    delta_targets = targets[~scratch]
+    delta_mask = _member(n_new, delta_targets)
+
+    h_dst = new.values(targets)
+    stats_dst = new.stats_of(targets)
+    dst_payload = conv.prepare_dst(h_dst, stats_dst)  # a delta target's destination did not change
+    width = conv.msg_width(False)
+    parts, index = [], []
+    counts = {"new": 0, "old": 0}
+
+    def add(side: Side, src, dst_rows, weight, negate: bool) -> None:
+        if not len(src):
+            return
+        pos = _positions(targets, dst_rows)
+        m = _messages(conv, side, src, pos, weight, dst_payload)
+        part = agg.partial(m, torch.from_numpy(pos), t)
+        parts.append(agg.negate(part) if negate else part)
+        index.append(torch.arange(t))
+        counts["old" if negate else "new"] += len(src)
+
+    scratch_targets = targets[scratch]
+    if len(scratch_targets):
+        s, local, w = _scratch_edges(conv, new, scratch_targets, n_new)
+        add(new, s, scratch_targets[local], w, False)
+
+    def regular(edges: np.ndarray, dst_rows: np.ndarray, src_rows: np.ndarray) -> np.ndarray:
+        keep = delta_mask[dst_rows]
+        if looped:
+            keep &= src_rows != dst_rows  # the policy's loops are handled below
+        return edges[keep]
+
+    ins = regular(inserted, new.dst[inserted], new.src[inserted])
+    changed = regular(kept_changed, new.dst[kept_changed], new.src[kept_changed])
+    gone = regular(removed, removed_dst, new_rows[old.src[removed]])
+    both = np.concatenate([ins, changed])
+    add(new, new.src[both], new.dst[both], None if new.weight is None else new.weight[both], False)
+    old_edges = np.concatenate([applied.kept_edges[changed], gone])
+    old_dst = np.concatenate([new.dst[changed], new_rows[old.dst[gone]]])
+    add(old, old.src[old_edges], old_dst, None if old.weight is None else old.weight[old_edges], True)
+    if looped:
+        nodes = delta_targets[src_changed_mask[delta_targets]]
+        add(new, nodes, nodes, _loop_weights(conv, new, nodes), False)
+        old_nodes = old_rows[nodes]
+        add(old, old_nodes, nodes, _loop_weights(conv, old, old_nodes), True)
+
+    delta_pos = np.flatnonzero(~scratch)
+    if len(delta_pos):
+        parts.append(stored_states(old_rows[delta_targets]))
+        index.append(torch.from_numpy(delta_pos))
+    if parts:
+        state = agg.merge(torch.cat(parts), torch.cat(index), t)
+    else:
+        state = agg.identity(t, width)
+    h = post(conv.update(h_dst, agg.finalize(state), stats_dst, False))
+    return LayerChange(targets, h, state, len(delta_targets), len(scratch_targets), counts["new"], counts["old"])
