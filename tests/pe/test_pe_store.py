@@ -219,3 +219,31 @@ def test_pe_modules_import_no_pyspark_at_top():
     pattern = re.compile(r"^(import|from)\s+pyspark\b", re.M)
     root = pathlib.Path(__file__).resolve().parents[2] / "python" / "sparkgnn" / "pe"
     assert [p.name for p in root.glob("*.py") if pattern.search(p.read_text())] == []
+
+
+def test_frame_of_a_layer_committed_as_a_delta_merges_its_segments(spark, graph_data, model, tmp_path, monkeypatch):
+    """Spark reads a refreshed layer (delta over the previous version) as the same rows as the
+    pyarrow reader: replaced rows once, deleted vertices gone, inserted ones present."""
+    from sparkgnn.graph.updates import GraphUpdate, apply
+    from sparkgnn.pe import layout, versions
+    from sparkgnn.pe.local import precompute_local
+    from sparkgnn.pe.refresh import refresh_local
+
+    monkeypatch.setattr(versions, "COMPACT_FRACTION", 2.0)  # a 10-vertex graph: keep every layer a delta
+    precompute_local(graph_data, model, tmp_path, log=None)
+    update = GraphUpdate(
+        edge_insert_src=[10, 500],
+        edge_insert_dst=[5, 10],
+        vertex_insert_ids=[500],
+        vertex_insert_x=np.ones((1, graph_data.feature_dim), np.float32),
+        vertex_delete_ids=[99],
+    )
+    store, _ = refresh_local(graph_data, update, model, tmp_path, log=None)
+    assert PEStore.open(tmp_path, model=model, graph=apply(update, graph_data).graph).base == store.base
+    for l in store.layers:
+        assert versions.bases(store.manifest, layout.layer_key(l))
+        rows = {r["id"]: r["h"] for r in store.frame(spark, l).collect()}
+        want = versions.read_layer(store.base, l, store.manifest)
+        assert sorted(rows) == sorted(want.column("id").to_pylist()) and 99 not in rows and 500 in rows
+        for i, h in zip(want.column("id").to_pylist(), want.column("h").to_pylist(), strict=True):
+            np.testing.assert_array_equal(np.asarray(rows[i], np.float32), np.asarray(h, np.float32))

@@ -104,12 +104,6 @@ def read_table(base: str, manifest: dict, key: str, columns=None):
     return pq.read_table([files.filesystem(p)[1] for p in listed], filesystem=fs, columns=columns)
 
 
-def read_layer(base: str, layer: int, manifest: dict | None = None, columns=None):
-    """Layer `layer` of the store directory `base`, as its manifest committed it."""
-    manifest = manifest if manifest is not None else (read_manifest(base) or {})
-    return read_table(base, manifest, layer_key(layer), columns)
-
-
 def spark_paths(base: str, manifest: dict, key: str) -> list[str]:
     """What Spark reads for `key`: the recorded files, or the committed folder without a record."""
     listed = committed_files(base, manifest, key)

@@ -5,15 +5,20 @@ WHY a new store version and not an in-place edit: a store is keyed by (graph fin
 fingerprint) and serving refuses a store whose graph differs from its own, so the refreshed
 embeddings belong to the updated graph's key, <store>/<new graph fp>/<model fp>/, committed with
 the same writer protocol as a precompute (lease, attempt folders, one manifest write per layer).
-The old version stays readable, untouched, until someone deletes it; a refresh killed midway
+Each layer of the new version is committed as a DELTA over the old version's layer (only the
+recomputed rows and a tombstone per deleted vertex are written; pe/versions.py), or whole when
+the change reaches half the layer or the chain of deltas is long. So the new version lies on the
+old one's files: the old version stays readable and untouched, and must be kept while a newer
+version lies on it (PEStore.open names a deleted base as damage). A refresh killed midway
 leaves the new version's manifest without its last layers, and a rerun recomputes in memory
 (cheap: only the change) and commits only the layers still missing, giving the same store.
 The manifest's "refresh" entry records where it came from: the previous graph fingerprint, the
 update's counts, per-layer targets, and the chain of graph fingerprints back to the first
 precompute.
 
-This path holds every layer of the old store in memory (like precompute_local); the Spark job
-is the path for stores that do not fit.
+This path holds every layer of the old store in memory (like precompute_local). A Spark job for
+stores that do not fit one machine is not built yet (docs/ARCHITECTURE.md, "Incremental PE
+refresh", says what it needs).
 """
 
 from __future__ import annotations
@@ -25,9 +30,10 @@ import numpy as np
 import torch
 
 from sparkgnn.errors import SparkGNNError
+from sparkgnn.pe import versions
 from sparkgnn.pe.refresh_kernel import Side, refresh_layer
 from sparkgnn.pe.store import PEStore
-from sparkgnn.pe.writer import PEWriter
+from sparkgnn.pe.writer import PEWriter, layer_key
 
 
 class RefreshError(SparkGNNError, ValueError):
@@ -64,8 +70,9 @@ def _values(model, graph, layer: int, h_full):
 
 @torch.no_grad()
 def refreshed_layers(graph, applied, model, store: PEStore):
-    """Yield (l, h^(l) [N', w], state^(l) [N', s], stats dict) of the updated graph for l = 1..k,
-    recomputing only what the update reaches."""
+    """Yield (l, h^(l) [N', w], state^(l) [N', s], recomputed rows, stats dict) of the updated
+    graph for l = 1..k, recomputing only what the update reaches (the rows recomputed, sorted
+    new-graph rows, include every inserted vertex)."""
     from sparkgnn.pe.lookup import UnknownIds
 
     new_graph = applied.graph
@@ -106,9 +113,22 @@ def refreshed_layers(graph, applied, model, store: PEStore):
             "old_messages": change.old_messages,
             "seconds": round(time.perf_counter() - started, 4),
         }
-        yield l, h, state, stats
+        yield l, h, state, change.targets, stats
         changed = change.targets
         old_h, new_h = stored_h, h
+
+
+def _commit(writer: PEWriter, over: PEStore, l: int, ids, h, state, rows, deleted_ids, stats: dict) -> None:
+    """Commit layer l of the refreshed store: as a delta over `over`'s layer (only the recomputed
+    rows and the deleted vertices' tombstones are written), or whole when versions.should_compact
+    says the chain is long or the change large."""
+    changed = len(rows) + len(deleted_ids)
+    if versions.should_compact(over.manifest, layer_key(l), changed, len(ids)):
+        writer.commit_layer_arrays(l, ids, h, state)
+        stats["committed"] = f"whole ({len(ids)} rows)"
+        return
+    writer.commit_layer_delta(l, over, ids[rows], h[rows], state[rows], deleted_ids, rows=len(ids))
+    stats["committed"] = f"as a delta ({len(rows)} rows, {len(deleted_ids)} tombstones)"
 
 
 def refresh_local(graph, update, model, store_root, out_graph=None, log=print) -> tuple[PEStore, RefreshReport]:
@@ -141,17 +161,23 @@ def refresh_local(graph, update, model, store_root, out_graph=None, log=print) -
         previous_graph_fingerprint=store.manifest["graph_fingerprint"],
         updates=update.counts(),
     )
+    if report.graph_fingerprint == report.previous_graph_fingerprint:
+        log and log(f"sparkgnn refresh: the update leaves the graph as it was; {store.base} stays current")
+        return store, report
     writer = PEWriter(store_root, new_graph, model, with_states=True, log=log)
     done = set(writer.completed_layers())
-    for l, h, state, stats in refreshed_layers(graph, applied, model, store):
-        report.layers.append(stats)
+    deleted_ids = graph.ids[applied.new_rows < 0]
+    for l, h, state, rows, stats in refreshed_layers(graph, applied, model, store):
+        written = time.perf_counter()
         if l not in done:
-            writer.commit_layer_arrays(l, new_graph.ids, h.numpy(), state.numpy())
+            _commit(writer, store, l, new_graph.ids, h.numpy(), state.numpy(), rows, deleted_ids, stats)
+        stats["write_seconds"] = round(time.perf_counter() - written, 4)
+        report.layers.append(stats)
         if log:
             log(
                 f"sparkgnn refresh: layer {l}/{model.num_layers}: {stats['targets']} of {new_graph.num_nodes} "
                 f"vertices recomputed ({stats['delta']} by delta, {stats['scratch']} from scratch) in "
-                f"{stats['seconds']:.2f} s"
+                f"{stats['seconds']:.2f} s; committed {stats.get('committed', 'earlier')}"
             )
     report.seconds = round(time.perf_counter() - started, 3)
     chain = list((store.manifest.get("refresh") or {}).get("chain") or [store.manifest["graph_fingerprint"]])

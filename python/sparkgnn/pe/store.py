@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from sparkgnn import files
 from sparkgnn.errors import DamagedPEStore, SparkGNNError, StalePEStore
-from sparkgnn.pe import integrity, layout
+from sparkgnn.pe import integrity, layout, versions
 from sparkgnn.pe.identity import graph_fingerprint, model_identity
 from sparkgnn.pe.lookup import SortedTable, UnknownIds, vectors
 from sparkgnn.pe.writer import PEWriter, layer_key, metrics_key
@@ -109,6 +109,7 @@ def damaged_parts(base: str, manifest: dict, verify: str = "checksums") -> list[
     for key, cols in keys:
         directory = layout.committed_dir(base, manifest, key)
         problems = integrity.problems(directory, recorded.get(key), verify, cols)
+        problems += versions.base_problems(base, manifest, key, verify, cols)
         if problems:
             found.append(f"{key}: " + ", ".join(problems))
     return found
@@ -181,7 +182,7 @@ class PEStore:
     def _table(self, layer: int) -> SortedTable:
         layer = self._check_layer(layer)
         if layer not in self._tables:
-            table = layout.read_table(self.base, self.manifest, layer_key(layer))
+            table = versions.read(self.base, self.manifest, layer_key(layer))
             what = f"PE store layer {layer}"
             cols = {"h": vectors(table.column("h"), self.width(layer), f"{what} h")}
             if "state" in table.column_names:
@@ -209,9 +210,10 @@ class PEStore:
         return h, s
 
     def frame(self, spark, layer: int):
-        """The layer as a Spark DataFrame (id, h[, state]): its recorded files, read by Spark's
-        own filesystem (s3a:// for an s3:// store: the cluster needs hadoop-aws)."""
-        return spark.read.parquet(*layout.spark_paths(self.base, self.manifest, layer_key(self._check_layer(layer))))
+        """The layer as a Spark DataFrame (id, h[, state]): its recorded files (and, for a layer
+        committed as a delta, its base segments merged: versions.py), read by Spark's own
+        filesystem (s3a:// for an s3:// store: the cluster needs hadoop-aws)."""
+        return versions.spark_frame(spark, self.base, self.manifest, layer_key(self._check_layer(layer)))
 
     # -- workload metrics ----------------------------------------------------------------------
     @property

@@ -15,7 +15,9 @@ object store (no rename anywhere; layout.py says why):
      dirs are deleted.
 Readers (PEStore) only look at layers listed in the manifest, read only the files recorded for them,
 and check those files against the record first. A resumed run checks the same way and recomputes a
-damaged layer (and every layer after it) instead of trusting the manifest.
+damaged layer (and every layer after it) instead of trusting the manifest. A refresh may commit a
+layer as a DELTA (commit_layer_delta): the attempt holds only changed rows and tombstones, and the
+manifest's `bases` entry names the earlier versions' attempts it lies on (versions.py).
 
 Two writers: the one created last takes the lease over (with a log line naming the previous
 holder: a crashed run never gives it back) and the other stops with PEStoreConflict before its next
@@ -35,7 +37,7 @@ import uuid
 
 from sparkgnn import files
 from sparkgnn.errors import PEStoreConflict
-from sparkgnn.pe import integrity, layout
+from sparkgnn.pe import integrity, layout, versions
 from sparkgnn.pe.identity import graph_fingerprint, graph_sizes, model_identity
 
 COMMIT_KEY = "commit"
@@ -136,6 +138,7 @@ class PEWriter:
         for l in self.completed_layers():
             folder = layout.committed_dir(self.base, self.manifest, layer_key(l))
             found = integrity.problems(folder, recorded.get(layer_key(l)), columns=columns)
+            found += versions.base_problems(self.base, self.manifest, layer_key(l), columns=columns)
             if found:
                 self.manifest["layers_complete"].remove(l)
                 dropped.append(l)
@@ -257,17 +260,23 @@ class PEWriter:
             raise ValueError(f"layer {l}: the store keeps states; pass a 'state' column and state_width")
         return l
 
-    def _record(self, l: int, write, state_width: int | None) -> None:
+    def _record(self, l: int, write, state_width: int | None, bases: list | None = None, rows=None) -> None:
         """Write layer l into a fresh attempt and commit it (a recommitted layer switches to the
-        new attempt in the same manifest write, so readers see the old rows or the new ones)."""
+        new attempt in the same manifest write, so readers see the old rows or the new ones).
+        `bases`: the segments a delta attempt lies on (versions.py; None: the attempt is the
+        whole layer); `rows`: the layer's row count when the attempt is a delta."""
         if l in self.manifest["layers_complete"] and self._legacy(layer_key(l)):
             self.manifest["layers_complete"].remove(l)  # its folder is about to hold an attempt too
             self._save(f"recommitting layer {l}")
-        rows = self._write_attempt(layer_key(l), write)
+        written = self._write_attempt(layer_key(l), write)
         if self.with_states:
             assert state_width is not None, "_check_commit refuses a store with states but no state width"
             self.manifest["state_dims"][l - 1] = int(state_width)
-        self.manifest["rows"][str(l)] = rows
+        chains = self.manifest.setdefault(versions.BASES_KEY, {})
+        chains.pop(layer_key(l), None)
+        if bases:
+            chains[layer_key(l)] = bases
+        self.manifest["rows"][str(l)] = written if rows is None else int(rows)
         self.manifest["layers_complete"] = sorted(set(self.manifest["layers_complete"]) | {l})
         self._save(f"committing layer {l}")
         self._clean(layer_key(l))
@@ -296,6 +305,37 @@ class PEWriter:
 
         self._record(l, functools.partial(self._arrow_write, table), state_width)
 
+    def commit_layer_delta(self, l: int, over, ids, h, state, deleted_ids, rows: int) -> None:
+        """Commit layer l as a DELTA over the same layer of the committed store `over` (a PEStore
+        of an earlier version of this model under the same root; versions.py): only the rows of
+        `ids` (changed or inserted vertices) and a tombstone for each of `deleted_ids` are
+        written. `rows`: the layer's row count once merged."""
+        import numpy as np
+        import pyarrow as pa
+
+        key = layer_key(l)
+        if versions.version_dir(self.base, over.manifest["graph_fingerprint"]) != over.base:
+            raise ValueError(f"layer {l}: a delta lies on a version under the same root, not {over.base}")
+        if bool(over.manifest.get("with_states")) != self.with_states:
+            raise ValueError(f"layer {l}: a delta needs a base with the same states setting as {self.base}")
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        h = np.ascontiguousarray(h, dtype=np.float32)
+        deleted = np.ascontiguousarray(deleted_ids, dtype=np.int64)
+        state_width = None
+
+        def vectors(values: np.ndarray) -> pa.Array:
+            live = pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1)), values.shape[1])
+            return pa.concat_arrays([live, pa.nulls(len(deleted), live.type)])
+
+        cols = {"id": pa.array(np.concatenate([ids, deleted])), "h": vectors(h)}
+        if self.with_states:
+            state = np.ascontiguousarray(state, dtype=np.float32)
+            state_width = int(state.shape[1])
+            cols["state"] = vectors(state)
+        l = self._check_commit(l, h.shape[1], state_width, state is not None)
+        write = functools.partial(self._arrow_write, pa.table(cols))
+        self._record(l, write, state_width, bases=versions.chain_over(over.manifest, key), rows=rows)
+
     def commit_layer(self, l: int, df, width: int, state_width: int | None = None) -> None:
         """Write h^(l) (and the merged partial states of conv l) for every node and commit it.
         `df` has columns id (long), h (array<float>) and, when the writer has states, state."""
@@ -314,7 +354,7 @@ class PEWriter:
         from."""
         if int(l) not in self.completed_layers():
             raise ValueError(f"layer {l} is not committed (committed: {self.completed_layers()})")
-        return spark.read.parquet(*layout.spark_paths(self.base, self.manifest, layer_key(l)))
+        return versions.spark_frame(spark, self.base, self.manifest, layer_key(l))
 
     @staticmethod
     def _arrow_write(table, folder: str) -> int:

@@ -18,7 +18,7 @@ import os
 import numpy as np
 import torch
 
-from sparkgnn.pe import layout
+from sparkgnn.pe import layout, versions
 from sparkgnn.serving.cgp_kernel import owner_of_ids, partition_partials
 
 _SHARDS: dict = {}
@@ -43,7 +43,7 @@ class Shard:
         self.tables = {0: table0}
         manifest = layout.read_manifest(store_base) or {}
         for l in range(1, model.num_layers):
-            t = layout.read_layer(store_base, l, manifest)
+            t = versions.read_layer(store_base, l, manifest)
             lid = t.column("id").to_numpy()
             keep = owner_of_ids(lid, parts) == p
             c = {"h": vectors(t.column("h"), None, f"store layer {l} h")[keep]}
