@@ -1,11 +1,12 @@
 """Self-loop policies and node statistics against PyG's own utilities, on graphs with existing,
 duplicated and missing self loops."""
 
+import numpy as np
 import pytest
 import torch
 from torch_geometric.utils import add_remaining_self_loops, add_self_loops, remove_self_loops
 
-from sparkgnn.layers.selfloops import SELF_LOOP_POLICIES, apply_self_loops
+from sparkgnn.layers.selfloops import SELF_LOOP_POLICIES, apply_policy_to_targets, apply_self_loops
 from sparkgnn.layers.stats import STATS
 
 
@@ -62,6 +63,35 @@ def test_none_is_identity(synthetic):
     ei = synthetic.edge_index
     s, d, w = apply_self_loops(ei[0], ei[1], synthetic.edge_weight, synthetic.num_nodes, "none")
     assert torch.equal(s, ei[0]) and torch.equal(d, ei[1]) and torch.equal(w, synthetic.edge_weight)
+
+
+@pytest.mark.parametrize("policy", ["none", "remaining", "replace"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_policy_on_targets_matches_the_whole_graph(policy, weighted):
+    """The in-edges of a few targets (unsorted ids) with the policy applied are exactly the
+    targets' in-edges of the whole graph with the policy applied: one loop per target, none for
+    sources that are not targets; numpy set operations and caller-given ones agree."""
+    from sparkgnn.serving.nodesets import NodeSets
+
+    rng = np.random.default_rng(7)
+    n, e = 40, 300
+    src, dst = rng.integers(0, n, e), rng.integers(0, n, e)
+    src[:20] = dst[:20]  # existing (and duplicated) loops
+    weight = rng.random(e).astype(np.float32) if weighted else None
+    targets = rng.choice(n, 12, replace=False).astype(np.int64)
+    sel = np.flatnonzero(np.isin(dst, targets))
+    dst_pos = np.argsort(targets)[np.searchsorted(np.sort(targets), dst[sel])]
+    w = None if weight is None else weight[sel]
+
+    s_all, d_all, w_all = apply_self_loops(torch.from_numpy(src), torch.from_numpy(dst), weight, n, policy)
+    into = np.isin(d_all.numpy(), targets)
+    expected = _as_multiset(s_all.numpy()[into], d_all.numpy()[into], None if w_all is None else w_all.numpy()[into])
+
+    sets = NodeSets(n)
+    for kwargs in ({}, {"positions": sets.positions, "unique_inverse": sets.unique_inverse}):
+        s, d, ww = apply_policy_to_targets(src[sel], dst_pos, w, targets, policy, **kwargs)
+        assert (ww is None) == (weight is None)
+        assert _as_multiset(s, targets[d], ww) == expected
 
 
 @pytest.mark.parametrize("weighted", [False, True])

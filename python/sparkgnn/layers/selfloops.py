@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -78,3 +79,67 @@ def apply_self_loops(src: Tensor, dst: Tensor, weight: Tensor | None, num_nodes:
         if weight.shape != src.shape:
             raise ValueError("weight must have one entry per edge")
     return fn(src, dst, weight, int(num_nodes))
+
+
+def apply_policy_to_targets(
+    src: np.ndarray,
+    dst_pos: np.ndarray,
+    weight: np.ndarray | None,
+    targets: np.ndarray,
+    policy: str,
+    *,
+    positions: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
+    unique_inverse: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Apply `policy` to the in-edges of a few `targets` (distinct vertex ids, any order) exactly
+    as it acts on the whole graph. Edges: source ids `src`, destination POSITIONS in `targets`
+    (`dst_pos`, 0..T-1), weights or None. Returns (source ids, destination positions, weights or
+    None): the kept edges in input order, then the policy's loops of targets 0..T-1.
+
+    WHY this is exact and why the local numbering: a policy only drops or adds loops of the
+    destinations, and a destination's loops are among its in-edges, so the in-edges of the targets
+    suffice. But a policy adds exactly one loop to EVERY vertex 0..num_nodes-1, so it runs on a
+    local numbering: targets 0..T-1 (num_nodes = T: one loop per target, from its existing loops
+    when the policy keeps their weight), other sources T.. (never looped: a source that is not a
+    target must not gain a loop, and none of its edges here is a loop, so none is dropped). The
+    result is mapped back to the caller's ids.
+
+    `positions(keys, values)` (index of each value in the distinct `keys`, -1 when absent) and
+    `unique_inverse(values)` (sorted distinct values, position of each value in them) default to
+    numpy; a caller with faster set operations (serving's NodeSets) passes its own.
+    """
+    if policy == "none":
+        return src, dst_pos, weight
+    positions = positions or _positions
+    unique_inverse = unique_inverse or _unique_inverse
+    t = len(targets)
+    local = positions(targets, src)
+    is_t = local >= 0
+    others, other_pos = unique_inverse(src[~is_t])
+    local[~is_t] = t + other_pos
+    s, d, w2 = apply_self_loops(
+        torch.from_numpy(local),
+        torch.from_numpy(dst_pos),
+        None if weight is None else torch.from_numpy(weight),
+        t,
+        policy,
+    )
+    back = np.concatenate([targets, others])
+    return back[s.numpy()], d.numpy(), None if w2 is None else w2.numpy()
+
+
+def _positions(keys: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """For each value its index in the distinct `keys` (any order), -1 when absent."""
+    out = np.full(len(values), -1, np.int64)
+    if not len(keys):
+        return out
+    order = np.argsort(keys, kind="stable")
+    at = np.minimum(np.searchsorted(keys, values, sorter=order), len(keys) - 1)
+    found = keys[order[at]] == values
+    out[found] = order[at[found]]
+    return out
+
+
+def _unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct values, position of each value in them)."""
+    return np.unique(values, return_inverse=True)

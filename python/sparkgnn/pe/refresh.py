@@ -31,6 +31,7 @@ import torch
 
 from sparkgnn.errors import SparkGNNError
 from sparkgnn.pe import versions
+from sparkgnn.pe.lookup import SortedTable
 from sparkgnn.pe.refresh_kernel import Side, refresh_layer
 from sparkgnn.pe.store import PEStore
 from sparkgnn.pe.writer import PEWriter, layer_key
@@ -50,6 +51,7 @@ class RefreshReport:
     previous_graph_fingerprint: str
     updates: dict
     layers: list = field(default_factory=list)
+    phases: dict = field(default_factory=dict)  # seconds: open, apply, fingerprint, layers, finish, verify
     seconds: float = 0.0
 
     def to_json(self) -> dict:
@@ -60,34 +62,78 @@ def _tensor(a: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.require(a, np.float32, ["C", "W"]))
 
 
-def _values(model, graph, layer: int, h_full):
-    """h^(layer) of rows: pre(x) at layer 0 (node-wise, so computed per row), else the full
-    array."""
-    if layer == 0:
-        return lambda rows: model.pre(_tensor(graph.x[rows]))
-    return lambda rows: h_full[torch.from_numpy(np.asarray(rows, np.int64))]
+@dataclass
+class RefreshedLayer:
+    """Layer l of the updated graph as a refresh knows it: the stored rows of the old version
+    (`table`, `stored_pos`: old row -> table row) with the recomputed `rows` (sorted new-graph
+    rows) replaced by `h` and `state`. WHY not one full array: gathering every stored row into
+    new-graph order costs O(N) copies per layer, as much as a small update's whole computation;
+    only a layer written whole (compaction) needs them (`full`)."""
+
+    layer: int
+    table: SortedTable
+    stored_pos: np.ndarray
+    old_rows: np.ndarray
+    rows: np.ndarray
+    h: torch.Tensor
+    state: torch.Tensor
+
+    def old_values(self, rows: np.ndarray) -> torch.Tensor:
+        """Stored h^(l) of old-graph rows."""
+        return _tensor(self.table.columns["h"][self.stored_pos[rows]])
+
+    def new_values(self, rows: np.ndarray) -> torch.Tensor:
+        """h^(l) of new-graph rows: recomputed where the refresh recomputed them, else stored."""
+        rows = np.asarray(rows, np.int64)
+        at = np.minimum(np.searchsorted(self.rows, rows), max(len(self.rows) - 1, 0))
+        fresh = (self.rows[at] == rows) if len(self.rows) else np.zeros(len(rows), bool)
+        out = torch.empty(len(rows), self.h.shape[1])
+        out[torch.from_numpy(fresh)] = self.h[torch.from_numpy(at[fresh])]
+        kept = ~fresh
+        out[torch.from_numpy(kept)] = self.old_values(self.old_rows[rows[kept]])
+        return out
+
+    def full(self, column: str) -> np.ndarray:
+        """The whole column in new-graph row order."""
+        fresh = self.h if column == "h" else self.state
+        out = np.empty((len(self.old_rows), fresh.shape[1]), np.float32)
+        kept = np.flatnonzero(self.old_rows >= 0)
+        out[kept] = self.table.columns[column][self.stored_pos[self.old_rows[kept]]]
+        out[self.rows] = fresh.numpy()
+        return out
+
+
+def _stored(store: PEStore, graph, layer: int) -> tuple[SortedTable, np.ndarray]:
+    """The old version's layer table and, per old-graph row, its row in that table."""
+    from sparkgnn.pe.lookup import UnknownIds
+
+    table = store._table(layer)
+    if "state" not in table.columns:
+        raise RefreshError(f"PE store {store.base} layer {layer} has no stored states")
+    try:
+        return table, table.positions(graph.ids)
+    except UnknownIds as exc:
+        raise RefreshError(f"PE store {store.base} layer {layer} lacks vertices of the graph: {exc}") from exc
 
 
 @torch.no_grad()
 def refreshed_layers(graph, applied, model, store: PEStore):
-    """Yield (l, h^(l) [N', w], state^(l) [N', s], recomputed rows, stats dict) of the updated
-    graph for l = 1..k, recomputing only what the update reaches (the rows recomputed, sorted
-    new-graph rows, include every inserted vertex)."""
-    from sparkgnn.pe.lookup import UnknownIds
-
+    """Yield (RefreshedLayer, stats dict) of the updated graph for l = 1..k, recomputing only
+    what the update reaches (the rows recomputed include every inserted vertex)."""
     new_graph = applied.graph
-    old_rows = applied.old_rows
-    kept = np.flatnonzero(old_rows >= 0)
     changed = np.asarray(applied.feature_changed, np.int64)
-    old_h = new_h = None
+    previous: RefreshedLayer | None = None
     for l, conv in enumerate(model.convs, start=1):
-        old = Side.of(conv, graph, _values(model, graph, l - 1, old_h))
-        new = Side.of(conv, new_graph, _values(model, new_graph, l - 1, new_h))
-        try:
-            stored_h, stored_state = store.lookup(graph.ids, l, states=True)
-        except UnknownIds as exc:
-            raise RefreshError(f"PE store {store.base} layer {l} lacks vertices of the graph: {exc}") from exc
-        stored_h, stored_state = _tensor(stored_h), _tensor(stored_state)
+        if previous is None:
+            old_values = lambda rows: model.pre(_tensor(graph.x[rows]))  # noqa: E731
+            new_values = lambda rows: model.pre(_tensor(new_graph.x[rows]))  # noqa: E731
+        else:
+            old_values, new_values = previous.old_values, previous.new_values
+        old = Side.of(conv, graph, old_values)
+        new = Side.of(conv, new_graph, new_values)
+        started = time.perf_counter()
+        table, stored_pos = _stored(store, graph, l)
+        read_seconds = time.perf_counter() - started
         started = time.perf_counter()
         change = refresh_layer(
             conv,
@@ -96,14 +142,8 @@ def refreshed_layers(graph, applied, model, store: PEStore):
             new,
             applied,
             changed,
-            lambda rows, s=stored_state: s[torch.from_numpy(rows)],
+            lambda rows, t=table, p=stored_pos: _tensor(t.columns["state"][p[rows]]),
         )
-        h = torch.empty(len(old_rows), stored_h.shape[1])
-        state = torch.empty(len(old_rows), stored_state.shape[1])
-        h[torch.from_numpy(kept)] = stored_h[torch.from_numpy(old_rows[kept])]
-        state[torch.from_numpy(kept)] = stored_state[torch.from_numpy(old_rows[kept])]
-        rows = torch.from_numpy(change.targets)
-        h[rows], state[rows] = change.h, change.state
         stats = {
             "layer": l,
             "targets": len(change.targets),
@@ -112,54 +152,77 @@ def refreshed_layers(graph, applied, model, store: PEStore):
             "new_messages": change.new_messages,
             "old_messages": change.old_messages,
             "seconds": round(time.perf_counter() - started, 4),
+            "read_seconds": round(read_seconds, 4),
         }
-        yield l, h, state, change.targets, stats
+        previous = RefreshedLayer(l, table, stored_pos, applied.old_rows, change.targets, change.h, change.state)
+        yield previous, stats
         changed = change.targets
-        old_h, new_h = stored_h, h
 
 
-def _commit(writer: PEWriter, over: PEStore, l: int, ids, h, state, rows, deleted_ids, stats: dict) -> None:
-    """Commit layer l of the refreshed store: as a delta over `over`'s layer (only the recomputed
-    rows and the deleted vertices' tombstones are written), or whole when versions.should_compact
-    says the chain is long or the change large."""
-    changed = len(rows) + len(deleted_ids)
-    if versions.should_compact(over.manifest, layer_key(l), changed, len(ids)):
-        writer.commit_layer_arrays(l, ids, h, state)
+def _commit(writer: PEWriter, over: PEStore, layer: RefreshedLayer, ids, deleted_ids, stats: dict) -> None:
+    """Commit a refreshed layer: as a delta over `over`'s layer (only the recomputed rows and the
+    deleted vertices' tombstones are written), or whole when versions.should_compact says the
+    chain is long or the change large."""
+    l, rows = layer.layer, layer.rows
+    if versions.should_compact(over.manifest, layer_key(l), len(rows) + len(deleted_ids), len(ids)):
+        writer.commit_layer_arrays(l, ids, layer.full("h"), layer.full("state"))
         stats["committed"] = f"whole ({len(ids)} rows)"
         return
-    writer.commit_layer_delta(l, over, ids[rows], h[rows], state[rows], deleted_ids, rows=len(ids))
+    h, state = layer.h.numpy(), layer.state.numpy()
+    writer.commit_layer_delta(l, over, ids[rows], h, state, deleted_ids, rows=len(ids))
     stats["committed"] = f"as a delta ({len(rows)} rows, {len(deleted_ids)} tombstones)"
 
 
-def refresh_local(graph, update, model, store_root, out_graph=None, log=print) -> tuple[PEStore, RefreshReport]:
+def refresh_local(
+    graph, update, model, store_root, out_graph=None, log=print, store: PEStore | None = None
+) -> tuple[PEStore, RefreshReport]:
     """Apply `update` (graph.updates.GraphUpdate) to the GraphData `graph` and to the PE store at
     `store_root` that was computed for (graph, model); commit the refreshed store as the updated
     graph's version under the same root and return it opened (verified against the updated graph)
     with a report. `out_graph`: also write the updated graph there (a graph directory). Refuses a
-    store without states (a refresh starts from each vertex's stored aggregation state)."""
+    store without states (a refresh starts from each vertex's stored aggregation state).
+    `store`: the old version already open (its layers already loaded, e.g. by a serving process
+    that refreshes in place), instead of opening and reading it again."""
     from sparkgnn.graph.updates import apply
     from sparkgnn.models import Model
     from sparkgnn.pe.identity import graph_fingerprint
 
     started = time.perf_counter()
+    phases: dict = {}
+
+    def phase(name: str) -> None:
+        """Close the phase running since the last call (its seconds go to report.phases)."""
+        nonlocal clock
+        now = time.perf_counter()
+        phases[name] = round(phases.get(name, 0.0) + now - clock, 4)
+        clock = now
+
+    clock = started
     model = Model.load(model) if isinstance(model, str) else model
-    store = PEStore.open(store_root, model=model, graph=graph)
+    if store is None:
+        store = PEStore.open(store_root, model=model, graph=graph)
+    elif store.manifest.get("graph_fingerprint") != graph_fingerprint(graph):
+        raise RefreshError(f"PE store {store.base} given to refresh_local is not the one of this graph")
     if not store.with_states:
         raise RefreshError(
             f"PE store {store.base} was precomputed without aggregation states; a refresh needs them "
             "(rerun the precompute with states)"
         )
+    phase("open")
     applied = apply(update, graph)
     new_graph = applied.graph
+    phase("apply")
     if out_graph is not None:
         from sparkgnn.graph.writer import write_graph_dir
 
         write_graph_dir(new_graph, out_graph)
+        phase("write_graph")
     report = RefreshReport(
         store="",
         graph_fingerprint=graph_fingerprint(new_graph),
         previous_graph_fingerprint=store.manifest["graph_fingerprint"],
         updates=update.counts(),
+        phases=phases,
     )
     if report.graph_fingerprint == report.previous_graph_fingerprint:
         log and log(f"sparkgnn refresh: the update leaves the graph as it was; {store.base} stays current")
@@ -167,10 +230,11 @@ def refresh_local(graph, update, model, store_root, out_graph=None, log=print) -
     writer = PEWriter(store_root, new_graph, model, with_states=True, log=log)
     done = set(writer.completed_layers())
     deleted_ids = graph.ids[applied.new_rows < 0]
-    for l, h, state, rows, stats in refreshed_layers(graph, applied, model, store):
-        written = time.perf_counter()
+    phase("fingerprint")
+    for layer, stats in refreshed_layers(graph, applied, model, store):
+        l, written = layer.layer, time.perf_counter()
         if l not in done:
-            _commit(writer, store, l, new_graph.ids, h.numpy(), state.numpy(), rows, deleted_ids, stats)
+            _commit(writer, store, layer, new_graph.ids, deleted_ids, stats)
         stats["write_seconds"] = round(time.perf_counter() - written, 4)
         report.layers.append(stats)
         if log:
@@ -179,9 +243,14 @@ def refresh_local(graph, update, model, store_root, out_graph=None, log=print) -
                 f"vertices recomputed ({stats['delta']} by delta, {stats['scratch']} from scratch) in "
                 f"{stats['seconds']:.2f} s; committed {stats.get('committed', 'earlier')}"
             )
-    report.seconds = round(time.perf_counter() - started, 3)
+    phase("layers")
     chain = list((store.manifest.get("refresh") or {}).get("chain") or [store.manifest["graph_fingerprint"]])
+    report.seconds = round(time.perf_counter() - started, 3)
     writer.manifest["refresh"] = {**report.to_json(), "chain": [*chain, report.graph_fingerprint]}
     writer.finish({"refresh_seconds": report.seconds})
     report.store = writer.base
-    return PEStore.open(store_root, model=model, graph=new_graph), report
+    phase("finish")
+    refreshed = PEStore.open(store_root, model=model, graph=new_graph)
+    phase("verify")
+    report.seconds = round(time.perf_counter() - started, 3)
+    return refreshed, report

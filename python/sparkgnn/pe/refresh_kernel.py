@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from sparkgnn.layers.base import compute_stats
-from sparkgnn.layers.selfloops import apply_self_loops
+from sparkgnn.layers.selfloops import apply_policy_to_targets, apply_self_loops
 
 
 @dataclass
@@ -130,20 +130,7 @@ def _scratch_edges(conv, new: Side, targets: np.ndarray, num_new: int):
     src, dst = new.src[sel], new.dst[sel]
     w = None if new.weight is None else new.weight[sel]
     tgt = np.searchsorted(targets, dst)
-    if conv.self_loops == "none":
-        return src, tgt, w
-    # local numbering for the policy: targets 0..T-1, other sources T.. (never looped)
-    t = len(targets)
-    local = np.full(len(src), -1, np.int64)
-    on_target = is_target[src]
-    local[on_target] = np.searchsorted(targets, src[on_target])
-    others, other_pos = np.unique(src[~on_target], return_inverse=True)
-    local[~on_target] = t + other_pos
-    s, d, w2 = apply_self_loops(
-        torch.from_numpy(local), torch.from_numpy(tgt), None if w is None else torch.from_numpy(w), t, conv.self_loops
-    )
-    back = np.concatenate([targets, others])
-    return back[s.numpy()], d.numpy(), None if w2 is None else w2.numpy()
+    return apply_policy_to_targets(src, tgt, w, targets, conv.self_loops)
 
 
 def _positions(targets: np.ndarray, rows: np.ndarray) -> np.ndarray:

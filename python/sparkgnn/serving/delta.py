@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from sparkgnn.layers.selfloops import apply_self_loops
+from sparkgnn.layers.selfloops import apply_policy_to_targets
 from sparkgnn.serving.cgp_kernel import count_layer, merge_partials, no_exchange, owner_of, partition_partials
 from sparkgnn.serving.context import Meter, PreparedRequest, ServingContext
 
@@ -58,22 +58,12 @@ def edges_into(ctx: ServingContext, prep: PreparedRequest, targets: np.ndarray, 
     conv's self-loop policy applied exactly as on the whole union graph: policies only add or
     drop loops of the destinations, and a destination's loops are among its in-edges. Returns
     (src union index, target position, weight or None)."""
-    t = len(targets)
     sets = ctx.sets
     src, dst, w = ctx.in_edges(prep, targets)
     tgt = sets.positions(targets, dst)
-    if policy == "none":
-        return src, tgt, w
-    # local numbering for the policy: targets 0..T-1, other sources T.. (never looped)
-    local = sets.positions(targets, src)
-    is_t = local >= 0
-    others, other_pos = sets.unique_inverse(src[~is_t])
-    local[~is_t] = t + other_pos
-    s, d, w2 = apply_self_loops(
-        torch.from_numpy(local), torch.from_numpy(tgt), None if w is None else torch.from_numpy(w), t, policy
+    return apply_policy_to_targets(
+        src, tgt, w, targets, policy, positions=sets.positions, unique_inverse=sets.unique_inverse
     )
-    back = np.concatenate([targets, others])
-    return back[s.numpy()], d.numpy(), None if w2 is None else w2.numpy()
 
 
 class LayerExecutor:
