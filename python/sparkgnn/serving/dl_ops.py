@@ -1,5 +1,7 @@
 """The ops serving adds to a DL handler: "serving_partials" runs one CGP partition of a serving
-request's layer in a DL worker (cgp_wire.py carries it as JSON + Arrow, cgp_worker.py runs it).
+request's layer in a DL worker (cgp_wire.py carries it as JSON + Arrow, cgp_worker.py runs it);
+"serve_batch" answers a batch of online requests and "serve_evict" drops a retired deployment
+(serving.online.batch_op).
 
 WHY here and not in sparkgnn.dl: the DL handler is the torch worker layer and knows nothing of
 serving; serving plugs its ops into the handler's op registry (sparkgnn.dl.ops.OPS). `register`
@@ -29,7 +31,14 @@ def serve_batch(models, header: dict, tables: dict) -> dict:
     return batch_op.serve_batch(header, tables)
 
 
-SERVING_OPS = {cgp_wire.OP: serving_partials, "serve_batch": serve_batch}
+def serve_evict(models, header: dict, tables: dict) -> dict:
+    """Drop retired deployments from this worker's cache (serving.online.batch_op.retire)."""
+    from sparkgnn.serving.online import batch_op
+
+    return batch_op.serve_evict(header, tables)
+
+
+SERVING_OPS = {cgp_wire.OP: serving_partials, "serve_batch": serve_batch, "serve_evict": serve_evict}
 
 
 def register(ops: Registry = OPS) -> None:

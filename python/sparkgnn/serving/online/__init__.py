@@ -9,13 +9,14 @@ free of any engine, so they can be tested and tuned on their own.
 scheduler   request queue: Pending, ServiceModel, SCHEDULERS (fifo, degree with promotion), divide
 tuner       offline parameter tuner: tune (two 1-D searches over T_d and T_s), candidate_ts,
             write_thresholds / read_thresholds (the JSON deployment config)
-server      Server(ServeConfig): intake, scheduling, batching, routing, dispatch threads
+server      Server(ServeConfig): intake, scheduling, batching, routing, dispatch threads; swap:
+            serve another (graph, store) version without a restart
 zmq_front   the ZeroMQ front (messenger frames); http_front: the HTTP/JSON front (aiohttp)
 wire        requests, batches and answers as Arrow tables
 costs       GraphFacts: what the front end knows of G (ids, in-degrees, PSGS)
 pools       POOL_KINDS (inprocess, workers) and ROUTERS (first, psgs: Quiver)
-batch_op    op "serve_batch": a worker's deployment and its answer to a batch
+batch_op    op "serve_batch": a worker's deployment and its answer to a batch; "serve_evict"
 hotcache    CACHE_POLICIES (off, degree, fap) and HotRows: the hot stored rows
 client      Client (ZeroMQ / HTTP); remote_engine: RemoteEngine for `--engine serve://`
-cli         sparkgnn-serve serve | tune
+cli         sparkgnn-serve serve | tune | swap
 """

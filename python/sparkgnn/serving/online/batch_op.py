@@ -14,12 +14,26 @@ apart, then mapped back), answered in one call. Modes whose answers depend on th
 and EXACT recompute G vertices the requests change; SRPE's budget and NS's seeded sample are
 per request) answer each request of the batch on its own: still one worker call per batch,
 and the scheduler's order still decides who waits. `FUSABLE_MODES` names the first kind.
+
+Versions (Server.swap): a batch names its deployment in full, so a worker answers it from exactly
+that (graph, store) version, whatever else it has cached. A worker's cache holds every deployment
+some batch asked for until the front end retires it (op "serve_evict", `retire`): the front end
+sends that once no batch it dispatched still uses the version; a deployment a batch of this
+process is still answering (another server in the same process, the in-process pool's other
+slots) is dropped when that batch ends instead. Every reply's meta carries the worker's pid, so
+the front end can tell which workers have loaded or dropped a version.
 """
 
 from __future__ import annotations
 
+import gc
 import json
+import os
+import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -30,9 +44,14 @@ from sparkgnn.serving.online import wire
 from sparkgnn.serving.request import Request
 
 OP = "serve_batch"
+EVICT_OP = "serve_evict"
 FUSABLE_MODES = frozenset({"he"})
 
-_DEPLOYMENTS: dict[str, Deployment] = {}
+_DEPLOYMENTS: dict[str, Deployment] = {}  # spec_key -> the loaded deployment
+_IN_USE: dict[str, int] = {}  # spec_key -> batches of this process answering from it now
+_RETIRING: set[str] = set()  # retired while in use: dropped when its last batch ends
+_LOCK = threading.Lock()  # guards the three above
+_LOAD_LOCK = threading.Lock()  # one load at a time: two threads asking for a new spec load it once
 
 
 class Deployment:
@@ -172,23 +191,104 @@ def _split(answer, sizes: list[int]) -> list:
     return out
 
 
+def spec_key(spec: dict) -> str:
+    """The cache key of a deployment spec (its JSON, keys sorted): what `retire` names."""
+    return json.dumps(spec, sort_keys=True)
+
+
 def deployment(spec: dict) -> Deployment:
-    key = json.dumps(spec, sort_keys=True)
-    found = _DEPLOYMENTS.get(key)
-    if found is None:
-        found = _DEPLOYMENTS[key] = Deployment(spec)
+    """The deployment of `spec`, loaded on first use and kept (until retired)."""
+    key = spec_key(spec)
+    with _LOCK:
+        found = _DEPLOYMENTS.get(key)
+        _RETIRING.discard(key)  # asked for again: a retirement still pending is void
+    if found is not None:
+        return found
+    with _LOAD_LOCK:
+        with _LOCK:
+            found = _DEPLOYMENTS.get(key)
+        if found is None:
+            found = Deployment(spec)  # a failed load caches nothing
+            with _LOCK:
+                _DEPLOYMENTS[key] = found
+                _RETIRING.discard(key)
     return found
+
+
+@contextmanager
+def using(spec: dict) -> Iterator[Deployment]:
+    """The deployment of `spec`, counted as in use until the block ends (a retirement waits)."""
+    dep = deployment(spec)
+    key = spec_key(spec)
+    with _LOCK:
+        _IN_USE[key] = _IN_USE.get(key, 0) + 1
+    try:
+        yield dep
+    finally:
+        with _LOCK:
+            left = _IN_USE[key] - 1
+            if left:
+                _IN_USE[key] = left
+            else:
+                del _IN_USE[key]
+                if key in _RETIRING:
+                    _RETIRING.discard(key)
+                    if _DEPLOYMENTS.get(key) is dep:
+                        del _DEPLOYMENTS[key]
+
+
+def retire(keys) -> dict:
+    """Drop the deployments `keys` (spec_key values) from this process's cache: now, or when the
+    batch still answering from one ends ("deferred"). Returns what was done and what stays cached."""
+    evicted, deferred = [], []
+    with _LOCK:
+        for key in keys:
+            if key not in _DEPLOYMENTS:
+                continue
+            if _IN_USE.get(key):
+                _RETIRING.add(key)
+                deferred.append(key)
+            else:
+                del _DEPLOYMENTS[key]
+                evicted.append(key)
+        held = sorted(_DEPLOYMENTS)
+    if evicted:
+        gc.collect()  # engines, contexts and hot caches hold reference cycles: free the memory now
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.empty_cache()  # a hot cache's device rows: back to the device
+    return {"pid": os.getpid(), "evicted": evicted, "deferred": deferred, "held": held}
+
+
+def cached_keys() -> list[str]:
+    """The spec keys this process holds loaded (tests and stats)."""
+    with _LOCK:
+        return sorted(_DEPLOYMENTS)
+
+
+def serve_evict(header: dict, tables: dict) -> dict:
+    """Op "serve_evict": header "retire" lists spec keys to drop (`retire`); the meta says which
+    were dropped, deferred and still held, and the worker's pid."""
+    keys = [str(k) for k in header.get("retire") or []]
+    return {wire.META: wire.meta_table(retire(keys))}
 
 
 def serve_batch(header: dict, tables: dict) -> dict:
     """Answer one batch: tables "nodes"/"edges" with `req`, header "deployment" and "requests"
-    (their ids, in batch order) and "mode". Returns "answer" + "meta" (per-request errors by
-    position in the batch)."""
+    (their ids, in batch order) and "mode" (and "warm_modes": engines to build first). Returns
+    "answer" + "meta" (per-request errors by position in the batch, the worker's pid)."""
     started = time.perf_counter()
-    dep = deployment(header["deployment"])
-    request_ids = [str(r) for r in header["requests"]]
-    requests = wire.requests_from_batch(request_ids, tables)
-    results, breakdown = dep.answer(str(header["mode"]), requests)
+    warm_errors = {}
+    with using(header["deployment"]) as dep:
+        for mode in header.get("warm_modes") or []:  # a swap's warm-up: every served mode's engine
+            try:
+                dep.engine(str(mode))
+            except USER_ERRORS as exc:  # that mode cannot be served from this store (reported)
+                warm_errors[str(mode)] = f"{type(exc).__name__}: {exc}"
+        request_ids = [str(r) for r in header["requests"]]
+        requests = wire.requests_from_batch(request_ids, tables)
+        results, breakdown = dep.answer(str(header["mode"]), requests)
+        cache = dep.cache_stats()
     reqs, nodes, hs, preds, errors = [], [], [], [], {}
     for i, (answer, error) in enumerate(results):
         if error is not None:
@@ -210,6 +310,9 @@ def serve_batch(header: dict, tables: dict) -> dict:
         "errors": errors,
         "breakdown": breakdown,
         "worker_s": time.perf_counter() - started,
-        "cache": dep.cache_stats(),
+        "cache": cache,
+        "pid": os.getpid(),
     }
+    if warm_errors:
+        meta["warm_errors"] = warm_errors
     return {"answer": table, wire.META: wire.meta_table(meta)}

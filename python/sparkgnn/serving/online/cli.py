@@ -2,6 +2,7 @@
 
     sparkgnn-serve serve --config deploy.json            (or --graph G --model M --store S ...)
     sparkgnn-serve tune  --config deploy.json --requests DIR [--rate R] [--seconds S]
+    sparkgnn-serve swap  --url http://HOST:PORT --graph G2 [--store S] [--token T]
 
 `serve` prints one line with its endpoints, then a status line every --report-s seconds, and
 runs until interrupted (SIGINT / SIGTERM: in-flight batches finish, the pools stop).
@@ -12,11 +13,19 @@ a 1-D search over T_s for each T_d, then the best pair; T_s candidates are the s
 which 10% and 25% of batches would be divided (tuner.candidate_ts) plus "no division". The chosen
 thresholds are written into the deployment's config (--config) and every point into
 <config>.tuning.json.
+
+`swap` asks a running service to serve another version of its graph (after an incremental PE
+refresh: the updated graph directory and, by default, the same store root) without a restart:
+the service checks the new graph and store, loads them on every worker, then switches
+(Server.swap). It goes through the HTTP front's admin path, which needs the service's token
+(--token, or SPARKGNN_SERVE_TOKEN); it prints the swap's report as JSON, or the refusal.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import signal
 import threading
 import time
@@ -49,6 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--rate", type=positive_float, default=200.0, help="requests per second offered")
     tune.add_argument("--seconds", type=positive_float, default=5.0, help="replay length per point")
     tune.add_argument("--td", default="256,1024,4096,16384", help="T_d candidates")
+    swap = sub.add_parser("swap", help="make a running service serve another graph version")
+    swap.add_argument("--url", required=True, help="the service's HTTP front (http://HOST:PORT)")
+    swap.add_argument("--graph", required=True, help="the new graph directory (as the service sees paths)")
+    swap.add_argument("--store", help="the PE store (default: the root of the store it serves now)")
+    swap.add_argument("--token", help="the service's bearer token (default: $SPARKGNN_SERVE_TOKEN)")
+    swap.add_argument("--timeout-s", type=positive_float, default=300.0, help="for every worker to load it")
     return p
 
 
@@ -134,9 +149,23 @@ def tune(args) -> int:
     return 0
 
 
+def swap(args) -> int:
+    from sparkgnn.serving.online.client import Client
+
+    token = args.token or os.environ.get("SPARKGNN_SERVE_TOKEN")
+    with Client(args.url, token=token) as client:
+        report = client.swap(args.graph, args.store, timeout_s=args.timeout_s)
+    print(json.dumps(report, indent=2, sort_keys=True))
+    return 0
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "swap":  # the paths are the service's: it checks them and names what is wrong
+        if not args.url.startswith(("http://", "https://")):
+            parser.error(f"--url {args.url!r}: give the service's HTTP front (http://HOST:PORT)")
+        return run_cli("sparkgnn-serve", lambda: swap(args))
     inputs = {"--config": args.config, "--graph": args.graph, "--model": args.model, "--store": args.store}
     if args.command == "tune":
         inputs["--requests"] = args.requests

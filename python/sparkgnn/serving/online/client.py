@@ -42,6 +42,7 @@ class Reply:
     service_ms: float
     batch_requests: int
     pool: str
+    version: int = 0  # the service's version (Server.swap) that answered
 
 
 class Client:
@@ -121,7 +122,31 @@ class Client:
             data["service_ms"],
             data["batch_requests"],
             data["pool"],
+            int(data.get("version", 0)),
         )
+
+    def swap(self, graph: str, store: str | None = None, timeout_s: float = 300.0) -> dict:
+        """Ask the service to serve another version (POST /v1/admin/swap; HTTP endpoints, and
+        the service's token): the swap's report, or ServiceError with the refusal."""
+        if self._sock is not None:
+            raise ValueError("swap is an HTTP admin operation: give the service's http:// endpoint")
+        body: dict = {"graph": str(graph), "timeout_s": float(timeout_s)}
+        if store is not None:
+            body["store"] = str(store)
+        headers = {"Content-Type": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        req = urllib.request.Request(
+            f"{self.endpoint}/v1/admin/swap", json.dumps(body).encode(), headers=headers, method="POST"
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=max(self.timeout_s, timeout_s + 30.0)) as response:
+                return json.loads(response.read())["swap"]
+        except urllib.error.HTTPError as exc:
+            data = json.loads(exc.read() or b"{}")
+            raise ServiceError(data.get("error", f"HTTP {exc.code}")) from None
+        except urllib.error.URLError as exc:
+            raise ServiceError(f"no service at {self.endpoint}: {exc.reason}") from None
 
     def close(self) -> None:
         if self._sock is not None:
@@ -151,6 +176,7 @@ def _raise_or_reply(request_id: str, header: dict, tables: dict) -> Reply:
         float(header.get("service_ms", 0.0)),
         int(header.get("batch_requests", 0)),
         str(header.get("pool", "")),
+        int(header.get("version") or 0),
     )
 
 

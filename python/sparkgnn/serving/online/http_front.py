@@ -7,10 +7,16 @@ coroutine awaiting its Future, not a thread.
   POST /v1/answer   body {"request_id", "mode"?, "nodes": [{"id", "x"}], "edges": [[s, d]]}
                     200 with the answers; 400 for a malformed request (the error names what is
                     wrong); 503 when the queue is full ("busy", retry later); 401 without the token
-  GET  /v1/health   {"status": "ok", "stats": ...}
+  GET  /v1/health   {"status": "ok", "stats": ..., "version": the version served (Server.version_info)}
+  POST /v1/admin/swap  body {"graph": DIR, "store"?: PATH, "timeout_s"?: S}: Server.swap, run off
+                    the event loop (answers keep flowing meanwhile); 200 with the swap's report,
+                    409 when the swap is refused (the old version still serving), 400 for a
+                    malformed body, 403 when the service has no token
 
 With a token configured every request must carry `Authorization: Bearer <token>` (compared in
-constant time). Bodies above `max_body_bytes` are refused by aiohttp itself (413).
+constant time). Admin operations always need the token: a service started without one (loopback,
+where answering needs none) refuses them, since a swap makes the service read and serve whatever
+paths it is given. Bodies above `max_body_bytes` are refused by aiohttp itself (413).
 """
 
 from __future__ import annotations
@@ -71,6 +77,7 @@ class HttpFront:
         app = web.Application(client_max_size=self.max_body_bytes)
         app.router.add_post("/v1/answer", self._answer)
         app.router.add_get("/v1/health", self._health)
+        app.router.add_post("/v1/admin/swap", self._swap)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         self._runner = runner
@@ -105,7 +112,38 @@ class HttpFront:
 
         if not self._authorised(request):
             return web.json_response({"status": "error", "error": "missing or wrong bearer token"}, status=401)
-        return web.json_response({"status": "ok", "stats": dict(self.server.stats)})
+        return web.json_response(
+            {"status": "ok", "stats": dict(self.server.stats), "version": self.server.version_info()}
+        )
+
+    async def _swap(self, request):
+        from aiohttp import web
+
+        from sparkgnn.serving.online.server import SwapRefused
+
+        if not self.token:
+            return web.json_response(
+                {
+                    "status": "error",
+                    "error": "admin operations need a bearer token: start the service with --token",
+                },
+                status=403,
+            )
+        if not self._authorised(request):
+            return web.json_response({"status": "error", "error": "missing or wrong bearer token"}, status=401)
+        try:
+            body = json.loads(await request.read())
+            graph, store, timeout_s = swap_from_json(body)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            return web.json_response({"status": "error", "error": f"the body is not JSON: {exc}"}, status=400)
+        except ValueError as exc:
+            return web.json_response({"status": "error", "error": str(exc)}, status=400)
+        loop = asyncio.get_running_loop()
+        try:
+            report = await loop.run_in_executor(None, lambda: self.server.swap(graph, store, timeout_s=timeout_s))
+        except SwapRefused as exc:
+            return web.json_response({"status": "error", "error": str(exc)}, status=409)
+        return web.json_response({"status": "ok", "swap": report})
 
     def stop(self) -> None:
         loop = self._loop
@@ -137,7 +175,24 @@ def outcome_json(outcome) -> dict:
         body["service_ms"] = outcome.service_s * 1e3
         body["batch_requests"] = outcome.batch_requests
         body["pool"] = outcome.pool
+        body["version"] = outcome.version
     return body
+
+
+def swap_from_json(body) -> tuple[str, str | None, float]:
+    """{"graph": DIR, "store"?: PATH, "timeout_s"?: seconds} -> (graph, store, timeout_s)."""
+    if not isinstance(body, dict) or not isinstance(body.get("graph"), str) or not body["graph"]:
+        raise ValueError('the body must be a JSON object with "graph": the new graph directory')
+    store = body.get("store")
+    if store is not None and (not isinstance(store, str) or not store):
+        raise ValueError('"store" must be a PE store path (or left out: the current store\'s root)')
+    timeout_s = body.get("timeout_s", 300.0)
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or not timeout_s > 0:
+        raise ValueError('"timeout_s" must be a positive number of seconds')
+    unknown = sorted(set(body) - {"graph", "store", "timeout_s"})
+    if unknown:
+        raise ValueError(f"unknown swap settings {unknown}")
+    return body["graph"], store, float(timeout_s)
 
 
 def request_from_json(body: dict) -> tuple[Request, str | None]:

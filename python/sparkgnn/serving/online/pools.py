@@ -9,6 +9,12 @@ A pool runs batches (op "serve_batch", serving.online.batch_op) on `width` slots
              by the broker's heartbeats and the batch is re-sent to another worker (the dealer's
              retries); the pool then starts a replacement.
 
+`broadcast` sends one message to EVERY worker of a pool (a swap's warm-up, a retired version's
+eviction), outside the dispatch slots: the broker gives a lease to any free worker, so it sends
+rounds of calls on control dealers of its own until each live worker's pid has answered (a
+worker that just answered goes to the back of the broker's LRU queue, so the next round reaches
+the others), or a deadline passes; it returns the answers by pid and the pids not reached.
+
 ROUTERS decide which pool serves a batch. "psgs" is Quiver's rule (section 4.2.2): a batch whose
 summed PSGS is below the threshold goes to the first pool (on a GPU host: the CPU pool, which
 answers small batches faster), the rest to the second (the GPU pool; on this CPU-only machine a
@@ -21,6 +27,7 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
+import time
 
 from sparkgnn.errors import SparkGNNError
 from sparkgnn.registry import Registry
@@ -43,12 +50,24 @@ class InProcessPool:
         torch.set_num_threads(int(threads))
 
     def call(self, slot: int, header: dict, tables: dict) -> dict:
-        from sparkgnn.serving.online.batch_op import serve_batch
+        from sparkgnn.serving.online import batch_op
 
-        return serve_batch(header, tables)
+        run = batch_op.serve_evict if header.get("op") == batch_op.EVICT_OP else batch_op.serve_batch
+        return run(header, tables)
 
     def warm_up(self, header: dict, tables: dict) -> None:
         self.call(0, header, tables)
+
+    def broadcast(
+        self, header: dict, tables: dict, timeout_s: float, reached: set | None = None, call_timeout_s=None
+    ) -> tuple[dict[int, dict], list[int]]:
+        """The one process of this pool: ({pid: result}, [])."""
+        if reached and os.getpid() in reached:
+            return {}, []
+        return {os.getpid(): self.call(0, header, tables)}, []
+
+    def worker_pids(self) -> list[int]:
+        return [os.getpid()]
 
     def close(self) -> None:
         pass
@@ -67,6 +86,8 @@ class WorkerPool:
         self._timeout_s = float(timeout_s)
         self._dealers = [self.cluster.client(timeout_s=self._timeout_s, retries=3, window=1) for _ in range(self.width)]
         self._lock = threading.Lock()
+        self._control: dict[float, list] = {}  # broadcast's dealers by call timeout (not the slots')
+        self._control_lock = threading.Lock()  # one broadcast at a time
 
     def call(self, slot: int, header: dict, tables: dict) -> dict:
         self._replace_dead_workers()
@@ -82,6 +103,49 @@ class WorkerPool:
         for t in threads:
             t.join()
 
+    def broadcast(
+        self, header: dict, tables: dict, timeout_s: float, reached: set | None = None, call_timeout_s=None
+    ) -> tuple[dict[int, dict], list[int]]:
+        """Send (header, tables) to every live worker not in `reached` (pids): ({pid: result},
+        [pids not reached before timeout_s]). A worker's error (the op raised) is raised here, as
+        is a call that got no answer within `call_timeout_s` (default: the pool's timeout_s)."""
+        from sparkgnn.serving.online import wire
+
+        deadline = time.monotonic() + timeout_s
+        results: dict[int, dict] = {}
+        done = set(reached or ())
+        with self._control_lock:
+            while True:
+                self._replace_dead_workers()
+                missing = sorted(set(self.worker_pids()) - done - set(results))
+                left = deadline - time.monotonic()
+                if not missing or left <= 0:
+                    return results, missing
+                call_s = float(call_timeout_s or self._timeout_s)
+                dealers = self._control.setdefault(call_s, [])
+                while len(dealers) < len(missing):
+                    dealers.append(self.cluster.client(timeout_s=call_s, retries=1 if call_timeout_s else 3, window=1))
+                answers: list = [None] * len(missing)
+                threads = [
+                    threading.Thread(target=_control_call, args=(dealers[i], header, tables, answers, i), daemon=True)
+                    for i in range(len(missing))
+                ]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+                failures = [a for a in answers if isinstance(a, Exception)]
+                if failures:
+                    raise failures[0]
+                before = len(results)
+                for answer in answers:
+                    results[int(wire.read_meta(answer)["pid"])] = answer
+                if len(results) == before:
+                    time.sleep(0.05)  # every call went to workers already reached: let the others free up
+
+    def worker_pids(self) -> list[int]:
+        return [proc.pid for proc in self.cluster.workers if proc.poll() is None]
+
     def _replace_dead_workers(self) -> None:
         with self._lock:
             for i, proc in enumerate(self.cluster.workers):
@@ -91,13 +155,20 @@ class WorkerPool:
                     self.cluster.workers[i] = replacement
 
     def close(self) -> None:
-        for dealer in self._dealers:
+        for dealer in self._dealers + [d for dealers in self._control.values() for d in dealers]:
             dealer.close()
         self.cluster.stop()
         try:
             os.rmdir(self._models)
         except OSError:
             pass
+
+
+def _control_call(dealer, header: dict, tables: dict, answers: list, i: int) -> None:
+    try:
+        answers[i] = dealer.call(dict(header), tables)[1]
+    except Exception as exc:  # noqa: BLE001 - raised by broadcast, in the caller's thread
+        answers[i] = exc
 
 
 def make_pool(spec: dict):

@@ -18,6 +18,19 @@ WHY this shape:
   - Nothing from the wire is unpickled: ZeroMQ messages are the messenger's frames (JSON header +
     Arrow tables, messenger.protocol), HTTP bodies are JSON. Binds are loopback unless told; a
     non-loopback ZeroMQ bind needs CURVE keys and a non-loopback HTTP bind needs a token.
+
+Versions (`swap`): the service serves one Version at a time (graph directory, PE store, the front
+end's GraphFacts of that graph). A swap (after an incremental PE refresh: a new graph directory
+and its store version under the same root) opens the new pair at the front end (PEStore.open
+checks that the store is the graph's and the model's), loads it on every worker of every pool
+(every served mode's engine), and only then replaces the current Version, under the lock the
+dispatch threads take a Version under: a batch is answered wholly by the Version it took when
+it was dispatched, batches dispatched before the switch finish on the old one, and every batch
+after it takes the new one. Requests still queued at the switch are answered by the new version
+(a worker validates each request against its own graph again). Each Version counts its batches
+in flight; when the last batch of a replaced one ends, the evictor thread has every worker drop
+it (op "serve_evict"; retried until each live worker has answered), so a service swapped daily
+holds at most the versions some batch still uses. Swaps and evictions are serialized.
 """
 
 from __future__ import annotations
@@ -27,11 +40,12 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 
 from sparkgnn.serving.online import wire
-from sparkgnn.serving.online.batch_op import FUSABLE_MODES
+from sparkgnn.serving.online.batch_op import EVICT_OP, FUSABLE_MODES, spec_key
 from sparkgnn.serving.online.costs import GraphFacts
 from sparkgnn.serving.online.pools import ROUTERS, ServeError, make_pool
 from sparkgnn.serving.online.scheduler import SCHEDULERS, QueueFull, ServiceModel, divide
@@ -81,14 +95,49 @@ class ServeConfig:
 
         write_json_atomic(path, asdict(self))
 
-    def deployment(self) -> dict:
-        """What a worker needs to load (batch_op.Deployment); the cache key of its copy."""
+    def deployment(self, graph: str | None = None, store: str | None = None) -> dict:
+        """What a worker needs to load (batch_op.Deployment); the cache key of its copy. `graph`
+        and `store`: another version of the same deployment (Server.swap)."""
         return {
-            "graph": self.graph,
+            "graph": self.graph if graph is None else graph,
             "model": self.model,
-            "store": self.store,
+            "store": self.store if graph is None else store,
             "options": self.mode_options,
             "cache": self.cache,
+        }
+
+
+class SwapRefused(ServeError):
+    """Server.swap refused the new version (its store is not the graph's or the model's, a
+    worker could not load it, ...); the service goes on serving the version it served."""
+
+
+@dataclass(eq=False)
+class Version:
+    """One (graph, store) version of the deployment, as the front end holds it."""
+
+    number: int
+    graph: str
+    store: str | None
+    spec: dict
+    facts: GraphFacts
+    graph_fingerprint: str
+    since: float = field(default_factory=time.time)
+    in_flight: int = 0  # batches dispatched on it and not finished (guarded by Server._lock)
+    replaced: bool = False
+    dropped_by: dict = field(default_factory=dict)  # pool index -> pids that dropped it (evictor)
+
+    @property
+    def key(self) -> str:
+        return spec_key(self.spec)
+
+    def describe(self) -> dict:
+        return {
+            "version": self.number,
+            "graph": self.graph,
+            "store": self.store,
+            "graph_fingerprint": self.graph_fingerprint,
+            "since": self.since,
         }
 
 
@@ -104,6 +153,7 @@ class Outcome:
     service_s: float = 0.0
     batch_requests: int = 0
     pool: str = ""
+    version: int = 0  # the Version that answered it (0: none did)
 
 
 @dataclass
@@ -127,10 +177,19 @@ class Server:
         for mode in [config.mode, *config.modes]:
             MODES.lookup(mode)
         self._check_binds()
-        model = Model.load(config.model)
+        model = self._model = Model.load(config.model)
         # the manifest and metrics tables only: the store's layers stay with the workers
         store = PEStore(config.store, read_manifest(config.store) or {}) if config.store else None
         self.facts = GraphFacts.load(config.graph, store, model.num_layers)
+        fingerprint = _fingerprint_of(config.graph, compute=False) or (store.manifest if store else {}).get(
+            "graph_fingerprint"
+        )
+        self._version = Version(1, config.graph, config.store, config.deployment(), self.facts, fingerprint or "")
+        self._draining: list[Version] = []  # replaced, with batches still in flight
+        self._evictions: list[Version] = []  # replaced and drained: workers must drop them
+        self._evict_wake = threading.Event()
+        self._swap_lock = threading.Lock()  # one swap or eviction pass at a time
+        self.swap_log: list[dict] = []
         self.service = ServiceModel()
         self.scheduler = SCHEDULERS.lookup(config.scheduler)(
             config.t_d,
@@ -150,7 +209,19 @@ class Server:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self.stats = {"requests": 0, "answered": 0, "errors": 0, "busy": 0, "batches": 0, "overflow": 0}
+        self.stats: dict[str, Any] = {  # counters, and the version served now
+            "requests": 0,
+            "answered": 0,
+            "errors": 0,
+            "busy": 0,
+            "batches": 0,
+            "overflow": 0,
+            "version": 1,
+            "graph_fingerprint": self._version.graph_fingerprint,
+            "swaps": 0,
+            "swaps_refused": 0,
+            "evicted": 0,
+        }
         self.batch_log: list[dict] = []  # per batch: size, cost, psgs, pool, seconds (bounded)
         self.cache_stats: dict | None = None
         self.zmq_endpoint: str | None = None
@@ -175,6 +246,7 @@ class Server:
             for slot in range(pool.width):
                 self._spawn(f"dispatch-{pool.name}-{slot}", self._dispatch_loop, p, slot)
         self._spawn("batcher", self._batch_loop)
+        self._spawn("evictor", self._evict_loop)
         from sparkgnn.serving.online.zmq_front import ZmqFront
 
         front = ZmqFront(self, self.config.bind, self.config.curve_keys)
@@ -193,15 +265,8 @@ class Server:
     def _warm_up(self) -> None:
         """Each pool's workers load the deployment now, with a one-query request on a vertex of G,
         so the first client does not pay the load."""
-        width = self.facts.feature_dim
-        probe = Request(
-            "warm-up",
-            np.array([self.facts.fresh_id()]),
-            np.zeros((1, width), np.float32),
-            np.zeros(0, np.int64),
-            np.zeros(0, np.int64),
-        )
-        header = self._batch_header(self.config.mode, [probe])
+        probe = _probe(self.facts)
+        header = self._batch_header(self._version, self.config.mode, [probe])
         tables = wire.batch_tables([probe])
         for pool in self.pools:
             pool.warm_up(header, tables)
@@ -213,6 +278,7 @@ class Server:
 
     def stop(self) -> None:
         self._stop.set()
+        self._evict_wake.set()
         self._fail_stopped(self.scheduler.close())  # queued, never started: answered, not dropped
         for q in self._pool_queues:
             for _ in range(8):
@@ -239,12 +305,13 @@ class Server:
         mode = mode or self.config.mode
         with self._lock:
             self.stats["requests"] += 1
-        problems = self._problems(request, mode)
+        facts = self.facts  # one version's facts for this request (a swap may replace them meanwhile)
+        problems = self._problems(request, mode, facts)
         if problems:
             self._finish(deliver, Outcome(request.request_id, "error", error=problems))
             return future
         ticket = Ticket(request, mode, time.monotonic(), 0.0, deliver)
-        pending, ticket.psgs = self.facts.pending(request, ticket, mode, ticket.arrived)
+        pending, ticket.psgs = facts.pending(request, ticket, mode, ticket.arrived)
         ticket.cost = pending.cost
         try:
             self.scheduler.push(pending)
@@ -252,7 +319,7 @@ class Server:
             self._finish(deliver, Outcome(request.request_id, "busy", error=str(exc)))
         return future
 
-    def _problems(self, request: Request, mode: str) -> str | None:
+    def _problems(self, request: Request, mode: str, facts: GraphFacts) -> str | None:
         if mode not in self.config.modes:
             return f"mode {mode!r} is not served here (served: {self.config.modes})"
         if request.batch_size > self.config.max_queries:
@@ -260,7 +327,7 @@ class Server:
                 f"request {request.request_id!r} has {request.batch_size} query nodes; this service "
                 f"takes at most {self.config.max_queries} per request (split it)"
             )
-        found = self.facts.problems(request)
+        found = facts.problems(request)
         if found:
             return f"request {request.request_id!r} is invalid: " + "; ".join(found)
         return None
@@ -277,11 +344,196 @@ class Server:
             self.stats[key] += 1
         deliver(outcome)
 
+    # -- versions (module doc) ---------------------------------------------------------------
+    def swap(self, graph: str, store: str | None = None, timeout_s: float = 300.0) -> dict:
+        """Serve `graph` (a graph directory) with the PE store `store` (a store root, or a version
+        folder; default: the root of the store served now) from the next batch on, without a
+        restart: open and check the pair, load it on every worker (within `timeout_s`), then
+        switch. Returns a report; raises SwapRefused saying why, the current version still
+        serving. One swap at a time (a second waits)."""
+        graph = str(graph)
+        with self._swap_lock:
+            old = self._version
+            store = _store_root(old.store) if store is None else str(store)
+            started = time.monotonic()
+            try:
+                new = self._open_version(old, graph, store)
+                if new.key == old.key:
+                    return {"changed": False, **old.describe()}
+                warmed, warm_errors = self._warm_version(old, new, timeout_s)
+            except SwapRefused as exc:
+                with self._lock:
+                    self.stats["swaps_refused"] += 1
+                    self._log_swap({"changed": False, "graph": graph, "store": store, "refused": str(exc)})
+                raise
+            with self._lock:  # the switch: every batch dispatched from here on takes `new`
+                self._version, self.facts = new, new.facts
+                self.config.graph, self.config.store = new.graph, new.store
+                old.replaced = True
+                in_flight = old.in_flight
+                (self._draining if in_flight else self._evictions).append(old)
+                self.stats["version"] = new.number
+                self.stats["graph_fingerprint"] = new.graph_fingerprint
+                self.stats["swaps"] += 1
+                report = {
+                    "changed": True,
+                    **new.describe(),
+                    "previous": old.describe(),
+                    "previous_batches_in_flight": in_flight,
+                    "warmed": warmed,
+                    "warm_errors": warm_errors,
+                    "seconds": round(time.monotonic() - started, 3),
+                }
+                self._log_swap(report)
+        self._evict_wake.set()
+        return report
+
+    def _log_swap(self, entry: dict) -> None:
+        self.swap_log.append(dict(entry, at=time.time()))
+        del self.swap_log[:-100]  # bounded
+
+    def _refusal(self, old: Version, graph: str, store: str | None, why: str) -> SwapRefused:
+        return SwapRefused(
+            f"swap to graph {graph} with PE store {store} refused: {why}; still serving version "
+            f"{old.number} (graph {old.graph}, fingerprint {old.graph_fingerprint[:12] or 'unknown'})"
+        )
+
+    def _open_version(self, old: Version, graph: str, store: str | None) -> Version:
+        """The new version as the front end holds it, after PEStore.open has checked that the
+        store is this graph's and this model's (file sizes: each worker checks checksums when
+        it loads the store)."""
+        from sparkgnn.pe.store import PEStore
+
+        try:
+            opened = PEStore.open(store, model=self._model, graph=graph, verify="sizes") if store else None
+            facts = GraphFacts.load(graph, opened, self._model.num_layers)
+            fingerprint = str(opened.manifest["graph_fingerprint"] if opened else _fingerprint_of(graph))
+        except Exception as exc:  # noqa: BLE001 - an operator's input: every failure is a refusal
+            raise self._refusal(old, graph, store, f"{type(exc).__name__}: {exc}") from exc
+        if facts.feature_dim != old.facts.feature_dim:
+            raise self._refusal(
+                old, graph, store, f"its features are {facts.feature_dim} wide, the model takes {old.facts.feature_dim}"
+            )
+        return Version(old.number + 1, graph, store, self.config.deployment(graph, store), facts, fingerprint)
+
+    def _warm_version(self, old: Version, new: Version, timeout_s: float) -> tuple[dict, dict]:
+        """Every worker of every pool loads `new` (and every served mode's engine) and answers a
+        probe on it; ({pool: [pids]}, {mode: error} for modes whose engine could not be built).
+        Refuses when a worker fails, the probe fails, or a worker is not reached in time; what
+        some workers loaded is then dropped again (the evictor)."""
+        probe = _probe(new.facts)
+        header = dict(self._batch_header(new, self.config.mode, [probe]), warm_modes=list(self.config.modes))
+        tables = wire.batch_tables([probe])
+        deadline = time.monotonic() + timeout_s
+        warmed: dict = {}
+        warm_errors: dict = {}
+        try:
+            for pool in self.pools:
+                try:
+                    results, missing = pool.broadcast(header, tables, max(0.0, deadline - time.monotonic()))
+                except Exception as exc:  # noqa: BLE001 - the worker's error, named in the refusal
+                    raise self._refusal(
+                        old, new.graph, new.store, f"a worker of pool {pool.name!r} failed to load it: {exc}"
+                    ) from exc
+                if missing:
+                    raise self._refusal(
+                        old,
+                        new.graph,
+                        new.store,
+                        f"worker(s) {missing} of pool {pool.name!r} did not load it within {timeout_s:g} s",
+                    )
+                for result in results.values():
+                    meta = wire.read_meta(result)
+                    if meta.get("errors"):
+                        error = next(iter(meta["errors"].values()))
+                        raise self._refusal(old, new.graph, new.store, f"its probe request failed: {error}")
+                    warm_errors.update(meta.get("warm_errors") or {})
+                warmed[pool.name] = sorted(results)
+        except SwapRefused:
+            with self._lock:
+                new.replaced = True
+                self._evictions.append(new)
+            self._evict_wake.set()
+            raise
+        return warmed, warm_errors
+
+    def _take_version(self) -> Version:
+        with self._lock:
+            version = self._version
+            version.in_flight += 1
+            return version
+
+    def _release_version(self, version: Version) -> None:
+        with self._lock:
+            version.in_flight -= 1
+            drained = version.replaced and not version.in_flight and version in self._draining
+            if drained:
+                self._draining.remove(version)
+                self._evictions.append(version)
+        if drained:
+            self._evict_wake.set()
+
+    def _evict_loop(self) -> None:
+        while not self._stop.is_set():
+            self._evict_wake.wait(1.0)  # woken by a drained version; else retries every second
+            self._evict_wake.clear()
+            if self._evictions and not self._stop.is_set():
+                self._evict_pass()
+
+    def _evict_pass(self, timeout_s: float = 5.0) -> None:
+        """Have every worker drop each drained version; a version a worker could not be reached
+        for stays listed and is retried (its other workers are not asked again)."""
+        with self._swap_lock:  # a swap back to the version cannot interleave
+            with self._lock:
+                live = {self._version.key, *(v.key for v in self._draining)}
+                todo = list(self._evictions)
+            for version in todo:
+                complete = True
+                if version.key not in live:  # else it serves again: nothing to drop
+                    header = {"op": EVICT_OP, "retire": [version.key]}
+                    for p, pool in enumerate(self.pools):
+                        reached = version.dropped_by.setdefault(p, set())
+                        try:
+                            results, missing = pool.broadcast(header, {}, timeout_s, reached, call_timeout_s=timeout_s)
+                        except Exception:  # noqa: BLE001 - a worker died or timed out: retried next pass
+                            complete = False
+                            continue
+                        reached.update(results)
+                        complete = complete and not missing
+                if complete:
+                    with self._lock:
+                        self._evictions.remove(version)
+                        if version.key not in live:
+                            self.stats["evicted"] += 1
+
+    def settle(self, timeout_s: float = 30.0) -> bool:
+        """Wait until every replaced version has drained and been dropped by every worker; False
+        when some still is after timeout_s."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with self._lock:
+                if not self._draining and not self._evictions:
+                    return True
+            if time.monotonic() >= deadline:
+                return False
+            self._evict_wake.set()
+            time.sleep(0.02)
+
+    def version_info(self) -> dict:
+        """The version served now, and replaced ones still draining or being dropped."""
+        with self._lock:
+            return {
+                **self._version.describe(),
+                "swaps": self.stats["swaps"],
+                "draining": [{"version": v.number, "batches_in_flight": v.in_flight} for v in self._draining],
+                "evicting": [v.number for v in self._evictions],
+            }
+
     # -- batching and dispatch --------------------------------------------------------------
-    def _batch_header(self, mode: str, requests: list[Request]) -> dict:
+    def _batch_header(self, version: Version, mode: str, requests: list[Request]) -> dict:
         return {
             "op": "serve_batch",
-            "deployment": self.config.deployment(),
+            "deployment": version.spec,
             "mode": mode,
             "requests": [r.request_id for r in requests],
         }
@@ -354,8 +606,9 @@ class Server:
         if not live:
             return
         requests = [t.request for t in live]
+        version = self._take_version()  # the whole batch is answered by this version (module doc)
         try:
-            tables = pool.call(slot, self._batch_header(live[0].mode, requests), wire.batch_tables(requests))
+            tables = pool.call(slot, self._batch_header(version, live[0].mode, requests), wire.batch_tables(requests))
             meta = wire.read_meta(tables)
             answers = wire.split_answers(tables["answer"], len(live))
         except Exception as exc:  # noqa: BLE001 - a failed batch fails its requests, never the service
@@ -365,6 +618,8 @@ class Server:
                     Outcome(t.request.request_id, "error", error=f"the batch failed: {type(exc).__name__}: {exc}"),
                 )
             return
+        finally:
+            self._release_version(version)
         done = time.monotonic()
         service = done - started
         cost = sum(t.cost for t in live)
@@ -395,5 +650,44 @@ class Server:
                 service_s=service,
                 batch_requests=len(live),
                 pool=pool.name,
+                version=version.number,
             )
             self._finish(t.deliver, outcome)
+
+
+def _probe(facts: GraphFacts) -> Request:
+    """A one-query request without edges (an id above G's): answering it loads a deployment."""
+    return Request(
+        "warm-up",
+        np.array([facts.fresh_id()]),
+        np.zeros((1, facts.feature_dim), np.float32),
+        np.zeros(0, np.int64),
+        np.zeros(0, np.int64),
+    )
+
+
+def _fingerprint_of(graph: str, compute: bool = True) -> str | None:
+    """The graph directory's fingerprint: graph.json's while it describes the data files; else
+    computed from the content (which reads the whole graph) or, with compute=False, None."""
+    from sparkgnn.graph.dirfacts import read_trusted_meta
+    from sparkgnn.pe.identity import graph_fingerprint
+    from sparkgnn.pe.layout import normal_path
+
+    meta, _ = read_trusted_meta(normal_path(graph))
+    if meta and meta.get("fingerprint"):
+        return str(meta["fingerprint"])
+    return graph_fingerprint(graph) if compute else None
+
+
+def _store_root(store: str | None) -> str | None:
+    """The store root a store path lies under: a version folder <root>/<graph fp>/<model fp>
+    (its manifest names both) gives <root>; a root is itself."""
+    if store is None:
+        return None
+    from sparkgnn.pe.layout import read_manifest
+
+    manifest = read_manifest(store) or {}
+    parts = str(store).rstrip("/").rsplit("/", 2)
+    if len(parts) == 3 and parts[1:] == [manifest.get("graph_fingerprint"), manifest.get("model_fingerprint")]:
+        return parts[0]
+    return store

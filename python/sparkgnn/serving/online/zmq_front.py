@@ -85,6 +85,7 @@ class ZmqFront:
             "service_ms": outcome.service_s * 1e3,
             "batch_requests": outcome.batch_requests,
             "pool": outcome.pool,
+            "version": outcome.version,
         }
         if outcome.error:
             header["error"] = outcome.error
