@@ -118,6 +118,13 @@ bench-cluster: venv
 bench-online: venv
 	$(PY) bench/bench_online.py $(if $(QUICK),--quick,)
 
+# Incremental PE refresh vs a precompute from scratch (same run) at 0.01/0.1/1/10% of edges changed on
+# the 2M-edge bench graph and a 4x smaller one, plus one warm Spark precompute per size:
+# bench/results/refresh.json + refresh.png (~6 minutes).
+.PHONY: bench-refresh
+bench-refresh: venv
+	$(PY) bench/bench_refresh.py
+
 # Batch inference at scale as a spark-submit user pays it: cold jobs at 2M / 8M / 32M edges vs a cold
 # PyG script, peak RSS of each: bench/results/scale.json + scale.png (long; SIZES=2000000,8000000 for
 # a shorter run, HUGE=1 adds 100M edges).

@@ -1,0 +1,286 @@
+"""Incremental PE refresh benchmark (make bench-refresh): on the bench graph (synthetic 200K nodes /
+2M edges / 128-d, 2-layer SAGE-mean, hidden 128, states kept) and a 4x smaller one, updates that
+change 0.01%, 0.1%, 1% and 10% of the edges (half inserts of random edges, half deletes of existing
+ones, plus feature updates of fraction/10 of the vertices) are applied to the store with
+`refresh_local`, and compared in the same run with
+
+  - a from-scratch `precompute_local` of the updated graph (the same engine: the strict baseline,
+    and the exactness reference: the refreshed store must equal it), and
+  - once per size, the Spark precompute (engine.precompute, warm session: what a user reruns
+    today when the graph changes).
+
+Refresh is measured cold (the old version opened and read from disk: what a one-shot job pays)
+and warm (its layers already in memory: a serving process refreshing in place), each with its
+phases (open, apply, fingerprint, per-layer read / compute / write, finish, verify), the vertices
+recomputed per layer, and updates per second. Writes bench/results/refresh.json and refresh.png.
+Also one update of FIXED_EDGES changed edges on both sizes: how the cost of an equal change grows
+with the graph (it should not, beyond the O(N) read of a cold refresh and the O(E) edge arrays).
+Key: speedup_1pct = from-scratch precompute seconds / cold refresh seconds at 1% on the 2M graph.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import time
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_common import DATA, RESULTS, graph_arguments, machine, synthetic_dir, write_result  # noqa: E402
+
+FRACTIONS = (0.0001, 0.001, 0.01, 0.1)
+FIXED_EDGES = 200  # one update of this many changed edges on every size: cost vs graph size at equal change
+
+
+def make_update(graph, fraction: float, seed: int):
+    """fraction x E edges changed (half random inserts, half deletes of existing edges) and
+    feature updates of fraction/10 x N vertices."""
+    from sparkgnn.graph.updates import GraphUpdate
+
+    rng = np.random.default_rng(seed)
+    half = max(1, int(graph.num_edges * fraction / 2))
+    gone = rng.choice(graph.num_edges, half, replace=False)
+    features = rng.choice(graph.ids, max(1, int(graph.num_nodes * fraction / 10)), replace=False)
+    return GraphUpdate(
+        edge_insert_src=rng.choice(graph.ids, half),
+        edge_insert_dst=rng.choice(graph.ids, half),
+        edge_delete_src=graph.ids[graph.edge_src[gone]],
+        edge_delete_dst=graph.ids[graph.edge_dst[gone]],
+        feature_update_ids=features,
+        feature_update_x=rng.standard_normal((len(features), graph.feature_dim)).astype(np.float32),
+    )
+
+
+def max_relative_error(got, want, ids, layers: int) -> float:
+    worst = 0.0
+    for l in range(1, layers + 1):
+        for a, b in zip(got.lookup(ids, l, states=True), want.lookup(ids, l, states=True), strict=True):
+            worst = max(worst, float(np.abs(a - b).max()) / max(1.0, float(np.abs(b).max())))
+    return worst
+
+
+def spark_precompute_seconds(graph_dir: str, model, store: str, work: str) -> float:
+    """One Spark precompute (with states) of the graph in a warm local session."""
+    from sparkgnn.engine.precompute import precompute
+    from sparkgnn.engine.session import local_session
+
+    spark = local_session("sparkgnn-bench-refresh", cores=2)
+    try:
+        shutil.rmtree(store, ignore_errors=True)
+        options = {"states": True, "metrics": False, "work_dir": work, "validate": False, "log": lambda _line: None}
+        precompute(spark, graph_dir, model, store, **options)  # warm-up: JIT, first-touch, caches
+        shutil.rmtree(store, ignore_errors=True)
+        started = time.perf_counter()
+        precompute(spark, graph_dir, model, store, **options)
+        return time.perf_counter() - started
+    finally:
+        spark.stop()
+        shutil.rmtree(store, ignore_errors=True)
+
+
+def bench_size(nodes: int, edges: int, dim: int, model, with_spark: bool, log=print) -> dict:
+    from sparkgnn.graph.reader import read_graph_dir
+    from sparkgnn.graph.updates import apply
+    from sparkgnn.pe.local import precompute_local
+    from sparkgnn.pe.refresh import refresh_local
+    from sparkgnn.pe.store import PEStore
+
+    graph_dir = synthetic_dir(nodes, edges, dim)
+    graph = read_graph_dir(graph_dir)
+    work = os.path.join(DATA, "refresh")
+    root, scratch_root = os.path.join(work, "store"), os.path.join(work, "scratch")
+    shutil.rmtree(root, ignore_errors=True)
+    started = time.perf_counter()
+    precompute_local(graph, model, root, log=None)
+    base_seconds = time.perf_counter() - started
+    out: dict = {
+        "graph": f"synthetic {nodes // 1000}K / {edges / 1e6:g}M / {dim}-d",
+        "nodes": nodes,
+        "edges": edges,
+        "base_precompute_seconds": round(base_seconds, 3),
+        "fractions": {},
+    }
+    updates = [(str(f), f) for f in FRACTIONS] + [("fixed", FIXED_EDGES / edges)]
+    for i, (label, fraction) in enumerate(updates):
+        update = make_update(graph, fraction, seed=i)
+        rows = sum(update.counts().values())
+        runs = {}
+        for how in ("warm", "cold"):  # cold last: its version stays for the exactness check
+            old = None
+            if how == "warm":
+                old = PEStore.open(root, model=model, graph=graph)
+                for l in old.layers:
+                    old._table(l)  # loaded before the clock starts, as in a serving process
+            started = time.perf_counter()
+            refreshed, report = refresh_local(graph, update, model, root, log=None, store=old)
+            runs[how] = {"seconds": time.perf_counter() - started, "report": report.to_json()}
+            if how == "warm":
+                shutil.rmtree(os.path.join(root, report.graph_fingerprint))  # the bench's own version
+        new_graph = apply(update, graph).graph
+        shutil.rmtree(scratch_root, ignore_errors=True)
+        started = time.perf_counter()
+        scratch = precompute_local(new_graph, model, scratch_root, log=None)
+        full = time.perf_counter() - started
+        error = max_relative_error(refreshed, scratch, new_graph.ids, model.num_layers)
+        shutil.rmtree(os.path.join(root, runs["cold"]["report"]["graph_fingerprint"]))
+        cold, warm = runs["cold"], runs["warm"]
+        layers = cold["report"]["layers"]
+        entry = {
+            "edges_changed": int(update.counts()["edge_insert"] + update.counts()["edge_delete"]),
+            "update_rows": rows,
+            "updates": update.counts(),
+            "full_precompute_seconds": round(full, 3),
+            "refresh_seconds_cold": round(cold["seconds"], 3),
+            "refresh_seconds_warm": round(warm["seconds"], 3),
+            "speedup_cold": round(full / cold["seconds"], 3),
+            "speedup_warm": round(full / warm["seconds"], 3),
+            "updates_per_second_cold": round(rows / cold["seconds"], 1),
+            "updates_per_second_warm": round(rows / warm["seconds"], 1),
+            "affected_per_layer": [s["targets"] for s in layers],
+            "affected_fraction_per_layer": [round(s["targets"] / new_graph.num_nodes, 4) for s in layers],
+            "phases_cold": cold["report"]["phases"],
+            "phases_warm": warm["report"]["phases"],
+            "layers_cold": layers,
+            "layers_warm": warm["report"]["layers"],
+            "max_relative_error": error,
+        }
+        if label == "fixed":
+            out["fixed_update"] = entry
+        else:
+            out["fractions"][label] = entry
+        log(
+            f"  {out['graph']}: {fraction:.2%} of edges changed -> affected {entry['affected_per_layer']}, refresh "
+            f"cold {entry['refresh_seconds_cold']} s / warm {entry['refresh_seconds_warm']} s vs full {full:.2f} s "
+            f"(x{entry['speedup_cold']:.2f} / x{entry['speedup_warm']:.2f})"
+        )
+    shutil.rmtree(scratch_root, ignore_errors=True)
+    if with_spark:
+        spark_s = spark_precompute_seconds(graph_dir, model, os.path.join(work, "spark_store"), work)
+        out["spark_precompute_seconds_warm"] = round(spark_s, 3)
+        for entry in out["fractions"].values():
+            entry["speedup_cold_vs_spark_precompute"] = round(spark_s / entry["refresh_seconds_cold"], 3)
+    shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
+def plot(result: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
+    for size, style in zip(result["sizes"], ("-", "--"), strict=False):
+        fr = size["fractions"]
+        x = [100 * float(f) for f in fr]
+        label = size["graph"]
+        axes[0].plot(
+            x,
+            [e["refresh_seconds_cold"] for e in fr.values()],
+            "o" + style,
+            color="tab:orange",
+            label=f"refresh, cold ({label})",
+        )
+        axes[0].plot(
+            x,
+            [e["refresh_seconds_warm"] for e in fr.values()],
+            "s" + style,
+            color="tab:green",
+            label=f"refresh, layers in memory ({label})",
+        )
+        axes[0].plot(
+            x,
+            [e["full_precompute_seconds"] for e in fr.values()],
+            "^" + style,
+            color="tab:gray",
+            label=f"precompute from scratch ({label})",
+        )
+        for l in range(len(next(iter(fr.values()))["affected_fraction_per_layer"])):
+            axes[1].plot(
+                x,
+                [100 * e["affected_fraction_per_layer"][l] for e in fr.values()],
+                "o" + style,
+                label=f"layer {l + 1} ({label})",
+            )
+    axes[0].set_xscale("log")
+    axes[0].set_xlabel("% of edges changed")
+    axes[0].set_ylabel("seconds")
+    axes[0].legend(fontsize=7)
+    axes[0].set_title("refresh vs precompute from scratch")
+    axes[1].set_xscale("log")
+    axes[1].set_xlabel("% of edges changed")
+    axes[1].set_ylabel("% of vertices recomputed")
+    axes[1].legend(fontsize=7)
+    axes[1].set_title("affected vertices per layer")
+    main = result["sizes"][0]
+    names, bottoms = list(main["fractions"]), np.zeros(len(main["fractions"]))
+    parts = ["open", "apply", "fingerprint", "read", "compute", "write", "finish", "verify"]
+    for part in parts:
+        values = np.array([phase_seconds(e, part) for e in main["fractions"].values()])
+        axes[2].bar([f"{100 * float(n):g}%" for n in names], values, bottom=bottoms, label=part)
+        bottoms += values
+    axes[2].set_ylabel("seconds (cold refresh)")
+    axes[2].set_title(f"cold refresh phases, {main['graph']}", fontsize=10)
+    axes[2].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def phase_seconds(entry: dict, part: str) -> float:
+    """Seconds of one phase of a cold refresh (per-layer read / compute / write summed)."""
+    layers = entry["layers_cold"]
+    per_layer = {"read": "read_seconds", "compute": "seconds", "write": "write_seconds"}
+    if part in per_layer:
+        return sum(s[per_layer[part]] for s in layers)
+    return entry["phases_cold"].get(part, 0.0)
+
+
+def main(argv=None) -> int:
+    parser = graph_arguments(argparse.ArgumentParser(description=__doc__))
+    parser.add_argument("--small-factor", type=int, default=4, help="the second graph is this many times smaller")
+    parser.add_argument("--no-spark", action="store_true", help="skip the Spark precompute baseline")
+    args = parser.parse_args(argv)
+    from torch_geometric.nn import GraphSAGE
+
+    from sparkgnn.models import Model
+
+    torch.manual_seed(0)
+    model = Model.from_pyg(GraphSAGE(args.dim, 128, 2).eval(), output="embedding")
+    sizes = [(args.nodes, args.edges), (args.nodes // args.small_factor, args.edges // args.small_factor)]
+    result: dict = {
+        "machine": machine(),
+        "model": "2-layer GraphSAGE (mean), hidden 128, states kept",
+        "update": "fraction x E edges changed: half random inserts, half deletes of existing edges; "
+        "feature updates of fraction/10 x N vertices",
+        "sizes": [],
+    }
+    for nodes, edges in sizes:
+        print(f"bench-refresh: {nodes} nodes / {edges} edges", flush=True)
+        result["sizes"].append(bench_size(nodes, edges, args.dim, model, with_spark=not args.no_spark))
+    main_size = result["sizes"][0]["fractions"]
+    one = main_size[str(0.01)]
+    result["speedup_1pct"] = one["speedup_cold"]
+    result["speedup_1pct_warm"] = one["speedup_warm"]
+    if "speedup_cold_vs_spark_precompute" in one:
+        result["speedup_1pct_vs_spark_precompute"] = one["speedup_cold_vs_spark_precompute"]
+    entries = [e for size in result["sizes"] for e in [*size["fractions"].values(), size["fixed_update"]]]
+    result["max_relative_error"] = max(e["max_relative_error"] for e in entries)
+    big, small = (size["fixed_update"] for size in result["sizes"])
+    result[f"same_{FIXED_EDGES}_edge_update_cold_big_over_small"] = round(
+        big["refresh_seconds_cold"] / small["refresh_seconds_cold"], 3
+    )
+    result[f"same_{FIXED_EDGES}_edge_update_warm_big_over_small"] = round(
+        big["refresh_seconds_warm"] / small["refresh_seconds_warm"], 3
+    )
+    path = write_result("refresh", result)
+    plot(result, os.path.join(RESULTS, "refresh.png"))
+    print(f"wrote {path}: speedup_1pct {result['speedup_1pct']} (warm {result['speedup_1pct_warm']})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
