@@ -189,6 +189,7 @@ def refresh_local(
 
     started = time.perf_counter()
     phases: dict = {}
+    clock = started
 
     def phase(name: str) -> None:
         """Close the phase running since the last call (its seconds go to report.phases)."""
@@ -197,7 +198,6 @@ def refresh_local(
         phases[name] = round(phases.get(name, 0.0) + now - clock, 4)
         clock = now
 
-    clock = started
     model = Model.load(model) if isinstance(model, str) else model
     if store is None:
         store = PEStore.open(store_root, model=model, graph=graph)

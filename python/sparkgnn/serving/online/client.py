@@ -96,20 +96,7 @@ class Client:
         }
         if mode:
             body["mode"] = mode
-        headers = {"Content-Type": "application/json"}
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
-        req = urllib.request.Request(
-            f"{self.endpoint}/v1/answer", json.dumps(body).encode(), headers=headers, method="POST"
-        )
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as response:
-                data = json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            data = json.loads(exc.read() or b"{}")
-            if exc.code == 503:
-                raise ServiceBusy(data.get("error", "busy")) from None
-            raise ServiceError(data.get("error", f"HTTP {exc.code}")) from None
+        data = self._post("/v1/answer", body, self.timeout_s)
         answers = data["answers"]
         h = np.asarray([a["h"] for a in answers], np.float32)
         pred = np.asarray([a["pred"] for a in answers], np.int64) if answers and "pred" in answers[0] else None
@@ -133,17 +120,23 @@ class Client:
         body: dict = {"graph": str(graph), "timeout_s": float(timeout_s)}
         if store is not None:
             body["store"] = str(store)
+        return self._post("/v1/admin/swap", body, max(self.timeout_s, timeout_s + 30.0))["swap"]
+
+    def _post(self, path: str, body: dict, timeout_s: float) -> dict:
+        """POST `body` as JSON to the HTTP endpoint's `path` (with the token when given): the
+        reply's JSON, or ServiceBusy (503) / ServiceError naming the service's refusal."""
         headers = {"Content-Type": "application/json"}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
-        req = urllib.request.Request(
-            f"{self.endpoint}/v1/admin/swap", json.dumps(body).encode(), headers=headers, method="POST"
-        )
+        url = f"{self.endpoint}{path}"
+        req = urllib.request.Request(url, json.dumps(body).encode(), headers=headers, method="POST")
         try:
-            with urllib.request.urlopen(req, timeout=max(self.timeout_s, timeout_s + 30.0)) as response:
-                return json.loads(response.read())["swap"]
+            with urllib.request.urlopen(req, timeout=timeout_s) as response:
+                return json.loads(response.read())
         except urllib.error.HTTPError as exc:
             data = json.loads(exc.read() or b"{}")
+            if exc.code == 503:
+                raise ServiceBusy(data.get("error", "busy")) from None
             raise ServiceError(data.get("error", f"HTTP {exc.code}")) from None
         except urllib.error.URLError as exc:
             raise ServiceError(f"no service at {self.endpoint}: {exc.reason}") from None
