@@ -42,11 +42,10 @@ from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import numpy as np
-
 from sparkgnn.serving.online import wire
-from sparkgnn.serving.online.batch_op import EVICT_OP, FUSABLE_MODES, spec_key
+from sparkgnn.serving.online.batch_op import EVICT_OP, FUSABLE_MODES
 from sparkgnn.serving.online.costs import GraphFacts
+from sparkgnn.serving.online.deployments import SwapRefused, Version, fingerprint_of, probe_request, store_root
 from sparkgnn.serving.online.pools import ROUTERS, ServeError, make_pool
 from sparkgnn.serving.online.scheduler import SCHEDULERS, QueueFull, ServiceModel, divide
 from sparkgnn.serving.request import Request
@@ -107,40 +106,6 @@ class ServeConfig:
         }
 
 
-class SwapRefused(ServeError):
-    """Server.swap refused the new version (its store is not the graph's or the model's, a
-    worker could not load it, ...); the service goes on serving the version it served."""
-
-
-@dataclass(eq=False)
-class Version:
-    """One (graph, store) version of the deployment, as the front end holds it."""
-
-    number: int
-    graph: str
-    store: str | None
-    spec: dict
-    facts: GraphFacts
-    graph_fingerprint: str
-    since: float = field(default_factory=time.time)
-    in_flight: int = 0  # batches dispatched on it and not finished (guarded by Server._lock)
-    replaced: bool = False
-    dropped_by: dict = field(default_factory=dict)  # pool index -> pids that dropped it (evictor)
-
-    @property
-    def key(self) -> str:
-        return spec_key(self.spec)
-
-    def describe(self) -> dict:
-        return {
-            "version": self.number,
-            "graph": self.graph,
-            "store": self.store,
-            "graph_fingerprint": self.graph_fingerprint,
-            "since": self.since,
-        }
-
-
 @dataclass
 class Outcome:
     """What one request gets back: an answer table, or an error (kind "error" / "busy")."""
@@ -181,7 +146,7 @@ class Server:
         # the manifest and metrics tables only: the store's layers stay with the workers
         store = PEStore(config.store, read_manifest(config.store) or {}) if config.store else None
         self.facts = GraphFacts.load(config.graph, store, model.num_layers)
-        fingerprint = _fingerprint_of(config.graph, compute=False) or (store.manifest if store else {}).get(
+        fingerprint = fingerprint_of(config.graph, compute=False) or (store.manifest if store else {}).get(
             "graph_fingerprint"
         )
         self._version = Version(1, config.graph, config.store, config.deployment(), self.facts, fingerprint or "")
@@ -265,7 +230,7 @@ class Server:
     def _warm_up(self) -> None:
         """Each pool's workers load the deployment now, with a one-query request on a vertex of G,
         so the first client does not pay the load."""
-        probe = _probe(self.facts)
+        probe = probe_request(self.facts)
         header = self._batch_header(self._version, self.config.mode, [probe])
         tables = wire.batch_tables([probe])
         for pool in self.pools:
@@ -354,7 +319,7 @@ class Server:
         graph = str(graph)
         with self._swap_lock:
             old = self._version
-            store = _store_root(old.store) if store is None else str(store)
+            store = store_root(old.store) if store is None else str(store)
             started = time.monotonic()
             try:
                 new = self._open_version(old, graph, store)
@@ -407,7 +372,7 @@ class Server:
         try:
             opened = PEStore.open(store, model=self._model, graph=graph, verify="sizes") if store else None
             facts = GraphFacts.load(graph, opened, self._model.num_layers)
-            fingerprint = str(opened.manifest["graph_fingerprint"] if opened else _fingerprint_of(graph))
+            fingerprint = str(opened.manifest["graph_fingerprint"] if opened else fingerprint_of(graph))
         except Exception as exc:  # noqa: BLE001 - an operator's input: every failure is a refusal
             raise self._refusal(old, graph, store, f"{type(exc).__name__}: {exc}") from exc
         if facts.feature_dim != old.facts.feature_dim:
@@ -421,7 +386,7 @@ class Server:
         probe on it; ({pool: [pids]}, {mode: error} for modes whose engine could not be built).
         Refuses when a worker fails, the probe fails, or a worker is not reached in time; what
         some workers loaded is then dropped again (the evictor)."""
-        probe = _probe(new.facts)
+        probe = probe_request(new.facts)
         header = dict(self._batch_header(new, self.config.mode, [probe]), warm_modes=list(self.config.modes))
         tables = wire.batch_tables([probe])
         deadline = time.monotonic() + timeout_s
@@ -653,41 +618,3 @@ class Server:
                 version=version.number,
             )
             self._finish(t.deliver, outcome)
-
-
-def _probe(facts: GraphFacts) -> Request:
-    """A one-query request without edges (an id above G's): answering it loads a deployment."""
-    return Request(
-        "warm-up",
-        np.array([facts.fresh_id()]),
-        np.zeros((1, facts.feature_dim), np.float32),
-        np.zeros(0, np.int64),
-        np.zeros(0, np.int64),
-    )
-
-
-def _fingerprint_of(graph: str, compute: bool = True) -> str | None:
-    """The graph directory's fingerprint: graph.json's while it describes the data files; else
-    computed from the content (which reads the whole graph) or, with compute=False, None."""
-    from sparkgnn.graph.dirfacts import read_trusted_meta
-    from sparkgnn.pe.identity import graph_fingerprint
-    from sparkgnn.pe.layout import normal_path
-
-    meta, _ = read_trusted_meta(normal_path(graph))
-    if meta and meta.get("fingerprint"):
-        return str(meta["fingerprint"])
-    return graph_fingerprint(graph) if compute else None
-
-
-def _store_root(store: str | None) -> str | None:
-    """The store root a store path lies under: a version folder <root>/<graph fp>/<model fp>
-    (its manifest names both) gives <root>; a root is itself."""
-    if store is None:
-        return None
-    from sparkgnn.pe.layout import read_manifest
-
-    manifest = read_manifest(store) or {}
-    parts = str(store).rstrip("/").rsplit("/", 2)
-    if len(parts) == 3 and parts[1:] == [manifest.get("graph_fingerprint"), manifest.get("model_fingerprint")]:
-        return parts[0]
-    return store

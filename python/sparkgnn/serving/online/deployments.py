@@ -1,0 +1,90 @@
+"""The versions an online service serves (Server.swap): a Version is one (graph directory, PE
+store) pair as the front end holds it, with the count of batches still running on it; plus the
+helpers a swap needs (the probe request that makes a worker load a version, a graph directory's
+fingerprint, the root a store version folder lies under). The swap protocol itself (open, warm
+every worker, switch under the dispatch lock, evict) is Server's: server.py's docstring.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sparkgnn.serving.online.batch_op import spec_key
+from sparkgnn.serving.online.costs import GraphFacts
+from sparkgnn.serving.online.pools import ServeError
+from sparkgnn.serving.request import Request
+
+
+class SwapRefused(ServeError):
+    """Server.swap refused the new version (its store is not the graph's or the model's, a
+    worker could not load it, ...); the service goes on serving the version it served."""
+
+
+@dataclass(eq=False)
+class Version:
+    """One (graph, store) version of the deployment, as the front end holds it."""
+
+    number: int
+    graph: str
+    store: str | None
+    spec: dict
+    facts: GraphFacts
+    graph_fingerprint: str
+    since: float = field(default_factory=time.time)
+    in_flight: int = 0  # batches dispatched on it and not finished (guarded by Server._lock)
+    replaced: bool = False
+    dropped_by: dict = field(default_factory=dict)  # pool index -> pids that dropped it (evictor)
+
+    @property
+    def key(self) -> str:
+        return spec_key(self.spec)
+
+    def describe(self) -> dict:
+        return {
+            "version": self.number,
+            "graph": self.graph,
+            "store": self.store,
+            "graph_fingerprint": self.graph_fingerprint,
+            "since": self.since,
+        }
+
+
+def probe_request(facts: GraphFacts) -> Request:
+    """A one-query request without edges (an id above G's): answering it loads a deployment."""
+    return Request(
+        "warm-up",
+        np.array([facts.fresh_id()]),
+        np.zeros((1, facts.feature_dim), np.float32),
+        np.zeros(0, np.int64),
+        np.zeros(0, np.int64),
+    )
+
+
+def fingerprint_of(graph: str, compute: bool = True) -> str | None:
+    """The graph directory's fingerprint: graph.json's while it describes the data files; else
+    computed from the content (which reads the whole graph) or, with compute=False, None."""
+    from sparkgnn.graph.dirfacts import read_trusted_meta
+    from sparkgnn.pe.identity import graph_fingerprint
+    from sparkgnn.pe.layout import normal_path
+
+    meta, _ = read_trusted_meta(normal_path(graph))
+    if meta and meta.get("fingerprint"):
+        return str(meta["fingerprint"])
+    return graph_fingerprint(graph) if compute else None
+
+
+def store_root(store: str | None) -> str | None:
+    """The store root a store path lies under: a version folder <root>/<graph fp>/<model fp>
+    (its manifest names both) gives <root>; a root is itself."""
+    if store is None:
+        return None
+    from sparkgnn.pe.layout import read_manifest
+
+    manifest = read_manifest(store) or {}
+    parts = str(store).rstrip("/").rsplit("/", 2)
+    if len(parts) == 3 and parts[1:] == [manifest.get("graph_fingerprint"), manifest.get("model_fingerprint")]:
+        return parts[0]
+    return store
