@@ -24,6 +24,7 @@ _LAZY = {
     "infer": "sparkgnn.engine",
     "PEStore": "sparkgnn.pe",
     "precompute": "sparkgnn.engine",
+    "refresh": "sparkgnn.pe.spark_refresh",
 }
 
 
@@ -39,6 +40,7 @@ __all__ = [
     "infer",
     "PEStore",
     "precompute",
+    "refresh",
     "SparkGNNError",
     "GraphValidationError",
     "UnsupportedModelError",

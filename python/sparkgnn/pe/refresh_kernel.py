@@ -137,12 +137,39 @@ def _positions(targets: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return np.searchsorted(targets, rows)
 
 
-@torch.no_grad()
-def refresh_layer(conv, post, old: Side, new: Side, applied, changed_prev: np.ndarray, stored_states) -> LayerChange:
-    """Recompute layer l (module doc). `changed_prev`: sorted new-graph rows whose h^(l-1)
-    changed; `stored_states(old rows)` -> their stored merged states of layer l; `post(h)`: the
-    model's node-wise ops after this conv. Returns the targets (sorted new rows) with their new
-    h^(l) and state."""
+@dataclass
+class LayerPlan:
+    """The integer half of a layer's refresh: which targets, how each is recomputed, and which
+    messages that takes. WHY apart from the computation: a partitioned refresh (pe/spark_refresh)
+    plans first to learn which h^(l-1) values and stored states its partition needs, fetches
+    only those, and then computes."""
+
+    targets: np.ndarray  # sorted new rows recomputed
+    scratch: np.ndarray  # bool [targets]: recomputed from all in-edges (else by delta)
+    delta_targets: np.ndarray
+    scratch_edges: tuple  # (new src rows, new dst rows, weight) of the scratch targets' in-edges
+    added: tuple  # (new src rows, new dst rows, weight): messages merged into delta targets
+    removed: tuple  # (old src rows, new dst rows, weight): messages negated out of delta targets
+    loops_new: tuple  # (new rows, loop weights): each changed delta target's new policy loop
+    loops_old: tuple  # (old rows, new rows, loop weights): its old policy loop, negated
+
+    def new_rows_needed(self) -> np.ndarray:
+        """New-graph rows whose h^(l-1) (new) the computation reads."""
+        return np.unique(np.concatenate([self.targets, self.scratch_edges[0], self.added[0], self.loops_new[0]]))
+
+    def old_rows_needed(self) -> np.ndarray:
+        """Old-graph rows whose h^(l-1) (old) the computation reads."""
+        return np.unique(np.concatenate([self.removed[0], self.loops_old[0]]))
+
+    def state_rows_needed(self, old_rows: np.ndarray) -> np.ndarray:
+        """Old-graph rows whose stored state of layer l the computation merges into."""
+        return old_rows[self.delta_targets]
+
+
+def plan_layer(conv, old: Side, new: Side, applied, changed_prev: np.ndarray, owned=None) -> LayerPlan:
+    """Plan layer l (module doc). `changed_prev`: sorted new-graph rows whose h^(l-1) changed;
+    `owned`: bool mask over new rows, the only rows that may become targets (a partition of a
+    partitioned refresh recomputes only the vertices it owns; None: every row)."""
     agg = conv.aggregator
     old_rows, new_rows = applied.old_rows, applied.new_rows
     n_new = len(old_rows)
@@ -157,6 +184,8 @@ def refresh_layer(conv, post, old: Side, new: Side, applied, changed_prev: np.nd
     removed, removed_dst = removed[removed_dst >= 0], removed_dst[removed_dst >= 0]
     kept_changed = np.flatnonzero(src_changed_mask[new.src[:kept]])
     targets = np.unique(np.concatenate([src_changed, new.dst[inserted], removed_dst, new.dst[kept_changed]]))
+    if owned is not None:
+        targets = targets[owned[targets]]
     t = len(targets)
 
     scratch = np.zeros(t, bool) if agg.invertible else np.ones(t, bool)
@@ -170,6 +199,51 @@ def refresh_layer(conv, post, old: Side, new: Side, applied, changed_prev: np.nd
     delta_targets = targets[~scratch]
     delta_mask = _member(n_new, delta_targets)
 
+    scratch_targets = targets[scratch]
+    if len(scratch_targets):
+        s, local, w = _scratch_edges(conv, new, scratch_targets, n_new)
+        scratch_edges = (np.asarray(s, np.int64), scratch_targets[local], w)
+    else:
+        scratch_edges = (np.zeros(0, np.int64), np.zeros(0, np.int64), None)
+
+    def regular(edges: np.ndarray, dst_rows: np.ndarray, src_rows: np.ndarray) -> np.ndarray:
+        keep = delta_mask[dst_rows]
+        if looped:
+            keep &= src_rows != dst_rows  # the policy's loops are handled below
+        return edges[keep]
+
+    def weights(side: Side, edges: np.ndarray):
+        return None if side.weight is None else side.weight[edges]
+
+    ins = regular(inserted, new.dst[inserted], new.src[inserted])
+    changed = regular(kept_changed, new.dst[kept_changed], new.src[kept_changed])
+    gone = regular(removed, removed_dst, new_rows[old.src[removed]])
+    both = np.concatenate([ins, changed])
+    old_edges = np.concatenate([applied.kept_edges[changed], gone])
+    old_dst = np.concatenate([new.dst[changed], new_rows[old.dst[gone]]])
+    nodes = delta_targets[src_changed_mask[delta_targets]] if looped else np.zeros(0, np.int64)
+    old_nodes = old_rows[nodes]
+    return LayerPlan(
+        targets=targets,
+        scratch=scratch,
+        delta_targets=delta_targets,
+        scratch_edges=scratch_edges,
+        added=(new.src[both], new.dst[both], weights(new, both)),
+        removed=(old.src[old_edges], old_dst, weights(old, old_edges)),
+        loops_new=(nodes, _loop_weights(conv, new, nodes) if looped else None),
+        loops_old=(old_nodes, nodes, _loop_weights(conv, old, old_nodes) if looped else None),
+    )
+
+
+@torch.no_grad()
+def compute_layer(
+    conv, post, plan: LayerPlan, old: Side, new: Side, old_rows: np.ndarray, stored_states
+) -> LayerChange:
+    """Recompute the planned targets: `stored_states(old rows)` -> their stored merged states of
+    layer l; `post(h)`: the model's node-wise ops after this conv. Returns the targets with their
+    new h^(l) and state."""
+    agg, targets = conv.aggregator, plan.targets
+    t = len(targets)
     h_dst = new.values(targets)
     stats_dst = new.stats_of(targets)
     dst_payload = conv.prepare_dst(h_dst, stats_dst)  # a delta target's destination did not change
@@ -187,38 +261,29 @@ def refresh_layer(conv, post, old: Side, new: Side, applied, changed_prev: np.nd
         index.append(torch.arange(t))
         counts["old" if negate else "new"] += len(src)
 
-    scratch_targets = targets[scratch]
-    if len(scratch_targets):
-        s, local, w = _scratch_edges(conv, new, scratch_targets, n_new)
-        add(new, s, scratch_targets[local], w, False)
+    for side, (src, dst_rows, weight), negate in (
+        (new, plan.scratch_edges, False),
+        (new, plan.added, False),
+        (old, plan.removed, True),
+        (new, (plan.loops_new[0], *plan.loops_new), False),
+        (old, plan.loops_old, True),
+    ):
+        add(side, src, dst_rows, weight, negate)
 
-    def regular(edges: np.ndarray, dst_rows: np.ndarray, src_rows: np.ndarray) -> np.ndarray:
-        keep = delta_mask[dst_rows]
-        if looped:
-            keep &= src_rows != dst_rows  # the policy's loops are handled below
-        return edges[keep]
-
-    ins = regular(inserted, new.dst[inserted], new.src[inserted])
-    changed = regular(kept_changed, new.dst[kept_changed], new.src[kept_changed])
-    gone = regular(removed, removed_dst, new_rows[old.src[removed]])
-    both = np.concatenate([ins, changed])
-    add(new, new.src[both], new.dst[both], None if new.weight is None else new.weight[both], False)
-    old_edges = np.concatenate([applied.kept_edges[changed], gone])
-    old_dst = np.concatenate([new.dst[changed], new_rows[old.dst[gone]]])
-    add(old, old.src[old_edges], old_dst, None if old.weight is None else old.weight[old_edges], True)
-    if looped:
-        nodes = delta_targets[src_changed_mask[delta_targets]]
-        add(new, nodes, nodes, _loop_weights(conv, new, nodes), False)
-        old_nodes = old_rows[nodes]
-        add(old, old_nodes, nodes, _loop_weights(conv, old, old_nodes), True)
-
-    delta_pos = np.flatnonzero(~scratch)
+    delta_pos = np.flatnonzero(~plan.scratch)
     if len(delta_pos):
-        parts.append(stored_states(old_rows[delta_targets]))
+        parts.append(stored_states(old_rows[plan.delta_targets]))
         index.append(torch.from_numpy(delta_pos))
     if parts:
         state = agg.merge(torch.cat(parts), torch.cat(index), t)
     else:
         state = agg.identity(t, width)
     h = post(conv.update(h_dst, agg.finalize(state), stats_dst, False))
-    return LayerChange(targets, h, state, len(delta_targets), len(scratch_targets), counts["new"], counts["old"])
+    scratch = int(plan.scratch.sum())
+    return LayerChange(targets, h, state, t - scratch, scratch, counts["new"], counts["old"])
+
+
+def refresh_layer(conv, post, old: Side, new: Side, applied, changed_prev: np.ndarray, stored_states) -> LayerChange:
+    """Plan and compute layer l over the whole graph (the single-machine refresh)."""
+    plan = plan_layer(conv, old, new, applied, changed_prev)
+    return compute_layer(conv, post, plan, old, new, applied.old_rows, stored_states)

@@ -305,6 +305,25 @@ class PEWriter:
 
         self._record(l, functools.partial(self._arrow_write, table), state_width)
 
+    def _check_base(self, l: int, over) -> str:
+        """The layer key of a delta over `over`'s layer l, refused unless `over` can be its base."""
+        if versions.version_dir(self.base, over.manifest["graph_fingerprint"]) != over.base:
+            raise ValueError(f"layer {l}: a delta lies on a version under the same root, not {over.base}")
+        if bool(over.manifest.get("with_states")) != self.with_states:
+            raise ValueError(f"layer {l}: a delta needs a base with the same states setting as {self.base}")
+        return layer_key(l)
+
+    def commit_layer_delta_frame(self, l: int, over, df, width: int, state_width: int | None, rows: int) -> None:
+        """Spark's commit_layer_delta: `df` (id, h[, state]) holds the changed or inserted rows
+        and a tombstone (null h and state) per deleted vertex; written by Spark's tasks."""
+        key = self._check_base(l, over)
+        l = self._check_commit(l, width, state_width, "state" in df.columns)
+        columns = ["CAST(id AS BIGINT) AS id", "CAST(h AS ARRAY<FLOAT>) AS h"]
+        if self.with_states:
+            columns.append("CAST(state AS ARRAY<FLOAT>) AS state")
+        write = functools.partial(self._commit_dir_write, df, columns=columns)
+        self._record(l, write, state_width, bases=versions.chain_over(over.manifest, key), rows=rows)
+
     def commit_layer_delta(self, l: int, over, ids, h, state, deleted_ids, rows: int) -> None:
         """Commit layer l as a DELTA over the same layer of the committed store `over` (a PEStore
         of an earlier version of this model under the same root; versions.py): only the rows of
@@ -313,11 +332,7 @@ class PEWriter:
         import numpy as np
         import pyarrow as pa
 
-        key = layer_key(l)
-        if versions.version_dir(self.base, over.manifest["graph_fingerprint"]) != over.base:
-            raise ValueError(f"layer {l}: a delta lies on a version under the same root, not {over.base}")
-        if bool(over.manifest.get("with_states")) != self.with_states:
-            raise ValueError(f"layer {l}: a delta needs a base with the same states setting as {self.base}")
+        key = self._check_base(l, over)
         ids = np.ascontiguousarray(ids, dtype=np.int64)
         h = np.ascontiguousarray(h, dtype=np.float32)
         deleted = np.ascontiguousarray(deleted_ids, dtype=np.int64)

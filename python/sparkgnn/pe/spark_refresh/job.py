@@ -1,0 +1,324 @@
+"""`sparkgnn.refresh`: incremental PE refresh on Spark, for graphs and stores that do not fit one
+machine (pe/refresh.py is the single-machine path; both commit the same store versions).
+
+The graph is split into P pieces by destination (partition.py says what a piece holds and why it
+is enough). The driver only routes rows with Spark joins and holds nothing of the graph's size:
+the update's deleted vertex ids and per-partition summaries are all it collects.
+
+    round 0   Spark writes each piece's inputs (partitionBy part); one task per piece applies the
+              update to it (validating it: a rejected update raises GraphUpdateError naming every
+              problem, nothing written), writes its owned vertices' statistics and its share of
+              the updated graph; Spark joins the statistics of foreign vertices to the pieces
+              holding them. The updated graph is fingerprinted (and written to --out-graph).
+    layer l   plan: each task plans its targets and writes which values it reads;
+              fetch: Spark joins those ids with the old store's layers l-1 and l and with layer
+              l-1's recomputed rows (one scan of each stored layer, the needs broadcast);
+              compute: each task recomputes its targets;
+              commit: the recomputed rows and a tombstone per deleted vertex, as a delta over the
+              old version's layer (or written whole: versions.should_compact), by Spark.
+
+Run directory (<work dir>/refresh/<uuid>/, on a filesystem every executor reaches; deleted at
+the end): run.json; in/{vertices,edges,update,local}/; stats/ foreign_stats/; graph/{vertices,
+edges}/; layer=<l>/{changed,needs,values,out}/. A crash leaves the old version readable and the
+new one with its committed layers; a rerun recomputes in a fresh run directory (cheap: the
+change only) and commits only the layers still missing, giving the same store.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+import uuid
+
+from sparkgnn import files
+from sparkgnn.errors import GraphUpdateError
+from sparkgnn.graph.updates import KINDS, UPDATE_SCHEMA
+from sparkgnn.pe import versions
+from sparkgnn.pe.refresh import RefreshError, RefreshReport
+from sparkgnn.pe.spark_refresh import partition
+from sparkgnn.pe.spark_refresh.partition import NEW_H, OLD_H, STATE, SUMMARY_SCHEMA, RunContext, layer_dir
+from sparkgnn.pe.writer import layer_key
+
+EDGE_KINDS = ("edge_insert", "edge_delete")
+VERTEX_KINDS = ("vertex_insert", "feature_update", "vertex_delete")
+_SPARK_TYPES = {
+    "kind": "string",
+    "src": "bigint",
+    "dst": "bigint",
+    "weight": "float",
+    "node": "bigint",
+    "x": "array<float>",
+}
+
+
+def _uri(path: str) -> str:
+    return files.spark_uri(path)
+
+
+def read_update_frame(spark, path: str):
+    """The update folder as a DataFrame of UPDATE_SCHEMA's columns (a column the update lacks is
+    null: the tasks' GraphUpdate.from_table then names it with the kinds that need it)."""
+    from pyspark.sql import functions as F
+
+    if not files.exists(path):
+        raise GraphUpdateError(f"graph update {path} does not exist")
+    frame = spark.read.parquet(_uri(path))
+    if "kind" not in frame.columns:
+        raise GraphUpdateError(f"graph update {path}: no `kind` column (columns: {', '.join(frame.columns)})")
+    columns = []
+    for name in UPDATE_SCHEMA.names:
+        value = F.col(f"`{name}`") if name in frame.columns else F.lit(None)
+        columns.append(value.cast(_SPARK_TYPES[name]).alias(name))
+    return frame.select(*columns)
+
+
+def _default_partitions(spark) -> int:
+    try:
+        return max(1, int(spark.sparkContext.defaultParallelism))
+    except Exception:  # a Connect session has no sparkContext
+        return int(spark.conf.get("spark.sql.shuffle.partitions", "8"))
+
+
+def _tasks(spark, partitions: int, fn, what: str, log) -> list[dict]:
+    """One task per partition running `fn` (a partition.*_task); their summaries by part."""
+    started = time.perf_counter()
+    rows = spark.range(0, partitions, 1, partitions).mapInArrow(fn, SUMMARY_SCHEMA).collect()
+    log and log(f"sparkgnn refresh: {what}: {partitions} tasks in {time.perf_counter() - started:.1f} s")
+    return [json.loads(r.info) for r in sorted(rows, key=lambda r: r.part)]
+
+
+def _write_inputs(spark, run_dir: str, graph, update, partitions: int) -> None:
+    """Round 0's inputs, one folder per piece (partition.py: what a piece holds)."""
+    from pyspark.sql import functions as F
+
+    from sparkgnn.engine.routing import partition_expr
+
+    def part_of(column: str):
+        return F.expr(partition_expr(column, partitions)).cast("int")
+
+    vertices = graph.vertices
+    edges = graph.edges.withColumn("part", part_of("dst"))
+    edge_rows = update.where(F.col("kind").isin(*EDGE_KINDS)).withColumn("part", part_of("dst"))
+    vertex_rows = update.where(F.col("kind").isin(*VERTEX_KINDS))
+    other_rows = update.where(~F.coalesce(F.col("kind").isin(*KINDS), F.lit(False))).withColumn("part", F.lit(0))
+    local = (
+        vertices.select("id", part_of("id").alias("part"))
+        .unionByName(edges.select(F.col("src").alias("id"), "part"))
+        .unionByName(edge_rows.where(F.col("src").isNotNull()).select(F.col("src").alias("id"), "part"))
+        .distinct()
+    )
+    local.write.parquet(_uri(files.join(run_dir, "in", "local")))
+    local = spark.read.parquet(_uri(files.join(run_dir, "in", "local")))
+    owned = F.col("part") == part_of("id")
+    (
+        local.join(vertices, "id")
+        .withColumn("owned", owned)
+        .write.partitionBy("part")
+        .parquet(_uri(files.join(run_dir, "in", "vertices")))
+    )
+    edges.write.partitionBy("part").parquet(_uri(files.join(run_dir, "in", "edges")))
+    holders = local.unionByName(vertex_rows.select(F.col("node").alias("id"), part_of("node").alias("part"))).distinct()
+    routed = vertex_rows.join(holders.withColumnRenamed("id", "node"), "node").withColumn(
+        "owned", F.col("part") == part_of("node")
+    )
+    columns = [*UPDATE_SCHEMA.names, "owned", "part"]
+    edge_rows = edge_rows.withColumn("owned", F.lit(False))
+    other_rows = other_rows.withColumn("owned", F.lit(False))
+    (
+        edge_rows.select(*columns)
+        .unionByName(routed.select(*columns))
+        .unionByName(other_rows.select(*columns))
+        .write.partitionBy("part")
+        .parquet(_uri(files.join(run_dir, "in", "update")))
+    )
+
+
+def _foreign_stats(spark, ctx: RunContext) -> None:
+    """Statistics of every piece's foreign vertices, from their owners (partition.py)."""
+    from pyspark.sql import functions as F
+
+    from sparkgnn.engine.routing import partition_expr
+
+    local = spark.read.parquet(_uri(files.join(ctx.run_dir, "in", "local")))
+    foreign = local.where(F.col("part") != F.expr(partition_expr("id", ctx.partitions)))
+    stats = spark.read.parquet(_uri(files.join(ctx.run_dir, "stats")))
+    foreign.join(stats, "id").write.partitionBy("part").parquet(_uri(files.join(ctx.run_dir, "foreign_stats")))
+
+
+def _new_graph(spark, run_dir: str, old, out_graph: str | None, log):
+    """The updated graph the pieces wrote: fingerprinted, and written to `out_graph` if given."""
+    from sparkgnn.graph import Graph
+
+    vertices = spark.read.parquet(_uri(files.join(run_dir, "graph", "vertices")))
+    edges = spark.read.parquet(_uri(files.join(run_dir, "graph", "edges")))
+    graph = Graph(vertices, edges, name=old.name)
+    if out_graph is None:
+        return graph
+    graph.save(out_graph)
+    log and log(f"sparkgnn refresh: updated graph written to {out_graph}")
+    return Graph.load(spark, out_graph)
+
+
+def _route_changed(spark, ctx: RunContext, layer: int) -> None:
+    """Layer l-1's recomputed ids, to every piece holding them (h^(l-1) changed there)."""
+    local = spark.read.parquet(_uri(files.join(ctx.run_dir, "in", "local")))
+    changed = spark.read.parquet(_uri(layer_dir(ctx.run_dir, layer - 1, "out"))).select("id")
+    changed.join(local, "id").write.partitionBy("part").parquet(_uri(layer_dir(ctx.run_dir, layer, "changed")))
+
+
+def _fetch_values(spark, ctx: RunContext, old_store, layer: int) -> None:
+    """The values the pieces' plans asked for (partition.NEW_H / OLD_H / STATE), each stored
+    layer scanned once with the (small) needs broadcast."""
+    from pyspark.sql import functions as F
+
+    needs = spark.read.parquet(_uri(layer_dir(ctx.run_dir, layer, "needs")))
+    kind = F.col("kind")
+    state = old_store.frame(spark, layer).select("id", F.col("state").alias("v"))
+    parts = [state.join(F.broadcast(needs.where(kind == STATE)), "id")]
+    if layer > 1:
+        fresh = spark.read.parquet(_uri(layer_dir(ctx.run_dir, layer - 1, "out"))).select("id", F.col("h").alias("v"))
+        wanted_new = needs.where(kind == NEW_H)
+        stored = wanted_new.join(fresh.select("id"), "id", "left_anti").unionByName(needs.where(kind == OLD_H))
+        previous = old_store.frame(spark, layer - 1).select("id", F.col("h").alias("v"))
+        parts += [fresh.join(F.broadcast(wanted_new), "id"), previous.join(F.broadcast(stored), "id")]
+    merged = parts[0]
+    for more in parts[1:]:
+        merged = merged.unionByName(more)
+    merged.select("id", "kind", "v", "part").write.partitionBy("part").parquet(
+        _uri(layer_dir(ctx.run_dir, layer, "values"))
+    )
+
+
+def _commit(spark, writer, old_store, ctx: RunContext, layer: int, deleted: list, total: int, stats: dict) -> None:
+    """Commit layer l: a delta over the old version's layer (recomputed rows, tombstones), or
+    whole when versions.should_compact says so."""
+    from pyspark.sql import functions as F
+
+    out = spark.read.parquet(_uri(layer_dir(ctx.run_dir, layer, "out")))
+    width, state_width = old_store.width(layer), old_store.state_width(layer)
+    changed = stats["targets"] + len(deleted)
+    tombstones = spark.createDataFrame([(int(i),) for i in deleted], "id long").select(
+        "id", F.lit(None).cast("array<float>").alias("h"), F.lit(None).cast("array<float>").alias("state")
+    )
+    if versions.should_compact(old_store.manifest, layer_key(layer), changed, total):
+        kept = old_store.frame(spark, layer).join(
+            out.select("id").unionByName(tombstones.select("id")), "id", "left_anti"
+        )
+        writer.commit_layer(layer, kept.select("id", "h", "state").unionByName(out), width, state_width)
+        stats["committed"] = f"whole ({total} rows)"
+    else:
+        writer.commit_layer_delta_frame(layer, old_store, out.unionByName(tombstones), width, state_width, rows=total)
+        stats["committed"] = f"as a delta ({stats['targets']} rows, {len(deleted)} tombstones)"
+
+
+def _sum(summaries: list[dict], key: str) -> int:
+    return int(sum(s.get(key, 0) for s in summaries))
+
+
+def refresh(
+    spark,
+    graph,
+    model,
+    store: str,
+    updates: str,
+    out_graph: str | None = None,
+    partitions: int | None = None,
+    work_dir: str | None = None,
+    log=print,
+    on_layer_committed=None,
+):
+    """Apply the graph update in `updates` (a Parquet folder, graph.updates format) to `graph` (a
+    Graph or graph directory) and to the PE store at `store` computed for (graph, model), on Spark;
+    commit the refreshed store as the updated graph's version under the same root. Returns
+    (PEStore opened against the updated graph, RefreshReport). `out_graph`: write the updated graph
+    there (a graph directory; serving needs it to open the new version)."""
+    from sparkgnn.dl.model_store import register
+    from sparkgnn.engine.api import _work_dir, coerce_graph, coerce_model
+    from sparkgnn.engine.session import configure
+    from sparkgnn.pe import PEStore, PEWriter
+
+    started = time.perf_counter()
+    configure(spark)
+    old_graph, model = coerce_graph(spark, graph), coerce_model(model)
+    old_store = PEStore.open(store, model=model, graph=old_graph)
+    if not old_store.with_states:
+        raise RefreshError(
+            f"PE store {old_store.base} was precomputed without aggregation states; a refresh needs them "
+            "(rerun the precompute with states)"
+        )
+    update = read_update_frame(spark, updates)
+    partitions = int(partitions or _default_partitions(spark))
+    root = _work_dir(spark, None, work_dir)
+    run_dir = files.join(root, "refresh", uuid.uuid4().hex)
+    ctx = RunContext(run_dir, partitions, files.join(root, "models"), register(model, files.join(root, "models")),
+                     partition.stat_keys(model))  # fmt: skip
+    phases: dict = {}
+    try:
+        files.write_json_atomic(
+            files.join(run_dir, "run.json"),
+            {"feature_dim": old_graph.feature_dim, "weighted": old_graph.has_weight,
+             "vertex_columns": [c for c in ("y", "split") if c in old_graph.vertices.columns]},
+        )  # fmt: skip
+        _write_inputs(spark, run_dir, old_graph, update, partitions)
+        built = _tasks(spark, partitions, functools.partial(partition.build_task, ctx), "apply the update", log)
+        problems = sorted({s["problem"] for s in built if "problem" in s})
+        if problems:
+            raise GraphUpdateError("; ".join(problems))
+        deleted = sorted({i for s in built for i in s.get("deleted", [])})
+        if ctx.stat_keys:
+            _foreign_stats(spark, ctx)
+        new_graph = _new_graph(spark, run_dir, old_graph, out_graph, log)
+        report = RefreshReport(
+            store="",
+            graph_fingerprint=new_graph.fingerprint,
+            previous_graph_fingerprint=old_store.manifest["graph_fingerprint"],
+            updates={str(r["kind"]): int(r["count"]) for r in update.groupBy("kind").count().collect()},
+            phases=phases,
+        )
+        phases["apply"] = round(time.perf_counter() - started, 3)
+        if report.graph_fingerprint == report.previous_graph_fingerprint:
+            log and log(f"sparkgnn refresh: the update leaves the graph as it was; {old_store.base} stays current")
+            return old_store, report
+        total = _sum(built, "vertices")
+        writer = PEWriter(store, new_graph, model, with_states=True, log=log)
+        done = set(writer.completed_layers())
+        for layer in range(1, model.num_layers + 1):
+            layer_started = time.perf_counter()
+            if layer > 1:
+                _route_changed(spark, ctx, layer)
+            planned = _tasks(
+                spark, partitions, functools.partial(partition.plan_task, ctx, layer), f"layer {layer} plan", log
+            )
+            _fetch_values(spark, ctx, old_store, layer)
+            computed = _tasks(spark, partitions, functools.partial(partition.compute_task, ctx, layer),
+                              f"layer {layer} compute", log)  # fmt: skip
+            stats: dict = {"layer": layer, "needs": _sum(planned, "needs")}
+            stats.update(
+                {k: _sum(computed, k) for k in ("targets", "delta", "scratch", "new_messages", "old_messages")}
+            )
+            stats["seconds"] = round(time.perf_counter() - layer_started, 3)
+            if layer not in done:
+                written = time.perf_counter()
+                _commit(spark, writer, old_store, ctx, layer, deleted, total, stats)
+                stats["write_seconds"] = round(time.perf_counter() - written, 3)
+                if on_layer_committed is not None:
+                    on_layer_committed(layer)
+            report.layers.append(stats)
+            log and log(
+                f"sparkgnn refresh: layer {layer}/{model.num_layers}: {stats['targets']} of {total} vertices "
+                f"recomputed ({stats['delta']} by delta, {stats['scratch']} from scratch) in {stats['seconds']:.1f} s; "
+                f"committed {stats.get('committed', 'earlier')}"
+            )
+        phases["layers"] = round(time.perf_counter() - started - phases["apply"], 3)
+        chain = list((old_store.manifest.get("refresh") or {}).get("chain") or [report.previous_graph_fingerprint])
+        report.seconds = round(time.perf_counter() - started, 3)
+        writer.manifest["refresh"] = {**report.to_json(), "chain": [*chain, report.graph_fingerprint],
+                                      "engine": "spark", "partitions": partitions}  # fmt: skip
+        writer.finish({"refresh_seconds": report.seconds})
+        report.store = writer.base
+        refreshed = PEStore.open(store, model=model, graph=new_graph)
+        report.seconds = round(time.perf_counter() - started, 3)
+        return refreshed, report
+    finally:
+        files.delete(run_dir)

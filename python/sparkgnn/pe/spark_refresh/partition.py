@@ -1,0 +1,462 @@
+"""One partition of a partitioned refresh (job.py): the piece of the graph a Spark task owns, the
+update applied to that piece, and the per-layer work on it.
+
+A partition p OWNS the vertices with pmod(hash(id), P) = p (engine.routing.partition_expr) and
+holds their in-edges (old, and inserted by the update) plus every vertex those edges come from
+("foreign" vertices, with their features). That is everything refresh_kernel needs to recompute
+p's own targets, because a vertex's h^(l) depends only on its in-edges, its own h^(l-1) and
+statistics, and the sources' h^(l-1) and statistics:
+
+* the update is applied to the piece with the single-machine `graph.updates.apply` (so a piece
+  follows exactly the semantics, and the validation, of the local refresh): its edge rows are
+  routed by destination, its vertex rows to the owner and to every partition holding the vertex;
+* statistics (GCN degrees ...) depend on a vertex's in-edges, which only its owner holds: each
+  owner computes them for its vertices (old and new graph) and the driver joins them to the
+  partitions holding the vertex as a foreign one (`foreign_stats`);
+* `plan_layer(..., owned=)` restricts the targets to owned vertices; the plan says which h^(l-1)
+  values (old and new) and stored states the computation reads, the driver fetches exactly those
+  from the store and the previous layer (`values`), and the computation runs.
+
+Everything a task reads or writes lies in the run directory (job.py lists it), on a filesystem
+every executor reaches; a task recomputes its piece from there (cached per Python worker), so a
+task lost with its executor reruns anywhere. Vertex rows are sorted by id and edges by (dst, src,
+weight), so every attempt of a task sums messages in the same order.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+import torch
+
+from sparkgnn import files
+from sparkgnn.arrowvec import to_list, to_numpy_matrix
+from sparkgnn.errors import GraphUpdateError
+from sparkgnn.graph.checks import NO_SPLIT
+from sparkgnn.graph.data import GraphData
+from sparkgnn.graph.updates import GraphUpdate, apply
+from sparkgnn.graph.updates.applying import Applied
+from sparkgnn.layers.stats import STATS
+from sparkgnn.pe.refresh_kernel import Side, compute_layer, plan_layer
+
+# Kinds of the values a layer's computation reads (column `kind` of needs / values).
+NEW_H, OLD_H, STATE = 0, 1, 2
+SUMMARY_SCHEMA = "part int, info string"
+CACHED_PIECES = 4
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What every task of a refresh is told (pickled into its closure)."""
+
+    run_dir: str
+    partitions: int
+    model_store: str
+    model_fingerprint: str
+    stat_keys: tuple  # ((key, stat name, weighted), ...)
+
+
+def stat_keys(model) -> tuple:
+    """The statistics the model's convs read, keyed by (name, whether edge weights count)."""
+    keys = {}
+    for conv in model.convs:
+        for name in conv.required_stats:
+            weighted = bool(conv.uses_edge_weight)
+            keys[f"{name}_w" if weighted else name] = (name, weighted)
+    return tuple((key, name, weighted) for key, (name, weighted) in sorted(keys.items()))
+
+
+def stat_key(conv, name: str) -> str:
+    return f"{name}_w" if conv.uses_edge_weight else name
+
+
+# -- files ------------------------------------------------------------------------------------------
+def slice_files(folder: str, part: int) -> list[str]:
+    """Parquet files of partition `part` of a folder Spark wrote with partitionBy("part")."""
+    path = files.join(folder, f"part={part}")
+    fs, inner = files.filesystem(path)
+    infos = fs.get_file_info(pafs.FileSelector(inner, allow_not_found=True))
+    return sorted(
+        files.join(path, i.base_name)
+        for i in infos
+        if i.type == pafs.FileType.File and i.base_name.endswith(".parquet")
+    )
+
+
+def read_slice(folder: str, part: int, schema: pa.Schema) -> pa.Table:
+    """Partition `part`'s rows of `folder` (an empty table of `schema` when Spark wrote none)."""
+    paths = slice_files(folder, part)
+    if not paths:
+        return schema.empty_table()
+    fs = files.filesystem(paths[0])[0]
+    table = pa.concat_tables(
+        [pq.read_table(files.filesystem(p)[1], filesystem=fs, partitioning=None) for p in paths],
+        promote_options="default",
+    )
+    return table.select([n for n in schema.names if n in table.column_names])
+
+
+def write_piece_file(path: str, table: pa.Table) -> None:
+    """One task output file; a retried task rewrites it whole (readers run after the stage)."""
+    files.makedirs(files.parent(path))
+    fs, inner = files.filesystem(path)
+    with fs.open_output_stream(inner) as sink:
+        pq.write_table(table, sink)
+
+
+def read_file(path: str) -> pa.Table:
+    fs, inner = files.filesystem(path)
+    return pq.read_table(inner, filesystem=fs, partitioning=None)
+
+
+def layer_dir(run_dir: str, layer: int, what: str) -> str:
+    return files.join(run_dir, f"layer={layer}", what)
+
+
+# -- the piece ------------------------------------------------------------------------------------
+VERTEX_COLUMNS = ("id", "x", "y", "split", "owned")
+
+
+def _column(table: pa.Table, name: str):
+    return table.column(name).to_numpy(zero_copy_only=False) if name in table.column_names else None
+
+
+def _read_update(table: pa.Table) -> GraphUpdate:
+    from sparkgnn.graph.updates import UPDATE_SCHEMA
+
+    return GraphUpdate.from_table(table.select([n for n in UPDATE_SCHEMA.names if n in table.column_names]))
+
+
+@dataclass
+class Piece:
+    """Partition p's graph before and after the update, as refresh_kernel sees it."""
+
+    part: int
+    old: GraphData
+    applied: Applied
+    owned: np.ndarray  # bool over NEW rows
+    owned_old: np.ndarray  # bool over OLD rows
+    stats_old: dict = field(default_factory=dict)  # stat key -> float32 [old rows]
+    stats_new: dict = field(default_factory=dict)  # stat key -> float32 [new rows]
+
+    @property
+    def new(self) -> GraphData:
+        return self.applied.graph
+
+    def side(self, conv, graph: GraphData, stats: dict, values) -> Side:
+        w = graph.weight if conv.uses_edge_weight else None
+        named = {name: torch.from_numpy(stats[stat_key(conv, name)]) for name in conv.required_stats}
+        return Side(graph.edge_src, graph.edge_dst, w, named, values)
+
+
+def build_piece(run_dir: str, part: int) -> Piece:
+    """Partition `part`'s piece from the run's input slices, the update applied (GraphUpdateError
+    names what in the update is wrong for the vertices and edges this partition holds)."""
+    from sparkgnn.graph.updates import UPDATE_SCHEMA
+
+    vertices = read_slice(files.join(run_dir, "in", "vertices"), part, _vertex_schema(run_dir))
+    vertices = vertices.take(pc.sort_indices(vertices, [("id", "ascending")]))
+    ids = vertices.column("id").to_numpy()
+    x = to_numpy_matrix(vertices.column("x")) if vertices.num_rows else np.zeros((0, _feature_dim(run_dir)), np.float32)
+    edges = read_slice(files.join(run_dir, "in", "edges"), part, _edge_schema(run_dir))
+    src_ids, dst_ids = edges.column("src").to_numpy(), edges.column("dst").to_numpy()
+    weight = _column(edges, "weight")
+    order = np.lexsort((weight if weight is not None else np.zeros(len(src_ids)), src_ids, dst_ids))
+    src, dst = np.searchsorted(ids, src_ids[order]), np.searchsorted(ids, dst_ids[order])
+    old = GraphData(
+        ids,
+        x,
+        src,
+        dst,
+        weight=None if weight is None else np.asarray(weight, np.float32)[order],
+        y=_column(vertices, "y"),
+        split=_column(vertices, "split"),
+        name=f"partition {part}",
+    )
+    owned_old = np.asarray(_column(vertices, "owned"), bool)
+    update_rows = read_slice(
+        files.join(run_dir, "in", "update"), part, UPDATE_SCHEMA.append(pa.field("owned", pa.bool_()))
+    )
+    applied = apply(_read_update(update_rows), old)
+    inserted_owned = update_rows.filter(
+        pc.and_(pc.equal(update_rows.column("kind"), "vertex_insert"), update_rows.column("owned"))
+    )
+    owned = np.zeros(applied.graph.num_nodes, bool)
+    inserted = applied.old_rows < 0
+    owned[~inserted] = owned_old[applied.old_rows[~inserted]]
+    owned[inserted] = np.isin(applied.graph.ids[inserted], inserted_owned.column("node").to_numpy())
+    return Piece(part, old, applied, owned, owned_old)
+
+
+def _meta(run_dir: str) -> dict:
+    return _META_CACHE.setdefault(run_dir, files.read_json(files.join(run_dir, "run.json")))
+
+
+_META_CACHE: dict = {}
+
+
+def _feature_dim(run_dir: str) -> int:
+    return int(_meta(run_dir)["feature_dim"])
+
+
+def _vertex_schema(run_dir: str) -> pa.Schema:
+    optional = {"y": pa.int64(), "split": pa.string()}
+    present = [(name, t) for name, t in optional.items() if name in _meta(run_dir)["vertex_columns"]]
+    return pa.schema([("id", pa.int64()), ("x", pa.list_(pa.float32())), *present, ("owned", pa.bool_())])
+
+
+def _edge_schema(run_dir: str) -> pa.Schema:
+    fields = [("src", pa.int64()), ("dst", pa.int64())]
+    return pa.schema(fields + ([("weight", pa.float32())] if _meta(run_dir)["weighted"] else []))
+
+
+def local_stats(graph: GraphData, keys) -> dict:
+    """Every statistic of `keys` for the rows of `graph` from its own edges (right for the
+    vertices whose in-edges it holds: the owned ones)."""
+    src, dst = torch.from_numpy(graph.edge_src), torch.from_numpy(graph.edge_dst)
+    out = {}
+    for key, name, weighted in keys:
+        w = torch.from_numpy(graph.weight) if weighted and graph.weight is not None else None
+        out[key] = STATS.lookup(name)(src, dst, w, graph.num_nodes).numpy().astype(np.float32)
+    return out
+
+
+_PIECES: OrderedDict = OrderedDict()
+_PIECES_LOCK = threading.Lock()
+
+
+def load_piece(ctx: RunContext, part: int) -> Piece:
+    """The piece with every vertex's statistics (its own, foreign ones from their owners): the
+    input of every layer's tasks, cached per Python worker (a few pieces: tasks of one layer run
+    one part after another)."""
+    key = (ctx.run_dir, part)
+    with _PIECES_LOCK:
+        if key in _PIECES:
+            _PIECES.move_to_end(key)
+            return _PIECES[key]
+    piece = build_piece(ctx.run_dir, part)
+    piece.stats_old = local_stats(piece.old, ctx.stat_keys)
+    piece.stats_new = local_stats(piece.new, ctx.stat_keys)
+    if ctx.stat_keys:
+        names = [f"{k}_{side}" for k, _n, _w in ctx.stat_keys for side in ("old", "new")]
+        schema = pa.schema([("id", pa.int64())] + [(n, pa.float32()) for n in names])
+        foreign = read_slice(files.join(ctx.run_dir, "foreign_stats"), part, schema)
+        fids = foreign.column("id").to_numpy()
+        for stats, graph, side in ((piece.stats_old, piece.old, "old"), (piece.stats_new, piece.new, "new")):
+            rows, found = graph.id_index.lookup(fids)
+            for k, _n, _w in ctx.stat_keys:
+                values = foreign.column(f"{k}_{side}").to_numpy(zero_copy_only=False)
+                keep = found & ~np.isnan(values)
+                stats[k][rows[keep]] = values[keep]
+    with _PIECES_LOCK:
+        _PIECES[key] = piece
+        while len(_PIECES) > CACHED_PIECES:
+            _PIECES.popitem(last=False)
+    return piece
+
+
+# -- the tasks --------------------------------------------------------------------------------------
+def _parts(batches):
+    for batch in batches:
+        yield from (int(p) for p in batch.column(0).to_numpy())
+
+
+def _summary(part: int, info: dict) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict({"part": pa.array([part], pa.int32()), "info": [json.dumps(info)]})
+
+
+def build_task(ctx: RunContext, batches):
+    """Round 0, one row per partition: apply the update to the piece; write the owned vertices'
+    statistics (old and new graph) and the piece's part of the updated graph (owned vertices,
+    their in-edges). A rejected update yields its problem instead, for the driver to raise."""
+    for part in _parts(batches):
+        try:
+            piece = build_piece(ctx.run_dir, part)
+        except GraphUpdateError as error:
+            yield _summary(part, {"problem": str(error)})
+            continue
+        old, new = piece.old, piece.new
+        stats_old, stats_new = local_stats(old, ctx.stat_keys), local_stats(new, ctx.stat_keys)
+        ids = np.union1d(old.ids[piece.owned_old], new.ids[piece.owned])
+        columns = {"id": pa.array(ids)}
+        for k, _n, _w in ctx.stat_keys:
+            for side, graph, stats in (("old", old, stats_old), ("new", new, stats_new)):
+                rows, found = graph.id_index.lookup(ids)
+                values = np.full(len(ids), np.nan, np.float32)
+                values[found] = stats[k][rows[found]]
+                columns[f"{k}_{side}"] = pa.array(values)
+        write_piece_file(files.join(ctx.run_dir, "stats", f"part={part}.parquet"), pa.table(columns))
+        _write_new_graph(ctx.run_dir, piece)
+        yield _summary(
+            part,
+            {
+                "vertices": int(piece.owned.sum()),
+                "edges": int(new.num_edges),
+                "deleted": old.ids[piece.owned_old & (piece.applied.new_rows < 0)].tolist(),
+            },
+        )
+
+
+def _write_new_graph(run_dir: str, piece: Piece) -> None:
+    new = piece.new
+    rows = np.flatnonzero(piece.owned)
+    vertices = {"id": pa.array(new.ids[rows]), "x": to_list(new.x[rows])}
+    if new.y is not None:
+        vertices["y"] = pa.array(new.y[rows])
+    if new.split is not None:
+        split = np.asarray(new.split[rows]).astype(str)
+        vertices["split"] = pa.array(split, mask=split == NO_SPLIT, type=pa.string())
+    edges = {"src": pa.array(new.ids[new.edge_src]), "dst": pa.array(new.ids[new.edge_dst])}
+    if new.weight is not None:
+        edges["weight"] = pa.array(new.weight)
+    write_piece_file(files.join(run_dir, "graph", "vertices", f"part={piece.part}.parquet"), pa.table(vertices))
+    write_piece_file(files.join(run_dir, "graph", "edges", f"part={piece.part}.parquet"), pa.table(edges))
+
+
+_MODELS: dict = {}
+
+
+def _model(ctx: RunContext):
+    from sparkgnn.dl.model_store import ModelRegistry
+
+    registry = _MODELS.setdefault(ctx.model_store, ModelRegistry(ctx.model_store))
+    return registry.get(ctx.model_fingerprint)
+
+
+class ValueTable:
+    """Fetched vectors of one kind (NEW_H, OLD_H or STATE), looked up by id."""
+
+    def __init__(self, ids: np.ndarray, matrix: np.ndarray, what: str):
+        order = np.argsort(ids, kind="stable")
+        self.ids, self.matrix, self.what = ids[order], matrix[order], what
+
+    def take(self, ids: np.ndarray) -> torch.Tensor:
+        pos = np.minimum(np.searchsorted(self.ids, ids), max(len(self.ids) - 1, 0))
+        found = (self.ids[pos] == ids) if len(self.ids) else np.zeros(len(ids), bool)
+        if not found.all():
+            missing = np.unique(ids[~found])[:5].tolist()
+            raise ValueError(f"{self.what}: no value fetched for {int((~found).sum())} vertices, e.g. {missing}")
+        return torch.from_numpy(np.ascontiguousarray(self.matrix[pos]))
+
+
+def _values(ctx: RunContext, layer: int, part: int) -> dict:
+    schema = pa.schema([("id", pa.int64()), ("kind", pa.int32()), ("v", pa.list_(pa.float32()))])
+    table = read_slice(layer_dir(ctx.run_dir, layer, "values"), part, schema)
+    kinds = table.column("kind").to_numpy()
+    out = {}
+    for kind, what in ((NEW_H, "h^(l-1) after"), (OLD_H, "h^(l-1) before"), (STATE, "stored state")):
+        rows = table.filter(pa.array(kinds == kind))
+        if rows.column("v").null_count:
+            bad = rows.filter(rows.column("v").is_null()).column("id").to_numpy()[:5].tolist()
+            raise ValueError(f"layer {layer}: the PE store has no {what} for vertices {bad} of partition {part}")
+        matrix = to_numpy_matrix(rows.column("v")) if rows.num_rows else np.zeros((0, 0), np.float32)
+        out[kind] = ValueTable(rows.column("id").to_numpy(), matrix, f"layer {layer} {what}, partition {part}")
+    return out
+
+
+def _changed(ctx: RunContext, layer: int, piece: Piece) -> np.ndarray:
+    """Sorted new rows of the piece whose h^(l-1) changed (layer 1: features; else the previous
+    layer's targets in every partition, routed here by the driver)."""
+    if layer == 1:
+        return np.asarray(piece.applied.feature_changed, np.int64)
+    ids = read_slice(layer_dir(ctx.run_dir, layer, "changed"), piece.part, pa.schema([("id", pa.int64())]))
+    rows, found = piece.new.id_index.lookup(ids.column("id").to_numpy())
+    return np.unique(rows[found])
+
+
+def _layer_sides(ctx: RunContext, layer: int, piece: Piece, values: dict | None):
+    """(model, conv l, old Side, new Side); h^(l-1) from the features at layer 1, else from the
+    fetched `values` (None while planning: a plan reads no values)."""
+    model = _model(ctx)
+    conv = model.conv(layer - 1)
+    old, new = piece.old, piece.new
+    old_values: Callable | None = None
+    new_values: Callable | None = None
+    if layer == 1:
+
+        def old_values(rows):
+            return model.pre(torch.from_numpy(np.ascontiguousarray(old.x[rows])))
+
+        def new_values(rows):
+            return model.pre(torch.from_numpy(np.ascontiguousarray(new.x[rows])))
+
+    elif values is not None:
+
+        def old_values(rows):
+            return values[OLD_H].take(old.ids[rows])
+
+        def new_values(rows):
+            return values[NEW_H].take(new.ids[rows])
+
+    return (
+        model,
+        conv,
+        piece.side(conv, old, piece.stats_old, old_values),
+        piece.side(conv, new, piece.stats_new, new_values),
+    )
+
+
+def _plan(ctx: RunContext, layer: int, piece: Piece, values: dict | None):
+    model, conv, old, new = _layer_sides(ctx, layer, piece, values)
+    plan = plan_layer(conv, old, new, piece.applied, _changed(ctx, layer, piece), owned=piece.owned)
+    return model, conv, old, new, plan
+
+
+def plan_task(ctx: RunContext, layer: int, batches):
+    """Round 1 of a layer: plan the piece's targets and write which values the computation reads
+    (h^(l-1) after and before the update, stored states of layer l) as (part, id, kind) rows."""
+    for part in _parts(batches):
+        piece = load_piece(ctx, part)
+        _model_, _conv, _old, _new, plan = _plan(ctx, layer, piece, None)
+        wanted = [(STATE, piece.old.ids[plan.state_rows_needed(piece.applied.old_rows)])]
+        if layer > 1:
+            wanted += [(NEW_H, piece.new.ids[plan.new_rows_needed()]), (OLD_H, piece.old.ids[plan.old_rows_needed()])]
+        ids = np.concatenate([w for _k, w in wanted])
+        kinds = np.concatenate([np.full(len(w), k, np.int32) for k, w in wanted])
+        table = pa.table(
+            {"part": pa.array(np.full(len(ids), part, np.int32)), "id": pa.array(ids), "kind": pa.array(kinds)}
+        )
+        write_piece_file(files.join(layer_dir(ctx.run_dir, layer, "needs"), f"part={part}.parquet"), table)
+        yield _summary(part, {"targets": len(plan.targets), "needs": len(ids)})
+
+
+def compute_task(ctx: RunContext, layer: int, batches):
+    """Round 2 of a layer: recompute the piece's targets from the fetched values and write their
+    (id, h, state) rows."""
+    for part in _parts(batches):
+        yield _summary(part, _compute_piece(ctx, layer, part))
+
+
+@torch.no_grad()
+def _compute_piece(ctx: RunContext, layer: int, part: int) -> dict:
+    piece = load_piece(ctx, part)
+    values = _values(ctx, layer, part)
+    model, conv, old, new, plan = _plan(ctx, layer, piece, values)
+    change = compute_layer(
+        conv,
+        lambda h: model.post(layer - 1, h),
+        plan,
+        old,
+        new,
+        piece.applied.old_rows,
+        lambda rows: values[STATE].take(piece.old.ids[rows]),
+    )
+    table = pa.table(
+        {
+            "id": pa.array(piece.new.ids[change.targets]),
+            "h": to_list(change.h.numpy()),
+            "state": to_list(change.state.numpy()),
+        }
+    )
+    write_piece_file(files.join(layer_dir(ctx.run_dir, layer, "out"), f"part={part}.parquet"), table)
+    info = {k: int(getattr(change, k)) for k in ("delta", "scratch", "new_messages", "old_messages")}
+    return {"targets": len(change.targets), **info}
