@@ -15,6 +15,8 @@ phases (open, apply, fingerprint, per-layer read / compute / write, finish, veri
 recomputed per layer, and updates per second. Writes bench/results/refresh.json and refresh.png.
 Also one update of FIXED_EDGES changed edges on both sizes: how the cost of an equal change grows
 with the graph (it should not, beyond the O(N) read of a cold refresh and the O(E) edge arrays).
+At 0.1% and 1% the Spark refresh job (sparkgnn.refresh, 4 pieces, warm session) runs too,
+against the Spark precompute. Local refreshes run REPEATS times per point: medians reported.
 Key: speedup_1pct = from-scratch precompute seconds / cold refresh seconds at 1% on the 2M graph.
 """
 
@@ -33,6 +35,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_common import DATA, RESULTS, graph_arguments, machine, synthetic_dir, write_result  # noqa: E402
 
 FRACTIONS = (0.0001, 0.001, 0.01, 0.1)
+SPARK_FRACTIONS = (0.001, 0.01)  # also refreshed by the Spark job (sparkgnn.refresh) in the same run
+SPARK_PARTITIONS = 4
+REPEATS = 3  # local refreshes per point: the median is reported (the 2M points moved by 1.6x between runs)
 FIXED_EDGES = 200  # one update of this many changed edges on every size: cost vs graph size at equal change
 
 
@@ -63,12 +68,10 @@ def max_relative_error(got, want, ids, layers: int) -> float:
     return worst
 
 
-def spark_precompute_seconds(graph_dir: str, model, store: str, work: str) -> float:
+def spark_precompute_seconds(spark, graph_dir: str, model, store: str, work: str) -> float:
     """One Spark precompute (with states) of the graph in a warm local session."""
     from sparkgnn.engine.precompute import precompute
-    from sparkgnn.engine.session import local_session
 
-    spark = local_session("sparkgnn-bench-refresh", cores=2)
     try:
         shutil.rmtree(store, ignore_errors=True)
         options = {"states": True, "metrics": False, "work_dir": work, "validate": False, "log": lambda _line: None}
@@ -78,11 +81,48 @@ def spark_precompute_seconds(graph_dir: str, model, store: str, work: str) -> fl
         precompute(spark, graph_dir, model, store, **options)
         return time.perf_counter() - started
     finally:
-        spark.stop()
         shutil.rmtree(store, ignore_errors=True)
 
 
-def bench_size(nodes: int, edges: int, dim: int, model, with_spark: bool, log=print) -> dict:
+def spark_refresh_entry(spark, graph_dir: str, update, model, root: str, work: str, scratch, ids) -> dict:
+    """The Spark refresh (sparkgnn.refresh, SPARK_PARTITIONS pieces) of `update` on the store at
+    `root`, in the warm session; exactness against the scratch store of the updated graph."""
+    from sparkgnn.pe.spark_refresh import refresh
+
+    update_file = update.write(os.path.join(work, f"update-{time.time_ns()}.parquet"))
+    runs, lines = [], []
+    try:
+        for _run in range(2):  # the first warms the session up (as the Spark precompute's does)
+            lines.clear()
+            started = time.perf_counter()
+            store, report = refresh(
+                spark, graph_dir, model, root, update_file, partitions=SPARK_PARTITIONS, work_dir=work,
+                log=lambda line, at=started: lines.append(f"{time.perf_counter() - at:7.2f} {line}"),
+            )  # fmt: skip
+            runs.append(time.perf_counter() - started)
+            if _run == 0:
+                shutil.rmtree(os.path.join(root, report.graph_fingerprint))
+    finally:
+        os.remove(update_file)
+    seconds = runs[-1]
+    error = max_relative_error(store, scratch, ids, model.num_layers)
+    shutil.rmtree(os.path.join(root, report.graph_fingerprint))
+    return {
+        "seconds": round(seconds, 3),
+        "seconds_first_run_in_session": round(runs[0], 3),
+        "partitions": SPARK_PARTITIONS,
+        "log": lines,
+        "phases": report.phases,
+        "layers": report.layers,
+        "max_relative_error": error,
+    }
+
+
+def _median_run(runs: list[dict]) -> dict:
+    return sorted(runs, key=lambda r: r["seconds"])[len(runs) // 2]
+
+
+def bench_size(nodes: int, edges: int, dim: int, model, spark, log=print) -> dict:
     from sparkgnn.graph.reader import read_graph_dir
     from sparkgnn.graph.updates import apply
     from sparkgnn.pe.local import precompute_local
@@ -108,18 +148,20 @@ def bench_size(nodes: int, edges: int, dim: int, model, with_spark: bool, log=pr
     for i, (label, fraction) in enumerate(updates):
         update = make_update(graph, fraction, seed=i)
         rows = sum(update.counts().values())
-        runs = {}
-        for how in ("warm", "cold"):  # cold last: its version stays for the exactness check
-            old = None
-            if how == "warm":
-                old = PEStore.open(root, model=model, graph=graph)
-                for l in old.layers:
-                    old._table(l)  # loaded before the clock starts, as in a serving process
-            started = time.perf_counter()
-            refreshed, report = refresh_local(graph, update, model, root, log=None, store=old)
-            runs[how] = {"seconds": time.perf_counter() - started, "report": report.to_json()}
-            if how == "warm":
-                shutil.rmtree(os.path.join(root, report.graph_fingerprint))  # the bench's own version
+        repeats: dict = {"warm": [], "cold": []}
+        for repeat in range(REPEATS):
+            for how in ("warm", "cold"):  # the last cold run's version stays for the exactness check
+                old = None
+                if how == "warm":
+                    old = PEStore.open(root, model=model, graph=graph)
+                    for l in old.layers:
+                        old._table(l)  # loaded before the clock starts, as in a serving process
+                started = time.perf_counter()
+                refreshed, report = refresh_local(graph, update, model, root, log=None, store=old)
+                repeats[how].append({"seconds": time.perf_counter() - started, "report": report.to_json()})
+                if how == "warm" or repeat < REPEATS - 1:
+                    shutil.rmtree(os.path.join(root, report.graph_fingerprint))  # the bench's own version
+        runs = {how: _median_run(r) for how, r in repeats.items()}
         new_graph = apply(update, graph).graph
         shutil.rmtree(scratch_root, ignore_errors=True)
         started = time.perf_counter()
@@ -148,6 +190,13 @@ def bench_size(nodes: int, edges: int, dim: int, model, with_spark: bool, log=pr
             "layers_warm": warm["report"]["layers"],
             "max_relative_error": error,
         }
+        entry["refresh_seconds_cold_runs"] = [round(r["seconds"], 3) for r in repeats["cold"]]
+        entry["refresh_seconds_warm_runs"] = [round(r["seconds"], 3) for r in repeats["warm"]]
+        if spark is not None and fraction in SPARK_FRACTIONS:
+            entry["spark_refresh"] = spark_refresh_entry(
+                spark, graph_dir, update, model, root, work, scratch, new_graph.ids
+            )
+            log(f"  Spark refresh ({SPARK_PARTITIONS} pieces): {entry['spark_refresh']['seconds']} s")
         if label == "fixed":
             out["fixed_update"] = entry
         else:
@@ -158,11 +207,15 @@ def bench_size(nodes: int, edges: int, dim: int, model, with_spark: bool, log=pr
             f"(x{entry['speedup_cold']:.2f} / x{entry['speedup_warm']:.2f})"
         )
     shutil.rmtree(scratch_root, ignore_errors=True)
-    if with_spark:
-        spark_s = spark_precompute_seconds(graph_dir, model, os.path.join(work, "spark_store"), work)
+    if spark is not None:
+        spark_s = spark_precompute_seconds(spark, graph_dir, model, os.path.join(work, "spark_store"), work)
         out["spark_precompute_seconds_warm"] = round(spark_s, 3)
         for entry in out["fractions"].values():
             entry["speedup_cold_vs_spark_precompute"] = round(spark_s / entry["refresh_seconds_cold"], 3)
+            if "spark_refresh" in entry:
+                entry["spark_refresh"]["speedup_vs_spark_precompute"] = round(
+                    spark_s / entry["spark_refresh"]["seconds"], 3
+                )
     shutil.rmtree(root, ignore_errors=True)
     return out
 
@@ -199,6 +252,17 @@ def plot(result: dict, path: str) -> None:
             color="tab:gray",
             label=f"precompute from scratch ({label})",
         )
+        sparked = [(100 * float(f), e["spark_refresh"]) for f, e in fr.items() if "spark_refresh" in e]
+        if sparked:
+            axes[0].plot(
+                [p for p, _e in sparked],
+                [e["seconds"] for _p, e in sparked],
+                "D" + style,
+                color="tab:blue",
+                label=f"Spark refresh job ({label})",
+            )
+            if "spark_precompute_seconds_warm" in size:
+                axes[0].axhline(size["spark_precompute_seconds_warm"], color="tab:blue", linestyle=":", linewidth=1)
         for l in range(len(next(iter(fr.values()))["affected_fraction_per_layer"])):
             axes[1].plot(
                 x,
@@ -242,7 +306,9 @@ def phase_seconds(entry: dict, part: str) -> float:
 def main(argv=None) -> int:
     parser = graph_arguments(argparse.ArgumentParser(description=__doc__))
     parser.add_argument("--small-factor", type=int, default=4, help="the second graph is this many times smaller")
-    parser.add_argument("--no-spark", action="store_true", help="skip the Spark precompute baseline")
+    parser.add_argument(
+        "--no-spark", action="store_true", help="skip the Spark precompute baseline and the Spark refresh"
+    )
     args = parser.parse_args(argv)
     from torch_geometric.nn import GraphSAGE
 
@@ -258,17 +324,33 @@ def main(argv=None) -> int:
         "feature updates of fraction/10 x N vertices",
         "sizes": [],
     }
-    for nodes, edges in sizes:
-        print(f"bench-refresh: {nodes} nodes / {edges} edges", flush=True)
-        result["sizes"].append(bench_size(nodes, edges, args.dim, model, with_spark=not args.no_spark))
+    spark = None
+    if not args.no_spark:
+        from sparkgnn.engine.session import local_session
+
+        spark = local_session("sparkgnn-bench-refresh", cores=2)
+    try:
+        for nodes, edges in sizes:
+            print(f"bench-refresh: {nodes} nodes / {edges} edges", flush=True)
+            result["sizes"].append(bench_size(nodes, edges, args.dim, model, spark))
+    finally:
+        if spark is not None:
+            spark.stop()
     main_size = result["sizes"][0]["fractions"]
     one = main_size[str(0.01)]
     result["speedup_1pct"] = one["speedup_cold"]
     result["speedup_1pct_warm"] = one["speedup_warm"]
     if "speedup_cold_vs_spark_precompute" in one:
         result["speedup_1pct_vs_spark_precompute"] = one["speedup_cold_vs_spark_precompute"]
+    spark_one = one.get("spark_refresh")
+    if spark_one:
+        result["spark_refresh_speedup_1pct_vs_spark_precompute"] = spark_one["speedup_vs_spark_precompute"]
+        result["spark_refresh_seconds_1pct"] = spark_one["seconds"]
     entries = [e for size in result["sizes"] for e in [*size["fractions"].values(), size["fixed_update"]]]
     result["max_relative_error"] = max(e["max_relative_error"] for e in entries)
+    spark_entries = [e["spark_refresh"] for e in entries if "spark_refresh" in e]
+    if spark_entries:
+        result["spark_refresh_max_relative_error"] = max(e["max_relative_error"] for e in spark_entries)
     big, small = (size["fixed_update"] for size in result["sizes"])
     result[f"same_{FIXED_EDGES}_edge_update_cold_big_over_small"] = round(
         big["refresh_seconds_cold"] / small["refresh_seconds_cold"], 3

@@ -146,13 +146,27 @@ def _foreign_stats(spark, ctx: RunContext) -> None:
     foreign.join(stats, "id").write.partitionBy("part").parquet(_uri(files.join(ctx.run_dir, "foreign_stats")))
 
 
-def _new_graph(spark, run_dir: str, old, out_graph: str | None, log):
-    """The updated graph the pieces wrote: fingerprinted, and written to `out_graph` if given."""
+def _new_graph(spark, run_dir: str, old, built: list[dict], out_graph: str | None, log):
+    """The updated graph the pieces wrote, fingerprinted from the pieces' partial hash sums (no
+    Spark pass: the pieces came out of a validated apply on a validated graph), and written to
+    `out_graph` if given."""
     from sparkgnn.graph import Graph
+    from sparkgnn.graph.fingerprint import FingerprintAccumulator
 
+    acc = FingerprintAccumulator(old.feature_dim, old.has_weight)
+    for piece in built:
+        acc.add_partial(piece["vertices"], int(piece["vertex_sum"]), piece["edges"], int(piece["edge_sum"]))
+    meta = {
+        "fingerprint": acc.hexdigest(),
+        "validated": True,
+        "num_vertices": _sum(built, "vertices"),
+        "num_edges": _sum(built, "edges"),
+        "feature_dim": old.feature_dim,
+        "num_classes": old.stats()["num_classes"],
+    }
     vertices = spark.read.parquet(_uri(files.join(run_dir, "graph", "vertices")))
     edges = spark.read.parquet(_uri(files.join(run_dir, "graph", "edges")))
-    graph = Graph(vertices, edges, name=old.name)
+    graph = Graph(vertices, edges, name=old.name, meta=meta)
     if out_graph is None:
         return graph
     graph.save(out_graph)
@@ -268,7 +282,7 @@ def refresh(
         deleted = sorted({i for s in built for i in s.get("deleted", [])})
         if ctx.stat_keys:
             _foreign_stats(spark, ctx)
-        new_graph = _new_graph(spark, run_dir, old_graph, out_graph, log)
+        new_graph = _new_graph(spark, run_dir, old_graph, built, out_graph, log)
         report = RefreshReport(
             store="",
             graph_fingerprint=new_graph.fingerprint,

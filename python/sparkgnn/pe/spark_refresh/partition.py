@@ -43,6 +43,7 @@ from sparkgnn.arrowvec import to_list, to_numpy_matrix
 from sparkgnn.errors import GraphUpdateError
 from sparkgnn.graph.checks import NO_SPLIT
 from sparkgnn.graph.data import GraphData
+from sparkgnn.graph.fingerprint import edge_hash_sum, vertex_hash_sum
 from sparkgnn.graph.updates import GraphUpdate, apply
 from sparkgnn.graph.updates.applying import Applied
 from sparkgnn.layers.stats import STATS
@@ -296,12 +297,16 @@ def build_task(ctx: RunContext, batches):
                 columns[f"{k}_{side}"] = pa.array(values)
         write_piece_file(files.join(ctx.run_dir, "stats", f"part={part}.parquet"), pa.table(columns))
         _write_new_graph(ctx.run_dir, piece)
+        rows = np.flatnonzero(piece.owned)
         yield _summary(
             part,
             {
-                "vertices": int(piece.owned.sum()),
+                "vertices": len(rows),
                 "edges": int(new.num_edges),
                 "deleted": old.ids[piece.owned_old & (piece.applied.new_rows < 0)].tolist(),
+                # the updated graph's fingerprint partials (graph/fingerprint.py sums are additive)
+                "vertex_sum": vertex_hash_sum(new.ids[rows], new.x[rows]),
+                "edge_sum": edge_hash_sum(new.ids[new.edge_src], new.ids[new.edge_dst], new.weight),
             },
         )
 
