@@ -273,7 +273,7 @@ def plot(result: dict, path: str) -> None:
     axes[0].set_xscale("log")
     axes[0].set_xlabel("% of edges changed")
     axes[0].set_ylabel("seconds")
-    axes[0].legend(fontsize=7)
+    axes[0].legend(fontsize=6, loc="center left")
     axes[0].set_title("refresh vs precompute from scratch")
     axes[1].set_xscale("log")
     axes[1].set_xlabel("% of edges changed")

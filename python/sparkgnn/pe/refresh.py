@@ -16,9 +16,9 @@ The manifest's "refresh" entry records where it came from: the previous graph fi
 update's counts, per-layer targets, and the chain of graph fingerprints back to the first
 precompute.
 
-This path holds every layer of the old store in memory (like precompute_local). A Spark job for
-stores that do not fit one machine is not built yet (docs/ARCHITECTURE.md, "Incremental PE
-refresh", says what it needs).
+This path holds every layer of the old store in memory (like precompute_local). For stores that
+do not fit one machine, pe/spark_refresh runs the same kernel on pieces of the graph in Spark
+tasks and commits the same versions.
 """
 
 from __future__ import annotations

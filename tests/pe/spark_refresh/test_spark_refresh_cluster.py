@@ -27,12 +27,18 @@ pytestmark = [
 ]
 
 
-def test_refresh_survives_an_executor_lost_mid_layer(tmp_path):
+def _graph_model_store(tmp_path):
+    """graph/, model/ and store/ (a local precompute with states) under tmp_path."""
     graph = skewed_graph()
     write_graph_dir(graph, str(tmp_path / "graph"))
     model = model_of("gcn", graph.feature_dim, 2)
     model.save(str(tmp_path / "model"))
     precompute_local(graph, model, str(tmp_path / "store"), log=None)
+    return graph, model
+
+
+def test_refresh_survives_an_executor_lost_mid_layer(tmp_path):
+    graph, model = _graph_model_store(tmp_path)
     random_update(graph, seed=5).write(str(tmp_path / "update"))
     args = ["--graph", "graph", "--model", "model", "--store", "store", "--updates", "update",
             "--out-graph", "graph2", "--work-dir", "work", "--partitions", "6"]  # fmt: skip
@@ -51,11 +57,7 @@ def test_refresh_survives_an_executor_lost_mid_layer(tmp_path):
 def test_the_cli_names_a_bad_update_and_exits_2(tmp_path):
     import subprocess
 
-    graph = skewed_graph()
-    write_graph_dir(graph, str(tmp_path / "graph"))
-    model = model_of("gcn", graph.feature_dim, 2)
-    model.save(str(tmp_path / "model"))
-    precompute_local(graph, model, str(tmp_path / "store"), log=None)
+    graph, _model = _graph_model_store(tmp_path)
     import pyarrow as pa
     import pyarrow.parquet as pq
 
