@@ -87,7 +87,7 @@ def spark_precompute_seconds(spark, graph_dir: str, model, store: str, work: str
 def spark_refresh_entry(spark, graph_dir: str, update, model, root: str, work: str, scratch, ids) -> dict:
     """The Spark refresh (sparkgnn.refresh, SPARK_PARTITIONS pieces) of `update` on the store at
     `root`, in the warm session; exactness against the scratch store of the updated graph."""
-    from sparkgnn.pe.spark_refresh import refresh
+    from sparkgnn.engine.refresh import refresh
 
     update_file = update.write(os.path.join(work, f"update-{time.time_ns()}.parquet"))
     runs, lines = [], []

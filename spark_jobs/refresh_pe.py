@@ -41,7 +41,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def _spark(args):
     from sparkgnn.engine.session import job_session
-    from sparkgnn.pe.spark_refresh import refresh
+    from sparkgnn.engine.refresh import refresh
 
     spark = job_session("sparkgnn-refresh-pe")
     return refresh(spark, args.graph, args.model, args.store, args.updates, out_graph=args.out_graph,

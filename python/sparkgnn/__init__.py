@@ -24,7 +24,7 @@ _LAZY = {
     "infer": "sparkgnn.engine",
     "PEStore": "sparkgnn.pe",
     "precompute": "sparkgnn.engine",
-    "refresh": "sparkgnn.pe.spark_refresh",
+    "refresh": "sparkgnn.engine.refresh",
 }
 
 

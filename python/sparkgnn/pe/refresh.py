@@ -17,7 +17,7 @@ update's counts, per-layer targets, and the chain of graph fingerprints back to 
 precompute.
 
 This path holds every layer of the old store in memory (like precompute_local). For stores that
-do not fit one machine, pe/spark_refresh runs the same kernel on pieces of the graph in Spark
+do not fit one machine, engine/refresh runs the same kernel on pieces of the graph in Spark
 tasks and commits the same versions.
 """
 

@@ -140,7 +140,7 @@ def _positions(targets: np.ndarray, rows: np.ndarray) -> np.ndarray:
 @dataclass
 class LayerPlan:
     """The integer half of a layer's refresh: which targets, how each is recomputed, and which
-    messages that takes. WHY apart from the computation: a partitioned refresh (pe/spark_refresh)
+    messages that takes. WHY apart from the computation: a partitioned refresh (engine/refresh)
     plans first to learn which h^(l-1) values and stored states its partition needs, fetches
     only those, and then computes."""
 

@@ -1,5 +1,5 @@
 """Incremental PE refresh on Spark (job.py: the rounds; partition.py: one partition's piece)."""
 
-from sparkgnn.pe.spark_refresh.job import refresh
+from sparkgnn.engine.refresh.job import refresh
 
 __all__ = ["refresh"]

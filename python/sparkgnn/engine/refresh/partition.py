@@ -60,6 +60,7 @@ class RunContext:
     """What every task of a refresh is told (pickled into its closure)."""
 
     run_dir: str
+    pieces_dir: str  # the old graph's pieces (pieces.py): vertices/, edges/, local/
     partitions: int
     model_store: str
     model_fingerprint: str
@@ -103,7 +104,9 @@ def read_slice(folder: str, part: int, schema: pa.Schema) -> pa.Table:
         [pq.read_table(files.filesystem(p)[1], filesystem=fs, partitioning=None) for p in paths],
         promote_options="default",
     )
-    return table.select([n for n in schema.names if n in table.column_names])
+    table = table.select([n for n in schema.names if n in table.column_names])
+    # Spark names a list's item "element", pyarrow "item": one schema for slices of both writers
+    return table.cast(pa.schema([schema.field(n) for n in table.column_names]))
 
 
 def write_piece_file(path: str, table: pa.Table) -> None:
@@ -159,16 +162,23 @@ class Piece:
         return Side(graph.edge_src, graph.edge_dst, w, named, values)
 
 
-def build_piece(run_dir: str, part: int) -> Piece:
-    """Partition `part`'s piece from the run's input slices, the update applied (GraphUpdateError
-    names what in the update is wrong for the vertices and edges this partition holds)."""
+def build_piece(ctx: RunContext, part: int) -> Piece:
+    """Partition `part`'s piece: the old graph's piece (plus the vertices the update's inserted
+    edges come from), the update applied (GraphUpdateError names what in the update is wrong for
+    the vertices and edges this partition holds)."""
     from sparkgnn.graph.updates import UPDATE_SCHEMA
 
-    vertices = read_slice(files.join(run_dir, "in", "vertices"), part, _vertex_schema(run_dir))
+    run_dir, schema = ctx.run_dir, _vertex_schema(ctx.run_dir)
+    vertices = pa.concat_tables(
+        [
+            read_slice(files.join(ctx.pieces_dir, "vertices"), part, schema),
+            read_slice(files.join(run_dir, "in", "extra_vertices"), part, schema),
+        ]
+    )
     vertices = vertices.take(pc.sort_indices(vertices, [("id", "ascending")]))
     ids = vertices.column("id").to_numpy()
     x = to_numpy_matrix(vertices.column("x")) if vertices.num_rows else np.zeros((0, _feature_dim(run_dir)), np.float32)
-    edges = read_slice(files.join(run_dir, "in", "edges"), part, _edge_schema(run_dir))
+    edges = read_slice(files.join(ctx.pieces_dir, "edges"), part, _edge_schema(run_dir))
     src_ids, dst_ids = edges.column("src").to_numpy(), edges.column("dst").to_numpy()
     weight = _column(edges, "weight")
     order = np.lexsort((weight if weight is not None else np.zeros(len(src_ids)), src_ids, dst_ids))
@@ -244,7 +254,7 @@ def load_piece(ctx: RunContext, part: int) -> Piece:
         if key in _PIECES:
             _PIECES.move_to_end(key)
             return _PIECES[key]
-    piece = build_piece(ctx.run_dir, part)
+    piece = build_piece(ctx, part)
     piece.stats_old = local_stats(piece.old, ctx.stat_keys)
     piece.stats_new = local_stats(piece.new, ctx.stat_keys)
     if ctx.stat_keys:
@@ -281,7 +291,7 @@ def build_task(ctx: RunContext, batches):
     their in-edges). A rejected update yields its problem instead, for the driver to raise."""
     for part in _parts(batches):
         try:
-            piece = build_piece(ctx.run_dir, part)
+            piece = build_piece(ctx, part)
         except GraphUpdateError as error:
             yield _summary(part, {"problem": str(error)})
             continue
@@ -297,6 +307,7 @@ def build_task(ctx: RunContext, batches):
                 columns[f"{k}_{side}"] = pa.array(values)
         write_piece_file(files.join(ctx.run_dir, "stats", f"part={part}.parquet"), pa.table(columns))
         _write_new_graph(ctx.run_dir, piece)
+        _write_next_piece(ctx.run_dir, piece)
         rows = np.flatnonzero(piece.owned)
         yield _summary(
             part,
@@ -311,18 +322,45 @@ def build_task(ctx: RunContext, batches):
         )
 
 
+def _write_next_piece(run_dir: str, piece: Piece) -> None:
+    """The updated graph's piece, in the layout of pieces.py (the next refresh's input): owned
+    vertices and the sources of their in-edges, the in-edges, the held ids."""
+    new = piece.new
+    held = piece.owned.copy()
+    held[new.edge_src] = True
+    rows = np.flatnonzero(held)
+    vertices = {"id": pa.array(new.ids[rows]), "x": to_list(new.x[rows])}
+    vertices.update(_labels(new, rows))
+    vertices["owned"] = pa.array(piece.owned[rows])
+    folder = files.join(run_dir, "next")
+    name = f"part={piece.part}/piece.parquet"
+    write_piece_file(files.join(folder, "vertices", name), pa.table(vertices))
+    write_piece_file(files.join(folder, "edges", name), pa.table(_edge_columns(new)))
+    write_piece_file(files.join(folder, "local", name), pa.table({"id": pa.array(new.ids[rows])}))
+
+
+def _labels(graph: GraphData, rows: np.ndarray) -> dict:
+    out = {}
+    if graph.y is not None:
+        out["y"] = pa.array(graph.y[rows])
+    if graph.split is not None:
+        split = np.asarray(graph.split[rows]).astype(str)
+        out["split"] = pa.array(split, mask=split == NO_SPLIT, type=pa.string())
+    return out
+
+
+def _edge_columns(graph: GraphData) -> dict:
+    edges = {"src": pa.array(graph.ids[graph.edge_src]), "dst": pa.array(graph.ids[graph.edge_dst])}
+    if graph.weight is not None:
+        edges["weight"] = pa.array(graph.weight)
+    return edges
+
+
 def _write_new_graph(run_dir: str, piece: Piece) -> None:
     new = piece.new
     rows = np.flatnonzero(piece.owned)
-    vertices = {"id": pa.array(new.ids[rows]), "x": to_list(new.x[rows])}
-    if new.y is not None:
-        vertices["y"] = pa.array(new.y[rows])
-    if new.split is not None:
-        split = np.asarray(new.split[rows]).astype(str)
-        vertices["split"] = pa.array(split, mask=split == NO_SPLIT, type=pa.string())
-    edges = {"src": pa.array(new.ids[new.edge_src]), "dst": pa.array(new.ids[new.edge_dst])}
-    if new.weight is not None:
-        edges["weight"] = pa.array(new.weight)
+    vertices = {"id": pa.array(new.ids[rows]), "x": to_list(new.x[rows]), **_labels(new, rows)}
+    edges = _edge_columns(new)
     write_piece_file(files.join(run_dir, "graph", "vertices", f"part={piece.part}.parquet"), pa.table(vertices))
     write_piece_file(files.join(run_dir, "graph", "edges", f"part={piece.part}.parquet"), pa.table(edges))
 

@@ -10,10 +10,10 @@ import sys
 import pytest
 from cluster_harness import Kill, run_job
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "pe"))
 from test_refresh import assert_same_store, model_of, random_update  # noqa: E402
 
-from sparkgnn.graph.reader import read_graph_dir  # noqa: E402
+from sparkgnn.graph.updates import apply  # noqa: E402
 from sparkgnn.graph.writer import write_graph_dir  # noqa: E402
 from sparkgnn.pe import PEStore  # noqa: E402
 from sparkgnn.pe.local import precompute_local  # noqa: E402
@@ -39,19 +39,23 @@ def _graph_model_store(tmp_path):
 
 def test_refresh_survives_an_executor_lost_mid_layer(tmp_path):
     graph, model = _graph_model_store(tmp_path)
-    random_update(graph, seed=5).write(str(tmp_path / "update"))
+    update = random_update(graph, seed=5)
+    update.write(str(tmp_path / "update"))
     args = ["--graph", "graph", "--model", "model", "--store", "store", "--updates", "update",
-            "--out-graph", "graph2", "--work-dir", "work", "--partitions", "6"]  # fmt: skip
+            "--work-dir", "work", "--partitions", "6"]  # fmt: skip
     mid_layer = Kill(path="work/refresh/*/layer=1/out/part=*")
     run = run_job("refresh_pe.py", args, tmp_path, [mid_layer])
     assert run.returncode == 0, run.output()[-4000:]
     assert mid_layer.fired_at, "the kill never fired"
     assert "refresh_pe: store version" in run.output()
-    new_graph = read_graph_dir(str(tmp_path / "graph2"))
-    store = PEStore.open(str(tmp_path / "store"), model=model, graph=str(tmp_path / "graph2"))
+    new_graph = apply(update, graph).graph
+    store = PEStore.open(str(tmp_path / "store"), model=model, graph=new_graph)
     scratch = precompute_local(new_graph, model, str(tmp_path / "scratch"), log=None)
     assert_same_store(store, scratch, new_graph.ids, 2)
     assert os.listdir(tmp_path / "work" / "refresh") == []
+    assert sorted(os.listdir(tmp_path / "work" / "refresh-pieces")) == sorted(
+        [graph.fingerprint, new_graph.fingerprint]
+    )  # the old graph's pieces built by Spark, the new one's kept by the refresh
 
 
 def test_the_cli_names_a_bad_update_and_exits_2(tmp_path):

@@ -32,12 +32,12 @@ import time
 import uuid
 
 from sparkgnn import files
+from sparkgnn.engine.refresh import partition, pieces
+from sparkgnn.engine.refresh.partition import NEW_H, OLD_H, STATE, SUMMARY_SCHEMA, RunContext, layer_dir
 from sparkgnn.errors import GraphUpdateError
 from sparkgnn.graph.updates import KINDS, UPDATE_SCHEMA
 from sparkgnn.pe import versions
 from sparkgnn.pe.refresh import RefreshError, RefreshReport
-from sparkgnn.pe.spark_refresh import partition
-from sparkgnn.pe.spark_refresh.partition import NEW_H, OLD_H, STATE, SUMMARY_SCHEMA, RunContext, layer_dir
 from sparkgnn.pe.writer import layer_key
 
 EDGE_KINDS = ("edge_insert", "edge_delete")
@@ -88,37 +88,50 @@ def _tasks(spark, partitions: int, fn, what: str, log) -> list[dict]:
     return [json.loads(r.info) for r in sorted(rows, key=lambda r: r.part)]
 
 
-def _write_inputs(spark, run_dir: str, graph, update, partitions: int) -> None:
-    """Round 0's inputs, one folder per piece (partition.py: what a piece holds)."""
+def _local(spark, ctx: RunContext):
+    """(id, part): every id each piece holds (the old graph's pieces plus the sources of the
+    update's inserted edges)."""
+    schema = "id long, part int"
+    cached = spark.read.schema(schema).parquet(_uri(files.join(ctx.pieces_dir, "local")))
+    extra = spark.read.schema(schema).parquet(_uri(files.join(ctx.run_dir, "in", "extra_local")))
+    return cached.unionByName(extra)
+
+
+def _update_inputs(spark, ctx: RunContext, graph, update) -> None:
+    """Round 0's update inputs, one folder per piece: the update's rows routed to the pieces they
+    concern (edge rows by destination; vertex rows to the owner and to every piece holding the
+    vertex) and the vertices inserted edges come from that a piece does not hold yet."""
     from pyspark.sql import functions as F
 
     from sparkgnn.engine.routing import partition_expr
 
     def part_of(column: str):
-        return F.expr(partition_expr(column, partitions)).cast("int")
+        return F.expr(partition_expr(column, ctx.partitions)).cast("int")
 
-    vertices = graph.vertices
-    edges = graph.edges.withColumn("part", part_of("dst"))
+    held = spark.read.schema("id long, part int").parquet(_uri(files.join(ctx.pieces_dir, "local")))
     edge_rows = update.where(F.col("kind").isin(*EDGE_KINDS)).withColumn("part", part_of("dst"))
+    extra = (
+        edge_rows.where(F.col("src").isNotNull())
+        .select(F.col("src").alias("id"), "part")
+        .distinct()
+        .join(held, ["id", "part"], "left_anti")
+    )
+    extra.write.partitionBy("part").parquet(_uri(files.join(ctx.run_dir, "in", "extra_local")))
+    (
+        spark.read.schema("id long, part int")
+        .parquet(_uri(files.join(ctx.run_dir, "in", "extra_local")))
+        .join(graph.vertices, "id")
+        .withColumn("owned", F.col("part") == part_of("id"))
+        .write.partitionBy("part")
+        .parquet(_uri(files.join(ctx.run_dir, "in", "extra_vertices")))
+    )
     vertex_rows = update.where(F.col("kind").isin(*VERTEX_KINDS))
     other_rows = update.where(~F.coalesce(F.col("kind").isin(*KINDS), F.lit(False))).withColumn("part", F.lit(0))
-    local = (
-        vertices.select("id", part_of("id").alias("part"))
-        .unionByName(edges.select(F.col("src").alias("id"), "part"))
-        .unionByName(edge_rows.where(F.col("src").isNotNull()).select(F.col("src").alias("id"), "part"))
+    holders = (
+        _local(spark, ctx)
+        .unionByName(vertex_rows.select(F.col("node").alias("id"), part_of("node").alias("part")))
         .distinct()
     )
-    local.write.parquet(_uri(files.join(run_dir, "in", "local")))
-    local = spark.read.parquet(_uri(files.join(run_dir, "in", "local")))
-    owned = F.col("part") == part_of("id")
-    (
-        local.join(vertices, "id")
-        .withColumn("owned", owned)
-        .write.partitionBy("part")
-        .parquet(_uri(files.join(run_dir, "in", "vertices")))
-    )
-    edges.write.partitionBy("part").parquet(_uri(files.join(run_dir, "in", "edges")))
-    holders = local.unionByName(vertex_rows.select(F.col("node").alias("id"), part_of("node").alias("part"))).distinct()
     routed = vertex_rows.join(holders.withColumnRenamed("id", "node"), "node").withColumn(
         "owned", F.col("part") == part_of("node")
     )
@@ -130,7 +143,7 @@ def _write_inputs(spark, run_dir: str, graph, update, partitions: int) -> None:
         .unionByName(routed.select(*columns))
         .unionByName(other_rows.select(*columns))
         .write.partitionBy("part")
-        .parquet(_uri(files.join(run_dir, "in", "update")))
+        .parquet(_uri(files.join(ctx.run_dir, "in", "update")))
     )
 
 
@@ -140,8 +153,7 @@ def _foreign_stats(spark, ctx: RunContext) -> None:
 
     from sparkgnn.engine.routing import partition_expr
 
-    local = spark.read.parquet(_uri(files.join(ctx.run_dir, "in", "local")))
-    foreign = local.where(F.col("part") != F.expr(partition_expr("id", ctx.partitions)))
+    foreign = _local(spark, ctx).where(F.col("part") != F.expr(partition_expr("id", ctx.partitions)))
     stats = spark.read.parquet(_uri(files.join(ctx.run_dir, "stats")))
     foreign.join(stats, "id").write.partitionBy("part").parquet(_uri(files.join(ctx.run_dir, "foreign_stats")))
 
@@ -176,9 +188,10 @@ def _new_graph(spark, run_dir: str, old, built: list[dict], out_graph: str | Non
 
 def _route_changed(spark, ctx: RunContext, layer: int) -> None:
     """Layer l-1's recomputed ids, to every piece holding them (h^(l-1) changed there)."""
-    local = spark.read.parquet(_uri(files.join(ctx.run_dir, "in", "local")))
     changed = spark.read.parquet(_uri(layer_dir(ctx.run_dir, layer - 1, "out"))).select("id")
-    changed.join(local, "id").write.partitionBy("part").parquet(_uri(layer_dir(ctx.run_dir, layer, "changed")))
+    changed.join(_local(spark, ctx), "id").write.partitionBy("part").parquet(
+        _uri(layer_dir(ctx.run_dir, layer, "changed"))
+    )
 
 
 def _fetch_values(spark, ctx: RunContext, old_store, layer: int) -> None:
@@ -265,8 +278,14 @@ def refresh(
     partitions = int(partitions or _default_partitions(spark))
     root = _work_dir(spark, None, work_dir)
     run_dir = files.join(root, "refresh", uuid.uuid4().hex)
-    ctx = RunContext(run_dir, partitions, files.join(root, "models"), register(model, files.join(root, "models")),
-                     partition.stat_keys(model))  # fmt: skip
+    ctx = RunContext(
+        run_dir,
+        pieces.pieces_dir(root, old_store.manifest["graph_fingerprint"], partitions),
+        partitions,
+        files.join(root, "models"),
+        register(model, files.join(root, "models")),
+        partition.stat_keys(model),
+    )
     phases: dict = {}
     try:
         files.write_json_atomic(
@@ -274,7 +293,13 @@ def refresh(
             {"feature_dim": old_graph.feature_dim, "weighted": old_graph.has_weight,
              "vertex_columns": [c for c in ("y", "split") if c in old_graph.vertices.columns]},
         )  # fmt: skip
-        _write_inputs(spark, run_dir, old_graph, update, partitions)
+        phases["build_pieces"] = 0.0  # 0: the graph's pieces were kept by the refresh that made it
+        if not pieces.complete(ctx.pieces_dir):
+            built_at = time.perf_counter()
+            pieces.build(spark, old_graph, partitions, ctx.pieces_dir)
+            phases["build_pieces"] = round(time.perf_counter() - built_at, 3)
+            log and log(f"sparkgnn refresh: the graph's {partitions} pieces built in {phases['build_pieces']:.1f} s")
+        _update_inputs(spark, ctx, old_graph, update)
         built = _tasks(spark, partitions, functools.partial(partition.build_task, ctx), "apply the update", log)
         problems = sorted({s["problem"] for s in built if "problem" in s})
         if problems:
@@ -283,6 +308,7 @@ def refresh(
         if ctx.stat_keys:
             _foreign_stats(spark, ctx)
         new_graph = _new_graph(spark, run_dir, old_graph, built, out_graph, log)
+        pieces.adopt(files.join(run_dir, "next"), pieces.pieces_dir(root, new_graph.fingerprint, partitions), log)
         report = RefreshReport(
             store="",
             graph_fingerprint=new_graph.fingerprint,
