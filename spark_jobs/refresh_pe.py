@@ -40,8 +40,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def _spark(args):
-    from sparkgnn.engine.session import job_session
     from sparkgnn.engine.refresh import refresh
+    from sparkgnn.engine.session import job_session
 
     spark = job_session("sparkgnn-refresh-pe")
     return refresh(spark, args.graph, args.model, args.store, args.updates, out_graph=args.out_graph,
