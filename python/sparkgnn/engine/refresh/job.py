@@ -5,11 +5,14 @@ The graph is split into P pieces by destination (partition.py says what a piece 
 is enough). The driver only routes rows with Spark joins and holds nothing of the graph's size:
 the update's deleted vertex ids and per-partition summaries are all it collects.
 
-    round 0   Spark writes each piece's inputs (partitionBy part); one task per piece applies the
-              update to it (validating it: a rejected update raises GraphUpdateError naming every
-              problem, nothing written), writes its owned vertices' statistics and its share of
-              the updated graph; Spark joins the statistics of foreign vertices to the pieces
-              holding them. The updated graph is fingerprinted (and written to --out-graph).
+    round 0   the old graph's pieces come from the pieces cache (pieces.py; built by Spark the
+              first time a graph is refreshed); Spark routes the update's rows to the pieces
+              they concern (partitionBy part). One task per piece applies the update to it
+              (validating it: a rejected update raises GraphUpdateError naming every problem,
+              nothing written), writes its owned vertices' statistics, its share of the updated
+              graph and the updated graph's piece (kept for the next refresh); Spark joins the
+              statistics of foreign vertices to the pieces holding them. The updated graph is
+              fingerprinted from the tasks' partial sums (and written to --out-graph).
     layer l   plan: each task plans its targets and writes which values it reads;
               fetch: Spark joins those ids with the old store's layers l-1 and l and with layer
               l-1's recomputed rows (one scan of each stored layer, the needs broadcast);
@@ -18,8 +21,9 @@ the update's deleted vertex ids and per-partition summaries are all it collects.
               old version's layer (or written whole: versions.should_compact), by Spark.
 
 Run directory (<work dir>/refresh/<uuid>/, on a filesystem every executor reaches; deleted at
-the end): run.json; in/{vertices,edges,update,local}/; stats/ foreign_stats/; graph/{vertices,
-edges}/; layer=<l>/{changed,needs,values,out}/. A crash leaves the old version readable and the
+the end): run.json; in/{update,extra_local,extra_vertices}/; stats/ foreign_stats/;
+graph/{vertices,edges}/; next/ (the updated graph's pieces, adopted into the cache);
+layer=<l>/{changed,needs,values,out}/. A crash leaves the old version readable and the
 new one with its committed layers; a rerun recomputes in a fresh run directory (cheap: the
 change only) and commits only the layers still missing, giving the same store.
 """

@@ -117,11 +117,6 @@ def write_piece_file(path: str, table: pa.Table) -> None:
         pq.write_table(table, sink)
 
 
-def read_file(path: str) -> pa.Table:
-    fs, inner = files.filesystem(path)
-    return pq.read_table(inner, filesystem=fs, partitioning=None)
-
-
 def layer_dir(run_dir: str, layer: int, what: str) -> str:
     return files.join(run_dir, f"layer={layer}", what)
 
