@@ -245,8 +245,12 @@ class PEWriter:
             files.delete(stale)
 
     @staticmethod
-    def _commit_dir_write(df, folder: str, columns: list[str]) -> int:
+    def _commit_dir_write(df, folder: str, columns: list[str], rows: int | None = None) -> int:
+        """Spark writes `df` into `folder`; its row count read back, unless the caller knows it
+        (`rows`: a delta's count is the merged layer's, not the attempt's; one Spark job less)."""
         df.selectExpr(*columns).write.mode("overwrite").parquet(layout.spark_uri(folder))
+        if rows is not None:
+            return int(rows)
         return int(df.sparkSession.read.parquet(layout.spark_uri(folder)).count())
 
     def _check_commit(self, l: int, width: int, state_width: int | None, has_state: bool) -> int:
@@ -321,7 +325,7 @@ class PEWriter:
         columns = ["CAST(id AS BIGINT) AS id", "CAST(h AS ARRAY<FLOAT>) AS h"]
         if self.with_states:
             columns.append("CAST(state AS ARRAY<FLOAT>) AS state")
-        write = functools.partial(self._commit_dir_write, df, columns=columns)
+        write = functools.partial(self._commit_dir_write, df, columns=columns, rows=rows)
         self._record(l, write, state_width, bases=versions.chain_over(over.manifest, key), rows=rows)
 
     def commit_layer_delta(self, l: int, over, ids, h, state, deleted_ids, rows: int) -> None:

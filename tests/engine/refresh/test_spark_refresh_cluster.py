@@ -42,7 +42,7 @@ def test_refresh_survives_an_executor_lost_mid_layer(tmp_path):
     update = random_update(graph, seed=5)
     update.write(str(tmp_path / "update"))
     args = ["--graph", "graph", "--model", "model", "--store", "store", "--updates", "update",
-            "--work-dir", "work", "--partitions", "6"]  # fmt: skip
+            "--work-dir", "work", "--partitions", "4"]  # fmt: skip
     mid_layer = Kill(path="work/refresh/*/layer=1/out/part=*")
     run = run_job("refresh_pe.py", args, tmp_path, [mid_layer])
     assert run.returncode == 0, run.output()[-4000:]
