@@ -43,6 +43,13 @@ def partition_expr(column: str, partitions: int) -> str:
     return PARTITION_EXPR.format(col=column, n=int(partitions))
 
 
+def partition_column(column: str, partitions: int):
+    """partition_expr as a Spark Column (int)."""
+    from pyspark.sql import functions as F
+
+    return F.expr(partition_expr(column, partitions)).cast("int")
+
+
 _KEYS: dict[tuple, np.ndarray] = {}
 
 

@@ -22,7 +22,7 @@ the update's deleted vertex ids and per-partition summaries are all it collects.
 
 Run directory (<work dir>/refresh/<uuid>/, on a filesystem every executor reaches; deleted at
 the end): run.json; in/{update,extra_local,extra_vertices}/; stats/ foreign_stats/;
-graph/{vertices,edges}/; next/ (the updated graph's pieces, adopted into the cache);
+next/ (the updated graph's pieces: its data, then adopted into the cache);
 layer=<l>/{changed,needs,values,out}/. A crash leaves the old version readable and the
 new one with its committed layers; a rerun recomputes in a fresh run directory (cheap: the
 change only) and commits only the layers still missing, giving the same store.
@@ -92,13 +92,16 @@ def _tasks(spark, partitions: int, fn, what: str, log) -> list[dict]:
     return [json.loads(r.info) for r in sorted(rows, key=lambda r: r.part)]
 
 
+def _read_ids(spark, folder: str):
+    """(id, part) rows of a folder written with partitionBy("part") (empty: no rows, no error)."""
+    return spark.read.schema("id long, part int").parquet(_uri(folder))
+
+
 def _local(spark, ctx: RunContext):
     """(id, part): every id each piece holds (the old graph's pieces plus the sources of the
     update's inserted edges)."""
-    schema = "id long, part int"
-    cached = spark.read.schema(schema).parquet(_uri(files.join(ctx.pieces_dir, "local")))
-    extra = spark.read.schema(schema).parquet(_uri(files.join(ctx.run_dir, "in", "extra_local")))
-    return cached.unionByName(extra)
+    cached = _read_ids(spark, files.join(ctx.pieces_dir, "local"))
+    return cached.unionByName(_read_ids(spark, files.join(ctx.run_dir, "in", "extra_local")))
 
 
 def _update_inputs(spark, ctx: RunContext, graph, update) -> None:
@@ -107,12 +110,12 @@ def _update_inputs(spark, ctx: RunContext, graph, update) -> None:
     vertex) and the vertices inserted edges come from that a piece does not hold yet."""
     from pyspark.sql import functions as F
 
-    from sparkgnn.engine.routing import partition_expr
+    from sparkgnn.engine.routing import partition_column
 
     def part_of(column: str):
-        return F.expr(partition_expr(column, ctx.partitions)).cast("int")
+        return partition_column(column, ctx.partitions)
 
-    held = spark.read.schema("id long, part int").parquet(_uri(files.join(ctx.pieces_dir, "local")))
+    held = _read_ids(spark, files.join(ctx.pieces_dir, "local"))
     edge_rows = update.where(F.col("kind").isin(*EDGE_KINDS)).withColumn("part", part_of("dst"))
     extra = (
         edge_rows.where(F.col("src").isNotNull())
@@ -122,8 +125,7 @@ def _update_inputs(spark, ctx: RunContext, graph, update) -> None:
     )
     extra.write.partitionBy("part").parquet(_uri(files.join(ctx.run_dir, "in", "extra_local")))
     (
-        spark.read.schema("id long, part int")
-        .parquet(_uri(files.join(ctx.run_dir, "in", "extra_local")))
+        _read_ids(spark, files.join(ctx.run_dir, "in", "extra_local"))
         .join(graph.vertices, "id")
         .withColumn("owned", F.col("part") == part_of("id"))
         .write.partitionBy("part")
@@ -180,8 +182,11 @@ def _new_graph(spark, run_dir: str, old, built: list[dict], out_graph: str | Non
         "feature_dim": old.feature_dim,
         "num_classes": old.stats()["num_classes"],
     }
-    vertices = spark.read.parquet(_uri(files.join(run_dir, "graph", "vertices")))
-    edges = spark.read.parquet(_uri(files.join(run_dir, "graph", "edges")))
+    # the next pieces (partition.py) hold every vertex once as owned, and every edge once
+    pieces_next = files.join(run_dir, "next")
+    columns = ["id", "x", *(c for c in ("y", "split") if c in old.vertices.columns)]
+    vertices = spark.read.parquet(_uri(files.join(pieces_next, "vertices"))).where("owned").select(*columns)
+    edges = spark.read.parquet(_uri(files.join(pieces_next, "edges"))).drop("part")
     graph = Graph(vertices, edges, name=old.name, meta=meta)
     if out_graph is None:
         return graph
@@ -312,7 +317,6 @@ def refresh(
         if ctx.stat_keys:
             _foreign_stats(spark, ctx)
         new_graph = _new_graph(spark, run_dir, old_graph, built, out_graph, log)
-        pieces.adopt(files.join(run_dir, "next"), pieces.pieces_dir(root, new_graph.fingerprint, partitions), log)
         report = RefreshReport(
             store="",
             graph_fingerprint=new_graph.fingerprint,
@@ -361,6 +365,8 @@ def refresh(
                                       "engine": "spark", "partitions": partitions}  # fmt: skip
         writer.finish({"refresh_seconds": report.seconds})
         report.store = writer.base
+        # after the last read of the updated graph's frames (they lie in next/ until adopted)
+        pieces.adopt(files.join(run_dir, "next"), pieces.pieces_dir(root, new_graph.fingerprint, partitions), log)
         refreshed = PEStore.open(store, model=model, graph=new_graph)
         report.seconds = round(time.perf_counter() - started, 3)
         return refreshed, report

@@ -282,8 +282,9 @@ def _summary(part: int, info: dict) -> pa.RecordBatch:
 
 def build_task(ctx: RunContext, batches):
     """Round 0, one row per partition: apply the update to the piece; write the owned vertices'
-    statistics (old and new graph) and the piece's part of the updated graph (owned vertices,
-    their in-edges). A rejected update yields its problem instead, for the driver to raise."""
+    statistics (old and new graph) and the updated graph's piece (its owned vertices and their
+    in-edges are also the piece's share of the updated graph). A rejected update yields its
+    problem instead, for the driver to raise."""
     for part in _parts(batches):
         try:
             piece = build_piece(ctx, part)
@@ -301,7 +302,6 @@ def build_task(ctx: RunContext, batches):
                 values[found] = stats[k][rows[found]]
                 columns[f"{k}_{side}"] = pa.array(values)
         write_piece_file(files.join(ctx.run_dir, "stats", f"part={part}.parquet"), pa.table(columns))
-        _write_new_graph(ctx.run_dir, piece)
         _write_next_piece(ctx.run_dir, piece)
         rows = np.flatnonzero(piece.owned)
         yield _summary(
@@ -349,15 +349,6 @@ def _edge_columns(graph: GraphData) -> dict:
     if graph.weight is not None:
         edges["weight"] = pa.array(graph.weight)
     return edges
-
-
-def _write_new_graph(run_dir: str, piece: Piece) -> None:
-    new = piece.new
-    rows = np.flatnonzero(piece.owned)
-    vertices = {"id": pa.array(new.ids[rows]), "x": to_list(new.x[rows]), **_labels(new, rows)}
-    edges = _edge_columns(new)
-    write_piece_file(files.join(run_dir, "graph", "vertices", f"part={piece.part}.parquet"), pa.table(vertices))
-    write_piece_file(files.join(run_dir, "graph", "edges", f"part={piece.part}.parquet"), pa.table(edges))
 
 
 _MODELS: dict = {}

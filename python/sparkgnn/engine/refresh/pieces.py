@@ -41,10 +41,10 @@ def build(spark, graph, partitions: int, path: str) -> None:
     """The graph's pieces, written by Spark (partitionBy part), then the marker."""
     from pyspark.sql import functions as F
 
-    from sparkgnn.engine.routing import partition_expr
+    from sparkgnn.engine.routing import partition_column
 
     def part_of(column: str):
-        return F.expr(partition_expr(column, partitions)).cast("int")
+        return partition_column(column, partitions)
 
     files.delete(path)  # an unmarked layout: a build that did not finish
     uri = files.spark_uri
