@@ -7,6 +7,7 @@ driver, in a notebook or in the bench without either). Modules, one job each:
   ir          Operator / LayerPlan / Plan, JSON round trip
   segments    row sizes and Pipe round-trip building blocks
   strategies  registry of physical data-movement strategies (edge_join, replicate, combine)
+  pushdown    the fourth strategy: message + aggregation in Spark (the JVM module's native aggregates)
   rewrites    transform-then-propagate, fusion of DL operators into one Pipe round trip
   cost        CostModel (calibrated constants) and measuring an operator list
   partitions  choose_layout / choose_partitions (P = cores and all cores at once, unless memory needs otherwise)
@@ -14,6 +15,7 @@ driver, in a notebook or in the bench without either). Modules, one job each:
   explain     Plan.explain() text
 """
 
+from sparkgnn.planner import pushdown as _pushdown  # noqa: F401 (registers the pushdown strategy)
 from sparkgnn.planner.compile import compile
 from sparkgnn.planner.cost import CostModel, Estimate, measure
 from sparkgnn.planner.errors import PlanError

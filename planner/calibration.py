@@ -6,7 +6,7 @@ the Python pipe, round trips, edges) and how long the layer took. Those pairs ar
 data the model is linear in, so the planner can learn this machine's (or cluster's) constants
 from its own recent runs instead of trusting a probe made elsewhere.
 
-The fit: with c = (1/shuffle_Bps, 1/python_Bps, pass_overhead_s, per_edge_s) and a layer's
+The fit: with c = (1/shuffle_Bps, 1/python_Bps, pass_overhead_s, per_edge_s, jvm_edge_s) and a layer's
 quantities x_i, predicted seconds are x_i . c. Minimise the squared *relative* error of every
 observation, sum_i (x_i . c / y_i - 1)^2, plus a ridge pull of each constant towards the prior
 model, PRIOR_WEIGHT x sum_j (c_j / prior_j - 1)^2: a handful of runs on one graph size cannot tell
@@ -34,7 +34,7 @@ from sparkgnn.planner.errors import PlanError
 PRIOR_WEIGHT = 1.0
 PRIOR_OBSERVATIONS = 4
 MAX_FACTOR = 20.0
-TERMS = ("shuffle_bytes", "python_bytes", "passes", "edges")
+TERMS = ("shuffle_bytes", "python_bytes", "passes", "edges", "jvm_edges")
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,7 @@ class Observation:
     passes: float
     edges: float
     seconds: float
+    jvm_edges: float = 0.0  # absent from observations recorded before pushdown existed
 
     def __post_init__(self) -> None:
         for name in (*TERMS, "seconds"):
@@ -58,7 +59,7 @@ class Observation:
     @classmethod
     def from_estimates(cls, estimates: dict, seconds: float) -> Observation:
         """From a plan layer's `estimates` dict (cost.Estimate.to_dict) and the measured seconds."""
-        values = {name: float(estimates[name]) for name in TERMS}
+        values = {name: float(estimates.get(name, 0.0)) for name in TERMS}
         return cls(**values, seconds=float(seconds))
 
     def to_dict(self) -> dict[str, float]:
@@ -66,12 +67,16 @@ class Observation:
 
 
 def _coefficients(model: CostModel) -> np.ndarray:
-    return np.array([1 / model.shuffle_Bps, 1 / model.python_Bps, model.pass_overhead_s, model.per_edge_s])
+    return np.array(
+        [1 / model.shuffle_Bps, 1 / model.python_Bps, model.pass_overhead_s, model.per_edge_s, model.jvm_edge_s]
+    )
 
 
 def _model(coefficients: np.ndarray) -> CostModel:
-    shuffle, python, passes, edge = (float(c) for c in coefficients)
-    return CostModel(shuffle_Bps=1 / shuffle, python_Bps=1 / python, pass_overhead_s=passes, per_edge_s=edge)
+    shuffle, python, passes, edge, jvm_edge = (float(c) for c in coefficients)
+    return CostModel(
+        shuffle_Bps=1 / shuffle, python_Bps=1 / python, pass_overhead_s=passes, per_edge_s=edge, jvm_edge_s=jvm_edge
+    )
 
 
 def size_weight(edges: float, target_edges: float | None) -> float:
@@ -115,5 +120,6 @@ def fit(
 def relative_errors(model: CostModel, observations: list[Observation]) -> list[float]:
     """|predicted / measured - 1| per observation (what `fit` minimises, reported)."""
     return [
-        abs(model.seconds(o.shuffle_bytes, o.python_bytes, o.passes, o.edges) / o.seconds - 1) for o in observations
+        abs(model.seconds(o.shuffle_bytes, o.python_bytes, o.passes, o.edges, o.jvm_edges) / o.seconds - 1)
+        for o in observations
     ]

@@ -168,6 +168,7 @@ def _context(specs: list[LayerSpec], position: int, stats: GraphStats, job: Task
         rows=Rows.of(stats, fraction),
         partitions=stats.partitions,
         last=last,
+        native_aggregates_missing=job.native_aggregates_missing,
     )
 
 

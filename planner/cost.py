@@ -1,5 +1,5 @@
 """Cost model: seconds = shuffle_bytes / shuffle_Bps + python_bytes / python_Bps
-                        + passes x pass_overhead_s + edges x per_edge_s.
+                        + passes x pass_overhead_s + edges x per_edge_s + jvm_edges x jvm_edge_s.
 
 Why so simple: Lotan (§4.2, appendix A.1) found that the plan space is small and that linear
 terms in the bytes each boundary moves — Spark's shuffle, the Arrow pipe into Python — plus a
@@ -43,12 +43,17 @@ class CostModel:
         (message + aggregation + the update amortised over edges).
     Check: the binary-blob join variant then predicts 4.0 + 3.0 + 0.9 + 1.4 = 9.3 s vs 7.8-8.8 s
     measured — within the noise of the probe, and ranking is what the planner needs.
+    jvm_edge_s: per edge a native aggregate reduces inside Spark (pushdown: the join row built for
+        the edge and its weighted vector folded into the group's buffer). Measured with the jar's
+        sparkgnn_vec_sum over the same 2M edges x 128 floats, cached edges hash-joined with the
+        payloads (docs/PLATFORM.md, "Native aggregates").
     """
 
     shuffle_Bps: float = 0.29e9
     python_Bps: float = 0.42e9
     pass_overhead_s: float = 0.9
     per_edge_s: float = 0.7e-6
+    jvm_edge_s: float = 1.0e-6
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -59,12 +64,15 @@ class CostModel:
             if (positive and value <= 0) or value < 0:
                 raise PlanError(f"CostModel.{f.name} must be {'positive' if positive else '>= 0'}, got {value}")
 
-    def seconds(self, shuffle_bytes: float, python_bytes: float, passes: float, edges: float) -> float:
+    def seconds(
+        self, shuffle_bytes: float, python_bytes: float, passes: float, edges: float, jvm_edges: float = 0.0
+    ) -> float:
         return (
             shuffle_bytes / self.shuffle_Bps
             + python_bytes / self.python_Bps
             + passes * self.pass_overhead_s
             + edges * self.per_edge_s
+            + jvm_edges * self.jvm_edge_s
         )
 
     def to_dict(self) -> dict[str, float]:
@@ -89,6 +97,7 @@ class Estimate:
     python_out_bytes: int = 0
     passes: int = 0
     edges: int = 0
+    jvm_edges: int = 0
 
     @property
     def python_bytes(self) -> int:
@@ -101,10 +110,17 @@ class Estimate:
         return Estimate(*(a - b for a, b in zip(self._tuple(), other._tuple(), strict=True)))
 
     def _tuple(self) -> tuple[int, ...]:
-        return (self.shuffle_bytes, self.python_in_bytes, self.python_out_bytes, self.passes, self.edges)
+        return (
+            self.shuffle_bytes,
+            self.python_in_bytes,
+            self.python_out_bytes,
+            self.passes,
+            self.edges,
+            self.jvm_edges,
+        )
 
     def seconds(self, model: CostModel) -> float:
-        return model.seconds(self.shuffle_bytes, self.python_bytes, self.passes, self.edges)
+        return model.seconds(self.shuffle_bytes, self.python_bytes, self.passes, self.edges, self.jvm_edges)
 
     def to_dict(self, model: CostModel) -> dict[str, float]:
         return {
@@ -114,19 +130,23 @@ class Estimate:
             "python_bytes": self.python_bytes,
             "passes": self.passes,
             "edges": self.edges,
+            "jvm_edges": self.jvm_edges,
             "seconds": round(self.seconds(model), 6),
         }
 
 
 def measure(ops: Iterable[Operator]) -> Estimate:
     """Sum the costed quantities of operators: Shuffle/Partition bytes are shuffled, Pipe bytes
-    cross the Python boundary (a to_dl Pipe opens one pass), DL ops report their edge work.
+    cross the Python boundary (a to_dl Pipe opens one pass), DL ops report their edge work, GRAPH
+    ops that reduce edges in the JVM (pushdown's native aggregate) theirs as `jvm_edges`.
     Scatter/Join/Collect/Materialize bytes are informative only: they are either local or the
     same rows a Shuffle already counts, so counting them would double-charge."""
-    shuffle = py_in = py_out = passes = edges = 0
+    shuffle = py_in = py_out = passes = edges = jvm_edges = 0
     for op in ops:
         if op.engine == "GRAPH" and op.name in SHUFFLE_OPERATORS:
             shuffle += op.est_bytes
+        elif op.engine == "GRAPH":
+            jvm_edges += int(op.attrs.get("jvm_edges", 0))
         elif op.name == "Pipe":
             if op.direction == "to_dl":
                 py_in += op.est_bytes
@@ -135,4 +155,4 @@ def measure(ops: Iterable[Operator]) -> Estimate:
                 py_out += op.est_bytes
         elif op.engine == "DL":
             edges += int(op.attrs.get("edges", 0))
-    return Estimate(shuffle, py_in, py_out, passes, edges)
+    return Estimate(shuffle, py_in, py_out, passes, edges, jvm_edges)

@@ -47,6 +47,8 @@ TASK_DEFAULTS: dict[str, Any] = {
     "collect_all": False,
     "mapped_payloads": False,
     "concurrent_tasks": None,
+    # True when the session has the sparkgnn JVM functions (engine.jvm), else why it has not
+    "native_aggregates": "the session was not checked for the sparkgnn JVM functions",
 }
 TASK_REQUIRED = ("strategy", "cores", "memory_per_task_bytes")
 
@@ -82,6 +84,10 @@ class LayerSpec:
     # The DL step runs this layer on destination ranges (layers/rowwise.py): its state and update
     # temporaries never exist for the whole partition. Optional in plan_info (False: counted whole).
     range_wise: bool = False
+    # The message is a scaled source payload (MergeableConv.message_scale): weight x payload, no
+    # destination, no non-linearity, so an engine without the layer's code can form it (pushdown).
+    # Optional in plan_info (False: only the DL engine can form the messages).
+    message_scaled: bool = False
 
     @property
     def label(self) -> str:
@@ -132,6 +138,8 @@ class Task:
     mapped_payloads: bool = False
     # how many of a step's tasks run at once (partitions.choose_layout); None: min(cores, P)
     concurrent_tasks: int | None = None
+    # why the session lacks the sparkgnn JVM functions the pushdown strategy needs (None: it has them)
+    native_aggregates_missing: str | None = "the session was not checked for the sparkgnn JVM functions"
 
 
 def _int(value: Any, what: str, minimum: int = 0) -> int:
@@ -199,6 +207,7 @@ def parse_layer(data: Any, position: int) -> LayerSpec:
         required_stats=tuple(_str(s, f"{where}['required_stats'] entry") for s in stats),
         decomposable=_bool(data["decomposable"], f"{where}['decomposable']"),
         range_wise=_bool(data.get("range_wise", False), f"{where}['range_wise']"),
+        message_scaled=_bool(data.get("message_scaled", False), f"{where}['message_scaled']"),
     )
     if spec.needs_dst_in_message and spec.dst_width == 0:
         raise PlanError(f"{where} ({spec.kind}) needs the destination in its message but reports dst_width 0")
@@ -285,4 +294,15 @@ def parse_task(task: Any, strategy_names: tuple[str, ...]) -> Task:
         concurrent_tasks=None
         if merged["concurrent_tasks"] is None
         else _int(merged["concurrent_tasks"], "task['concurrent_tasks']", 1),
+        native_aggregates_missing=_native_aggregates(merged["native_aggregates"]),
     )
+
+
+def _native_aggregates(value: Any) -> str | None:
+    """task['native_aggregates']: True when the session has the JVM functions (None: nothing
+    missing), or a non-empty string saying why it has not."""
+    if value is True:
+        return None
+    if isinstance(value, str) and value:
+        return value
+    raise PlanError(f"task['native_aggregates'] must be True or a reason string, got {value!r}")

@@ -1,4 +1,5 @@
-"""The three physical data-movement strategies of one layer, as a registry.
+"""The physical data-movement strategies of one layer, as a registry (pushdown, the fourth, lives
+in planner/pushdown.py and registers itself the same way).
 
 Each strategy says (1) whether it can run a layer (`blocker`: the reason it cannot, or None),
 (2) the operator chain the executor runs (`program`), written unfused so the fusion rewrite can
@@ -109,6 +110,8 @@ class LayerContext:
     rows: Rows
     partitions: int
     last: bool
+    # why the session cannot run the JVM's native aggregates (pushdown); None when it can
+    native_aggregates_missing: str | None = "the session was not checked for the sparkgnn JVM functions"
 
     @property
     def index(self) -> int:
@@ -188,10 +191,25 @@ def _partition_by_dst(stats: GraphStats, edge_row: int) -> Operator:
     )
 
 
+def _partition_by_src_in_spark(stats: GraphStats, edge_row: int) -> Operator:
+    return graph(
+        "Partition",
+        stats.num_edges * edge_row,
+        "edges (self-loop policy applied) by hash(src) % P, cached in Spark once: each layer's payloads "
+        "join them without moving them",
+        rows=stats.num_edges,
+        key="src",
+        static=True,
+        reads=["edges"],
+        provides=["edges_by_src_in_spark"],
+    )
+
+
 #: edges_by name -> builder of the one-time Partition operator.
 PARTITIONINGS: dict[str, Callable[[GraphStats, int], Operator]] = {
     "src": _partition_by_src,
     "dst": _partition_by_dst,
+    "src_in_spark": _partition_by_src_in_spark,
 }
 
 

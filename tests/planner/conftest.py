@@ -23,6 +23,7 @@ def layer(
     weight=False,
     required_stats=(),
     range_wise=False,
+    message_scaled=True,
 ):
     """A layer dict as Model.plan_info() writes it. `src` / `pre` are the raw / pre-transformed
     source payload widths (defaults: in_dim / out_dim); states are message width + state_extra
@@ -48,6 +49,7 @@ def layer(
         "required_stats": list(required_stats),
         "decomposable": decomposable,
         "range_wise": range_wise,
+        "message_scaled": message_scaled and not needs_dst,
     }
 
 

@@ -97,6 +97,7 @@ def test_layer_plan_fields(make):
         "python_bytes",
         "passes",
         "edges",
+        "jvm_edges",
         "seconds",
     }
     assert plan.estimates["seconds"] == pytest.approx(sum(lp.estimates["seconds"] for lp in plan.layers), rel=1e-6)

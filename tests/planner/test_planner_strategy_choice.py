@@ -12,8 +12,8 @@ def _shuffles(layer_plan, layer_index=None):
     return [op for op in layer_plan.ops if op.name == "Shuffle" and (layer_index is None or op.layer == layer_index)]
 
 
-def test_registry_holds_the_three_strategies():
-    assert tuple(STRATEGIES) == ("edge_join", "replicate", "combine")
+def test_registry_holds_the_four_strategies():
+    assert tuple(STRATEGIES) == ("edge_join", "replicate", "combine", "pushdown")
 
 
 def test_auto_picks_replicate_when_mirrors_are_few(make):
@@ -81,7 +81,7 @@ def test_combine_with_a_dst_dependent_message_exchanges_dst_payloads_first(make)
 
 def test_forced_strategies_are_honoured_and_explained(make):
     for name in STRATEGIES:
-        plan = compile(make.sage_model(), make.stats(), make.task(name))
+        plan = compile(make.sage_model(), make.stats(), make.task(name, native_aggregates=True))
         assert {lp.strategy for lp in plan.layers} == {name}
         assert all(set(lp.candidates) == set(STRATEGIES) for lp in plan.layers)
         assert plan.layers[0].reason.startswith(f"forced by task strategy={name}")

@@ -10,8 +10,10 @@ from sparkgnn.engine.degrees import out_degree_histogram
 from sparkgnn.engine.exchange import EXCHANGES, exchange_kind, executors_share_this_disk, fits_on_disk
 from sparkgnn.engine.executor import estimate_lines, estimate_vs_actual, execute, finish, staged_output
 from sparkgnn.engine.failures import step_failures
+from sparkgnn.engine.jvm import why_unavailable
 from sparkgnn.engine.materialise import materialise_kind
 from sparkgnn.engine.prepare import ensure_layouts, layout_writer, prepare
+from sparkgnn.engine.pushdown import NEEDS_SPARK_ROWS, shuffle_partitions
 from sparkgnn.engine.session import configure, default_parallelism, mapped_memory_budget, memory_per_task
 from sparkgnn.errors import GraphValidationError, LayerFailed, PlanError, SparkGNNError
 from sparkgnn.files import absolute
@@ -107,8 +109,9 @@ def plan_for(
     from sparkgnn import planner
 
     layers = model.plan_info()
-    if keep_states:
-        layers = [dict(layer, range_wise=False) for layer in layers]
+    if keep_states:  # states are kept in the raw space (pe module doc): no transform-then-propagate either,
+        # so every width the plan's operators name (pushdown's native aggregate reads it) is the raw one
+        layers = [dict(layer, range_wise=False, can_pre_transform=False) for layer in layers]
     stats = graph.stats()
     cores = default_parallelism(spark)
     task_memory = memory_per_task(spark)
@@ -146,6 +149,7 @@ def plan_for(
         "fuse": True,
         "mapped_payloads": mapped_payloads,
         "concurrent_tasks": tasks,
+        "native_aggregates": _native_aggregates(spark, exchange),
     }
     cost_model, observations = calibration.load(
         root, cores, log=log, target_edges=stats["num_edges"], exchange=exchange
@@ -156,6 +160,21 @@ def plan_for(
     return prepared, plan
 
 
+def _native_aggregates(spark, exchange: str):
+    """task['native_aggregates'] for the planner: True when pushdown can run here, else why not."""
+    if exchange != "shuffle":
+        return f"the {exchange} exchange carries routed rows only; pushdown joins payloads in Spark (use the shuffle)"
+    return why_unavailable(spark) or True
+
+
+def _exchange_for(spark, requested: str, strategy: str, root: str) -> str:
+    """The exchange a run uses: a strategy forced by name that needs Spark's rows (edge_join,
+    pushdown) takes the shuffle when the exchange is left to auto; else exchange_kind decides."""
+    if requested == "auto" and strategy in NEEDS_SPARK_ROWS:
+        return "shuffle"
+    return exchange_kind(spark, requested, root)
+
+
 def _usable_exchange(kind: str, requested: str, plan, root: str, log) -> str:
     """The files exchange falls back to the shuffle (auto) or is refused (asked for by name) when
     the plan joins payloads onto edges or its largest step would not fit twice on the disk."""
@@ -164,8 +183,9 @@ def _usable_exchange(kind: str, requested: str, plan, root: str, log) -> str:
     step_bytes = max((layer.estimates.get("shuffle_bytes", 0) for layer in plan.layers), default=0)
     fits, free = fits_on_disk(root, step_bytes)
     why = None
-    if any(layer.strategy == "edge_join" for layer in plan.layers):
-        why = "the plan joins payloads onto edges (edge_join)"
+    joined = sorted({layer.strategy for layer in plan.layers} & NEEDS_SPARK_ROWS)
+    if joined:
+        why = f"the plan joins payloads onto edges in Spark ({', '.join(joined)})"
     elif not fits:
         why = (
             f"two steps of ~{step_bytes / 2**30:.1f} GiB of routed rows do not fit "
@@ -232,7 +252,7 @@ def infer(
         graph.validate()
     check_model_fits(graph, model)
     ids_df = checked_ids(spark, graph, ids) if ids is not None else None
-    kind = exchange_kind(spark, exchange, root)
+    kind = _exchange_for(spark, exchange, strategy, root)
     mapped = kind == "files" and workers == "inprocess"  # remote payloads stay in mapped files
     prepared, plan = plan_for(
         spark, graph, model, strategy, partitions, work_dir=root, log=log, exchange=kind, mapped_payloads=mapped
@@ -253,39 +273,40 @@ def infer(
     route = EXCHANGES[kind](root, plan.partitions, plan.concurrent_tasks, materialise_kind(spark, materialise))
     keep = False
     try:
-        final_df, report, meter, label, timers = execute(
-            spark,
-            prepared,
-            plan,
-            fingerprint,
-            graph,
-            runners.spec,
-            with_pred=with_pred,
-            needs_dst=needs_dst,
-            log=log,
-            write_to=staged,
-            exchange=route,
-        )
-        if ids_df is not None:
-            final_df = final_df.join(ids_df, "id", "left_semi")
-        result = finish(
-            spark,
-            final_df,
-            report,
-            meter,
-            label,
-            out,
-            log=log,
-            timers=timers,
-            staged=staged,
-            with_pred=with_pred,
-            guard=lambda: step_failures(label, route, True, report.labels.__getitem__),
-        )
-        for line in estimate_lines(estimate_vs_actual(report, plan)):
-            log(line)
-        calibration.record(
-            root, default_parallelism(spark), plan, report.seconds_by_plan_layer(), log=log, exchange=kind
-        )
+        with shuffle_partitions(spark, plan):
+            final_df, report, meter, label, timers = execute(
+                spark,
+                prepared,
+                plan,
+                fingerprint,
+                graph,
+                runners.spec,
+                with_pred=with_pred,
+                needs_dst=needs_dst,
+                log=log,
+                write_to=staged,
+                exchange=route,
+            )
+            if ids_df is not None:
+                final_df = final_df.join(ids_df, "id", "left_semi")
+            result = finish(
+                spark,
+                final_df,
+                report,
+                meter,
+                label,
+                out,
+                log=log,
+                timers=timers,
+                staged=staged,
+                with_pred=with_pred,
+                guard=lambda: step_failures(label, route, True, report.labels.__getitem__),
+            )
+            for line in estimate_lines(estimate_vs_actual(report, plan)):
+                log(line)
+            calibration.record(
+                root, default_parallelism(spark), plan, report.seconds_by_plan_layer(), log=log, exchange=kind
+            )
     except BaseException as exc:
         if staged is not None:
             discard(staged)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from sparkgnn.engine.exchange import ShuffleExchange, check_reports
 from sparkgnn.engine.failures import step_failures
 from sparkgnn.engine.metrics import ShuffleMeter
+from sparkgnn.engine.pushdown import aggregate_op, wire_states
 from sparkgnn.engine.routing import (
     FILES_SCHEMA_DDL,
     OUTPUT_PRED_SCHEMA_DDL,
@@ -187,10 +188,23 @@ def _vertex_files(graph) -> list[str] | None:
     return [join(directory, f.rel) for f in data_files(directory)] or None
 
 
-def _wire(spark, step, rows, prepared, keys, partitions: int):
-    if step.inputs == "edges_rows":
-        rows = _join_edges(spark, rows, prepared, keys)
-    return route(rows, partitions)
+def _wire_pushdown(spark, step, rows, prepared, keys, plan):
+    return wire_states(spark, rows, prepared, keys, aggregate_op(plan, step.layer))
+
+
+# How a step's input is built from the previous step's rows where Spark's SQL does work first
+# (inputs key -> wiring); every other step routes the rows as they are.
+WIRING = {
+    "edges_rows": lambda spark, step, rows, prepared, keys, plan: _join_edges(spark, rows, prepared, keys),
+    "spark_states": _wire_pushdown,
+}
+
+
+def _wire(spark, step, rows, prepared, keys, plan):
+    wiring = WIRING.get(step.inputs)
+    if wiring is not None:
+        rows = wiring(spark, step, rows, prepared, keys, plan)
+    return route(rows, plan.partitions)
 
 
 def execute(
@@ -318,7 +332,7 @@ def execute(
         schema = exchange.output_schema(index, ends_job, schema)
         timers = task_counters(spark, TIMERS, (PEAK_RSS,))
         if exchange_in is None:
-            source = _wire(spark, step, rows, prepared, keys, partitions)
+            source = _wire(spark, step, rows, prepared, keys, plan)
         else:
             source = exchange.control(spark)
         out = source.mapInArrow(functools.partial(run_step, cfg, timers=timers), schema)
@@ -355,6 +369,10 @@ def _progress(step: StepReport, suffix: str = "") -> str:
     line = f"sparkgnn {step.label}: {step.seconds:.2f} s"
     if step.shuffle and step.shuffle.get("shuffle_write_bytes"):
         line += f", shuffled {_mb(step.shuffle['shuffle_write_bytes'])}"
+    if step.shuffle and step.shuffle.get("tasks"):  # the JVM module's listener (engine.metrics)
+        line += f", {step.shuffle['tasks']} Spark tasks ran {step.shuffle['task_run_s']:.1f} s"
+        if step.shuffle.get("failed_tasks"):
+            line += f" ({step.shuffle['failed_tasks']} attempts failed)"
     if step.exchanged_bytes is not None:
         line += f", routed {_mb(step.exchanged_bytes)} through files"
     if step.task_seconds:

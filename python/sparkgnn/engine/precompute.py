@@ -24,6 +24,7 @@ from sparkgnn.engine.api import _work_dir, check_model_fits, coerce_graph, coerc
 from sparkgnn.engine.exchange import ShuffleExchange
 from sparkgnn.engine.executor import execute
 from sparkgnn.engine.materialise import materialise_kind
+from sparkgnn.engine.pushdown import shuffle_partitions
 from sparkgnn.engine.routing import OWN, PE_STATE
 from sparkgnn.engine.session import configure
 from sparkgnn.runners import check_workers, workers_for
@@ -137,20 +138,21 @@ def precompute(
         # tasks); a rerun resumes from the store's committed layers, so the steps are never kept
         route = ShuffleExchange(root, plan.partitions, materialise=materialise_kind(spark, materialise))
         try:
-            execute(
-                spark,
-                prepared,
-                plan,
-                fingerprint,
-                graph,
-                runners.spec,
-                with_pred=False,
-                needs_dst=needs_dst,
-                log=log,
-                on_layer=commit,
-                resume=resume,
-                exchange=route,
-            )
+            with shuffle_partitions(spark, plan):
+                execute(
+                    spark,
+                    prepared,
+                    plan,
+                    fingerprint,
+                    graph,
+                    runners.spec,
+                    with_pred=False,
+                    needs_dst=needs_dst,
+                    log=log,
+                    on_layer=commit,
+                    resume=resume,
+                    exchange=route,
+                )
         finally:
             route.close(keep=False)
             runners.close()

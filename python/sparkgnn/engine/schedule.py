@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # What a layer's strategy expects to find when its aggregation step runs.
-INPUT_FOR = {"replicate": "edges_static", "edge_join": "edges_rows", "combine": "states"}
+INPUT_FOR = {"replicate": "edges_static", "edge_join": "edges_rows", "combine": "states", "pushdown": "spark_states"}
 # What the previous step must emit so the layer's strategy can run.
-EMIT_FOR = {"replicate": "mirrors", "edge_join": "edge_payloads", "combine": "partials"}
+EMIT_FOR = {"replicate": "mirrors", "edge_join": "edge_payloads", "combine": "partials", "pushdown": "edge_payloads"}
 
 
 @dataclass(frozen=True)

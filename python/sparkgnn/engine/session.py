@@ -48,8 +48,12 @@ def local_session(app_name: str = "sparkgnn", cores: int | str = "*", extra_conf
     _point_python_at_this_interpreter()
     from pyspark.sql import SparkSession
 
+    from sparkgnn.engine.jvm import session_conf
+
     builder = SparkSession.builder.master(f"local[{cores}]").appName(app_name)
-    for key, value in {**LOCAL_CONF, **REQUIRED_CONF, **(extra_conf or {})}.items():
+    conf = {**LOCAL_CONF, **REQUIRED_CONF, **(extra_conf or {})}
+    conf.update(session_conf(conf.get("spark.jars")))  # the sparkgnn JVM jar, when built (engine.jvm)
+    for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark_compat.set_log_level(spark, "ERROR")

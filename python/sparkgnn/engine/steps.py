@@ -215,6 +215,8 @@ INPUTS = {
     "edges_static": InputKind(_own_and_mirrors, build_edges_static, mapped=(OWN, SRC)),
     "edges_rows": InputKind(_own_only, build_edges_rows, kept=(EDGE,)),
     "states": InputKind(_own_only, build_states, kept=(STATE,)),
+    # pushdown: one state per destination, aggregated by Spark (engine.pushdown)
+    "spark_states": InputKind(_own_only, build_states, kept=(STATE,)),
     "given": InputKind(_own_and_foreign, build_given),
 }
 INPUT_STAGE = {
@@ -223,6 +225,7 @@ INPUT_STAGE = {
     "edges_static": "edges",
     "edges_rows": "edges",
     "states": "states",
+    "spark_states": "states",
     "given": "given",
 }
 

@@ -103,6 +103,8 @@ class MergeableConv(torch.nn.Module):
             "uses_edge_weight": self.uses_edge_weight,
             "required_stats": list(self.required_stats),
             "decomposable": True,
+            # weight x source payload: an engine without this layer's code can form the messages
+            "message_scaled": bool(self.message_scale(None, False)[0]),
         }
 
     # -- the contract ----------------------------------------------------------------------
