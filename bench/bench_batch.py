@@ -24,7 +24,10 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_common import DATA, RESULTS, graph_arguments, machine, median_seconds, synthetic_dir, write_result  # noqa: E402
 
-STRATEGIES = ["edge_join", "replicate", "combine"]
+STRATEGIES = ["edge_join", "replicate", "combine", "pushdown"]
+# The pushdown comparison (issue 17): every strategy through Spark's shuffle (like for like: pushdown
+# needs Spark's rows, the files exchange serves only replicate and combine), at two graph sizes.
+PUSHDOWN_SIZES = (2_000_000, 8_000_000)
 # Each configuration runs REPEATS times after the warm-up and the fastest counts (all are kept):
 # the first runs in a JVM are still slower (docs/PLATFORM.md: 2-3x for the very first).
 REPEATS = 2
@@ -57,7 +60,7 @@ def spark_output(result, num_nodes: int, index_of) -> np.ndarray:
     return out
 
 
-def run_strategy(spark, graph_dir, model, strategy, work_dir, partitions=None, workers="inprocess"):
+def run_strategy(spark, graph_dir, model, strategy, work_dir, partitions=None, workers="inprocess", exchange="auto"):
     from sparkgnn import infer
 
     lines = []
@@ -73,6 +76,7 @@ def run_strategy(spark, graph_dir, model, strategy, work_dir, partitions=None, w
         return_report=True,
         validate=False,
         workers=workers,
+        exchange=exchange,
     )
     wall = time.perf_counter() - started
     steps = [
@@ -81,6 +85,7 @@ def run_strategy(spark, graph_dir, model, strategy, work_dir, partitions=None, w
     ]
     return result, {
         "strategy": strategy,
+        "exchange": report.exchange,
         "chosen": [layer.strategy for layer in plan.layers],
         "partitions": plan.partitions,
         "steps": steps,
@@ -172,11 +177,89 @@ def plot(result: dict, path: str) -> None:
     fig.savefig(path, dpi=110)
 
 
+def pushdown_section(spark, model, dim: int, work_dir: str, log=print) -> dict:
+    """Seconds per layer and bytes shuffled per layer of every strategy at each of PUSHDOWN_SIZES,
+    all through Spark's shuffle (one run each after a warm-up on that graph), next to auto with the
+    default exchange; pushdown's ratio to the fastest other strategy, whether auto picks it, and
+    where its layer time goes (Spark task seconds from the JVM module's listener, Python task
+    seconds per phase)."""
+    section = {"how": "exchange=shuffle for every strategy; one run each after a warm-up (auto) on the graph"}
+    for edges in PUSHDOWN_SIZES:
+        path = synthetic_dir(edges // 10, edges, dim)
+        run_strategy(spark, path, model, "auto", work_dir)  # warm-up: prepare, Python workers, caches
+        runs = {}
+        for strategy in STRATEGIES:
+            _, run = run_strategy(spark, path, model, strategy, work_dir, exchange="shuffle")
+            runs[strategy] = run
+            log(
+                f"{edges / 1e6:g}M {strategy} (shuffle): {run['seconds_per_layer']:.2f} s/layer, "
+                f"shuffled {run['shuffle_write_bytes_per_layer'] / 2**20:.0f} MiB/layer",
+            )
+        _, auto = run_strategy(spark, path, model, "auto", work_dir)
+        others = {name: run for name, run in runs.items() if name != "pushdown"}
+        fastest = min(others, key=lambda name: others[name]["seconds_per_layer"])
+        pushdown = runs["pushdown"]
+        section[f"{edges // 1_000_000}M"] = {
+            "edges": edges,
+            "strategies": {
+                name: {
+                    "seconds_per_layer": run["seconds_per_layer"],
+                    "shuffle_write_bytes_per_layer": run["shuffle_write_bytes_per_layer"],
+                    "planner_estimate_seconds": run["planner_estimate_seconds"],
+                    "partitions": run["partitions"],
+                    "steps": run["steps"],
+                }
+                for name, run in runs.items()
+            },
+            "fastest_other": fastest,
+            "pushdown_time_ratio_vs_fastest_other": pushdown["seconds_per_layer"]
+            / others[fastest]["seconds_per_layer"],
+            "pushdown_bytes_ratio_vs_fastest_other": pushdown["shuffle_write_bytes_per_layer"]
+            / max(others[fastest]["shuffle_write_bytes_per_layer"], 1),
+            "auto_default_exchange": {
+                "chosen": auto["chosen"],
+                "exchange": auto["exchange"],
+                "seconds_per_layer": auto["seconds_per_layer"],
+            },
+            "auto_picks_pushdown": "pushdown" in auto["chosen"],
+        }
+    return section
+
+
+def plot_pushdown(section: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = [key for key in section if key.endswith("M")]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    width = 0.8 / len(STRATEGIES)
+    for i, strategy in enumerate(STRATEGIES):
+        xs = [k + i * width for k in range(len(sizes))]
+        runs = [section[size]["strategies"][strategy] for size in sizes]
+        axes[0].bar(xs, [r["seconds_per_layer"] for r in runs], width, label=strategy)
+        axes[1].bar(xs, [r["shuffle_write_bytes_per_layer"] / 2**20 for r in runs], width, label=strategy)
+    for ax, title in zip(axes, ("seconds per layer (shuffle exchange)", "MiB shuffled per layer"), strict=True):
+        ax.set_xticks([k + 0.4 - width / 2 for k in range(len(sizes))], [f"{s} edges" for s in sizes])
+        ax.set_title(title)
+        ax.legend()
+    fig.suptitle("pushdown (native aggregates in Spark) vs the Python-side strategies, 2-layer SAGE-mean, 2 cores")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main() -> int:
     parser = graph_arguments(argparse.ArgumentParser(description=__doc__.split("\n\n")[0]))
     parser.add_argument("--scaling", default="500000,1000000,2000000,4000000,8000000")
     parser.add_argument("--cap-gb", type=float, default=4.0)
     parser.add_argument("--cap-edges", type=int, default=8_000_000)
+    parser.add_argument(
+        "--section",
+        choices=("all", "pushdown"),
+        default="all",
+        help="pushdown: run only the pushdown comparison and merge it into the existing batch.json",
+    )
     args = parser.parse_args()
 
     from pyspark.sql import SparkSession  # noqa: F401  (bench drives Spark directly)
@@ -193,11 +276,21 @@ def main() -> int:
     spark = local_session("sparkgnn-bench-batch", cores=2)
     session_start = time.perf_counter() - started
 
-    graph_dir = synthetic_dir(args.nodes, args.edges, args.dim)
-    data = read_graph_dir(graph_dir)
     torch.manual_seed(0)
     module = GraphSAGE(args.dim, 128, 2).eval()
     model = Model.from_pyg(module, output="embedding")
+    if args.section == "pushdown":
+        section = pushdown_section(spark, model, args.dim, work_dir, log=lambda line: print(line, flush=True))
+        spark.stop()
+        path = os.path.join(RESULTS, "batch.json")
+        result = json.load(open(path)) if os.path.exists(path) else {}
+        result["pushdown"] = {**section, "machine": machine(), "session_start_seconds": session_start}
+        write_result("batch", result)
+        plot_pushdown(section, os.path.join(RESULTS, "batch_pushdown.png"))
+        print(json.dumps({k: v for k, v in section.items() if k.endswith("M")}, default=str)[:2000])
+        return 0
+    graph_dir = synthetic_dir(args.nodes, args.edges, args.dim)
+    data = read_graph_dir(graph_dir)
     pyg_layers = pyg_per_layer(module, data)
     with torch.no_grad():
         reference = module(torch.from_numpy(data.x), data.edge_index_torch()).numpy()
@@ -277,6 +370,10 @@ def main() -> int:
             flush=True,
         )
         write_result("batch", result)
+
+    result["pushdown"] = pushdown_section(spark, model, args.dim, work_dir, log=lambda line: print(line, flush=True))
+    plot_pushdown(result["pushdown"], os.path.join(RESULTS, "batch_pushdown.png"))
+    write_result("batch", result)
 
     cap_path = synthetic_dir(args.cap_edges // 10, args.cap_edges, args.dim)
     capped = pyg_probe(cap_path, module_path, cap_bytes)

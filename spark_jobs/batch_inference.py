@@ -20,6 +20,7 @@ import time
 from sparkgnn.cliargs import positive_int, require_inputs, run_cli
 from sparkgnn.errors import PlanError
 from sparkgnn.outputs import check_output
+from sparkgnn.planner import STRATEGIES
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -30,7 +31,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--strategy",
         default="auto",
-        choices=["auto", "edge_join", "replicate", "combine"],
+        choices=["auto", *STRATEGIES],
         help="data movement per layer (default: chosen by the cost model)",
     )
     parser.add_argument(

@@ -14,6 +14,7 @@ import sys
 import time
 
 from sparkgnn.cliargs import int_list, positive_int, require_inputs, run_cli
+from sparkgnn.planner import STRATEGIES
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -27,7 +28,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--fanouts", type=int_list(1), default=[25, 10], help="fanouts for PSGS, comma separated (default 25,10)"
     )
     parser.add_argument("--workers", default="inprocess", help="inprocess (default) | local[N] | tcp://host:port")
-    parser.add_argument("--strategy", default="auto", choices=["auto", "edge_join", "replicate", "combine"])
+    parser.add_argument("--strategy", default="auto", choices=["auto", *STRATEGIES])
     parser.add_argument("--partitions", type=positive_int, default=None)
     parser.add_argument("--work-dir", default=None)
     parser.add_argument("--force", action="store_true", help="recompute every layer even if committed")

@@ -115,3 +115,34 @@ def test_scale_and_conversions_round_trip(spark, vectors):
     np.testing.assert_array_equal(np.frombuffer(doubles, np.float32), [1.5, -2.0])  # any numeric array, cast
     with pytest.raises(Exception, match="element 1 of the array is null"):
         spark.sql("select sparkgnn_array_to_vec(array(1.0f, null)) v").collect()
+
+
+EXTENSIONS_SCRIPT = """
+import sys
+import numpy as np
+from pyspark.sql import SparkSession
+spark = (
+    SparkSession.builder.master("local[1]")
+    .config("spark.jars", sys.argv[1])
+    .config("spark.sql.extensions", "org.sparkgnn.SparkGNNExtensions")
+    .config("spark.ui.enabled", "false")
+    .getOrCreate()
+)
+v = np.array([1.0, 2.0], np.float32).tobytes()
+spark.createDataFrame([(v,), (v,)], "v binary").createOrReplaceTempView("t")
+print("SUM", np.frombuffer(spark.sql("select sparkgnn_vec_sum(v, 2) s from t").collect()[0].s, np.float32).tolist())
+spark.stop()
+"""
+
+
+def test_spark_sql_extensions_install_the_functions_in_every_session(tmp_path):
+    """What a Scala or SQL user does (no Python registration): --conf spark.sql.extensions=..."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "extensions.py"
+    script.write_text(EXTENSIONS_SCRIPT)
+    done = subprocess.run(
+        [sys.executable, str(script), jvm.jar_path()], capture_output=True, text=True, timeout=240, check=False
+    )
+    assert "SUM [2.0, 4.0]" in done.stdout, done.stderr[-2000:]

@@ -63,9 +63,9 @@ def session_conf(existing: str | None = None) -> dict[str, str]:
     return {"spark.jars": ",".join(jars + ([jar] if jar not in jars else []))}
 
 
-# application id -> whether the functions are registered there (registration is per session,
-# but sparkgnn uses one session per application)
-_REGISTERED: dict[str, bool] = {}
+# (application id, session) -> whether the functions are registered there: temporary functions
+# belong to one SparkSession (spark.newSession() starts without them)
+_REGISTERED: dict[tuple[str, int], bool] = {}
 
 
 def _gateway_class(spark, name: str):
@@ -83,7 +83,7 @@ def functions_available(spark) -> bool:
     """Register the jar's SQL functions in `spark` when its driver has the jar, and say whether
     they are there. A Spark Connect session cannot register anything from the client; it has them
     when its server was started with the jar and spark.sql.extensions=org.sparkgnn.SparkGNNExtensions."""
-    key = application_id(spark)
+    key = (application_id(spark), id(spark))
     if key not in _REGISTERED:
         if has_jvm(spark):
             functions = _gateway_class(spark, FUNCTIONS_CLASS)

@@ -99,9 +99,11 @@ case class VectorAggregate(
     buffer.setLong(mutableAggBufferOffset + words, 0L)
   }
 
-  /** The float at `index` of a packed vector; 0 past its end (the odd width's padding float). */
-  private def at(values: ByteBuffer, index: Int): Float =
-    if (index < width) values.getFloat(index * PackedVectors.FloatBytes) else 0.0f
+  /** Floats 2j and 2j+1 of a packed vector as one little-endian long (low half first); an odd
+    * width's last word holds one float and a zero. One read per two floats. */
+  private def word(values: ByteBuffer, j: Int): Long =
+    if (2 * j + 1 < width) values.getLong(8 * j)
+    else floatToRawIntBits(values.getFloat(8 * j)).toLong & 0xffffffffL
 
   override def update(buffer: InternalRow, input: InternalRow): Unit = {
     val bytes = vector.eval(input)
@@ -115,16 +117,16 @@ case class VectorAggregate(
     var j = 0
     if (reduction.additive) {
       while (j < words) {
-        val word = buffer.getLong(offset + j)
-        buffer.setLong(offset + j, pair(low(word) + scale * at(values, 2 * j), high(word) + scale * at(values, 2 * j + 1)))
+        val acc = buffer.getLong(offset + j)
+        val in = word(values, j)
+        buffer.setLong(offset + j, pair(low(acc) + scale * low(in), high(acc) + scale * high(in)))
         j += 1
       }
     } else {
       while (j < words) {
-        val word = buffer.getLong(offset + j)
-        val a = scale * at(values, 2 * j)
-        val b = scale * at(values, 2 * j + 1)
-        buffer.setLong(offset + j, pair(Math.max(low(word), a), Math.max(high(word), b)))
+        val acc = buffer.getLong(offset + j)
+        val in = word(values, j)
+        buffer.setLong(offset + j, pair(Math.max(low(acc), scale * low(in)), Math.max(high(acc), scale * high(in))))
         j += 1
       }
     }
