@@ -35,8 +35,10 @@ jar: venv
 # processes on the 2-core box: 9.0 min instead of 13 min serial (most of a Spark test is waiting
 # on the JVM, so the two overlap). TEST_WORKERS=0 runs it in this process.
 TEST_WORKERS ?= 2
+# The 25 slowest tests are listed at the end of every run (CI's log says where the suite's time goes).
+PYTEST_ARGS ?= --durations=25
 test: venv jar
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS) tests
 
 # Lint and types: ruff (rules and format in pyproject.toml) and mypy. mypy reads the package as it is
 # installed (planner/ and messenger/ are sparkgnn.planner / sparkgnn.messenger), so it runs on a

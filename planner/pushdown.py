@@ -20,7 +20,7 @@ the edges cross Python never and the shuffle once (cached). The price is the JVM
 
 from __future__ import annotations
 
-from sparkgnn.planner.segments import FLOAT_BYTES, ROW_BYTES, dl, graph, segment, shuffled, to_python
+from sparkgnn.planner.segments import FLOAT_BYTES, ROW_BYTES, graph, shuffled, to_python
 from sparkgnn.planner.strategies import (
     DATA_DEPENDENT_STATS,
     LayerContext,
@@ -28,7 +28,7 @@ from sparkgnn.planner.strategies import (
     Strategy,
     _key,
     _owner_prefix,
-    _update,
+    merge_and_update,
     register,
 )
 
@@ -124,13 +124,12 @@ def _program(ctx: LayerContext) -> Program:
             key="dst",
         ),
         graph("Collect", states + own, "group each partition's rows into Arrow batches", rows=2 * r.vertices, layer=l),
-        *segment(
-            [dl("Merge", f"finalize the {spec.aggregator} state of each dst (one per dst)", rows=r.vertices, layer=l)],
-            layer=l,
-            side={_key("states", l): to_python(r.vertices, w.state)},
-            intermediate=to_python(r.vertices, w.state),
+        *merge_and_update(
+            ctx,
+            f"finalize the {spec.aggregator} state of each dst (one per dst)",
+            r.vertices,
+            {_key("states", l): to_python(r.vertices, w.state)},
         ),
-        *_update(ctx),
     ]
     return Program(_owner_prefix(ctx), body)
 

@@ -253,6 +253,20 @@ def _update(ctx: LayerContext) -> list[Operator]:
     )
 
 
+def merge_and_update(ctx: LayerContext, detail: str, rows: int, side: dict[str, int]) -> list[Operator]:
+    """The DL side of a layer whose states arrive made (combine, pushdown): one round trip that
+    merges the states of each dst (`side`: what Spark ships besides the own rows), then updates."""
+    return [
+        *segment(
+            [dl("Merge", detail, rows=rows, layer=ctx.index)],
+            layer=ctx.index,
+            side=side,
+            intermediate=to_python(ctx.rows.vertices, ctx.widths.state),
+        ),
+        *_update(ctx),
+    ]
+
+
 def _aggregate_detail(ctx: LayerContext, where: str) -> str:
     spec, w = ctx.spec, ctx.widths
     extra = f", self_loops={spec.self_loops}" if spec.self_loops not in ("", "none", "None", "False") else ""
@@ -569,13 +583,12 @@ def _combine_program(ctx: LayerContext) -> Program:
             rows=r.partial + r.vertices,
             layer=l,
         ),
-        *segment(
-            [dl("Merge", f"merge partial states per dst ({spec.aggregator}, associative)", rows=r.partial, layer=l)],
-            layer=l,
-            side={_key("partials", l): to_python(r.partial, w.state)},
-            intermediate=to_python(r.vertices, w.state),
+        *merge_and_update(
+            ctx,
+            f"merge partial states per dst ({spec.aggregator}, associative)",
+            r.partial,
+            {_key("partials", l): to_python(r.partial, w.state)},
         ),
-        *_update(ctx),
     ]
     return Program(_combine_prefix(ctx), body)
 

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 import torch
 from engine_helpers import relative_error
-from torch_geometric.nn import GCN, GraphSAGE
+from torch_geometric.nn import GCN, GIN, GraphSAGE
 
 from sparkgnn import StalePEStore
+from sparkgnn.engine import jvm
 from sparkgnn.engine.precompute import precompute
 from sparkgnn.layers.base import compute_stats, propagate
 from sparkgnn.models import Model
@@ -33,7 +34,12 @@ def _layers_in_memory(model, data):
     return inputs, outputs
 
 
-@pytest.mark.parametrize("build, strategy", [(GraphSAGE, "replicate"), (GCN, "combine")])
+NO_JAR = pytest.mark.skipif(jvm.jar_path() is None, reason="the sparkgnn JVM jar is not built (make jar)")
+
+
+@pytest.mark.parametrize(
+    "build, strategy", [(GraphSAGE, "replicate"), (GCN, "combine"), pytest.param(GIN, "pushdown", marks=NO_JAR)]
+)
 def test_layers_and_states_reproduce_the_model(spark, graph_dirs, work_dir, tmp_path, build, strategy):
     path, data = graph_dirs["skewed"]
     torch.manual_seed(11)
