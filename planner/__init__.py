@@ -6,7 +6,8 @@ driver, in a notebook or in the bench without either). Modules, one job each:
   inputs      check and normalise the plain-dict inputs (PlanError naming the fault)
   ir          Operator / LayerPlan / Plan, JSON round trip
   segments    row sizes and Pipe round-trip building blocks
-  strategies  registry of physical data-movement strategies (edge_join, replicate, combine)
+  strategies  registry of physical data-movement strategies, with edge_join and replicate
+  combine     partial states at the source partitions, merged at the destination's owner
   pushdown    the fourth strategy: message + aggregation in Spark (the JVM module's native aggregates)
   rewrites    transform-then-propagate, fusion of DL operators into one Pipe round trip
   cost        CostModel (calibrated constants) and measuring an operator list
@@ -15,6 +16,7 @@ driver, in a notebook or in the bench without either). Modules, one job each:
   explain     Plan.explain() text
 """
 
+from sparkgnn.planner import combine as _combine  # noqa: F401 (registers the combine strategy)
 from sparkgnn.planner import pushdown as _pushdown  # noqa: F401 (registers the pushdown strategy)
 from sparkgnn.planner.compile import compile
 from sparkgnn.planner.cost import CostModel, Estimate, measure

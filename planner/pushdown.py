@@ -26,9 +26,9 @@ from sparkgnn.planner.strategies import (
     LayerContext,
     Program,
     Strategy,
-    _key,
-    _owner_prefix,
+    layer_key,
     merge_and_update,
+    owner_prefix,
     register,
 )
 
@@ -128,10 +128,10 @@ def _program(ctx: LayerContext) -> Program:
             ctx,
             f"finalize the {spec.aggregator} state of each dst (one per dst)",
             r.vertices,
-            {_key("states", l): to_python(r.vertices, w.state)},
+            {layer_key("states", l): to_python(r.vertices, w.state)},
         ),
     ]
-    return Program(_owner_prefix(ctx), body)
+    return Program(owner_prefix(ctx), body)
 
 
 def _why(ctx: LayerContext) -> str:

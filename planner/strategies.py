@@ -1,5 +1,6 @@
-"""The physical data-movement strategies of one layer, as a registry (pushdown, the fourth, lives
-in planner/pushdown.py and registers itself the same way).
+"""The physical data-movement strategies of one layer, as a registry, with edge_join and replicate
+(combine lives in planner/combine.py and pushdown in planner/pushdown.py; both register
+themselves the same way, and this module holds what all of them share).
 
 Each strategy says (1) whether it can run a layer (`blocker`: the reason it cannot, or None),
 (2) the operator chain the executor runs (`program`), written unfused so the fusion rewrite can
@@ -18,6 +19,10 @@ What the executor does, and the bytes each moves (F = floats per row, +16 = key 
                                                   combine_rows(F_state*4+16) + |V|(in_dim*4+16)
              + if the message needs the dst (GAT): dst payloads to in-mirrors first
                                                   in_mirror_rows(F_dst*4+16), one more pass.
+  pushdown   edges cached in Spark by src; payloads join them there, a native aggregate forms the
+             partial states (JVM), they merge by dst, one state per dst goes to its owner.
+                                                  |V|(F_src*4+16) + partial x buffer_row_bytes
+                                                  + |V|(F_state*4+16) + |V|(in_dim*4+16)
 """
 
 from __future__ import annotations
@@ -216,11 +221,11 @@ PARTITIONINGS: dict[str, Callable[[GraphStats, int], Operator]] = {
 # ---------------------------------------------------------------- shared pieces
 
 
-def _key(name: str, layer: int) -> str:
+def layer_key(name: str, layer: int) -> str:
     return f"{name}^{layer}"
 
 
-def _prepare_src(ctx: LayerContext) -> list[Operator]:
+def prepare_src_ops(ctx: LayerContext) -> list[Operator]:
     """prepare_src: the payload a source ships along its edges. With transform-then-propagate it
     is h·W (narrower); otherwise h as is, still emitted as its own rows (the executor's steps
     write own rows and payload rows separately, and the first step always runs in Python)."""
@@ -233,7 +238,7 @@ def _prepare_src(ctx: LayerContext) -> list[Operator]:
     return [dl("ApplyVertex", f"prepare_src of layer {spec.index}: {what}", rows=ctx.rows.sources, layer=spec.index)]
 
 
-def _update(ctx: LayerContext) -> list[Operator]:
+def update_ops(ctx: LayerContext) -> list[Operator]:
     """The update round trip: state + own row in, h of the next layer out (kept by Spark)."""
     l, v, w = ctx.index, ctx.rows.vertices, ctx.widths
     what = "output (embeddings/predictions)" if ctx.last else f"h^{l + 1}"
@@ -247,8 +252,8 @@ def _update(ctx: LayerContext) -> list[Operator]:
         [op],
         layer=l,
         carried=to_python(v, w.state),
-        carried_as=_key("state", l),
-        side={_key("own_rows", l): to_python(v, w.in_dim)},
+        carried_as=layer_key("state", l),
+        side={layer_key("own_rows", l): to_python(v, w.in_dim)},
         kept={f"h^{l + 1}": to_python(v, w.output)},
     )
 
@@ -263,11 +268,11 @@ def merge_and_update(ctx: LayerContext, detail: str, rows: int, side: dict[str, 
             side=side,
             intermediate=to_python(ctx.rows.vertices, ctx.widths.state),
         ),
-        *_update(ctx),
+        *update_ops(ctx),
     ]
 
 
-def _aggregate_detail(ctx: LayerContext, where: str) -> str:
+def aggregate_detail(ctx: LayerContext, where: str) -> str:
     spec, w = ctx.spec, ctx.widths
     extra = f", self_loops={spec.self_loops}" if spec.self_loops not in ("", "none", "None", "False") else ""
     weight = ", edge weights" if spec.uses_edge_weight else ""
@@ -279,15 +284,15 @@ def _single_batch(ctx: LayerContext) -> dict[str, bool]:
     return {} if ctx.spec.decomposable else {"single_batch": True}
 
 
-def _owner_prefix(ctx: LayerContext) -> list[Operator]:
+def owner_prefix(ctx: LayerContext) -> list[Operator]:
     """edge_join/replicate preparation: the source payload, computed at the vertex's owner."""
     l, v, w = ctx.index, ctx.rows.sources, ctx.widths
     return segment(
-        _prepare_src(ctx),
+        prepare_src_ops(ctx),
         layer=l,
         carried=to_python(v, w.input),
         carried_as=f"h^{l}",
-        kept={_key("src_payload", l): to_python(v, w.src)},
+        kept={layer_key("src_payload", l): to_python(v, w.src)},
     )
 
 
@@ -299,9 +304,9 @@ def _edge_join_program(ctx: LayerContext) -> Program:
     payload = w.src  # the prepared payload, or h itself
     edge_rows = r.edges * (payload * FLOAT_BYTES + ctx.edge_row)
     own = shuffled(r.vertices, w.in_dim)
-    side = {_key("edge_rows", l): edge_rows}
+    side = {layer_key("edge_rows", l): edge_rows}
     if ctx.spec.needs_dst_in_message:
-        side[_key("own_rows", l)] = to_python(r.vertices, w.in_dim)
+        side[layer_key("own_rows", l)] = to_python(r.vertices, w.in_dim)
     body = [
         graph(
             "Join",
@@ -330,7 +335,7 @@ def _edge_join_program(ctx: LayerContext) -> Program:
             [
                 dl(
                     "LocalAggregate",
-                    _aggregate_detail(ctx, "per dst, all in-edges local"),
+                    aggregate_detail(ctx, "per dst, all in-edges local"),
                     rows=r.edges,
                     edges=r.edges,
                     layer=l,
@@ -341,9 +346,9 @@ def _edge_join_program(ctx: LayerContext) -> Program:
             side=side,
             intermediate=to_python(r.vertices, w.state),
         ),
-        *_update(ctx),
+        *update_ops(ctx),
     ]
-    return Program(_owner_prefix(ctx), body)
+    return Program(owner_prefix(ctx), body)
 
 
 def _edge_join_why(ctx: LayerContext) -> str:
@@ -410,7 +415,7 @@ def _replicate_program(ctx: LayerContext) -> Program:
             [
                 dl(
                     "LocalAggregate",
-                    _aggregate_detail(ctx, "per dst, all in-edges local"),
+                    aggregate_detail(ctx, "per dst, all in-edges local"),
                     rows=r.edges,
                     edges=r.edges,
                     layer=l,
@@ -419,15 +424,15 @@ def _replicate_program(ctx: LayerContext) -> Program:
             ],
             layer=l,
             side={
-                _key("mirrors", l): to_python(mirror, payload),
-                _key("own_rows", l): to_python(r.vertices, w.in_dim),
+                layer_key("mirrors", l): to_python(mirror, payload),
+                layer_key("own_rows", l): to_python(r.vertices, w.in_dim),
                 "edges_by_dst": edges,
             },
             intermediate=to_python(r.vertices, w.state),
         ),
-        *_update(ctx),
+        *update_ops(ctx),
     ]
-    return Program(_owner_prefix(ctx), body)
+    return Program(owner_prefix(ctx), body)
 
 
 def _replicate_why(ctx: LayerContext) -> str:
@@ -448,171 +453,5 @@ register(
         blocker=_replicate_blocker,
         program=_replicate_program,
         why=_replicate_why,
-    )
-)
-
-
-# ---------------------------------------------------------------- combine
-
-
-def _combine_blocker(ctx: LayerContext) -> str | None:
-    spec, r = ctx.spec, ctx.rows
-    if not spec.decomposable:
-        return f"aggregator {spec.aggregator!r} is not decomposable: partial states cannot be merged"
-    dependent = sorted(set(spec.required_stats) & DATA_DEPENDENT_STATS)
-    if dependent:
-        return (
-            f"the aggregation needs the neighbourhood statistic(s) {dependent} before partial "
-            "states can be formed at the source partitions"
-        )
-    if r.combine is None:
-        return "graph_stats has no 'combine_rows' (the combiner needs the cross-partition partial count)"
-    if spec.needs_dst_in_message and r.in_mirror is None:
-        return "the message needs the destination's payload but graph_stats has no 'in_mirror_rows'"
-    return None
-
-
-def _combine_prefix(ctx: LayerContext) -> list[Operator]:
-    """Owner-side work for combine. Without a dst-dependent message the partial aggregation
-    itself reads only h at the source's owner + its cached out-edges, so it is part of the
-    prefix (fusion runs it in the previous layer's pass). With one (GAT) only the payloads are."""
-    l, r, w, spec = ctx.index, ctx.rows, ctx.widths, ctx.spec
-    ops = _prepare_src(ctx)
-    if spec.needs_dst_in_message:
-        ops.append(
-            dl(
-                "ApplyVertex",
-                f"prepare_dst of layer {l}: destination payload ({w.dst} floats)",
-                rows=r.vertices,
-                layer=l,
-            )
-        )
-        kept = {
-            _key("dst_payload", l): to_python(r.vertices, w.dst),
-            _key("src_payload", l): to_python(r.sources, w.src),
-        }
-        return segment(ops, layer=l, carried=to_python(r.sources, w.input), carried_as=f"h^{l}", kept=kept)
-    ops.append(
-        dl(
-            "LocalAggregate",
-            _aggregate_detail(ctx, "into partial states per distinct dst of this src partition"),
-            rows=r.edges,
-            edges=r.edges,
-            layer=l,
-        )
-    )
-    return segment(
-        ops,
-        layer=l,
-        carried=to_python(r.sources, w.input),
-        carried_as=f"h^{l}",
-        side={"edges_by_src": r.edges * ctx.edge_row},
-        kept={_key("partials", l): shuffled(r.partial, w.state)},
-    )
-
-
-def _combine_program(ctx: LayerContext) -> Program:
-    l, r, w, spec = ctx.index, ctx.rows, ctx.widths, ctx.spec
-    combine = r.measured("combine")
-    body: list[Operator] = []
-    if spec.needs_dst_in_message:
-        in_mirror = r.measured("in_mirror")
-        dst_rows = shuffled(in_mirror, w.dst)
-        edges = r.edges * ctx.edge_row
-        body += [
-            graph(
-                "Scatter",
-                dst_rows,
-                f"dst payload ({w.dst} floats) to every other partition holding an in-edge (edges by src)",
-                rows=in_mirror,
-                layer=l,
-                reads=["edges_by_src"],
-            ),
-            graph(
-                "Shuffle",
-                dst_rows,
-                "in-mirror rows -> partitions of the sources",
-                rows=in_mirror,
-                layer=l,
-                key="partition",
-            ),
-            graph(
-                "Collect",
-                dst_rows + edges,
-                "with the partition's cached src-partitioned edges",
-                rows=in_mirror + r.edges,
-                layer=l,
-                reads=["edges_by_src"],
-            ),
-            *segment(
-                [
-                    dl(
-                        "LocalAggregate",
-                        _aggregate_detail(ctx, "into partial states per distinct dst of this src partition"),
-                        rows=r.edges,
-                        edges=r.edges,
-                        layer=l,
-                    )
-                ],
-                layer=l,
-                side={
-                    _key("in_mirrors", l): to_python(in_mirror, w.dst),
-                    _key("src_payload", l): to_python(r.sources, w.src),
-                    _key("dst_payload", l): to_python(r.vertices, w.dst),
-                    "edges_by_src": edges,
-                },
-                kept={_key("partials", l): shuffled(r.partial, w.state)},
-            ),
-        ]
-    crossing = shuffled(combine, w.state)
-    local = shuffled(r.local_combine, w.state)
-    own = shuffled(r.vertices, w.in_dim)
-    body += [
-        graph(
-            "Shuffle",
-            crossing + own,
-            "cross-partition partial states + own rows -> partition of dst (local partials stay put)",
-            rows=combine + r.vertices,
-            layer=l,
-            key="dst",
-        ),
-        graph(
-            "Collect",
-            crossing + own + local,
-            "with the partition's local partial states",
-            rows=r.partial + r.vertices,
-            layer=l,
-        ),
-        *merge_and_update(
-            ctx,
-            f"merge partial states per dst ({spec.aggregator}, associative)",
-            r.partial,
-            {_key("partials", l): to_python(r.partial, w.state)},
-        ),
-    ]
-    return Program(_combine_prefix(ctx), body)
-
-
-def _combine_why(ctx: LayerContext) -> str:
-    r = ctx.rows
-    combine = r.measured("combine")
-    share = combine / max(r.edges, 1)
-    text = (
-        f"pre-aggregates where the sources live: {combine:,} partial states of "
-        f"{ctx.widths.state} floats cross partitions ({share:.0%} of the {r.edges:,} edges)"
-    )
-    if ctx.spec.needs_dst_in_message:
-        text += f", after {r.measured('in_mirror'):,} dst payload rows reach the source partitions (one extra pass)"
-    return text
-
-
-register(
-    Strategy(
-        name="combine",
-        edges_by="src",
-        summary="partial states at src partitions, shuffle partials, merge at dst",
-        blocker=_combine_blocker,
-        program=_combine_program,
-        why=_combine_why,
     )
 )

@@ -167,10 +167,11 @@ def _native_aggregates(spark, exchange: str):
     return why_unavailable(spark) or True
 
 
-def _exchange_for(spark, requested: str, strategy: str, root: str) -> str:
+def _exchange_for(spark, requested: str, strategy: str, root: str, log) -> str:
     """The exchange a run uses: a strategy forced by name that needs Spark's rows (edge_join,
     pushdown) takes the shuffle when the exchange is left to auto; else exchange_kind decides."""
     if requested == "auto" and strategy in NEEDS_SPARK_ROWS:
+        log(f"sparkgnn: strategy {strategy} joins payloads in Spark: routed rows go through Spark's shuffle")
         return "shuffle"
     return exchange_kind(spark, requested, root)
 
@@ -252,7 +253,7 @@ def infer(
         graph.validate()
     check_model_fits(graph, model)
     ids_df = checked_ids(spark, graph, ids) if ids is not None else None
-    kind = _exchange_for(spark, exchange, strategy, root)
+    kind = _exchange_for(spark, exchange, strategy, root, log)
     mapped = kind == "files" and workers == "inprocess"  # remote payloads stay in mapped files
     prepared, plan = plan_for(
         spark, graph, model, strategy, partitions, work_dir=root, log=log, exchange=kind, mapped_payloads=mapped

@@ -47,6 +47,7 @@ from sparkgnn.graph.fingerprint import edge_hash_sum, vertex_hash_sum
 from sparkgnn.graph.updates import GraphUpdate, apply
 from sparkgnn.graph.updates.applying import Applied
 from sparkgnn.layers.stats import STATS
+from sparkgnn.pe.lookup import SortedTable
 from sparkgnn.pe.refresh_kernel import Side, compute_layer, plan_layer
 
 # Kinds of the values a layer's computation reads (column `kind` of needs / values).
@@ -361,20 +362,9 @@ def _model(ctx: RunContext):
     return registry.get(ctx.model_fingerprint)
 
 
-class ValueTable:
-    """Fetched vectors of one kind (NEW_H, OLD_H or STATE), looked up by id."""
-
-    def __init__(self, ids: np.ndarray, matrix: np.ndarray, what: str):
-        order = np.argsort(ids, kind="stable")
-        self.ids, self.matrix, self.what = ids[order], matrix[order], what
-
-    def take(self, ids: np.ndarray) -> torch.Tensor:
-        pos = np.minimum(np.searchsorted(self.ids, ids), max(len(self.ids) - 1, 0))
-        found = (self.ids[pos] == ids) if len(self.ids) else np.zeros(len(ids), bool)
-        if not found.all():
-            missing = np.unique(ids[~found])[:5].tolist()
-            raise ValueError(f"{self.what}: no value fetched for {int((~found).sum())} vertices, e.g. {missing}")
-        return torch.from_numpy(np.ascontiguousarray(self.matrix[pos]))
+def _rows(values: SortedTable, ids: np.ndarray) -> torch.Tensor:
+    """The fetched vectors of `ids` (each must have been fetched: the plan task asked for it)."""
+    return torch.from_numpy(np.ascontiguousarray(values.take(ids, "v")))
 
 
 def _values(ctx: RunContext, layer: int, part: int) -> dict:
@@ -388,7 +378,7 @@ def _values(ctx: RunContext, layer: int, part: int) -> dict:
             bad = rows.filter(rows.column("v").is_null()).column("id").to_numpy()[:5].tolist()
             raise ValueError(f"layer {layer}: the PE store has no {what} for vertices {bad} of partition {part}")
         matrix = to_numpy_matrix(rows.column("v")) if rows.num_rows else np.zeros((0, 0), np.float32)
-        out[kind] = ValueTable(rows.column("id").to_numpy(), matrix, f"layer {layer} {what}, partition {part}")
+        out[kind] = SortedTable(rows.column("id").to_numpy(), {"v": matrix}, f"layer {layer} {what}, partition {part}")
     return out
 
 
@@ -421,10 +411,10 @@ def _layer_sides(ctx: RunContext, layer: int, piece: Piece, values: dict | None)
     elif values is not None:
 
         def old_values(rows):
-            return values[OLD_H].take(old.ids[rows])
+            return _rows(values[OLD_H], old.ids[rows])
 
         def new_values(rows):
-            return values[NEW_H].take(new.ids[rows])
+            return _rows(values[NEW_H], new.ids[rows])
 
     return (
         model,
@@ -477,7 +467,7 @@ def _compute_piece(ctx: RunContext, layer: int, part: int) -> dict:
         old,
         new,
         piece.applied.old_rows,
-        lambda rows: values[STATE].take(piece.old.ids[rows]),
+        lambda rows: _rows(values[STATE], piece.old.ids[rows]),
     )
     table = pa.table(
         {
