@@ -87,7 +87,7 @@ def test_a_small_refresh_writes_only_the_changed_rows_and_reads_back_whole(graph
     reopened = PEStore.open(root, model=model, graph=new_graph)
     scratch = precompute_local(new_graph, model, str(tmp_path / "scratch"), log=None)
     assert_same_store(reopened, scratch, new_graph.ids, 2)
-    assert sorted(reopened._table(1).ids.tolist()) == sorted(new_graph.ids.tolist())  # the deleted vertex is gone
+    assert sorted(reopened.table(1).ids.tolist()) == sorted(new_graph.ids.tolist())  # the deleted vertex is gone
 
 
 def test_deleting_the_version_a_delta_lies_on_is_reported_by_name(graph, tmp_path):

@@ -107,7 +107,7 @@ def _stored(store: PEStore, graph, layer: int) -> tuple[SortedTable, np.ndarray]
     """The old version's layer table and, per old-graph row, its row in that table."""
     from sparkgnn.pe.lookup import UnknownIds
 
-    table = store._table(layer)
+    table = store.table(layer)
     if "state" not in table.columns:
         raise RefreshError(f"PE store {store.base} layer {layer} has no stored states")
     try:

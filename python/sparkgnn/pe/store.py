@@ -179,7 +179,9 @@ class PEStore:
         return layout.committed_dir(self.base, self.manifest, layer_key(self._check_layer(layer)))
 
     # -- lookups -------------------------------------------------------------------------------
-    def _table(self, layer: int) -> SortedTable:
+    def table(self, layer: int) -> SortedTable:
+        """Layer `layer` whole, sorted by id (h and, when stored, state columns), read once and kept:
+        what lookup() answers from, and what a refresh reads the old values from."""
         layer = self._check_layer(layer)
         if layer not in self._tables:
             table = versions.read(self.base, self.manifest, layer_key(layer))
@@ -194,7 +196,7 @@ class PEStore:
     def lookup(self, ids, layer: int, states: bool = False):
         """(h [n, w] float32, state [n, s] float32 or None) for `ids` in the given order.
         Unknown ids raise UnknownIds (a SparkGNNError and KeyError) naming count + examples."""
-        t = self._table(layer)
+        t = self.table(layer)
         pos = t.positions(ids)
         if states and "state" not in t.columns:
             raise ValueError(f"layer {layer} was stored without partial states")
