@@ -40,11 +40,6 @@ class ShuffleMeter:
         else:
             self._seen = self._stage_ids()
 
-    @property
-    def source(self) -> str:
-        """Where the figures come from: "listener", "status store" or "connect"."""
-        return "connect" if self._sc is None else "listener" if self._listener is not None else "status store"
-
     def _stage_list(self):
         if self._sc is None:
             return None

@@ -25,6 +25,7 @@ from typing import Any
 
 from sparkgnn.engine.prepare import read_layout
 from sparkgnn.engine.routing import STATE, key_expr, partition_expr
+from sparkgnn.engine.spark_compat import application_id
 from sparkgnn.errors import SparkGNNError
 
 #: Strategies whose steps need Spark's rows (unrouted payloads joined in SQL): the files exchange,
@@ -55,7 +56,8 @@ def _replace(edges, vertices):
 #: self-loop policy (layers/selfloops.py names) -> SQL over (edges(src, dst, w), vertices(id)).
 SELF_LOOPS: dict[str, Callable] = {"none": _no_loops, "remaining": _remaining, "replace": _replace}
 
-# (prepared dir, policy) -> the persisted edges; a few entries per session, least recently used out
+# (application, prepared dir, P, policy) -> the persisted edges; a few entries, least recently used
+# out. The application is part of the key: a persisted DataFrame dies with its SparkContext.
 _CACHED: OrderedDict[tuple, Any] = OrderedDict()
 CACHED_LAYOUTS = 2
 
@@ -63,7 +65,7 @@ CACHED_LAYOUTS = 2
 def cached_edges(spark, prepared, policy: str):
     """The edges of a prepared graph under `policy`, hash-partitioned by src into P partitions and
     persisted (computed by the first layer that joins them)."""
-    key = (prepared.path, prepared.partitions, policy)
+    key = (application_id(spark), prepared.path, prepared.partitions, policy)
     if key in _CACHED:
         _CACHED.move_to_end(key)
         return _CACHED[key]
