@@ -107,7 +107,9 @@ def make_model(path_sparkgnn: str, path_pyg: str) -> None:
     torch.save({"weights": module.state_dict(), "in": DIM, "hidden": HIDDEN, "layers": LAYERS}, path_pyg)
 
 
-def sparkgnn_job(graph: str, model: str, scratch: str, timeout_s: float, calibration: str | None = None) -> dict:
+def sparkgnn_job(
+    graph: str, model: str, scratch: str, timeout_s: float, calibration: str | None = None, extra_args=()
+) -> dict:
     """One cold job on a fresh work dir (so prepare is paid), seeded with `calibration` (the cost
     model's measured layers from the previous sizes, as a team's shared work dir would hold them);
     the job's own layers are appended to it afterwards."""
@@ -132,6 +134,7 @@ def sparkgnn_job(graph: str, model: str, scratch: str, timeout_s: float, calibra
         work,
         "--report",
         report_path,
+        *extra_args,
     ]
     run = run_cold(cmd, timeout_s)
     if calibration and os.path.exists(os.path.join(work, "calibration.json")):
