@@ -209,6 +209,13 @@ def parse_layer(data: Any, position: int) -> LayerSpec:
         range_wise=_bool(data.get("range_wise", False), f"{where}['range_wise']"),
         message_scaled=_bool(data.get("message_scaled", False), f"{where}['message_scaled']"),
     )
+    phases = _int(data.get("phases", 1), f"{where}['phases']", 1)
+    if phases != 1:  # optional in plan_info; a plan's layer is one pass over the in-edges
+        raise PlanError(
+            f"{where} ({spec.kind}): aggregator {spec.aggregator!r} takes {phases} passes over the in-edges "
+            "and a planned layer runs one; pass the model's rounds (Model.plan_info expands such a layer "
+            "into one layer per pass, sparkgnn.layers.phases)"
+        )
     if spec.needs_dst_in_message and spec.dst_width == 0:
         raise PlanError(f"{where} ({spec.kind}) needs the destination in its message but reports dst_width 0")
     return spec

@@ -82,6 +82,30 @@ class Aggregator:
     # old messages, add the new ones); max/min/softmax cannot, they recompute the node instead.
     invertible: bool = False
 
+    # Passes over a destination's in-edges. Pass p >= 1 needs, at every partition holding one of
+    # the destination's in-edges, the finalized result of pass p - 1 for that destination (the
+    # normalized moments need the mean before they can centre a message): a distributed executor
+    # must gather that per-destination context to the edges between two passes (OMEGA §6.2's
+    # AllGather). Each pass on its own is an ordinary single-pass aggregator (`phase(p)`), merged
+    # exactly like every other one; `phase_message` forms its per-edge input from the layer's
+    # message and the gathered context.
+    phases: int = 1
+
+    def phase(self, p: int) -> Aggregator:
+        """The single-pass aggregator run in pass p (0 <= p < phases); one-pass aggregators are
+        their own only pass."""
+        if p != 0 or self.phases != 1:
+            raise ValueError(f"{self.name}: no pass {p} (phases={self.phases})")
+        return self
+
+    def phase_message(self, p: int, m: Tensor, context_e: Tensor | None) -> Tensor:
+        """Pass p's per-edge input: the layer's message m, and for p >= 1 `context_e`, the
+        finalized result of pass p - 1 at each edge's destination (row-aligned with m). Must
+        keep m's width (the pass reads it with the layer's msg_width), and return m unchanged for
+        p == 0 (context_e None): an executor may form pass 0's input without this hook (sparse
+        products over source payloads)."""
+        return m
+
     def config(self) -> dict:
         """JSON-able keyword arguments that rebuild this aggregator via get_aggregator."""
         return {}
@@ -315,6 +339,134 @@ class StdAggregator(VarAggregator):
     def finalize(self, state):
         out = super().finalize(state).clamp(min=1e-5).sqrt()
         return out.masked_fill(out <= math.sqrt(1e-5), 0.0)
+
+
+def _orders(n, minimum: int) -> list[int]:
+    """Moment orders as a list of ints >= minimum: one int, or a list/tuple of them (one output
+    block per order). bool and non-integral floats are refused: a fractional order of a signed
+    value has no real root."""
+    values = list(n) if isinstance(n, (list, tuple)) else [n]
+    if not values:
+        raise ValueError("moment orders: need at least one order")
+    out = []
+    for v in values:
+        if isinstance(v, bool) or not (isinstance(v, int) or (isinstance(v, float) and v.is_integer())):
+            raise ValueError(f"moment order must be an integer >= {minimum}, got {v!r}")
+        if int(v) < minimum:
+            raise ValueError(f"moment order must be an integer >= {minimum}, got {v!r}")
+        out.append(int(v))
+    return out
+
+
+def _signed_root(s: Tensor, n: int) -> Tensor:
+    """The real n-th root: sign(s) * |s|^(1/n). For even n the mean of x^n is >= 0 and this is
+    the plain root; for odd n a negative mean keeps its sign (pow(negative, 1/n) would be NaN)."""
+    return torch.sign(s) * s.abs().pow(1.0 / n)
+
+
+@register("rawmoment")
+class RawMomentAggregator(_Additive):
+    """Root of the n-th moment about zero, sign(s) * |s|^(1/n) with s = (1/|N|) sum x^n, per
+    order n (`n` an int or a list: one block of msg_width columns per order, in list order).
+    State [sum x^n_0 | sum x^n_1 | ... | count]: power sums add across partitions and the root is
+    taken once, in finalize (OMEGA §6.2, like the power mean). Empty rows finalize to 0.
+
+    On its own it is the moment about zero; fed centred messages m - mean it is the second pass
+    of the normalized moments aggregator ("moments")."""
+
+    def __init__(self, n: int | list[int] = 2) -> None:
+        self.orders = _orders(n, 1)
+        self.n = list(self.orders) if isinstance(n, (list, tuple)) else self.orders[0]
+
+    def config(self):
+        return {"n": self.n}
+
+    def state_width(self, msg_width):
+        return len(self.orders) * msg_width + 1
+
+    def out_width(self, msg_width):
+        return len(self.orders) * msg_width
+
+    def _parts(self, m):
+        return [m.pow(k) for k in self.orders] + [_ones_col(m)]
+
+    def finalize(self, state):
+        f = (state.shape[1] - 1) // len(self.orders)
+        count = state[:, -1:]
+        blocks = [_signed_root(_mean_of(state[:, i * f : (i + 1) * f], count), k) for i, k in enumerate(self.orders)]
+        return torch.cat(blocks, dim=1)
+
+
+@register("moments")
+class MomentsAggregator(Aggregator):
+    """Normalized (centred) moments ((1/|N|) sum_u (m_u - mbar)^n)^(1/n), mbar the mean of the
+    destination's messages (OMEGA §6.2), the root taken as sign(s) * |s|^(1/n) (real root, so odd
+    orders keep the sign of the skew). `n`: an int >= 2 or a list of them (one block of msg_width
+    columns per order). A node without in-edges gives 0, like PyG's other aggregators.
+
+    WHY two passes: the centred terms need mbar, which is known only once every partition's
+    partial sums of the destination have been merged. Pass 0 is the mean aggregator
+    ([sum m | count], merged by addition); the executor then gathers each destination's mean to
+    the partitions holding its in-edges (OMEGA's AllGather); pass 1 is `rawmoment` over the
+    centred messages m - mbar ([sum (m - mbar)^n | count], merged by addition, rooted once).
+    Expanding (E[m^n] about zero into centred terms) in one pass would lose the exactness the
+    other aggregators have: it subtracts large power sums (catastrophic cancellation in float32).
+
+    The one-pass hooks (`partial`, `merge`) refuse: there is no single-pass state. The state of
+    the aggregator as a whole (state_width, identity, finalize: what `aggregate_state` and the
+    final update see) is its last pass's. Not invertible: a changed in-edge moves the mean and
+    with it every centred term."""
+
+    phases = 2
+
+    def __init__(self, n: int | list[int] = 2) -> None:
+        orders = _orders(n, 2)
+        self.n = list(orders) if isinstance(n, (list, tuple)) else orders[0]
+        self._passes: tuple[Aggregator, Aggregator] = (MeanAggregator(), RawMomentAggregator(self.n))
+
+    def config(self):
+        return {"n": self.n}
+
+    def phase(self, p):
+        if not 0 <= p < self.phases:
+            raise ValueError(f"{self.name}: no pass {p} (phases={self.phases})")
+        return self._passes[p]
+
+    def phase_message(self, p, m, context_e):
+        if p == 0:
+            return m
+        if context_e is None or context_e.shape != m.shape:
+            got = None if context_e is None else tuple(context_e.shape)
+            raise ValueError(
+                f"moments pass {p} needs the destination means, shaped like the messages {tuple(m.shape)}, got {got}"
+            )
+        return _f32(m) - _f32(context_e)
+
+    def _last(self) -> Aggregator:
+        return self._passes[-1]
+
+    def state_width(self, msg_width):
+        return self._last().state_width(msg_width)
+
+    def out_width(self, msg_width):
+        return self._last().out_width(msg_width)
+
+    def identity(self, num, msg_width, device=None):
+        return self._last().identity(num, msg_width, device)
+
+    _ONE_PASS = (
+        "moments aggregates in two passes (mean, then centred powers): run pass p through phase(p) "
+        "(layers.base.propagate does; Model expands the conv into one engine round per pass)"
+    )
+
+    def partial(self, m, index, num):
+        raise NotImplementedError(self._ONE_PASS)
+
+    def merge(self, states, index, num):
+        raise NotImplementedError(self._ONE_PASS)
+
+    def finalize(self, state):
+        return self._last().finalize(state)
 
 
 @register("softmax")

@@ -103,6 +103,9 @@ class MergeableConv(torch.nn.Module):
             "uses_edge_weight": self.uses_edge_weight,
             "required_stats": list(self.required_stats),
             "decomposable": True,
+            # passes over the in-edges (Aggregator.phases): an engine round runs one, so a layer
+            # with more is expanded into one round per pass first (layers/phases.py, Model)
+            "phases": self.aggregator.phases,
             # weight x source payload: an engine without this layer's code can form the messages
             "message_scaled": bool(self.message_scale(None, False)[0]),
         }
@@ -174,7 +177,13 @@ def propagate(
     """Run one layer exactly the way a distributed executor would: self-loop policy, node
     statistics, node payloads, edges dealt at random (seeded) into `parts` partitions, a partial
     state per partition over the destinations it touches, all partial states merged in a random
-    order, finalize, update. With any `parts` the result must equal PyG's forward."""
+    order, finalize, update. With any `parts` the result must equal PyG's forward.
+
+    A multi-pass aggregator (Aggregator.phases > 1, e.g. the normalized moments) runs every pass
+    over the SAME partitioning, each with its own random merge order; between passes each
+    destination's finalized result is gathered to its edges (`context`, OMEGA's AllGather) and
+    fed to the next pass through `phase_message`. So partition-independence is tested the same way
+    for one pass or several."""
     num_nodes = h.shape[0]
     parts = max(1, int(parts))
     stats, (s, d, w), pre, xs, xd = _layer_inputs(conv, h, src, dst, weight, stats, pre_transform)
@@ -183,7 +192,7 @@ def propagate(
 
     gen = torch.Generator().manual_seed(int(seed))
     assign = torch.randint(0, parts, (s.numel(),), generator=gen)
-    states, rows = [], []
+    pieces = []  # per non-empty partition: its edges' destinations, local dst ids, messages
     for p in range(parts):
         sel = (assign == p).nonzero().view(-1)
         if sel.numel() == 0:
@@ -198,14 +207,23 @@ def propagate(
         )
         if m.shape[1] != msg_w:
             raise RuntimeError(f"{conv.kind}: message width {m.shape[1]} != declared {msg_w}")
-        states.append(agg.partial(m, local, uniq.numel()))
-        rows.append(uniq)
-    if states:
-        order = torch.randperm(len(states), generator=gen).tolist()
-        merged = agg.merge(torch.cat([states[i] for i in order]), torch.cat([rows[i] for i in order]), num_nodes)
-    else:
-        merged = agg.identity(num_nodes, msg_w)
-    return conv.update(h, agg.finalize(merged), stats, pre)
+        pieces.append((dp, uniq, local, m))
+    context = None
+    for phase in range(agg.phases):
+        stage = agg.phase(phase)
+        states, rows = [], []
+        for dp, uniq, local, m in pieces:
+            m = agg.phase_message(phase, m, None if context is None else context.index_select(0, dp))
+            states.append(stage.partial(m, local, uniq.numel()))
+            rows.append(uniq)
+        if states:
+            order = torch.randperm(len(states), generator=gen).tolist()
+            merged = stage.merge(torch.cat([states[i] for i in order]), torch.cat([rows[i] for i in order]), num_nodes)
+        else:
+            merged = stage.identity(num_nodes, msg_w)
+        context = stage.finalize(merged)
+    assert context is not None  # phases >= 1
+    return conv.update(h, context, stats, pre)
 
 
 def aggregate_state(
@@ -221,8 +239,18 @@ def aggregate_state(
     """The MERGED aggregation state of every node (one partial over all edges, self-loop policy
     applied): what a PE store keeps next to h^(l) so that serving can later recompute a node from
     its state merged with only the edges that changed, instead of refetching all its neighbours.
-    `update(h, finalize(aggregate_state(...)), stats, pre_transform)` equals propagate(...)."""
+    `update(h, finalize(aggregate_state(...)), stats, pre_transform)` equals propagate(...).
+    For a multi-pass aggregator it is the last pass's state (the earlier passes run first, to
+    give it its per-destination context)."""
     num_nodes = h.shape[0]
     stats, (s, d, w), pre, xs, xd = _layer_inputs(conv, h, src, dst, weight, stats, pre_transform)
     m = conv.message(xs.index_select(0, s), None if xd is None else xd.index_select(0, d), w, pre)
-    return conv.aggregator.partial(m, d, num_nodes)
+    agg = conv.aggregator
+    context = None
+    for phase in range(agg.phases - 1):
+        stage = agg.phase(phase)
+        edge_context = None if context is None else context.index_select(0, d)
+        context = stage.finalize(stage.partial(agg.phase_message(phase, m, edge_context), d, num_nodes))
+    last = agg.phases - 1
+    edge_context = None if context is None else context.index_select(0, d)
+    return agg.phase(last).partial(agg.phase_message(last, m, edge_context), d, num_nodes)

@@ -8,7 +8,9 @@ linear (sum, mean). For max/min/power-mean/var/std, x_j W would change the resul
 variants always ship raw features.
 
 The aggregation is named by the registry ("sum", "mean", "max", "min", "powermean", "var",
-"std", "softmax"). "softmax" reproduces PyG's SoftmaxAggregation: a per-feature softmax over
+"std", "softmax", "rawmoment", "moments"). "moments" (OMEGA's normalized moments, no PyG
+counterpart) runs in two passes over the in-edges; the Model runs such a layer as two engine rounds
+(layers/phases.py). "softmax" reproduces PyG's SoftmaxAggregation: a per-feature softmax over
 neighbours with temperature t, i.e. the attention aggregator with one head per feature
 (message [x*t | x]).
 """
@@ -46,7 +48,9 @@ class SAGELayer(MergeableConv):
         else:
             self.aggregator = get_aggregator(self.aggr, **self.aggr_options)
         self.can_pre_transform = self.aggregator.linear
-        self.weight_l = torch.nn.Parameter(torch.zeros(self.out_dim, self.in_dim))
+        # lin_l reads the aggregate, which is wider than a message for multi-order aggregators
+        # (moments with n=[2, 3]: one block per order), as PyG sizes lin_l by the aggregation's output
+        self.weight_l = torch.nn.Parameter(torch.zeros(self.out_dim, self.aggregator.out_width(self.msg_width(False))))
         self.bias_l = torch.nn.Parameter(torch.zeros(self.out_dim)) if bias else None
         self.weight_r = torch.nn.Parameter(torch.zeros(self.out_dim, self.in_dim)) if root_weight else None
 

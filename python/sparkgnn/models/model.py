@@ -10,6 +10,12 @@ aliases the user's PyG module, is always float32 and always in eval mode, and is
 JSON `spec` plus a state_dict, so it can be saved, loaded with `weights_only=True`, and
 fingerprinted (the PE store and the messenger use the fingerprint to refuse stale or foreign
 results).
+
+`convs` are the model's ROUNDS, one per pass over the in-edges: a layer whose aggregator takes
+several passes (the normalized moments: the mean, then the centred powers) is expanded into one
+round per pass (layers/phases.py), the earlier rounds with no post ops. Every executor, the
+planner, serving and the PE store see the rounds (num_layers counts them); the spec keeps the
+layers as written (`layers`), so a saved model rebuilds the same rounds.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from torch import Tensor
 
 from sparkgnn.layers.base import MergeableConv, build_conv, propagate
 from sparkgnn.layers.nodeops import NodeOpStack
+from sparkgnn.layers.phases import expand_passes
 from sparkgnn.layers.rowwise import rows_independent
 
 SPEC_FORMAT = "sparkgnn.Model"
@@ -56,9 +63,18 @@ class Model(torch.nn.Module):
             pre, convs, posts = _modules
         if not convs:
             raise ValueError("a model needs at least one graph convolution")
+        if len(posts) != len(convs):
+            raise ValueError("a model needs one post-op stack per conv")
         self.pre_ops = pre
-        self.convs = torch.nn.ModuleList(convs)
-        self.post_ops = torch.nn.ModuleList(posts)
+        # The spec's layers, as written (describe(), save); `convs` are the rounds that run them.
+        self.layers: list[MergeableConv] = list(convs)
+        rounds, round_posts = [], []
+        for conv, post in zip(convs, posts, strict=True):
+            expanded = expand_passes(conv)
+            rounds += expanded
+            round_posts += [NodeOpStack() for _ in expanded[:-1]] + [post]
+        self.convs = torch.nn.ModuleList(rounds)
+        self.post_ops = torch.nn.ModuleList(round_posts)
         self.output = output
         self.in_dim = int(spec["in_dim"])
         self.out_dim = self._check_dims()
@@ -70,8 +86,8 @@ class Model(torch.nn.Module):
             "in_dim": self.in_dim,
             "out_dim": self.out_dim,
             "pre": self.pre_ops.config(),
-            "convs": [c.config() for c in self.conv_list()],
-            "post": [p.config() for p in self.post_list()],
+            "convs": [c.config() for c in self.layers],
+            "post": [p.config() for p in posts],
         }
         if "out_dim" in spec and int(spec["out_dim"]) != self.out_dim:
             raise ValueError(f"spec out_dim {spec['out_dim']} != computed {self.out_dim}")
