@@ -4,10 +4,11 @@ can be spread over partitions and merged exactly (see docs/ARCHITECTURE.md "The 
 
 from sparkgnn.layers.aggregators import AGGREGATORS, Aggregator, get_aggregator
 from sparkgnn.layers.base import CONVS, MergeableConv, build_conv, compute_stats, propagate
+from sparkgnn.layers.bundle import BundleConv, ConcatAggregator
 from sparkgnn.layers.gat import GATLayer
 from sparkgnn.layers.gcn import GCNLayer
 from sparkgnn.layers.gin import GINLayer
-from sparkgnn.layers.nodeops import NODE_OPS, NodeOpStack, build_node_op
+from sparkgnn.layers.nodeops import NODE_OPS, NodeOpStack, ParallelOp, build_node_op
 from sparkgnn.layers.sage import SAGELayer
 from sparkgnn.layers.selfloops import SELF_LOOP_POLICIES, apply_self_loops
 from sparkgnn.layers.stats import STATS
@@ -25,6 +26,9 @@ __all__ = [
     "SAGELayer",
     "GINLayer",
     "GATLayer",
+    "BundleConv",
+    "ConcatAggregator",
+    "ParallelOp",
     "NODE_OPS",
     "NodeOpStack",
     "build_node_op",

@@ -11,6 +11,7 @@ mode), where it is a per-feature affine map; batch statistics would couple nodes
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -166,3 +167,63 @@ class NodeOpStack(torch.nn.Module):
 
     def __len__(self):
         return len(self.ops)
+
+
+@_op("parallel")
+class ParallelOp(NodeOp):
+    """Several node-op stacks side by side, each reading its own column slice of the row, their
+    outputs concatenated: [stack_0(x[:, a_0:b_0]) | stack_1(x[:, a_1:b_1]) | ...].
+
+    WHY: model batching (models/batching.py) runs k models as one model whose rows are the k
+    models' rows side by side; each model's node-wise ops (pre, post) then apply to its own slice.
+    An empty stack passes its slice through. Row-wise whenever its stacks are (layers.rowwise
+    checks the stacks' ops one by one; this op itself only slices and concatenates)."""
+
+    row_wise = True
+
+    def __init__(self, in_dim: int, branches: list):
+        super().__init__()
+        self.in_dim = int(in_dim)
+        self.inputs: list[tuple[int, int]] = []
+        stacks = []
+        for branch in branches:
+            start, stop = (int(v) for v in branch["input"])
+            if not 0 <= start < stop <= self.in_dim:
+                raise ValueError(f"parallel branch input [{start}, {stop}) is not inside [0, {self.in_dim})")
+            self.inputs.append((start, stop))
+            stacks.append(NodeOpStack(branch.get("ops", ())))
+        if not stacks:
+            raise ValueError("a parallel op needs at least one branch")
+        self.stacks = torch.nn.ModuleList(stacks)
+
+    def config(self):
+        return {
+            "op": self.op,
+            "in_dim": self.in_dim,
+            "branches": [
+                {"input": [start, stop], "ops": stack.config()}
+                for (start, stop), stack in zip(self.inputs, self.stacks, strict=True)
+            ],
+        }
+
+    def branch_dims(self) -> list[int]:
+        """Output width of each branch, in order."""
+        stacks = [cast(NodeOpStack, stack) for stack in self.stacks]
+        return [stack.out_dim(stop - start) for (start, stop), stack in zip(self.inputs, stacks, strict=True)]
+
+    def out_dim(self, in_dim):
+        if in_dim != self.in_dim:
+            raise ValueError(f"parallel op expects width {self.in_dim}, got {in_dim}")
+        return sum(self.branch_dims())
+
+    def forward(self, x):
+        outs = [stack(columns(x, start, stop)) for (start, stop), stack in zip(self.inputs, self.stacks, strict=True)]
+        return outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
+
+
+def columns(x: Tensor, start: int, stop: int) -> Tensor:
+    """Columns start..stop-1 of a row matrix: x itself when that is all of it, else a contiguous
+    copy, so the ops that read it run the same kernels as on a model's own (contiguous) rows."""
+    if start == 0 and stop == x.shape[1]:
+        return x
+    return x[:, start:stop].contiguous()
