@@ -282,6 +282,26 @@ def plot_pushdown(section: dict, path: str) -> None:
     fig.savefig(path, dpi=110)
 
 
+def merge_pruning(spark, dim: int, model, result: dict, log=print) -> None:
+    """The k-hop pruning section (bench_pruning.py) on the 2M-edge graph, merged into batch.json
+    (`result`, or the file's current content when empty) with `pruned_ids_speedup` at the top."""
+    from bench_pruning import plot_pruning, pruning_section
+    from torch_geometric.nn import GCN
+
+    from sparkgnn.models import Model
+
+    torch.manual_seed(1)
+    gcn = Model.from_pyg(GCN(dim, 128, 2).eval(), output="embedding")
+    section = pruning_section(spark, synthetic_dir(200_000, 2_000_000, dim), model, gcn, log=log)
+    path = os.path.join(RESULTS, "batch.json")
+    if not result:
+        result.update(json.load(open(path)) if os.path.exists(path) else {})
+    result["pruning"] = section
+    result["pruned_ids_speedup"] = section["pruned_ids_speedup"]
+    write_result("batch", result)
+    plot_pruning(section, os.path.join(RESULTS, "batch_pruning.png"))
+
+
 def main() -> int:
     parser = graph_arguments(argparse.ArgumentParser(description=__doc__.split("\n\n")[0]))
     parser.add_argument("--scaling", default="500000,1000000,2000000,4000000,8000000")
@@ -289,7 +309,7 @@ def main() -> int:
     parser.add_argument("--cap-edges", type=int, default=8_000_000)
     parser.add_argument(
         "--section",
-        choices=("all", "pushdown", "pushdown-cold"),
+        choices=("all", "pushdown", "pushdown-cold", "pruned-ids"),
         default="all",
         help="pushdown: run only the pushdown comparison and merge it into the existing batch.json",
     )
@@ -312,6 +332,10 @@ def main() -> int:
     torch.manual_seed(0)
     module = GraphSAGE(args.dim, 128, 2).eval()
     model = Model.from_pyg(module, output="embedding")
+    if args.section == "pruned-ids":
+        merge_pruning(spark, args.dim, model, {}, log=lambda line: print(line, flush=True))
+        spark.stop()
+        return 0
     if args.section == "pushdown-cold":  # cold jobs next to the warm section already in batch.json
         spark.stop()
         path = os.path.join(RESULTS, "batch.json")
@@ -416,6 +440,8 @@ def main() -> int:
     result["pushdown"]["cold"] = pushdown_cold(result["pushdown"], model, args.dim, log=print)
     plot_pushdown(result["pushdown"], os.path.join(RESULTS, "batch_pushdown.png"))
     write_result("batch", result)
+
+    merge_pruning(spark, args.dim, model, result, log=lambda line: print(line, flush=True))
 
     cap_path = synthetic_dir(args.cap_edges // 10, args.cap_edges, args.dim)
     capped = pyg_probe(cap_path, module_path, cap_bytes)

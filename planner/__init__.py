@@ -14,6 +14,7 @@ driver, in a notebook or in the bench without either). Modules, one job each:
   partitions  choose_layout / choose_partitions (P = cores and all cores at once, unless memory needs otherwise)
   compile     compile(layers, graph_stats, task) -> Plan
   explain     Plan.explain() text
+  pruning     requested ids through their k-hop frontier: local / pruned subgraph / whole graph, priced
 """
 
 from sparkgnn.planner import combine as _combine  # noqa: F401 (registers the combine strategy)

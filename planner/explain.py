@@ -111,17 +111,44 @@ def explain(plan: Plan) -> str:
             _seconds(est.get("seconds", 0.0)),
         ),
         *_memory_line(plan),
+        *_pruning_lines(plan),
         *(f"WARNING: {w}" for w in plan.warnings),
     ]
     for layer in plan.layers:
         lines.append("")
         lines += _header(layer, len(plan.layers))
-        own = {op.id for op in layer.ops}
-        printed: set[str] = set()
-        roots = [op for op in layer.ops if not _consumed_in_layer(op, layer)]
-        for root in reversed(roots):
-            _tree(root, layer, own, printed, "", "", lines)
+        lines += operator_tree(layer)
     return "\n".join(lines)
+
+
+def operator_tree(layer: LayerPlan) -> list[str]:
+    """A layer's operators as tree lines, from its last operator down to its inputs (the batch
+    explain and the serving request explain, planner.serving, print layers alike)."""
+    lines: list[str] = []
+    own = {op.id for op in layer.ops}
+    printed: set[str] = set()
+    roots = [op for op in layer.ops if not _consumed_in_layer(op, layer)]
+    for root in reversed(roots):
+        _tree(root, layer, own, printed, "", "", lines)
+    return lines
+
+
+def _pruning_lines(plan: Plan) -> list[str]:
+    """The k-hop frontier of requested ids and which way of running them was chosen (planner.pruning)."""
+    pruning = plan.pruning
+    if not pruning:
+        return []
+    vertices, in_edges = pruning["vertices"], pruning["in_edges"]
+    hops = " / ".join(f"D_{j} {n:,}" for j, n in enumerate(vertices))
+    lines = [f"pruning: {pruning['reason']}", f"  frontier vertices: {hops}"]
+    k = pruning["hops"]
+    for l in range(k):
+        if k - 1 - l < len(in_edges):
+            lines.append(
+                f"  layer {l + 1}/{k} needs h for D_{k - 1 - l} ({vertices[k - 1 - l]:,} vertices) "
+                f"from its {in_edges[k - 1 - l]:,} in-edges"
+            )
+    return lines
 
 
 def _consumed_in_layer(op: Operator, layer: LayerPlan) -> bool:

@@ -181,6 +181,9 @@ class Plan:
     # Peak task memory: estimated bytes per layer's largest task, the per-task budget, and the size of
     # the destination-range chunks messages are aggregated in (planner.partitions, dl/chunks.py).
     memory: dict[str, Any] = field(default_factory=dict)
+    # With requested ids: how the k-hop pruning was chosen (planner.pruning.PruningChoice.summary):
+    # the mode, why, the frontier sizes per hop and every candidate's estimate. Empty otherwise.
+    pruning: dict[str, Any] = field(default_factory=dict)
 
     @property
     def concurrent_tasks(self) -> int:
@@ -215,6 +218,7 @@ class Plan:
             "cost_model": dict(self.cost_model),
             "graph_stats": dict(self.graph_stats),
             "memory": dict(self.memory),
+            "pruning": dict(self.pruning),
             "layers": [layer.to_dict() for layer in self.layers],
         }
 
@@ -287,6 +291,7 @@ class Plan:
                 cost_model=dict(data.get("cost_model", {})),
                 graph_stats=dict(data.get("graph_stats", {})),
                 memory=dict(data.get("memory", {})),
+                pruning=dict(data.get("pruning", {})),
             )
         except KeyError as exc:
             raise PlanError(f"plan document is missing key {exc.args[0]!r}") from None

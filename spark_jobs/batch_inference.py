@@ -4,7 +4,9 @@
     python spark_jobs/batch_inference.py ...            (creates a local session)
 
 Output Parquet under --out: id (long), h (float32 list: the model's final output), pred (argmax)
-when the model ends in a classifier. A non-empty --out is refused unless --overwrite; an --out
+when the model ends in a classifier. `--model` may repeat: the models run batched in one job
+(sharing the graph's data movement, engine.batching) and model NAME's result goes to --out/NAME,
+NAME being the model directory's name. A non-empty --out is refused unless --overwrite; an --out
 that is (or overlaps) an input always. The result is staged beside --out and swapped in at the
 end, so a failed job leaves an earlier result intact. User errors: one line on stderr, exit 2.
 """
@@ -21,12 +23,19 @@ from sparkgnn.cliargs import positive_int, require_inputs, run_cli
 from sparkgnn.errors import PlanError
 from sparkgnn.outputs import check_output
 from sparkgnn.planner import STRATEGIES
+from sparkgnn.planner.pruning import PRUNE_CHOICES
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="batch_inference.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--graph", required=True, help="graph directory (vertices/, edges/, graph.json)")
-    parser.add_argument("--model", required=True, help="model saved with sparkgnn Model.save")
+    parser.add_argument(
+        "--model",
+        required=True,
+        action="append",
+        help="model saved with sparkgnn Model.save; repeat it to run several models batched "
+        "(results under --out/<model directory name>)",
+    )
     parser.add_argument("--out", required=True, help="output directory (Parquet)")
     parser.add_argument(
         "--strategy",
@@ -41,6 +50,14 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="number of partitions (default: total cores, more if memory needs it)",
     )
     parser.add_argument("--ids", default=None, help="file with one vertex id per line: infer only these")
+    parser.add_argument(
+        "--prune",
+        choices=PRUNE_CHOICES,
+        default="auto",
+        help="with --ids: run only the ids' k-hop upstream frontier, on the driver (local) or through the "
+        "engine (subgraph), or the whole graph filtered (whole); auto prices them and picks; off skips the "
+        "frontier pass",
+    )
     parser.add_argument(
         "--workers", default="inprocess", help="where layers run: inprocess (default) | local[N] | tcp://host:port"
     )
@@ -69,7 +86,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         "layer, the planner's estimate vs the measured seconds per layer)",
     )
     args = parser.parse_args(argv)
-    require_inputs(parser, {"--graph": args.graph, "--model": args.model})
+    flags = ["--model"] if len(args.model) == 1 else [f"--model #{i + 1}" for i in range(len(args.model))]
+    require_inputs(parser, {"--graph": args.graph, **dict(zip(flags, args.model, strict=True))})
     if args.ids and not os.path.isfile(args.ids):
         parser.error(f"--ids {args.ids!r} is not a file")
     if args.report and os.path.exists(args.report) and not args.overwrite:
@@ -122,24 +140,32 @@ def _run_resumable(args, argv: list[str]) -> int:
 def _run(args) -> int:
     from sparkgnn import infer
     from sparkgnn.engine.api import input_paths
+    from sparkgnn.engine.batching import model_names
     from sparkgnn.engine.session import job_session
 
     ids = read_ids(args.ids) if args.ids else None
-    if args.out:  # refuse before paying for a JVM; infer checks again with the resolved work dir
-        check_output(
-            args.out, {**input_paths(args.graph, args.model, args.work_dir), "--ids file": args.ids}, args.overwrite
-        )
+    batched = len(args.model) > 1
+    model = args.model if batched else args.model[0]
+    # refuse before paying for a JVM; infer checks again with the resolved work dir
+    inputs = {**input_paths(args.graph, None, args.work_dir), "--ids file": args.ids}
+    inputs.update({f"--model {m}": m for m in args.model})
+    targets = [os.path.join(args.out, name) for name in model_names(args.model)] if batched else [args.out]
+    if batched:  # --out holds the models' results: it may hold others too, but never an input
+        check_output(args.out, inputs, overwrite=True)
+    for target in targets:
+        check_output(target, inputs, args.overwrite)
     started = time.perf_counter()
     spark = job_session("sparkgnn-batch-inference")
     session_s = time.perf_counter() - started
     result, report, plan = infer(
         spark,
         args.graph,
-        args.model,
+        model,
         out=args.out,
         strategy=args.strategy,
         partitions=args.partitions,
         ids=ids,
+        prune=args.prune,
         workers=args.workers,
         explain=args.explain,
         work_dir=args.work_dir,
@@ -148,28 +174,55 @@ def _run(args) -> int:
         exchange=args.exchange,
         materialise=args.materialise,
     )
-    rows = result.count()
+    if not batched:
+        rows = result.count()
+        total_s = time.perf_counter() - started
+        print(f"batch_inference: wrote {rows} rows to {args.out} in {total_s:.1f} s")
+        if args.report:
+            write_report(args.report, rows, session_s, total_s, report, plan)
+        return 0
+    counts = [frame.count() for frame in result]
     total_s = time.perf_counter() - started
-    print(f"batch_inference: wrote {rows} rows to {args.out} in {total_s:.1f} s")
+    for target, rows in zip(targets, counts, strict=True):
+        print(f"batch_inference: wrote {rows} rows to {target}")
+    print(f"batch_inference: {len(targets)} models in {len(report)} job(s), {total_s:.1f} s")
     if args.report:
-        write_report(args.report, rows, session_s, total_s, report, plan)
+        write_batched_report(args.report, model_names(args.model), counts, session_s, total_s, report, plan)
     return 0
 
 
-def write_report(path: str, rows: int, session_s: float, total_s: float, report, plan) -> None:
-    """The job's cost as a user paid it (cold JVM included), written atomically."""
+def _job_doc(report, plan) -> dict:
     from sparkgnn.engine.executor import estimate_vs_actual
 
-    doc = {
-        "rows": rows,
-        "session_start_s": round(session_s, 3),
-        "total_s": round(total_s, 3),
+    return {
         "partitions": plan.partitions,
         "strategies": [layer.strategy for layer in plan.layers],
         "memory": plan.memory,
         "estimate_vs_actual": estimate_vs_actual(report, plan),
         **report.to_json(),
     }
+
+
+def write_report(path: str, rows: int, session_s: float, total_s: float, report, plan) -> None:
+    """The job's cost as a user paid it (cold JVM included), written atomically."""
+    doc = {"rows": rows, "session_start_s": round(session_s, 3), "total_s": round(total_s, 3), **_job_doc(report, plan)}
+    _write_json(path, doc)
+
+
+def write_batched_report(path: str, names, counts, session_s: float, total_s: float, reports, plans) -> None:
+    """Several models: rows per model, and each batch's job (one unless some models could not
+    share an edge list) as write_report describes a job."""
+    doc = {
+        "models": list(names),
+        "rows": dict(zip(names, counts, strict=True)),
+        "session_start_s": round(session_s, 3),
+        "total_s": round(total_s, 3),
+        "jobs": [_job_doc(report, plan) for report, plan in zip(reports, plans, strict=True)],
+    }
+    _write_json(path, doc)
+
+
+def _write_json(path: str, doc: dict) -> None:
     tmp = f"{path}.tmp-{os.getpid()}"
     with open(tmp, "w") as fh:
         json.dump(doc, fh, indent=2)

@@ -5,14 +5,14 @@ from __future__ import annotations
 import os
 import tempfile
 
-from sparkgnn.engine import calibration
+from sparkgnn.engine import calibration, pruned
 from sparkgnn.engine.degrees import out_degree_histogram
 from sparkgnn.engine.exchange import EXCHANGES, exchange_kind, executors_share_this_disk, fits_on_disk
 from sparkgnn.engine.executor import estimate_lines, estimate_vs_actual, execute, finish, staged_output
 from sparkgnn.engine.failures import step_failures
 from sparkgnn.engine.jvm import why_unavailable
 from sparkgnn.engine.materialise import materialise_kind
-from sparkgnn.engine.prepare import ensure_layouts, layout_writer, prepare
+from sparkgnn.engine.prepare import ensure_layouts, is_prepared, layout_writer, prepare
 from sparkgnn.engine.pushdown import NEEDS_SPARK_ROWS, shuffle_partitions
 from sparkgnn.engine.session import configure, default_parallelism, mapped_memory_budget, memory_per_task
 from sparkgnn.errors import GraphValidationError, LayerFailed, PlanError, SparkGNNError
@@ -160,6 +160,37 @@ def plan_for(
     return prepared, plan
 
 
+def layer_pricer(spark, graph, model, partitions: int | None, root: str, exchange: str):
+    """(seconds(num_vertices, num_edges), P for the whole graph): the compiled plan's estimate for
+    running `model`'s layers over a graph of that size on this session, with the work dir's
+    calibrated cost model (planner.pruning prices a pruned subgraph against the whole graph with it;
+    the layouts are costed from counts alone, no prepare)."""
+    from sparkgnn import planner
+
+    layers = model.plan_info()
+    cores = default_parallelism(spark)
+    task_memory = memory_per_task(spark)
+    stats = graph.stats()
+    cost_model, _ = calibration.load(
+        root, cores, log=lambda _line: None, target_edges=stats["num_edges"], exchange=exchange
+    )
+
+    def layout(num_vertices: int, num_edges: int) -> int:
+        args = (layers, num_vertices, num_edges, graph.feature_dim, cores, task_memory)
+        return planner.choose_layout(*args, requested=partitions)[0]
+
+    def seconds(num_vertices: int, num_edges: int) -> float:
+        count = layout(num_vertices, num_edges)
+        graph_stats = {"num_vertices": num_vertices, "num_edges": num_edges, "feature_dim": graph.feature_dim}
+        # "auto": a forced strategy may need statistics only a prepared layout has (mirror counts)
+        task = {"strategy": "auto", "partitions": count, "cores": cores, "memory_per_task_bytes": task_memory}
+        task.update(ids=None, fuse=True, native_aggregates=_native_aggregates(spark, exchange))
+        plan = planner.compile(layers, dict(graph_stats, partitions=count), task, cost_model)
+        return float(plan.estimates.get("seconds", 0.0))
+
+    return seconds, layout(stats["num_vertices"], stats["num_edges"])
+
+
 def _native_aggregates(spark, exchange: str):
     """task['native_aggregates'] for the planner: True when pushdown can run here, else why not."""
     if exchange != "shuffle":
@@ -218,6 +249,7 @@ def infer(
     overwrite: bool = False,
     exchange: str = "auto",
     materialise: str = "auto",
+    prune: str = "auto",
 ):
     """Exact embeddings/predictions of `model` for every vertex of `graph` (or the ones in `ids`).
 
@@ -237,10 +269,43 @@ def infer(
     executor, and a rerun with the same work dir resumes after the last committed step), or "auto"
     (local for a local[...] master, reliable on a cluster). The files exchange always keeps its
     steps in the work dir.
+    `prune` (with `ids`): how the ids' k-hop upstream frontier is used (engine.pruned,
+    planner.pruning): "auto" prices running only the frontier on the driver ("local"), the engine
+    over the pruned subgraph ("subgraph") or the whole graph filtered ("whole") and takes the
+    cheapest; a mode by name forces it (refused with the reason when it cannot apply); "off" runs
+    the whole graph without computing the frontier.
+    `model` may be a list of models (each as above): they run batched, sharing the graph's data
+    movement, and the result is one DataFrame per model, in order (engine.batching; with `out`,
+    model NAME's result goes to out/NAME, NAME = the saved model's directory name or model_<i>).
     """
     from sparkgnn.dl.model_store import register
 
+    if isinstance(model, (list, tuple)):
+        from sparkgnn.engine.batching import infer_models
+
+        return infer_models(
+            spark,
+            graph,
+            model,
+            out=out,
+            work_dir=work_dir,
+            overwrite=overwrite,
+            return_report=return_report,
+            log=log,
+            strategy=strategy,
+            partitions=partitions,
+            ids=ids,
+            workers=workers,
+            explain=explain,
+            validate=validate,
+            model_store=model_store,
+            exchange=exchange,
+            materialise=materialise,
+            prune=prune,
+        )
+
     check_workers(workers)  # a typo fails in a second, not after preparing the graph
+    _checked_prune(prune)
     out = absolute(out) if out else out  # tasks write the output parts: not relative to their cwd
     model_store = absolute(model_store) if model_store else model_store
     root = _work_dir(spark, out, work_dir)
@@ -254,6 +319,22 @@ def infer(
     check_model_fits(graph, model)
     ids_df = checked_ids(spark, graph, ids) if ids is not None else None
     kind = _exchange_for(spark, exchange, strategy, root, log)
+    pruning = {}
+    if ids_df is not None and prune != "off":
+        pricer, whole_partitions = layer_pricer(spark, graph, model, partitions, root, kind)
+        ctx = pruned.choose(
+            spark, graph, model, ids_df, prune, pricer, is_prepared(graph, whole_partitions, root), log=log
+        )
+        if ctx.choice.mode != "whole":
+            again = dict(strategy=strategy, partitions=partitions, workers=workers, work_dir=root)
+            again.update(model_store=model_store, overwrite=overwrite, exchange=exchange, materialise=materialise)
+            result, report, plan = pruned.RUNS.lookup(ctx.choice.mode)(
+                ctx, out, log=log, infer=infer, infer_kwargs=again
+            )
+            if explain:
+                log(plan.explain())
+            return (result, report, plan) if return_report else result
+        pruning = ctx.choice.summary()
     mapped = kind == "files" and workers == "inprocess"  # remote payloads stay in mapped files
     prepared, plan = plan_for(
         spark, graph, model, strategy, partitions, work_dir=root, log=log, exchange=kind, mapped_payloads=mapped
@@ -262,6 +343,7 @@ def infer(
     if usable != kind and mapped:  # P was chosen for payloads in files: plan again for the shuffle
         prepared, plan = plan_for(spark, graph, model, strategy, partitions, work_dir=root, log=log, exchange=usable)
     kind = usable
+    plan.pruning = pruning
     if explain:
         log(plan.explain())
     model_store = model_store or os.path.join(root, "models")
@@ -318,6 +400,14 @@ def infer(
             log(f"sparkgnn: kept the committed steps in {route.run.path} for a rerun to resume from")
         runners.close()
     return (result, report, plan) if return_report else result
+
+
+def _checked_prune(prune: str) -> str:
+    from sparkgnn.planner.pruning import PRUNE_CHOICES
+
+    if prune not in PRUNE_CHOICES:
+        raise SparkGNNError(f"unknown prune mode {prune!r}; choose one of {', '.join(PRUNE_CHOICES)}")
+    return prune
 
 
 def _ids_frame(spark, ids):

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from sparkgnn.errors import SparkGNNError
 
 #: A frontier with at most this many vertices is broadcast to the edge scan (a map-side semi-join,
@@ -39,7 +41,7 @@ class Frontier:
             frame.unpersist()
 
 
-def _semi_join(edges, frontier, size: int):
+def semi_join(edges, frontier, size: int):
     """The edges whose destination is in `frontier` (DataFrame(id) of `size` rows)."""
     from pyspark.sql import functions
 
@@ -58,7 +60,7 @@ def upstream(ids, edges, hops: int) -> Frontier:
     current = ids.selectExpr("cast(id as long) as id").distinct().persist(StorageLevel.MEMORY_AND_DISK)
     frontier = Frontier(sets=[current], sizes=[current.count()])
     for _ in range(hops):
-        incoming = _semi_join(edges, current, frontier.sizes[-1]).persist(StorageLevel.MEMORY_AND_DISK)
+        incoming = semi_join(edges, current, frontier.sizes[-1]).persist(StorageLevel.MEMORY_AND_DISK)
         frontier.in_edges.append(incoming.count())
         widened = current.unionByName(incoming.selectExpr("src as id")).distinct()
         current = widened.persist(StorageLevel.MEMORY_AND_DISK)
@@ -66,3 +68,78 @@ def upstream(ids, edges, hops: int) -> Frontier:
         frontier.sizes.append(current.count())
         incoming.unpersist()
     return frontier
+
+
+@dataclass
+class CollectedFrontier:
+    """The frontier brought to the driver, for a pruned run small enough to do there (engine.pruned).
+
+    `order`: every vertex of D_hops, D_0 first, then D_1 \\ D_0, D_2 \\ D_1, ... so that D_j is the
+    prefix order[:sizes[j]] (a layer producing h for D_j reads rows [0, sizes[j+1]) and writes rows
+    [0, sizes[j])). `src`, `dst`: positions in `order` of the in-edges of D_(hops-1), grouped by the
+    hop that found them, so the in-edges of D_j are the first in_edges[j] of them; `weight` their
+    weights (None without a weight column)."""
+
+    order: np.ndarray
+    sizes: list[int]
+    in_edges: list[int]
+    src: np.ndarray
+    dst: np.ndarray
+    weight: np.ndarray | None
+
+    @property
+    def hops(self) -> int:
+        return len(self.sizes) - 1
+
+
+def id_frame(spark, ids: np.ndarray):
+    """DataFrame(id long) of the driver's `ids` (Arrow: no per-row Python objects)."""
+    import pyarrow as pa
+
+    return spark.createDataFrame(pa.table({"id": pa.array(ids, pa.int64())}))
+
+
+def collect_upstream(spark, ids: np.ndarray, edges, hops: int, max_edges: int) -> CollectedFrontier | None:
+    """The frontier of `ids` over `edges` (src, dst[, weight]) for `hops` hops, collected: one
+    broadcast semi-join per hop with only the vertices the previous hop added (their in-edges are
+    the new ones), at most `max_edges` + 1 edge rows collected per hop. None as soon as the in-edges
+    exceed `max_edges` (the caller then plans without the driver: a pruned subgraph or the whole
+    graph)."""
+    if hops < 0:
+        raise SparkGNNError(f"hops must be >= 0, got {hops}")
+    columns = ["src", "dst"] + (["weight"] if "weight" in edges.columns else [])
+    order = np.unique(np.asarray(ids, dtype=np.int64))
+    sizes: list[int] = [len(order)]
+    in_edges: list[int] = []
+    parts_src, parts_dst, parts_w = [], [], []
+    added = order
+    for _ in range(hops):
+        found = 0
+        if len(added):
+            budget = max_edges - (in_edges[-1] if in_edges else 0)
+            incoming = semi_join(edges, id_frame(spark, added), len(added))
+            table = incoming.select(*columns).limit(budget + 1).toArrow()
+            if table.num_rows > budget:
+                return None
+            found = table.num_rows
+            parts_src.append(table.column("src").to_numpy().astype(np.int64, copy=False))
+            parts_dst.append(table.column("dst").to_numpy().astype(np.int64, copy=False))
+            if "weight" in columns:
+                parts_w.append(table.column("weight").to_numpy().astype(np.float32, copy=False))
+        in_edges.append((in_edges[-1] if in_edges else 0) + found)
+        sources = np.concatenate(parts_src[-1:]) if found else np.empty(0, np.int64)
+        added = np.setdiff1d(np.unique(sources), order, assume_unique=True)
+        order = np.concatenate([order, added])
+        sizes.append(len(order))
+    src = np.concatenate(parts_src) if parts_src else np.empty(0, np.int64)
+    dst = np.concatenate(parts_dst) if parts_dst else np.empty(0, np.int64)
+    position = positions(order)
+    weight = (np.concatenate(parts_w) if parts_w else np.empty(0, np.float32)) if "weight" in columns else None
+    return CollectedFrontier(order, sizes, in_edges, position(src), position(dst), weight)
+
+
+def positions(order: np.ndarray):
+    """id -> position in `order` (every id looked up is in it)."""
+    sorter = np.argsort(order, kind="stable")
+    ordered = order[sorter]
+    return lambda values: sorter[np.searchsorted(ordered, values)]

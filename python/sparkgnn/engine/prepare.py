@@ -149,9 +149,22 @@ def layout_writer(graph, exchange: str) -> str:
     return "tasks" if exchange == "files" and path and is_local(path) else "spark"
 
 
+def _prepared_path(work_dir: str, fingerprint: str, partitions: int) -> str:
+    return files.join(work_dir, "prep", str(fingerprint), f"P={partitions}")
+
+
+def is_prepared(graph, partitions: int, work_dir: str) -> bool:
+    """Whether an earlier job prepared this graph for `partitions` under `work_dir` (False when the
+    graph's fingerprint is not known yet: finding out would cost a pass over the graph)."""
+    fingerprint = graph.known_fingerprint
+    return fingerprint is not None and files.exists(
+        files.join(_prepared_path(work_dir, fingerprint, partitions), MARKER)
+    )
+
+
 def prepare(spark, graph, partitions: int, work_dir: str, log=print, writer: str = "spark") -> PreparedGraph:
     fingerprint = graph.fingerprint
-    path = files.join(work_dir, "prep", str(fingerprint), f"P={partitions}")
+    path = _prepared_path(work_dir, fingerprint, partitions)
     marker = files.join(path, MARKER)
     if files.exists(marker):
         started = time.perf_counter()

@@ -204,6 +204,12 @@ class Graph:
             self._fingerprint = acc.hexdigest()
         return self._fingerprint
 
+    @property
+    def known_fingerprint(self) -> str | None:
+        """The fingerprint if already known (graph.json or an earlier `fingerprint`), else None:
+        for questions worth asking only when they cost no Spark job (is a layout prepared?)."""
+        return self._fingerprint
+
     def stats(self) -> dict:
         """num_vertices, num_edges, feature_dim, has_weight, has_labels, num_classes (cached;
         read from graph.json when the graph was loaded from a directory)."""

@@ -1,0 +1,262 @@
+"""Inference for requested ids through their k-hop frontier (issue 18; planner.pruning prices it).
+
+`choose` finds the frontier (collected to the driver while it fits the local budget, else counted
+in Spark), prices the registered modes and picks one; `RUNS` then runs it:
+
+  local     the subgraph's features (and per-vertex statistics, over ALL in-edges of its vertices:
+            engine.vertex_stats) come to the driver and each layer runs in process over exactly
+            what it needs: layer l reads the rows D_(k-l) and the in-edges of D_(k-1-l) and writes
+            D_(k-1-l), which the frontier's order makes prefixes (engine.khop.CollectedFrontier).
+            The same decomposed propagate as Model.forward (layers/base.py), so it is PyG-exact.
+  subgraph  the engine runs on the graph (D_h, in-edges of D_(h-1)) with h = k, or k + 1 when a
+            layer reads a per-vertex statistic (then every source of the first layer has all its
+            in-edges and its statistic is the whole graph's): exact for the ids under every
+            strategy and partitioning, since h^l is right on D_(k-l) by induction.
+  whole     the caller's normal path over the whole graph, the output filtered to the ids.
+
+Why the driver may hold a local run: it is bounded (planner.pruning.LOCAL_BUDGET_BYTES, the
+frontier collection stops at the edge budget), the same way Spark bounds a broadcast; nothing of it
+runs in a Spark task, so no task depends on the driver's disk or memory.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from sparkgnn.engine import khop
+from sparkgnn.engine.executor import RunReport, StepReport
+from sparkgnn.engine.routing import OUTPUT_PRED_SCHEMA_DDL, OUTPUT_SCHEMA_DDL
+from sparkgnn.engine.vertex_stats import stats_of
+from sparkgnn.errors import SparkGNNError
+from sparkgnn.outputs import discard, staging_path, swap_into_place
+from sparkgnn.planner.pruning import PruningChoice, PruningInputs
+from sparkgnn.registry import Registry
+
+
+@dataclass
+class PruningContext:
+    """What a pruned run needs: the request, the chosen plan's inputs and the frontier found."""
+
+    spark: Any
+    graph: Any
+    model: Any
+    ids: np.ndarray
+    ids_df: Any
+    choice: PruningChoice
+    inputs: PruningInputs
+    collected: khop.CollectedFrontier | None = None
+    spark_frontier: khop.Frontier | None = None
+    timings: list = field(default_factory=list)
+
+    def local_frontier(self) -> khop.CollectedFrontier:
+        if self.collected is None:
+            raise SparkGNNError("a local pruned run needs the frontier collected to the driver")
+        return self.collected
+
+    def sets(self) -> khop.Frontier:
+        if self.spark_frontier is None:
+            raise SparkGNNError("a pruned subgraph run needs the frontier's sets in Spark")
+        return self.spark_frontier
+
+
+def _needs_stats(model) -> bool:
+    return any(conv.required_stats for conv in model.conv_list())
+
+
+def choose(spark, graph, model, ids_df, requested: str, layer_seconds, whole_prepared: bool, log=print):
+    """The frontier and the priced choice (planner.pruning.choose) for this request."""
+    from sparkgnn.planner import pruning
+
+    started = time.perf_counter()
+    ids = ids_df.toArrow().column("id").to_numpy().astype(np.int64)
+    k = model.num_layers
+    needs_stats = _needs_stats(model)
+    stats = graph.stats()
+    collected = None
+    if requested in ("auto", "local"):
+        collected = khop.collect_upstream(spark, ids, graph.edges, k, pruning.LOCAL_BUDGET_BYTES // pruning.EDGE_BYTES)
+    spark_frontier = None
+    if collected is not None:
+        frontier = pruning.Frontier(list(collected.sizes), list(collected.in_edges))
+    elif requested == "whole":
+        frontier = pruning.Frontier([len(ids)], [])
+    else:
+        spark_frontier = khop.upstream(ids_df, graph.edges, k + (1 if needs_stats else 0))
+        frontier = pruning.Frontier(list(spark_frontier.sizes), list(spark_frontier.in_edges))
+    inputs = pruning.PruningInputs(
+        layers=model.plan_info(),
+        num_vertices=int(stats["num_vertices"]),
+        num_edges=int(stats["num_edges"]),
+        feature_dim=int(stats["feature_dim"]),
+        frontier=frontier,
+        collected=collected is not None,
+        layer_seconds=layer_seconds,
+        whole_prepared=whole_prepared,
+        needs_stats=needs_stats,
+    )
+    choice = pruning.choose(inputs, requested if requested != "off" else "whole")
+    seconds = time.perf_counter() - started
+    log(f"sparkgnn: frontier of {len(ids):,} ids over {k} hop(s) in {seconds:.1f} s: {choice.reason}")
+    ctx = PruningContext(spark, graph, model, ids, ids_df, choice, inputs, collected, spark_frontier)
+    ctx.timings.append(("frontier", seconds))
+    if choice.mode != "subgraph" and spark_frontier is not None:
+        spark_frontier.unpersist()
+    return ctx
+
+
+def _features(ctx: PruningContext) -> np.ndarray:
+    """x of every frontier vertex, in the frontier's order (float32 [rows, d])."""
+    order = ctx.local_frontier().order
+    vertices = ctx.graph.vertices.withColumnRenamed("id", "dst")
+    table = khop.semi_join(vertices, khop.id_frame(ctx.spark, order), len(order)).select("dst", "x").toArrow()
+    if table.num_rows != len(order):
+        raise SparkGNNError(
+            f"graph {ctx.graph.name}: {len(order) - table.num_rows} of the frontier's {len(order)} vertices "
+            "have no vertex row (edges name unknown vertices)"
+        )
+    column = table.column("x").combine_chunks()
+    dim = int(ctx.inputs.feature_dim)
+    values = column.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
+    x = np.empty((len(order), dim), dtype=np.float32)
+    x[khop.positions(order)(table.column("dst").to_numpy())] = values.reshape(-1, dim)
+    return x
+
+
+def run_layers(model, frontier: khop.CollectedFrontier, x: np.ndarray, stats: dict[str, np.ndarray], timings=None):
+    """h^k of D_0 (rows in frontier order): layer l over rows [0, |D_(k-l)|) and the in-edges of
+    D_(k-1-l), keeping rows [0, |D_(k-1-l)|) (every value it keeps is exact: all their in-edges
+    and their sources' rows are present)."""
+    import torch
+
+    from sparkgnn.layers.base import propagate
+
+    k = model.num_layers
+    weight = None if frontier.weight is None else torch.from_numpy(frontier.weight)
+    src, dst = torch.from_numpy(frontier.src), torch.from_numpy(frontier.dst)
+    all_stats = {name: torch.from_numpy(values) for name, values in stats.items()}
+    with torch.no_grad():
+        h = model.pre(torch.from_numpy(x))
+        for l, conv in enumerate(model.conv_list()):
+            started = time.perf_counter()
+            rows, keep, edges = frontier.sizes[k - l], frontier.sizes[k - 1 - l], frontier.in_edges[k - 1 - l]
+            h = propagate(
+                conv,
+                h[:rows],
+                src[:edges],
+                dst[:edges],
+                None if weight is None else weight[:edges],
+                stats={name: all_stats[name][:rows] for name in conv.required_stats},
+                pre_transform=model.choose_pre_transform(conv),
+            )[:keep]
+            h = model.post(l, h)
+            if timings is not None:
+                timings.append((f"layer {l}", time.perf_counter() - started))
+    return h
+
+
+def _output_frame(spark, model, ids: np.ndarray, h):
+    import pyarrow as pa
+
+    with_pred = model.output == "logits"
+    values = h.contiguous().numpy().astype(np.float32, copy=False)
+    columns = {
+        "id": pa.array(ids, pa.int64()),
+        "h": pa.ListArray.from_arrays(
+            pa.array(np.arange(0, values.size + 1, values.shape[1], dtype=np.int32)), pa.array(values.reshape(-1))
+        ),
+    }
+    if with_pred:
+        columns["pred"] = pa.array(h.argmax(dim=-1).numpy().astype(np.int64), pa.int64())
+    schema = OUTPUT_PRED_SCHEMA_DDL if with_pred else OUTPUT_SCHEMA_DDL
+    return spark.createDataFrame(pa.table(columns)).selectExpr(*_ddl_columns(schema))
+
+
+def _ddl_columns(ddl: str) -> list[str]:
+    return [
+        f"cast({name} as {kind}) as {name}" for name, kind in (part.strip().split(" ", 1) for part in ddl.split(","))
+    ]
+
+
+def _write(spark, frame, out: str | None):
+    if not out:
+        return frame.localCheckpoint(eager=True)
+    staged = staging_path(out)
+    try:
+        frame.write.parquet(staged)
+    except BaseException:
+        discard(staged)
+        raise
+    swap_into_place(staged, out)
+    return spark.read.parquet(out)
+
+
+RUNS: Registry = Registry("pruning mode", SparkGNNError)
+
+
+@RUNS.register("local")
+def run_local(ctx: PruningContext, out: str | None, log=print, **_):
+    """The driver's run (module doc): features and statistics in, the layers, the output out."""
+    from sparkgnn.planner import pruning
+
+    frontier = ctx.local_frontier()
+    started = time.perf_counter()
+    x = _features(ctx)
+    stats = stats_of(
+        ctx.spark, ctx.graph.edges, frontier.order, [n for c in ctx.model.conv_list() for n in c.required_stats]
+    )
+    ctx.timings.append(("gather", time.perf_counter() - started))
+    h = run_layers(ctx.model, frontier, x, stats, ctx.timings)
+    started = time.perf_counter()
+    count = frontier.sizes[0]
+    result = _write(ctx.spark, _output_frame(ctx.spark, ctx.model, frontier.order[:count], h), out)
+    ctx.timings.append(("output", time.perf_counter() - started))
+    report = RunReport(final_layer=ctx.model.num_layers - 1, exchange="local")
+    layer_of = {f"layer {l}": l for l in range(ctx.model.num_layers)}
+    for label, seconds in ctx.timings:
+        layer = layer_of.get(label, ctx.model.num_layers - 1 if label == "output" else -1)
+        report.steps.append(StepReport(f"pruned {label}", seconds, None, layer=layer, estimated=label in layer_of))
+        log(f"sparkgnn: pruned {label}: {seconds:.2f} s")
+    report.labels = [step.label for step in report.steps]
+    plan = pruning.local_plan(ctx.choice, ctx.inputs)
+    return result, report, plan
+
+
+@RUNS.register("subgraph")
+def run_subgraph(ctx: PruningContext, out: str | None, log=print, infer=None, infer_kwargs=None, **_):
+    """The engine over the pruned subgraph (module doc), its output filtered to the ids."""
+    from sparkgnn.graph import Graph
+
+    frontier = ctx.sets()
+    hops = ctx.model.num_layers + (1 if _needs_stats(ctx.model) else 0)
+    vertices = khop.semi_join(
+        ctx.graph.vertices.withColumnRenamed("id", "dst"), frontier.sets[hops], frontier.sizes[hops]
+    )
+    edges = khop.semi_join(ctx.graph.edges, frontier.sets[hops - 1], frontier.sizes[hops - 1])
+    sub = Graph(
+        vertices.withColumnRenamed("dst", "id"), edges, name=f"{ctx.graph.name}[{len(ctx.ids)} ids, {hops} hops]"
+    )
+    log(
+        f"sparkgnn: running the pruned subgraph {sub.name}: {frontier.sizes[hops]:,} vertices, "
+        f"{frontier.in_edges[hops - 1]:,} edges"
+    )
+    try:
+        result, report, plan = infer(
+            ctx.spark,
+            sub,
+            ctx.model,
+            out=out,
+            ids=ctx.ids_df,
+            prune="off",
+            validate=False,
+            return_report=True,
+            log=log,
+            **(infer_kwargs or {}),
+        )
+    finally:
+        frontier.unpersist()
+    plan.pruning = ctx.choice.summary()
+    return result, report, plan

@@ -1,0 +1,181 @@
+"""Inference for requested ids through their k-hop frontier (engine.pruned, planner.pruning) equals
+the whole run's rows for those ids (PyG's forward, 1e-5 relative): the driver's local run for every
+layer type on Cora and the skewed graph (self loops, duplicates, weights, isolated vertices), the
+pruned subgraph under every strategy and P in {1, 3, 8}; auto's choice, explain, refusals."""
+
+import numpy as np
+import pytest
+import torch
+from engine_helpers import pyg_reference, relative_error
+from torch_geometric.nn import GAT, GCN, GIN, GraphSAGE
+
+from sparkgnn import infer
+from sparkgnn.errors import PlanError, SparkGNNError
+from sparkgnn.models import Model
+from sparkgnn.planner import pruning
+
+MODELS = {
+    "gcn": lambda f, c: GCN(f, 16, 2, out_channels=c),
+    "sage_mean": lambda f, c: GraphSAGE(f, 16, 2, out_channels=c),
+    "sage_max": lambda f, c: GraphSAGE(f, 16, 2, out_channels=c, aggr="max"),
+    "gin": lambda f, c: GIN(f, 16, 2, out_channels=c),
+    "gat": lambda f, c: GAT(f, 8, 2, out_channels=c, heads=2),
+}
+NAMES = sorted(MODELS)
+
+
+def _module(name, data):
+    torch.manual_seed(len(name))
+    return MODELS[name](data.feature_dim, int(data.y.max()) + 1).eval()
+
+
+def _request(data, count: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).choice(data.ids, count, replace=False)
+
+
+def _check(result, module, data, ids):
+    table = result.toArrow()
+    got_ids = table.column("id").to_numpy()
+    assert sorted(got_ids.tolist()) == sorted(ids.tolist()), "the output must hold exactly the requested ids"
+    h = np.stack(table.column("h").to_numpy(zero_copy_only=False))
+    expected = pyg_reference(module, data)[data.index_of(got_ids)]
+    assert relative_error(h, expected) <= 1e-5, relative_error(h, expected)
+    assert np.array_equal(table.column("pred").to_numpy(), expected.argmax(axis=1))
+
+
+def _silent(_line):
+    pass
+
+
+@pytest.mark.parametrize("model_name", NAMES)
+def test_local_run_equals_pyg_rows(spark, graph_dirs, work_dir, model_name):
+    for graph_name, (path, data) in graph_dirs.items():
+        module = _module(model_name, data)
+        ids = _request(data, 17, len(model_name))
+        result, report, plan = infer(
+            spark,
+            path,
+            Model.from_pyg(module),
+            ids=ids,
+            prune="local",
+            work_dir=work_dir,
+            log=_silent,
+            return_report=True,
+        )
+        _check(result, module, data, ids)
+        assert plan.pruning["mode"] == "local" and plan.strategy == "local", graph_name
+        assert plan.pruning["vertices"][0] == len(ids)
+        assert [s.label for s in report.steps][:2] == ["pruned frontier", "pruned gather"]
+
+
+# Every (strategy, P) pair runs one of the five layer types, rotating, so every strategy meets every
+# partition count and every layer type runs through the engine, without the whole 5 x 9 matrix in CI
+# (the local run above covers every layer type; the strategies' own exactness is test_infer_exact's).
+COMBOS = [(s, p) for s in ("edge_join", "replicate", "combine") for p in (1, 3, 8)]
+
+
+@pytest.mark.parametrize("combo", range(len(COMBOS)))
+def test_pruned_subgraph_equals_pyg_rows_under_every_strategy(spark, graph_dirs, work_dir, combo):
+    strategy, partitions = COMBOS[combo]
+    path, data = graph_dirs["skewed"]
+    for model_name in (NAMES[combo % 5],):
+        module = _module(model_name, data)
+        ids = _request(data, 9, combo)
+        result, _report, plan = infer(
+            spark,
+            path,
+            Model.from_pyg(module),
+            ids=ids,
+            prune="subgraph",
+            strategy=strategy,
+            partitions=partitions,
+            work_dir=work_dir,
+            log=_silent,
+            return_report=True,
+            exchange="shuffle",
+        )
+        _check(result, module, data, ids)
+        assert plan.pruning["mode"] == "subgraph" and {layer.strategy for layer in plan.layers} == {strategy}
+        hops = 2 + (1 if model_name == "gcn" else 0)  # GCN's degrees take one more hop of edges
+        assert len(plan.pruning["vertices"]) == hops + 1
+
+
+def test_pruned_subgraph_with_pushdown(spark, graph_dirs, work_dir):
+    path, data = graph_dirs["cora"]
+    module = _module("gcn", data)
+    ids = _request(data, 12, 3)
+    result, _report, plan = infer(
+        spark,
+        path,
+        Model.from_pyg(module),
+        ids=ids,
+        prune="subgraph",
+        strategy="pushdown",
+        partitions=3,
+        work_dir=work_dir,
+        log=_silent,
+        return_report=True,
+        exchange="shuffle",
+    )
+    _check(result, module, data, ids)
+    assert {layer.strategy for layer in plan.layers} == {"pushdown"}
+
+
+def test_auto_prunes_a_small_request_and_explains_it(spark, graph_dirs, work_dir, tmp_path):
+    path, data = graph_dirs["skewed"]
+    module = _module("sage_mean", data)
+    ids = _request(data, 5, 1)
+    lines = []
+    out = str(tmp_path / "pred")
+    result = infer(
+        spark, path, Model.from_pyg(module), ids=ids, out=out, explain=True, work_dir=work_dir, log=lines.append
+    )
+    _check(result, module, data, ids)
+    text = "\n".join(lines)
+    assert "pruning: local est" in text and "frontier vertices: D_0 5 / D_1" in text
+    assert "layer 2/2 needs h for D_0 (5 vertices)" in text
+    assert "Join" in text and "hop 1: edges" in text and "LocalAggregate" in text
+    assert sorted(spark.read.parquet(out).toArrow().column("id").to_numpy().tolist()) == sorted(ids.tolist())
+
+
+def test_auto_runs_the_whole_graph_when_the_frontier_covers_it(spark, graph_dirs, work_dir, monkeypatch):
+    path, data = graph_dirs["cora"]
+    module = _module("sage_mean", data)
+    ids = _request(data, 1500, 2)  # two hops of 1,500 Cora vertices reach most of its edges
+    monkeypatch.setattr(pruning, "LOCAL_BUDGET_BYTES", 64 * 1024)  # too small for a local run
+    lines = []
+    result, _report, plan = infer(
+        spark,
+        path,
+        Model.from_pyg(module),
+        ids=ids,
+        explain=True,
+        work_dir=work_dir,
+        log=lines.append,
+        return_report=True,
+    )
+    _check(result, module, data, ids)
+    assert plan.pruning["mode"] == "whole", plan.pruning
+    assert "covers" in plan.pruning["blockers"]["subgraph"] and "driver" in plan.pruning["blockers"]["local"]
+    assert "\npruning: whole est" in "\n".join(lines)
+
+
+def test_forced_modes_that_cannot_apply_are_refused(spark, graph_dirs, work_dir, monkeypatch):
+    path, data = graph_dirs["cora"]
+    model = Model.from_pyg(_module("gin", data))
+    monkeypatch.setattr(pruning, "LOCAL_BUDGET_BYTES", 4096)
+    with pytest.raises(PlanError, match="pruning 'local' cannot run this request: .*driver budget"):
+        infer(spark, path, model, ids=_request(data, 300, 4), prune="local", work_dir=work_dir, log=_silent)
+    with pytest.raises(SparkGNNError, match="unknown prune mode 'some'"):
+        infer(spark, path, model, ids=[int(data.ids[0])], prune="some", work_dir=work_dir, log=_silent)
+
+
+def test_prune_off_skips_the_frontier(spark, graph_dirs, work_dir):
+    path, data = graph_dirs["cora"]
+    module = _module("gin", data)
+    ids = _request(data, 4, 9)
+    result, _report, plan = infer(
+        spark, path, Model.from_pyg(module), ids=ids, prune="off", work_dir=work_dir, log=_silent, return_report=True
+    )
+    _check(result, module, data, ids)
+    assert plan.pruning == {}
