@@ -9,8 +9,10 @@ Per graph and model:
   recovery   accuracy drop vs FULL of SRPE(gamma, policy) for qer / is / random / ae over a gamma
              grid at the largest B (OMEGA Fig. 6 right, Fig. 12, Table 3), and per policy the
              smallest gamma within 1 (and 0.5) point of FULL's accuracy
-  modes      full, ns (25,10), he, srpe(qer) at a few gammas (incl. the 1-point gamma), exact at
-             every B: p50/p99 latency per request, bytes fetched (Fig. 11), nodes recomputed,
+  modes      full, ns (25,10), he, srpe(qer) at a few gammas (incl. the 1-point gamma), exact and
+             auto (per request the cheaper of exact and full by the planner's estimate; its
+             auto_vs_best_ratio = auto p50 / min(full p50, exact p50), per B) at every B: p50/p99
+             latency per request, bytes fetched (Fig. 11), nodes recomputed,
              accuracy vs labels, agreement with FULL (identical predictions, max rel. error of h)
   cgp        exact and srpe with partitions 1 vs 4 (in-process, so the partitions run one after
              the other on this machine): agreement, partial/all-gather bytes, latency ratio
@@ -55,6 +57,7 @@ ANCHORS = {
     "-6.3 points, GAT Yelp), Table 3 (qer within 1 point at small gamma)",
 }
 EXACT_TOL = 1e-5
+AUTO_TOLERANCE = 1.10  # auto may be at most 10% slower than the faster of FULL and EXACT
 
 _AE_MEMO: dict = {}
 
@@ -154,6 +157,7 @@ def measure(engines: dict, requests: list, wl, reference: str = "full", keep_ans
                         )
                     },
                     "recomputed_per_layer": bd.get("recomputed_per_layer"),
+                    "auto_choice": bd.get("auto_choice"),
                 }
             )
             if keep_answers:
@@ -266,6 +270,7 @@ def mode_table(eng: Engines, wl, batch_sizes, gammas, log) -> tuple[dict, dict]:
     for g in gammas:
         engines[f"srpe@{g:g}"] = eng.make("srpe", gamma=g, policy="qer")
     engines["exact"] = eng.make("exact")
+    engines["auto"] = eng.make("auto")
     table = {}
     for b in batch_sizes:
         reqs = [r for r in wl.requests if r.batch_size == b]
@@ -275,6 +280,12 @@ def mode_table(eng: Engines, wl, batch_sizes, gammas, log) -> tuple[dict, dict]:
         full_p50 = table[str(b)]["full"]["latency_p50_ms"]
         for s in table[str(b)].values():
             s["full_over_mode_p50"] = full_p50 / s["latency_p50_ms"]
+        auto = table[str(b)]["auto"]
+        auto["auto_vs_best_ratio"] = auto["latency_p50_ms"] / min(
+            table[str(b)]["full"]["latency_p50_ms"], table[str(b)]["exact"]["latency_p50_ms"]
+        )
+        choices = [row["auto_choice"] for row in res["auto"]["rows"]]
+        auto["auto_chose"] = {m: choices.count(m) / len(choices) for m in sorted(set(choices))}
     return table, engines
 
 
@@ -365,6 +376,10 @@ def headline(table: dict, rec: dict, b: int) -> dict:
         "full_accuracy": full["accuracy"],
         "exact_max_rel_err_vs_full": exact["max_rel_err_vs_full"],
         "exact_matches_full": exact["max_rel_err_vs_full"] <= EXACT_TOL,
+        # auto p50 / min(FULL p50, EXACT p50), per B and the worst B (issue 18: <= 1.1)
+        "auto_vs_best_ratio": {bb: table[bb]["auto"]["auto_vs_best_ratio"] for bb in sorted(table, key=int)},
+        "auto_vs_best_ratio_max": max(table[bb]["auto"]["auto_vs_best_ratio"] for bb in table),
+        "auto_max_rel_err_vs_full": table[str(b)]["auto"]["max_rel_err_vs_full"],
     }
     if s1 is not None:
         out.update(
@@ -389,6 +404,10 @@ def headline(table: dict, rec: dict, b: int) -> dict:
         "exact_within_2x_of_he": {
             "met": bool(out["exact_over_he_latency"] <= 2.0),
             "exact_over_he_latency": out["exact_over_he_latency"],
+        },
+        "auto_within_10pct_of_best": {
+            "met": bool(out["auto_vs_best_ratio_max"] <= AUTO_TOLERANCE),
+            "auto_vs_best_ratio_max": out["auto_vs_best_ratio_max"],
         },
     }
     return out
@@ -518,6 +537,15 @@ def summary(result: dict) -> str:
                     f"partial {e[pk]['partial_bytes_mean'] / 1e6:.2f} MB, all-gather "
                     f"{e[pk]['allgather_bytes_mean'] / 1e6:.2f} MB per request"
                 )
+    lines.append("\nauto vs the faster of FULL and EXACT (p50 ratio per B; goal <= 1.10):")
+    for g, gr in result["graphs"].items():
+        for k, m in gr["models"].items():
+            h = m["headline"]
+            lines.append(
+                f"  {g}/{k:<6} "
+                + "  ".join(f"B={bb}: {v:.2f}" for bb, v in h["auto_vs_best_ratio"].items())
+                + f"   worst {h['auto_vs_best_ratio_max']:.2f}"
+            )
     lines.append("\nheadline (" + result["headline_source"] + "):")
     for key in (
         "full_over_srpe_latency",

@@ -29,7 +29,7 @@ def _grid(plt, result: dict, graphs: list, kinds: list, width: float, draw, name
 
 
 def _style(label: str):
-    colors = {"full": "k", "ns": "tab:gray", "he": "tab:red", "exact": "tab:purple"}
+    colors = {"full": "k", "ns": "tab:gray", "he": "tab:red", "exact": "tab:purple", "auto": "tab:orange"}
     if label.startswith("srpe"):
         return {"color": "tab:blue", "alpha": 0.4 + 0.6 * min(1.0, float(label.split("@")[1]) * 4 + 0.2)}
     return {"color": colors.get(label, "tab:green")}
@@ -60,7 +60,8 @@ def plot(result: dict, stem: str = "serving") -> list:
         ax.set_yscale("log")
         ax.set_xlabel("batch size B")
         ax.set_ylabel("p50 latency per request (ms)")
-        ax.set_title(f"{g} / {k}")
+        ratio = m.get("headline", {}).get("auto_vs_best_ratio_max")
+        ax.set_title(f"{g} / {k}" + (f"  (auto / best of full, exact <= {ratio:.2f})" if ratio else ""))
 
     paths.append(_grid(plt, result, graphs, kinds, 5.5, latency, f"{stem}_latency.png"))
     # recovery vs gamma: accuracy drop (vs labels) and disagreement with FULL (label-free, less noisy)

@@ -7,14 +7,18 @@ compgraph   k-hop in-neighbourhood computation graph (exact or sampled) + layere
 modes       registry of modes (full, ns) and Answer
 reuse_modes he, srpe, exact: modes that reuse the PE store (stored.py aligns it to G)
 plans       what each reuse mode recomputes, layer by layer (LayerWork lists)
+sizes       a request's measured per-layer sizes as planner data (planner.serving: plans in the IR)
+sketch      cheap pre-run size estimates of the exact plans (FULL, EXACT), registry EXACT_PLANS
+auto_mode   auto: per request the exact plan (EXACT or FULL) with the lower estimated cost
 delta       evaluates LayerWork: stored state + new - old messages; CGP over P partitions
 policies    SRPE recomputation policies (qer, is, random, ae)
-engine      QueryEngine(graph, model, mode=..., **mode_options).answer(request)
+engine      QueryEngine(graph, model, mode=..., **mode_options).answer(request) / .explain(request)
 dl_ops      the ops serving adds to a DL handler (serving_partials), registered on import
 evaluate    score modes against FULL and labels (CLI)
 """
 
 from sparkgnn.serving import (
+    auto_mode,  # noqa: F401  (registers auto: the cheaper of exact and full per request)
     dl_ops,
     reuse_modes,  # noqa: F401  (registers he, srpe, exact)
 )

@@ -112,6 +112,7 @@ class ServingContext:
         self._g_stats: dict = {}
         self._out: tuple[np.ndarray, np.ndarray] | None = None
         self._aligned: dict = {}
+        self._cache: dict = {}
         self.sets = NodeSets(n + 1024)  # reusable marks over union indices (nodesets.py)
 
     def out_neighbors(self, rows: np.ndarray) -> np.ndarray:
@@ -126,6 +127,13 @@ class ServingContext:
         indptr, out_dst = self._out
         pos, _ = range_gather(indptr, np.asarray(rows, np.int64))
         return self.sets.unique(out_dst[pos])
+
+    def cached(self, key: str, build):
+        """`build()` once per context under `key` (per-graph statistics other modules derive,
+        e.g. serving/sketch.py's GraphSketch), then the same object."""
+        if key not in self._cache:
+            self._cache[key] = build()
+        return self._cache[key]
 
     def g_in_degree(self) -> np.ndarray:
         """Number of in-edges of each G vertex (from the CSC index)."""

@@ -16,6 +16,8 @@ manifest_problems) and refuses a mismatch with StalePEStore.
 from __future__ import annotations
 
 from sparkgnn.errors import SparkGNNError, StalePEStore
+from sparkgnn.planner.ir import Plan
+from sparkgnn.planner.serving import ServingCostModel, explain_request
 from sparkgnn.serving.context import ServingContext
 from sparkgnn.serving.modes import Answer, get_mode
 from sparkgnn.serving.request import Request
@@ -103,3 +105,12 @@ class QueryEngine:
 
     def answer(self, request: Request) -> Answer:
         return self.mode.answer(self.context, request)
+
+    def plan(self, request: Request, cost: ServingCostModel | None = None) -> Plan:
+        """The request's plan in the planner's IR (planner.serving): operators per layer with
+        estimates; for mode="auto" the chosen plan with every candidate's estimate."""
+        return self.mode.plan(self.context, request, cost)
+
+    def explain(self, request: Request, cost: ServingCostModel | None = None) -> str:
+        """The request's plan as text, like the batch job's --explain."""
+        return explain_request(self.plan(request, cost))

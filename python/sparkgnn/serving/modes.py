@@ -22,10 +22,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from sparkgnn.errors import SparkGNNError
+from sparkgnn.planner.ir import Plan
+from sparkgnn.planner.serving import DEFAULT_COST, RequestCounts, ServingCostModel, compile_request
 from sparkgnn.registry import Registry
 from sparkgnn.serving.compgraph import build_compgraph, input_features, run_layers
-from sparkgnn.serving.context import Meter, ServingContext, subgraph_stats
+from sparkgnn.serving.context import Meter, PreparedRequest, ServingContext, subgraph_stats
 from sparkgnn.serving.request import Request
+from sparkgnn.serving.sizes import recompute_counts
 
 if TYPE_CHECKING:
     from sparkgnn.pe.store import PEStore
@@ -80,7 +83,22 @@ class Mode:
         self.seed = int(seed)
 
     def answer(self, ctx: ServingContext, request: Request) -> Answer:
+        meter = Meter()
+        with meter.timer("plan_s"):
+            prep = ctx.prepare(request)
+        return self.run(ctx, prep, meter)
+
+    def run(self, ctx: ServingContext, prep: PreparedRequest, meter: Meter) -> Answer:
+        """Answer a prepared request (mode="auto" prepares once and hands it to the mode it picks)."""
         raise NotImplementedError
+
+    def counts(self, ctx: ServingContext, prep: PreparedRequest) -> RequestCounts:
+        """The request's measured per-layer sizes for this mode (planner.serving; explain())."""
+        raise NotImplementedError
+
+    def plan(self, ctx: ServingContext, request: Request, cost: ServingCostModel | None = None) -> Plan:
+        """The request's plan in the planner's IR, from its measured sizes (QueryEngine.explain)."""
+        return compile_request(self.counts(ctx, ctx.prepare(request)), cost or DEFAULT_COST)
 
     def _finish(self, prep, h, meter: Meter, cg, **extra) -> Answer:
         h = h.detach().cpu().numpy().astype(np.float32, copy=False)
@@ -103,10 +121,11 @@ def get_mode(name: str, model, **options) -> Mode:
 
 @register_mode("full")
 class FullMode(Mode):
-    def answer(self, ctx, request):
-        meter = Meter()
+    def counts(self, ctx, prep):
+        return recompute_counts(ctx, self.model, prep, build_compgraph(ctx, prep, self.model.num_layers), self.name)
+
+    def run(self, ctx, prep, meter):
         with meter.timer("plan_s"):
-            prep = ctx.prepare(request)
             cg = build_compgraph(ctx, prep, self.model.num_layers)
             stats = {}
         x0 = input_features(ctx, prep, cg, meter)
@@ -143,11 +162,13 @@ class NSMode(Mode):
         """Seeded by (seed, crc32(request_id)): the same request gets the same sample."""
         return np.random.default_rng([self.seed, zlib.crc32(request.request_id.encode())])
 
-    def answer(self, ctx, request):
-        meter = Meter()
+    def counts(self, ctx, prep):
+        cg = build_compgraph(ctx, prep, self.model.num_layers, self.fanouts, self.rng(prep.request))
+        return recompute_counts(ctx, self.model, prep, cg, self.name)
+
+    def run(self, ctx, prep, meter):
         with meter.timer("plan_s"):
-            prep = ctx.prepare(request)
-            cg = build_compgraph(ctx, prep, self.model.num_layers, self.fanouts, self.rng(request))
+            cg = build_compgraph(ctx, prep, self.model.num_layers, self.fanouts, self.rng(prep.request))
             stats = {}
         x0 = input_features(ctx, prep, cg, meter)
 

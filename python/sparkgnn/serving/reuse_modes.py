@@ -19,6 +19,7 @@ from sparkgnn.serving.delta import LayerExecutor
 from sparkgnn.serving.modes import Answer, Mode, ModeError, register_mode
 from sparkgnn.serving.plans import exact_works, he_works, srpe_works
 from sparkgnn.serving.policies import POLICIES, candidates, select
+from sparkgnn.serving.sizes import delta_counts
 
 if TYPE_CHECKING:
     from sparkgnn.serving.stored import StoredLayers
@@ -49,10 +50,12 @@ class ReuseMode(Mode):
     def works(self, ctx, prep, meter: Meter) -> tuple[list, dict]:
         raise NotImplementedError
 
-    def answer(self, ctx, request) -> Answer:
-        meter = Meter()
+    def counts(self, ctx, prep):
+        works, _ = self.works(ctx, prep, Meter())
+        return delta_counts(ctx, self.model, prep, works, self.name, self.partitions)
+
+    def run(self, ctx, prep, meter) -> Answer:
         with meter.timer("plan_s"):
-            prep = ctx.prepare(request)
             works, extra = self.works(ctx, prep, meter)
         # a partitioned executor (Spark tasks, messenger workers) reads the store where it runs;
         # only the in-process one needs the store aligned in this process
