@@ -164,8 +164,9 @@ def sparkgnn_job(
         "estimated_worker_gib": round(report["memory"].get("worker_bytes", 0) / 2**30, 2),
         "strategies": report["strategies"],
         "peak_task_rss_gib": round(max((s["peak_task_rss_bytes"] or 0) for s in report["steps"]) / 2**30, 2),
-        "estimated_peak_task_gib": round(max(report["memory"]["peak_task_bytes_per_layer"]) / 2**30, 2),
-        "budget_per_task_gib": round(report["memory"]["budget_per_task_bytes"] / 2**30, 2),
+        # a run without Spark tasks (a local pruned run of --ids) has no task memory plan
+        "estimated_peak_task_gib": round(max(report["memory"].get("peak_task_bytes_per_layer", [0])) / 2**30, 2),
+        "budget_per_task_gib": round(report["memory"].get("budget_per_task_bytes", 0) / 2**30, 2),
         "estimate_vs_actual": report["estimate_vs_actual"],
         "cost_model_calibrated_from_layers": calibrated_from,
         "steps": report["steps"],
