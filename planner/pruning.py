@@ -106,6 +106,8 @@ class PruningInputs:
     layer_seconds: Callable[[int, int], float]
     whole_prepared: bool = False
     needs_stats: bool = False
+    # a strategy forced by name is the engine's: a local run (no engine) would silently ignore it
+    strategy: str = "auto"
     costs: PruningCosts = field(default_factory=PruningCosts)
 
 
@@ -177,6 +179,8 @@ def local_bytes(inputs: PruningInputs) -> int:
 
 @_register("local")
 def _price_local(inputs: PruningInputs) -> tuple[float, str | None]:
+    if inputs.strategy != "auto":
+        return math.inf, f"strategy {inputs.strategy!r} was asked for: the engine runs it, a local run has none"
     if not inputs.collected:
         return math.inf, f"the frontier's in-edges exceed the driver budget ({LOCAL_BUDGET_BYTES / 2**20:g} MiB)"
     needed = local_bytes(inputs)

@@ -162,3 +162,15 @@ def discard(staged) -> None:
         _delete_in(*files.filesystem(staged))
     except OSError:
         pass
+
+
+def write_parquet_staged(frame, out) -> None:
+    """Write the Spark DataFrame `frame` as Parquet into a staging sibling of `out`, then swap it in:
+    a failed write is discarded and leaves any earlier result whole (the caller checked `out`)."""
+    staged = staging_path(out)
+    try:
+        frame.write.parquet(staged)
+    except BaseException:
+        discard(staged)
+        raise
+    swap_into_place(staged, out)

@@ -71,6 +71,13 @@ def test_a_prepared_whole_graph_is_cheaper_to_run_whole():
     assert warm.candidates["whole"] < cold.candidates["whole"]
 
 
+def test_a_forced_strategy_leaves_the_driver_out():
+    inputs = _inputs([1000, 11_655, 80_650], [11_016, 104_566])
+    inputs.strategy = "combine"
+    choice = pruning.choose(inputs)
+    assert choice.mode != "local" and "strategy 'combine' was asked for" in choice.blockers["local"]
+
+
 def test_a_forced_mode_that_cannot_apply_is_refused_with_its_reason():
     with pytest.raises(PlanError, match="pruning 'local' cannot run this request: the frontier's in-edges"):
         pruning.choose(_inputs([1000, 30_000, 90_000], [40_000, 400_000], collected=False), "local")

@@ -323,7 +323,7 @@ def infer(
     if ids_df is not None and prune != "off":
         pricer, whole_partitions = layer_pricer(spark, graph, model, partitions, root, kind)
         ctx = pruned.choose(
-            spark, graph, model, ids_df, prune, pricer, is_prepared(graph, whole_partitions, root), log=log
+            spark, graph, model, ids_df, prune, pricer, is_prepared(graph, whole_partitions, root), strategy, log=log
         )
         if ctx.choice.mode != "whole":
             again = dict(strategy=strategy, partitions=partitions, workers=workers, work_dir=root)

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from sparkgnn import files
 from sparkgnn.errors import SparkGNNError
 from sparkgnn.models.batching import batch_models, plan_batches
-from sparkgnn.outputs import check_output, discard, staging_path, swap_into_place
+from sparkgnn.outputs import check_output, write_parquet_staged
 
 
 def model_names(sources: Sequence) -> list[str]:
@@ -48,13 +48,7 @@ def split_result(result, start: int, stop: int, with_pred: bool):
 
 def _write(spark, frame, target: str):
     """Stage `frame` beside `target`, then swap it in (sparkgnn.outputs); returns it read back."""
-    staged = staging_path(target)
-    try:
-        frame.write.parquet(staged)
-    except BaseException:
-        discard(staged)
-        raise
-    swap_into_place(staged, target)
+    write_parquet_staged(frame, target)
     return spark.read.parquet(target)
 
 

@@ -32,7 +32,7 @@ from sparkgnn.engine.executor import RunReport, StepReport
 from sparkgnn.engine.routing import OUTPUT_PRED_SCHEMA_DDL, OUTPUT_SCHEMA_DDL
 from sparkgnn.engine.vertex_stats import stats_of
 from sparkgnn.errors import SparkGNNError
-from sparkgnn.outputs import discard, staging_path, swap_into_place
+from sparkgnn.outputs import write_parquet_staged
 from sparkgnn.planner.pruning import PruningChoice, PruningInputs
 from sparkgnn.registry import Registry
 
@@ -67,7 +67,9 @@ def _needs_stats(model) -> bool:
     return any(conv.required_stats for conv in model.conv_list())
 
 
-def choose(spark, graph, model, ids_df, requested: str, layer_seconds, whole_prepared: bool, log=print):
+def choose(
+    spark, graph, model, ids_df, requested: str, layer_seconds, whole_prepared: bool, strategy: str = "auto", log=print
+):
     """The frontier and the priced choice (planner.pruning.choose) for this request."""
     from sparkgnn.planner import pruning
 
@@ -77,7 +79,7 @@ def choose(spark, graph, model, ids_df, requested: str, layer_seconds, whole_pre
     needs_stats = _needs_stats(model)
     stats = graph.stats()
     collected = None
-    if requested in ("auto", "local"):
+    if requested == "local" or (requested == "auto" and strategy == "auto"):
         collected = khop.collect_upstream(spark, ids, graph.edges, k, pruning.LOCAL_BUDGET_BYTES // pruning.EDGE_BYTES)
     spark_frontier = None
     if collected is not None:
@@ -97,6 +99,7 @@ def choose(spark, graph, model, ids_df, requested: str, layer_seconds, whole_pre
         layer_seconds=layer_seconds,
         whole_prepared=whole_prepared,
         needs_stats=needs_stats,
+        strategy=strategy,
     )
     choice = pruning.choose(inputs, requested if requested != "off" else "whole")
     seconds = time.perf_counter() - started
@@ -184,13 +187,7 @@ def _ddl_columns(ddl: str) -> list[str]:
 def _write(spark, frame, out: str | None):
     if not out:
         return frame.localCheckpoint(eager=True)
-    staged = staging_path(out)
-    try:
-        frame.write.parquet(staged)
-    except BaseException:
-        discard(staged)
-        raise
-    swap_into_place(staged, out)
+    write_parquet_staged(frame, out)
     return spark.read.parquet(out)
 
 
