@@ -99,10 +99,13 @@ def test_broker_killed_and_restarted_mid_job_completes(cluster):
                 c.broker.wait()
                 time.sleep(0.3)
                 c.start_broker()
-        reconnects = client.counts["broker_reconnects"]
     assert applied == collections.Counter(range(30))
-    assert reconnects >= 1
-    assert c.wait_ready(2, timeout_s=10)["live_workers"] == 2  # workers re-registered
+    # The restarted broker served the rest of the job: it assigned leases and its workers re-registered.
+    # (Not the client's broker_reconnects: ZeroMQ reconnects the same endpoint by itself, so whether
+    # the client also reopens its socket depends on whether a batch was waiting during the outage,
+    # which made that count flaky under CI load.)
+    stats = c.wait_ready(2, timeout_s=10)
+    assert stats["live_workers"] == 2 and stats["assigned"] >= 1, stats
 
 
 def test_broker_gone_for_good_fails_within_timeout_naming_endpoint(cluster):
