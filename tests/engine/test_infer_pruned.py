@@ -179,3 +179,19 @@ def test_prune_off_skips_the_frontier(spark, graph_dirs, work_dir):
     )
     _check(result, module, data, ids)
     assert plan.pruning == {}
+
+
+def test_a_subgraph_priced_from_the_collected_frontier_finds_its_sets_in_spark(
+    spark, graph_dirs, work_dir, monkeypatch
+):
+    path, data = graph_dirs["skewed"]
+    module = _module("sage_mean", data)
+    ids = _request(data, 6, 11)
+    # the frontier fits the driver, but the local run is priced out: auto takes the subgraph
+    monkeypatch.setitem(pruning.PRUNINGS, "local", lambda inputs: (float("inf"), "priced out by the test"))
+    monkeypatch.setitem(pruning.PRUNINGS, "whole", lambda inputs: (float("inf"), "priced out by the test"))
+    result, _report, plan = infer(
+        spark, path, Model.from_pyg(module), ids=ids, work_dir=work_dir, log=_silent, return_report=True
+    )
+    _check(result, module, data, ids)
+    assert plan.pruning["mode"] == "subgraph"

@@ -57,9 +57,13 @@ class PruningContext:
             raise SparkGNNError("a local pruned run needs the frontier collected to the driver")
         return self.collected
 
-    def sets(self) -> khop.Frontier:
-        if self.spark_frontier is None:
-            raise SparkGNNError("a pruned subgraph run needs the frontier's sets in Spark")
+    def sets(self, hops: int) -> khop.Frontier:
+        """The frontier's sets in Spark for `hops` hops: the subgraph was priced from the collected
+        frontier when it fitted the driver (its counts are the same), so they may still be missing."""
+        if self.spark_frontier is None or len(self.spark_frontier.sets) <= hops:
+            if self.spark_frontier is not None:
+                self.spark_frontier.unpersist()
+            self.spark_frontier = khop.upstream(self.ids_df, self.graph.edges, hops)
         return self.spark_frontier
 
 
@@ -227,8 +231,8 @@ def run_subgraph(ctx: PruningContext, out: str | None, log=print, infer=None, in
     """The engine over the pruned subgraph (module doc), its output filtered to the ids."""
     from sparkgnn.graph import Graph
 
-    frontier = ctx.sets()
     hops = ctx.model.num_layers + (1 if _needs_stats(ctx.model) else 0)
+    frontier = ctx.sets(hops)
     vertices = khop.semi_join(
         ctx.graph.vertices.withColumnRenamed("id", "dst"), frontier.sets[hops], frontier.sizes[hops]
     )
