@@ -8,6 +8,7 @@ from sparkgnn.layers.bundle import BundleConv, ConcatAggregator
 from sparkgnn.layers.gat import GATLayer
 from sparkgnn.layers.gcn import GCNLayer
 from sparkgnn.layers.gin import GINLayer
+from sparkgnn.layers.moments import MomentsAggregator, RawMomentAggregator
 from sparkgnn.layers.nodeops import NODE_OPS, NodeOpStack, ParallelOp, build_node_op
 from sparkgnn.layers.sage import SAGELayer
 from sparkgnn.layers.selfloops import SELF_LOOP_POLICIES, apply_self_loops
@@ -28,6 +29,8 @@ __all__ = [
     "GATLayer",
     "BundleConv",
     "ConcatAggregator",
+    "MomentsAggregator",
+    "RawMomentAggregator",
     "ParallelOp",
     "NODE_OPS",
     "NodeOpStack",
