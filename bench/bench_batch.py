@@ -63,21 +63,19 @@ def spark_output(result, num_nodes: int, index_of) -> np.ndarray:
 def run_strategy(spark, graph_dir, model, strategy, work_dir, partitions=None, workers="inprocess", exchange="auto"):
     from sparkgnn import infer
 
-    lines = []
     started = time.perf_counter()
-    result, report, plan = infer(
+    job = infer(
         spark,
         graph_dir,
         model,
         strategy=strategy,
         partitions=partitions,
         work_dir=work_dir,
-        log=lines.append,
-        return_report=True,
         validate=False,
         workers=workers,
         exchange=exchange,
     )
+    result, report, plan = job.frame, job.report, job.plan
     wall = time.perf_counter() - started
     steps = [
         {"label": s.label, "seconds": s.seconds, **(s.shuffle or {}), "task_seconds": s.task_seconds}

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import platform
 import statistics
@@ -22,6 +24,29 @@ def machine() -> dict:
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
     }
+
+
+@contextlib.contextmanager
+def logged_lines(since: float | None = None):
+    """The sparkgnn loggers' lines (INFO and up) logged inside the block, appended to the list it
+    yields (a library call's progress lines for a result file); with `since` (a time.time()), each
+    line starts with the seconds from then."""
+    lines: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            at = "" if since is None else f"{record.created - since:7.2f} "
+            lines.append(at + record.getMessage())
+
+    logger, handler = logging.getLogger("sparkgnn"), Collect()
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    try:
+        yield lines
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 def median_seconds(fn, repeats: int = 3) -> float:

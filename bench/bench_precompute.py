@@ -15,26 +15,25 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import DATA, RESULTS, graph_arguments, machine, synthetic_dir, write_result  # noqa: E402
+from bench_common import DATA, RESULTS, graph_arguments, logged_lines, machine, synthetic_dir, write_result  # noqa: E402
 
 
 def _timed_precompute(spark, graph_dir, model, store, states, metrics, work_dir):
     from sparkgnn.engine.precompute import precompute
 
-    lines = []
     shutil.rmtree(store, ignore_errors=True)
     started = time.perf_counter()
-    opened = precompute(
-        spark,
-        graph_dir,
-        model,
-        store,
-        states=states,
-        metrics=metrics,
-        work_dir=work_dir,
-        validate=False,
-        log=lines.append,
-    )
+    with logged_lines() as lines:
+        opened = precompute(
+            spark,
+            graph_dir,
+            model,
+            store=store,
+            states=states,
+            metrics=metrics,
+            work_dir=work_dir,
+            validate=False,
+        ).store
     total = time.perf_counter() - started
     metric_lines = [line for line in lines if "workload metrics" in line]
     metrics_s = float(metric_lines[0].split(" in ")[1].split(" s")[0]) if metric_lines else None
@@ -88,9 +87,9 @@ def main() -> int:
     work_dir = os.path.join(DATA, "work")
     torch.manual_seed(0)
     model = Model.from_pyg(GraphSAGE(args.dim, 128, 2).eval(), output="embedding")
-    infer(spark, graph_dir, model, work_dir=work_dir, validate=False, log=lambda _l: None)  # warm-up
+    infer(spark, graph_dir, model, work_dir=work_dir, validate=False)  # warm-up
     started = time.perf_counter()
-    infer(spark, graph_dir, model, work_dir=work_dir, validate=False, log=lambda _l: None)
+    infer(spark, graph_dir, model, work_dir=work_dir, validate=False)
     batch_seconds = time.perf_counter() - started
     result = {
         "machine": machine(),

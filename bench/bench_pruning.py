@@ -30,9 +30,8 @@ def _run(spark, path, model, ids, prune: str, work_dir: str):
     from sparkgnn import infer
 
     started = time.perf_counter()
-    result, report, plan = infer(
-        spark, path, model, ids=ids, prune=prune, work_dir=work_dir, log=lambda _line: None, return_report=True
-    )
+    job = infer(spark, path, model, ids=ids, prune=prune, work_dir=work_dir)
+    result, report, plan = job.frame, job.report, job.plan
     table = result.toArrow()
     seconds = time.perf_counter() - started
     order = np.argsort(table.column("id").to_numpy())

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import DATA, RESULTS, graph_arguments, machine, synthetic_dir, write_result  # noqa: E402
+from bench_common import DATA, RESULTS, graph_arguments, logged_lines, machine, synthetic_dir, write_result  # noqa: E402
 
 FRACTIONS = (0.0001, 0.001, 0.01, 0.1)
 SPARK_FRACTIONS = (0.001, 0.01)  # also refreshed by the Spark job (sparkgnn.refresh) in the same run
@@ -74,11 +74,11 @@ def spark_precompute_seconds(spark, graph_dir: str, model, store: str, work: str
 
     try:
         shutil.rmtree(store, ignore_errors=True)
-        options = {"states": True, "metrics": False, "work_dir": work, "validate": False, "log": lambda _line: None}
-        precompute(spark, graph_dir, model, store, **options)  # warm-up: JIT, first-touch, caches
+        options = {"states": True, "metrics": False, "work_dir": work, "validate": False}
+        precompute(spark, graph_dir, model, store=store, **options)  # warm-up: JIT, first-touch, caches
         shutil.rmtree(store, ignore_errors=True)
         started = time.perf_counter()
-        precompute(spark, graph_dir, model, store, **options)
+        precompute(spark, graph_dir, model, store=store, **options)
         return time.perf_counter() - started
     finally:
         shutil.rmtree(store, ignore_errors=True)
@@ -91,15 +91,14 @@ def spark_refresh_entry(spark, graph_dir: str, update, model, root: str, work: s
     from sparkgnn.engine.refresh.pieces import pieces_dir
 
     update_file = update.write(os.path.join(work, f"update-{time.time_ns()}.parquet"))
-    runs, lines, phases = [], [], []
+    runs, phases = [], []
     try:
         for _run in range(2):  # the first warms the session up (as the Spark precompute's does)
-            lines.clear()
             started = time.perf_counter()
-            store, report = refresh(
-                spark, graph_dir, model, root, update_file, partitions=SPARK_PARTITIONS, work_dir=work,
-                log=lambda line, at=started: lines.append(f"{time.perf_counter() - at:7.2f} {line}"),
-            )  # fmt: skip
+            with logged_lines(since=time.time()) as lines:
+                result = refresh(spark, graph_dir, model, store=root, updates=update_file,
+                                 partitions=SPARK_PARTITIONS, work_dir=work)  # fmt: skip
+            store, report = result.store, result.report
             runs.append(time.perf_counter() - started)
             phases.append(report.phases)
             # the pieces kept for the updated graph: the bench never refreshes that version again
@@ -109,7 +108,7 @@ def spark_refresh_entry(spark, graph_dir: str, update, model, root: str, work: s
     finally:
         os.remove(update_file)
     seconds = runs[-1]
-    error = max_relative_error(store, scratch, ids, model.num_layers)
+    error = max_relative_error(store, scratch, ids, model.num_rounds)
     shutil.rmtree(os.path.join(root, report.graph_fingerprint))
     return {
         "seconds": round(seconds, 3),
@@ -141,7 +140,7 @@ def bench_size(nodes: int, edges: int, dim: int, model, spark, log=print) -> dic
     shutil.rmtree(root, ignore_errors=True)
     shutil.rmtree(os.path.join(work, "refresh-pieces"), ignore_errors=True)  # the first Spark refresh builds them
     started = time.perf_counter()
-    precompute_local(graph, model, root, log=None)
+    precompute_local(graph, model, root)
     base_seconds = time.perf_counter() - started
     out: dict = {
         "graph": f"synthetic {nodes // 1000}K / {edges / 1e6:g}M / {dim}-d",
@@ -163,7 +162,7 @@ def bench_size(nodes: int, edges: int, dim: int, model, spark, log=print) -> dic
                     for l in old.layers:
                         old.table(l)  # loaded before the clock starts, as in a serving process
                 started = time.perf_counter()
-                refreshed, report = refresh_local(graph, update, model, root, log=None, store=old)
+                refreshed, report = refresh_local(graph, update, model, root, store=old)
                 repeats[how].append({"seconds": time.perf_counter() - started, "report": report.to_json()})
                 if how == "warm" or repeat < REPEATS - 1:
                     shutil.rmtree(os.path.join(root, report.graph_fingerprint))  # the bench's own version
@@ -173,10 +172,10 @@ def bench_size(nodes: int, edges: int, dim: int, model, spark, log=print) -> dic
         for _repeat in range(REPEATS):  # the baseline is as noisy as the refresh: its median too
             shutil.rmtree(scratch_root, ignore_errors=True)
             started = time.perf_counter()
-            scratch = precompute_local(new_graph, model, scratch_root, log=None)
+            scratch = precompute_local(new_graph, model, scratch_root)
             full_runs.append(time.perf_counter() - started)
         full = float(np.median(full_runs))
-        error = max_relative_error(refreshed, scratch, new_graph.ids, model.num_layers)
+        error = max_relative_error(refreshed, scratch, new_graph.ids, model.num_rounds)
         shutil.rmtree(os.path.join(root, runs["cold"]["report"]["graph_fingerprint"]))
         cold, warm = runs["cold"], runs["warm"]
         layers = cold["report"]["layers"]

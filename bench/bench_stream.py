@@ -94,7 +94,7 @@ class Feeder(threading.Thread):
             os.replace(path, os.path.join(self.watched, os.path.basename(path)))
 
 
-def one_run(spark, engine_pair, graph_dir, model_path, requests, offsets, policy, work, log) -> dict:
+def one_run(spark, engine_pair, graph_dir, model_path, requests, offsets, policy, work) -> dict:
     from sparkgnn.serving.request import write_requests
     from sparkgnn.streaming.job import StreamConfig, run
     from sparkgnn.streaming.sink import read_answers, read_batch_meta
@@ -121,7 +121,6 @@ def one_run(spark, engine_pair, graph_dir, model_path, requests, offsets, policy
     result = run(
         cfg,
         spark,
-        log=log,
         on_started=lambda q, h: feeder.start(),
         stop_when=lambda h: h.requests_handled >= n,
         engine=engine_pair,
@@ -229,16 +228,13 @@ def main() -> int:
         flush=True,
     )
     spark = local_session("sparkgnn-bench-stream", cores=2)
-    lines = []
     work = os.path.join(root, "runs")
     pair = (G, engine)
     # warm-up run (JVM, file source, Python callback path), not reported
-    one_run(spark, pair, graph_dir, model_path, requests[:10], np.zeros(10), "fifo", work, lines.append)
+    one_run(spark, pair, graph_dir, model_path, requests[:10], np.zeros(10), "fifo", work)
     burst = {}
     for policy in ("fifo", "degree"):
-        burst[policy] = one_run(
-            spark, pair, graph_dir, model_path, requests, np.zeros(len(requests)), policy, work, lines.append
-        )
+        burst[policy] = one_run(spark, pair, graph_dir, model_path, requests, np.zeros(len(requests)), policy, work)
         print(
             f"  burst {policy}: {burst[policy]['requests_per_s']:.1f} req/s, mean latency "
             f"{burst[policy]['mean_latency_s']:.2f} s",
@@ -255,9 +251,7 @@ def main() -> int:
         # A-B-B-A per rate: the two policies see the same arrivals, and a linear drift in the
         # machine's load (this box is shared) cancels out of their difference
         for policy in ("fifo", "degree", "degree", "fifo")[: 2 * args.repeats]:
-            reps[policy].append(
-                one_run(spark, pair, graph_dir, model_path, requests, offsets, policy, work, lines.append)
-            )
+            reps[policy].append(one_run(spark, pair, graph_dir, model_path, requests, offsets, policy, work))
         for policy, rs in reps.items():
             r = {k: float(np.mean([x[k] for x in rs])) if isinstance(rs[0][k], float) else rs[0][k] for k in rs[0]}
             r.update(

@@ -75,7 +75,7 @@ def collect(args, log) -> list[dict]:
         G = wl.graph_G
         for kind, layers in (("gcn", 2), ("sage", 2), ("sage", 3), ("gcn", 3)):
             model = _model(kind, G.feature_dim, layers)
-            store = precompute_local(G, model, tempfile.mkdtemp(prefix="calib-pe-"), log=None)
+            store = precompute_local(G, model, tempfile.mkdtemp(prefix="calib-pe-"))
             full = QueryEngine(G, model, mode="full")
             engines = {"full": full, "exact": QueryEngine(G, model, mode="exact", store=store, context=full.context)}
             ctx = full.context

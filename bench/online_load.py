@@ -12,7 +12,7 @@ Per request it records: scheduled / sent / received times (seconds from the run'
 (ok / busy / error / lost: no reply by the end of the drain), the service's queue_ms, service_ms,
 batch size (requests in the batch) and pool, and which pool request it was.
 
-Request pools are .npz files written by bench_online.write_pool (concatenated qid / x / src / dst
+Request pools are .npz files written by online_deploy.write_pool (concatenated qid / x / src / dst
 with offsets). Two ways to run:
     one shot   python bench/online_load.py --endpoint tcp://... --pool P.npz --rate 200 --duration 5 --out R.json
     server     python bench/online_load.py --serve      (one JSON job per stdin line; answers

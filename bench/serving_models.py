@@ -175,7 +175,7 @@ def pe_store(G, model, graph_name: str, kind: str, log=print):
 
     root = os.path.join(SERVING_DATA, "pe", f"{graph_name}-{kind}")
     started = time.perf_counter()
-    store = precompute_local(G, model, root, states=True, force=True, log=None)
+    store = precompute_local(G, model, root, states=True, force=True)
     seconds = time.perf_counter() - started
     log(f"  {kind}: PE store with states in {seconds:.1f} s -> {root}")
     return store, seconds

@@ -1,9 +1,9 @@
 """The broker: the ZeroMQ guide's load-balancing broker with Paranoid Pirate heartbeats, kept on
 the control path.
 
-WHY payloads do not cross it: a probe on this machine moved 34 MB batches at 0.78 GB/s over a
-direct DEALER-ROUTER pair but 0.55 GB/s through a forwarding broker (and 0.19 GB/s for echo round
-trips): every payload byte through the broker is one more copy through one more process. So the
+WHY payloads do not cross it: every payload byte through the broker is one more copy through one
+more process, and a forwarding broker was measurably slower than a direct DEALER-ROUTER pair
+(messenger/README.md has the probe). So the
 broker only hands out *leases*: a dealer asks LEASE for a batch, the broker picks the least
 recently used worker with a free slot and answers ASSIGN with that worker's data endpoint; the
 dealer sends the TASK there directly and the worker answers RESULT directly and tells the broker
@@ -18,6 +18,7 @@ Malformed messages are counted per socket and dropped, never raised.
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
 import threading
@@ -29,6 +30,9 @@ from sparkgnn.messenger import cli, endpoints, memory, security, sockets, watchd
 from sparkgnn.messenger.dispatch import Dispatcher, Request
 from sparkgnn.messenger.errors import BindError
 from sparkgnn.messenger.protocol import Kind, ProtocolError, control, peek_header
+
+log = logging.getLogger("sparkgnn.messenger.broker")  # not __name__: also run as __main__ (-m)
+STATS_HIDDEN = ("data", "pid")  # per-worker keys a STATS reply leaves out: endpoints, process ids
 
 
 class Broker:
@@ -45,7 +49,6 @@ class Broker:
         bind_any: bool = True,
         metrics_interval_s: float = 10.0,
         stuck_after_s: float = 300.0,
-        metrics_stream=None,
         context: zmq.Context | None = None,
     ):
         for endpoint in (front, back):
@@ -54,7 +57,6 @@ class Broker:
         self.heartbeat_s = heartbeat_s
         self.max_message_bytes = max_message_bytes
         self.metrics_interval_s = metrics_interval_s
-        self.metrics_stream = metrics_stream if metrics_stream is not None else sys.stderr
         self.curve_keys_dir = curve_keys_dir
         self.dispatcher = Dispatcher(
             liveness_s=heartbeat_s * liveness,
@@ -148,7 +150,7 @@ class Broker:
             self._publish()
             if now >= next_metrics:
                 done = self.dispatcher.counts["done"]
-                self._print_metrics((done - last_done) / max(1e-9, now - last_t))
+                self._log_metrics((done - last_done) / max(1e-9, now - last_t))
                 last_done, last_t = done, now
                 next_metrics = now + self.metrics_interval_s
 
@@ -255,8 +257,13 @@ class Broker:
 
     def _stats_answer(self) -> list:
         """STATS with per-worker details, or without them when they would not fit one header
-        (hundreds of workers): a metrics request must never take the broker down."""
+        (hundreds of workers): a metrics request must never take the broker down. Any front
+        peer may ask, so the details are counts and status only: no worker's data endpoint or
+        process id (metrics() in-process keeps them)."""
         metrics = self.metrics()
+        metrics["workers"] = [
+            {k: v for k, v in worker.items() if k not in STATS_HIDDEN} for worker in metrics.get("workers", [])
+        ]
         try:
             return control(Kind.STATS, metrics=metrics)
         except ProtocolError:
@@ -281,14 +288,12 @@ class Broker:
         with self._lock:
             self._snapshot = snap
 
-    def _print_metrics(self, rate: float) -> None:
+    def _log_metrics(self, rate: float) -> None:
         m = self.metrics()
-        print(
-            f"[sparkgnn-broker] tasks/s={rate:.1f} queue={m['queue_depth']} "
+        log.info(
+            f"tasks/s={rate:.1f} queue={m['queue_depth']} "
             f"live_workers={m['live_workers']} leases={m['leases_active']} done={m['done']} "
-            f"requeued={m['requeued']} busy={m['busy']} malformed={m['malformed']}",
-            file=self.metrics_stream,
-            flush=True,
+            f"requeued={m['requeued']} busy={m['busy']} malformed={m['malformed']}"
         )
 
 
@@ -351,6 +356,7 @@ def main(argv=None) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    cli.install_cli_handler(stream="stderr", prefix=f"[{PROG}] ")  # the announce and metrics lines
     watchdog.start_from_env()
     memory.tune_malloc()
     broker = Broker(
@@ -373,12 +379,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _announce(broker: Broker) -> None:
-    print(
-        f"[{PROG}] front={broker.front_endpoint} (clients connect here) "
-        f"back={broker.back_endpoint} (workers connect here)",
-        file=sys.stderr,
-        flush=True,
-    )
+    log.info(f"front={broker.front_endpoint} (clients connect here) back={broker.back_endpoint} (workers connect here)")
 
 
 if __name__ == "__main__":

@@ -5,17 +5,65 @@ else of sparkgnn), so the broker can run where the rest of sparkgnn cannot. The 
 same as cliargs': a user mistake (a taken port, a malformed endpoint, a bad number, no broker at
 the address) reads as ONE line `prog: error: message` on stderr with exit code 2, never as a
 traceback from libzmq or argparse's two-line usage dump. Bugs keep their traceback.
+
+It also holds the one log handler every sparkgnn command line installs (install_cli_handler;
+sparkgnn.logs documents the loggers): the messenger's own command lines need it, and the messenger
+may not import the rest of sparkgnn.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Callable
 
 from sparkgnn.messenger.errors import MessengerError
 
 USAGE_EXIT = 2
+#: The logger every sparkgnn module logs under (sparkgnn.engine.api, sparkgnn.messenger.broker, ...).
+LOGGER = "sparkgnn"
+#: The name of the handler install_cli_handler adds: how a second call finds it.
+CLI_HANDLER = "sparkgnn-cli"
+STREAMS = ("stdout", "stderr")
+
+
+class _CurrentStream(logging.StreamHandler):
+    """A StreamHandler that writes to whatever sys.stdout / sys.stderr is when a line is logged,
+    not the stream of the moment it was made: a replaced stream (pytest's capture, a notebook's
+    redirect) gets the lines, and a closed one is never written to."""
+
+    def __init__(self, stream: str):
+        self._stream_name = stream
+        super().__init__()
+
+    @property
+    def stream(self):
+        return getattr(sys, self._stream_name)
+
+    @stream.setter
+    def stream(self, _value) -> None:
+        """StreamHandler sets a stream on creation; this handler always looks it up."""
+
+
+def install_cli_handler(level: int = logging.INFO, *, stream: str = "stdout", prefix: str = "") -> logging.Handler:
+    """Print the `sparkgnn` loggers' lines at `level` and above to sys.stdout or sys.stderr
+    (`stream`), each as `prefix` + the message, flushed at once: what a command line calls before
+    its work. Idempotent: the handler is added once per process; a later call only sets the level
+    (the first call's stream and prefix stay). Library code never calls it: without a handler,
+    progress lines (INFO) go nowhere and a notebook or a Spark driver's logging config decides."""
+    if stream not in STREAMS:
+        raise ValueError(f"stream must be one of {', '.join(STREAMS)}, got {stream!r}")
+    logger = logging.getLogger(LOGGER)
+    logger.setLevel(level)
+    for handler in logger.handlers:
+        if handler.get_name() == CLI_HANDLER:
+            return handler
+    handler = _CurrentStream(stream)
+    handler.set_name(CLI_HANDLER)
+    handler.setFormatter(logging.Formatter(prefix.replace("%", "%%") + "%(message)s"))
+    logger.addHandler(handler)
+    return handler
 
 
 class ArgumentParser(argparse.ArgumentParser):

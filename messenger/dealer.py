@@ -468,9 +468,7 @@ class MessengerTransport(BrokerLink, PayloadRoute):
             if header.get("retryable"):
                 self._new_attempt(batch, time.monotonic(), message)
             else:
-                err = RemoteTaskError(self._describe(batch, message))
-                err.remote_traceback = header.get("traceback")
-                self._fail(batch, err)
+                self._fail(batch, RemoteTaskError(self._describe(batch, message)))
             return
         if header["kind"] != Kind.RESULT.value:
             self.counts["bad_results"] += 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
+import stat
 import tempfile
 import uuid
 
@@ -88,14 +89,38 @@ def check_bind(endpoint: str, curve_keys_dir, bind_any: bool = True) -> None:
         )
 
 
+def ipc_dir() -> str:
+    """The folder a worker's ipc:// data socket goes in: $SPARKGNN_IPC_DIR when set (LocalCluster
+    sets its own 0700 run folder), else `sparkgnn-<uid>` under $XDG_RUNTIME_DIR (or the temp
+    folder), made 0700. WHY private: a socket file in a world-writable /tmp can be connected to
+    by any local user, and its predictable name squatted. An existing folder that is not this
+    user's own 0700 directory is refused (SecurityError), never used."""
+    configured = os.environ.get("SPARKGNN_IPC_DIR")
+    if configured:
+        return configured
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    base = runtime if runtime and os.path.isdir(runtime) else tempfile.gettempdir()
+    folder = os.path.join(base, f"sparkgnn-{os.getuid()}")
+    try:
+        os.mkdir(folder, 0o700)
+    except FileExistsError:
+        pass
+    info = os.lstat(folder)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise SecurityError(
+            f"{folder} is not a private directory of this user (want a 0700 directory owned by uid "
+            f"{os.getuid()}) so ipc sockets will not be made there; remove it or set SPARKGNN_IPC_DIR"
+        )
+    return folder
+
+
 def data_bind_for(broker_endpoint: str) -> str:
     """Where a worker binds its data socket, next to how it reaches the broker."""
     kind = scheme(broker_endpoint)
     if kind == "inproc":
         return f"inproc://sparkgnn-data-{uuid.uuid4().hex}"
     if kind == "ipc":
-        folder = os.environ.get("SPARKGNN_IPC_DIR") or tempfile.gettempdir()
-        return f"ipc://{folder}/sparkgnn-w{os.getpid()}-{uuid.uuid4().hex[:8]}.ipc"
+        return f"ipc://{ipc_dir()}/sparkgnn-w{os.getpid()}-{uuid.uuid4().hex[:8]}.ipc"
     host = tcp_host(broker_endpoint)
     if is_loopback(broker_endpoint):
         return f"tcp://{'[::1]' if ':' in host else '127.0.0.1'}:*"

@@ -18,9 +18,8 @@ class TransportError(MessengerError, RuntimeError):
 
 
 class RemoteTaskError(TransportError):
-    """The worker refused the task (its handler raised, or it could not decode the request)."""
-
-    remote_traceback: str | None = None  # the worker's traceback text, when its ERROR carried one
+    """The worker refused the task (its handler raised, or it could not decode the request). The
+    worker's ERROR names the exception in one line; its traceback is in the worker's log only."""
 
 
 class BrokerUnreachableError(TransportError):

@@ -1,9 +1,10 @@
 """Payload hashes, by name, so the header can say which one it used.
 
 WHY a registry: the receiver must verify with exactly the algorithm the sender used, and the
-sender picks the fastest one it has. xxh3 (from `xxhash`, a dependency of torch-geometric)
-runs at ~30 GB/s here, so hashing a 34 MB batch costs ~1 ms; blake2b (stdlib, ~1.3 GB/s) is the
-fallback when xxhash is missing. Both ends must know the name, or the message is refused.
+sender picks the fastest one it has. xxh3 (from `xxhash`, a dependency of torch-geometric) is fast
+enough that hashing a batch costs a small fraction of sending it; blake2b (stdlib, an order of
+magnitude slower; figures in messenger/README.md) is the fallback when xxhash is missing. Both ends
+must know the name, or the message is refused.
 """
 
 from __future__ import annotations

@@ -2,10 +2,9 @@
 
 WHY: ZeroMQ allocates every received 34 MB message with malloc. Above glibc's mmap threshold
 (at most 32 MiB, so a 64K x 128 float32 batch is always above it) each one is a fresh mmap that
-is page-faulted in and unmapped again on free, which caps ipc:// throughput near 1 GB/s on these
-VMs. With mmap disabled for malloc (M_MMAP_MAX=0) and trimming raised, freed message buffers stay
-in the heap and the next message reuses warm pages: a direct DEALER->ROUTER pair went from
-~1.0-1.5 to ~2.3-2.5 GB/s (measured with the same probe as docs/PLATFORM.md). The cost is that a
+is page-faulted in and unmapped again on free, which caps ipc:// throughput on these VMs. With
+mmap disabled for malloc (M_MMAP_MAX=0) and trimming raised, freed message buffers stay in the heap
+and the next message reuses warm pages (the gain is measured in messenger/README.md). The cost is that a
 process keeps its peak heap instead of returning it to the OS; set SPARKGNN_MALLOC_TUNE=0 to opt
 out. Called at start-up of brokers, workers and dealers; idempotent; a no-op off glibc.
 """

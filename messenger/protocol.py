@@ -82,8 +82,8 @@ def serialize_table(table: pa.Table) -> pa.Buffer:
     """One Arrow IPC stream for `table`, written into an exactly sized buffer.
 
     WHY the mock pass: it sizes the stream without copying data, so the real write is a single
-    memcpy into a buffer that never reallocates (about 2x faster than a growing
-    BufferOutputStream for 34 MB batches)."""
+    memcpy into a buffer that never reallocates (faster than a growing BufferOutputStream;
+    messenger/README.md)."""
     mock = pa.MockOutputStream()
     with pa.ipc.new_stream(mock, table.schema) as writer:
         writer.write_table(table)
@@ -141,6 +141,8 @@ def _parse_header(frame) -> dict:
         header = json.loads(raw)
     except (UnicodeDecodeError, ValueError):
         raise ProtocolError(f"header is not JSON ({len(raw)} bytes, starts {raw[:16]!r})") from None
+    except RecursionError:  # "[[[[..." within the byte cap: refused, never a traceback
+        raise ProtocolError(f"header nests too deeply ({len(raw)} bytes, starts {raw[:16]!r})") from None
     if not isinstance(header, dict):
         raise ProtocolError(f"header is JSON {type(header).__name__}, not an object")
     if header.get("v") != PROTOCOL_VERSION:

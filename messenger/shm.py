@@ -5,8 +5,8 @@ carrying payload frames. The worker maps the segment read-only and reads the tab
 WHY: over ipc:// every payload byte is copied into the kernel and out again and each 34 MB
 message needs fresh receive memory; through shared memory a batch costs one memcpy on the dealer
 (the Arrow serialization it needs anyway, into warm reused pages) and none on the worker. Fresh
-segments would not help: first-touch page faults made a new 34 MB segment cost ~1.2 GB/s here,
-so segments are reused, which needs three guards:
+segments would not help: their first-touch page faults cost as much as the copies saved
+(messenger/README.md), so segments are reused, which needs three guards:
 - a worker whose handler still references the input after answering (a cache of zero-copy
   views) cannot close its mapping; it says `shm_pinned` in the RESULT and the dealer retires that
   segment (unlinks it; the worker's mapping keeps the bytes alive and unchanged) instead of

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import signal
 import sys
 import threading
@@ -20,6 +21,8 @@ import threading
 from sparkgnn.messenger import cli, endpoints, memory, watchdog
 from sparkgnn.messenger.protocol import DEFAULT_MAX_MESSAGE_BYTES, Handler
 from sparkgnn.messenger.worker_loop import Worker, serve
+
+log = logging.getLogger("sparkgnn.messenger.worker")  # not __name__: also run as __main__ (-m)
 
 __all__ = [
     "CONNECT_TIMEOUT_S",
@@ -98,17 +101,20 @@ def announce_connecting(args: argparse.Namespace) -> None:
         if args.connect_timeout
         else "waits for it without limit"
     )
-    _stderr_log(args.prog)(f"connecting to broker at {args.connect} ({limit}; --connect-timeout)")
+    _log_to_stderr(args)
+    log.info(f"connecting to broker at {args.connect} ({limit}; --connect-timeout)")
 
 
-def _stderr_log(prog: str):
-    return lambda line: print(f"[{prog}] {line}", file=sys.stderr, flush=True)
+def _log_to_stderr(args: argparse.Namespace) -> None:
+    """A worker's lines (the sparkgnn loggers, INFO and up) go to stderr as `[prog] line`."""
+    cli.install_cli_handler(stream="stderr", prefix=f"[{args.prog}] ")
 
 
 def run_from_args(args: argparse.Namespace, handler: Handler, info: dict | None = None) -> int:
     """Shared main body: watchdog, malloc tuning, SIGTERM -> clean stop, serve. Raises
     BrokerUnreachableError when no broker answers within --connect-timeout (the mains turn it
     into one line on stderr and exit code 2)."""
+    _log_to_stderr(args)
     watchdog.start_from_env()
     memory.tune_malloc()
     stop = threading.Event()
@@ -127,7 +133,6 @@ def run_from_args(args: argparse.Namespace, handler: Handler, info: dict | None 
         advertise_host=args.advertise,
         info=info,
         connect_timeout_s=args.connect_timeout,
-        log=_stderr_log(args.prog),
     )
     return 0
 

@@ -20,10 +20,10 @@ Two threads, each owning its sockets (ZeroMQ sockets are not thread-safe):
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
-import traceback
 import uuid
 
 import pyarrow as pa
@@ -47,6 +47,7 @@ from sparkgnn.messenger.protocol import (
     stamp,
 )
 
+log = logging.getLogger(__name__)
 _ECHOED = ("job", "batch", "op", "layer", "model", "token", "lease", "attempt")
 
 
@@ -81,6 +82,13 @@ class _RowCount:
 _ERROR_TEXT = 4000
 
 
+def error_line(exc: BaseException) -> str:
+    """`Type: first line of the message`, at most _ERROR_TEXT characters: what an ERROR reply says."""
+    message = str(exc).strip().splitlines()
+    text = f"{type(exc).__name__}: {message[0]}" if message else type(exc).__name__
+    return text[:_ERROR_TEXT]
+
+
 class Worker:
     def __init__(
         self,
@@ -99,11 +107,9 @@ class Worker:
         info: dict | None = None,
         shm_payloads: bool = True,
         connect_timeout_s: float | None = None,
-        log=None,
     ):
         self.connect = endpoints.check_connect(connect)
         self.connect_timeout_s = connect_timeout_s or None  # None / 0: wait for a broker forever
-        self._log = log  # optional callable(line): connected / lost / reconnected, for the CLIs
         self.failure: Exception | None = None  # why the worker stopped by itself (run() raises it)
         self._abort = threading.Event()
         self._connected = threading.Event()
@@ -289,6 +295,8 @@ class Worker:
                 payload = [serialize_table(t) for t in out_tables.values()]
         except Exception as exc:
             self._count("errors")
+            # the traceback stays in this worker's log; the peer gets one line (_error)
+            log.warning("task %s (op %s) failed in the handler", header.get("token"), header.get("op"), exc_info=True)
             return self._error(header, exc, retryable=False)
         finally:
             self._busy_since = None
@@ -314,17 +322,16 @@ class Worker:
         return mapping, {"name": mapping.name, "parts": parts}, views
 
     def _error(self, header: dict, exc: BaseException, retryable: bool, error_type: str | None = None, **extra) -> list:
-        text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        tb = "".join(traceback.format_exception(exc))[-_ERROR_TEXT:]
+        """An ERROR reply: the exception's type and the first line of its message, never a
+        traceback (it would show a peer this worker's paths, code and locals)."""
         fields = {k: header.get(k) for k in _ECHOED}
         return control(
             Kind.ERROR,
             **fields,
             **extra,
-            error=text[:_ERROR_TEXT],
+            error=error_line(exc),
             error_type=error_type or type(exc).__name__,
             retryable=retryable,
-            traceback=tb,
             worker=self.data_endpoint,
         )
 
@@ -415,7 +422,7 @@ class Worker:
                 if lost or now - heard > silence_limit:
                     # Paranoid Pirate: drop the socket, wait, reconnect; double the wait each time.
                     if online:
-                        self._say(
+                        log.warning(
                             f"lost the broker at {self.connect} (silent for {now - heard:.1f} s "
                             f"or said DISCONNECT); reconnecting"
                         )
@@ -444,10 +451,10 @@ class Worker:
     def _on_connected(self) -> bool:
         """The broker answered after a silence (or for the first time): say so. Returns True."""
         if self._connected.is_set():
-            self._say(f"reconnected to broker at {self.connect}")
+            log.info(f"reconnected to broker at {self.connect}")
         else:
             self._connected.set()
-            self._say(f"connected to broker at {self.connect}; tasks arrive at {self.data_endpoint}")
+            log.info(f"connected to broker at {self.connect}; tasks arrive at {self.data_endpoint}")
         return True
 
     def _pause(self, backoff: float, started: float) -> float:
@@ -469,10 +476,6 @@ class Worker:
         )
         self._abort.set()
         return True
-
-    def _say(self, line: str) -> None:
-        if self._log is not None:
-            self._log(line)
 
 
 def serve(

@@ -1,7 +1,7 @@
 """Refit the cost model's constants from measured layer timings.
 
-Why: the constants of CostModel were measured once, on one probe (docs/PLATFORM.md); every run
-since reports, per layer, what the planner predicted it would move (shuffle bytes, bytes through
+Why: the default constants of CostModel come from one probe (docs/PLATFORM.md); every run
+reports, per layer, what the planner predicted it would move (shuffle bytes, bytes through
 the Python pipe, round trips, edges) and how long the layer took. Those pairs are exactly the
 data the model is linear in, so the planner can learn this machine's (or cluster's) constants
 from its own recent runs instead of trusting a probe made elsewhere.
@@ -13,10 +13,9 @@ model, PRIOR_WEIGHT x sum_j (c_j / prior_j - 1)^2: a handful of runs on one grap
 the four terms apart (their quantities grow together), so directions the data do not constrain
 stay where the prior put them while the ones it does constrain follow the measurements.
 PRIOR_WEIGHT = 1 for up to PRIOR_OBSERVATIONS layers, then shrinking as 1/n (the prior of each
-constant counts like one of the first few observations, less as measurements accumulate)
-predicted later 8M layers from four earlier 8M layers within 2% (a weak prior, 0.005: 27%; the
-default constants: 35%). Observations are
-weighted by how close their graph is in size to the plan's (size_weight). Solved as
+constant counts like one of the first few observations, less as measurements accumulate; how well
+that strength predicts is in docs/ARCHITECTURE.md, "Data movement and the planner"). Observations
+are weighted by how close their graph is in size to the plan's (size_weight). Solved as
 one non-negative least-squares problem; constants are kept within [prior / MAX_FACTOR, prior x
 MAX_FACTOR] so one pathological run (a swapping machine) cannot produce an absurd model.
 """
@@ -82,9 +81,9 @@ def _model(coefficients: np.ndarray) -> CostModel:
 def size_weight(edges: float, target_edges: float | None) -> float:
     """How much a layer over `edges` edges says about one over `target_edges`: the ratio of the
     smaller to the larger (1 for the same size, 1/4 for 2M vs 8M). Layer time is not linear in the
-    graph across sizes on this machine (fresh-memory and cache effects grow with the working set:
-    2M -> 8M edges cost 6x, not 4x), so a refit from small graphs alone must not override the prior
-    for a large one."""
+    graph across sizes on this machine (fresh-memory and cache effects grow with the working set;
+    docs/ARCHITECTURE.md, "Data movement and the planner"), so a refit from small graphs alone must
+    not override the prior for a large one."""
     if not target_edges or target_edges <= 0 or edges <= 0:
         return 1.0
     return min(edges, target_edges) / max(edges, target_edges)
@@ -115,11 +114,3 @@ def fit(
     u, _ = nnls(a, b)
     u = np.clip(u, 1 / MAX_FACTOR, MAX_FACTOR)
     return _model(u * p)
-
-
-def relative_errors(model: CostModel, observations: list[Observation]) -> list[float]:
-    """|predicted / measured - 1| per observation (what `fit` minimises, reported)."""
-    return [
-        abs(model.seconds(o.shuffle_bytes, o.python_bytes, o.passes, o.edges, o.jvm_edges) / o.seconds - 1)
-        for o in observations
-    ]

@@ -28,25 +28,19 @@ SHUFFLE_OPERATORS = ("Shuffle", "Partition")
 
 @dataclass(frozen=True)
 class CostModel:
-    """Throughput constants, calibrated on the 2-core / 24 GiB machine of docs/PLATFORM.md with the
-    "one GNN layer, 200K nodes / 2M edges / 128-d" probe (Zipf degrees, 4 partitions).
+    """Throughput constants of the linear model (module doc). The defaults are fitted to the probe
+    of docs/PLATFORM.md (derived in docs/ARCHITECTURE.md, "Data movement and the planner", cost
+    model constants); planner.calibration refits them from a work dir's own runs.
 
-    shuffle_Bps: the join-variant breakdown attributes ~4 s to "Spark join+shuffle" of the edge
-        rows plus own rows, i.e. 2M x (128x4+16) + 200K x (128x4+16) ~ 1.16 GB -> 0.29 GB/s.
-    python_Bps: "Arrow into Python: 0.42 GB/s as binary (cached input, 2 workers)" — the format
-        the executor uses (array<float> measured 0.27 GB/s). If the executor pipes through the
-        messenger broker instead of computing inside mapInArrow, recalibrate: the broker leg adds
-        ~0.55 GB/s in series (-> ~0.24 GB/s).
-    pass_overhead_s: "later mapInArrow ~0.9 s": the fixed cost of one Python round trip (task
-        launch, Arrow stream set-up, worker reuse), measured on a warm session.
-    per_edge_s: the same probe spent ~1.4 s in "neural math" for 2M edges -> 0.7 us per edge
-        (message + aggregation + the update amortised over edges).
-    Check: the binary-blob join variant then predicts 4.0 + 3.0 + 0.9 + 1.4 = 9.3 s vs 7.8-8.8 s
-    measured — within the noise of the probe, and ranking is what the planner needs.
+    shuffle_Bps: bytes per second through Spark's shuffle (write + fetch, join included).
+    python_Bps: bytes per second through the Arrow pipe into Python, in the packed binary format
+        the executor uses (a messenger broker leg in series would lower it: recalibrate then).
+    pass_overhead_s: the fixed cost of one Python round trip (task launch, Arrow stream set-up,
+        worker reuse) on a warm session.
+    per_edge_s: the DL step's "neural math" per edge (message + aggregation + the update
+        amortised over edges).
     jvm_edge_s: per edge a native aggregate reduces inside Spark (pushdown: the join row built for
-        the edge and its weighted vector folded into the group's buffer). Measured with the jar's
-        sparkgnn_vec_sum over the same 2M edges x 128 floats, cached edges hash-joined with the
-        payloads (docs/PLATFORM.md, "Native aggregates").
+        the edge and its weighted vector folded into the group's buffer).
     """
 
     shuffle_Bps: float = 0.29e9

@@ -142,7 +142,7 @@ class Task:
     native_aggregates_missing: str | None = "the session was not checked for the sparkgnn JVM functions"
 
 
-def _int(value: Any, what: str, minimum: int = 0) -> int:
+def check_int(value: Any, what: str, minimum: int = 0) -> int:
     """An integer >= minimum. bool is refused (True would silently mean 1)."""
     if isinstance(value, bool) or not isinstance(value, int):
         if isinstance(value, float) and value.is_integer() and math.isfinite(value):
@@ -178,7 +178,9 @@ def _widths(value: Any, what: str) -> Widths:
     missing = [k for k in WIDTH_KEYS if k not in value]
     if missing:
         raise PlanError(f"{what} is missing key(s) {missing} (expected {list(WIDTH_KEYS)})")
-    return Widths(_int(value["raw"], f"{what}['raw']", 1), _int(value["pre_transform"], f"{what}['pre_transform']", 1))
+    return Widths(
+        check_int(value["raw"], f"{what}['raw']", 1), check_int(value["pre_transform"], f"{what}['pre_transform']", 1)
+    )
 
 
 def parse_layer(data: Any, position: int) -> LayerSpec:
@@ -191,13 +193,13 @@ def parse_layer(data: Any, position: int) -> LayerSpec:
     if isinstance(stats, str) or not isinstance(stats, (list, tuple)):
         raise PlanError(f"{where}['required_stats'] must be a list of names, got {stats!r}")
     spec = LayerSpec(
-        index=_int(data["index"], f"{where}['index']"),
+        index=check_int(data["index"], f"{where}['index']"),
         kind=_str(data["kind"], f"{where}['kind']"),
-        in_dim=_int(data["in_dim"], f"{where}['in_dim']", 1),
-        out_dim=_int(data["out_dim"], f"{where}['out_dim']", 1),
+        in_dim=check_int(data["in_dim"], f"{where}['in_dim']", 1),
+        out_dim=check_int(data["out_dim"], f"{where}['out_dim']", 1),
         aggregator=_str(data["aggregator"], f"{where}['aggregator']"),
         src_width=_widths(data["src_width"], f"{where}['src_width']"),
-        dst_width=_int(data["dst_width"], f"{where}['dst_width']"),
+        dst_width=check_int(data["dst_width"], f"{where}['dst_width']"),
         msg_width=_widths(data["msg_width"], f"{where}['msg_width']"),
         state_width=_widths(data["state_width"], f"{where}['state_width']"),
         needs_dst_in_message=_bool(data["needs_dst_in_message"], f"{where}['needs_dst_in_message']"),
@@ -209,7 +211,7 @@ def parse_layer(data: Any, position: int) -> LayerSpec:
         range_wise=_bool(data.get("range_wise", False), f"{where}['range_wise']"),
         message_scaled=_bool(data.get("message_scaled", False), f"{where}['message_scaled']"),
     )
-    phases = _int(data.get("phases", 1), f"{where}['phases']", 1)
+    phases = check_int(data.get("phases", 1), f"{where}['phases']", 1)
     if phases != 1:  # optional in plan_info; a plan's layer is one pass over the in-edges
         raise PlanError(
             f"{where} ({spec.kind}): aggregator {spec.aggregator!r} takes {phases} passes over the in-edges "
@@ -245,13 +247,13 @@ def parse_graph_stats(stats: Any) -> GraphStats:
     if missing:
         raise PlanError(f"graph_stats is missing key(s) {missing}")
     core = {
-        "num_vertices": _int(stats["num_vertices"], "graph_stats['num_vertices']", 1),
-        "num_edges": _int(stats["num_edges"], "graph_stats['num_edges']"),
-        "feature_dim": _int(stats["feature_dim"], "graph_stats['feature_dim']", 1),
-        "partitions": _int(stats["partitions"], "graph_stats['partitions']", 1),
+        "num_vertices": check_int(stats["num_vertices"], "graph_stats['num_vertices']", 1),
+        "num_edges": check_int(stats["num_edges"], "graph_stats['num_edges']"),
+        "feature_dim": check_int(stats["feature_dim"], "graph_stats['feature_dim']", 1),
+        "partitions": check_int(stats["partitions"], "graph_stats['partitions']", 1),
     }
     optional = {
-        key: _int(stats[key], f"graph_stats[{key!r}]") for key in OPTIONAL_STAT_KEYS if stats.get(key) is not None
+        key: check_int(stats[key], f"graph_stats[{key!r}]") for key in OPTIONAL_STAT_KEYS if stats.get(key) is not None
     }
     parsed = GraphStats(**core, **optional)
     # A (vertex, remote partition) pair needs at least one edge and a remote partition, so these
@@ -291,16 +293,16 @@ def parse_task(task: Any, strategy_names: tuple[str, ...]) -> Task:
     ids = merged["ids"]
     return Task(
         strategy=strategy,
-        partitions=None if partitions is None else _int(partitions, "task['partitions']", 1),
-        cores=_int(merged["cores"], "task['cores']", 1),
-        memory_per_task_bytes=_int(merged["memory_per_task_bytes"], "task['memory_per_task_bytes']", 1),
-        ids=None if ids is None else _int(ids, "task['ids'] (count of requested ids)", 1),
+        partitions=None if partitions is None else check_int(partitions, "task['partitions']", 1),
+        cores=check_int(merged["cores"], "task['cores']", 1),
+        memory_per_task_bytes=check_int(merged["memory_per_task_bytes"], "task['memory_per_task_bytes']", 1),
+        ids=None if ids is None else check_int(ids, "task['ids'] (count of requested ids)", 1),
         fuse=_bool(merged["fuse"], "task['fuse']"),
         collect_all=_bool(merged["collect_all"], "task['collect_all']"),
         mapped_payloads=_bool(merged["mapped_payloads"], "task['mapped_payloads']"),
         concurrent_tasks=None
         if merged["concurrent_tasks"] is None
-        else _int(merged["concurrent_tasks"], "task['concurrent_tasks']", 1),
+        else check_int(merged["concurrent_tasks"], "task['concurrent_tasks']", 1),
         native_aggregates_missing=_native_aggregates(merged["native_aggregates"]),
     )
 

@@ -1,8 +1,8 @@
 """Number of partitions: total cores, unless memory needs more (Lotan §6 / A.1.2).
 
 Why this rule and not a cost search: Lotan's eq. (3) makes runtime non-linear in P (more
-partitions = more parallelism until P exceeds the cores, then only overhead), and docs/PLATFORM.md
-measured 4 partitions beating 16 on 2 cores. So P = cores is the sweet spot, and the only reason
+partitions = more parallelism until P exceeds the cores, then only overhead), and the probe of
+docs/PLATFORM.md agrees. So P = cores is the sweet spot, and the only reason
 to go higher is that one task's working set would not fit in its memory share.
 
 Per-task memory estimate (bytes) for a partition holding e edges and v vertices, taken over the
@@ -17,9 +17,8 @@ except for a range-wise layer (Model.plan_info's `range_wise`: a sums-path aggre
 and post ops read one row at a time, layers/rowwise.py), where the DL step makes the state and the
 update's temporaries for one destination range at a time (dl/step.py): its own rows cost
 v x (16 + 4 x (in + out + dst)) + min(v x 4 x state, VERTEX_CHUNK_BYTES). Counting the whole state
-there overstated 32M edges / P=2 by 1.0 GB (6.96 GB estimated, 6.03 GB measured peak task RSS
-with the exchange files' pages included, against a 6.3 GB budget), so the rule chose P=4, which
-ships R_f = 3.73 instead of 1.98 and made the layers 1.5x slower. A job that keeps every vertex's
+there would overstate the task and raise P, and with it R_f, for nothing (docs/ARCHITECTURE.md,
+"Data movement and the planner", has the case). A job that keeps every vertex's
 state (PE precompute with states) plans with range_wise off.
 
 With the files exchange and the layers run inside Spark's Python workers (`mapped_payloads`), a
@@ -29,34 +28,32 @@ the kernel can drop and read again. Only the own sources' payloads (min(s, v) ro
 and not the own rows' input h either (they arrive in local order from one file, so the step uses
 that mapped view as h; the first step, whose x comes from every scan file, copies, but it holds no
 edges).
-That term is what forced P up on large graphs (at 100M edges / P=2 a task receives 9.8M of the 10M
-vertices as sources: 5 GB), and a higher P raises R_f, so more bytes go through the exchange.
+That term is what forces P up on large graphs (a task there receives nearly every vertex as a
+source), and a higher P raises R_f, so more bytes go through the exchange.
 
 with e = |E| / P, v = |V| / P, s = the source payload rows that reach the task: the distinct
 sources among the task's e in-edges for replicate and combine (a remote source arrives once per
 partition), e for edge_join (one payload row per edge). With the graph's out-degree histogram
 (n_k vertices of out-degree k; engine.degrees computes it once per graph) the distinct sources are
 counted in expectation, s = sum_k n_k (1 - (1 - e/|E|)^k): hash partitioning by destination sends
-each edge to a task with chance e/|E| = 1/P, and a vertex with k out-edges is a source there
-unless all k landed elsewhere (within 0.3% of the counted sources of the 8M bench graph's
-partitions at P = 2, 4, 8). Without it, s = min(e, |V|), an upper bound that is loose exactly where
-P is raised for memory: many vertices have few out-edges, so a task holding 1/P of the edges sees
-far fewer than all sources, and an overstated P raises R_f, the bytes shipped per layer, with it.
-Messages are bounded by C = MESSAGE_CHUNK_BYTES because the DL step aggregates in destination
-ranges (dl/chunks.py) and the sparse-product path materialises none; so edges cost ids, not
-payloads, and memory no longer multiplies partitions (and the replication factor with them) on a
-graph whose messages are what did not fit. The planner picks P before the strategy, so the rule
-counts sources as replicate and combine receive them, and compile warns when edge_join's per-edge
-rows do not fit.
+each edge to a task with chance e/|E| = 1/P, and a vertex with k out-edges is a source there unless
+all k landed elsewhere (checked against counted sources in docs/ARCHITECTURE.md). Without it, s =
+min(e, |V|), an upper bound that is loose exactly where P is raised for memory: many vertices have
+few out-edges, so a task holding 1/P of the edges sees far fewer than all sources, and an overstated
+P raises R_f, the bytes shipped per layer, with it. Messages are bounded by C = MESSAGE_CHUNK_BYTES
+because the DL step aggregates in destination ranges (dl/chunks.py) and the sparse-product path
+materialises none; so edges cost ids, not payloads, and memory does not multiply partitions (and the
+replication factor with them) on a graph whose messages are what did not fit. The planner picks P
+before the strategy, so the rule counts sources as replicate and combine receive them, and compile
+warns when edge_join's per-edge rows do not fit.
 
 Each payload row is counted once: the task places every routed row straight into its final buffer
 as Spark's batches stream in (engine.received.Received), the DL step sums own and mirror blocks
 without concatenating them (dl/csr.py), updates destination ranges into one output (dl/step.py),
-and routed output rows are built in slices. Until those changes every row had three copies alive
-(Spark's whole input table, the unpacked buffer, the concatenation) and the estimate multiplied
-everything by 3; measured since: 8M edges / P=2, task peak RSS 2.45 GiB (before the range-wise
-update) against 3.5 GiB before. MEMORY_MARGIN covers hash skew between partitions and allocator
-slack; WORKER_RSS_BYTES is what a worker holds before any data.
+and routed output rows are built in slices, so no row has a second copy alive (Spark's whole
+input table, an unpacked buffer, a concatenation) for the estimate to count. MEMORY_MARGIN covers
+hash skew between partitions and allocator slack; WORKER_RSS_BYTES is what a worker holds before
+any data.
 When more partitions than cores are needed, P is rounded up to a multiple of the
 cores: tasks run in waves of `cores` (eq. 3: max(P/ML, 1) rounds), so a partial last wave costs
 a full wave of time while the extra partitions shrink every task's memory for free.
@@ -64,9 +61,9 @@ a full wave of time while the extra partitions shrink every task's memory for fr
 Concurrent tasks (choose_layout). Before raising P, the rule runs fewer of a step's tasks at once
 (each task then serves a run of partitions one after another, engine.exchange.control_rows, and
 its DL step gets cores / tasks torch threads): on a graph whose vertices have more out-edges than
-there are partitions, R_f grows almost like P (3.73 at P=4 on the 100M-edge bench graph, 1.98 at
-P=2), so every extra partition ships nearly a whole copy of the vertices' payloads more per layer
-(19.6 GiB per layer at P=4 there) through the disk and the page cache, while one task fewer costs
+there are partitions, R_f grows almost like P, so every extra partition ships nearly a whole copy
+of the vertices' payloads more per layer through the disk and the page cache (figures in
+docs/ARCHITECTURE.md, "Concurrent tasks"), while one task fewer costs
 only the parallelism torch's threads do not win back. Order tried: (P = cores, tasks = cores ..
 1), then (2 x cores, cores .. 1), ... The first that fits is taken. A worker's memory then is
 
@@ -80,9 +77,8 @@ workers' share (cores x memory_per_task_bytes) and, with mapped payloads, tasks 
 within the page cache left for them (`mapped_budget_bytes`, engine.session): the exchange files a
 step reads in place (remote source payloads, the own rows' input h) are a working set too. The
 sparse products read every source row of a task at random, so pages the kernel drops are read
-again at once: at 100M edges / P=4 two tasks at a time held 2 x (6.7 GiB heap + 4.8 GiB mapped
-inputs) with the JVM's 2.8 GiB on a 23.5 GiB machine, and the second layer took 29 minutes
-instead of two, thrashing.
+again at once and a step that overcommits the page cache thrashes (the 100M-edge case in
+docs/ARCHITECTURE.md, "Concurrent tasks").
 """
 
 from __future__ import annotations
@@ -91,7 +87,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkgnn.planner.errors import PlanError
-from sparkgnn.planner.inputs import LayerSpec, _int, parse_layers
+from sparkgnn.planner.inputs import LayerSpec, check_int, parse_layers
 from sparkgnn.planner.segments import FLOAT_BYTES, ROW_BYTES
 
 MEMORY_MARGIN = 1.25
@@ -243,12 +239,12 @@ def choose_layout(
     (None: unchecked). Fewer tasks than min(cores, P) only where a task can serve several partitions
     in turn (`serial_partitions`: the files exchange's control rows); else P alone fits the memory."""
     specs = parse_layers(layers)
-    num_vertices = _int(num_vertices, "num_vertices", 1)
-    num_edges = _int(num_edges, "num_edges")
-    feature_dim = _int(feature_dim, "feature_dim", 1)
-    cores = _int(cores, "cores", 1)
-    memory = _int(memory_per_task_bytes, "memory_per_task_bytes", 1)
-    mapped_budget = None if mapped_budget_bytes is None else _int(mapped_budget_bytes, "mapped_budget_bytes", 1)
+    num_vertices = check_int(num_vertices, "num_vertices", 1)
+    num_edges = check_int(num_edges, "num_edges")
+    feature_dim = check_int(feature_dim, "feature_dim", 1)
+    cores = check_int(cores, "cores", 1)
+    memory = check_int(memory_per_task_bytes, "memory_per_task_bytes", 1)
+    mapped_budget = None if mapped_budget_bytes is None else check_int(mapped_budget_bytes, "mapped_budget_bytes", 1)
     sizing = Sizing(
         specs,
         num_vertices,
@@ -262,7 +258,7 @@ def choose_layout(
         serial_partitions,
     )
     if requested is not None:
-        requested = _int(requested, "requested partitions", 1)
+        requested = check_int(requested, "requested partitions", 1)
         cap = partition_cap(cores)
         if requested > cap:
             raise PlanError(

@@ -47,26 +47,26 @@ FLOAT_BYTES = 4
 EDGE_BYTES = 2 * ID_BYTES + FLOAT_BYTES  # src, dst, weight on the driver
 
 
-#: The `prune` argument of infer and --prune: auto (priced), off (the whole graph, no frontier pass) or
-#: a registered mode by name.
-PRUNE_CHOICES = ("auto", "off", "local", "subgraph", "whole")  # tests check the tail is PRUNINGS
+#: The pruning modes (module doc): PRUNINGS prices each; engine.pruned runs LOCAL and SUBGRAPH, the
+#: engine itself WHOLE.
+LOCAL, SUBGRAPH, WHOLE = "local", "subgraph", "whole"
 
 
 @dataclass(frozen=True)
 class PruningCosts:
-    """Seconds for the work the batch CostModel does not price. Measured on the 2-core machine
-    (docs/PLATFORM.md) on the 200K-vertex / 2M-edge / 128-d bench graph, warm session:
+    """Seconds for the work the batch CostModel does not price. The defaults were measured on the
+    bench graph of docs/PLATFORM.md's machine (derivation in docs/ARCHITECTURE.md, "Requested ids:
+    k-hop pruning").
 
-    scan_edge_s: one frontier hop, a broadcast semi-join of 2M edges with the hop's new ids and the
-        collection of its in-edges: 0.35-0.5 s per hop warm -> 0.2 us per graph edge.
-    hop_s: the fixed cost of that Spark job (planning, task launch): ~0.15 s.
-    collect_Bps: the features of the 80,650 frontier vertices (40 MiB as array<float>) reached the
-        driver as Arrow in 1.2-1.4 s -> ~32 MB/s (Spark's list<float> conversion dominates).
-    local_edge_s: the driver's in-process layer (decomposed propagate, 128-d SAGE) over the
-        frontier's 105K edges: ~0.1 us per edge, plus local_row_s per vertex row updated.
+    scan_edge_s: one frontier hop (a broadcast semi-join of the edges with the hop's new ids and the
+        collection of its in-edges), per graph edge.
+    hop_s: the fixed cost of that Spark job (planning, task launch).
+    collect_Bps: bytes per second of frontier features reaching the driver as Arrow.
+    local_edge_s: the driver's in-process layer (decomposed propagate) per frontier edge, plus
+        local_row_s per vertex row updated.
     prepare_edge_s: preparing a graph's layout for the engine (partitioned edges, vertex stats,
-        mirror counts): 23 s for 8M edges and 13-15 s for 2M in cold jobs -> ~3 us per edge (paid
-        by `subgraph` every time; by `whole` only when no earlier job prepared the graph).
+        mirror counts), per edge (paid by `subgraph` every time; by `whole` only when no earlier
+        job prepared the graph).
     """
 
     scan_edge_s: float = 0.2e-6
@@ -177,7 +177,7 @@ def local_bytes(inputs: PruningInputs) -> int:
     return inputs.frontier.in_edges[k - 1] * EDGE_BYTES + rows * ID_BYTES + 3 * rows * _max_width(inputs) * FLOAT_BYTES
 
 
-@_register("local")
+@_register(LOCAL)
 def _price_local(inputs: PruningInputs) -> tuple[float, str | None]:
     if inputs.strategy != "auto":
         return math.inf, f"strategy {inputs.strategy!r} was asked for: the engine runs it, a local run has none"
@@ -204,7 +204,7 @@ def subgraph_size(inputs: PruningInputs) -> tuple[int, int]:
     return inputs.frontier.vertices[k], inputs.frontier.in_edges[k - 1]
 
 
-@_register("subgraph")
+@_register(SUBGRAPH)
 def _price_subgraph(inputs: PruningInputs) -> tuple[float, str | None]:
     hops = len(inputs.layers) + (1 if inputs.needs_stats else 0)
     if inputs.frontier.hops < hops:
@@ -218,10 +218,15 @@ def _price_subgraph(inputs: PruningInputs) -> tuple[float, str | None]:
     return seconds, None
 
 
-@_register("whole")
+@_register(WHOLE)
 def _price_whole(inputs: PruningInputs) -> tuple[float, str | None]:
     prepare = 0.0 if inputs.whole_prepared else inputs.num_edges * inputs.costs.prepare_edge_s
     return prepare + inputs.layer_seconds(inputs.num_vertices, inputs.num_edges), None
+
+
+#: The `prune` argument of infer and --prune: auto (priced), off (the whole graph, no frontier pass) or
+#: a registered mode by name.
+PRUNE_CHOICES = ("auto", "off", *PRUNINGS)
 
 
 def choose(inputs: PruningInputs, requested: str = "auto") -> PruningChoice:
@@ -325,7 +330,7 @@ def local_plan(choice: PruningChoice, inputs: PruningInputs) -> Plan:
         c = inputs.costs
         seconds = edges[l] * c.local_edge_s + dst_rows * c.local_row_s
         if l == 0:
-            seconds = choice.candidates["local"] - sum(
+            seconds = choice.candidates[LOCAL] - sum(
                 e * c.local_edge_s + frontier.vertices[k - 1 - i] * c.local_row_s for i, e in enumerate(edges) if i
             )
         layers.append(
@@ -346,5 +351,5 @@ def local_plan(choice: PruningChoice, inputs: PruningInputs) -> Plan:
         previous = update
     for number, op in enumerate(op for layer in layers for op in layer.ops):
         op.id = f"k{number}"
-    total = {"shuffle_bytes": 0, "python_bytes": 0, "passes": 0, "seconds": choice.candidates["local"]}
+    total = {"shuffle_bytes": 0, "python_bytes": 0, "passes": 0, "seconds": choice.candidates[LOCAL]}
     return Plan(partitions=1, layers=layers, strategy="local", estimates=total, pruning=choice.summary())

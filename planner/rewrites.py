@@ -11,8 +11,9 @@ separate Python round trips; fusion merges round trips that follow each other wi
 operator between them into ONE Pipe round trip per partition. Across layers it also hoists the
 next layer's owner-side preparation (prepare_src, and for combine the partial aggregation) into
 this layer's pass: the update already runs at the vertex's owner partition, where the next layer
-needs h, so preparing there costs no extra round trip. Each pass costs ~0.9 s of fixed overhead
-and re-ships its inputs, so this is the single largest saving for deep models.
+needs h, so preparing there costs no extra round trip. Each pass costs a fixed overhead
+(CostModel.pass_overhead_s) and re-ships its inputs, so this is the single largest saving for deep
+models.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from sparkgnn.planner.errors import PlanError
@@ -106,14 +106,10 @@ class RequestCounts:
 class ServingCostModel:
     """Per-request cost constants (seconds), fitted by least squares on single-threaded
     (torch.set_num_threads(1)) timings of QueryEngine.answer on the 2-core machine of
-    docs/PLATFORM.md (bench/calibrate_serving.py --requests 3 --repeat 5: Cora 1433-d and a
-    30K-vertex power-law graph 64-d, GCN and GraphSAGE with 2 and 3 layers, B 16..1024, 96
-    requests each answered by FULL and EXACT). With the requests' measured sizes the fitted model
-    picks the faster mode 89% of the time (auto/best latency 1.04 mean), median |estimate/actual
-    - 1| = 0.25; with the sketch's pre-run sizes 80% (1.12 mean). Every miss is a Cora request with
-    B <= 64, where both modes take 2-12 ms and repeated timings of the same request varied by 2x
-    on the shared box; at B >= 256 and on the power-law graph the pick was right but once.
-    delta_layer_s fitted to 0 (absorbed by delta_target_s and request_s).
+    docs/PLATFORM.md (bench/calibrate_serving.py: Cora 1433-d and a 30K-vertex power-law graph
+    64-d, GCN and GraphSAGE with 2 and 3 layers, B 16..1024, each request answered by FULL and
+    EXACT). How often the fit picks the faster mode is in docs/ARCHITECTURE.md, "Serving plans in
+    the IR and mode="auto"".
 
     request_s          per request (prepare, validation, answer assembly)
     *_layer_s          per layer of each engine (tensor set-up, the delta engine's per-layer
@@ -434,10 +430,6 @@ def choose(candidates: Mapping[str, RequestCounts], cost: ServingCostModel = DEF
         }
         layer.reason = f"cheapest estimated plan of {', '.join(plans)} for this request"
     return Choice(best, plan, seconds)
-
-
-def with_partitions(counts: RequestCounts, partitions: int) -> RequestCounts:
-    return replace(counts, partitions=int(partitions))
 
 
 def _ms(seconds: float) -> str:

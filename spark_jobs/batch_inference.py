@@ -21,6 +21,7 @@ import time
 
 from sparkgnn.cliargs import positive_int, require_inputs, run_cli
 from sparkgnn.errors import PlanError
+from sparkgnn.logs import install_cli_handler
 from sparkgnn.outputs import check_output
 from sparkgnn.planner import STRATEGIES
 from sparkgnn.planner.pruning import PRUNE_CHOICES
@@ -118,6 +119,7 @@ def read_ids(path: str) -> list[int]:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    install_cli_handler()  # the job's progress lines (sparkgnn loggers) on stdout
     argv = sys.argv[1:] if argv is None else list(argv)
     return run_cli("batch_inference", lambda: _run_resumable(args, argv))
 
@@ -151,13 +153,13 @@ def _run(args) -> int:
     inputs.update({f"--model {m}": m for m in args.model})
     targets = [os.path.join(args.out, name) for name in model_names(args.model)] if batched else [args.out]
     if batched:  # --out holds the models' results: it may hold others too, but never an input
-        check_output(args.out, inputs, overwrite=True)
+        check_output(args.out, inputs, holds_others=True)
     for target in targets:
         check_output(target, inputs, args.overwrite)
     started = time.perf_counter()
     spark = job_session("sparkgnn-batch-inference")
     session_s = time.perf_counter() - started
-    result, report, plan = infer(
+    job = infer(
         spark,
         args.graph,
         model,
@@ -170,24 +172,25 @@ def _run(args) -> int:
         explain=args.explain,
         work_dir=args.work_dir,
         overwrite=args.overwrite,
-        return_report=True,
         exchange=args.exchange,
         materialise=args.materialise,
     )
     if not batched:
-        rows = result.count()
+        report, plan = job.report, job.plan
+        rows = job.frame.count()
         total_s = time.perf_counter() - started
         print(f"batch_inference: wrote {rows} rows to {args.out} in {total_s:.1f} s")
         if args.report:
             write_report(args.report, rows, session_s, total_s, report, plan)
         return 0
-    counts = [frame.count() for frame in result]
+    counts = [frame.count() for frame in job.frames.values()]
     total_s = time.perf_counter() - started
     for target, rows in zip(targets, counts, strict=True):
         print(f"batch_inference: wrote {rows} rows to {target}")
-    print(f"batch_inference: {len(targets)} models in {len(report)} job(s), {total_s:.1f} s")
+    print(f"batch_inference: {len(targets)} models in {len(job.runs)} job(s), {total_s:.1f} s")
     if args.report:
-        write_batched_report(args.report, model_names(args.model), counts, session_s, total_s, report, plan)
+        reports, plans = [report for report, _ in job.runs], [plan for _, plan in job.runs]
+        write_batched_report(args.report, model_names(args.model), counts, session_s, total_s, reports, plans)
     return 0
 
 

@@ -14,6 +14,7 @@ import sys
 import time
 
 from sparkgnn.cliargs import int_list, positive_int, require_inputs, run_cli
+from sparkgnn.logs import install_cli_handler
 from sparkgnn.planner import STRATEGIES
 
 
@@ -39,6 +40,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    install_cli_handler()  # the job's progress lines (sparkgnn loggers) on stdout
     return run_cli("precompute_pe", lambda: _run(args))
 
 
@@ -52,7 +54,7 @@ def _run(args) -> int:
         spark,
         args.graph,
         args.model,
-        args.store,
+        store=args.store,
         states=not args.no_states,
         metrics=not args.no_metrics,
         workers=args.workers,
@@ -61,7 +63,7 @@ def _run(args) -> int:
         partitions=args.partitions,
         work_dir=args.work_dir,
         fanouts=args.fanouts,
-    )
+    ).store
     print(
         f"precompute_pe: store complete ({len(store.layers)} layers, verified) at {args.store} "
         f"in {time.perf_counter() - started:.1f} s"

@@ -19,6 +19,7 @@ import sys
 import time
 
 from sparkgnn.cliargs import int_list, non_negative_int, positive_float, positive_int, run_cli
+from sparkgnn.logs import install_cli_handler
 from sparkgnn.serving.cliopts import gamma_type, non_negative_float
 
 PROG = "stream_queries.py"
@@ -145,6 +146,7 @@ def main(argv=None) -> int:
     mode or option, output of another checkpoint, a missing or unwritable path) through run_cli:
     one `stream_queries.py: error: ...` line, exit 2. A query that failed while running exits 1."""
     args = parse_args(argv)
+    install_cli_handler()  # the job's progress lines (sparkgnn loggers) on stdout
     return run_cli(PROG, lambda: _run(args))
 
 
@@ -158,9 +160,8 @@ def _run(args) -> int:
 
         torch.set_num_threads(args.torch_threads)
     cfg = config_from_args(args)
-    log = lambda line: print(line, flush=True)  # noqa: E731
     try:
-        result = run(cfg, lambda: job_session("sparkgnn-stream-queries"), log=log, handle_signals=True)
+        result = run(cfg, lambda: job_session("sparkgnn-stream-queries"), handle_signals=True)
     except StreamJobError as exc:  # the query started and failed: not a refusal
         print(f"{PROG}: error: {exc}", file=sys.stderr, flush=True)
         return 1

@@ -24,10 +24,17 @@ MASTER = "local-cluster[2,1,1024]"
 # No UI; and the graphs here are Cora-sized, so Spark's default 200 shuffle partitions only add
 # tasks (five 200-task stages were most of a 90 s precompute run); the jobs keep spark-submit's
 # other settings, as a user's would.
+# The jobs' JVMs (driver, executors and the ones a worker relaunches) take the options tests/conftest.py
+# gives every test driver (C1 only, one GC thread): on a 2-core machine C2's compiler threads and
+# G1's parallel workers were half the CPU a job's JVMs burned, and executors were slow to register
+# while another test ran beside them. What the jobs compute is the same.
+JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 CLUSTER_CONF = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.shuffle.partitions": "4",
+    "spark.driver.extraJavaOptions": JAVA_OPTIONS,
+    "spark.executor.extraJavaOptions": JAVA_OPTIONS,
 }
 
 

@@ -3,6 +3,8 @@ helpers, the PE store's manifest commit (stray attempts ignored, a second writer
 model store, graph.json and the output swap, all through pyarrow.fs on s3:// URIs. No Spark:
 Spark's own s3a:// reads and writes need the hadoop-aws connector, which pyspark does not ship."""
 
+import logging
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -46,11 +48,11 @@ def _layer_arrays(graph, width, seed):
     return rng.standard_normal((graph.num_nodes, width)).astype(np.float32)
 
 
-def _write_store(root, graph, model, log=None):
+def _write_store(root, graph, model):
     """Both layers committed with commit_layer_arrays (pyarrow, no Spark); returns the writer."""
     from sparkgnn.pe import PEWriter
 
-    writer = PEWriter(root, graph, model, with_states=False, log=log)
+    writer = PEWriter(root, graph, model, with_states=False)
     for l, width in enumerate(writer.model.dims, start=1):
         writer.commit_layer_arrays(l, graph.ids, _layer_arrays(graph, width, l))
     writer.finish()
@@ -177,15 +179,15 @@ def test_a_file_added_to_a_committed_attempt_is_refused(s3, graph, model):
         PEStore.open(root, model=model, graph=graph)
 
 
-def test_a_second_writer_is_detected(s3, graph, model):
+def test_a_second_writer_is_detected(s3, graph, model, caplog):
     from sparkgnn.pe import PEStore, PEWriter, layout
 
     root = "s3://work/pe-two"
     first = PEWriter(root, graph, model, with_states=False)
     first.commit_layer_arrays(1, graph.ids, _layer_arrays(graph, 6, 1))
-    lines = []
-    second = PEWriter(root, graph, model, with_states=False, log=lines.append)
-    assert any("did not finish" in line and "takes it over" in line for line in lines)
+    caplog.set_level(logging.INFO, logger="sparkgnn")
+    second = PEWriter(root, graph, model, with_states=False)
+    assert any("did not finish" in line and "takes it over" in line for line in caplog.messages)
     with pytest.raises(PEStoreConflict, match="another writer took it over.*stops before writing layer=2"):
         first.commit_layer_arrays(2, graph.ids, _layer_arrays(graph, 3, 2))
     second.commit_layer_arrays(2, graph.ids, _layer_arrays(graph, 3, 2))

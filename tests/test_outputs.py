@@ -6,7 +6,7 @@ import os
 import pytest
 
 from sparkgnn.errors import OutputError
-from sparkgnn.outputs import check_output, discard, staging_path, swap_into_place
+from sparkgnn.outputs import OUTPUT_MARKER, check_output, discard, staging_path, swap_into_place
 
 
 def _tree(root) -> dict:
@@ -47,12 +47,50 @@ def test_non_empty_output_needs_overwrite(layout):
     root, inputs = layout
     (root / "out").mkdir()
     (root / "out" / "part-0.parquet").write_bytes(b"old")
-    with pytest.raises(OutputError, match="already holds 1 entries.*--overwrite"):
+    (root / "out" / OUTPUT_MARKER).write_text('{"written_by": "sparkgnn"}')
+    with pytest.raises(OutputError, match="already holds 2 entries.*--overwrite"):
         check_output(str(root / "out"), inputs)
     check_output(str(root / "out"), inputs, overwrite=True)
     check_output(str(root / "fresh"), inputs)
     (root / "empty").mkdir()
     check_output(str(root / "empty"), inputs)
+
+
+def test_overwrite_refuses_a_directory_sparkgnn_did_not_write_and_deletes_nothing(layout):
+    root, inputs = layout
+    mine = root / "mine"
+    mine.mkdir()
+    (mine / "thesis.tex").write_bytes(b"years of work")
+    with pytest.raises(OutputError, match=f"no {OUTPUT_MARKER}.*will not delete it"):
+        check_output(str(mine), inputs, overwrite=True)
+    assert _tree(mine) == {"thesis.tex": b"years of work"}
+    check_output(str(mine), inputs, holds_others=True)  # a folder results go into is never replaced
+
+
+def test_home_root_and_mount_points_are_refused_even_with_overwrite(layout, monkeypatch):
+    root, inputs = layout
+    home = root / "home"
+    home.mkdir()
+    (home / OUTPUT_MARKER).write_text("{}")  # even a marker does not make the home directory an output
+    monkeypatch.setenv("HOME", str(home))
+    for out, what in [("~", "the home directory"), ("/", "the filesystem root"), ("/proc", "a mount point")]:
+        with pytest.raises(OutputError, match=f"is {what}: sparkgnn never writes an output there") as caught:
+            check_output(os.path.expanduser(out), inputs, overwrite=True)
+        assert len(str(caught.value).splitlines()) == 1
+    assert _tree(home) == {OUTPUT_MARKER: b"{}"}
+
+
+def test_a_swapped_in_output_carries_the_marker_and_can_be_replaced(layout):
+    root, inputs = layout
+    out = str(root / "out")
+    for content in (b"first", b"second"):
+        check_output(out, inputs, overwrite=True)
+        staged = staging_path(out)
+        os.makedirs(staged)
+        open(os.path.join(staged, "part-0.parquet"), "wb").write(content)
+        swap_into_place(staged, out, job="test")
+        tree = _tree(out)
+        assert tree["part-0.parquet"] == content and b'"job": "test"' in tree[OUTPUT_MARKER]
 
 
 def test_existing_file_needs_overwrite(layout):
@@ -95,5 +133,7 @@ def test_swap_replaces_and_a_failed_write_keeps_the_old_result(tmp_path):
     staged = staging_path(str(out))
     os.makedirs(staged)
     open(os.path.join(staged, "b"), "wb").write(b"new")
+    (out / OUTPUT_MARKER).write_text("{}")
     swap_into_place(staged, str(out))
-    assert _tree(out) == {"b": b"new"} and sorted(os.listdir(tmp_path)) == ["out"]
+    assert _tree(out) == {"b": b"new", OUTPUT_MARKER: b'{"written_by": "sparkgnn"}'}
+    assert sorted(os.listdir(tmp_path)) == ["out"]

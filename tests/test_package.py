@@ -35,3 +35,12 @@ def test_layers_and_models_do_not_import_pyspark():
         if pattern.search(path.read_text())
     ]
     assert offenders == []
+
+
+def test_torch_has_a_floor_where_weights_only_loading_is_safe():
+    """Models are loaded with torch.load(weights_only=True) from stores others may write; below
+    2.6 a crafted file runs code through it, so the package may not install such a torch."""
+    line = re.search(r"^dependencies = \[(.*)\]$", (ROOT / "pyproject.toml").read_text(), re.M)
+    deps = [d.strip().strip('"') for d in line.group(1).split(",")]
+    assert [d for d in deps if re.match(r"torch\b", d)] == ["torch>=2.6"]
+    assert "torch==2.13.0" in (ROOT / "requirements.txt").read_text().splitlines()

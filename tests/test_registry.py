@@ -66,7 +66,7 @@ def test_sparkgnn_registries_refuse_with_their_own_error_types():
 
     cases = [
         (lambda: get_aggregator("lstm"), ValueError, "unknown aggregator 'lstm'; known: concat, max, mean"),
-        (lambda: build_conv({"kind": "cheb"}), ValueError, "unknown conv kind 'cheb'; known: bundle, gat, gcn"),
+        (lambda: build_conv({"kind": "cheb"}), ValueError, "unknown conv kind 'cheb'; known: bundle, gat, gatv2, gcn"),
         (lambda: build_node_op({"op": "dropout"}), ValueError, "unknown node op 'dropout'; known: activation"),
         (lambda: ActivationOp("swish"), ValueError, "unknown activation 'swish'; known: elu, gelu"),
         (

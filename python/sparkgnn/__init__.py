@@ -25,6 +25,9 @@ _LAZY = {
     "PEStore": "sparkgnn.pe",
     "precompute": "sparkgnn.engine",
     "refresh": "sparkgnn.engine.refresh",
+    "JobResult": "sparkgnn.engine.result",
+    "StoreResult": "sparkgnn.engine.result",
+    "QueryEngine": "sparkgnn.serving.engine",
 }
 
 
@@ -41,6 +44,9 @@ __all__ = [
     "PEStore",
     "precompute",
     "refresh",
+    "JobResult",
+    "StoreResult",
+    "QueryEngine",
     "SparkGNNError",
     "GraphValidationError",
     "UnsupportedModelError",

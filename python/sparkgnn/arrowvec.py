@@ -1,8 +1,8 @@
 """Vectors in Arrow columns, without per-row Python work.
 
 Why this module exists: rows of float32 vectors cross three boundaries (Spark <-> Python worker,
-Python worker <-> DL worker, Parquet). docs/PLATFORM.md measured packed float32 binary at 0.42 GB/s into
-Python vs 0.27 GB/s for array<float>, and mapInArrow cannot return fixed_size_list. So on the
+Python worker <-> DL worker, Parquet). Packed float32 binary reaches Python faster than
+array<float> (docs/PLATFORM.md measures both), and mapInArrow cannot return fixed_size_list. So on the
 Spark side vectors travel as `binary` (one packed float32 row per value); between the graph glue and
 the DL handler they travel as fixed_size_list<float32> (the natural Arrow tensor row); user-facing
 outputs are list<float>. Every conversion here is a buffer view, not a Python loop.

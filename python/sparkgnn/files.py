@@ -308,7 +308,7 @@ def data_files(path) -> list[DataFile]:
 
 
 def crc32(path) -> str:
-    """CRC-32 of a file's bytes as 8 hex digits (~2 GB/s here: cheap enough to check on open)."""
+    """CRC-32 of a file's bytes as 8 hex digits (cheap enough to check on open)."""
     fs, inner = filesystem(path)
     value = 0
     with fs.open_input_stream(inner) as stream:

@@ -1,14 +1,13 @@
 """Keep freed memory inside a long-lived process so the next step reuses it instead of faulting in
 fresh pages.
 
-Why: on these VMs the first touch of fresh memory costs 1-2.3 s per GiB, while touching memory the
-process already holds costs about 0.05 s per GiB (docs/PLATFORM.md; re-measured with 1 GiB numpy
-fills a few seconds apart). glibc hands every block above its mmap threshold (128 KiB, rising to at
-most 32 MiB) back to the OS on free, and trims the heap top above 128 KiB; pyarrow's default pool
-(mimalloc) purges freed pages too. A layer step allocates several GiB of short-lived buffers
-(received rows, ordered payloads, messages, output rows), so without this every step of a reused
-Spark Python worker, and every batch of a messenger worker, paid those page faults again: the
-dominant part of "collect" and "scatter" at 8M edges.
+Why: on these VMs the first touch of fresh memory costs far more than touching memory the process
+already holds (figures in docs/ARCHITECTURE.md, "Data movement and the planner"). glibc hands every
+block above its mmap threshold (128 KiB, rising to at most 32 MiB) back to the OS on free, and trims
+the heap top above 128 KiB; pyarrow's default pool (mimalloc) purges freed pages too. A layer step
+allocates several GiB of short-lived buffers (received rows, ordered payloads, messages, output
+rows), so without this every step of a reused Spark Python worker, and every batch of a messenger
+worker, would pay those page faults again.
 
 What it does, once per process: raises glibc's mmap and trim thresholds to their maximum (2 GiB
 - 1: blocks up to that size come from the heap and stay there after free) and points pyarrow's
@@ -19,12 +18,10 @@ Not glibc (musl, macOS): nothing to do, the call is a no-op.
 
 The kept memory is bounded: a worker that serves several partitions per step (fewer concurrent
 tasks than partitions, planner.partitions) or runs a long series of steps grows its heap by
-fragmentation (big buffers of different sizes interleaved with long-lived caches), measured at
-32M edges / P=4: 1.3 GiB resident after a worker's first partition, 2.9 GiB after four, of which
-malloc_trim handed back 0.7-0.9 GiB with the layer times unchanged. At 100M edges that growth
-pushed two workers' heaps and their memory-mapped inputs past the machine's memory and the second
-layer thrashed the page cache for 29 minutes. release_retained_memory trims once a worker holds
-more than the plan's bound.
+fragmentation (big buffers of different sizes interleaved with long-lived caches), and on a large
+graph two workers' kept heaps plus their memory-mapped inputs can outgrow the machine and thrash
+the page cache (docs/ARCHITECTURE.md, "Concurrent tasks"). release_retained_memory trims once a
+worker holds more than the plan's bound.
 """
 
 from __future__ import annotations

@@ -10,6 +10,12 @@ without a word; and a job that failed mid-write left neither the old nor a new r
      `<name>` never see and Spark/Hadoop listings skip (leading dot);
   3. `swap_into_place` moves an existing output aside, moves the staged one in, and only then
      deletes the old one. A failure before step 3 leaves the previous result untouched.
+`overwrite` replaces only what sparkgnn wrote: every swapped-in output carries a commit marker
+(`_SPARKGNN_OUTPUT.json`, a side file Spark and pyarrow readers skip), and an existing non-empty
+directory without it is refused even with `overwrite` (`--out ~ --overwrite` would otherwise delete
+the home directory). Spark's own `_SUCCESS` is not accepted instead: any Spark job leaves it, so it
+does not say the folder is sparkgnn's to delete. `/`, the home directory and mount points are
+refused as outputs always.
 All through pyarrow.fs, so local paths and the remote filesystems pyarrow reaches behave alike.
 
 On an object store (s3://, gs://) there is no rename: a "move" of a directory is a copy of every
@@ -25,6 +31,7 @@ instead (as the PE store does, sparkgnn.pe.layout).
 from __future__ import annotations
 
 import functools
+import json
 import os
 import uuid
 
@@ -33,6 +40,7 @@ from sparkgnn.errors import OutputError
 
 STAGING_MARK = ".sparkgnn-tmp-"
 RETIRED_MARK = ".sparkgnn-old-"
+OUTPUT_MARKER = "_SPARKGNN_OUTPUT.json"
 
 
 def _normal(path) -> str:
@@ -53,11 +61,47 @@ def _overlap(out: str, other: str) -> str | None:
     return None
 
 
-def check_output(out, inputs: dict, overwrite: bool = False, flag: str = "--out") -> None:
+def protected_reason(path) -> str | None:
+    """What makes the local directory `path` unfit to be written into or replaced as a whole (the
+    filesystem root, the user's home directory, a mount point), or None. Remote paths: None."""
+    text = str(path)
+    if "://" in text and not text.startswith("file:"):
+        return None
+    target = _normal(text)
+    if target == "/":
+        return "the filesystem root"
+    if target == os.path.realpath(os.path.expanduser("~")):
+        return "the home directory"
+    if os.path.ismount(target):
+        return "a mount point"
+    return None
+
+
+def refuse_protected(path, flag: str = "--out") -> None:
+    """Raise OutputError (one line) when `path` is `/`, the home directory or a mount point."""
+    reason = protected_reason(path)
+    if reason:
+        raise OutputError(
+            f"{flag} {path} is {reason}: sparkgnn never writes an output there; choose a folder inside it"
+        )
+
+
+def is_sparkgnn_output(path) -> bool:
+    """Whether the directory `path` carries the commit marker swap_into_place leaves."""
+    fs, inner = files.filesystem(path)
+    return fs.get_file_info(f"{inner.rstrip('/')}/{OUTPUT_MARKER}").type == files.pafs.FileType.File
+
+
+def check_output(
+    out, inputs: dict, overwrite: bool = False, flag: str = "--out", *, holds_others: bool = False
+) -> None:
     """Refuse `out` (see module doc). `inputs`: {flag or name: path or None} of what the job reads
-    or keeps (graph, model, ids file, work dir): never written over, even with overwrite."""
+    or keeps (graph, model, ids file, work dir): never written over, even with overwrite.
+    `holds_others`: `out` is the folder the results go into, never replaced itself, so whatever it
+    already holds is left alone and not checked (`overwrite` is then irrelevant)."""
     if files.is_object_store(out) and "/" not in str(out).partition("://")[2].strip("/"):
         raise OutputError(f"cannot write {flag} {out}: name a folder inside the bucket, not the bucket itself")
+    refuse_protected(out, flag)
     target = _normal(out)
     for name, path in inputs.items():
         if path is None or not isinstance(path, (str, os.PathLike)):
@@ -71,13 +115,18 @@ def check_output(out, inputs: dict, overwrite: bool = False, flag: str = "--out"
     where = files.kind(out)
     if where == "file" and not overwrite:
         raise OutputError(f"{flag} {out} is an existing file; pass --overwrite to replace it")
-    if where == "dir" and not overwrite:
+    if where == "dir" and not holds_others:
         fs, inner = files.filesystem(out)
         held = fs.get_file_info(files.pafs.FileSelector(inner, recursive=False))
-        if held:
+        if held and not overwrite:
             raise OutputError(
                 f"{flag} {out} already holds {len(held)} entries (an earlier result?); pass "
                 "--overwrite to replace it, or choose a new directory"
+            )
+        if held and not is_sparkgnn_output(out):
+            raise OutputError(
+                f"{flag} {out} holds {len(held)} entries but no {OUTPUT_MARKER}, so sparkgnn did not write "
+                "it and --overwrite will not delete it; remove it yourself or choose a new directory"
             )
     _check_writable(out, flag)
 
@@ -128,12 +177,22 @@ def _copy_move(fs, source: str, target: str) -> None:
     fs.delete_dir(source)
 
 
-def swap_into_place(staged, out) -> None:
+def mark_output(staged, job: str | None = None) -> None:
+    """Leave the commit marker (OUTPUT_MARKER, naming the writing `job`) in the staged directory,
+    so a later `overwrite` knows the folder is sparkgnn's to replace."""
+    doc = {"written_by": "sparkgnn", **({"job": job} if job else {})}
+    files.write_bytes_atomic(f"{str(staged).rstrip('/')}/{OUTPUT_MARKER}", json.dumps(doc).encode())
+
+
+def swap_into_place(staged, out, *, job: str | None = None) -> None:
     """Move `staged` to `out`; an existing `out` (the caller was told it may be replaced) is moved
     aside first and deleted last, so at every instant one complete result exists (on a local disk
-    and HDFS, where a move is a rename; on an object store a move is a copy: see the module doc)."""
+    and HDFS, where a move is a rename; on an object store a move is a copy: see the module doc).
+    A staged directory gets the commit marker first (mark_output; `job` names the writer)."""
     fs, target = files.filesystem(out)
     _fs, source = files.filesystem(staged)
+    if fs.get_file_info(source).type == files.pafs.FileType.Directory:
+        mark_output(staged, job)
     if files.is_object_store(out):
         move = functools.partial(_copy_move, fs)
     else:

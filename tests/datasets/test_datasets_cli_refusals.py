@@ -40,3 +40,18 @@ def test_existing_graph_needs_overwrite(tmp_path, capsys):
     assert {f: os.path.getmtime(os.path.join(out, "edges", f)) for f in os.listdir(out / "edges")} == before
     assert main(_synthetic(out, "--seed", "4", "--overwrite")) == 0
     assert sorted(os.listdir(out)) == ["edges", "graph.json", "vertices"]  # no staging folder left
+
+
+def test_overwrite_replaces_only_a_graph_sparkgnn_wrote(tmp_path, capsys, monkeypatch):
+    mine = tmp_path / "mine"
+    (mine / "edges").mkdir(parents=True)
+    (mine / "edges" / "notes.txt").write_text("not a graph")
+    assert main(_synthetic(mine, "--overwrite")) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no graph.json" in err and "will not replace it" in err
+    assert sorted(os.listdir(mine)) == ["edges"] and (mine / "edges" / "notes.txt").read_text() == "not a graph"
+
+    monkeypatch.setenv("HOME", str(mine))  # what a shell makes of `--out ~`
+    assert main(_synthetic(os.path.expanduser("~"), "--overwrite")) == 2
+    assert "is the home directory" in capsys.readouterr().err
+    assert sorted(os.listdir(mine)) == ["edges"]

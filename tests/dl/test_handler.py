@@ -51,6 +51,8 @@ def _mean(x, src, dst):
     [
         ({"op": "explode"}, "unknown op 'explode'"),
         ({"model": "0" * 64}, "unknown model fingerprint"),
+        ({"model": "../" * 8 + "etc"}, r"model fingerprint '\.\./.*' is not a model fingerprint \(64"),
+        ({"model": ["0" * 64]}, "is not a model fingerprint"),
         ({"aggregate": "telepathy"}, "unknown aggregate stage 'telepathy'"),
         ({"layer": 7}, "layer 7 out of range"),
     ],

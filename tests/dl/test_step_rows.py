@@ -17,6 +17,7 @@ from sparkgnn.dl import csr, step
 from sparkgnn.dl.step import rows_independent, run_step, vertex_chunk_rows
 from sparkgnn.layers.sage import SAGELayer
 from sparkgnn.models import Model
+from sparkgnn.stat_keys import stat_keys
 
 F = 16
 N_OWN, N_MIRROR, E = 40, 30, 500
@@ -52,8 +53,8 @@ def _tables(model: Model, mirror: bool, empty_dsts: int, seed: int = 0, pre: boo
     conv = model.conv(0)
     rng = np.random.default_rng(seed)
     own = {"h": to_fixed_list(rng.normal(size=(N_OWN, F)).astype(np.float32))}
-    if "gcn_degree" in conv.required_stats:
-        own["gcn_degree"] = pa.array(rng.integers(1, 9, N_OWN).astype(np.float32))
+    for key in stat_keys([conv]):  # gcn_degree_w: this GCN's edge weights count
+        own[key] = pa.array(rng.integers(1, 9, N_OWN).astype(np.float32))
     n_src = N_OWN + (N_MIRROR if mirror else 0)
     # destinations N_OWN - empty_dsts .. N_OWN - 1 and a few in the middle receive no edge
     dst = rng.integers(0, N_OWN - empty_dsts, E)
@@ -179,7 +180,7 @@ def test_the_state_is_kept_only_when_asked(monkeypatch):
 def test_every_supported_layer_is_row_wise():
     for name in sorted(MODELS):
         model = _model(name)
-        assert all(rows_independent(model, layer) for layer in range(model.num_layers)), name
+        assert all(rows_independent(model, layer) for layer in range(model.num_rounds)), name
     torch.manual_seed(0)
     assert rows_independent(Model.from_pyg(GAT(F, 4, 2, heads=2).eval(), output="embedding"), 0)
 

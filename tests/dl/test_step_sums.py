@@ -12,6 +12,7 @@ from sparkgnn.arrowvec import to_fixed_list
 from sparkgnn.dl import csr
 from sparkgnn.dl.step import _sparse_sums, local_partial, run_step
 from sparkgnn.models import Model
+from sparkgnn.stat_keys import stat_keys
 
 F = 7
 
@@ -104,8 +105,8 @@ def test_the_edges_step_never_concatenates_own_and_mirror_payloads_on_the_sums_p
     rng = np.random.default_rng(0)
     n_own, n_mirror = 30, 40
     own = {"h": to_fixed_list(rng.normal(size=(n_own, F)).astype(np.float32))}
-    if "gcn_degree" in model.conv(0).required_stats:
-        own["gcn_degree"] = pa.array(rng.integers(1, 9, n_own).astype(np.float32))
+    for key in stat_keys([model.conv(0)]):
+        own[key] = pa.array(rng.integers(1, 9, n_own).astype(np.float32))
     mirror = rng.normal(size=(n_mirror, F)).astype(np.float32)
     edges = {"src": rng.integers(0, n_own + n_mirror, 400), "dst": rng.integers(0, n_own, 400)}
     if model.conv(0).uses_edge_weight:

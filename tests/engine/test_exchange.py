@@ -1,6 +1,7 @@
 """The files exchange (engine.exchange): routed rows written per destination by the task that
 computed them and read back by the task that needs them, with the same answers as Spark's shuffle."""
 
+import logging
 import os
 
 import numpy as np
@@ -35,8 +36,14 @@ def _step(tmp_path, partitions, name="step=0"):
     return str(tmp_path / name)
 
 
+def _read_routed(step_dir, part, partitions):
+    """Every batch routed to `part`, as a task reads them (exchange.routed_files)."""
+    for routed in exchange.routed_files(step_dir, part, partitions):
+        yield from routed.batches()
+
+
 def _read_ids(step_dir, part, partitions):
-    return sorted(int(i) for b in exchange.read_routed(step_dir, part, partitions) for i in b.column("id").to_pylist())
+    return sorted(int(i) for b in _read_routed(step_dir, part, partitions) for i in b.column("id").to_pylist())
 
 
 def test_rows_reach_exactly_their_destination_and_every_file_exists(tmp_path):
@@ -57,7 +64,7 @@ def test_rows_reach_exactly_their_destination_and_every_file_exists(tmp_path):
     assert _read_ids(step, 1, 3) == [4]
     assert _read_ids(step, 2, 3) == [1, 2, 5, 6]
     # vectors travel with their ids, byte for byte
-    rows = pa.Table.from_batches(list(exchange.read_routed(step, 2, 3)))
+    rows = pa.Table.from_batches(list(_read_routed(step, 2, 3)))
     by_id = dict(zip(rows.column("id").to_pylist(), rows.column("v").to_pylist(), strict=True))
     assert np.frombuffer(by_id[6], np.float32).tolist() == [60.0, 61.0, 62.0, 63.0]
     assert not [name for q in range(3) for name in os.listdir(tmp_path / "step=0" / f"to={q}") if name.startswith(".")]
@@ -89,7 +96,7 @@ def test_a_missing_source_is_named(tmp_path):
     list(exchange.write_routed(step, 0, 3, iter([_batch([1])])))
     list(exchange.write_routed(step, 2, 3, iter([])))
     with pytest.raises(exchange.ExchangeError, match="from partition 1 to partition 1 are missing"):
-        list(exchange.read_routed(step, 1, 3))
+        list(_read_routed(step, 1, 3))
 
 
 def test_a_damaged_file_is_refused(tmp_path):
@@ -98,7 +105,7 @@ def test_a_damaged_file_is_refused(tmp_path):
         list(exchange.write_routed(step, source, 2, iter([_batch([0, 1])])))
     (tmp_path / "step=0" / "to=0" / "from=1.arrow").write_bytes(b"not arrow")
     with pytest.raises(exchange.ExchangeError, match="from partition 1 to partition 0 are missing or damaged"):
-        list(exchange.read_routed(step, 0, 2))
+        list(_read_routed(step, 0, 2))
 
 
 def test_a_vector_file_that_does_not_match_its_rows_is_refused(tmp_path):
@@ -110,10 +117,10 @@ def test_a_vector_file_that_does_not_match_its_rows_is_refused(tmp_path):
     ]
     vectors.write_bytes(vectors.read_bytes()[:-4])
     with pytest.raises(exchange.ExchangeError, match=r"from partition 1 to partition 0 .*declares 16 bytes of vectors"):
-        list(exchange.read_routed(step, 0, 2))
+        list(_read_routed(step, 0, 2))
     vectors.unlink()
     with pytest.raises(exchange.ExchangeError, match="from partition 1 to partition 0 are missing or damaged"):
-        list(exchange.read_routed(step, 0, 2))
+        list(_read_routed(step, 0, 2))
 
 
 def test_a_file_of_one_width_is_one_mapped_matrix(tmp_path):
@@ -175,49 +182,50 @@ MODELS = {"sage_mean": GraphSAGE, "gat": GAT, "gcn": GCN}
 
 @pytest.mark.parametrize("strategy", ["replicate", "combine"])
 @pytest.mark.parametrize("model_name", sorted(MODELS))
-def test_both_exchanges_equal_pyg(spark, graph_dirs, work_dir, model_name, strategy):
+def test_both_exchanges_equal_pyg(spark, graph_dirs, work_dir, model_name, strategy, caplog):
     path, data = graph_dirs["skewed"]
     torch.manual_seed(3)
     module = MODELS[model_name](data.feature_dim, 12, 2, out_channels=5).eval()
     expected = pyg_reference(module, data)
+    caplog.set_level(logging.INFO, logger="sparkgnn")
     for kind in ("shuffle", "files"):
-        lines = []
-        result, report, _ = infer(
+        caplog.clear()
+        job = infer(
             spark,
             path,
             Model.from_pyg(module),
             strategy=strategy,
             partitions=3,
             work_dir=work_dir,
-            log=lines.append,
             exchange=kind,
-            return_report=True,
         )
+        result, report = job.frame, job.report
         assert report.exchange == kind
         assert relative_error(spark_output(result, data), expected) <= 1e-5, kind
-        routed = [line for line in lines if "through files" in line]
+        routed = [line for line in caplog.messages if "through files" in line]
         assert bool(routed) == (kind == "files")
 
 
-def test_files_runs_leave_no_scratch_and_edge_join_falls_back(spark, graph_dirs, tmp_path):
+def test_files_runs_leave_no_scratch_and_edge_join_falls_back(spark, graph_dirs, tmp_path, caplog):
     path, data = graph_dirs["skewed"]
     torch.manual_seed(4)
     module = GraphSAGE(data.feature_dim, 8, 2, out_channels=3).eval()
     work = str(tmp_path / "work")
     out = str(tmp_path / "out")
-    infer(spark, path, Model.from_pyg(module), out=out, partitions=3, work_dir=work, log=lambda _: None)
+    infer(spark, path, Model.from_pyg(module), out=out, partitions=3, work_dir=work)
     assert os.listdir(os.path.join(work, RUNS_DIR)) == []
-    lines = []
+    caplog.set_level(logging.INFO, logger="sparkgnn")
 
     def edge_join(**options):
         return infer(spark, path, Model.from_pyg(module), strategy="edge_join", partitions=3, work_dir=work, **options)
 
-    result, report, _ = edge_join(log=lines.append, return_report=True)
+    job = edge_join()
+    result, report = job.frame, job.report
     assert report.exchange == "shuffle"
-    assert any("go through Spark's shuffle" in line for line in lines)
+    assert any("go through Spark's shuffle" in line for line in caplog.messages)
     assert relative_error(spark_output(result, data), pyg_reference(module, data)) <= 1e-5
     with pytest.raises(SparkGNNError, match="exchange 'files' cannot be used: the plan joins payloads onto edges"):
-        edge_join(log=lambda _: None, exchange="files")
+        edge_join(exchange="files")
 
 
 def test_a_failing_files_run_removes_its_scratch(spark, graph_dirs, tmp_path):
@@ -229,7 +237,7 @@ def test_a_failing_files_run_removes_its_scratch(spark, graph_dirs, tmp_path):
         module.convs[0].lin_l.weight.fill_(3e38)
     work = str(tmp_path / "work")
     with pytest.raises(Exception, match="NaN/Inf"):
-        infer(spark, path, Model.from_pyg(module), partitions=3, work_dir=work, log=lambda _: None)
+        infer(spark, path, Model.from_pyg(module), partitions=3, work_dir=work)
     assert os.listdir(os.path.join(work, RUNS_DIR)) == []
 
 
@@ -247,7 +255,7 @@ def test_the_feature_scan_puts_every_vertex_at_its_owner(spark, graph_dirs, tmp_
     reads, _ = run.paths(0, last=True)
     seen = []
     for part in range(3):
-        table = pa.Table.from_batches(list(exchange.read_routed(reads, part, 3)), schema=ROW_SCHEMA)
+        table = pa.Table.from_batches(list(_read_routed(reads, part, 3)), schema=ROW_SCHEMA)
         ids = table.column("id").to_numpy()
         assert (owner_partition(ids, 3) == part).all() and (table.column("kind").to_numpy() == OWN).all()
         np.testing.assert_array_equal(unpack_binary(table.column("v").combine_chunks()), data.x[data.index_of(ids)])
@@ -256,7 +264,7 @@ def test_the_feature_scan_puts_every_vertex_at_its_owner(spark, graph_dirs, tmp_
     run.close()
 
 
-def test_a_graph_given_as_dataframes_scans_through_spark_and_exchanges_files(spark, graph_dirs, tmp_path):
+def test_a_graph_given_as_dataframes_scans_through_spark_and_exchanges_files(spark, graph_dirs, tmp_path, caplog):
     # No directory to read in the tasks: Spark scans x and writes the layouts; the layers after the
     # first still exchange files
     from types import SimpleNamespace
@@ -268,19 +276,18 @@ def test_a_graph_given_as_dataframes_scans_through_spark_and_exchanges_files(spa
     frames = SimpleNamespace(vertices=loaded.vertices, edges=loaded.edges)
     torch.manual_seed(6)
     module = GraphSAGE(data.feature_dim, 8, 2, out_channels=4).eval()
-    lines = []
-    result, report, _ = infer(
+    caplog.set_level(logging.INFO, logger="sparkgnn")
+    job = infer(
         spark,
         frames,
         Model.from_pyg(module),
         partitions=3,
         work_dir=str(tmp_path / "w"),
-        log=lines.append,
-        return_report=True,
     )
+    result, report = job.frame, job.report
     assert report.exchange == "files"
-    assert not any("feature scan" in line for line in lines)
-    assert any("through files" in line for line in lines)
+    assert not any("feature scan" in line for line in caplog.messages)
+    assert any("through files" in line for line in caplog.messages)
     assert relative_error(spark_output(result, data), pyg_reference(module, data)) <= 1e-5
 
 
@@ -302,7 +309,7 @@ def test_control_partitions_are_distinct_and_present():
             exchange.control_partitions(bad)
 
 
-def test_tasks_serving_several_partitions_in_turn_equal_pyg(spark, graph_dirs, work_dir, monkeypatch):
+def test_tasks_serving_several_partitions_in_turn_equal_pyg(spark, graph_dirs, work_dir, monkeypatch, caplog):
     # A page-cache budget too small for two tasks at once: the plan runs one task that serves the
     # three partitions one after another (with 2 torch threads), and the answer is still exact.
     import sparkgnn.engine.api as api
@@ -311,20 +318,21 @@ def test_tasks_serving_several_partitions_in_turn_equal_pyg(spark, graph_dirs, w
     path, data = graph_dirs["skewed"]
     torch.manual_seed(3)
     module = GraphSAGE(data.feature_dim, 12, 2, out_channels=5).eval()
-    lines = []
-    result, report, plan = infer(
+    caplog.set_level(logging.INFO, logger="sparkgnn")
+    job = infer(
         spark,
         path,
         Model.from_pyg(module),
         strategy="replicate",
         partitions=3,
         work_dir=work_dir,
-        log=lines.append,
         exchange="files",
         explain=True,
-        return_report=True,
     )
+    result, plan = job.frame, job.plan
     assert plan.concurrent_tasks == 1 and plan.memory["partitions_per_task"] == 3
     assert plan.memory["threads_per_task"] == 2
-    assert any(line.startswith("tasks: 1 at once, 3 partition(s) each") for line in "\n".join(lines).splitlines())
+    assert any(
+        line.startswith("tasks: 1 at once, 3 partition(s) each") for line in "\n".join(caplog.messages).splitlines()
+    )
     assert relative_error(spark_output(result, data), pyg_reference(module, data)) <= 1e-5

@@ -3,6 +3,7 @@ model run alone, at P = 1 and 3; models that cannot share an edge list run as an
 results go to out/<name> under the output rules; the CLI takes --model more than once."""
 
 import json
+import logging
 import os
 import sys
 
@@ -20,10 +21,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "spark_jo
 import batch_inference  # noqa: E402
 
 TOL = 1e-5
-
-
-def _silent(_line):
-    pass
 
 
 def _models(data):
@@ -45,16 +42,21 @@ def _models(data):
 
 
 @pytest.mark.parametrize("partitions", [1, 3])
-def test_batched_models_equal_each_model_alone(spark, graph_dirs, work_dir, partitions):
+def test_batched_models_equal_each_model_alone(spark, graph_dirs, work_dir, partitions, caplog):
     path, data = graph_dirs["skewed"]
     models = _models(data)
-    lines = []
-    results = infer(spark, path, models, partitions=partitions, work_dir=work_dir, log=lines.append)
-    assert len(results) == len(models)
-    assert any("model_0, model_1, model_2, model_3 run as one model" in line for line in lines), lines
-    assert any("model_4 cannot share an edge list" in line for line in lines), lines
+    caplog.set_level(logging.INFO, logger="sparkgnn")
+    job = infer(spark, path, models, partitions=partitions, work_dir=work_dir)
+    assert job.names == [f"model_{i}" for i in range(len(models))]
+    results = list(job.frames.values())
+    # model_0..3 share one job (one report and plan), model_4 runs in a second one
+    assert len(job.runs) == 2 and job.reports["model_0"] is job.reports["model_3"] is not job.reports["model_4"]
+    assert any("model_0, model_1, model_2, model_3 run as one model" in line for line in caplog.messages), (
+        caplog.messages
+    )
+    assert any("model_4 cannot share an edge list" in line for line in caplog.messages), caplog.messages
     for model, result in zip(models, results, strict=True):
-        alone = infer(spark, path, model, partitions=partitions, work_dir=work_dir, log=_silent)
+        alone = infer(spark, path, model, partitions=partitions, work_dir=work_dir).frame
         expected = spark_output(alone, data)
         actual = spark_output(result, data)
         assert not np.isnan(actual).any()
@@ -75,14 +77,16 @@ def test_outputs_go_to_out_name_and_nothing_is_replaced_unasked(spark, graph_dir
     out = tmp_path / "out"
     (out / "other").mkdir(parents=True)
     (out / "other" / "keep.txt").write_text("an earlier result")
-    results = infer(spark, path, paths, out=str(out), partitions=2, work_dir=work_dir, log=_silent)
+    job = infer(spark, path, paths, out=str(out), partitions=2, work_dir=work_dir)
+    assert job.names == ["sage_a", "sage_b"]
+    results = list(job.frames.values())
     assert sorted(os.listdir(out)) == ["other", "sage_a", "sage_b"]
     assert (out / "other" / "keep.txt").read_text() == "an earlier result"
     for model, result in zip(models, results, strict=True):
         expected = model.forward(torch.from_numpy(data.x), data.edge_index_torch()).numpy()
         assert relative_error(spark_output(result, data), expected) <= TOL
     with pytest.raises(OutputError, match="sage_a"):
-        infer(spark, path, paths, out=str(out), work_dir=work_dir, log=_silent)
+        infer(spark, path, paths, out=str(out), work_dir=work_dir)
 
 
 def test_models_reading_other_widths_are_refused(spark, graph_dirs, work_dir):
@@ -90,7 +94,7 @@ def test_models_reading_other_widths_are_refused(spark, graph_dirs, work_dir):
     torch.manual_seed(0)
     narrow = Model.from_pyg(GraphSAGE(data.feature_dim - 1, 8, 2).eval())
     with pytest.raises(SparkGNNError, match="same input width"):
-        infer(spark, path, [_models(data)[0], narrow], work_dir=work_dir, log=_silent)
+        infer(spark, path, [_models(data)[0], narrow], work_dir=work_dir)
 
 
 def test_cli_runs_repeated_models_in_one_job(spark, graph_dirs, work_dir, tmp_path, capsys):

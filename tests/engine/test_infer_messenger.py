@@ -1,6 +1,7 @@
 """Batch inference through the messenger (standalone PyTorch workers) equals in-process output,
 also when workers are SIGKILLed mid-job."""
 
+import logging
 import os
 import signal
 import threading
@@ -23,19 +24,17 @@ def _model(data):
 def test_local_workers_equal_inprocess(spark, graph_dirs, work_dir):
     path, data = graph_dirs["skewed"]
     model = _model(data)
-    quiet = lambda _line: None  # noqa: E731
-    inprocess = spark_output(infer(spark, path, model, partitions=3, work_dir=work_dir, log=quiet), data)
+    inprocess = spark_output(infer(spark, path, model, partitions=3, work_dir=work_dir).frame, data)
     via_workers = spark_output(
-        infer(spark, path, model, partitions=3, work_dir=work_dir, workers="local[2]", log=quiet), data
+        infer(spark, path, model, partitions=3, work_dir=work_dir, workers="local[2]").frame, data
     )
     np.testing.assert_array_equal(via_workers, inprocess)
 
 
-def test_sigkilled_workers_lose_no_batch_and_apply_none_twice(spark, graph_dirs, work_dir):
+def test_sigkilled_workers_lose_no_batch_and_apply_none_twice(spark, graph_dirs, work_dir, caplog):
     path, data = graph_dirs["skewed"]
     model = _model(data)
-    quiet = lambda _line: None  # noqa: E731
-    expected = spark_output(infer(spark, path, model, partitions=4, work_dir=work_dir, log=quiet), data)
+    expected = spark_output(infer(spark, path, model, partitions=4, work_dir=work_dir).frame, data)
     store = os.path.join(work_dir, "models")
     killed = []
     with LocalCluster(3, model_store=store, threads=1, heartbeat_s=0.5, liveness=3) as cluster:
@@ -46,12 +45,19 @@ def test_sigkilled_workers_lose_no_batch_and_apply_none_twice(spark, graph_dirs,
                 os.kill(worker.pid, signal.SIGKILL)
                 killed.append(worker.pid)
 
-        def on_progress(line):
-            if "scan + scatter" in line:  # between steps: one worker dies ...
-                kill(0)
-                threading.Timer(0.2, kill, args=(1,)).start()  # ... and another while a step runs
+        class OnProgress(logging.Handler):
+            def emit(self, record):
+                if "scan + scatter" in record.getMessage():  # between steps: one worker dies ...
+                    kill(0)
+                    threading.Timer(0.2, kill, args=(1,)).start()  # ... and another while a step runs
 
-        result = infer(spark, path, model, partitions=4, work_dir=work_dir, workers=cluster, log=on_progress)
+        caplog.set_level(logging.INFO, logger="sparkgnn.engine")
+        hook = OnProgress()
+        logging.getLogger("sparkgnn.engine").addHandler(hook)
+        try:
+            result = infer(spark, path, model, partitions=4, work_dir=work_dir, workers=cluster).frame
+        finally:
+            logging.getLogger("sparkgnn.engine").removeHandler(hook)
         table = result.toArrow()
     ids = table.column("id").to_numpy()
     assert len(killed) == 2

@@ -61,7 +61,7 @@ def _hidden(model: Model, data) -> np.ndarray:
 def test_moments_spark_equals_reference(spark, graph_dirs, work_dir, strategy, partitions):
     path, data = graph_dirs["skewed"]  # isolated nodes, self loops, duplicate edges
     model = _model(data.feature_dim)
-    result = infer(spark, path, model, strategy=strategy, partitions=partitions, work_dir=work_dir, log=lambda _: None)
+    result = infer(spark, path, model, strategy=strategy, partitions=partitions, work_dir=work_dir).frame
     actual = spark_output(result, data)
     assert not np.isnan(actual).any(), "some vertices have no output row"
     hidden = _hidden(model, data)

@@ -3,6 +3,8 @@ the whole run's rows for those ids (PyG's forward, 1e-5 relative): the driver's 
 layer type on Cora and the skewed graph (self loops, duplicates, weights, isolated vertices), the
 pruned subgraph under every strategy and P in {1, 3, 8}; auto's choice, explain, refusals."""
 
+import logging
+
 import numpy as np
 import pytest
 import torch
@@ -43,25 +45,20 @@ def _check(result, module, data, ids):
     assert np.array_equal(table.column("pred").to_numpy(), expected.argmax(axis=1))
 
 
-def _silent(_line):
-    pass
-
-
 @pytest.mark.parametrize("model_name", NAMES)
 def test_local_run_equals_pyg_rows(spark, graph_dirs, work_dir, model_name):
     for graph_name, (path, data) in graph_dirs.items():
         module = _module(model_name, data)
         ids = _request(data, 17, len(model_name))
-        result, report, plan = infer(
+        job = infer(
             spark,
             path,
             Model.from_pyg(module),
             ids=ids,
             prune="local",
             work_dir=work_dir,
-            log=_silent,
-            return_report=True,
         )
+        result, report, plan = job.frame, job.report, job.plan
         _check(result, module, data, ids)
         assert plan.pruning["mode"] == "local" and plan.strategy == "local", graph_name
         assert plan.pruning["vertices"][0] == len(ids)
@@ -81,7 +78,7 @@ def test_pruned_subgraph_equals_pyg_rows_under_every_strategy(spark, graph_dirs,
     for model_name in (NAMES[combo % 5],):
         module = _module(model_name, data)
         ids = _request(data, 9, combo)
-        result, _report, plan = infer(
+        job = infer(
             spark,
             path,
             Model.from_pyg(module),
@@ -90,10 +87,9 @@ def test_pruned_subgraph_equals_pyg_rows_under_every_strategy(spark, graph_dirs,
             strategy=strategy,
             partitions=partitions,
             work_dir=work_dir,
-            log=_silent,
-            return_report=True,
             exchange="shuffle",
         )
+        result, plan = job.frame, job.plan
         _check(result, module, data, ids)
         assert plan.pruning["mode"] == "subgraph" and {layer.strategy for layer in plan.layers} == {strategy}
         hops = 2 + (1 if model_name == "gcn" else 0)  # GCN's degrees take one more hop of edges
@@ -104,7 +100,7 @@ def test_pruned_subgraph_with_pushdown(spark, graph_dirs, work_dir):
     path, data = graph_dirs["cora"]
     module = _module("gcn", data)
     ids = _request(data, 12, 3)
-    result, _report, plan = infer(
+    job = infer(
         spark,
         path,
         Model.from_pyg(module),
@@ -113,51 +109,47 @@ def test_pruned_subgraph_with_pushdown(spark, graph_dirs, work_dir):
         strategy="pushdown",
         partitions=3,
         work_dir=work_dir,
-        log=_silent,
-        return_report=True,
         exchange="shuffle",
     )
+    result, plan = job.frame, job.plan
     _check(result, module, data, ids)
     assert {layer.strategy for layer in plan.layers} == {"pushdown"}
 
 
-def test_auto_prunes_a_small_request_and_explains_it(spark, graph_dirs, work_dir, tmp_path):
+def test_auto_prunes_a_small_request_and_explains_it(spark, graph_dirs, work_dir, tmp_path, caplog):
     path, data = graph_dirs["skewed"]
     module = _module("sage_mean", data)
     ids = _request(data, 5, 1)
-    lines = []
+    caplog.set_level(logging.INFO, logger="sparkgnn")
     out = str(tmp_path / "pred")
-    result = infer(
-        spark, path, Model.from_pyg(module), ids=ids, out=out, explain=True, work_dir=work_dir, log=lines.append
-    )
+    result = infer(spark, path, Model.from_pyg(module), ids=ids, out=out, explain=True, work_dir=work_dir).frame
     _check(result, module, data, ids)
-    text = "\n".join(lines)
+    text = "\n".join(caplog.messages)
     assert "pruning: local est" in text and "frontier vertices: D_0 5 / D_1" in text
     assert "layer 2/2 needs h for D_0 (5 vertices)" in text
     assert "Join" in text and "hop 1: edges" in text and "LocalAggregate" in text
     assert sorted(spark.read.parquet(out).toArrow().column("id").to_numpy().tolist()) == sorted(ids.tolist())
 
 
-def test_auto_runs_the_whole_graph_when_the_frontier_covers_it(spark, graph_dirs, work_dir, monkeypatch):
+def test_auto_runs_the_whole_graph_when_the_frontier_covers_it(spark, graph_dirs, work_dir, monkeypatch, caplog):
     path, data = graph_dirs["cora"]
     module = _module("sage_mean", data)
     ids = _request(data, 1500, 2)  # two hops of 1,500 Cora vertices reach most of its edges
     monkeypatch.setattr(pruning, "LOCAL_BUDGET_BYTES", 64 * 1024)  # too small for a local run
-    lines = []
-    result, _report, plan = infer(
+    caplog.set_level(logging.INFO, logger="sparkgnn")
+    job = infer(
         spark,
         path,
         Model.from_pyg(module),
         ids=ids,
         explain=True,
         work_dir=work_dir,
-        log=lines.append,
-        return_report=True,
     )
+    result, plan = job.frame, job.plan
     _check(result, module, data, ids)
     assert plan.pruning["mode"] == "whole", plan.pruning
     assert "covers" in plan.pruning["blockers"]["subgraph"] and "driver" in plan.pruning["blockers"]["local"]
-    assert "\npruning: whole est" in "\n".join(lines)
+    assert "\npruning: whole est" in "\n".join(caplog.messages)
 
 
 def test_forced_modes_that_cannot_apply_are_refused(spark, graph_dirs, work_dir, monkeypatch):
@@ -165,18 +157,17 @@ def test_forced_modes_that_cannot_apply_are_refused(spark, graph_dirs, work_dir,
     model = Model.from_pyg(_module("gin", data))
     monkeypatch.setattr(pruning, "LOCAL_BUDGET_BYTES", 4096)
     with pytest.raises(PlanError, match="pruning 'local' cannot run this request: .*driver budget"):
-        infer(spark, path, model, ids=_request(data, 300, 4), prune="local", work_dir=work_dir, log=_silent)
+        infer(spark, path, model, ids=_request(data, 300, 4), prune="local", work_dir=work_dir)
     with pytest.raises(SparkGNNError, match="unknown prune mode 'some'"):
-        infer(spark, path, model, ids=[int(data.ids[0])], prune="some", work_dir=work_dir, log=_silent)
+        infer(spark, path, model, ids=[int(data.ids[0])], prune="some", work_dir=work_dir)
 
 
 def test_prune_off_skips_the_frontier(spark, graph_dirs, work_dir):
     path, data = graph_dirs["cora"]
     module = _module("gin", data)
     ids = _request(data, 4, 9)
-    result, _report, plan = infer(
-        spark, path, Model.from_pyg(module), ids=ids, prune="off", work_dir=work_dir, log=_silent, return_report=True
-    )
+    job = infer(spark, path, Model.from_pyg(module), ids=ids, prune="off", work_dir=work_dir)
+    result, plan = job.frame, job.plan
     _check(result, module, data, ids)
     assert plan.pruning == {}
 
@@ -190,8 +181,7 @@ def test_a_subgraph_priced_from_the_collected_frontier_finds_its_sets_in_spark(
     # the frontier fits the driver, but the local run is priced out: auto takes the subgraph
     monkeypatch.setitem(pruning.PRUNINGS, "local", lambda inputs: (float("inf"), "priced out by the test"))
     monkeypatch.setitem(pruning.PRUNINGS, "whole", lambda inputs: (float("inf"), "priced out by the test"))
-    result, _report, plan = infer(
-        spark, path, Model.from_pyg(module), ids=ids, work_dir=work_dir, log=_silent, return_report=True
-    )
+    job = infer(spark, path, Model.from_pyg(module), ids=ids, work_dir=work_dir)
+    result, plan = job.frame, job.plan
     _check(result, module, data, ids)
     assert plan.pruning["mode"] == "subgraph"

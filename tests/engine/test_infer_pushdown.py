@@ -3,6 +3,8 @@ with the JVM module's native aggregates, the update in the DL engine. Equal to P
 (1e-5 relative) for every layer type it can run, P in {1, 3, 8}, on Cora and the skewed graph
 (self loops, duplicate edges, weights, isolated vertices); refused with the reason for the others."""
 
+import logging
+
 import numpy as np
 import pytest
 import torch
@@ -31,28 +33,27 @@ def _module(name, data):
 
 @pytest.mark.parametrize("partitions", [1, 3, 8])
 @pytest.mark.parametrize("model_name", sorted(MODELS))
-def test_pushdown_equals_pyg(spark, graph_dirs, work_dir, model_name, partitions):
-    lines = []
+def test_pushdown_equals_pyg(spark, graph_dirs, work_dir, model_name, partitions, caplog):
+    caplog.set_level(logging.INFO, logger="sparkgnn")
     for graph_name, (path, data) in graph_dirs.items():
         module = _module(model_name, data)
-        result, report, plan = infer(
+        job = infer(
             spark,
             path,
             Model.from_pyg(module),
             strategy="pushdown",
             partitions=partitions,
             work_dir=work_dir,
-            log=lines.append,
             explain=True,
-            return_report=True,
         )
+        result, report, plan = job.frame, job.report, job.plan
         assert [layer.strategy for layer in plan.layers] == ["pushdown", "pushdown"]
         assert report.exchange == "shuffle"  # auto exchange + a strategy that joins in Spark
         actual = spark_output(result, data)
         expected = pyg_reference(module, data)
         assert not np.isnan(actual).any(), f"{graph_name}: some vertices have no output row"
         assert relative_error(actual, expected) <= 1e-5, (graph_name, relative_error(actual, expected))
-    explained = "\n".join(lines)
+    explained = "\n".join(caplog.messages)
     assert "pushdown" in explained and "sparkgnn_vec_" in explained
 
 
@@ -60,7 +61,7 @@ def test_pushdown_refuses_attention_with_the_reason(spark, graph_dirs, work_dir)
     path, data = graph_dirs["cora"]
     module = GAT(data.feature_dim, 8, 2, out_channels=3, heads=2).eval()
     with pytest.raises(PlanError, match="strategy 'pushdown' cannot run .* reads the destination"):
-        infer(spark, path, Model.from_pyg(module), strategy="pushdown", work_dir=work_dir, log=lambda _: None)
+        infer(spark, path, Model.from_pyg(module), strategy="pushdown", work_dir=work_dir)
 
 
 def test_pushdown_needs_the_shuffle_exchange(spark, graph_dirs, work_dir):
@@ -74,23 +75,21 @@ def test_pushdown_needs_the_shuffle_exchange(spark, graph_dirs, work_dir):
             strategy="pushdown",
             exchange="files",
             work_dir=work_dir,
-            log=lambda _: None,
         )
 
 
 def test_steps_report_listener_metrics(spark, graph_dirs, work_dir):
     """With the jar, every step's report carries the listener's task times next to the shuffle bytes."""
     path, data = graph_dirs["cora"]
-    _, report, _ = infer(
+    job = infer(
         spark,
         path,
         Model.from_pyg(_module("sage_mean", data)),
         strategy="pushdown",
         partitions=3,
         work_dir=work_dir,
-        log=lambda _: None,
-        return_report=True,
     )
+    report = job.report
     for step in report.steps:
         assert step.shuffle is not None and step.shuffle["listener_complete"], step
         assert step.shuffle["tasks"] > 0 and step.shuffle["task_run_s"] >= 0

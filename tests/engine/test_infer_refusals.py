@@ -68,6 +68,19 @@ def test_out_onto_the_graph_is_refused_and_deletes_nothing(small, capsys):
     assert _snapshot(graph) == before
 
 
+def test_out_home_or_a_users_folder_is_refused_even_with_overwrite(small, tmp_path, capsys, monkeypatch):
+    _root, graph, model, _data, _module = small
+    home = tmp_path / "home"
+    (home / "docs").mkdir(parents=True)
+    (home / "docs" / "letter.txt").write_text("mine")
+    monkeypatch.setenv("HOME", str(home))  # `--out ~` as a shell expands it; nothing real at risk
+    code, err = _job(["--graph", graph, "--model", model, "--out", os.path.expanduser("~"), "--overwrite"], capsys)
+    assert code == 2 and "is the home directory" in err and len(err.splitlines()) == 1
+    code, err = _job(["--graph", graph, "--model", model, "--out", str(home / "docs"), "--overwrite"], capsys)
+    assert code == 2 and "_SPARKGNN_OUTPUT.json" in err and "will not delete it" in err
+    assert _snapshot(home) == {os.path.join("docs", "letter.txt"): 4}
+
+
 def test_earlier_result_is_kept_unless_overwrite(small, tmp_path, capsys):
     _root, graph, model, data, module = small
     out = str(tmp_path / "out")
@@ -127,14 +140,14 @@ def test_changed_graph_is_not_served_from_the_prepared_cache(spark, small, tmp_p
     path = str(tmp_path / "g")
     shutil.copytree(graph, path)
     work = str(tmp_path / "w")
-    first = infer(spark, path, model, work_dir=work, partitions=2, log=lambda _l: None)
+    first = infer(spark, path, model, work_dir=work, partitions=2).frame
     assert relative_error(spark_output(first, data), pyg_reference(module, data)) < 1e-5
     rng = np.random.default_rng(99)
     new = GraphData(ids=data.ids, x=data.x, edge_src=rng.integers(0, 40, 90), edge_dst=rng.integers(0, 40, 90))
     shutil.rmtree(os.path.join(path, "edges"))
     os.makedirs(os.path.join(path, "edges"))
     pq.write_table(pa.table({"src": new.src_ids, "dst": new.dst_ids}), os.path.join(path, "edges", "p.parquet"))
-    second = infer(spark, path, model, work_dir=work, partitions=2, log=lambda _l: None)
+    second = infer(spark, path, model, work_dir=work, partitions=2).frame
     assert relative_error(spark_output(second, new), pyg_reference(module, new)) < 1e-5
 
 
@@ -161,7 +174,7 @@ def test_graph_without_edges_equals_pyg(spark, tmp_path, make):
     write_graph_dir(data, path)
     torch.manual_seed(0)
     module = make().eval()
-    result = infer(spark, path, Model.from_pyg(module), partitions=2, work_dir=str(tmp_path / "w"), log=lambda _l: None)
+    result = infer(spark, path, Model.from_pyg(module), partitions=2, work_dir=str(tmp_path / "w")).frame
     assert relative_error(spark_output(result, data), pyg_reference(module, data)) < 1e-5
 
 
@@ -180,6 +193,6 @@ def test_failed_final_write_keeps_the_earlier_result(spark, tmp_path):
 
     failing = spark.range(4).mapInArrow(explode, "id long")
     with pytest.raises(Exception, match="task failed while writing"):
-        finish(spark, failing, RunReport(), ShuffleMeter(spark), "final", str(out), log=lambda _l: None)
+        finish(spark, failing, RunReport(), ShuffleMeter(spark), "final", str(out))
     assert os.listdir(out) == ["part-0.parquet"] and (out / "part-0.parquet").read_bytes() == b"earlier result"
     assert sorted(os.listdir(tmp_path)) == ["out"]

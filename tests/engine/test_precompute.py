@@ -2,6 +2,8 @@
 merged with nothing new and updated, reproduces h^(l); a crash after layer 1 resumes to the same
 store; a store for other weights is refused."""
 
+import logging
+
 import numpy as np
 import pytest
 import torch
@@ -16,10 +18,6 @@ from sparkgnn.models import Model
 from sparkgnn.pe import PEStore
 
 
-def _quiet(_line):
-    pass
-
-
 def _layers_in_memory(model, data):
     """h^(1..k) with the in-memory decomposed path (itself tested equal to PyG)."""
     src, dst = (torch.from_numpy(a) for a in (data.edge_src, data.edge_dst))
@@ -27,7 +25,7 @@ def _layers_in_memory(model, data):
     h = model.pre(torch.from_numpy(data.x))
     outputs, inputs = [], []
     with torch.no_grad():
-        for layer in range(model.num_layers):
+        for layer in range(model.num_rounds):
             inputs.append(h)
             h = model.post(layer, propagate(model.conv(layer), h, src, dst, weight))
             outputs.append(h.numpy())
@@ -48,13 +46,12 @@ def test_layers_and_states_reproduce_the_model(spark, graph_dirs, work_dir, tmp_
         spark,
         path,
         model,
-        str(tmp_path / "store"),
+        store=str(tmp_path / "store"),
         strategy=strategy,
         partitions=3,
         work_dir=work_dir,
         metrics=False,
-        log=_quiet,
-    )
+    ).store
     inputs, outputs = _layers_in_memory(model, data)
     src, dst = (torch.from_numpy(a) for a in (data.edge_src, data.edge_dst))
     weight = torch.from_numpy(data.weight) if data.weight is not None else None
@@ -71,11 +68,11 @@ def test_layers_and_states_reproduce_the_model(spark, graph_dirs, work_dir, tmp_
         assert relative_error(again.numpy(), outputs[layer - 1]) <= 1e-5
 
 
-def test_crash_after_layer_one_resumes_to_the_same_store(spark, graph_dirs, work_dir, tmp_path):
+def test_crash_after_layer_one_resumes_to_the_same_store(spark, graph_dirs, work_dir, tmp_path, caplog):
     path, data = graph_dirs["cora"]
     torch.manual_seed(2)
     model = Model.from_pyg(GraphSAGE(data.feature_dim, 16, 3, out_channels=7).eval())
-    clean = precompute(spark, path, model, str(tmp_path / "clean"), work_dir=work_dir, metrics=False, log=_quiet)
+    clean = precompute(spark, path, model, store=str(tmp_path / "clean"), work_dir=work_dir, metrics=False).store
 
     class Crash(Exception):
         pass
@@ -90,15 +87,14 @@ def test_crash_after_layer_one_resumes_to_the_same_store(spark, graph_dirs, work
             spark,
             path,
             model,
-            crashed_root,
+            store=crashed_root,
             work_dir=work_dir,
             metrics=False,
-            log=_quiet,
             on_layer_committed=crash_after_first,
         )
-    lines = []
-    resumed = precompute(spark, path, model, crashed_root, work_dir=work_dir, metrics=False, log=lines.append)
-    assert any("resuming" in line for line in lines)
+    caplog.set_level(logging.INFO, logger="sparkgnn")
+    resumed = precompute(spark, path, model, store=crashed_root, work_dir=work_dir, metrics=False).store
+    assert any("resuming" in line for line in caplog.messages)
     for layer in (1, 2, 3):
         a, sa = clean.lookup(data.ids, layer, states=True)
         b, sb = resumed.lookup(data.ids, layer, states=True)
@@ -111,7 +107,7 @@ def test_store_for_other_weights_is_refused(spark, graph_dirs, work_dir, tmp_pat
     torch.manual_seed(4)
     module = GraphSAGE(data.feature_dim, 8, 2).eval()
     root = str(tmp_path / "store")
-    precompute(spark, path, Model.from_pyg(module), root, work_dir=work_dir, metrics=False, log=_quiet)
+    precompute(spark, path, Model.from_pyg(module), store=root, work_dir=work_dir, metrics=False)
     with torch.no_grad():
         module.convs[0].lin_l.weight[0, 0] += 1.0
     with pytest.raises(StalePEStore, match="model"):

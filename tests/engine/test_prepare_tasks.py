@@ -8,6 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from sparkgnn.engine.degrees import PREPARED_STATS
 from sparkgnn.engine.prepare import prepare
 from sparkgnn.graph import Graph
 
@@ -27,8 +28,8 @@ def _slice(prep_dir, layout, part):
 def test_tasks_write_the_layouts_spark_writes(spark, graph_dirs, tmp_path, graph_name, partitions):
     path, _ = graph_dirs[graph_name]
     graph = Graph.load(spark, path)
-    by_spark = prepare(spark, graph, partitions, str(tmp_path / "spark"), log=lambda _: None, writer="spark")
-    by_tasks = prepare(spark, graph, partitions, str(tmp_path / "tasks"), log=lambda _: None, writer="tasks")
+    by_spark = prepare(spark, graph, partitions, str(tmp_path / "spark"), writer="spark")
+    by_tasks = prepare(spark, graph, partitions, str(tmp_path / "tasks"), writer="tasks")
     assert by_tasks.stats == by_spark.stats
     for layout in SORT_KEYS:
         for part in range(partitions):
@@ -40,7 +41,7 @@ def test_tasks_write_the_layouts_spark_writes(spark, graph_dirs, tmp_path, graph
             for column in expected.column_names:
                 a, e = actual.column(column).to_numpy(), expected.column(column).to_numpy()
                 assert a.dtype == e.dtype, (layout, column)
-                if column == "gcn_degree":
+                if column in PREPARED_STATS:  # float sums, added in another order
                     np.testing.assert_allclose(a, e, rtol=1e-6)
                 else:
                     np.testing.assert_array_equal(a, e, err_msg=f"{layout} part {part} column {column}")
@@ -49,23 +50,29 @@ def test_tasks_write_the_layouts_spark_writes(spark, graph_dirs, tmp_path, graph
 def test_a_rerun_after_an_interrupted_preparation_replaces_its_files(spark, graph_dirs, tmp_path):
     path, _ = graph_dirs["skewed"]
     graph = Graph.load(spark, path)
-    first = prepare(spark, graph, 3, str(tmp_path / "work"), log=lambda _: None, writer="tasks")
+    first = prepare(spark, graph, 3, str(tmp_path / "work"), writer="tasks")
     os.remove(os.path.join(first.path, "prepared.json"))  # as if the job died before the marker
-    again = prepare(spark, graph, 3, str(tmp_path / "work"), log=lambda _: None, writer="tasks")
+    again = prepare(spark, graph, 3, str(tmp_path / "work"), writer="tasks")
     assert again.stats == first.stats and not again.reused
     files = [f for root, _, names in os.walk(os.path.join(again.path, "in_edges")) for f in names]
     assert len({f.split("-")[1] for f in files}) == 1  # one preparation's files only
 
 
-def test_degrees_of_isolated_vertices_and_self_loops():
-    from sparkgnn.engine.prepare_tasks import _gcn_degree
+def test_a_layout_of_an_older_version_is_prepared_again_not_reused(spark, graph_dirs, tmp_path):
+    from sparkgnn import files
+    from sparkgnn.engine.prepare import LAYOUT_VERSION, MARKER, is_prepared
 
-    ids = np.array([1, 5, 9], np.int64)
-    none = np.zeros(0, np.int64)
-    assert _gcn_degree(ids, none, none, np.zeros(0, np.float32)).tolist() == [1.0, 1.0, 1.0]
-    src, dst = np.array([5, 9, 9, 9, 1]), np.array([1, 9, 9, 1, 5])
-    w = np.array([2.0, 3.0, 0.5, 1.5, 4.0], np.float32)
-    # vertex 1: in-edges 2.0 + 1.5, no self loop (+1); 5: 4.0 + 1; 9: largest self loop 3.0
-    assert _gcn_degree(ids, src, dst, w).tolist() == [4.5, 5.0, 3.0]
-    with pytest.raises(ValueError, match="not vertices"):
-        _gcn_degree(ids, np.array([1]), np.array([7]), np.ones(1, np.float32))
+    path, _ = graph_dirs["skewed"]
+    graph = Graph.load(spark, path)
+    work = str(tmp_path / "work")
+    first = prepare(spark, graph, 2, work, writer="tasks")
+    marker = os.path.join(first.path, MARKER)
+    older = files.read_json(marker)
+    assert older.pop("layout") == LAYOUT_VERSION
+    files.write_json_atomic(marker, older)  # as an earlier version wrote it (vertices without some statistics)
+    assert not is_prepared(graph, 2, work)
+    again = prepare(spark, graph, 2, work, writer="tasks")
+    assert not again.reused and again.stats == first.stats
+    assert files.read_json(marker)["layout"] == LAYOUT_VERSION and is_prepared(graph, 2, work)
+    assert prepare(spark, graph, 2, work, writer="tasks").reused
+    assert set(PREPARED_STATS) <= set(_slice(again.path, "vertices", 0).column_names)

@@ -19,7 +19,8 @@ def _write(root, name, table, file="a.parquet"):
 @pytest.fixture()
 def prep_dir(tmp_path):
     root = str(tmp_path)
-    _write(root, "vertices", pa.table({"id": [30, 10, 20], "gcn_degree": pa.array([1.0, 2.0, 3.0], pa.float32())}))
+    degrees = {key: pa.array([1.0, 2.0, 3.0], pa.float32()) for key in static.STAT_COLUMNS}
+    _write(root, "vertices", pa.table({"id": [30, 10, 20], **degrees}))
     _write(
         root,
         "in_edges",

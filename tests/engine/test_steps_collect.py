@@ -20,7 +20,9 @@ def prep_dir(tmp_path):
     # Partition 0 owns vertices 10, 20, 30; its in-edges come from 20 (own) and 5, 7 (mirrors).
     root = str(tmp_path)
     for name, table in {
-        "vertices": pa.table({"id": [30, 10, 20], "gcn_degree": pa.array([1.0, 2.0, 3.0], pa.float32())}),
+        "vertices": pa.table(
+            {"id": [30, 10, 20], **{key: pa.array([1.0, 2.0, 3.0], pa.float32()) for key in static.STAT_COLUMNS}}
+        ),
         "in_edges": pa.table({"src": [20, 5, 7, 7], "dst": [10, 10, 30, 20], "w": pa.array([1.0] * 4, pa.float32())}),
     }.items():
         os.makedirs(os.path.join(root, name, "part=0"))
@@ -31,7 +33,7 @@ def prep_dir(tmp_path):
 
 
 def _cfg(prep_dir):
-    return steps.StepConfig(prep_dir, 2, tuple(KEYS), "m", 0, 2, "edges_static", "mirrors")
+    return steps.StepConfig(prep_dir, 2, tuple(KEYS), "m", 0, 2, "edges_static", "mirrors", stats=("gcn_degree",))
 
 
 def _collect(prep_dir, rows: pa.Table):
@@ -58,6 +60,7 @@ def test_own_and_mirror_rows_land_in_local_order_across_batches(prep_dir):
     h = to_numpy_matrix(tables["own"].column("h"))
     assert h[:, 0].tolist() == [10, 20, 30] and h[:, 2].tolist() == [11, 21, 31]
     assert tables["own"].column("gcn_degree").to_pylist() == [2.0, 3.0, 1.0]
+    assert tables["own"].column_names == ["h", "gcn_degree"]  # the statistics the step's convs read only
     assert to_numpy_matrix(tables["mirror"].column("p"))[:, 0].tolist() == [5, 7]
     assert h.ctypes.data % 64 == 0  # aligned: the DL side takes it without a copy
 

@@ -116,6 +116,27 @@ def test_refuses_to_overwrite_unless_asked(small_graph, tmp_path):
     write_graph_dir(small_graph, tmp_path, overwrite=True)
     assert (tmp_path / "notes.txt").read_text() == "keep me"
     assert read_graph_dir(tmp_path).num_edges == 7
+    os.remove(tmp_path / "graph.json")  # vertices/ and edges/ without graph.json: not ours to replace
+    with pytest.raises(OutputError, match="no graph.json.*overwrite will not replace it"):
+        write_graph_dir(small_graph, tmp_path, overwrite=True)
+
+
+def test_a_graph_json_fingerprint_that_is_not_hex_is_refused(small_graph, tmp_path):
+    from sparkgnn.errors import GraphValidationError
+    from sparkgnn.pe.identity import graph_fingerprint
+    from sparkgnn.pe.layout import store_dir
+
+    write_graph_dir(small_graph, tmp_path)
+    meta = json.loads((tmp_path / "graph.json").read_text())
+    meta["fingerprint"] = "../../../home/someone"  # would be joined into PE store paths
+    (tmp_path / "graph.json").write_text(json.dumps(meta))
+    for read in (read_graph_dir, graph_fingerprint):
+        with pytest.raises(GraphValidationError, match=r"graph.json: fingerprint '\.\./.*' is not a graph fingerprint"):
+            read(str(tmp_path))
+    with pytest.raises(GraphValidationError, match="PE store: graph fingerprint"):
+        store_dir(str(tmp_path / "store"), "../x", "0" * 64)
+    with pytest.raises(Exception, match="PE store: model fingerprint '/etc' is not a model fingerprint"):
+        store_dir(str(tmp_path / "store"), "0" * 32, "/etc")
 
 
 def test_empty_edges_round_trip(tmp_path):

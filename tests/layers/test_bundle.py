@@ -47,7 +47,30 @@ MIXES = {
         lambda: gnn.GAT(F, 8, 2, out_channels=5, heads=2),
         lambda: gnn.GAT(F, 8, 3, out_channels=5, heads=3, concat=False),
     ],
+    # messages reading the destination: GATv2's replaced self loops; ResGated and LE (no loops,
+    # LE with edge weights) next to SAGE
+    "gatv2": [
+        lambda: gnn.GAT(F, 8, 2, out_channels=5, heads=2, v2=True),
+        lambda: gnn.GAT(F, 8, 2, out_channels=5, heads=2, v2=True, share_weights=True),
+        lambda: gnn.GAT(F, 8, 2, out_channels=5, heads=2),
+    ],
+    "resgated_le": [
+        lambda: _seq_dst_readers(F),
+        lambda: _seq_dst_readers(F),
+        lambda: gnn.GraphSAGE(F, 16, 2, out_channels=5),
+    ],
 }
+
+
+def _seq_dst_readers(f):
+    return gnn.Sequential(
+        "x, edge_index, edge_weight",
+        [
+            (gnn.ResGatedGraphConv(f, 16), "x, edge_index -> x"),
+            torch.nn.ReLU(),
+            (gnn.LEConv(16, 5), "x, edge_index, edge_weight -> x"),
+        ],
+    )
 
 
 @pytest.mark.parametrize("pre_transform", [None, False, True])

@@ -64,7 +64,43 @@ CONVS = {
     "gat_mean": lambda f: gnn.GATConv(f, 5, heads=2, concat=False, negative_slope=0.1),
     "gat_residual_noloops": lambda f: gnn.GATConv(f, 4, heads=2, residual=True, add_self_loops=False, bias=False),
     "gat_bipartite_lins": lambda f: gnn.GATConv((f, f), 4, heads=2),
+    "gatv2_concat": lambda f: gnn.GATv2Conv(f, 4, heads=3, dropout=0.5),
+    "gatv2_mean_shared_residual": lambda f: gnn.GATv2Conv(
+        f, 5, heads=2, concat=False, share_weights=True, residual=True, negative_slope=0.1
+    ),
+    "gatv2_noloops_nobias_fill": lambda f: gnn.GATv2Conv(
+        f, 4, heads=2, add_self_loops=False, bias=False, fill_value=0.5
+    ),
+    "gatv2_bipartite_lins": lambda f: gnn.GATv2Conv((f, f), 4, heads=2),
+    "resgated": lambda f: gnn.ResGatedGraphConv(f, 8),
+    "resgated_tanh_noroot_nobias": lambda f: gnn.ResGatedGraphConv(
+        f, 8, act=torch.nn.Tanh(), root_weight=False, bias=False
+    ),
+    "le": lambda f: gnn.LEConv(f, 8),
+    "le_nobias": lambda f: gnn.LEConv(f, 8, bias=False),
+    "graphconv_add": lambda f: gnn.GraphConv(f, 8),
+    "graphconv_mean": lambda f: gnn.GraphConv(f, 8, aggr="mean"),
+    "graphconv_max_nobias": lambda f: gnn.GraphConv(f, 8, aggr="max", bias=False),
+    "graphconv_std": lambda f: gnn.GraphConv(f, 8, aggr="std"),
+    "sage_project": lambda f: gnn.SAGEConv(f, 8, project=True),
+    "sage_project_max_norm_noroot": lambda f: gnn.SAGEConv(
+        f, 8, aggr="max", project=True, normalize=True, root_weight=False
+    ),
+    "sage_project_sum_nobias": lambda f: gnn.SAGEConv(f, 8, aggr="sum", project=True, bias=False),
+    "lgconv": lambda f: _after_linear(f, gnn.LGConv()),
+    "lgconv_nonorm": lambda f: _after_linear(f, gnn.LGConv(normalize=False)),
+    "sgconv_k1": lambda f: gnn.SGConv(f, 8, K=1),
+    "sgconv_k3": lambda f: gnn.SGConv(f, 8, K=3),
+    "sgconv_k2_wide_noloops_nobias": lambda f: gnn.SGConv(f, f + 5, K=2, add_self_loops=False, bias=False),
 }
+
+
+def _after_linear(f, conv, weighted=False):
+    """A conv without in_channels (LGConv) after a Linear(f, f) that gives it its width; the
+    model reads edge weights when `weighted`."""
+    if weighted:
+        return gnn.Sequential("x, edge_index, w", [(torch.nn.Linear(f, f), "x -> x"), (conv, "x, edge_index, w -> x")])
+    return gnn.Sequential("x, edge_index", [(torch.nn.Linear(f, f), "x -> x"), (conv, "x, edge_index -> x")])
 
 
 def gcn_conv(f):
@@ -105,6 +141,73 @@ def test_gcn_with_edge_weights_equals_pyg(case, graph):
     _check(case, graph, weighted=True)
 
 
+@pytest.mark.parametrize("case", ["le", "le_nobias"])
+def test_le_with_edge_weights_equals_pyg(case, graph):
+    """LEConv's sum of e_ji (a_j - b_i): weights scale the destination term per edge too."""
+    _check(case, graph, weighted=True)
+
+
+def test_le_without_edge_weights_ignores_them(synthetic):
+    """A LEConv converted with use_edge_weight=False (its model feeds it none) equals PyG's
+    unweighted forward even when the graph carries weights."""
+    from sparkgnn.models.pyg_convs import conv_layer
+
+    pyg = _randomize(gnn.LEConv(synthetic.num_features, 8), seed=2)
+    conv = conv_layer(pyg, "le", use_edge_weight=False)
+    with torch.no_grad():
+        ref = pyg(synthetic.x, synthetic.edge_index)
+    out = propagate(conv, synthetic.x, synthetic.edge_index[0], synthetic.edge_index[1], synthetic.edge_weight, parts=3)
+    assert rel_err(out, ref) <= TOL
+
+
+@pytest.mark.parametrize(
+    "case", ["graphconv_add", "graphconv_max_nobias", "sgconv_k3", "sgconv_k2_wide_noloops_nobias"]
+)
+def test_weighted_propagations_equal_pyg(case, graph):
+    """GraphConv scales messages by e_ji; SGConv's gcn_norm counts weights in the degree."""
+    _check(case, graph, weighted=True)
+
+
+@pytest.mark.parametrize("normalize", [True, False])
+def test_lgconv_with_edge_weights_equals_pyg(normalize, graph):
+    torch.manual_seed(0)
+    f = graph.num_features
+    pyg = _randomize(_after_linear(f, gnn.LGConv(normalize=normalize), weighted=True), seed=3)
+    with torch.no_grad():
+        ref = pyg(graph.x, graph.edge_index, graph.edge_weight)
+    model = Model.from_pyg(pyg, output="embedding")
+    assert model.conv(0).uses_edge_weight
+    for parts in PARTS:
+        out = model(graph.x, graph.edge_index, graph.edge_weight, parts=parts, seed=parts)
+        assert rel_err(out, ref) <= TOL, (normalize, graph.name, parts)
+
+
+def test_sgconv_runs_as_k_gcn_rounds_with_the_weight_where_rows_are_narrower():
+    narrow = Model.from_pyg(_randomize(gnn.SGConv(10, 4, K=3)), output="embedding")
+    assert (narrow.num_layers, narrow.num_rounds) == (1, 3)
+    assert [c.kind for c in narrow.conv_list()] == ["gcn"] * 3
+    assert [(c.in_dim, c.out_dim) for c in narrow.conv_list()] == [(10, 4), (4, 4), (4, 4)]
+    wide = Model.from_pyg(_randomize(gnn.SGConv(4, 10, K=2)), output="embedding")
+    assert [(c.in_dim, c.out_dim) for c in wide.conv_list()] == [(4, 4), (4, 10)]
+    # lin's bias is added once, by the last round
+    assert [c.bias is not None for c in narrow.conv_list()] == [False, False, True]
+
+
+def test_new_kinds_round_trip_through_save_and_load(synthetic, tmp_path):
+    """GraphConv, SAGEConv(project=True), LGConv and SGConv rebuild from their JSON spec and
+    state_dict (SGConv's rounds included) and give the same rows."""
+    f = synthetic.num_features
+    for case in ("graphconv_max_nobias", "sage_project", "lgconv", "sgconv_k3", "sgconv_k2_wide_noloops_nobias"):
+        model = Model.from_pyg(_randomize(CONVS[case](f), seed=5), output="embedding")
+        model.save(tmp_path / case)
+        loaded = Model.load(tmp_path / case)
+        assert loaded.describe() == model.describe(), case
+        assert loaded.fingerprint() == model.fingerprint(), case
+        a = model(synthetic.x, synthetic.edge_index, parts=3)
+        b = loaded(synthetic.x, synthetic.edge_index, parts=3)
+        assert torch.equal(a, b), case
+
+
 def test_contract_widths(synthetic):
     """Declared widths are the widths the contract functions actually produce."""
     f = synthetic.num_features
@@ -137,6 +240,8 @@ def test_pre_transform_flags():
     f = 10
     flags = {case: Model.from_pyg(make(f)).conv(0).can_pre_transform for case, make in CONVS.items()}
     assert flags["gcn"] and flags["sage_mean"] and flags["gat_concat"] and flags["gin_mlp"]
+    # the linear map precedes the (destination-reading) message either way: both modes exact
+    assert flags["gatv2_concat"] and flags["resgated"] and flags["le"]
     for case in (
         "sage_max",
         "sage_min_nobias",
@@ -145,8 +250,14 @@ def test_pre_transform_flags():
         "sage_std",
         "sage_softmax",
         "gin_bn_first",
+        "graphconv_max_nobias",
+        "graphconv_std",
+        "sage_project_max_norm_noroot",
+        "lgconv",  # weightless: nothing to transform
     ):
         assert not flags[case], case
+    for case in ("graphconv_add", "graphconv_mean", "sage_project", "sgconv_k1", "sgconv_k3"):
+        assert flags[case], case
 
 
 def test_propagate_without_edges():

@@ -156,7 +156,7 @@ def _moments_model(f=5, hidden=6, out=4, seed=0) -> Model:
 
 def test_model_expands_into_rounds():
     model = _moments_model()
-    assert len(model.layers) == 3 and model.num_layers == 5  # 2 + 1 + 2 rounds
+    assert model.num_layers == len(model.layers) == 3 and model.num_rounds == 5  # 2 + 1 + 2 rounds
     assert [type(c).__name__ for c in model.conv_list()] == [
         "PassRound",
         "PassRound",
@@ -220,7 +220,7 @@ def test_save_load_round_trip(tmp_path):
     model.save(tmp_path / "m")
     loaded = Model.load(tmp_path / "m")
     assert loaded.fingerprint() == model.fingerprint()
-    assert loaded.describe() == model.describe() and loaded.num_layers == model.num_layers
+    assert loaded.describe() == model.describe() and loaded.num_rounds == model.num_rounds
     edge_index = torch.stack([src, dst])
     torch.testing.assert_close(loaded(x, edge_index, parts=3), model(x, edge_index, parts=3), rtol=0, atol=0)
 

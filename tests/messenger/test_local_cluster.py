@@ -3,6 +3,7 @@ restart mid-job, broker gone for good, parent-death watchdog. Heartbeats are 0.1
 
 import collections
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -158,9 +159,12 @@ def test_worker_processes_survive_garbage_and_report_it_through_the_broker(clust
 
     c = cluster(1)
     worker = c.client().stats()["workers"][0]
+    assert "data" not in worker and "pid" not in worker  # STATS is open to any front peer
+    assert wait_for(lambda: "tasks arrive at" in c.logs(), timeout=10)  # the worker's own log says where
+    data = re.search(r"tasks arrive at (\S+)", c.logs()).group(1)
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.linger = 0
-    sock.connect(worker["data"])
+    sock.connect(data)
     for junk in ([os.urandom(100)], [b'{"v":1,"kind":"TASK","tables":["t"]}', b"not arrow"]):
         sock.send_multipart(junk)
         assert sock.poll(5000) and b"ERROR" in sock.recv_multipart()[0]

@@ -1,6 +1,6 @@
 """Broker + worker threads + dealer over real ZeroMQ sockets (inproc/ipc/tcp), in one process."""
 
-import io
+import logging
 import os
 import threading
 
@@ -40,6 +40,18 @@ def test_handler_error_is_an_error_frame_and_the_worker_keeps_serving(thread_clu
         header, _ = client.call({"batch": "good", "op": "scale"}, fh.batch(3))
     assert header["batch"] == "good"
     assert cluster.workers[0].metrics()["errors"] == 1
+
+
+def test_an_error_reply_carries_one_line_and_the_traceback_stays_in_the_worker_log(thread_cluster, caplog):
+    cluster = thread_cluster(workers=1)
+    secret = 'detail\n  File "/srv/worker/secret_module.py", line 7, in handler'
+    with caplog.at_level(logging.WARNING, logger="sparkgnn.messenger.worker_loop"):
+        with cluster.client() as client:
+            with pytest.raises(RemoteTaskError, match=r"ValueError: asked to fail: detail") as caught:
+                client.call({"batch": "bad", "op": "scale", "fail": secret}, fh.batch(3))
+    assert "secret_module" not in str(caught.value) and "Traceback" not in str(caught.value)
+    logged = [r for r in caplog.records if r.exc_info]
+    assert logged and "secret_module" in str(logged[0].exc_info[1])  # kept locally, with its traceback
 
 
 def _raw(sock_type, endpoint, context):
@@ -134,23 +146,23 @@ def fresh_context():
         ctx.destroy(linger=0)
 
 
-def test_periodic_metrics_line(tmp_path, fresh_context):
-    stream = io.StringIO()
+def test_periodic_metrics_line(tmp_path, fresh_context, caplog):
+    caplog.set_level(logging.INFO, logger="sparkgnn.messenger")
     stop = threading.Event()
     broker = Broker(
         f"ipc://{tmp_path}/f.ipc",
         f"ipc://{tmp_path}/b.ipc",
         heartbeat_s=HB,
         metrics_interval_s=0.05,
-        metrics_stream=stream,
         context=fresh_context(),
     )
     thread = threading.Thread(target=broker.run, args=(stop,))
     thread.start()
-    assert wait_for(lambda: stream.getvalue().count("\n") >= 2)
+    lines = lambda: [r.getMessage() for r in caplog.records if r.name == "sparkgnn.messenger.broker"]  # noqa: E731
+    assert wait_for(lambda: len(lines()) >= 2)
     stop.set()
     thread.join(5)
-    line = stream.getvalue().splitlines()[0]
+    line = lines()[0]
     for key in ("tasks/s=", "queue=", "live_workers="):
         assert key in line
     assert not os.path.exists(f"{tmp_path}/f.ipc")  # ipc files cleaned up
@@ -170,6 +182,21 @@ def test_non_loopback_binds_need_curve_keys():
         endpoints.check_bind("tcp://10.1.2.3:5999", None, bind_any=False)
     assert endpoints.is_loopback("tcp://127.0.0.1:1") and endpoints.is_loopback("ipc:///tmp/x")
     assert endpoints.is_loopback("tcp://[::1]:5") and not endpoints.is_loopback("tcp://*:5")
+
+
+def test_ipc_data_sockets_default_to_a_private_folder_not_the_shared_temp_dir(tmp_path, monkeypatch):
+    monkeypatch.delenv("SPARKGNN_IPC_DIR", raising=False)
+    runtime = tmp_path / "run"
+    runtime.mkdir()
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    bound = endpoints.data_bind_for("ipc:///somewhere/back.ipc")
+    folder = runtime / f"sparkgnn-{os.getuid()}"
+    assert bound.startswith(f"ipc://{folder}/sparkgnn-w") and (folder.stat().st_mode & 0o777) == 0o700
+    folder.chmod(0o777)  # a folder others may write into is refused, never used
+    with pytest.raises(SecurityError, match="is not a private directory of this user"):
+        endpoints.data_bind_for("ipc:///somewhere/back.ipc")
+    monkeypatch.setenv("SPARKGNN_IPC_DIR", str(tmp_path))  # an explicit folder is the caller's choice
+    assert endpoints.data_bind_for("ipc:///x").startswith(f"ipc://{tmp_path}/")
 
 
 def test_curve_without_the_server_key_gets_nothing_through_and_with_it_works(tmp_path, fresh_context):

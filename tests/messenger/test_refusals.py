@@ -3,6 +3,7 @@ hang or a raw traceback: no broker at the address, a broker without workers, a w
 broker never answers, a taken port, bad arguments, a batch or result over a size limit.
 Timeouts here are 1 s; bounds on elapsed time are generous (they only prove nothing hangs)."""
 
+import logging
 import os
 import socket
 import subprocess
@@ -146,7 +147,7 @@ def test_a_worker_whose_broker_never_answers_stops_with_the_address(dead_tcp):
     assert f"sparkgnn-broker --back {dead_tcp}" in str(err.value)
 
 
-def test_a_connected_worker_outlives_its_broker_and_keeps_reconnecting(tmp_path):
+def test_a_connected_worker_outlives_its_broker_and_keeps_reconnecting(tmp_path, caplog):
     """--connect-timeout judges only the first connection (Paranoid Pirate after that)."""
     tag = os.urandom(4).hex()
     front, back = f"inproc://f-{tag}", f"inproc://b-{tag}"
@@ -156,20 +157,20 @@ def test_a_connected_worker_outlives_its_broker_and_keeps_reconnecting(tmp_path)
     broker_thread = threading.Thread(target=broker.run, args=(broker_stop,), daemon=True)
     broker_thread.start()
     assert broker.wait_bound(5)
-    lines = []
+    caplog.set_level(logging.INFO, logger="sparkgnn")
     # a connect timeout long enough for a loaded box to deliver the broker's first heartbeat
-    worker = Worker(back, fh.scale, heartbeat_s=HB, connect_timeout_s=2, context=ctx, log=lines.append)
+    worker = Worker(back, fh.scale, heartbeat_s=HB, connect_timeout_s=2, context=ctx)
     worker_thread = threading.Thread(target=worker.run, args=(worker_stop,), daemon=True)
     worker_thread.start()
     try:
-        assert worker.wait_connected(10), (worker.failure, lines)
+        assert worker.wait_connected(10), (worker.failure, caplog.messages)
         broker_stop.set()
         broker_thread.join(5)
         time.sleep(2.5)  # > connect timeout, many silent heartbeat intervals
-        assert worker_thread.is_alive() and worker.failure is None, (worker.failure, lines)
-        assert wait_for(lambda: worker.metrics()["reconnects"] >= 1), (worker.metrics(), lines)
-        assert lines[0].startswith(f"connected to broker at {back}")
-        assert any(line.startswith(f"lost the broker at {back}") for line in lines)
+        assert worker_thread.is_alive() and worker.failure is None, (worker.failure, caplog.messages)
+        assert wait_for(lambda: worker.metrics()["reconnects"] >= 1), (worker.metrics(), caplog.messages)
+        assert caplog.messages[0].startswith(f"connected to broker at {back}")
+        assert any(line.startswith(f"lost the broker at {back}") for line in caplog.messages)
     finally:
         worker_stop.set()
         worker_thread.join(5)

@@ -80,3 +80,29 @@ def test_names_must_be_distinct():
     a = _model(lambda: gnn.GraphSAGE(F, 8, 2))
     with pytest.raises(BatchError, match="distinct"):
         batch_models([a, a], ["m", "m"])
+
+
+@pytest.mark.parametrize(
+    "builds",
+    [
+        [
+            lambda: gnn.GraphConv(F, 6, aggr="mean"),
+            lambda: gnn.GraphConv(F, 6, aggr="max"),
+            lambda: gnn.SAGEConv(F, 6, project=True),
+        ],
+        [lambda: gnn.SGConv(F, 5, K=2), lambda: gnn.GCN(F, 8, 2, out_channels=5)],
+    ],
+    ids=["graphconv_sage_project", "sgconv_rounds_with_gcn"],
+)
+def test_new_kinds_batch_to_the_results_of_each_model_alone(builds, synthetic, tmp_path):
+    """GraphConv and SAGEConv(project=True) share by their own signatures; SGConv's rounds are
+    GCN rounds, so they bundle with a GCN model's layers."""
+    models = [_model(build, seed) for seed, build in enumerate(builds)]
+    assert plan_batches(models, [str(i) for i in range(len(models))]) == [list(range(len(models)))]
+    batch = batch_models(models)
+    batch.model.save(str(tmp_path / "batched"))
+    loaded = Model.load(str(tmp_path / "batched"))
+    args = (synthetic.x, synthetic.edge_index, synthetic.edge_weight)
+    out = loaded.forward(*args, parts=3)
+    for model, got in zip(models, batch.split(out), strict=True):
+        assert graphs.rel_err(got, model.forward(*args, parts=3)) <= 1e-5

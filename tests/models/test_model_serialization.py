@@ -34,6 +34,15 @@ MODELS = {
         f, 16, 3, aggr=gnn.aggr.PowerMeanAggregation(learn=True), norm="batch_norm"
     ),
     "gin": lambda f: gnn.GIN(f, 16, 2, out_channels=5, train_eps=True),
+    "gatv2_resgated_le_seq": lambda f: gnn.Sequential(
+        "x, edge_index, edge_weight",
+        [
+            (gnn.GATv2Conv(f, 4, heads=2, share_weights=True, residual=True), "x, edge_index -> x"),
+            torch.nn.ReLU(),
+            (gnn.ResGatedGraphConv(8, 8, act=torch.nn.Tanh()), "x, edge_index -> x"),
+            (gnn.LEConv(8, 3), "x, edge_index, edge_weight -> x"),
+        ],
+    ),
     "gat_seq_head": lambda f: gnn.Sequential(
         "x, edge_index",
         [

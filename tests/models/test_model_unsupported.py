@@ -27,23 +27,42 @@ class MyGCNConv(gnn.GCNConv):
 
 CASES = [
     # (name, builder, substrings the message must contain)
-    ("gatv2", lambda: gnn.GATv2Conv(F, 4, heads=2), ["GATv2Conv", "v1"]),
-    ("gat_basic_v2", lambda: gnn.GAT(F, 8, 2, v2=True), ["convs.0", "GATv2Conv"]),
+    ("gatv2_edge_dim", lambda: gnn.GATv2Conv(F, 4, heads=2, edge_dim=3), ["GATv2Conv", "edge_dim=3"]),
+    ("gat_basic_v2_edge_dim", lambda: gnn.GAT(F, 8, 2, v2=True, edge_dim=2), ["convs.0", "GATv2Conv", "edge_dim=2"]),
+    ("gatv2_aggr_mean", lambda: gnn.GATv2Conv(F, 4, aggr="mean"), ["GATv2Conv", "aggr='mean'"]),
+    ("resgated_edge_dim", lambda: gnn.ResGatedGraphConv(F, 4, edge_dim=2), ["ResGatedGraphConv", "edge_dim=2"]),
+    ("resgated_act_none", lambda: gnn.ResGatedGraphConv(F, 4, act=None), ["ResGatedGraphConv", "act=None"]),
+    (
+        "resgated_act_prelu",
+        lambda: gnn.ResGatedGraphConv(F, 4, act=torch.nn.PReLU()),
+        ["ResGatedGraphConv", "parameter-free activation"],
+    ),
+    ("resgated_act_unknown", lambda: gnn.ResGatedGraphConv(F, 4, act=torch.nn.Hardswish()), ["act", "Hardswish"]),
+    ("le_aggr_max", lambda: gnn.LEConv(F, 4, aggr="max"), ["LEConv", "aggr='max'"]),
+    ("le_lazy", lambda: gnn.LEConv(-1, 4), ["LEConv", "lazy"]),
     ("gat_edge_dim", lambda: gnn.GATConv(F, 4, edge_dim=3), ["GATConv", "edge_dim=3"]),
     ("gcn_improved", lambda: gnn.GCNConv(F, 4, improved=True), ["GCNConv", "improved=True"]),
     ("gcn_aggr_mean", lambda: gnn.GCNConv(F, 4, aggr="mean"), ["GCNConv", "aggr='mean'"]),
     ("gcn_flow", lambda: gnn.GCNConv(F, 4, flow="target_to_source"), ["GCNConv", "flow"]),
     ("gcn_lazy", lambda: gnn.GCNConv(-1, 4), ["GCNConv", "lazy"]),
-    ("sage_project", lambda: gnn.SAGEConv(F, 4, project=True), ["SAGEConv", "project=True"]),
+    ("sg_cached", lambda: gnn.SGConv(F, 4, K=2, cached=True), ["SGConv", "cached=True"]),
+    ("sg_aggr_mean", lambda: gnn.SGConv(F, 4, aggr="mean"), ["SGConv", "aggr='mean'"]),
+    ("lg_first", lambda: gnn.LGConv(), ["model (LGConv)", "no in_channels", "put a Linear"]),
+    (
+        "graphconv_softmax",
+        lambda: gnn.GraphConv(F, 4, aggr=A.SoftmaxAggregation()),
+        ["GraphConv", "SoftmaxAggregation"],
+    ),
+    ("graphconv_median", lambda: gnn.GraphConv(F, 4, aggr=A.MedianAggregation()), ["GraphConv", "Median"]),
     ("sage_lstm", lambda: gnn.SAGEConv(F, 4, aggr="lstm"), ["SAGEConv", "LSTMAggregation"]),
     ("sage_multi", lambda: gnn.SAGEConv(F, 4, aggr=["mean", "max"]), ["SAGEConv", "MultiAggregation"]),
     ("sage_median", lambda: gnn.SAGEConv(F, 4, aggr=A.MedianAggregation()), ["MedianAggregation"]),
     ("sage_bipartite", lambda: gnn.SAGEConv((F, F + 1), 4), ["SAGEConv", "bipartite"]),
     ("gine", lambda: gnn.GINEConv(torch.nn.Linear(F, 4)), ["GINEConv", "edge features"]),
     (
-        "gin_layernorm",
-        lambda: gnn.GINConv(torch.nn.Sequential(torch.nn.Linear(F, 4), torch.nn.LayerNorm(4))),
-        ["nn.1", "LayerNorm"],
+        "gin_groupnorm",
+        lambda: gnn.GINConv(torch.nn.Sequential(torch.nn.Linear(F, 4), torch.nn.GroupNorm(2, 4))),
+        ["nn.1", "GroupNorm"],
     ),
     (
         "gin_bn_no_stats",
@@ -118,4 +137,4 @@ def test_unsupported_error_is_a_sparkgnn_error():
     from sparkgnn.errors import SparkGNNError
 
     with pytest.raises(SparkGNNError):
-        Model.from_pyg(gnn.GATv2Conv(F, 4))
+        Model.from_pyg(gnn.GATv2Conv(F, 4, edge_dim=2))

@@ -2,6 +2,7 @@
 PEStore.open refuses a damaged store naming the layer and file, and a resumed precompute
 recomputes the damaged layer instead of trusting the manifest."""
 
+import logging
 import os
 import shutil
 
@@ -14,7 +15,7 @@ from sparkgnn.pe.local import precompute_local
 
 
 def _store(tmp_path, graph_data, model) -> PEStore:
-    return precompute_local(graph_data, model, str(tmp_path / "store"), log=None)
+    return precompute_local(graph_data, model, str(tmp_path / "store"))
 
 
 def _layer_file(store: PEStore, l: int) -> str:
@@ -84,31 +85,31 @@ def test_store_without_records_is_checked_at_footer_level(tmp_path, graph_data, 
         _open(tmp_path, graph_data, model)
 
 
-def test_resume_recomputes_a_damaged_layer(tmp_path, graph_data, model):
+def test_resume_recomputes_a_damaged_layer(tmp_path, graph_data, model, caplog):
     store = _store(tmp_path, graph_data, model)
     h2 = store.lookup(graph_data.ids, 2)[0].copy()
     shutil.rmtree(store.layer_path(2))
-    lines = []
-    repaired = precompute_local(graph_data, model, str(tmp_path / "store"), log=lines.append)
-    assert any("layer 2 of" in line and "is damaged (directory missing); recomputing it" in line for line in lines)
+    caplog.set_level(logging.INFO, logger="sparkgnn")
+    repaired = precompute_local(graph_data, model, str(tmp_path / "store"))
+    assert any(
+        "layer 2 of" in line and "is damaged (directory missing); recomputing it" in line for line in caplog.messages
+    )
     np.testing.assert_array_equal(repaired.lookup(graph_data.ids, 2)[0], h2)
     _open(tmp_path, graph_data, model)
 
 
-def test_spark_precompute_rerun_repairs_a_deleted_layer(spark, spark_graph, graph_data, model, tmp_path):
+def test_spark_precompute_rerun_repairs_a_deleted_layer(spark, spark_graph, graph_data, model, tmp_path, caplog):
     from sparkgnn.engine.precompute import precompute
 
     root = str(tmp_path / "store")
-    lines = []
-    store = precompute(spark, spark_graph, model, root, metrics=False, work_dir=str(tmp_path / "w"), log=lines.append)
+    caplog.set_level(logging.INFO, logger="sparkgnn")
+    store = precompute(spark, spark_graph, model, store=root, metrics=False, work_dir=str(tmp_path / "w")).store
     h1 = store.lookup(graph_data.ids, 1)[0].copy()
     shutil.rmtree(store.layer_path(1))
-    lines.clear()
-    repaired = precompute(
-        spark, spark_graph, model, root, metrics=False, work_dir=str(tmp_path / "w"), log=lines.append
-    )
-    assert any("layer 1 of" in line and "recomputing it" in line for line in lines)
-    assert any("committed layer 1/3" in line for line in lines)
+    caplog.clear()
+    repaired = precompute(spark, spark_graph, model, store=root, metrics=False, work_dir=str(tmp_path / "w")).store
+    assert any("layer 1 of" in line and "recomputing it" in line for line in caplog.messages)
+    assert any("committed layer 1/3" in line for line in caplog.messages)
     np.testing.assert_allclose(repaired.lookup(graph_data.ids, 1)[0], h1, rtol=1e-6, atol=1e-6)
 
 

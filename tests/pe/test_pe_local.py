@@ -18,7 +18,7 @@ def test_layers_states_and_reopen(graph_data, tmp_path):
         torch.manual_seed(4)
         model = Model.from_pyg(build(data.feature_dim, 8, 2, out_channels=3).eval())
         root = str(tmp_path / build.__name__)
-        store = precompute_local(data, model, root, log=None)
+        store = precompute_local(data, model, root)
         ei = torch.from_numpy(np.stack([data.edge_src, data.edge_dst]))
         w = None if data.weight is None else torch.from_numpy(data.weight)
         out = model.forward(torch.from_numpy(data.x), ei, w).numpy()
@@ -34,7 +34,7 @@ def test_layers_states_and_reopen(graph_data, tmp_path):
         np.testing.assert_allclose(again.numpy(), out, rtol=1e-5, atol=1e-5)
         assert store.manifest["layers_complete"] == [1, 2] and store.with_states
         before = store.manifest["updated"]
-        again_store = precompute_local(data, model, root, log=None)  # resume: nothing to do
+        again_store = precompute_local(data, model, root)  # resume: nothing to do
         assert again_store.manifest["rows"] == store.manifest["rows"]
         assert PEStore.open(root, model=model, graph=data).layers == [1, 2]
         assert before <= again_store.manifest["updated"]

@@ -230,7 +230,7 @@ def test_frame_of_a_layer_committed_as_a_delta_merges_its_segments(spark, graph_
     from sparkgnn.pe.refresh import refresh_local
 
     monkeypatch.setattr(versions, "COMPACT_FRACTION", 2.0)  # a 10-vertex graph: keep every layer a delta
-    precompute_local(graph_data, model, tmp_path, log=None)
+    precompute_local(graph_data, model, tmp_path)
     update = GraphUpdate(
         edge_insert_src=[10, 500],
         edge_insert_dst=[5, 10],
@@ -238,7 +238,7 @@ def test_frame_of_a_layer_committed_as_a_delta_merges_its_segments(spark, graph_
         vertex_insert_x=np.ones((1, graph_data.feature_dim), np.float32),
         vertex_delete_ids=[99],
     )
-    store, _ = refresh_local(graph_data, update, model, tmp_path, log=None)
+    store, _ = refresh_local(graph_data, update, model, tmp_path)
     assert PEStore.open(tmp_path, model=model, graph=apply(update, graph_data).graph).base == store.base
     for l in store.layers:
         assert versions.bases(store.manifest, layout.layer_key(l))

@@ -92,17 +92,19 @@ def assert_same_store(got: PEStore, want: PEStore, ids, layers: int) -> None:
 
 
 @pytest.mark.parametrize("layers", [2, 3])
-@pytest.mark.parametrize("kind", ["gcn", "sage", "sage_max", "gin", "gat"])
+@pytest.mark.parametrize(
+    "kind", ["gcn", "sage", "sage_max", "gin", "gat", "resgated", "le", "graphconv", "sage_project", "sgconv", "lgconv"]
+)
 def test_refresh_equals_a_precompute_of_the_updated_graph(graph, tmp_path, kind, layers):
     model = model_of(kind, graph.feature_dim, layers)
     root = str(tmp_path / "store")
-    old = precompute_local(graph, model, root, log=None)
+    old = precompute_local(graph, model, root)
     update = random_update(graph, seed=layers)
-    refreshed, report = refresh_local(graph, update, model, root, out_graph=str(tmp_path / "graph2"), log=None)
+    refreshed, report = refresh_local(graph, update, model, root, out_graph=str(tmp_path / "graph2"))
     from sparkgnn.graph.reader import read_graph_dir
 
     new_graph = read_graph_dir(str(tmp_path / "graph2"))
-    scratch = precompute_local(new_graph, model, str(tmp_path / "scratch"), log=None)
+    scratch = precompute_local(new_graph, model, str(tmp_path / "scratch"))
     assert_same_store(refreshed, scratch, new_graph.ids, layers)
     assert refreshed.manifest["refresh"]["previous_graph_fingerprint"] == old.manifest["graph_fingerprint"]
     assert refreshed.manifest["refresh"]["chain"] == [old.manifest["graph_fingerprint"], report.graph_fingerprint]
@@ -121,27 +123,27 @@ def test_unweighted_graph_and_a_second_refresh_extends_the_chain(graph, tmp_path
     plain = GraphData(graph.ids, graph.x, graph.edge_src, graph.edge_dst, name="plain")
     model = model_of("gcn", plain.feature_dim, 2)
     root = str(tmp_path / "store")
-    first = precompute_local(plain, model, root, log=None)
+    first = precompute_local(plain, model, root)
     one = random_update(plain, seed=7, weighted=False)
     from sparkgnn.graph.updates import apply
 
     mid = apply(one, plain).graph
-    _, r1 = refresh_local(plain, one, model, root, log=None)
+    _, r1 = refresh_local(plain, one, model, root)
     two = random_update(mid, seed=8, weighted=False)
     final = apply(two, mid).graph
-    store, r2 = refresh_local(mid, two, model, root, log=None)
+    store, r2 = refresh_local(mid, two, model, root)
     assert store.manifest["refresh"]["chain"] == [
         first.manifest["graph_fingerprint"],
         r1.graph_fingerprint,
         r2.graph_fingerprint,
     ]
-    assert_same_store(store, precompute_local(final, model, str(tmp_path / "scratch"), log=None), final.ids, 2)
+    assert_same_store(store, precompute_local(final, model, str(tmp_path / "scratch")), final.ids, 2)
 
 
 def test_a_refresh_killed_after_layer_one_resumes_to_the_same_store(graph, tmp_path, monkeypatch):
     model = model_of("sage", graph.feature_dim, 3)
     root = str(tmp_path / "store")
-    precompute_local(graph, model, root, log=None)
+    precompute_local(graph, model, root)
     update = random_update(graph, seed=11)
     real = PEWriter.commit_layer_arrays
 
@@ -152,12 +154,12 @@ def test_a_refresh_killed_after_layer_one_resumes_to_the_same_store(graph, tmp_p
 
     monkeypatch.setattr(PEWriter, "commit_layer_arrays", crash_on_layer_two)
     with pytest.raises(KeyboardInterrupt):
-        refresh_local(graph, update, model, root, log=None)
+        refresh_local(graph, update, model, root)
     monkeypatch.setattr(PEWriter, "commit_layer_arrays", real)
-    resumed, _ = refresh_local(graph, update, model, root, log=None)
+    resumed, _ = refresh_local(graph, update, model, root)
     other = str(tmp_path / "other")
-    precompute_local(graph, model, other, log=None)
-    uninterrupted, _ = refresh_local(graph, update, model, other, log=None)
+    precompute_local(graph, model, other)
+    uninterrupted, _ = refresh_local(graph, update, model, other)
     from sparkgnn.graph.updates import apply
 
     new_ids = apply(update, graph).graph.ids
@@ -171,9 +173,9 @@ def test_a_refresh_killed_after_layer_one_resumes_to_the_same_store(graph, tmp_p
 def test_refusals_name_what_is_wrong(graph, tmp_path):
     model = model_of("gcn", graph.feature_dim, 2)
     root = str(tmp_path / "nostates")
-    precompute_local(graph, model, root, states=False, log=None)
+    precompute_local(graph, model, root, states=False)
     with pytest.raises(RefreshError, match="without aggregation states"):
-        refresh_local(graph, random_update(graph, seed=1), model, root, log=None)
+        refresh_local(graph, random_update(graph, seed=1), model, root)
     other = model_of("sage", graph.feature_dim, 2)
     with pytest.raises(StalePEStore, match="model"):
-        refresh_local(graph, random_update(graph, seed=1), other, root, log=None)
+        refresh_local(graph, random_update(graph, seed=1), other, root)

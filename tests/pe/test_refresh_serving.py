@@ -75,14 +75,24 @@ def graph():
 
 @pytest.mark.parametrize(
     "kind,layers",
-    [("gcn", 2), ("sage", 2), ("sage", 3), ("gcn", 3), ("sage_max", 2), ("gin", 2), ("gat", 2)],
+    [
+        ("gcn", 2),
+        ("sage", 2),
+        ("sage", 3),
+        ("gcn", 3),
+        ("sage_max", 2),
+        ("gin", 2),
+        ("gat", 2),
+        ("gatv2", 2),
+        ("le", 2),
+    ],
 )
 def test_exact_on_a_refreshed_store_equals_full_on_the_updated_graph(graph, tmp_path, kind, layers):
     model = model_of(kind, graph.feature_dim, layers)
     root = str(tmp_path / "store")
-    old = precompute_local(graph, model, root, log=None)
+    old = precompute_local(graph, model, root)
     update = random_update(graph, seed=20 + layers)
-    refreshed, _ = refresh_local(graph, update, model, root, out_graph=str(tmp_path / "graph2"), log=None)
+    refreshed, _ = refresh_local(graph, update, model, root, out_graph=str(tmp_path / "graph2"))
     new_graph = read_graph_dir(str(tmp_path / "graph2"))
     assert refreshed.manifest["graph_fingerprint"] == str(new_graph.fingerprint)
     assert refreshed.base != old.base  # a new version under the same root

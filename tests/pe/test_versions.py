@@ -74,9 +74,9 @@ def small_update(graph, seed: int) -> GraphUpdate:
 def test_a_small_refresh_writes_only_the_changed_rows_and_reads_back_whole(graph, tmp_path):
     model = model_of("sage", graph.feature_dim, 2)
     root = str(tmp_path / "store")
-    old = precompute_local(graph, model, root, log=None)
+    old = precompute_local(graph, model, root)
     update = small_update(graph, seed=1)
-    store, report = refresh_local(graph, update, model, root, log=None)
+    store, report = refresh_local(graph, update, model, root)
     key = layout.layer_key(1)
     assert [b["version"] for b in versions.bases(store.manifest, key)] == [old.manifest["graph_fingerprint"]]
     own = layout.read_table(store.base, store.manifest, key)  # the delta attempt alone
@@ -85,7 +85,7 @@ def test_a_small_refresh_writes_only_the_changed_rows_and_reads_back_whole(graph
     new_graph = apply(update, graph).graph
     assert store.manifest["rows"]["1"] == new_graph.num_nodes
     reopened = PEStore.open(root, model=model, graph=new_graph)
-    scratch = precompute_local(new_graph, model, str(tmp_path / "scratch"), log=None)
+    scratch = precompute_local(new_graph, model, str(tmp_path / "scratch"))
     assert_same_store(reopened, scratch, new_graph.ids, 2)
     assert sorted(reopened.table(1).ids.tolist()) == sorted(new_graph.ids.tolist())  # the deleted vertex is gone
 
@@ -93,9 +93,9 @@ def test_a_small_refresh_writes_only_the_changed_rows_and_reads_back_whole(graph
 def test_deleting_the_version_a_delta_lies_on_is_reported_by_name(graph, tmp_path):
     model = model_of("gcn", graph.feature_dim, 2)
     root = str(tmp_path / "store")
-    old = precompute_local(graph, model, root, log=None)
+    old = precompute_local(graph, model, root)
     update = small_update(graph, seed=2)
-    refresh_local(graph, update, model, root, log=None)
+    refresh_local(graph, update, model, root)
     shutil.rmtree(old.base)
     with pytest.raises(DamagedPEStore, match=r"base segment of version " + old.manifest["graph_fingerprint"][:12]):
         PEStore.open(root, model=model, graph=apply(update, graph).graph)
@@ -105,24 +105,24 @@ def test_a_chain_of_refreshes_is_compacted_before_it_passes_the_bound(graph, tmp
     monkeypatch.setattr(versions, "MAX_SEGMENTS", 3)
     model = model_of("gin", graph.feature_dim, 2)
     root = str(tmp_path / "store")
-    precompute_local(graph, model, root, log=None)
+    precompute_local(graph, model, root)
     current, lengths = graph, []
     for seed in range(4):
         update = small_update(current, seed=10 + seed)
-        store, _ = refresh_local(current, update, model, root, log=None)
+        store, _ = refresh_local(current, update, model, root)
         current = apply(update, current).graph
         lengths.append(len(versions.bases(store.manifest, layout.layer_key(1))))
     assert max(lengths) <= versions.MAX_SEGMENTS - 1
     assert 0 in lengths[1:]  # a compaction happened
-    scratch = precompute_local(current, model, str(tmp_path / "scratch"), log=None)
+    scratch = precompute_local(current, model, str(tmp_path / "scratch"))
     assert_same_store(store, scratch, current.ids, 2)
 
 
 def test_a_large_change_writes_the_layer_whole(graph, tmp_path):
     model = model_of("sage", graph.feature_dim, 2)
     root = str(tmp_path / "store")
-    precompute_local(graph, model, root, log=None)
-    store, report = refresh_local(graph, random_update(graph, seed=5, edges=400), model, root, log=None)
+    precompute_local(graph, model, root)
+    store, report = refresh_local(graph, random_update(graph, seed=5, edges=400), model, root)
     large = [s for s in report.layers if s["targets"] >= versions.COMPACT_FRACTION * store.manifest["rows"]["1"]]
     assert large  # the update reaches more than half the graph at some layer
     for stats in large:

@@ -6,7 +6,16 @@ import numpy as np
 import pytest
 
 from sparkgnn.planner import CostModel, PlanError
-from sparkgnn.planner.calibration import MAX_FACTOR, Observation, fit, relative_errors
+from sparkgnn.planner.calibration import MAX_FACTOR, Observation, fit
+
+
+def relative_errors(model: CostModel, observations: list[Observation]) -> list[float]:
+    """|predicted / measured - 1| per observation (what `fit` minimises)."""
+    return [
+        abs(model.seconds(o.shuffle_bytes, o.python_bytes, o.passes, o.edges, o.jvm_edges) / o.seconds - 1)
+        for o in observations
+    ]
+
 
 TRUE = CostModel(shuffle_Bps=0.11e9, python_Bps=0.9e9, pass_overhead_s=2.5, per_edge_s=0.2e-6)
 

@@ -46,7 +46,7 @@ def reuse_setup(tmp_path_factory):
             G = wl.graph_G
             pyg = pyg_model(kind, G.feature_dim, layers, seed=layers)
             model = Model.from_pyg(pyg)
-            store = precompute_local(G, model, str(tmp_path_factory.mktemp("pe")), log=None)
+            store = precompute_local(G, model, str(tmp_path_factory.mktemp("pe")))
             cache[key] = (wl, pyg, model, store, QueryEngine(G, model, mode="full"))
         return cache[key]
 

@@ -44,6 +44,41 @@ def pyg_model(kind: str, in_dim: int, layers: int, out: int = 5, seed: int = 0):
         "sage": lambda: gnn.GraphSAGE(in_dim, hidden, layers, out_channels=out),
         "gin": lambda: gnn.GIN(in_dim, hidden, layers, out_channels=out),
         "gat": lambda: gnn.GAT(in_dim, hidden, layers, out_channels=out, heads=2),
+        "gatv2": lambda: gnn.GAT(in_dim, hidden, layers, out_channels=out, heads=2, v2=True),
+        "resgated": lambda: _conv_stack(gnn.ResGatedGraphConv, in_dim, hidden, layers, out),
+        "le": lambda: _conv_stack(gnn.LEConv, in_dim, hidden, layers, out),
+        "graphconv": lambda: _conv_stack(gnn.GraphConv, in_dim, hidden, layers, out),
+        "sage_project": lambda: _conv_stack(lambda a, b: gnn.SAGEConv(a, b, project=True), in_dim, hidden, layers, out),
+        "sgconv": lambda: gnn.Sequential("x, edge_index", [(gnn.SGConv(in_dim, out, K=layers), "x, edge_index -> x")]),
+        "lgconv": lambda: _lgconv_stack(in_dim, hidden, layers, out),
     }[kind]
     torch.manual_seed(seed)
     return randomize(build(), seed)
+
+
+def _conv_stack(conv, in_dim: int, hidden: int, layers: int, out: int):
+    """`layers` convs of one class (in_dim -> hidden ... -> out) with ReLU between, as a PyG
+    Sequential over (x, edge_index): for conv classes without a BasicGNN model."""
+    import torch_geometric.nn as gnn
+
+    widths = [in_dim] + [hidden] * (layers - 1) + [out]
+    children: list = []
+    for i in range(layers):
+        if i:
+            children.append(torch.nn.ReLU())
+        children.append((conv(widths[i], widths[i + 1]), "x, edge_index -> x"))
+    return gnn.Sequential("x, edge_index", children)
+
+
+def _lgconv_stack(in_dim: int, hidden: int, layers: int, out: int):
+    """Linear(in_dim, hidden), then `layers` LGConvs with ReLU between, then Linear(hidden, out):
+    LGConv has no in_channels, the first Linear gives it its width."""
+    import torch_geometric.nn as gnn
+
+    children: list = [(torch.nn.Linear(in_dim, hidden), "x -> x")]
+    for i in range(layers):
+        if i:
+            children.append(torch.nn.ReLU())
+        children.append((gnn.LGConv(), "x, edge_index -> x"))
+    children.append((torch.nn.Linear(hidden, out), "x -> x"))
+    return gnn.Sequential("x, edge_index", children)

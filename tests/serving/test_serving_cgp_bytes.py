@@ -45,7 +45,7 @@ def tiny_setup(tmp_path_factory):
     model = Model.from_pyg(pyg_model("gcn", G.feature_dim, 2, seed=3))
     model.save(str(d / "model.pt"))
     write_graph_dir(G, str(d / "g"))
-    store = precompute_local(G, model, str(d / "store"), log=None)
+    store = precompute_local(G, model, str(d / "store"))
     request = Request("r0", [100], np.array([[0.5, -0.2, 0.1]], np.float32), [1, 100], [100, 1])
     return d, G, model, store, request
 

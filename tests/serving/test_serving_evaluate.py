@@ -34,7 +34,7 @@ def test_evaluate_keys_and_reference(cora_workload):
     wl = cora_workload
     G = wl.graph_G
     model = Model.from_pyg(pyg_model("gcn", G.feature_dim, 2, out=7))
-    engines = {"full": QueryEngine(G, model, "full"), "ns": QueryEngine(G, model, "ns", fanouts=(2, 2))}
+    engines = {"full": QueryEngine(G, model, mode="full"), "ns": QueryEngine(G, model, mode="ns", fanouts=(2, 2))}
     res = evaluate(engines, wl.requests, wl.labels)
     assert set(res) == {"full", "ns"}
     for mode in res:
@@ -88,7 +88,7 @@ def test_cli_reuse_modes_with_a_store(tmp_path, skewed, capsys):
     model = Model.from_pyg(pyg_model("gcn", skewed.feature_dim, 2, out=4))
     model.save(str(tmp_path / "m.pt"))
     G = read_graph_dir(str(tmp_path / "wl" / "graph"))
-    precompute_local(G, model, str(tmp_path / "store"), log=None)
+    precompute_local(G, model, str(tmp_path / "store"))
     args = ["--workload", str(tmp_path / "wl"), "--model", str(tmp_path / "m.pt"), "--store", str(tmp_path / "store")]
     assert main(args + ["--modes", "he,srpe@0.5/qer,srpe@1/is,exact", "--partitions", "2"]) == 0
     doc = json.loads((tmp_path / "wl" / "evaluation.json").read_text())

@@ -45,7 +45,7 @@ def test_messenger_partitions_equal_in_process(skewed_workload, tmp_path, worker
     model = Model.from_pyg(pyg_model("gcn", G.feature_dim, 3, seed=3))
     model.save(str(tmp_path / "model.pt"))
     write_graph_dir(G, str(tmp_path / "g"))
-    store = precompute_local(G, model, str(tmp_path / "store"), log=None)
+    store = precompute_local(G, model, str(tmp_path / "store"))
     local = QueryEngine(G, model, mode="exact", store=store)
     remote = QueryEngine(G, model, mode="exact", store=store, context=local.context, partitions=3)
     in_process = QueryEngine(G, model, mode="exact", store=store, context=local.context, partitions=3)

@@ -38,7 +38,7 @@ def rel(a, b):
 
 
 @pytest.mark.parametrize("layers", [2, 3])
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", KINDS + ["gatv2", "resgated", "le", "graphconv", "sage_project", "sgconv", "lgconv"])
 @pytest.mark.parametrize("which", ["cora", "skewed"])
 def test_full_equals_pyg_on_union_graph(which, kind, layers, request):
     wl = request.getfixturevalue(f"{which}_workload")
@@ -63,8 +63,8 @@ def test_subgraph_degrees_would_be_wrong_for_gcn(skewed_workload):
     big = (10**6,) * 2
     for kind, differs in [("gcn", True), ("sage", False)]:
         model = Model.from_pyg(pyg_model(kind, G.feature_dim, 2))
-        full = QueryEngine(G, model, "full").answer(r).h
-        sub = QueryEngine(G, model, "ns", fanouts=big, ns_norm="sampled").answer(r).h
+        full = QueryEngine(G, model, mode="full").answer(r).h
+        sub = QueryEngine(G, model, mode="ns", fanouts=big, ns_norm="sampled").answer(r).h
         assert (rel(sub, full) > 1e-3) == differs, kind
 
 
@@ -74,8 +74,8 @@ def test_ns_equals_full_without_sampling(skewed_workload, kind):
     G = wl.graph_G
     max_in = int(np.bincount(G.edge_dst).max()) + max(r.num_edges for r in wl.requests)
     model = Model.from_pyg(pyg_model(kind, G.feature_dim, 3))
-    full = QueryEngine(G, model, "full")
-    ns = QueryEngine(G, model, "ns", fanouts=(max_in,) * 3)
+    full = QueryEngine(G, model, mode="full")
+    ns = QueryEngine(G, model, mode="ns", fanouts=(max_in,) * 3)
     for r in wl.requests:
         assert rel(ns.answer(r).h, full.answer(r).h) < 1e-5
 
@@ -84,10 +84,10 @@ def test_ns_seeded_and_samples(skewed_workload):
     wl = skewed_workload
     G = wl.graph_G
     model = Model.from_pyg(pyg_model("sage", G.feature_dim, 2))
-    a = QueryEngine(G, model, "ns", fanouts=(3, 2), seed=7)
-    b = QueryEngine(G, model, "ns", fanouts=(3, 2), seed=7)
-    c = QueryEngine(G, model, "ns", fanouts=(3, 2), seed=8)
-    full = QueryEngine(G, model, "full")
+    a = QueryEngine(G, model, mode="ns", fanouts=(3, 2), seed=7)
+    b = QueryEngine(G, model, mode="ns", fanouts=(3, 2), seed=7)
+    c = QueryEngine(G, model, mode="ns", fanouts=(3, 2), seed=8)
+    full = QueryEngine(G, model, mode="full")
     r = wl.requests[-1]
     ha, hb, hc = a.answer(r).h, b.answer(r).h, c.answer(r).h
     np.testing.assert_array_equal(ha, hb)
@@ -95,7 +95,7 @@ def test_ns_seeded_and_samples(skewed_workload):
     assert not np.array_equal(ha, hc)
     fa, ff = a.answer(r).breakdown, full.answer(r).breakdown
     assert fa["nodes_touched"] < ff["nodes_touched"] and fa["bytes_fetched"] < ff["bytes_fetched"]
-    assert a.mode.fanouts == (3, 2) and QueryEngine(G, model, "ns").mode.fanouts == (25, 10)
+    assert a.mode.fanouts == (3, 2) and QueryEngine(G, model, mode="ns").mode.fanouts == (25, 10)
 
 
 def test_sampling_is_without_replacement_and_capped():
@@ -135,7 +135,7 @@ def test_request_without_edges_and_with_query_self_loops(skewed_workload):
     wl = skewed_workload
     G = wl.graph_G
     pyg = pyg_model("gcn", G.feature_dim, 2)
-    engine = QueryEngine(G, Model.from_pyg(pyg), "full")
+    engine = QueryEngine(G, Model.from_pyg(pyg), mode="full")
     q = np.array([10**9, 10**9 + 1])
     x = np.random.default_rng(0).standard_normal((2, G.feature_dim)).astype(np.float32)
     for src, dst in [([], []), ([q[0], q[1]], [q[1], q[1]])]:
@@ -143,3 +143,29 @@ def test_request_without_edges_and_with_query_self_loops(skewed_workload):
         a = engine.answer(r)
         assert rel(a.h, union_forward(pyg, G, r, "gcn")) < 1e-5
         assert a.breakdown["bytes_fetched"] == 0 and a.breakdown["nodes_recomputed"] == 0
+
+
+def test_engine_takes_the_graph_inputs_infer_takes(skewed_workload, spark, tmp_path):
+    """A GraphData, a graph directory, a Spark Graph and a saved model directory give the same engine;
+    the options after the model are keyword-only, and a graph of another type is refused."""
+    from sparkgnn import QueryEngine as exported
+    from sparkgnn.graph import Graph
+    from sparkgnn.graph.writer import write_graph_dir
+    from sparkgnn.serving.engine import EngineSetupError
+
+    assert exported is QueryEngine
+    wl = skewed_workload
+    G = wl.graph_G
+    model = Model.from_pyg(pyg_model("sage", G.feature_dim, 2))
+    model.save(str(tmp_path / "model"))
+    write_graph_dir(G, str(tmp_path / "g"))
+    r = wl.requests[0]
+    expected = QueryEngine(G, model, mode="full").answer(r).h
+    for graph in (str(tmp_path / "g"), Graph.from_graph_data(spark, G)):
+        engine = QueryEngine(graph, str(tmp_path / "model"), mode="full")
+        assert engine.context.graph.fingerprint == G.fingerprint
+        np.testing.assert_array_equal(engine.answer(r).h, expected)
+    with pytest.raises(TypeError, match="positional"):
+        QueryEngine(G, model, "full")
+    with pytest.raises(EngineSetupError, match="cannot serve a dict: pass a GraphData"):
+        QueryEngine({"x": G.x}, model)

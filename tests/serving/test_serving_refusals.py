@@ -43,9 +43,9 @@ def stores(skewed_workload, tmp_path_factory):
     model_b = Model.from_pyg(pyg_model("sage", G.feature_dim, 2, seed=2))
     model_c = Model.from_pyg(pyg_model("sage", G.feature_dim, 3, seed=3))
     root = str(tmp_path_factory.mktemp("refusal_stores"))
-    store_a = precompute_local(G, model_a, os.path.join(root, "a"), log=None)
+    store_a = precompute_local(G, model_a, os.path.join(root, "a"))
     other_graph = remove_vertices(G, np.array([0]))
-    store_other = precompute_local(other_graph, model_a, os.path.join(root, "other"), log=None)
+    store_other = precompute_local(other_graph, model_a, os.path.join(root, "other"))
     return dict(
         G=G,
         a=model_a,

@@ -82,6 +82,19 @@ def test_round_trip_keeps_order_dtypes_and_empty_edges(tmp_path):
     assert len(read_requests(str(tmp_path))) == 4  # a folder reads every file, sorted by name
 
 
+def test_a_link_planted_at_the_old_fixed_temp_name_is_not_followed(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("someone else's file")
+    drop = tmp_path / "drop"
+    drop.mkdir()
+    (drop / ".batch.parquet.tmp").symlink_to(victim)  # the name the writer used to write through
+    req = Request("r", np.array([1]), np.ones((1, 2)), np.zeros(0, np.int64), np.zeros(0, np.int64))
+    write_requests(str(drop / "batch.parquet"), [req])
+    assert victim.read_text() == "someone else's file"
+    assert [r.request_id for r in read_requests(str(drop / "batch.parquet"))] == ["r"]
+    assert sorted(p.name for p in drop.iterdir()) == [".batch.parquet.tmp", "batch.parquet"]  # no temp left
+
+
 def test_bad_file_is_a_request_error(tmp_path):
     pq.write_table(pa.table({"request_id": ["a"], "kind": ["node"]}), tmp_path / "bad.parquet")
     with pytest.raises(RequestError, match="lacks column"):

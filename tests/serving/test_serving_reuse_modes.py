@@ -29,7 +29,7 @@ def engines(setup, **modes):
 
 
 @pytest.mark.parametrize("layers", [2, 3])
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", KINDS + ["gatv2", "resgated", "le", "graphconv", "sage_project", "sgconv", "lgconv"])
 @pytest.mark.parametrize("which", ["cora", "skewed"])
 def test_exact_equals_full(which, kind, layers, reuse_setup, request):
     setup = reuse_setup(request, which, kind, layers)
@@ -124,7 +124,7 @@ def test_states_required_for_srpe_and_exact(cora_workload, tmp_path):
     from serving_testkit import pyg_model
 
     model = Model.from_pyg(pyg_model("sage", G.feature_dim, 2))
-    store = precompute_local(G, model, str(tmp_path), states=False, log=None)
+    store = precompute_local(G, model, str(tmp_path), states=False)
     r = cora_workload.requests[0]
     QueryEngine(G, model, mode="he", store=store).answer(r)  # HE needs no states
     with pytest.raises(StoreMismatch, match="without partial aggregation states"):
@@ -141,7 +141,7 @@ def test_exact_with_max_recomputes_from_scratch(aggr, skewed_workload, tmp_path)
     wl = skewed_workload
     G = wl.graph_G
     model = Model.from_pyg(randomize(gnn.GraphSAGE(G.feature_dim, 16, 3, out_channels=4, aggr=aggr), 5))
-    store = precompute_local(G, model, str(tmp_path), log=None)
+    store = precompute_local(G, model, str(tmp_path))
     full = QueryEngine(G, model, mode="full")
     exact = QueryEngine(G, model, mode="exact", store=store, context=full.context)
     scratch = 0

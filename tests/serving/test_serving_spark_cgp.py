@@ -20,7 +20,7 @@ def test_spark_tasks_equal_in_process(spark, skewed_workload, tmp_path, kind, mo
     model = Model.from_pyg(pyg_model(kind, G.feature_dim, 3, seed=3))
     model.save(str(tmp_path / "model.pt"))
     write_graph_dir(G, str(tmp_path / "g"))
-    store = precompute_local(G, model, str(tmp_path / "store"), log=None)
+    store = precompute_local(G, model, str(tmp_path / "store"))
     local = QueryEngine(G, model, mode=mode, store=store, **opts)
     on_spark = QueryEngine(G, model, mode=mode, store=store, context=local.context, partitions=3, **opts)
     executor = use_spark_cgp(on_spark, spark, str(tmp_path / "g"), str(tmp_path / "model.pt"))
@@ -36,4 +36,4 @@ def test_spark_tasks_equal_in_process(spark, skewed_workload, tmp_path, kind, mo
     for key in ("partial_bytes", "allgather_bytes"):
         assert a.breakdown[key] == p3.breakdown[key], key
     # one Spark job per layer (+ a destination fetch per layer for GAT)
-    assert executor.jobs - jobs_before == model.num_layers * (2 if kind == "gat" else 1)
+    assert executor.jobs - jobs_before == model.num_rounds * (2 if kind == "gat" else 1)

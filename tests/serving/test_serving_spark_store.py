@@ -23,14 +23,13 @@ def test_exact_on_a_spark_written_store(spark, skewed_workload, tmp_path):
         spark,
         str(tmp_path / "g"),
         model,
-        str(tmp_path / "spark_store"),
+        store=str(tmp_path / "spark_store"),
         partitions=3,
         strategy="replicate",
         work_dir=str(tmp_path / "work"),
         metrics=False,
-        log=lambda line: None,
-    )
-    local = precompute_local(G, model, str(tmp_path / "local_store"), log=None)
+    ).store
+    local = precompute_local(G, model, str(tmp_path / "local_store"))
     a, b = StoredLayers(store, G, model, True), StoredLayers(local, G, model, True)
     rows = np.arange(G.num_nodes)
     for l in (1, 2):

@@ -53,7 +53,7 @@ def build_setup(root: str) -> StreamSetup:
     other = os.path.join(root, "model_b")
     sage_model(wl.graph_G.feature_dim, 7, seed=2).save(other)
     store = os.path.join(root, "store")
-    precompute_local(wl.graph_G, model, store, log=None)
+    precompute_local(wl.graph_G, model, store)
     from sparkgnn.graph import read_graph_dir
 
     return StreamSetup(graph_dir, read_graph_dir(graph_dir), model_path, other, store, wl.requests)

@@ -3,6 +3,7 @@ error rows naming their problem; malformed files are dead-lettered; the degree p
 cheap requests first, FIFO in arrival order; timing columns add up."""
 
 import io
+import logging
 import os
 import time
 
@@ -26,19 +27,16 @@ def as_file(requests, name, arrival):
 
 
 def make_handler(tmp_path, engine, setup, grouping="degree", **options):
-    lines = []
-    h = MicroBatchHandler(
+    return MicroBatchHandler(
         engine,
         setup.graph,
         get_grouping(grouping, **options),
         AnswerSink(str(tmp_path / "out")),
         DeadLetter(str(tmp_path / "dead")),
-        log=lines.append,
     )
-    return h, lines
 
 
-def test_micro_batch_answers_equal_engine_and_errors_name_the_problem(tmp_path, setup, engine):
+def test_micro_batch_answers_equal_engine_and_errors_name_the_problem(tmp_path, setup, engine, caplog):
     good = setup.requests
     bad = bad_requests(setup.graph, good[0])
     files = [as_file([r], f"{r.request_id}.parquet", 100.0 + i) for i, r in enumerate(good)]
@@ -47,7 +45,8 @@ def test_micro_batch_answers_equal_engine_and_errors_name_the_problem(tmp_path, 
     mal = write_malformed(str(tmp_path / "mal"))
     for name in mal:
         files.append(IncomingFile(f"file:/in/{name}", 95.0, open(tmp_path / "mal" / name, "rb").read()))
-    handler, lines = make_handler(tmp_path, engine, setup)
+    caplog.set_level(logging.INFO, logger="sparkgnn")
+    handler = make_handler(tmp_path, engine, setup)
     progress = handler.handle(files, 3)
 
     t = read_answers(str(tmp_path / "out"))
@@ -66,6 +65,7 @@ def test_micro_batch_answers_equal_engine_and_errors_name_the_problem(tmp_path, 
     for name, words in mal.items():
         assert words in reasons[name]["reason"] and reasons[name]["batch_id"] == 3
     assert (progress.requests, progress.errors, progress.dead_letters) == (t.num_rows, len(bad) + 1, len(mal))
+    lines = caplog.messages
     assert lines[-1] == progress.line() and sum("dead-lettered" in l for l in lines) == len(mal) + 1
     meta = read_batch_meta(str(tmp_path / "out"), 3)
     assert len(meta["files"]) == len(files) and len(meta["dead_letters"]) == len(mal)
@@ -74,7 +74,7 @@ def test_micro_batch_answers_equal_engine_and_errors_name_the_problem(tmp_path, 
 def test_timings_add_up_and_degree_serves_cheap_requests_first(tmp_path, setup, engine):
     now = time.time()  # real arrival times: aging (30 s default) must not kick in
     files = [as_file([r], f"{r.request_id}.parquet", now - 1 + 0.01 * i) for i, r in enumerate(setup.requests[::-1])]
-    handler, _ = make_handler(tmp_path, engine, setup, "degree", threshold=1e12)
+    handler = make_handler(tmp_path, engine, setup, "degree", threshold=1e12)
     handler.handle(files, 0)
     t = read_answers(str(tmp_path / "out")).to_pylist()
     assert [r["order"] for r in t] == list(range(len(t)))
@@ -93,7 +93,7 @@ def test_fifo_serves_in_arrival_order(tmp_path, setup, engine):
     reqs = setup.requests
     arrivals = np.linspace(10.0, 11.0, len(reqs))[::-1]  # last request arrived first
     files = [as_file([r], f"{r.request_id}.parquet", a) for r, a in zip(reqs, arrivals, strict=True)]
-    handler, _ = make_handler(tmp_path, engine, setup, "fifo", batch_size=2)
+    handler = make_handler(tmp_path, engine, setup, "fifo", batch_size=2)
     handler.handle(files, 0)
     t = read_answers(str(tmp_path / "out")).to_pylist()
     assert [r["request_id"] for r in t] == [r.request_id for r in reqs[::-1]]

@@ -4,6 +4,7 @@ checkpoint is replayed without duplicates; SIGKILL mid-stream + restart answers 
 exactly once (subprocess); a stale PE store, a missing store, an unknown mode and an output of
 another checkpoint are refused before Spark starts."""
 
+import logging
 import os
 import signal
 import subprocess
@@ -49,15 +50,15 @@ def config(setup, tmp_path, **kw):
     return StreamConfig(**base)
 
 
-def test_stream_in_process_equals_engine_survives_bad_input_and_replays_once(spark, setup, engine, tmp_path):
+def test_stream_in_process_equals_engine_survives_bad_input_and_replays_once(spark, setup, engine, tmp_path, caplog):
     good = setup.requests
     write_one_per_file(str(tmp_path / "in"), good)
     bad = bad_requests(setup.graph, good[0])
     write_requests(str(tmp_path / "in" / "bad.parquet"), list(bad.values()))
     malformed = write_malformed(str(tmp_path / "in"))
-    lines = []
+    caplog.set_level(logging.INFO, logger="sparkgnn")
     cfg = config(setup, tmp_path, max_files_per_trigger=3)
-    result = run(cfg, spark, log=lines.append)
+    result = run(cfg, spark)
 
     files = len(good) + 1 + len(malformed)
     assert result.stopped_by == "finished" and result.batches == -(-files // 3)
@@ -70,7 +71,7 @@ def test_stream_in_process_equals_engine_survives_bad_input_and_replays_once(spa
         assert words in errors[r.request_id]
     reasons = {os.path.basename(d["file"]): d["reason"] for d in read_dead_letters(cfg.dead_letter_dir)}
     assert {n: w in reasons[n] for n, w in malformed.items()} == {n: True for n in malformed}
-    progress = [l for l in lines if l.startswith("stream batch") and "requests from" in l]
+    progress = [l for l in caplog.messages if l.startswith("stream batch") and "requests from" in l]
     assert len(progress) == result.batches and all("mode exact" in l and "p99" in l for l in progress)
     for b in range(result.batches):
         assert len(read_batch_meta(cfg.out, b)["files"]) <= 3
@@ -83,7 +84,7 @@ def test_stream_in_process_equals_engine_survives_bad_input_and_replays_once(spa
     before = read_batch_meta(cfg.out, last)
     extra = copies(good[:2], "late")
     write_one_per_file(cfg.requests, extra)
-    again = run(cfg, spark, log=lines.append)
+    again = run(cfg, spark)
     assert again.batches >= 2 and read_batch_meta(cfg.out, last)["files"] == before["files"]
     assert read_batch_meta(cfg.out, last)["written_ts"] > before["written_ts"]
     t2 = read_answers(cfg.out)
@@ -92,7 +93,7 @@ def test_stream_in_process_equals_engine_survives_bad_input_and_replays_once(spa
     assert_rows_equal_answers(t2.filter(t2.column("error").is_null()), engine_answers(engine, good + extra))
 
     with pytest.raises(SinkError, match="batch ids would restart at 0"):
-        run(config(setup, tmp_path, checkpoint=str(tmp_path / "ck-new")), spark, log=lines.append)
+        run(config(setup, tmp_path, checkpoint=str(tmp_path / "ck-new")), spark)
 
 
 def test_sigkill_mid_stream_then_restart_answers_every_request_exactly_once(setup, engine, tmp_path):
@@ -152,18 +153,17 @@ def test_stale_store_is_refused_with_what_differs(setup, tmp_path):
     assert len(errors) == 1 and "model weights differ" in errors[0], proc.stderr[-2000:]
     assert not os.path.exists(tmp_path / "ck")  # refused before any query started
     with pytest.raises(StalePEStore, match="model weights differ"):
-        build_engine(config(setup, tmp_path, model=setup.other_model_path), log=lambda _: None)
+        build_engine(config(setup, tmp_path, model=setup.other_model_path))
 
 
 def test_other_start_up_refusals(setup, tmp_path):
     with pytest.raises(StreamStartError, match="--store is required"):
-        build_engine(config(setup, tmp_path, store=None, mode="srpe"), log=lambda _: None)
+        build_engine(config(setup, tmp_path, store=None, mode="srpe"))
     with pytest.raises(ModeError, match="unknown serving mode 'magic'.*exact"):
-        build_engine(config(setup, tmp_path, mode="magic"), log=lambda _: None)
+        build_engine(config(setup, tmp_path, mode="magic"))
     with pytest.raises(StreamStartError, match="--workers local.2. runs the CGP partitions of a reuse mode"):
-        build_engine(config(setup, tmp_path, store=None, mode="full", workers="local[2]"), log=lambda _: None)
-    quiet = lambda _: None  # noqa: E731
-    _, eng = build_engine(config(setup, tmp_path, store=None, mode="full"), log=quiet)
+        build_engine(config(setup, tmp_path, store=None, mode="full", workers="local[2]"))
+    _, eng = build_engine(config(setup, tmp_path, store=None, mode="full"))
     assert eng.mode_name == "full"
 
 
@@ -184,23 +184,23 @@ def test_a_fault_of_the_job_stops_the_query_uncommitted_and_a_restart_replays_th
     write_one_per_file(str(tmp_path / "in"), good)
     cfg = config(setup, tmp_path)
     with pytest.raises(StreamJobError, match="simulated fault"):
-        run(cfg, spark, log=lambda _: None, engine=(setup.graph, FailingOnce(engine, good[1].request_id)))
+        run(cfg, spark, engine=(setup.graph, FailingOnce(engine, good[1].request_id)))
     assert committed_batch_ids(cfg.out) == []
     assert not os.path.exists(os.path.join(cfg.checkpoint, "commits", "0"))
-    result = run(cfg, spark, log=lambda _: None, engine=(setup.graph, engine))
+    result = run(cfg, spark, engine=(setup.graph, engine))
     assert result.batches == 1 and result.last_batch_id == 0  # the same batch, run again
     assert_rows_equal_answers(read_answers(cfg.out), engine_answers(engine, good))
 
 
-def _run_partitioned(spark, setup, engine, tmp_path, workers: str, requests: int, says: str):
+def _run_partitioned(spark, setup, engine, tmp_path, caplog, workers: str, requests: int, says: str):
     """Run the job with the CGP partitions on `workers`; its answers equal the in-process engine's
     up to rounding (partials are summed in another order) and the log says where they ran."""
     good = setup.requests[:requests]
     write_one_per_file(str(tmp_path / "in"), good)
     cfg = config(setup, tmp_path, workers=workers, mode_options={"partitions": 2})
-    lines = []
-    result = run(cfg, spark, log=lines.append)
-    assert result.batches == 1 and any(says in l for l in lines)
+    caplog.set_level(logging.INFO, logger="sparkgnn")
+    result = run(cfg, spark)
+    assert result.batches == 1 and any(says in l for l in caplog.messages)
     t = read_answers(cfg.out).to_pylist()
     expected = engine_answers(engine, good)
     assert sorted(r["request_id"] for r in t) == sorted(expected)
@@ -211,13 +211,13 @@ def _run_partitioned(spark, setup, engine, tmp_path, workers: str, requests: int
         assert r["error"] is None
 
 
-def test_workers_spark_runs_cgp_partitions_as_spark_tasks_with_the_same_answers(spark, setup, engine, tmp_path):
-    _run_partitioned(spark, setup, engine, tmp_path, "spark", 3, "run as 2 Spark tasks")
+def test_workers_spark_runs_cgp_partitions_as_spark_tasks_with_the_same_answers(spark, setup, engine, tmp_path, caplog):
+    _run_partitioned(spark, setup, engine, tmp_path, caplog, "spark", 3, "run as 2 Spark tasks")
     with pytest.raises(StreamStartError, match="--workers spark runs the CGP partitions"):
-        build_engine(config(setup, tmp_path, store=None, mode="full", workers="spark"), log=lambda _: None)
+        build_engine(config(setup, tmp_path, store=None, mode="full", workers="spark"))
 
 
-def test_workers_local_runs_cgp_partitions_on_messenger_workers(spark, setup, engine, tmp_path):
+def test_workers_local_runs_cgp_partitions_on_messenger_workers(spark, setup, engine, tmp_path, caplog):
     """local[2]: a broker and two sparkgnn-worker processes serve the partitions (op
     serving_partials); answers equal the engine's, and the workers are stopped with the job."""
-    _run_partitioned(spark, setup, engine, tmp_path, "local[2]", 2, "partitions on messenger workers local[2]")
+    _run_partitioned(spark, setup, engine, tmp_path, caplog, "local[2]", 2, "partitions on messenger workers local[2]")

@@ -7,6 +7,7 @@ error as one `stream_queries.py: error: ...` line with exit code 2, before Spark
 import importlib.util
 import io
 import json
+import logging
 import os
 
 import pyarrow as pa
@@ -84,7 +85,7 @@ def test_source_log_lists_a_batch_from_plain_and_compact_entries(tmp_path):
     assert uri_to_local("file:/x/y z.parquet") == "/x/y z.parquet"
 
 
-def test_handler_dead_letters_files_the_log_has_but_the_dataframe_lacks(tmp_path, setup, engine):
+def test_handler_dead_letters_files_the_log_has_but_the_dataframe_lacks(tmp_path, setup, engine, caplog):
     """The foreachBatch adapter's complement, without Spark: the micro-batch delivered one good
     file; the log also lists a 0-byte file (Spark skipped it) and a file deleted since."""
     folder = tmp_path / "in"
@@ -98,14 +99,13 @@ def test_handler_dead_letters_files_the_log_has_but_the_dataframe_lacks(tmp_path
             for i, p in enumerate([good_path, str(folder / "empty.parquet"), str(folder / "gone.parquet")])
         ],
     )
-    lines = []
+    caplog.set_level(logging.INFO, logger="sparkgnn")
     handler = MicroBatchHandler(
         engine,
         setup.graph,
         get_grouping("fifo"),
         AnswerSink(str(tmp_path / "out")),
         DeadLetter(str(tmp_path / "dead")),
-        log=lines.append,
         checkpoint=ck,
     )
     delivered = [IncomingFile(f"file:{good_path}", 1.0, open(good_path, "rb").read())]
@@ -114,7 +114,7 @@ def test_handler_dead_letters_files_the_log_has_but_the_dataframe_lacks(tmp_path
     progress = handler.handle(delivered + extra, 5)
 
     assert (progress.files, progress.requests, progress.dead_letters) == (3, 1, 2)
-    assert "1 requests from 3 files, 0 errors, 2 dead-lettered" in lines[-1]
+    assert "1 requests from 3 files, 0 errors, 2 dead-lettered" in caplog.messages[-1]
     reasons = {os.path.basename(d["file"]): d for d in read_dead_letters(str(tmp_path / "dead"))}
     assert reasons["empty.parquet"]["reason"] == (
         "empty.parquet: empty file (0 bytes); a request file is a "
@@ -127,7 +127,7 @@ def test_handler_dead_letters_files_the_log_has_but_the_dataframe_lacks(tmp_path
     assert (folder / "empty.parquet").exists()  # the original stays where it was
 
 
-def test_stream_dead_letters_empty_truncated_foreign_and_wrong_schema_files(spark, setup, engine, tmp_path):
+def test_stream_dead_letters_empty_truncated_foreign_and_wrong_schema_files(spark, setup, engine, tmp_path, caplog):
     good = setup.requests[:2]
     folder = str(tmp_path / "in")
     write_one_per_file(folder, good)
@@ -143,8 +143,8 @@ def test_stream_dead_letters_empty_truncated_foreign_and_wrong_schema_files(spar
         available_now=True,
         max_files_per_trigger=4,
     )
-    lines = []
-    result = run(cfg, spark, log=lines.append, engine=(setup.graph, engine))
+    caplog.set_level(logging.INFO, logger="sparkgnn")
+    result = run(cfg, spark, engine=(setup.graph, engine))
 
     reasons = {os.path.basename(d["file"]): d for d in read_dead_letters(cfg.dead_letter_dir)}
     assert set(reasons) == set(unreadable)
@@ -155,7 +155,7 @@ def test_stream_dead_letters_empty_truncated_foreign_and_wrong_schema_files(spar
     t = read_answers(cfg.out)
     assert t.num_rows == len(good)
     assert_rows_equal_answers(t, engine_answers(engine, good))
-    progress = [l for l in lines if "requests from" in l]
+    progress = [l for l in caplog.messages if "requests from" in l]
     assert len(progress) == result.batches
     assert sum(int(l.split(" errors, ")[1].split(" dead-lettered")[0]) for l in progress) == len(unreadable)
     files = [f for b in range(result.batches) for f in read_batch_meta(cfg.out, b)["files"]]

@@ -9,6 +9,7 @@ import time
 
 from sparkgnn.cliargs import positive_int, run_cli
 from sparkgnn.datasets.registry import DATASETS
+from sparkgnn.logs import install_cli_handler
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    install_cli_handler()  # library progress lines (sparkgnn loggers) on stdout
     return run_cli("sparkgnn.datasets", lambda: _write(args))
 
 

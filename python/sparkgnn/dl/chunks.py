@@ -3,8 +3,8 @@
 WHY: a layer whose messages cannot be summed by a sparse product (GAT's attention, max/min,
 softmax, a message that reads the destination) materialises an |E| x F message tensor. On a large
 partition that tensor, not the vertex rows, is what decides whether a task fits its memory, and
-the planner used to buy the room by multiplying partitions (more partitions on the same cores =
-a larger replication factor R_f and more bytes shipped per layer). Cutting the partition's edges
+buying the room by multiplying partitions would cost more than memory (more partitions on the
+same cores = a larger replication factor R_f and more bytes shipped per layer). Cutting the partition's edges
 into destination ranges keeps every destination's edges in one chunk, so each chunk's partial
 states are the destination's whole state (exact, same messages, same per-destination order), and
 at most `chunk_bytes` of messages exist at once. The planner can then keep P at the core count.

@@ -2,29 +2,28 @@
 layer and every later step on the same edges.
 
 Why: a partition's in-edges are static (prepared once per graph and P), yet each layer's sparse
-product A @ X needs them in CSR order: a stable argsort of |E| destinations plus a gather, about
-0.9 s per 4M-edge partition here, against roughly 1 s for the product itself. The Spark worker
-(in-process transport) and the messenger worker are both reused across layers, so the sort is
-paid by the first layer only.
+product A @ X needs them in CSR order: a stable argsort of |E| destinations plus a gather, which
+costs about as much as the product itself (docs/ARCHITECTURE.md, "Data movement and the planner").
+The Spark worker (in-process transport) and the messenger worker are both reused across layers, so
+the sort is paid by the first layer only.
 
 Split at `split` (the number of own payload rows): a step's sources are local ids in
 [own | mirror], but the two payload blocks arrive as separate tensors. Concatenating them for one
-product A @ [own; mirror] copies every payload row ((n_own + n_mirror) x F floats: 1.6 GB per task
-at 32M edges, P=2), so an entry keeps the edges as two CSRs over the same destinations instead:
-`own` (sources < split) and `mirror` (sources >= split, columns re-based by -split), and the step
-computes A_own @ own + A_mirror @ mirror. Only the split form is stored, not the whole CSR as well:
-no caller needs the whole once it is split (emit_partials' sources are all own, so its `mirror`
-block is empty and `own` is the whole CSR), and both forms at once would double the entry's |E|
-index memory. The two blocks are views of one order and one col array, so an entry costs what the
-whole CSR cost (2 x |E| int64 plus per-destination offsets). Without `split` an entry is the whole
-CSR in `own`. With the files exchange the mirror rows arrive as one memory-mapped matrix per
-source partition (engine.routed_files), so `split` may also be a list of block starts: one CSR
-block per source file, each multiplied by its own file's matrix (P + 1 blocks: their offsets cost
-(P + 1) x num_dst int64).
+product A @ [own; mirror] copies every payload row ((n_own + n_mirror) x F floats), so an entry keeps the
+edges as two CSRs over the same destinations instead: `own` (sources < split) and `mirror` (sources
+>= split, columns re-based by -split), and the step computes A_own @ own + A_mirror @ mirror. Only
+the split form is stored, not the whole CSR as well: no caller needs the whole once it is split
+(emit_partials' sources are all own, so its `mirror` block is empty and `own` is the whole CSR), and
+both forms at once would double the entry's |E| index memory. The two blocks are views of one order
+and one col array, so an entry costs what the whole CSR cost (2 x |E| int64 plus per-destination
+offsets). Without `split` an entry is the whole CSR in `own`. With the files exchange the mirror
+rows arrive as one memory-mapped matrix per source partition (engine.routed_files), so `split` may
+also be a list of block starts: one CSR block per source file, each multiplied by its own file's
+matrix (P + 1 blocks: their offsets cost (P + 1) x num_dst int64).
 
 A hit is decided by content, not by a name: an entry keeps the src and dst tensors it was built
-from and a lookup compares them element-wise (milliseconds for millions of edges), so an edge list
-that changed (a different graph, a self-loop policy that adds edges, another partition of the same
+from and a lookup compares them element-wise (one linear pass, cheap next to the sort), so an edge
+list that changed (a different graph, a self-loop policy that adds edges, another partition of the same
 size) can never be served a stale order. At most MAX_ENTRIES entries are kept (least recently used
 first out): a worker usually serves one or two partitions per step.
 """

@@ -21,7 +21,11 @@ from sparkgnn.errors import ModelLoadError
 
 
 def model_dir(store: str, fingerprint: str) -> str:
-    """`<store>/<fingerprint>`; a local store (path or file: URI) as a plain absolute path."""
+    """`<store>/<fingerprint>`; a local store (path or file: URI) as a plain absolute path. A
+    fingerprint that is not 64 hex digits (`../x` from a task header) is a ModelLoadError."""
+    from sparkgnn.models.serialization import check_fingerprint
+
+    check_fingerprint(fingerprint, "model store: fingerprint")
     store = files.filesystem(store)[1] if files.is_local(store) else str(store)
     return files.join(store, fingerprint)
 
@@ -64,6 +68,9 @@ class ModelRegistry:
         self._lock = threading.Lock()
 
     def get(self, fingerprint: str):
+        from sparkgnn.models.serialization import check_fingerprint
+
+        check_fingerprint(fingerprint, "task header: model fingerprint")  # a path part below
         with self._lock:
             model = self._models.get(fingerprint)
             if model is None:

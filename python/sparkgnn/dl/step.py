@@ -16,7 +16,8 @@ A step is configured by two registry keys in the task header:
                  partitions that hold the in-edges, before partials can be formed)
 
 Tables in (all row orders are the owner's local order, decided by the graph engine):
-  own:   h (vector), one float32 column per node statistic (e.g. gcn_degree)
+  own:   h (vector), one float32 column per node statistic, named by its key (sparkgnn.stat_keys:
+         gcn_degree_w for GCN's weighted degree, gcn_degree for the unweighted one)
   mirror: p (vector) source payloads of foreign sources       [aggregate=edges]
   edges: src (local in [own | mirror]), dst (local own), weight [aggregate=edges]
   states: s (vector), seg (local own)                          [aggregate=states]
@@ -43,6 +44,7 @@ from sparkgnn.errors import SparkGNNError
 from sparkgnn.layers.rowwise import rows_independent as layers_rows_independent
 from sparkgnn.models.model import Model
 from sparkgnn.planner.partitions import MESSAGE_CHUNK_BYTES, VERTEX_CHUNK_BYTES
+from sparkgnn.stat_keys import stat_key
 
 
 class StepError(SparkGNNError, ValueError):
@@ -114,16 +116,14 @@ class StepContext:
                 f"step {self.header.get('aggregate')}/{self.header.get('emit')} needs table {name!r}"
             ) from None
 
-    def stats(self) -> dict:
-        own = self.table("own")
-        return {name: vector(own, name, self.device) for name in own.column_names if name != "h"}
-
     def required_stats(self, conv) -> dict:
-        stats = self.stats()
-        missing = [name for name in conv.required_stats if name not in stats]
+        """{name: values} of the statistics `conv` reads, from the own table's columns keyed by
+        sparkgnn.stat_keys.stat_key (a conv without edge weights reads the unweighted ones)."""
+        own = self.table("own")
+        missing = [stat_key(conv, name) for name in conv.required_stats if stat_key(conv, name) not in own.column_names]
         if missing:
             raise StepError(f"layer {conv.kind} needs node statistics {missing} that the task did not carry")
-        return stats
+        return {name: vector(own, stat_key(conv, name), self.device) for name in conv.required_stats}
 
 
 def _check_finite(name: str, values: torch.Tensor) -> None:
@@ -167,8 +167,8 @@ def local_partial(
 
     When the message is a scaled source payload and the state follows from sums and counts
     (GCN, SAGE-sum/mean, GIN), sparse CSR products give the sums without materialising an |E| x F
-    message tensor (on this machine fresh memory costs ~4 s/GiB to touch, so the per-edge gather
-    dominated the step), one per payload block, so own and mirror rows are never copied into one
+    message tensor (touching that much fresh memory dominated the step; docs/ARCHITECTURE.md,
+    "Data movement and the planner"), one per payload block, so own and mirror rows are never copied into one
     tensor (_sparse_sums). Everything else goes through message + partial, in destination ranges
     holding at most `chunk_bytes` of messages at once (dl/chunks.py); its per-edge gathers index
     [own | mirror] as one tensor, so that path alone concatenates them."""
@@ -225,10 +225,10 @@ def _sparse_sums(
     """Per-destination sums of (scaled) source rows: A_own @ own_src + A_mirror @ mirror (one
     product per mirror block when `mirror` is a list), the blocks of the CSR from dl/csr.py (built
     once per edge list and process), accumulated in place into one output (addmm_: `A @ X` would
-    allocate a second output-sized buffer, and each block's product reads a smaller source
-    matrix: 0.74 s against 1.1 s for the single product over the concatenation at 4M edges,
-    F=128). A row's sum adds its own edges first, then its mirror edges block by block; the float
-    result differs from one product over [own | mirror] only by that order (~1e-7 relative).
+    allocate a second output-sized buffer, and each block's product reads a smaller source matrix,
+    faster than one product over the concatenation; docs/ARCHITECTURE.md). A row's sum adds its own
+    edges first, then its mirror edges block by block; the float result differs from one product
+    over [own | mirror] only by that order (~1e-7 relative).
     `rows` = (r0, r1): only destinations r0..r1-1 (row r0 of the result is destination r0); each
     row's edges and their order are those of the whole product, so its sum is the same."""
     r0, r1 = (0, num_dst) if rows is None else rows
@@ -263,8 +263,8 @@ def aggregate_none(ctx: StepContext) -> tuple[torch.Tensor, torch.Tensor | None]
 
 def _layer(ctx: StepContext):
     layer = int(ctx.header["layer"])
-    if not 0 <= layer < ctx.model.num_layers:
-        raise StepError(f"layer {layer} out of range for a {ctx.model.num_layers}-layer model")
+    if not 0 <= layer < ctx.model.num_rounds:
+        raise StepError(f"layer {layer} out of range for a {ctx.model.num_rounds}-layer model")
     return layer, ctx.model.conv(layer), bool(ctx.header.get("pre_transform", False))
 
 
@@ -371,7 +371,7 @@ AGGREGATE_STAGES = {
 
 def _next(ctx: StepContext):
     layer = int(ctx.header["layer"]) + 1
-    if layer >= ctx.model.num_layers:
+    if layer >= ctx.model.num_rounds:
         raise StepError(f"emit {ctx.header.get('emit')!r} asked after the last layer")
     return layer, ctx.model.conv(layer), bool(ctx.header.get("next_pre_transform", False))
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 from sparkgnn.engine import calibration, pruned
 from sparkgnn.engine.degrees import out_degree_histogram
@@ -14,15 +17,44 @@ from sparkgnn.engine.jvm import why_unavailable
 from sparkgnn.engine.materialise import materialise_kind
 from sparkgnn.engine.prepare import ensure_layouts, is_prepared, layout_writer, prepare
 from sparkgnn.engine.pushdown import NEEDS_SPARK_ROWS, shuffle_partitions
-from sparkgnn.engine.session import configure, default_parallelism, mapped_memory_budget, memory_per_task
+from sparkgnn.engine.result import JobResult, legacy_positional, model_name, warn_return_report
+from sparkgnn.engine.session import configure, mapped_memory_budget, memory_per_task
+from sparkgnn.engine.spark_compat import default_parallelism
 from sparkgnn.errors import GraphValidationError, LayerFailed, PlanError, SparkGNNError
 from sparkgnn.files import absolute
 from sparkgnn.graph.problems import MAX_EXAMPLES, Problem
 from sparkgnn.outputs import check_output, discard
+from sparkgnn.planner.pruning import WHOLE
 from sparkgnn.runners import check_workers, workers_for
+from sparkgnn.stat_keys import stat_keys
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    import torch
+    from pyspark.sql import DataFrame, SparkSession
+
+    from sparkgnn.graph import Graph
+    from sparkgnn.messenger.local import LocalCluster
+    from sparkgnn.models import Model
+    from sparkgnn.planner.ir import Plan
+
+    #: What `infer`, `precompute` and `refresh` accept as a graph: a Graph, a graph directory, or a
+    #: GraphFrame (anything with .vertices and .edges DataFrames).
+    GraphSource: TypeAlias = Graph | str | os.PathLike[str] | Any
+    #: ... and as a model: a Model, a saved model directory or a PyTorch Geometric module.
+    ModelSource: TypeAlias = Model | str | os.PathLike[str] | torch.nn.Module
+
+#: infer's options in the previous release's positional order (legacy_positional maps them).
+INFER_LEGACY_ORDER = (
+    "out", "strategy", "partitions", "ids", "workers", "explain", "work_dir", "validate", "log",
+    "return_report", "model_store", "overwrite", "exchange", "materialise", "prune",
+)  # fmt: skip
+
+log = logging.getLogger(__name__)
 
 
-def coerce_graph(spark, graph):
+def coerce_graph(spark: SparkSession, graph: GraphSource) -> Graph:
     """A Graph, a graph directory, or anything GraphFrame-shaped (.vertices/.edges)."""
     from sparkgnn.graph import Graph
 
@@ -37,7 +69,7 @@ def coerce_graph(spark, graph):
     )
 
 
-def coerce_model(model):
+def coerce_model(model: ModelSource) -> Model:
     """A sparkgnn Model, a saved model path, or a PyTorch Geometric module."""
     from sparkgnn.models import Model
 
@@ -55,6 +87,21 @@ def check_model_fits(graph, model) -> None:
         raise SparkGNNError(f"the graph's features are {graph.feature_dim} wide but the model expects {model.in_dim}")
 
 
+def load_job_inputs(
+    spark: SparkSession, graph: GraphSource, model: ModelSource, *, validate: bool = True
+) -> tuple[Graph, Model]:
+    """The setup `infer` and `precompute` start from: the session configured, the graph and the
+    model loaded, the graph validated (unless `validate` is False) and the model checked to read
+    the graph's feature width, all before any costly Spark job, so bad input fails in one line."""
+    configure(spark)
+    loaded_graph = coerce_graph(spark, graph)
+    loaded_model = coerce_model(model)
+    if validate:
+        loaded_graph.validate()
+    check_model_fits(loaded_graph, loaded_model)
+    return loaded_graph, loaded_model
+
+
 def input_paths(graph, model, work_dir: str | None) -> dict:
     """The paths a job reads or keeps, by the name an error should use: outputs never overlap them."""
     path = lambda obj: os.fspath(obj) if isinstance(obj, (str, os.PathLike)) else None  # noqa: E731
@@ -64,7 +111,7 @@ def input_paths(graph, model, work_dir: str | None) -> dict:
 WORK_DIR_CONF = "spark.sparkgnn.workDir"
 
 
-def _work_dir(spark, out: str | None, work_dir: str | None) -> str:
+def resolve_work_dir(spark, out: str | None, work_dir: str | None) -> str:
     """The work dir, absolute (files.absolute: tasks read and write under it). Given, else beside
     `out`, else `spark.sparkgnn.workDir`, else Spark's checkpoint dir; the driver's temp dir only
     where every executor shares this machine's disk (local and local-cluster masters): elsewhere the
@@ -96,7 +143,6 @@ def plan_for(
     partitions: int | None = None,
     work_dir: str | None = None,
     out: str | None = None,
-    log=print,
     exchange: str = "shuffle",
     keep_states: bool = False,
     mapped_payloads: bool = False,
@@ -115,7 +161,7 @@ def plan_for(
     stats = graph.stats()
     cores = default_parallelism(spark)
     task_memory = memory_per_task(spark)
-    root = _work_dir(spark, out, work_dir)
+    root = resolve_work_dir(spark, out, work_dir)
 
     serial = exchange == "files"  # a files-exchange task can serve several partitions in turn
     mapped_budget = mapped_memory_budget(spark) if mapped_payloads else None
@@ -137,8 +183,8 @@ def plan_for(
 
     num_partitions, tasks = layout_with()
     if partitions is None and (num_partitions > cores or tasks < cores):  # memory bound: count the sources
-        num_partitions, tasks = layout_with(out_degree_histogram(graph, root, log=log))
-    prepared = prepare(spark, graph, num_partitions, root, log=log, writer=layout_writer(graph, exchange))
+        num_partitions, tasks = layout_with(out_degree_histogram(graph, root))
+    prepared = prepare(spark, graph, num_partitions, root, writer=layout_writer(graph, exchange))
     graph_stats = dict(prepared.stats, feature_dim=graph.feature_dim)
     task = {
         "strategy": strategy,
@@ -151,12 +197,10 @@ def plan_for(
         "concurrent_tasks": tasks,
         "native_aggregates": _native_aggregates(spark, exchange),
     }
-    cost_model, observations = calibration.load(
-        root, cores, log=log, target_edges=stats["num_edges"], exchange=exchange
-    )
-    log(calibration.summary(cost_model, observations, root))
+    cost_model, observations = calibration.load(root, cores, target_edges=stats["num_edges"], exchange=exchange)
+    log.info(calibration.summary(cost_model, observations, root))
     plan = planner.compile(layers, graph_stats, task, cost_model)
-    prepared = ensure_layouts(spark, graph, prepared, [layer.strategy for layer in plan.layers], log=log)
+    prepared = ensure_layouts(spark, graph, prepared, [layer.strategy for layer in plan.layers])
     return prepared, plan
 
 
@@ -172,7 +216,7 @@ def layer_pricer(spark, graph, model, partitions: int | None, root: str, exchang
     task_memory = memory_per_task(spark)
     stats = graph.stats()
     cost_model, _ = calibration.load(
-        root, cores, log=lambda _line: None, target_edges=stats["num_edges"], exchange=exchange
+        root, cores, target_edges=stats["num_edges"], exchange=exchange, warn_unreadable=False
     )
 
     def layout(num_vertices: int, num_edges: int) -> int:
@@ -198,16 +242,16 @@ def _native_aggregates(spark, exchange: str):
     return why_unavailable(spark) or True
 
 
-def _exchange_for(spark, requested: str, strategy: str, root: str, log) -> str:
+def _exchange_for(spark, requested: str, strategy: str, root: str) -> str:
     """The exchange a run uses: a strategy forced by name that needs Spark's rows (edge_join,
     pushdown) takes the shuffle when the exchange is left to auto; else exchange_kind decides."""
     if requested == "auto" and strategy in NEEDS_SPARK_ROWS:
-        log(f"sparkgnn: strategy {strategy} joins payloads in Spark: routed rows go through Spark's shuffle")
+        log.info(f"sparkgnn: strategy {strategy} joins payloads in Spark: routed rows go through Spark's shuffle")
         return "shuffle"
     return exchange_kind(spark, requested, root)
 
 
-def _usable_exchange(kind: str, requested: str, plan, root: str, log) -> str:
+def _usable_exchange(kind: str, requested: str, plan, root: str) -> str:
     """The files exchange falls back to the shuffle (auto) or is refused (asked for by name) when
     the plan joins payloads onto edges or its largest step would not fit twice on the disk."""
     if kind != "files":
@@ -227,34 +271,38 @@ def _usable_exchange(kind: str, requested: str, plan, root: str, log) -> str:
         return kind
     if requested == "files":
         raise SparkGNNError(f"exchange 'files' cannot be used: {why}; use 'shuffle'")
-    log(f"sparkgnn: {why}: routed rows go through Spark's shuffle")
+    log.info(f"sparkgnn: {why}: routed rows go through Spark's shuffle")
     return "shuffle"
 
 
+@legacy_positional(INFER_LEGACY_ORDER)
 def infer(
-    spark,
-    graph,
-    model,
-    out: str | None = None,
+    spark: SparkSession,
+    graph: GraphSource,
+    model: ModelSource | Sequence[ModelSource],
+    *,
+    out: str | os.PathLike[str] | None = None,
     strategy: str = "auto",
     partitions: int | None = None,
-    ids=None,
-    workers="inprocess",
+    ids: Iterable[int] | DataFrame | None = None,
+    workers: str | LocalCluster = "inprocess",
     explain: bool = False,
     work_dir: str | None = None,
     validate: bool = True,
-    log=print,
-    return_report: bool = False,
     model_store: str | None = None,
     overwrite: bool = False,
     exchange: str = "auto",
     materialise: str = "auto",
     prune: str = "auto",
-):
+    return_report: bool | None = None,
+    _legacy: bool = False,
+) -> JobResult:
     """Exact embeddings/predictions of `model` for every vertex of `graph` (or the ones in `ids`).
 
-    Returns a DataFrame (id, h[, pred]) where h is the model's final output (float32 list) and pred its
-    argmax when the model ends in a classifier. With `out`, the result is also written there as Parquet:
+    Returns a JobResult (engine.result): `.frame` is the DataFrame (id, h[, pred]) where h is the
+    model's final output (float32 list) and pred its argmax when the model ends in a classifier;
+    `.report` and `.plan` what the job cost and the plan it ran. With `out`, the result is also
+    written there as Parquet:
     a non-empty `out` is refused unless `overwrite`, an `out` overlapping an input always, and the
     result is staged and swapped in at the end (sparkgnn.outputs), so a failed job loses nothing.
     `ids` (ids or a DataFrame with an `id` column) must be non-empty and name vertices of the graph.
@@ -275,77 +323,94 @@ def infer(
     cheapest; a mode by name forces it (refused with the reason when it cannot apply); "off" runs
     the whole graph without computing the frontier.
     `model` may be a list of models (each as above): they run batched, sharing the graph's data
-    movement, and the result is one DataFrame per model, in order (engine.batching; with `out`,
-    model NAME's result goes to out/NAME, NAME = the saved model's directory name or model_<i>).
+    movement, and the result holds one DataFrame per model, in order, in `frames` (engine.batching;
+    with `out`, model NAME's result goes to out/NAME, NAME = the saved model's directory name or
+    model_<i>).
+    `graph`: a Graph, a graph directory or a GraphFrame; `model`: a Model, a saved model directory
+    or a PyTorch Geometric module (Model.from_pyg). Every option after `model` is keyword-only;
+    the previous release's positional options and `return_report=` still work, with a
+    DeprecationWarning, and return what they returned then (engine.result.legacy_positional).
     """
-    from sparkgnn.dl.model_store import register
-
+    if return_report is not None:
+        warn_return_report("infer")
+    options: dict[str, Any] = dict(strategy=strategy, partitions=partitions, ids=ids, workers=workers)
+    options.update(explain=explain)
+    options.update(validate=validate, model_store=model_store, exchange=exchange, materialise=materialise, prune=prune)
+    out = os.fspath(out) if out is not None else None
+    many = isinstance(model, (list, tuple))
     if isinstance(model, (list, tuple)):
         from sparkgnn.engine.batching import infer_models
 
-        return infer_models(
-            spark,
-            graph,
-            model,
-            out=out,
-            work_dir=work_dir,
-            overwrite=overwrite,
-            return_report=return_report,
-            log=log,
-            strategy=strategy,
-            partitions=partitions,
-            ids=ids,
-            workers=workers,
-            explain=explain,
-            validate=validate,
-            model_store=model_store,
-            exchange=exchange,
-            materialise=materialise,
-            prune=prune,
+        result = infer_models(spark, graph, model, out=out, work_dir=work_dir, overwrite=overwrite, **options)
+    else:
+        frame, report, plan = _infer_one(
+            spark, graph, cast("ModelSource", model), out=out, work_dir=work_dir, overwrite=overwrite, **options
         )
+        name = model_name(model)
+        result = JobResult({name: frame}, {name: report}, {name: plan})
+    if _legacy or return_report is not None:
+        return result.legacy(as_list=many, with_report=bool(return_report))
+    return result
+
+
+def _infer_one(
+    spark: SparkSession,
+    graph: GraphSource,
+    model: ModelSource,
+    *,
+    out: str | None = None,
+    strategy: str = "auto",
+    partitions: int | None = None,
+    ids: Iterable[int] | DataFrame | None = None,
+    workers: str | LocalCluster = "inprocess",
+    explain: bool = False,
+    work_dir: str | None = None,
+    validate: bool = True,
+    model_store: str | None = None,
+    overwrite: bool = False,
+    exchange: str = "auto",
+    materialise: str = "auto",
+    prune: str = "auto",
+) -> tuple[DataFrame, Any, Plan]:
+    """`infer` for one model: (DataFrame, RunReport, Plan); also what a pruned run (engine.pruned)
+    calls for the subgraph it runs."""
+    from sparkgnn.dl.model_store import register
 
     check_workers(workers)  # a typo fails in a second, not after preparing the graph
     _checked_prune(prune)
     out = absolute(out) if out else out  # tasks write the output parts: not relative to their cwd
     model_store = absolute(model_store) if model_store else model_store
-    root = _work_dir(spark, out, work_dir)
+    root = resolve_work_dir(spark, out, work_dir)
     if out:
         check_output(out, input_paths(graph, model, root), overwrite)
-    configure(spark)
-    graph = coerce_graph(spark, graph)
-    model = coerce_model(model)
-    if validate:
-        graph.validate()
-    check_model_fits(graph, model)
+    graph, model = load_job_inputs(spark, graph, model, validate=validate)
     ids_df = checked_ids(spark, graph, ids) if ids is not None else None
-    kind = _exchange_for(spark, exchange, strategy, root, log)
+    kind = _exchange_for(spark, exchange, strategy, root)
     pruning = {}
     if ids_df is not None and prune != "off":
         pricer, whole_partitions = layer_pricer(spark, graph, model, partitions, root, kind)
         ctx = pruned.choose(
-            spark, graph, model, ids_df, prune, pricer, is_prepared(graph, whole_partitions, root), strategy, log=log
+            spark, graph, model, ids_df, prune, pricer, is_prepared(graph, whole_partitions, root), strategy
         )
-        if ctx.choice.mode != "whole":
+        if ctx.choice.mode != WHOLE:
             again = dict(strategy=strategy, partitions=partitions, workers=workers, work_dir=root)
             again.update(model_store=model_store, overwrite=overwrite, exchange=exchange, materialise=materialise)
-            result, report, plan = pruned.RUNS.lookup(ctx.choice.mode)(
-                ctx, out, log=log, infer=infer, infer_kwargs=again
-            )
+            result, report, plan = pruned.RUNS.lookup(ctx.choice.mode)(ctx, out, infer=_infer_one, infer_kwargs=again)
             if explain:
-                log(plan.explain())
-            return (result, report, plan) if return_report else result
+                log.info(plan.explain())
+            return result, report, plan
         pruning = ctx.choice.summary()
     mapped = kind == "files" and workers == "inprocess"  # remote payloads stay in mapped files
     prepared, plan = plan_for(
-        spark, graph, model, strategy, partitions, work_dir=root, log=log, exchange=kind, mapped_payloads=mapped
+        spark, graph, model, strategy, partitions, work_dir=root, exchange=kind, mapped_payloads=mapped
     )
-    usable = _usable_exchange(kind, exchange, plan, root, log)
+    usable = _usable_exchange(kind, exchange, plan, root)
     if usable != kind and mapped:  # P was chosen for payloads in files: plan again for the shuffle
-        prepared, plan = plan_for(spark, graph, model, strategy, partitions, work_dir=root, log=log, exchange=usable)
+        prepared, plan = plan_for(spark, graph, model, strategy, partitions, work_dir=root, exchange=usable)
     kind = usable
     plan.pruning = pruning
     if explain:
-        log(plan.explain())
+        log.info(plan.explain())
     model_store = model_store or os.path.join(root, "models")
     fingerprint = register(model, model_store)
     needs_dst = [bool(info["needs_dst_in_message"]) for info in model.plan_info()]
@@ -366,9 +431,9 @@ def infer(
                 runners.spec,
                 with_pred=with_pred,
                 needs_dst=needs_dst,
-                log=log,
                 write_to=staged,
                 exchange=route,
+                stats=stat_keys(model.conv_list()),
             )
             if ids_df is not None:
                 final_df = final_df.join(ids_df, "id", "left_semi")
@@ -379,17 +444,14 @@ def infer(
                 meter,
                 label,
                 out,
-                log=log,
                 timers=timers,
                 staged=staged,
                 with_pred=with_pred,
                 guard=lambda: step_failures(label, route, True, report.labels.__getitem__),
             )
             for line in estimate_lines(estimate_vs_actual(report, plan)):
-                log(line)
-            calibration.record(
-                root, default_parallelism(spark), plan, report.seconds_by_plan_layer(), log=log, exchange=kind
-            )
+                log.info(line)
+            calibration.record(root, default_parallelism(spark), plan, report.seconds_by_plan_layer(), exchange=kind)
     except BaseException as exc:
         if staged is not None:
             discard(staged)
@@ -397,9 +459,9 @@ def infer(
         raise
     finally:
         if route.close(keep):
-            log(f"sparkgnn: kept the committed steps in {route.run.path} for a rerun to resume from")
+            log.info(f"sparkgnn: kept the committed steps in {route.run.path} for a rerun to resume from")
         runners.close()
-    return (result, report, plan) if return_report else result
+    return result, report, plan
 
 
 def _checked_prune(prune: str) -> str:

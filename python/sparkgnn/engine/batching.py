@@ -8,22 +8,27 @@ every model's layers run in the same round trips. Models that cannot share an ed
 self-loop policy, statistics with and without edge weights) run as separate batches, so a call
 never fails for mixing them; it only shares less.
 
-The result is one DataFrame per model, in the order given, each exactly what `infer` returns for
-that model alone: (id, h[, pred]), pred the argmax of the model's own columns (the first maximum,
-like torch.argmax) when it ends in a classifier. With `out`, model `name`'s result is written to
-`out/<name>` under sparkgnn.outputs' rules (every target checked before any work, staged, swapped
-in; nothing replaced without `overwrite`).
+The result is a JobResult with one DataFrame per model (`frames`, by name, in the order given),
+each exactly what `infer` returns for that model alone: (id, h[, pred]), pred the argmax of the
+model's own columns (the first maximum, like torch.argmax) when it ends in a classifier. With
+`out`, model `name`'s result is written to `out/<name>` under sparkgnn.outputs' rules (every
+target checked before any work, staged, swapped in; nothing replaced without `overwrite`).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
+from typing import Any
 
 from sparkgnn import files
+from sparkgnn.engine.result import JobResult
 from sparkgnn.errors import SparkGNNError
-from sparkgnn.models.batching import batch_models, plan_batches
+from sparkgnn.models.batching import batch_models, check_same_input_width, plan_batches
 from sparkgnn.outputs import check_output, write_parquet_staged
+
+log = logging.getLogger(__name__)
 
 
 def model_names(sources: Sequence) -> list[str]:
@@ -61,14 +66,12 @@ def infer_models(
     names: Sequence[str] | None = None,
     work_dir: str | None = None,
     overwrite: bool = False,
-    return_report: bool = False,
-    log=print,
-    **options,
-):
+    **options: Any,
+) -> JobResult:
     """`infer` for a list of models (module doc). `options` are infer's other keyword arguments.
-    Returns the list of DataFrames; with `return_report`, (frames, reports, plans) with one
-    report and plan per batch that ran."""
-    from sparkgnn.engine.api import _work_dir, coerce_model, infer
+    Returns a JobResult keyed by model name, in the order given; models that ran in one batch
+    share that batch's report and plan."""
+    from sparkgnn.engine.api import coerce_model, infer, resolve_work_dir
 
     sources = list(models)
     if not sources:
@@ -77,38 +80,38 @@ def infer_models(
     if len(names) != len(sources) or len(set(names)) != len(names):
         raise SparkGNNError(f"need one distinct name per model, got {names} for {len(sources)} models")
     out = files.absolute(out) if out else out
-    root = _work_dir(spark, out, work_dir)
+    root = resolve_work_dir(spark, out, work_dir)
     targets = {name: files.join(out, name) for name in names} if out else {}
     if out:
         inputs = {"graph directory": _path(graph) or getattr(graph, "path", None), "work dir": root}
         inputs.update({f"model {name}": _path(source) for name, source in zip(names, sources, strict=True)})
-        check_output(out, inputs, overwrite=True)  # out itself may hold other results; never an input
+        check_output(out, inputs, holds_others=True)  # out itself may hold other results; never an input
         for name, target in targets.items():
             check_output(target, inputs, overwrite, flag=f"--out (model {name})")
     loaded = [coerce_model(source) for source in sources]
-    widths = {m.in_dim for m in loaded}
-    if len(widths) > 1:
-        listed = ", ".join(f"{name}: {m.in_dim}" for name, m in zip(names, loaded, strict=True))
-        raise SparkGNNError(f"batched models must read the same input width; they read {listed}")
-    frames: list = [None] * len(loaded)
-    reports, plans = [], []
+    check_same_input_width(loaded, names)
+    frames: dict[str, Any] = dict.fromkeys(names)
+    reports: dict[str, Any] = {}
+    plans: dict[str, Any] = {}
     for batch in plan_batches(loaded, names):
         batch_names = [names[i] for i in batch]
         if len(batch) == 1:  # alone: the model itself, exactly as infer runs it
             if len(loaded) > 1:
-                log(f"sparkgnn: model batching: {batch_names[0]} cannot share an edge list with the others: runs alone")
+                log.info(
+                    f"sparkgnn: model batching: {batch_names[0]} cannot share an edge list with the others: runs alone"
+                )
             model, parts = loaded[batch[0]], None
         else:
             batched = batch_models([loaded[i] for i in batch], batch_names)
-            log(f"sparkgnn: model batching: {', '.join(batch_names)} run as one model")
+            log.info(f"sparkgnn: model batching: {', '.join(batch_names)} run as one model")
             model, parts = batched.model, list(zip(batched.slices, batched.outputs, strict=True))
-        result, report, plan = infer(spark, graph, model, work_dir=root, log=log, return_report=True, **options)
-        reports.append(report)
-        plans.append(plan)
+        job = infer(spark, graph, model, work_dir=root, **options)
+        result = job.frame
         for n, i in enumerate(batch):
             frame = result if parts is None else split_result(result, *parts[n][0], parts[n][1] == "logits")
-            frames[i] = _write(spark, frame, targets[names[i]]) if out else frame
-    return (frames, reports, plans) if return_report else frames
+            frames[names[i]] = _write(spark, frame, targets[names[i]]) if out else frame
+            reports[names[i]], plans[names[i]] = job.report, job.plan
+    return JobResult(frames, reports, plans)
 
 
 def _path(obj) -> str | None:

@@ -14,6 +14,8 @@ nothing here overwrites what it did not write.
 
 from __future__ import annotations
 
+import logging
+
 from sparkgnn import files
 from sparkgnn.planner import CostModel
 from sparkgnn.planner.calibration import Observation, fit
@@ -21,6 +23,7 @@ from sparkgnn.planner.calibration import Observation, fit
 CALIBRATION_FILE = "calibration.json"
 MAX_OBSERVATIONS = 64
 VERSION = 1
+log = logging.getLogger(__name__)
 
 # The constants a plan starts from before this work dir has measured anything, by exchange. Files:
 # the "shuffle" term is an IPC write plus a memory-mapped read, the pipe term placing rows by id
@@ -62,23 +65,28 @@ def _key(cores: int, exchange: str) -> str:
 
 
 def load(
-    work_dir: str, cores: int, log=print, target_edges: float | None = None, exchange: str = "shuffle"
+    work_dir: str,
+    cores: int,
+    target_edges: float | None = None,
+    exchange: str = "shuffle",
+    *,
+    warn_unreadable: bool = True,
 ) -> tuple[CostModel, int]:
     """The refit cost model for `cores` and `exchange` (for a graph of `target_edges` edges:
     planner.calibration weights layers of other sizes down) and how many observations it rests
-    on (0: the prior)."""
+    on (0: the prior). An unreadable file is a warning (the job plans with the prior);
+    `warn_unreadable=False` leaves it to another load of the same job to say so once."""
     prior = PRIORS[exchange]
     try:
         observations = _read(work_dir).get(_key(cores, exchange), [])
     except ValueError as exc:
-        log(f"sparkgnn: {exc}; planning with the default cost model")
+        if warn_unreadable:
+            log.warning(f"sparkgnn: {exc}; planning with the default cost model")
         return prior, 0
     return fit(observations, prior=prior, target_edges=target_edges), len(observations)
 
 
-def record(
-    work_dir: str, cores: int, plan, seconds_by_layer: dict[int, float], log=print, exchange: str = "shuffle"
-) -> int:
+def record(work_dir: str, cores: int, plan, seconds_by_layer: dict[int, float], exchange: str = "shuffle") -> int:
     """Append this run's layers (planner quantities + measured seconds) and return how many
     observations the key now holds. Written atomically (files.write_json_atomic: temp file + rename
     in the work dir, one put on an object store)."""
@@ -92,7 +100,7 @@ def record(
     try:
         stored = _read(work_dir)
     except ValueError as exc:
-        log(f"sparkgnn: {exc}; this run's timings are not recorded")
+        log.warning(f"sparkgnn: {exc}; this run's timings are not recorded")
         return 0
     key = _key(cores, exchange)
     stored[key] = (stored.get(key, []) + fresh)[-MAX_OBSERVATIONS:]

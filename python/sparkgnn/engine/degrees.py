@@ -10,16 +10,97 @@ the core count either way.
 Cached at <work>/prep/<graph fingerprint>/out_degrees.json (the fingerprint covers the edges, so a
 changed graph has another file); written atomically (files.write_json_atomic), and a file that does
 not parse is recomputed.
+
+It also holds the one definition of the per-vertex statistics the engine precomputes (GCN's
+degree and the weighted in-degree), written once as SQL (stat_sql: prepare's Spark layouts and the
+pruned run's statistics, engine.vertex_stats) and once as array code (stat_values: the prepare
+tasks). layers/stats.py keeps their torch versions, which follow PyG's edge order;
+tests/engine/test_degrees.py checks the three against each other. Each statistic exists twice,
+keyed by sparkgnn.stat_keys.stat_key: `<name>_w` sums the edge weights, `<name>` counts every edge
+as 1 (a conv converted without edge weights, whose PyG forward normalises by the unweighted degree).
 """
 
 from __future__ import annotations
 
+import logging
+
+import numpy as np
+
 from sparkgnn import files
+from sparkgnn.stat_keys import split_key
 
 FILE = "out_degrees.json"
+log = logging.getLogger(__name__)
+
+#: GCN's degree of one vertex as an SQL aggregate over its in-edges (src, dst, w) grouped by dst,
+#: `{w}` standing for an edge's weight: the weights of the edges that are not self loops, plus its
+#: self loop's weight, 1 where it has none (PyG's add_remaining_self_loops). Several self loops count
+#: once, with the largest weight: Spark has no edge order to keep PyG's last one by.
+GCN_DEGREE_TEMPLATE = (
+    "coalesce(sum(case when src != dst then {w} end), 0.0) + coalesce(max(case when src = dst then {w} end), 1.0)"
+)
+#: The degree of a vertex without in-edges (its added self loop).
+GCN_DEGREE_EMPTY = 1.0
+
+#: statistic name (layers/stats.py) -> (SQL aggregate over its in-edges (src, dst, w) grouped by
+#: dst with `{w}` for an edge's weight, the value of a vertex without in-edges).
+STAT_TEMPLATES: dict[str, tuple[str, float]] = {
+    "in_degree": ("cast(count(1) as double)", 0.0),
+    "weighted_in_degree": ("sum({w})", 0.0),
+    "gcn_degree": (GCN_DEGREE_TEMPLATE, GCN_DEGREE_EMPTY),
+}
+#: The edge weight a statistic counts when edge weights do not count (stat_key without `_w`).
+_UNIT_WEIGHT = "cast(1.0 as double)"
+
+#: The statistic keys (sparkgnn.stat_keys) every prepared vertex layout carries, each computed
+#: in the same aggregation: the degrees GCN-style layers read, with and without edge weights.
+PREPARED_STATS: tuple[str, ...] = ("gcn_degree", "gcn_degree_w", "weighted_in_degree", "weighted_in_degree_w")
 
 
-def out_degree_histogram(graph, work_dir: str, log=print) -> dict[int, int]:
+def stat_sql(key: str) -> tuple[str, float]:
+    """(SQL aggregate over in-edges (src, dst, w) grouped by dst, value of a vertex without
+    in-edges) of a statistic key; an unknown statistic is a ValueError naming the known ones."""
+    name, weighted = split_key(key)
+    if name not in STAT_TEMPLATES:
+        raise ValueError(f"unknown node statistic {key!r}; known: {', '.join(sorted(STAT_TEMPLATES))}")
+    template, empty = STAT_TEMPLATES[name]
+    return template.format(w="w" if weighted else _UNIT_WEIGHT), empty
+
+
+#: GCN's weighted degree (the statistic key `gcn_degree_w`) as one SQL aggregate.
+GCN_DEGREE_SQL = stat_sql("gcn_degree_w")[0]
+
+
+def gcn_degree(ids: np.ndarray, src: np.ndarray, dst: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """GCN_DEGREE_SQL over arrays: float32[len(ids)] for the sorted vertex ids `ids`, from every
+    in-edge (src, dst, w) of those vertices. A destination that is not in `ids` is a ValueError."""
+    at = np.minimum(np.searchsorted(ids, dst), max(len(ids) - 1, 0))
+    if len(dst) and not np.array_equal(ids[at], dst):
+        raise ValueError(f"edges name destination ids that are not vertices, e.g. {dst[ids[at] != dst][:5].tolist()}")
+    loop = src == dst
+    # float64 sums like Spark's sum(float); bincount of nothing comes back as int64
+    degree = np.bincount(at[~loop], weights=w[~loop].astype(np.float64), minlength=len(ids)).astype(np.float64)
+    self_weight = np.full(len(ids), -np.inf)
+    np.maximum.at(self_weight, at[loop], w[loop].astype(np.float64))
+    degree += np.where(np.isfinite(self_weight), self_weight, GCN_DEGREE_EMPTY)
+    return degree.astype(np.float32)
+
+
+def stat_values(key: str, ids: np.ndarray, src: np.ndarray, dst: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """stat_sql(key) over arrays: float32[len(ids)] for the sorted vertex ids `ids`, from every
+    in-edge (src, dst, w) of those vertices (w ignored where the key's edge weights do not count)."""
+    name, weighted = split_key(key)
+    w = w if weighted else np.ones(len(src), np.float32)
+    if name == "gcn_degree":
+        return gcn_degree(ids, src, dst, w)
+    if name in ("weighted_in_degree", "in_degree"):
+        w = w if name == "weighted_in_degree" else np.ones(len(src), np.float32)
+        at = np.searchsorted(ids, dst)
+        return np.bincount(at, weights=w.astype(np.float64), minlength=len(ids)).astype(np.float32)
+    raise ValueError(f"unknown node statistic {key!r}; known: {', '.join(sorted(STAT_TEMPLATES))}")
+
+
+def out_degree_histogram(graph, work_dir: str) -> dict[int, int]:
     """{out-degree k > 0: number of vertices with k out-edges}."""
     path = files.join(work_dir, "prep", str(graph.fingerprint), FILE)
     try:
@@ -29,7 +110,7 @@ def out_degree_histogram(graph, work_dir: str, log=print) -> dict[int, int]:
     rows = graph.edges.groupBy("src").count().groupBy("count").count().collect()
     histogram = {int(r[0]): int(r[1]) for r in rows}
     files.write_json_atomic(path, {"fingerprint": str(graph.fingerprint), "out_degrees": histogram})
-    log(
+    log.info(
         f"sparkgnn: out-degree histogram of {sum(histogram.values()):,} source vertices computed for the partition rule"
     )
     return histogram

@@ -1,12 +1,12 @@
 """How routed rows travel from one layer step to the next: Spark's shuffle, or Arrow IPC files in
 the work dir that the tasks write and read themselves.
 
-Why files: at 8M edges a layer routes ~0.9 GiB of rows. Through Spark they cross the Python -> JVM
-pipe (Arrow -> UnsafeRow), the shuffle write and fetch, and the JVM -> Python pipe (UnsafeRow ->
-Arrow) again: about half of a ~12.5 s layer, with the Python phases waiting on it (rows_in, the
-back-pressure inside scatter). Written by the task that computed them as Arrow IPC, the same rows
-cost ~0.6 s per GiB to write and nothing to read (memory-mapped from the page cache, placed by id
-straight into the DL step's buffers). Spark still schedules every step (one task per partition,
+Why files: through Spark a layer's routed rows cross the Python -> JVM pipe (Arrow -> UnsafeRow),
+the shuffle write and fetch, and the JVM -> Python pipe (UnsafeRow -> Arrow) again, with the Python
+phases waiting on it (rows_in, the back-pressure inside scatter). Written by the task that computed
+them as Arrow IPC, the same rows cost one write and nothing to read (memory-mapped from the page
+cache, placed by id straight into the DL step's buffers). The measured gain is in
+docs/ARCHITECTURE.md ("Batch inference"). Spark still schedules every step (one task per partition,
 retried on failure) and still moves the rows wherever a step needs SQL: edge_join's join and PE
 precomputation's per-layer DataFrames use the shuffle. The features reach the first step through
 files too, from a scan job whose tasks read the graph's vertex files (FileExchange.scan_features).
@@ -112,13 +112,6 @@ def routed_files(step_dir: str, part: int, partitions: int) -> Iterator[RoutedFi
                 f"routed rows from partition {source} to partition {part} are missing or damaged ({exc}); "
                 "the previous step did not finish that partition"
             ) from exc
-
-
-def read_routed(step_dir: str, part: int, partitions: int) -> Iterator[pa.RecordBatch]:
-    """Task side: every batch routed to `part` by the previous step, file by file (the vectors are
-    views of the page cache on a local disk)."""
-    for routed in routed_files(step_dir, part, partitions):
-        yield from routed.batches()
 
 
 SCAN_BATCH_ROWS = 32768

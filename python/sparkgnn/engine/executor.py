@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import logging
 import time
 from dataclasses import dataclass, field
 
@@ -36,8 +37,12 @@ from sparkgnn.engine.routing import (
 from sparkgnn.engine.run_dir import run_key
 from sparkgnn.engine.schedule import schedule
 from sparkgnn.engine.spark_compat import set_job_description, task_counters
+from sparkgnn.engine.static import STAT_COLUMNS
 from sparkgnn.engine.steps import INPUT_STAGE, PEAK_RSS, TIMERS, StepConfig, run_step
+from sparkgnn.errors import SparkGNNError
 from sparkgnn.outputs import discard, staging_path, swap_into_place
+
+log = logging.getLogger(__name__)
 
 # DL stages that finish a conv (the others only load or prepare): the steps a PE store commits.
 AGGREGATING_STAGES = ("edges", "states")
@@ -83,8 +88,8 @@ class RunReport:
         the first step (x in, layer 0's payloads out: its first Pipe, 2 passes in all), so the
         steps of layer -1 belong to layer 0 here; steps the plan does not cost (the feature scan)
         count nowhere. Comparing layer 0's estimate with its aggregation step alone made every
-        refit learn that the first step's bytes and pass cost nothing (at 32M edges / P=4 that
-        step took 13.5 s next to the aggregation's 21.7 s)."""
+        refit learn that the first step's bytes and pass cost nothing, though that step can take
+        a large share of the layer."""
         out: dict[int, float] = {}
         for step in self.steps:
             if step.estimated:
@@ -216,11 +221,11 @@ def execute(
     transport: dict,
     with_pred: bool,
     needs_dst: list[bool],
-    log=print,
     on_layer=None,
     resume=None,
     write_to: str | None = None,
     exchange=None,
+    stats: tuple = (),
 ):
     """Run all steps; returns (final DataFrame (id, h[, pred]) not yet materialised, RunReport, ...).
 
@@ -231,7 +236,14 @@ def execute(
     there themselves (step_outputs.outputs_final_files) and the final DataFrame holds one row per
     partition (pt, rows, bytes); `finish(..., staged=write_to)` then commits it. `exchange`
     (engine.exchange, default the shuffle) carries the routed rows between steps; the caller
-    closes it after finish."""
+    closes it after finish. `stats` are the statistic keys the model's convs read
+    (sparkgnn.stat_keys.stat_keys), which every own table carries."""
+    unknown = sorted(set(stats) - set(STAT_COLUMNS))
+    if unknown:
+        raise SparkGNNError(
+            f"the model reads node statistics {unknown} that prepared layouts do not carry; "
+            f"they carry {', '.join(STAT_COLUMNS)}"
+        )
     partitions = plan.partitions
     keys = partition_keys(spark, partitions)
     strategies = [layer.strategy for layer in plan.layers]
@@ -280,7 +292,7 @@ def execute(
         rows = exchange.resume(spark, kept)
         first = kept + 1
         report.resumed_after = kept
-        log(f"sparkgnn: resuming after '{steps[kept].label}', committed by an earlier run in {exchange.run.path}")
+        log.info(f"sparkgnn: resuming after '{steps[kept].label}', committed by an earlier run in {exchange.run.path}")
     files = None if resume or first else _vertex_files(graph)
     if files:
         set_job_description(spark, "sparkgnn feature scan")
@@ -297,7 +309,7 @@ def execute(
                     estimated=False,
                 )
             )
-            log(_progress(report.steps[-1]))
+            log.info(_progress(report.steps[-1]))
     final_df = final_timers = None
     for index, step in enumerate(steps):
         if index < first:
@@ -319,6 +331,7 @@ def execute(
             transport=transport,
             with_pred=with_pred,
             with_state=on_layer is not None,
+            stats=tuple(stats),
             out_dir=write_to if step.outputs == "final_files" else None,
             exchange_in=exchange_in,
             exchange_out=exchange_out,
@@ -349,7 +362,7 @@ def execute(
         report.steps.append(
             StepReport(step.label, seconds, shuffle, _read(timers), step.layer, _peak(timers), exchanged)
         )
-        log(_progress(report.steps[-1]))
+        log.info(_progress(report.steps[-1]))
         if on_layer is not None and INPUT_STAGE[step.inputs] in AGGREGATING_STAGES:
             on_layer(step.layer + 1, rows)
             rows = rows.where(f"kind != {PE_STATE}")
@@ -422,7 +435,6 @@ def finish(
     meter,
     label: str,
     out: str | None,
-    log=print,
     timers: dict | None = None,
     staged: str | None = None,
     with_pred: bool = False,
@@ -458,6 +470,6 @@ def finish(
     report.steps.append(
         StepReport(label, seconds, shuffle, _read(timers) if timers else {}, report.final_layer, _peak(timers))
     )
-    log(_progress(report.steps[-1], f" -> {out}" if out else ""))
+    log.info(_progress(report.steps[-1], f" -> {out}" if out else ""))
     set_job_description(spark, None)
     return result

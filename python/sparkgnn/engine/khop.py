@@ -1,4 +1,4 @@
-"""The upstream neighbourhood of requested vertices, hop by hop (issue 18, inference for a subset).
+"""The upstream neighbourhood of requested vertices, hop by hop (inference for a subset of ids).
 
 Why: with `ids`, a k-layer model needs h^k only at the ids, hence h^(k-1) only at the ids and their
 in-neighbours, ..., and x only within k hops upstream. D_0 = ids and D_(j+1) = D_j plus the sources

@@ -12,22 +12,34 @@ plain layer contract: state' = merge(state, partial(new messages)); h = update(h
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparkgnn.arrowvec import to_list, to_numpy_matrix
-from sparkgnn.engine.api import _work_dir, check_model_fits, coerce_graph, coerce_model, plan_for
+from sparkgnn.engine.api import load_job_inputs, plan_for, resolve_work_dir
 from sparkgnn.engine.exchange import ShuffleExchange
 from sparkgnn.engine.executor import execute
 from sparkgnn.engine.materialise import materialise_kind
 from sparkgnn.engine.pushdown import shuffle_partitions
+from sparkgnn.engine.result import StoreResult, legacy_positional
 from sparkgnn.engine.routing import OWN, PE_STATE
-from sparkgnn.engine.session import configure
 from sparkgnn.runners import check_workers, workers_for
+from sparkgnn.stat_keys import stat_keys
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from sparkgnn.engine.api import GraphSource, ModelSource
+    from sparkgnn.messenger.local import LocalCluster
+
+log = logging.getLogger(__name__)
 
 PE_SCHEMA = "id long, h array<float>"
 PE_STATE_SCHEMA = "id long, h array<float>, state array<float>"
@@ -65,7 +77,7 @@ def pe_frame(rows, with_states: bool):
 
 def _widths(model, plan, layer: int) -> tuple[int, int]:
     """(h width, state width) of PE layer `layer` (1-based: the output of the first `layer` convs)."""
-    width = model.conv(layer).in_dim if layer < model.num_layers else model.out_dim
+    width = model.conv(layer).in_dim if layer < model.num_rounds else model.out_dim
     conv = model.conv(layer - 1)
     return width, conv.state_width(plan.layers[layer - 1].pre_transform)
 
@@ -77,46 +89,60 @@ def _contiguous(done: list[int]) -> int:
     return count
 
 
+#: precompute's options in the previous release's positional order (legacy_positional maps them).
+PRECOMPUTE_LEGACY_ORDER = (
+    "store", "states", "metrics", "workers", "force", "strategy", "partitions", "work_dir", "fanouts",
+    "hops", "validate", "log", "on_layer_committed", "materialise",
+)  # fmt: skip
+
+
+@legacy_positional(PRECOMPUTE_LEGACY_ORDER)
 def precompute(
-    spark,
-    graph,
-    model,
-    store: str,
+    spark: SparkSession,
+    graph: GraphSource,
+    model: ModelSource,
+    *,
+    store: str | os.PathLike[str],
     states: bool = True,
     metrics: bool = True,
-    workers="inprocess",
+    workers: str | LocalCluster = "inprocess",
     force: bool = False,
     strategy: str = "auto",
     partitions: int | None = None,
     work_dir: str | None = None,
-    fanouts=(25, 10),
+    fanouts: Sequence[int] = (25, 10),
     hops: int | None = None,
     validate: bool = True,
-    log=print,
-    on_layer_committed=None,
+    on_layer_committed: Callable[[int], None] | None = None,
     materialise: str = "auto",
-):
-    """Compute and store h^(1..k) (and merged states) of every vertex, plus workload metrics.
-    Returns the opened PEStore. `materialise`: how each step is kept between steps, as in `infer`
-    (engine.materialise; "auto": Parquet in the work dir on a cluster)."""
+    _legacy: bool = False,
+) -> StoreResult:
+    """Compute and store h^(1..k) (and merged states) of every vertex, plus workload metrics, in
+    the PE store at `store`. Returns a StoreResult (engine.result): the opened PEStore, the
+    engine's RunReport and the plan it ran (both None when every layer was already committed).
+    `states`: keep each vertex's merged aggregation state (a refresh and the srpe/exact serving
+    modes need them). `force`: recompute layers already committed. `fanouts`/`hops`: the workload
+    metrics' sampling (hops defaults to the model's rounds). `on_layer_committed(layer)` is called
+    after each layer commits. `materialise`: how each step is kept between steps, as in `infer`
+    (engine.materialise; "auto": Parquet in the work dir on a cluster). `workers`, `strategy`,
+    `partitions`, `work_dir`, `validate`: as in `infer`. Options after `model` are keyword-only;
+    the previous release's positional form still works with a DeprecationWarning and returns the
+    PEStore, as it did."""
+    store = os.fspath(store)
+    report = plan = None
     from sparkgnn.dl.model_store import register
     from sparkgnn.pe import PEStore, PEWriter
 
     check_workers(workers)  # a typo fails in a second, not after preparing the graph
-    configure(spark)
-    graph = coerce_graph(spark, graph)
-    model = coerce_model(model)
-    if validate:
-        graph.validate()
-    check_model_fits(graph, model)
-    writer = PEWriter(store, graph, model, with_states=states, force=force, log=log)
+    graph, model = load_job_inputs(spark, graph, model, validate=validate)
+    writer = PEWriter(store, graph, model, with_states=states, force=force)
     start = _contiguous(writer.completed_layers())
-    num_layers = model.num_layers
+    num_layers = model.num_rounds
     if start:
-        log(f"sparkgnn precompute: layers 1..{start} already committed in {store}; resuming")
+        log.info(f"sparkgnn precompute: layers 1..{start} already committed in {store}; resuming")
     if start < num_layers:
-        root = _work_dir(spark, None, work_dir)
-        prepared, plan = plan_for(spark, graph, model, strategy, partitions, work_dir=root, log=log, keep_states=states)
+        root = resolve_work_dir(spark, None, work_dir)
+        prepared, plan = plan_for(spark, graph, model, strategy, partitions, work_dir=root, keep_states=states)
         if states:
             for layer in plan.layers:  # canonical raw-space states (module doc)
                 layer.pre_transform = False
@@ -129,7 +155,9 @@ def precompute(
             started = time.perf_counter()
             width, state_width = _widths(model, plan, layer)
             writer.commit_layer(layer, pe_frame(rows, states), width, state_width if states else None)
-            log(f"sparkgnn precompute: committed layer {layer}/{num_layers} ({time.perf_counter() - started:.1f} s)")
+            log.info(
+                f"sparkgnn precompute: committed layer {layer}/{num_layers} ({time.perf_counter() - started:.1f} s)"
+            )
             if on_layer_committed is not None:
                 on_layer_committed(layer)
 
@@ -139,7 +167,7 @@ def precompute(
         route = ShuffleExchange(root, plan.partitions, materialise=materialise_kind(spark, materialise))
         try:
             with shuffle_partitions(spark, plan):
-                execute(
+                _rows, report, *_ = execute(
                     spark,
                     prepared,
                     plan,
@@ -148,10 +176,10 @@ def precompute(
                     runners.spec,
                     with_pred=False,
                     needs_dst=needs_dst,
-                    log=log,
                     on_layer=commit,
                     resume=resume,
                     exchange=route,
+                    stats=stat_keys(model.conv_list()),
                 )
         finally:
             route.close(keep=False)
@@ -161,6 +189,7 @@ def precompute(
 
         started = time.perf_counter()
         writer.commit_metrics(compute_metrics(graph, list(fanouts), hops or num_layers))
-        log(f"sparkgnn precompute: workload metrics in {time.perf_counter() - started:.1f} s")
+        log.info(f"sparkgnn precompute: workload metrics in {time.perf_counter() - started:.1f} s")
     writer.finish()
-    return PEStore.open(store, model=model, graph=graph)
+    opened = PEStore.open(store, model=model, graph=graph)
+    return opened if _legacy else StoreResult(opened, report, plan)  # type: ignore[return-value]

@@ -6,7 +6,7 @@ the result is written under `<work_dir>/prep/<graph fingerprint>/P=<n>/` and reu
 is written last, so a crashed preparation is redone, never half-used).
 
 Layouts (Parquet, partitioned by the owning partition `part`):
-  vertices/     id, gcn_degree                 owner = part(id)                          always
+  vertices/     id, <statistics>               owner = part(id)                          always
   in_edges/     src, dst, w                    owner = part(dst)   (replicate, edge_join) always
   out_targets/  id, pt   distinct (src, part(dst)) with part(dst) != part(src)  (replicate mirrors) always
   out_edges/    src, dst, w, pd                owner = part(src)   (combine)              on demand
@@ -15,28 +15,40 @@ Layouts (Parquet, partitioned by the owning partition `part`):
 Why two sets: a job writes the layouts its plan reads, not every strategy's. The base set and the
 statistics the planner needs to cost every strategy (combine's partial count included, counted
 without writing its layouts) come first; the combine layouts are written (once, under their own
-marker) only when a plan picks combine for some layer (ensure_layouts). At 8M edges / P=2 the two
-combine layouts were 8.4 s of a 36.7 s prepare.
+marker) only when a plan picks combine for some layer (ensure_layouts): most plans never read them,
+and they are a sizeable share of a prepare.
+
+The vertices carry every statistic of engine.degrees.PREPARED_STATS (GCN's degree and the weighted
+in-degree, each with and without the edge weights, keyed by sparkgnn.stat_keys): one aggregation
+computes them all, and a run reads only the keys its convs ask for. The marker records
+LAYOUT_VERSION; a layout of another version (other columns) is prepared again, never reused.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from dataclasses import dataclass
 
 from sparkgnn import files
+from sparkgnn.engine.degrees import PREPARED_STATS, stat_sql
 from sparkgnn.engine.routing import partition_expr
 from sparkgnn.engine.spark_compat import set_job_description
 
+log = logging.getLogger(__name__)
+
 MARKER = "prepared.json"
+#: The version of the base layouts' content, recorded in the marker: raised whenever a layout's
+#: columns or their meaning change, so a work dir's older layout is prepared again.
+LAYOUT_VERSION = 2
 # Layouts written on demand, with the marker that says they are complete.
 ON_DEMAND_MARKER = "combine.json"
 
 # Explicit schemas: a layout can be empty (one partition has no cross-partition edges), and Spark
 # cannot infer the schema of an empty Parquet directory.
 SCHEMAS = {
-    "vertices": "id long, gcn_degree float, part int",
+    "vertices": "id long, " + "".join(f"{key} float, " for key in PREPARED_STATS) + "part int",
     "in_edges": "src long, dst long, w float, part int",
     "out_edges": "src long, dst long, w float, pd int, part int",
     "out_targets": "id long, pt int, part int",
@@ -73,21 +85,19 @@ def _edges_with_parts(graph, partitions: int):
 
 
 def _vertices_with_degree(graph, edges, partitions: int):
-    """gcn_degree = sum of in-edge weights after PyG's add_remaining_self_loops: existing self-loop
-    weights are kept (one per node; with several, the largest), missing self loops count 1. One
-    aggregation over the edges and one join (two of each cost ~3 s more at 8M edges)."""
+    """Every vertex with its statistics (engine.degrees.PREPARED_STATS, stat_sql): one aggregation
+    over the edges and one join (each one more would be another pass over the edges)."""
     edges.createOrReplaceTempView("_sg_edges")
     graph.vertices.selectExpr("cast(id as long) as id").createOrReplaceTempView("_sg_vertices")
     spark = graph.vertices.sparkSession
+    sql = {key: stat_sql(key) for key in PREPARED_STATS}
+    columns = "".join(f",\n cast(coalesce(n.{key}, {empty}) as float) as {key}" for key, (_, empty) in sql.items())
+    aggregates = ", ".join(f"{expr} as {key}" for key, (expr, _) in sql.items())
     return spark.sql(
         f"""
-        select v.id, cast({partition_expr("v.id", partitions)} as int) as part,
-               cast(coalesce(n.s, 0.0) + coalesce(n.loop, 1.0) as float) as gcn_degree
+        select v.id, cast({partition_expr("v.id", partitions)} as int) as part{columns}
         from _sg_vertices v
-        left join (
-            select dst, sum(case when src != dst then w end) as s, max(case when src = dst then w end) as loop
-            from _sg_edges group by dst
-        ) n on n.dst = v.id
+        left join (select dst, {aggregates} from _sg_edges group by dst) n on n.dst = v.id
         """
     )
 
@@ -157,33 +167,41 @@ def is_prepared(graph, partitions: int, work_dir: str) -> bool:
     """Whether an earlier job prepared this graph for `partitions` under `work_dir` (False when the
     graph's fingerprint is not known yet: finding out would cost a pass over the graph)."""
     fingerprint = graph.known_fingerprint
-    return fingerprint is not None and files.exists(
-        files.join(_prepared_path(work_dir, fingerprint, partitions), MARKER)
-    )
+    return fingerprint is not None and _current(files.join(_prepared_path(work_dir, fingerprint, partitions), MARKER))
 
 
-def prepare(spark, graph, partitions: int, work_dir: str, log=print, writer: str = "spark") -> PreparedGraph:
+def _current(marker: str) -> bool:
+    """Whether a marker exists and vouches for a layout of this LAYOUT_VERSION."""
+    try:
+        return files.read_json(marker).get("layout") == LAYOUT_VERSION
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def prepare(spark, graph, partitions: int, work_dir: str, writer: str = "spark") -> PreparedGraph:
     fingerprint = graph.fingerprint
     path = _prepared_path(work_dir, fingerprint, partitions)
     marker = files.join(path, MARKER)
-    if files.exists(marker):
+    if _current(marker):
         started = time.perf_counter()
         stats = files.read_json(marker)["stats"]
-        log(f"sparkgnn: reusing the graph layout prepared for {partitions} partitions ({path})")
+        log.info(f"sparkgnn: reusing the graph layout prepared for {partitions} partitions ({path})")
         return PreparedGraph(path, partitions, stats, time.perf_counter() - started, reused=True)
     started = time.perf_counter()
     set_job_description(spark, f"sparkgnn prepare: partition graph into {partitions}")
     stats = LAYOUT_WRITERS[writer](spark, graph, partitions, path)
-    _write_marker(marker, {"fingerprint": fingerprint, "partitions": partitions, "stats": stats})
+    _write_marker(
+        marker, {"fingerprint": fingerprint, "partitions": partitions, "layout": LAYOUT_VERSION, "stats": stats}
+    )
     seconds = time.perf_counter() - started
-    log(
+    log.info(
         f"sparkgnn: prepared graph {fingerprint} for {partitions} partitions in {seconds:.1f} s "
         f"(R_f = {1 + stats['mirror_rows'] / max(stats['num_vertices'], 1):.2f})"
     )
     return PreparedGraph(path=path, partitions=partitions, stats=stats, seconds=seconds)
 
 
-def ensure_layouts(spark, graph, prepared: PreparedGraph, strategies, log=print) -> PreparedGraph:
+def ensure_layouts(spark, graph, prepared: PreparedGraph, strategies) -> PreparedGraph:
     """Write the on-demand layouts when one of `strategies` reads them and an earlier job has not;
     the time is added to prepared.seconds (a reused layout stays reused only if nothing was written)."""
     marker = files.join(prepared.path, ON_DEMAND_MARKER)
@@ -196,7 +214,7 @@ def ensure_layouts(spark, graph, prepared: PreparedGraph, strategies, log=print)
         _write(df, os.path.join(prepared.path, name), prepared.partitions, "part")
     _write_marker(marker, {"layouts": sorted(_on_demand_layouts(edges))})
     seconds = time.perf_counter() - started
-    log(f"sparkgnn: wrote the combine layouts (out_edges, in_targets) in {seconds:.1f} s")
+    log.info(f"sparkgnn: wrote the combine layouts (out_edges, in_targets) in {seconds:.1f} s")
     return PreparedGraph(prepared.path, prepared.partitions, prepared.stats, prepared.seconds + seconds, reused=False)
 
 

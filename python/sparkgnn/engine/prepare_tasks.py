@@ -2,19 +2,20 @@
 executor reads as a local disk (the files exchange's setting, engine.exchange).
 
 Why: the Spark SQL prepare (engine.prepare) spends most of a cold job's time before the first
-layer: at 8M edges / P=2, 35 s, of which 11 s repartition and write in_edges, 8 s cache the edges,
-8 s join two aggregations for the GCN degrees, 5 s distinct out_targets. The same layouts come
+layer (repartitioning and writing in_edges, caching the edges, joining two aggregations for the GCN
+degrees, a distinct for out_targets; docs/ARCHITECTURE.md has the figures). The same layouts come
 from two passes of numpy over the edge files, with ownership from the same hash
 (routing.owner_partition, a port of Spark's pmod(hash(id), P)):
 
 1. edges: reader task i of P reads edge files i::P and writes, for every partition q, the edges
    whose destination q owns as `in_edges/part=q/part-<run>-r<i>.parquet`.
 2. partitions: task q reads in_edges/part=q (every in-edge of its vertices, complete after pass 1)
-   and the ids of the vertex files, and writes `vertices/part=q` (id, gcn_degree), the
-   out_targets rows it is the target of (`out_targets/part=<ps>/part-<run>-t<q>.parquet`: distinct
-   (src, q) for sources owned elsewhere, so rows of different tasks never repeat), and reports the
-   statistics of its partition (vertices, edges, mirror rows, combine's partial rows); it also
-   derives and saves the slice's local indexes (engine.static) that every first layer loads.
+   and the ids of the vertex files, and writes `vertices/part=q` (id, the statistics of
+   engine.degrees.PREPARED_STATS), the out_targets rows it is the target of
+   (`out_targets/part=<ps>/part-<run>-t<q>.parquet`: distinct (src, q) for sources owned
+   elsewhere, so rows of different tasks never repeat), and reports the statistics of its partition
+   (vertices, edges, mirror rows, combine's partial rows); it also derives and saves the slice's
+   local indexes (engine.static) that every first layer loads.
 
 The layouts and statistics equal the Spark SQL prepare's (tests compare them); edge order inside
 a slice differs, which nothing reads. Files are named by a token of this preparation so the
@@ -32,6 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sparkgnn.engine import static
+from sparkgnn.engine.degrees import PREPARED_STATS, stat_values
 from sparkgnn.engine.exchange import check_reports, control_partition, control_rows, summary_row
 from sparkgnn.engine.routing import FILES_SCHEMA_DDL, owner_partition
 from sparkgnn.files import data_files, filesystem, join, parquet_batches
@@ -71,9 +73,9 @@ def _edges_task(prep_dir, files, partitions, token, has_weight, batches):
             order = np.argsort(pd, kind="stable")
             bounds = np.searchsorted(pd[order], np.arange(partitions + 1))
             for q in range(partitions):
-                rows = order[bounds[q] : bounds[q + 1]]
-                if len(rows):
-                    pieces[q].append((src[rows], dst[rows], w[rows]))
+                take = order[bounds[q] : bounds[q + 1]]
+                if len(take):
+                    pieces[q].append((src[take], dst[take], w[take]))
     rows = written = 0
     for q, parts in pieces.items():
         if not parts:
@@ -112,21 +114,6 @@ def _owned_ids(vertex_files: list[str], part: int, partitions: int) -> np.ndarra
     return np.sort(np.concatenate(found)) if found else np.zeros(0, np.int64)
 
 
-def _gcn_degree(ids: np.ndarray, src: np.ndarray, dst: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """engine.prepare's definition: the in-edge weights without self loops, plus the largest
-    self-loop weight (1 when there is none), PyG's add_remaining_self_loops."""
-    at = np.minimum(np.searchsorted(ids, dst), max(len(ids) - 1, 0))
-    if len(dst) and not np.array_equal(ids[at], dst):
-        raise ValueError(f"edges name destination ids that are not vertices, e.g. {dst[ids[at] != dst][:5].tolist()}")
-    loop = src == dst
-    # float64 sums like Spark's sum(float); bincount of nothing comes back as int64
-    degree = np.bincount(at[~loop], weights=w[~loop].astype(np.float64), minlength=len(ids)).astype(np.float64)
-    self_weight = np.full(len(ids), -np.inf)
-    np.maximum.at(self_weight, at[loop], w[loop].astype(np.float64))
-    degree += np.where(np.isfinite(self_weight), self_weight, 1.0)
-    return degree.astype(np.float32)
-
-
 def _partition_task(prep_dir, vertex_files, partitions, token, batches):
     """Pass 2, partition q: vertices, the out_targets rows naming q, and q's statistics."""
     part = control_partition(batches)
@@ -135,7 +122,7 @@ def _partition_task(prep_dir, vertex_files, partitions, token, batches):
     written = _write_piece(
         join(prep_dir, "vertices", f"part={part}"),
         f"part-{token}-t{part}.parquet",
-        pa.table({"id": ids, "gcn_degree": _gcn_degree(ids, src, dst, w)}),
+        pa.table({"id": ids, **{key: stat_values(key, ids, src, dst, w) for key in PREPARED_STATS}}),
     )
     ps = owner_partition(src, partitions)
     cross = ps != part

@@ -1,4 +1,4 @@
-"""Inference for requested ids through their k-hop frontier (issue 18; planner.pruning prices it).
+"""Inference for requested ids through their k-hop frontier (planner.pruning prices it).
 
 `choose` finds the frontier (collected to the driver while it fits the local budget, else counted
 in Spark), prices the registered modes and picks one; `RUNS` then runs it:
@@ -21,6 +21,7 @@ runs in a Spark task, so no task depends on the driver's disk or memory.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,8 +34,11 @@ from sparkgnn.engine.routing import OUTPUT_PRED_SCHEMA_DDL, OUTPUT_SCHEMA_DDL
 from sparkgnn.engine.vertex_stats import stats_of
 from sparkgnn.errors import SparkGNNError
 from sparkgnn.outputs import write_parquet_staged
-from sparkgnn.planner.pruning import PruningChoice, PruningInputs
+from sparkgnn.planner.pruning import LOCAL, SUBGRAPH, WHOLE, PruningChoice, PruningInputs
 from sparkgnn.registry import Registry
+from sparkgnn.stat_keys import conv_stats, stat_keys
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -71,24 +75,22 @@ def _needs_stats(model) -> bool:
     return any(conv.required_stats for conv in model.conv_list())
 
 
-def choose(
-    spark, graph, model, ids_df, requested: str, layer_seconds, whole_prepared: bool, strategy: str = "auto", log=print
-):
+def choose(spark, graph, model, ids_df, requested: str, layer_seconds, whole_prepared: bool, strategy: str = "auto"):
     """The frontier and the priced choice (planner.pruning.choose) for this request."""
     from sparkgnn.planner import pruning
 
     started = time.perf_counter()
     ids = ids_df.toArrow().column("id").to_numpy().astype(np.int64)
-    k = model.num_layers
+    k = model.num_rounds
     needs_stats = _needs_stats(model)
     stats = graph.stats()
     collected = None
-    if requested == "local" or (requested == "auto" and strategy == "auto"):
+    if requested == LOCAL or (requested == "auto" and strategy == "auto"):
         collected = khop.collect_upstream(spark, ids, graph.edges, k, pruning.LOCAL_BUDGET_BYTES // pruning.EDGE_BYTES)
     spark_frontier = None
     if collected is not None:
         frontier = pruning.Frontier(list(collected.sizes), list(collected.in_edges))
-    elif requested == "whole":
+    elif requested == WHOLE:
         frontier = pruning.Frontier([len(ids)], [])
     else:
         spark_frontier = khop.upstream(ids_df, graph.edges, k + (1 if needs_stats else 0))
@@ -105,12 +107,12 @@ def choose(
         needs_stats=needs_stats,
         strategy=strategy,
     )
-    choice = pruning.choose(inputs, requested if requested != "off" else "whole")
+    choice = pruning.choose(inputs, requested if requested != "off" else WHOLE)
     seconds = time.perf_counter() - started
-    log(f"sparkgnn: frontier of {len(ids):,} ids over {k} hop(s) in {seconds:.1f} s: {choice.reason}")
+    log.info(f"sparkgnn: frontier of {len(ids):,} ids over {k} hop(s) in {seconds:.1f} s: {choice.reason}")
     ctx = PruningContext(spark, graph, model, ids, ids_df, choice, inputs, collected, spark_frontier)
     ctx.timings.append(("frontier", seconds))
-    if choice.mode != "subgraph" and spark_frontier is not None:
+    if choice.mode != SUBGRAPH and spark_frontier is not None:
         spark_frontier.unpersist()
     return ctx
 
@@ -136,12 +138,12 @@ def _features(ctx: PruningContext) -> np.ndarray:
 def run_layers(model, frontier: khop.CollectedFrontier, x: np.ndarray, stats: dict[str, np.ndarray], timings=None):
     """h^k of D_0 (rows in frontier order): layer l over rows [0, |D_(k-l)|) and the in-edges of
     D_(k-1-l), keeping rows [0, |D_(k-1-l)|) (every value it keeps is exact: all their in-edges
-    and their sources' rows are present)."""
+    and their sources' rows are present). `stats` are keyed by sparkgnn.stat_keys.stat_key."""
     import torch
 
     from sparkgnn.layers.base import propagate
 
-    k = model.num_layers
+    k = model.num_rounds
     weight = None if frontier.weight is None else torch.from_numpy(frontier.weight)
     src, dst = torch.from_numpy(frontier.src), torch.from_numpy(frontier.dst)
     all_stats = {name: torch.from_numpy(values) for name, values in stats.items()}
@@ -156,7 +158,7 @@ def run_layers(model, frontier: khop.CollectedFrontier, x: np.ndarray, stats: di
                 src[:edges],
                 dst[:edges],
                 None if weight is None else weight[:edges],
-                stats={name: all_stats[name][:rows] for name in conv.required_stats},
+                stats={name: values[:rows] for name, values in conv_stats(conv, all_stats).items()},
                 pre_transform=model.choose_pre_transform(conv),
             )[:keep]
             h = model.post(l, h)
@@ -198,40 +200,38 @@ def _write(spark, frame, out: str | None):
 RUNS: Registry = Registry("pruning mode", SparkGNNError)
 
 
-@RUNS.register("local")
-def run_local(ctx: PruningContext, out: str | None, log=print, **_):
+@RUNS.register(LOCAL)
+def run_local(ctx: PruningContext, out: str | None, **_):
     """The driver's run (module doc): features and statistics in, the layers, the output out."""
     from sparkgnn.planner import pruning
 
     frontier = ctx.local_frontier()
     started = time.perf_counter()
     x = _features(ctx)
-    stats = stats_of(
-        ctx.spark, ctx.graph.edges, frontier.order, [n for c in ctx.model.conv_list() for n in c.required_stats]
-    )
+    stats = stats_of(ctx.spark, ctx.graph.edges, frontier.order, stat_keys(ctx.model.conv_list()))
     ctx.timings.append(("gather", time.perf_counter() - started))
     h = run_layers(ctx.model, frontier, x, stats, ctx.timings)
     started = time.perf_counter()
     count = frontier.sizes[0]
     result = _write(ctx.spark, _output_frame(ctx.spark, ctx.model, frontier.order[:count], h), out)
     ctx.timings.append(("output", time.perf_counter() - started))
-    report = RunReport(final_layer=ctx.model.num_layers - 1, exchange="local")
-    layer_of = {f"layer {l}": l for l in range(ctx.model.num_layers)}
+    report = RunReport(final_layer=ctx.model.num_rounds - 1, exchange="local")
+    layer_of = {f"layer {l}": l for l in range(ctx.model.num_rounds)}
     for label, seconds in ctx.timings:
-        layer = layer_of.get(label, ctx.model.num_layers - 1 if label == "output" else -1)
+        layer = layer_of.get(label, ctx.model.num_rounds - 1 if label == "output" else -1)
         report.steps.append(StepReport(f"pruned {label}", seconds, None, layer=layer, estimated=label in layer_of))
-        log(f"sparkgnn: pruned {label}: {seconds:.2f} s")
+        log.info(f"sparkgnn: pruned {label}: {seconds:.2f} s")
     report.labels = [step.label for step in report.steps]
     plan = pruning.local_plan(ctx.choice, ctx.inputs)
     return result, report, plan
 
 
-@RUNS.register("subgraph")
-def run_subgraph(ctx: PruningContext, out: str | None, log=print, infer=None, infer_kwargs=None, **_):
+@RUNS.register(SUBGRAPH)
+def run_subgraph(ctx: PruningContext, out: str | None, infer=None, infer_kwargs=None, **_):
     """The engine over the pruned subgraph (module doc), its output filtered to the ids."""
     from sparkgnn.graph import Graph
 
-    hops = ctx.model.num_layers + (1 if _needs_stats(ctx.model) else 0)
+    hops = ctx.model.num_rounds + (1 if _needs_stats(ctx.model) else 0)
     frontier = ctx.sets(hops)
     vertices = khop.semi_join(
         ctx.graph.vertices.withColumnRenamed("id", "dst"), frontier.sets[hops], frontier.sizes[hops]
@@ -240,7 +240,7 @@ def run_subgraph(ctx: PruningContext, out: str | None, log=print, infer=None, in
     sub = Graph(
         vertices.withColumnRenamed("dst", "id"), edges, name=f"{ctx.graph.name}[{len(ctx.ids)} ids, {hops} hops]"
     )
-    log(
+    log.info(
         f"sparkgnn: running the pruned subgraph {sub.name}: {frontier.sizes[hops]:,} vertices, "
         f"{frontier.in_edges[hops - 1]:,} edges"
     )
@@ -253,8 +253,6 @@ def run_subgraph(ctx: PruningContext, out: str | None, log=print, infer=None, in
             ids=ctx.ids_df,
             prune="off",
             validate=False,
-            return_report=True,
-            log=log,
             **(infer_kwargs or {}),
         )
     finally:

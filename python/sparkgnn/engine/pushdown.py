@@ -11,7 +11,7 @@ unrouted (step_outputs.outputs_edge_payloads, as for edge_join). Here:
   --> state rows (kind STATE, pt = owner of dst) + own rows, routed to the owners.
 
 The edges are the prepared in_edges layout with the layer's self-loop policy applied in SQL
-(SELF_LOOPS, the same semantics as layers/selfloops.py, with the loop weight prepare's gcn_degree
+(SELF_LOOPS, the same semantics as layers/selfloops.py, with the loop weight prepare's gcn_degree_w
 uses: the largest of a vertex's existing loop weights, else 1), repartitioned by src and persisted
 once per (prepared graph, policy): later layers and later jobs of the session join them in place.
 """
@@ -39,7 +39,7 @@ def _no_loops(edges, vertices):
 
 def _remaining(edges, vertices):
     """PyG's add_remaining_self_loops: every existing loop dropped, one per vertex added, weighted
-    by the vertex's existing loop (the largest, as prepare's gcn_degree counts it) or 1."""
+    by the vertex's existing loop (the largest, as prepare's gcn_degree_w counts it) or 1."""
     loops = edges.where("src = dst").groupBy("dst").agg({"w": "max"}).withColumnRenamed("max(w)", "loop_w")
     added = vertices.join(loops, vertices.id == loops.dst, "left").selectExpr(
         "id as src", "id as dst", "cast(coalesce(loop_w, 1.0) as float) as w"

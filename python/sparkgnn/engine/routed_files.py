@@ -8,8 +8,8 @@ in one step, stored as two files so that the vectors are one contiguous block on
 WHY two files: a reader that memory-maps the vector file gets every vector of the file as one
 [rows, width] float32 matrix backed by the page cache (RoutedFile.matrix), not by the task's own
 memory. The DL step multiplies it in place (dl/csr.py keeps a CSR block per source file), so a
-partition's mirror payloads (most of a task's working set on a large graph: 5 GB per task at
-100M edges / P=2) no longer count against the task's memory budget, and the planner need not raise
+partition's mirror payloads (most of a task's working set on a large graph; docs/ARCHITECTURE.md,
+"Batch inference") do not count against the task's memory budget, and the planner need not raise
 P (and the replication factor with it) to hold them. In one Arrow IPC file the vectors are split
 into one buffer per record batch, which a sender must write in slices (a gather of every payload
 it routes to a partition would be one more copy of them) and a reader could only use one slice at

@@ -1,11 +1,11 @@
 """Where a run's completed steps are kept so that they survive a lost executor and let a rerun
 resume: `<work>/runs/<key>/`.
 
-WHY: a step's output used to be materialised with `localCheckpoint`, whose blocks live in the
-executors that computed them and have no lineage to recompute. On a multi-process cluster, one
-executor SIGKILLed after layer 1 failed the whole job (`checkpointRDDBlockIdNotFoundError`), and
-the rerun started from nothing. Kept in the work dir (a shared filesystem on a cluster), a finished
-step stays readable whichever executor dies, and a rerun of the same job finds it.
+WHY: `localCheckpoint`'s blocks live in the executors that computed them and have no lineage to
+recompute. On a multi-process cluster, one executor SIGKILLed after layer 1 fails the whole job
+(`checkpointRDDBlockIdNotFoundError`), and a rerun starts from nothing. Kept in the work dir (a
+shared filesystem on a cluster), a finished step stays readable whichever executor dies, and a
+rerun of the same job finds it.
 
 Layout of one run (the exchanges write the data, this module only names and commits it):
     <work>/runs/<key>/step=<i>/...                 the step's rows (exchange-specific files)

@@ -94,12 +94,6 @@ def configure(spark) -> None:
         spark.conf.set(key, value)
 
 
-def default_parallelism(spark) -> int:
-    """Total cores of the cluster as Spark reports them (spark_compat: a Connect session has no
-    sparkContext.defaultParallelism)."""
-    return spark_compat.default_parallelism(spark)
-
-
 def _bytes(text: str) -> int:
     units = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
     text = text.strip().lower().rstrip("b")
@@ -125,7 +119,7 @@ def memory_per_task(spark) -> int:
     spark.conf, which holds the application's SparkConf on a classic and a Connect session alike.
     A Connect client on another machine than its server sees only its own memory: set
     spark.executor.pyspark.memory on such a server."""
-    cores = max(default_parallelism(spark), 1)
+    cores = max(spark_compat.default_parallelism(spark), 1)
     configured = spark_compat.conf_get(spark, "spark.executor.pyspark.memory")
     if configured:
         cap = _bytes(configured) // max(int(spark_compat.conf_get(spark, "spark.executor.cores", "1") or 1), 1)

@@ -10,8 +10,8 @@ where the session has one and says plainly what a Connect session gets instead: 
 job description, `spark.conf` for the SparkConf, a small Spark job for the default parallelism,
 a DataFrame for an RDD, and "not measured" (None / empty) for accumulators and the status store.
 
-This module imports no pyspark (the package rule: only engine/session.py and spark_jobs/ do); it
-recognises a Connect session by its class's module.
+This module imports no pyspark (docs/ARCHITECTURE.md lists the modules that do, inside functions);
+it recognises a Connect session by its class's module.
 """
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ def default_parallelism(spark) -> int:
     Connect: `spark.default.parallelism` if set (what defaultParallelism returns then), else the
     cores a local master names, else asked of Spark itself: spark.range without a partition count
     is split into the default parallelism (leafNodeDefaultParallelism, when that is set), so the
-    number of its non-empty partitions is the answer (one small job, ~0.5 s)."""
+    number of its non-empty partitions is the answer (one small job)."""
     if has_jvm(spark):
         return int(spark.sparkContext.defaultParallelism)
     configured = conf_get(spark, "spark.default.parallelism")

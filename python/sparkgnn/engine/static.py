@@ -9,10 +9,9 @@ local mode; a shared filesystem on a cluster).
 The derived local indexes of the edge layouts (sources and destinations as local positions, the
 mirror or foreign id lists) are also written next to the layout, once, by the first task that
 builds them (`<prep>/local/<layout>/part=<p>.npz`, hidden temporary + rename). Why: Spark does not
-promise a partition the same Python worker in the next step (it swapped them between the two
-workers in about half the layers at 8M edges), and a miss rebuilt them from the Parquet slice with
-two searchsorted passes and a unique over every edge: ~4 s of a ~6 s collect per 4M-edge
-partition, against ~0.1 s to load the arrays. A saved file is trusted only if it names the same
+promise a partition the same Python worker in the next step, and a miss would rebuild them from the
+Parquet slice with two searchsorted passes and a unique over every edge, most of a collect, where
+loading the saved arrays is cheap. A saved file is trusted only if it names the same
 source files (names and sizes) as the layout and vertex slices it was derived from. Listing and
 reading go through sparkgnn.files (pyarrow.fs), so a prep dir on s3:// works too; there a saved
 file is one object put whole (no temporary, no rename).
@@ -32,9 +31,11 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from sparkgnn import files as fsys
+from sparkgnn.engine.degrees import PREPARED_STATS
 from sparkgnn.planner.partitions import CACHED_PARTITIONS
 
-STAT_COLUMNS = ("gcn_degree",)
+#: The vertex layout's statistic columns (keys of sparkgnn.stat_keys), each owned vertex's.
+STAT_COLUMNS = PREPARED_STATS
 
 
 def _read_part(prep_dir: str, table: str, part: int, columns: list[str]) -> pa.Table:
@@ -133,8 +134,7 @@ def positions(sorted_ids: np.ndarray, ids: np.ndarray, what: str) -> np.ndarray:
 class IdIndex:
     """Local positions among a partition's sorted, distinct ids through a hash table (pandas):
     a task looks up every routed row's id and every edge end, millions of random lookups, where a
-    hash probe is ~10x faster than numpy's binary search (0.28 s against 3.1 s for the 4M edges of
-    one 8M-edge-graph partition here)."""
+    hash probe beats numpy's binary search by about an order of magnitude."""
 
     def __init__(self, sorted_ids: np.ndarray):
         import pandas as pd
@@ -161,7 +161,7 @@ class IdIndex:
 
 @dataclass
 class Owned:
-    """The vertices a partition owns, sorted by id, with their node statistics."""
+    """The vertices a partition owns, sorted by id, with their node statistics (by stat key)."""
 
     ids: np.ndarray
     stats: dict

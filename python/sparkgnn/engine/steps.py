@@ -51,6 +51,9 @@ class StepConfig:
     transport: dict = field(default_factory=dict)
     with_pred: bool = False
     with_state: bool = False  # also emit each own vertex's merged state (PE store)
+    # the statistic columns own tables carry (sparkgnn.stat_keys keys of the model's convs; each a
+    # column of static.STAT_COLUMNS)
+    stats: tuple = ()
     out_dir: str | None = None  # outputs "final_files": where each task writes its Parquet part
     exchange_in: str | None = None  # files exchange: the previous step's directory (engine.exchange)
     exchange_out: str | None = None  # files exchange: where this step writes its routed rows
@@ -87,9 +90,10 @@ def _payload_placement(sorted_ids: np.ndarray, what: str) -> Placement:
     return Placement(sorted_ids, what, f"expected {{expected}} {what} rows, received {{received}}")
 
 
-def _own_table(received: Received, owned: static.Owned) -> pa.Table:
+def _own_table(cfg: StepConfig, received: Received, owned: static.Owned) -> pa.Table:
+    """Own rows: h and the statistic columns the model's convs read (cfg.stats, by stat key)."""
     columns = {"h": to_fixed_list(received.vectors(OWN))}
-    columns.update({name: pa.array(values) for name, values in owned.stats.items()})
+    columns.update({key: pa.array(owned.stats[key]) for key in cfg.stats})
     return pa.table(columns)
 
 
@@ -111,7 +115,7 @@ def _own_only(cfg, part):
 
 
 def build_first(cfg, received, part):
-    return {"own": _own_table(received, static.owned(cfg.prep_dir, part))}
+    return {"own": _own_table(cfg, received, static.owned(cfg.prep_dir, part))}
 
 
 def _own_and_mirrors(cfg, part):
@@ -123,7 +127,7 @@ def _own_and_mirrors(cfg, part):
 
 def build_edges_static(cfg, received, part):
     edges = static.in_edges(cfg.prep_dir, part)
-    own = _own_table(received, static.owned(cfg.prep_dir, part))
+    own = _own_table(cfg, received, static.owned(cfg.prep_dir, part))
     if received.mapped(SRC):
         blocks = received.mapped_blocks(SRC)
         n_own = len(static.owned(cfg.prep_dir, part).ids)
@@ -177,7 +181,7 @@ def build_edges_rows(cfg, received, part):
     loops = src_ids == dst_ids  # a self loop's source is the own vertex itself (self-loop policies rely on it)
     src[loops] = dst[loops]
     tables = {
-        "own": _own_table(received, owned),
+        "own": _own_table(cfg, received, owned),
         "edges": pa.table({"src": src, "dst": dst.astype(np.int64), "weight": edge_rows.column("w").to_numpy()}),
     }
     if edge_rows.num_rows:
@@ -191,7 +195,7 @@ def build_states(cfg, received, part):
     seg = static.positions(owned.ids, state_rows.column("id").to_numpy(), "partial-state dst")
     table = {"seg": pa.array(seg.astype(np.int64))}
     table["s"] = to_fixed_list(_vectors(state_rows)) if state_rows.num_rows else pa.array([], pa.list_(pa.float32(), 1))
-    return {"own": _own_table(received, owned), "states": pa.table(table)}
+    return {"own": _own_table(cfg, received, owned), "states": pa.table(table)}
 
 
 def _own_and_foreign(cfg, part):
@@ -203,7 +207,7 @@ def build_given(cfg, received, part):
     """Second step of a combine layer with attention: own rows carry h^(l); DST rows carry the
     destination payloads of foreign destinations of this partition's out-edges."""
     foreign = received.vectors(DST)
-    tables = {"own": _own_table(received, static.owned(cfg.prep_dir, part))}
+    tables = {"own": _own_table(cfg, received, static.owned(cfg.prep_dir, part))}
     if len(foreign):
         tables["foreign_dst"] = pa.table({"d": to_fixed_list(foreign)})
     return tables

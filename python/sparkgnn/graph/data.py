@@ -83,7 +83,7 @@ class GraphData:
             self.y = _as_1d(self.y, np.int64, "y", problems)
         if self.split is not None and np.asarray(self.split).dtype.kind != "U":
             split = np.array(self.split, dtype=object)
-            split[np.equal(split, None)] = checks.NO_SPLIT
+            split[np.equal(split, np.array(None, dtype=object))] = checks.NO_SPLIT
             self.split = split.astype(str)
         elif self.split is not None:
             self.split = np.asarray(self.split)

@@ -22,10 +22,15 @@ so relabelling a graph must not invalidate its PEs.
 from __future__ import annotations
 
 import hashlib
+import re
 
 import numpy as np
 
+from sparkgnn.errors import GraphValidationError
+
 ALGO = "sgfp1"
+HEX_DIGITS = 32  # blake2b-128
+_HEX = re.compile(f"[0-9a-f]{{{HEX_DIGITS}}}")
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 _SALT_ID = np.uint64(0x9E3779B97F4A7C15)
@@ -110,6 +115,17 @@ class FingerprintAccumulator:
             f"|w={int(self.has_weight)}|{self._vsum:016x}|{self._esum:016x}"
         )
         return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
+def check_fingerprint(value, source: str = "graph fingerprint") -> str:
+    """`value` if it is a graph fingerprint (32 lower-case hex digits), else GraphValidationError.
+    Fingerprints become path parts (PE stores, refresh pieces): one read from graph.json or a
+    manifest must not name `../` or an absolute path."""
+    if not isinstance(value, str) or not _HEX.fullmatch(value):
+        raise GraphValidationError(
+            f"{source} {str(value)[:80]!r} is not a graph fingerprint ({HEX_DIGITS} lower-case hex digits)"
+        )
+    return value
 
 
 def fingerprint_arrays(ids, x, src_ids, dst_ids, weight=None) -> str:

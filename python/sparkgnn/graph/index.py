@@ -5,7 +5,7 @@ One sorted copy of the ids plus searchsorted maps millions of ids per call witho
 (a dict of 20M ints costs GBs and a per-row loop). Dense ids 0..N-1 in order skip the search.
 Ids spread over at most TABLE_SPAN_FACTOR x N values (dense ids with holes, e.g. a graph with the
 serving query pool removed) get a direct table instead: serving maps every request's ids, and a
-gather is 5-10x faster than a binary search with its cache misses.
+gather beats a binary search with its cache misses (docs/ARCHITECTURE.md, "Serving modes and CGP").
 """
 
 from __future__ import annotations

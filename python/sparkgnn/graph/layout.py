@@ -78,11 +78,21 @@ def is_local(path: str) -> bool:
 
 def read_meta(path: str) -> dict | None:
     """graph.json of a graph directory (any path sparkgnn.files reaches), or None when absent
-    (e.g. a directory Spark wrote)."""
+    (e.g. a directory Spark wrote); its fingerprint checked (checked_meta)."""
     try:
-        return files.read_json(files.join(strip_scheme(path), META_FILE))
+        return checked_meta(files.read_json(files.join(strip_scheme(path), META_FILE)), path)
     except FileNotFoundError:
         return None
+
+
+def checked_meta(meta, path: str):
+    """`meta` (graph.json's content), refused (GraphValidationError) when its `fingerprint` is not
+    a graph fingerprint: the fingerprint is joined into store paths."""
+    from sparkgnn.graph.fingerprint import check_fingerprint
+
+    if isinstance(meta, dict) and meta.get("fingerprint") is not None:
+        check_fingerprint(meta["fingerprint"], f"{path}/{META_FILE}: fingerprint")
+    return meta
 
 
 def write_meta(path: str, meta: dict) -> None:

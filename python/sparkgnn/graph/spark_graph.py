@@ -88,7 +88,7 @@ def _read_meta(spark, path: str) -> dict | None:
         text = spark.read.text(_join(path, layout.META_FILE), wholetext=True).first()[0]
     except Exception:  # absent file: Spark raises its own AnalysisException type
         return None
-    return json.loads(text)
+    return layout.checked_meta(json.loads(text), path)
 
 
 class Graph:

@@ -26,6 +26,7 @@ from sparkgnn.graph import layout
 from sparkgnn.graph.checks import NO_SPLIT
 from sparkgnn.graph.dirfacts import STAMP_KEY, data_stamp
 from sparkgnn.graph.fingerprint import FingerprintAccumulator
+from sparkgnn.outputs import refuse_protected
 
 
 class _RollingParquet:
@@ -69,7 +70,11 @@ _OWNED = (layout.VERTICES_DIR, layout.EDGES_DIR)
 
 
 def check_target(path: str, overwrite: bool) -> None:
-    """Refuse to replace a graph unless `overwrite`; refuse a file where the directory goes."""
+    """Refuse to replace a graph unless `overwrite`, and even then unless the folders it would
+    replace are a graph's: graph.json is this format's commit marker, and a hidden staging folder
+    of this writer marks a swap that was interrupted after graph.json went. Refuse a file where
+    the directory goes, and `/`, the home directory or a mount point as the directory."""
+    refuse_protected(path, flag="graph directory")
     targets = [os.path.join(path, p) for p in (*_OWNED, layout.META_FILE)]
     existing = [t for t in targets if os.path.exists(t)]
     if existing and not overwrite:
@@ -78,11 +83,27 @@ def check_target(path: str, overwrite: bool) -> None:
         )
     if os.path.exists(path) and not os.path.isdir(path):
         raise OutputError(f"{path} is a file, not a graph directory")
+    if existing and not _written_here(path):
+        raise OutputError(
+            f"{path} holds {', '.join(os.path.basename(t) for t in existing)} but no {layout.META_FILE}, so it "
+            "is not a graph sparkgnn wrote and overwrite will not replace it; remove them yourself or choose a "
+            "new directory"
+        )
+
+
+def _written_here(path: str) -> bool:
+    """graph.json present, or this writer's staging folder (a swap interrupted after graph.json went)."""
+    if os.path.isfile(os.path.join(path, layout.META_FILE)):
+        return True
+    return any(name.startswith(_STAGING_PREFIX) for name in os.listdir(path))
+
+
+_STAGING_PREFIX = ".sparkgnn-tmp-"
 
 
 def new_staging(path: str) -> str:
     """A hidden folder inside the graph directory to write the Parquet folders into."""
-    return os.path.join(path, f".sparkgnn-tmp-{uuid.uuid4().hex}")
+    return os.path.join(path, f"{_STAGING_PREFIX}{uuid.uuid4().hex}")
 
 
 def swap_in(path: str, staging: str) -> None:

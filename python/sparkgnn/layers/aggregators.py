@@ -46,7 +46,8 @@ def get_aggregator(name: str, **kwargs) -> Aggregator:
     return AGGREGATORS.lookup(name)(**kwargs)
 
 
-def _f32(t: Tensor) -> Tensor:
+def as_f32(t: Tensor) -> Tensor:
+    """`t` as float32 (itself when it already is)."""
     return t if t.dtype == torch.float32 else t.to(torch.float32)
 
 
@@ -81,6 +82,10 @@ class Aggregator:
     # what lets serving update a stored state when some in-edges' messages changed (subtract the
     # old messages, add the new ones); max/min/softmax cannot, they recompute the node instead.
     invertible: bool = False
+    # True when every message column is reduced on its own by the same rule: aggregating [m1 | m2]
+    # gives [agg m1 | agg m2], so two groups of a bundle with this aggregator (same options) fuse
+    # into one (layers/bundle.py).
+    column_wise: bool = False
 
     # Passes over a destination's in-edges. Pass p >= 1 needs, at every partition holding one of
     # the destination's in-edges, the finalized result of pass p - 1 for that destination (the
@@ -146,7 +151,7 @@ class Aggregator:
         return f"{type(self).__name__}({opts})"
 
 
-class _Additive(Aggregator):
+class AdditiveAggregator(Aggregator):
     """Aggregators whose state is a vector of sums (sum, mean, power mean, variance): merging is
     plain addition, so `merge` is shared and exact up to float32 summation order, and a partial
     is removed by adding its negation (`invertible`)."""
@@ -154,7 +159,7 @@ class _Additive(Aggregator):
     invertible = True
 
     def negate(self, state: Tensor) -> Tensor:
-        return -_f32(state)
+        return -as_f32(state)
 
     def _parts(self, m: Tensor) -> list[Tensor]:
         """Per-edge contributions to the state columns, in packed order."""
@@ -164,30 +169,33 @@ class _Additive(Aggregator):
         return torch.zeros(num, self.state_width(msg_width), dtype=torch.float32, device=device)
 
     def partial(self, m: Tensor, index: Tensor, num: int) -> Tensor:
-        m = _f32(m)
+        m = as_f32(m)
         index = _check_index(index, m.shape[0], num)
         return _scatter_add(torch.cat(self._parts(m), dim=1), index, num)
 
     def merge(self, states: Tensor, index: Tensor, num: int) -> Tensor:
-        states = _f32(states)
+        states = as_f32(states)
         index = _check_index(index, states.shape[0], num)
         return _scatter_add(states, index, num)
 
 
-def _ones_col(m: Tensor) -> Tensor:
+def ones_col(m: Tensor) -> Tensor:
+    """A float32 column of ones, one per row of `m` (the count a message adds to its row)."""
     return torch.ones(m.shape[0], 1, dtype=torch.float32, device=m.device)
 
 
-def _mean_of(sums: Tensor, count: Tensor) -> Tensor:
-    # Same arithmetic as PyG's scatter(reduce='mean'): sum / count.clamp(min=1), so empty rows -> 0.
+def mean_of(sums: Tensor, count: Tensor) -> Tensor:
+    """Row means from sums and counts, PyG's scatter(reduce='mean') arithmetic: sum / count.clamp(min=1),
+    so an empty row's mean is 0."""
     return sums / count.clamp(min=1)
 
 
 @register("sum")
-class SumAggregator(_Additive):
+class SumAggregator(AdditiveAggregator):
     """State [s]."""
 
     linear = True
+    column_wise = True
 
     def state_width(self, msg_width: int) -> int:
         return msg_width
@@ -198,31 +206,32 @@ class SumAggregator(_Additive):
     from_sums = True
 
     def partial_from_sums(self, sums, counts):
-        return _f32(sums)
+        return as_f32(sums)
 
     def finalize(self, state):
         return state
 
 
 @register("mean")
-class MeanAggregator(_Additive):
+class MeanAggregator(AdditiveAggregator):
     """State [s | n]: the count travels with the sum because a mean of means is not the mean."""
 
     linear = True
+    column_wise = True
 
     def state_width(self, msg_width: int) -> int:
         return msg_width + 1
 
     def _parts(self, m):
-        return [m, _ones_col(m)]
+        return [m, ones_col(m)]
 
     from_sums = True
 
     def partial_from_sums(self, sums, counts):
-        return torch.cat([_f32(sums), _f32(counts).unsqueeze(-1)], dim=1)
+        return torch.cat([as_f32(sums), as_f32(counts).unsqueeze(-1)], dim=1)
 
     def finalize(self, state):
-        return _mean_of(state[:, :-1], state[:, -1:])
+        return mean_of(state[:, :-1], state[:, -1:])
 
 
 class _Extreme(Aggregator):
@@ -231,6 +240,7 @@ class _Extreme(Aggregator):
 
     reduce = ""
     fill = 0.0
+    column_wise = True
 
     def state_width(self, msg_width: int) -> int:
         return msg_width
@@ -239,7 +249,7 @@ class _Extreme(Aggregator):
         return torch.full((num, msg_width), self.fill, dtype=torch.float32, device=device)
 
     def partial(self, m, index, num):
-        m = _f32(m)
+        m = as_f32(m)
         index = _check_index(index, m.shape[0], num)
         return _scatter_extreme(m, index, num, self.reduce, self.fill)
 
@@ -269,7 +279,7 @@ def _as_exponent(p, device=None):
 
 
 @register("powermean")
-class PowerMeanAggregator(_Additive):
+class PowerMeanAggregator(AdditiveAggregator):
     """Power mean ((1/n) sum clamp(x)^p)^(1/p), state [sum clamp(x)^p | n] (OMEGA §6.2: power
     sums add across partitions; the 1/p root is applied once, in finalize).
 
@@ -290,6 +300,7 @@ class PowerMeanAggregator(_Additive):
         self.clamp_max = None if clamp_max is None else float(clamp_max)
         self.transform = bool(isinstance(p, list) or p != 1) if transform is None else bool(transform)
         self.linear = not self.transform
+        self.column_wise = not isinstance(p, list)  # a per-channel exponent is tied to one width
 
     def config(self):
         return {"p": self.p, "clamp_min": self.clamp_min, "clamp_max": self.clamp_max, "transform": self.transform}
@@ -301,10 +312,10 @@ class PowerMeanAggregator(_Additive):
         if self.transform:
             p = _as_exponent(self.p, m.device)
             m = m.clamp(min=self.clamp_min, max=self.clamp_max).pow(p)
-        return [m, _ones_col(m)]
+        return [m, ones_col(m)]
 
     def finalize(self, state):
-        out = _mean_of(state[:, :-1], state[:, -1:])
+        out = mean_of(state[:, :-1], state[:, -1:])
         if self.transform:
             p = _as_exponent(self.p, out.device)
             out = out.clamp(min=self.clamp_min, max=self.clamp_max).pow(1.0 / p)
@@ -312,22 +323,24 @@ class PowerMeanAggregator(_Additive):
 
 
 @register("var")
-class VarAggregator(_Additive):
+class VarAggregator(AdditiveAggregator):
     """Variance mean(x^2) - mean(x)^2 with state [sum x | sum x^2 | n] (PyG VarAggregation's
     formula; the raw power sums are what adds across partitions, so no second pass over the
     edges is needed)."""
+
+    column_wise = True
 
     def state_width(self, msg_width):
         return 2 * msg_width + 1
 
     def _parts(self, m):
-        return [m, m * m, _ones_col(m)]
+        return [m, m * m, ones_col(m)]
 
     def finalize(self, state):
         f = (state.shape[1] - 1) // 2
         n = state[:, -1:]
-        mean = _mean_of(state[:, :f], n)
-        mean2 = _mean_of(state[:, f : 2 * f], n)
+        mean = mean_of(state[:, :f], n)
+        mean2 = mean_of(state[:, f : 2 * f], n)
         return mean2 - mean * mean
 
 
@@ -392,7 +405,7 @@ class SoftmaxAggregator(Aggregator):
         return torch.cat([mx, s, v], dim=1)
 
     def partial(self, m, index, num):
-        m = _f32(m)
+        m = as_f32(m)
         h = self.heads
         self._channels(m.shape[1])
         index = _check_index(index, m.shape[0], num)
@@ -400,7 +413,7 @@ class SoftmaxAggregator(Aggregator):
         return self._combine(logit, torch.ones_like(logit), m[:, h:], index, num)
 
     def merge(self, states, index, num):
-        states = _f32(states)
+        states = as_f32(states)
         h = self.heads
         index = _check_index(index, states.shape[0], num)
         return self._combine(states[:, :h], states[:, h : 2 * h], states[:, 2 * h :], index, num)

@@ -33,7 +33,6 @@ layouts cannot be told apart that way runs raw only.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -44,24 +43,10 @@ from sparkgnn.layers.aggregators import Aggregator, get_aggregator, register
 from sparkgnn.layers.base import MergeableConv, build_conv, register_conv
 from sparkgnn.layers.nodeops import columns
 from sparkgnn.layers.signatures import message_key, payload_key
-from sparkgnn.registry import Registry
-
-# Aggregators that reduce every message column independently with the same rule: the aggregation
-# of [m1 | m2] is [agg m1 | agg m2]. Two groups with one of these (same options) fuse into one.
-COLUMN_WISE: Registry[Callable[[Aggregator], bool]] = Registry("column-wise aggregator", ValueError)
-for _name in ("sum", "mean", "max", "min", "var", "std"):
-    COLUMN_WISE.register(_name, lambda agg: True)
-# a per-channel (learned) exponent is tied to one message width
-COLUMN_WISE.register("powermean", lambda agg: not isinstance(getattr(agg, "p", None), list))
 
 
 def _agg_key(agg: Aggregator) -> tuple[str, str]:
     return agg.name, json.dumps(agg.config(), sort_keys=True)
-
-
-def column_wise(agg: Aggregator) -> bool:
-    test = COLUMN_WISE.get(agg.name)
-    return bool(test and test(agg))
 
 
 @register("concat")
@@ -205,7 +190,7 @@ def _fused_parts(aggs: list[_Group]) -> list[dict]:
         agg = group.aggregator
         assert agg is not None
         width = group.stop - group.start
-        if parts and column_wise(agg) and _agg_key(agg) == (parts[-1]["name"], _options(parts[-1])):
+        if parts and agg.column_wise and _agg_key(agg) == (parts[-1]["name"], _options(parts[-1])):
             parts[-1]["width"] += width
         else:
             parts.append({"name": agg.name, "options": agg.config(), "width": width})
@@ -449,7 +434,11 @@ class BundleConv(MergeableConv):
     def prepare_dst(self, h, stats):
         if not self._dst:
             return None
-        outs = [self._conv(i).prepare_dst(columns(h, *self.inputs[i]), stats) for i in self._dst]
+        outs: list[Tensor] = []
+        for i in self._dst:  # the members with a destination width: each prepares a payload
+            out = self._conv(i).prepare_dst(columns(h, *self.inputs[i]), stats)
+            assert out is not None, f"member {i} has a destination width but prepared no payload"
+            outs.append(out)
         return outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
 
     def message(self, src_e, dst_e, weight_e, pre_transform):

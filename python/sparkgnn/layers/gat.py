@@ -18,13 +18,79 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
 from sparkgnn.layers.aggregators import get_aggregator
 from sparkgnn.layers.base import MergeableConv, register_conv
 
 
+class AttentionHeadsConv(MergeableConv):
+    """What GATConv and GATv2Conv share: H heads of C channels each, concatenated or averaged in
+    `update`, the mergeable softmax aggregator (one logit per head, so every message is
+    [logits (H) | values (H*C)] and needs a destination payload), PyG's self-loop replacement, and
+    the optional residual map and bias added after the merge. A subclass's constructor passes the
+    head options to this one, builds its own projection and attention weights, then calls
+    `_init_output`, so its parameters register in the order projection, attention, residual, bias."""
+
+    # update reads h_dst[i] and agg[i] only (layers/rowwise.py)
+    row_wise = True
+
+    def __init__(
+        self,
+        in_dim: int,
+        channels: int,
+        heads: int,
+        concat: bool,
+        negative_slope: float,
+        add_self_loops: bool,
+        residual: bool,
+    ):
+        """Set the head options and the output width (a subclass passes its own arguments on)."""
+        super().__init__()
+        self.in_dim, self.channels, self.heads = int(in_dim), int(channels), int(heads)
+        if min(self.in_dim, self.channels, self.heads) < 1:
+            raise ValueError(f"{self.kind}: in_dim, channels and heads must be >= 1, got {in_dim}, {channels}, {heads}")
+        self.concat, self.negative_slope = bool(concat), float(negative_slope)
+        self.add_self_loops, self.residual = bool(add_self_loops), bool(residual)
+        hc = self.heads * self.channels
+        self.out_dim = hc if self.concat else self.channels
+
+    def _init_output(self, *, bias: bool) -> None:
+        """Residual map, bias and the attention contract; call after the subclass's weights."""
+        self.weight_res = torch.nn.Parameter(torch.zeros(self.out_dim, self.in_dim)) if self.residual else None
+        self.bias = torch.nn.Parameter(torch.zeros(self.out_dim)) if bias else None
+        self.aggregator = get_aggregator("softmax", heads=self.heads)
+        self.self_loops = "replace" if self.add_self_loops else "none"
+        self.needs_dst_in_message = True
+        self.can_pre_transform = True
+
+    def _head_config(self) -> dict:
+        """The config entries every attention layer has; a subclass appends its own."""
+        return {
+            "kind": self.kind,
+            "in_dim": self.in_dim,
+            "channels": self.channels,
+            "heads": self.heads,
+            "concat": self.concat,
+            "negative_slope": self.negative_slope,
+            "add_self_loops": self.add_self_loops,
+            "bias": self.bias is not None,
+        }
+
+    def msg_width(self, pre_transform: bool) -> int:
+        return self.heads + self.heads * self.channels
+
+    def update(self, h_dst: Tensor, agg: Tensor, stats: dict, pre_transform: bool) -> Tensor:
+        out = agg if self.concat else agg.view(-1, self.heads, self.channels).mean(dim=1)
+        if self.weight_res is not None:
+            out = out + F.linear(h_dst, self.weight_res)
+        if self.bias is not None:
+            out = out + self.bias
+        return out
+
+
 @register_conv("gat")
-class GATLayer(MergeableConv):
+class GATLayer(AttentionHeadsConv):
     def __init__(
         self,
         in_dim: int,
@@ -37,37 +103,17 @@ class GATLayer(MergeableConv):
         residual: bool = False,
         separate_dst_lin: bool = False,
     ):
-        super().__init__()
-        self.in_dim, self.channels, self.heads = int(in_dim), int(channels), int(heads)
-        self.concat, self.negative_slope = bool(concat), float(negative_slope)
-        self.add_self_loops, self.residual = bool(add_self_loops), bool(residual)
-        self.separate_dst_lin = bool(separate_dst_lin)
+        super().__init__(in_dim, channels, heads, concat, negative_slope, add_self_loops, residual)
         hc = self.heads * self.channels
-        self.out_dim = hc if self.concat else self.channels
+        self.separate_dst_lin = bool(separate_dst_lin)
         self.weight = torch.nn.Parameter(torch.zeros(hc, self.in_dim))
         self.weight_dst = torch.nn.Parameter(torch.zeros(hc, self.in_dim)) if self.separate_dst_lin else None
         self.att_src = torch.nn.Parameter(torch.zeros(1, self.heads, self.channels))
         self.att_dst = torch.nn.Parameter(torch.zeros(1, self.heads, self.channels))
-        self.weight_res = torch.nn.Parameter(torch.zeros(self.out_dim, self.in_dim)) if self.residual else None
-        self.bias = torch.nn.Parameter(torch.zeros(self.out_dim)) if bias else None
-        self.aggregator = get_aggregator("softmax", heads=self.heads)
-        self.self_loops = "replace" if self.add_self_loops else "none"
-        self.needs_dst_in_message = True
-        self.can_pre_transform = True
+        self._init_output(bias=bias)
 
-    def config(self):
-        return {
-            "kind": self.kind,
-            "in_dim": self.in_dim,
-            "channels": self.channels,
-            "heads": self.heads,
-            "concat": self.concat,
-            "negative_slope": self.negative_slope,
-            "add_self_loops": self.add_self_loops,
-            "bias": self.bias is not None,
-            "residual": self.residual,
-            "separate_dst_lin": self.separate_dst_lin,
-        }
+    def config(self) -> dict:
+        return {**self._head_config(), "residual": self.residual, "separate_dst_lin": self.separate_dst_lin}
 
     def src_width(self, pre_transform):
         hc = self.heads * self.channels
@@ -75,9 +121,6 @@ class GATLayer(MergeableConv):
 
     def dst_width(self):
         return self.heads
-
-    def msg_width(self, pre_transform):
-        return self.heads + self.heads * self.channels
 
     def _src_payload(self, h):
         n = h.shape[0]
@@ -99,11 +142,3 @@ class GATLayer(MergeableConv):
         hc = self.heads * self.channels
         logit = F.leaky_relu(payload[:, hc:] + dst_e, self.negative_slope)
         return torch.cat([logit, payload[:, :hc]], dim=1)
-
-    def update(self, h_dst, agg, stats, pre_transform):
-        out = agg if self.concat else agg.view(-1, self.heads, self.channels).mean(dim=1)
-        if self.weight_res is not None:
-            out = out + F.linear(h_dst, self.weight_res)
-        if self.bias is not None:
-            out = out + self.bias
-        return out

@@ -7,6 +7,11 @@ part. WHY the split matters: the source factor d_j^-1/2 is folded into the node 
 constant over i's in-edges, so it moves out of the sum into `update`. Messages then need no
 destination payload and the aggregation is a plain (linear, trivially mergeable) sum, which also
 makes transform-then-propagate exact: the planner may ship x_j W or x_j, whichever is narrower.
+
+`linear=False` drops W (out_dim == in_dim): a weightless normalised propagation round, which is
+what LGConv is and what SGConv / multi-hop layers run K times (layers/multihop.py). It reuses
+every path GCN has (degree statistics, self-loop policy, sparse products) with nothing to
+pre-transform.
 """
 
 from __future__ import annotations
@@ -29,17 +34,21 @@ class GCNLayer(MergeableConv):
         add_self_loops: bool = True,
         bias: bool = True,
         use_edge_weight: bool = True,
+        linear: bool = True,
     ):
         super().__init__()
         if add_self_loops and not normalize:
             raise ValueError("GCN: add_self_loops requires normalize (as in PyG)")
+        if not linear and int(in_dim) != int(out_dim):
+            raise ValueError(f"GCN: linear=False keeps the width, so in_dim {in_dim} must equal out_dim {out_dim}")
         self.in_dim, self.out_dim = int(in_dim), int(out_dim)
         self.normalize, self.add_self_loops = bool(normalize), bool(add_self_loops)
         self.uses_edge_weight = bool(use_edge_weight)
-        self.weight = torch.nn.Parameter(torch.zeros(self.out_dim, self.in_dim))
+        self.linear = bool(linear)
+        self.weight = torch.nn.Parameter(torch.zeros(self.out_dim, self.in_dim)) if self.linear else None
         self.bias = torch.nn.Parameter(torch.zeros(self.out_dim)) if bias else None
         self.aggregator = get_aggregator("sum")
-        self.can_pre_transform = True
+        self.can_pre_transform = self.linear
         self.self_loops = "remaining" if self.add_self_loops else "none"
         if not self.normalize:
             self.required_stats = ()
@@ -55,6 +64,7 @@ class GCNLayer(MergeableConv):
             "add_self_loops": self.add_self_loops,
             "bias": self.bias is not None,
             "use_edge_weight": self.uses_edge_weight,
+            "linear": self.linear,
         }
 
     def _deg_inv_sqrt(self, stats: dict) -> Tensor:
@@ -66,7 +76,7 @@ class GCNLayer(MergeableConv):
         return self.out_dim if self._pre(pre_transform) else self.in_dim
 
     def prepare_src(self, h, stats, pre_transform):
-        z = F.linear(h, self.weight) if self._pre(pre_transform) else h
+        z = F.linear(h, self.weight) if self._pre(pre_transform) and self.weight is not None else h
         if self.normalize:
             z = z * self._deg_inv_sqrt(stats).unsqueeze(-1)
         return z
@@ -84,7 +94,7 @@ class GCNLayer(MergeableConv):
     def update(self, h_dst, agg, stats, pre_transform):
         if self.normalize:
             agg = agg * self._deg_inv_sqrt(stats).unsqueeze(-1)
-        out = agg if self._pre(pre_transform) else F.linear(agg, self.weight)
+        out = agg if self._pre(pre_transform) or self.weight is None else F.linear(agg, self.weight)
         if self.bias is not None:
             out = out + self.bias
         return out

@@ -20,6 +20,8 @@ from sparkgnn.layers.nodeops import NodeOpStack
 
 @register_conv("gin")
 class GINLayer(MergeableConv):
+    eps: torch.Tensor
+
     def __init__(self, in_dim: int, nn: list):
         super().__init__()
         self.in_dim = int(in_dim)

@@ -12,7 +12,15 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from sparkgnn.layers.aggregators import Aggregator, MeanAggregator, _Additive, _f32, _mean_of, _ones_col, register
+from sparkgnn.layers.aggregators import (
+    AdditiveAggregator,
+    Aggregator,
+    MeanAggregator,
+    as_f32,
+    mean_of,
+    ones_col,
+    register,
+)
 
 
 def _orders(n, minimum: int) -> list[int]:
@@ -39,7 +47,7 @@ def _signed_root(s: Tensor, n: int) -> Tensor:
 
 
 @register("rawmoment")
-class RawMomentAggregator(_Additive):
+class RawMomentAggregator(AdditiveAggregator):
     """Root of the n-th moment about zero, sign(s) * |s|^(1/n) with s = (1/|N|) sum x^n, per
     order n (`n` an int or a list: one block of msg_width columns per order, in list order).
     State [sum x^n_0 | sum x^n_1 | ... | count]: power sums add across partitions and the root is
@@ -62,12 +70,12 @@ class RawMomentAggregator(_Additive):
         return len(self.orders) * msg_width
 
     def _parts(self, m):
-        return [m.pow(k) for k in self.orders] + [_ones_col(m)]
+        return [m.pow(k) for k in self.orders] + [ones_col(m)]
 
     def finalize(self, state):
         f = (state.shape[1] - 1) // len(self.orders)
         count = state[:, -1:]
-        blocks = [_signed_root(_mean_of(state[:, i * f : (i + 1) * f], count), k) for i, k in enumerate(self.orders)]
+        blocks = [_signed_root(mean_of(state[:, i * f : (i + 1) * f], count), k) for i, k in enumerate(self.orders)]
         return torch.cat(blocks, dim=1)
 
 
@@ -114,7 +122,7 @@ class MomentsAggregator(Aggregator):
             raise ValueError(
                 f"moments pass {p} needs the destination means, shaped like the messages {tuple(m.shape)}, got {got}"
             )
-        return _f32(m) - _f32(context_e)
+        return as_f32(m) - as_f32(context_e)
 
     def _last(self) -> Aggregator:
         return self._passes[-1]

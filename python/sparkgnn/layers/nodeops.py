@@ -1,4 +1,4 @@
-"""Node-wise operations (Linear, activations, BatchNorm in eval): everything a model does to one
+"""Node-wise operations (Linear, activations, BatchNorm in eval, LayerNorm, normalize): everything a model does to one
 node's vector without looking at the graph.
 
 WHY a separate, closed vocabulary: node-wise ops run wherever the node's row happens to be (on a
@@ -111,6 +111,8 @@ class BatchNormOp(NodeOp):
 
     weight: torch.nn.Parameter | None
     bias: torch.nn.Parameter | None
+    running_mean: Tensor
+    running_var: Tensor
 
     def __init__(self, num_features: int, eps: float = 1e-5, affine: bool = True):
         super().__init__()
@@ -135,6 +137,59 @@ class BatchNormOp(NodeOp):
         return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps)
 
 
+@_op("layernorm")
+class LayerNormOp(NodeOp):
+    """LayerNorm over the feature axis of each row (torch.nn.LayerNorm over the last dimension,
+    PyG's LayerNorm in mode="node"), computed by F.layer_norm so it rounds exactly like PyTorch.
+    Row-wise: a row's mean and variance are its own."""
+
+    row_wise = True
+    weight: torch.nn.Parameter | None
+    bias: torch.nn.Parameter | None
+
+    def __init__(self, num_features: int, eps: float = 1e-5, affine: bool = True, bias: bool = True):
+        super().__init__()
+        self.num_features, self.eps, self.affine = int(num_features), float(eps), bool(affine)
+        self.weight = torch.nn.Parameter(torch.ones(self.num_features)) if affine else None
+        self.bias = torch.nn.Parameter(torch.zeros(self.num_features)) if affine and bias else None
+
+    def config(self):
+        return {
+            "op": self.op,
+            "num_features": self.num_features,
+            "eps": self.eps,
+            "affine": self.affine,
+            "bias": self.bias is not None,
+        }
+
+    def out_dim(self, in_dim):
+        if in_dim != self.num_features:
+            raise ValueError(f"layernorm expects width {self.num_features}, got {in_dim}")
+        return in_dim
+
+    def forward(self, x):
+        return F.layer_norm(x, (self.num_features,), self.weight, self.bias, self.eps)
+
+
+@_op("normalize")
+class NormalizeOp(NodeOp):
+    """F.normalize over the feature axis: each row divided by max(its p-norm, eps). Row-wise."""
+
+    row_wise = True
+
+    def __init__(self, p: float = 2.0, eps: float = 1e-12):
+        super().__init__()
+        self.p, self.eps = float(p), float(eps)
+        if not self.p > 0:
+            raise ValueError(f"normalize needs p > 0, got {self.p}")
+
+    def config(self):
+        return {"op": self.op, "p": self.p, "eps": self.eps}
+
+    def forward(self, x):
+        return F.normalize(x, p=self.p, dim=-1, eps=self.eps)
+
+
 def build_node_op(config: dict) -> NodeOp:
     cfg = dict(config)
     return NODE_OPS.lookup(cfg.pop("op"))(**cfg)
@@ -148,11 +203,11 @@ class NodeOpStack(torch.nn.Module):
         self.ops = torch.nn.ModuleList(ops if ops is not None else [build_node_op(c) for c in configs])
 
     def config(self) -> list:
-        return [op.config() for op in self.ops]
+        return [cast(NodeOp, op).config() for op in self.ops]
 
     def out_dim(self, in_dim: int) -> int:
         for op in self.ops:
-            in_dim = op.out_dim(in_dim)
+            in_dim = cast(NodeOp, op).out_dim(in_dim)
         return in_dim
 
     def first_linear(self):
@@ -201,7 +256,7 @@ class ParallelOp(NodeOp):
             "op": self.op,
             "in_dim": self.in_dim,
             "branches": [
-                {"input": [start, stop], "ops": stack.config()}
+                {"input": [start, stop], "ops": cast(NodeOpStack, stack).config()}
                 for (start, stop), stack in zip(self.inputs, self.stacks, strict=True)
             ],
         }

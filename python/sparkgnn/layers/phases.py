@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 
 from sparkgnn.layers.base import MergeableConv
+from sparkgnn.layers.multihop import MultiRoundConv
 
 
 class PassRound(MergeableConv):
@@ -88,9 +89,11 @@ class PassRound(MergeableConv):
 
     def prepare_dst(self, h, stats):
         """The layer's own destination payload (if any), then the previous pass's result."""
-        blocks = []
+        blocks: list[Tensor] = []
         if self.wrapped.dst_width():
-            blocks.append(self.wrapped.prepare_dst(self._h(h), stats))
+            own = self.wrapped.prepare_dst(self._h(h), stats)
+            assert own is not None, "a layer with a destination width prepares a destination payload"
+            blocks.append(own)
         if self._context:
             blocks.append(h[:, self.wrapped.in_dim :])
         return torch.cat(blocks, dim=1) if blocks else None
@@ -115,8 +118,10 @@ class PassRound(MergeableConv):
 
 
 def expand_passes(layer: MergeableConv) -> list[MergeableConv]:
-    """The engine rounds of a layer: itself when its aggregator takes one pass, else one
-    PassRound per pass (module doc)."""
+    """The engine rounds of a layer: a multi-hop layer's own rounds (layers/multihop.py), else
+    itself when its aggregator takes one pass, else one PassRound per pass (module doc)."""
+    if isinstance(layer, MultiRoundConv):
+        return layer.rounds()
     if layer.aggregator.phases == 1:
         return [layer]
     return [PassRound(layer, p) for p in range(layer.aggregator.phases)]

@@ -1,5 +1,8 @@
-"""SAGEConv (GraphSAGE) as a mergeable layer; matches torch_geometric.nn.SAGEConv in eval
-(project=False): out = lin_l(aggr_{j->i} x_j) + lin_r(x_i), optionally L2-normalised.
+"""SAGEConv (GraphSAGE) as a mergeable layer; matches torch_geometric.nn.SAGEConv in eval:
+out = lin_l(aggr_{j->i} p(x_j)) + lin_r(x_i), optionally L2-normalised, where p is the identity,
+or with project=True relu(lin(x_j)): PyG projects the SOURCE rows only (x[0]); the root term reads
+the raw destination row x[1]. The projection is per node, so it runs in `prepare_src`, before any
+transform-then-propagate of lin_l.
 
 The aggregation runs on raw neighbour features (no edge weights, no self loops); the root term,
 lin_l's bias and the normalisation depend on the destination only and live in `update`.
@@ -35,11 +38,16 @@ class SAGELayer(MergeableConv):
         normalize: bool = False,
         root_weight: bool = True,
         bias: bool = True,
+        project: bool = False,
     ):
         super().__init__()
         self.in_dim, self.out_dim = int(in_dim), int(out_dim)
         self.aggr, self.aggr_options = str(aggr), dict(aggr_options or {})
         self.normalize, self.root_weight = bool(normalize), bool(root_weight)
+        # project=True: PyG's lin (in -> in, with bias) then relu, on source rows only
+        self.project = bool(project)
+        self.weight_p = torch.nn.Parameter(torch.zeros(self.in_dim, self.in_dim)) if self.project else None
+        self.bias_p = torch.nn.Parameter(torch.zeros(self.in_dim)) if self.project else None
         if self.aggr == "softmax":
             t = self.aggr_options.get("t", 1.0)
             self._t = torch.tensor(t, dtype=torch.float32).view(1, -1) if isinstance(t, (list, tuple)) else float(t)
@@ -64,6 +72,7 @@ class SAGELayer(MergeableConv):
             "normalize": self.normalize,
             "root_weight": self.root_weight,
             "bias": self.bias_l is not None,
+            "project": self.project,
         }
 
     def src_width(self, pre_transform):
@@ -74,6 +83,8 @@ class SAGELayer(MergeableConv):
         return 2 * w if self.aggr == "softmax" else w
 
     def prepare_src(self, h, stats, pre_transform):
+        if self.weight_p is not None:
+            h = F.linear(h, self.weight_p, self.bias_p).relu()
         return F.linear(h, self.weight_l) if self._pre(pre_transform) else h
 
     def message(self, src_e, dst_e, weight_e, pre_transform):

@@ -72,8 +72,8 @@ def message_key(conv, pre: bool) -> Hashable:
     return fn(conv, conv._pre(pre)) if fn is not None else _unique(conv)
 
 
-# Raw rows: prepare_src returns its input unchanged (SAGE, GIN, GAT in raw mode, GCN without
-# normalisation); any two such layers ship the same payload.
+# Raw rows: prepare_src returns its input unchanged (SAGE, GIN, GAT / GATv2 / ResGated / LE in raw
+# mode, GCN without normalisation); any two such layers ship the same payload.
 ROWS = ("rows",)
 # The message is the source payload itself, or the payload times the edge weight.
 PAYLOAD = ("payload",)
@@ -82,7 +82,10 @@ WEIGHTED_PAYLOAD = ("payload", "weighted")
 
 @PAYLOAD_KEYS.register("sage")
 def _sage_payload(conv, pre: bool) -> Hashable:
-    return ("linear", digest(conv.weight_l)) if pre else ROWS
+    base = ("linear", digest(conv.weight_l)) if pre else ROWS
+    if getattr(conv, "project", False):  # relu(lin(x)) first, on every source row
+        return ("sage_project", digest(conv.weight_p, conv.bias_p), base)
+    return base
 
 
 @PAYLOAD_KEYS.register("gin")
@@ -129,3 +132,54 @@ def _gat_message(conv, pre: bool) -> Hashable:
     # forms the source payload per edge (weight, att_src)
     tensors = digest(conv.weight, conv.weight_dst, conv.att_src, conv.att_dst)
     return ("gat", pre, conv.heads, conv.channels, conv.negative_slope, tensors)
+
+
+@PAYLOAD_KEYS.register("gatv2")
+def _gatv2_payload(conv, pre: bool) -> Hashable:
+    return ("gatv2", digest(conv.weight_src, conv.bias_src)) if pre else ROWS
+
+
+@MESSAGE_KEYS.register("gatv2")
+def _gatv2_message(conv, pre: bool) -> Hashable:
+    # the logit reads the destination payload (weight_dst/bias_dst, or the source linear when
+    # shared) and, in raw mode, forms the source payload per edge (weight_src, bias_src)
+    tensors = digest(conv.weight_src, conv.bias_src, conv.weight_dst, conv.bias_dst, conv.att)
+    return ("gatv2", pre, conv.heads, conv.channels, conv.negative_slope, conv.share_weights, tensors)
+
+
+@PAYLOAD_KEYS.register("resgated")
+def _resgated_payload(conv, pre: bool) -> Hashable:
+    if not pre:
+        return ROWS
+    return ("resgated", digest(conv.weight_query, conv.bias_query, conv.weight_value, conv.bias_value))
+
+
+@MESSAGE_KEYS.register("resgated")
+def _resgated_message(conv, pre: bool) -> Hashable:
+    # the gate reads the destination payload (key linear) and, in raw mode, forms query and
+    # value per edge
+    tensors = digest(
+        conv.weight_key, conv.bias_key, conv.weight_query, conv.bias_query, conv.weight_value, conv.bias_value
+    )
+    return ("resgated", pre, json.dumps(conv.act.config(), sort_keys=True), tensors)
+
+
+@PAYLOAD_KEYS.register("le")
+def _le_payload(conv, pre: bool) -> Hashable:
+    return ("le", digest(conv.weight_1, conv.bias_1)) if pre else ROWS
+
+
+@MESSAGE_KEYS.register("le")
+def _le_message(conv, pre: bool) -> Hashable:
+    # (source payload - destination's W_2 x_i) [* weight]; raw mode applies W_1 (+ b_1) per edge
+    return ("le", pre, conv.uses_edge_weight, digest(conv.weight_1, conv.bias_1, conv.weight_2))
+
+
+@PAYLOAD_KEYS.register("graphconv")
+def _graphconv_payload(conv, pre: bool) -> Hashable:
+    return ("linear", digest(conv.weight_rel)) if pre else ROWS
+
+
+@MESSAGE_KEYS.register("graphconv")
+def _graphconv_message(conv, pre: bool) -> Hashable:
+    return WEIGHTED_PAYLOAD if conv.uses_edge_weight else PAYLOAD

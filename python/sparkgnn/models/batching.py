@@ -53,10 +53,6 @@ class ModelBatch:
         return [h[:, start:stop] for start, stop in self.slices]
 
 
-def _edge_contract(conv: MergeableConv) -> tuple[str, bool, bool]:
-    return conv.self_loops, bool(conv.uses_edge_weight), bool(conv.required_stats)
-
-
 def why_incompatible(models: Sequence[Model], names: Sequence[str]) -> str | None:
     """Why these models cannot run as one model (None when they can): at some layer their convs
     need different edge lists (layers/bundle.py, module doc), or a model's layer is not a conv
@@ -66,9 +62,9 @@ def why_incompatible(models: Sequence[Model], names: Sequence[str]) -> str | Non
             rounds = [conv.kind for conv in m.conv_list() if CONVS.get(conv.kind) is not type(conv)]
             if rounds:  # a multi-pass layer runs as rounds that exist only inside its model
                 return f"{name} runs rounds {rounds} that cannot be rebuilt on their own (multi-pass layers)"
-    depth = max(m.num_layers for m in models)
+    depth = max(m.num_rounds for m in models)
     for layer in range(depth):
-        at = [(name, m.conv(layer)) for name, m in zip(names, models, strict=True) if layer < m.num_layers]
+        at = [(name, m.conv(layer)) for name, m in zip(names, models, strict=True) if layer < m.num_rounds]
         policies = {conv.self_loops for _, conv in at}
         if len(policies) > 1:
             which = ", ".join(f"{name}: {conv.kind} self_loops={conv.self_loops}" for name, conv in at)
@@ -98,6 +94,15 @@ def plan_batches(models: Sequence[Model], names: Sequence[str]) -> list[list[int
     return batches
 
 
+def check_same_input_width(models: Sequence[Model], names: Sequence[str]) -> None:
+    """Models run together read the same graph features, so they must take the same input width;
+    a BatchError lists each model's width where they differ."""
+    widths = {name: m.in_dim for name, m in zip(names, models, strict=True)}
+    if len(set(widths.values())) > 1:
+        listed = ", ".join(f"{name}: {width}" for name, width in widths.items())
+        raise BatchError(f"batched models must read the same input width; they read {listed}")
+
+
 def _check(models: Sequence[Model], names: Sequence[str]) -> None:
     if not models:
         raise BatchError("no models to batch")
@@ -108,10 +113,7 @@ def _check(models: Sequence[Model], names: Sequence[str]) -> None:
     for name, model in zip(names, models, strict=True):
         if not isinstance(model, Model):
             raise BatchError(f"{name} is a {type(model).__name__}, not a sparkgnn Model")
-    widths = {name: m.in_dim for name, m in zip(names, models, strict=True)}
-    if len(set(widths.values())) > 1:
-        listed = ", ".join(f"{name}: {width}" for name, width in widths.items())
-        raise BatchError(f"batched models must read the same input width; they read {listed}")
+    check_same_input_width(models, names)
     why = why_incompatible(models, names)
     if why:
         raise BatchError(f"models {', '.join(names)} cannot share one edge list: {why}")
@@ -178,17 +180,17 @@ def batch_models(models: Sequence[Model], names: Sequence[str] | None = None) ->
     track_of = [pre_distinct.index(key) for key in pre_keys]
     width = in_dim if not slices else slices[-1][1]
     convs, posts = [], []
-    for layer in range(max(m.num_layers for m in models)):
+    for layer in range(max(m.num_rounds for m in models)):
         keys: list[tuple[int, Hashable, Hashable]] = [
             (track_of[i], module_key(m.conv(layer)), module_key(m.post_list()[layer]))
-            if layer < m.num_layers
+            if layer < m.num_rounds
             else (track_of[i], None, None)
             for i, m in enumerate(models)
         ]
         distinct = list(dict.fromkeys(keys))
         owners = [keys.index(key) for key in distinct]  # the first model with each key
         members = [
-            (slices[track], models[i].conv(layer) if layer < models[i].num_layers else None)
+            (slices[track], models[i].conv(layer) if layer < models[i].num_rounds else None)
             for (track, _c, _p), i in zip(distinct, owners, strict=True)
         ]
         conv = _bundle(width, members)
@@ -197,7 +199,7 @@ def batch_models(models: Sequence[Model], names: Sequence[str] | None = None) ->
             if isinstance(conv, BundleConv)
             else [conv.out_dim]
         )
-        stacks = [models[i].post_list()[layer] if layer < models[i].num_layers else NodeOpStack() for i in owners]
+        stacks = [models[i].post_list()[layer] if layer < models[i].num_rounds else NodeOpStack() for i in owners]
         post, slices = _parallel(conv.out_dim, outs, stacks)
         convs.append(conv)
         posts.append(post)

@@ -2,9 +2,10 @@
 
 Three registries keyed by the exact PyG / torch class (its qualified name, see pyg_common):
   MODEL_CONVERTERS  whole models (BasicGNN GCN/GraphSAGE/GIN/GAT, Sequential/ModuleList stacks,
-                    a single conv), here
-  CONV_CONVERTERS   GCNConv, SAGEConv, GINConv, GATConv -> MergeableConv with copied weights
-                    (pyg_convs.py)
+                    a single conv), here; any other torch.nn.Module is traced with torch.fx
+                    (pyg_fx.py: a forward that chains convs, node-wise modules and functions)
+  CONV_CONVERTERS   PyG convs -> MergeableConv with copied weights (pyg_convs.py; the README's
+                    coverage table, made by models/coverage.py, lists them)
   NODE_CONVERTERS   node-wise modules (Linear, activations, BatchNorm, MLP, ...) -> node ops
                     (pyg_nodeops.py)
 WHY exact classes and explicit refusals: sparkgnn reproduces a layer's forward from its
@@ -19,21 +20,32 @@ torch_geometric is imported lazily: it is only needed to convert, never to serve
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable
 
 import torch
 
 from sparkgnn.errors import UnsupportedModelError
-from sparkgnn.layers.nodeops import BatchNormOp, LinearOp, NodeOp
+from sparkgnn.layers.nodeops import ActivationOp, BatchNormOp, LinearOp, NodeOp
 from sparkgnn.models import pyg_convs
 from sparkgnn.models.pyg_common import class_name, is_message_passing, short_name, unsupported
 from sparkgnn.models.pyg_convs import CONV_CONVERTERS, REJECTED, conv_layer, in_width, is_conv
 from sparkgnn.models.pyg_nodeops import NODE_CONVERTERS, node_ops, stack
 from sparkgnn.registry import Registry
 
-__all__ = ["CONV_CONVERTERS", "MODEL_CONVERTERS", "NODE_CONVERTERS", "REJECTED", "conv_layer", "convert", "node_ops"]
+__all__ = [
+    "CONV_CONVERTERS",
+    "MODEL_CONVERTERS",
+    "NODE_CONVERTERS",
+    "REJECTED",
+    "conv_layer",
+    "convert",
+    "infer_output",
+    "node_ops",
+]
 
 MODEL_CONVERTERS: Registry[Callable] = Registry("PyG model", UnsupportedModelError)
+log = logging.getLogger(__name__)
 
 
 class _Chain:
@@ -109,9 +121,10 @@ def _pyg_sequential(m, where):
         if isinstance(mod, torch.nn.Module) and is_conv(mod):
             if args[:2] != [cur, ei] or len(args) > 3 or (len(args) == 3 and args[2] != ew):
                 unsupported(path, mod, f"reads {args}; a conv must read ({cur}, {ei}{', ' + ew if ew else ''})")
-            if len(args) == 3 and short_name(mod) != "GCNConv":
+            layer = conv_layer(mod, path, use_edge_weight=len(args) == 3)
+            if len(args) == 3 and not layer.uses_edge_weight:
                 unsupported(path, mod, f"extra input {args[2]!r} (edge features unsupported)")
-            chain.add_conv(conv_layer(mod, path, use_edge_weight=len(args) == 3))
+            chain.add_conv(layer)
         else:
             if args != [cur]:
                 unsupported(
@@ -123,6 +136,12 @@ def _pyg_sequential(m, where):
             chain.add_ops(node_ops(mod, path))
         cur = outs[0]
     return chain
+
+
+def _traced(m, where):
+    from sparkgnn.models.pyg_fx import trace_chain
+
+    return trace_chain(m, where, _Chain())
 
 
 def _single_conv(m, where):
@@ -154,12 +173,13 @@ def ensure_registered() -> bool:
     return True
 
 
-def convert(cls, module, output: str = "logits"):
-    """PyG module -> cls (Model) with copied float32 weights."""
+def convert(cls, module, output: str | None = None):
+    """PyG module -> cls (Model) with copied float32 weights. `output` None: chosen by
+    `infer_output` (logged at INFO with the reason)."""
     from sparkgnn.models.model import OUTPUTS, SPEC_FORMAT, SPEC_VERSION
 
     ensure_registered()
-    if output not in OUTPUTS:
+    if output is not None and output not in OUTPUTS:
         raise UnsupportedModelError(f"output={output!r} is not supported (one of {OUTPUTS})")
     where = "model"
     fn = MODEL_CONVERTERS.get(class_name(module))
@@ -170,18 +190,18 @@ def convert(cls, module, output: str = "logits"):
 
         if isinstance(module, bg.BasicGNN):
             what = f"BasicGNN model {class_name(module)} is not supported (supported: GCN, GraphSAGE, GIN, GAT)"
-        else:
-            what = (
-                f"{class_name(module)} is not a supported model: give a BasicGNN (GCN, GraphSAGE, "
-                f"GIN, GAT), a torch.nn.Sequential / ModuleList / torch_geometric.nn."
-                f"Sequential of GCNConv/SAGEConv/GINConv/GATConv and node-wise modules, or "
-                f"a single conv (a custom forward() cannot be inspected)"
-            )
-        unsupported(where, module, what)
+            unsupported(where, module, what)
+        if not isinstance(module, torch.nn.Module):
+            raise UnsupportedModelError(f"{where}: {type(module).__name__} is not a torch.nn.Module")
+        fn = _traced  # any other model class: its forward() traced with torch.fx
     chain = fn(module, where)
+    chain.convs = pyg_convs.size_convs(chain.pre, chain.convs, chain.posts)
     if not chain.convs:
         unsupported(where, module, "contains no graph convolution")
     in_dim = _infer_in_dim(chain)
+    if output is None:
+        output, why = infer_output(module, chain)
+        log.info("sparkgnn: Model.from_pyg(%s): output=%r: %s", short_name(module), output, why)
     pre = stack(chain.pre)
     posts = [stack(p) for p in chain.posts]
     spec = {
@@ -198,6 +218,44 @@ def convert(cls, module, output: str = "logits"):
         return cls(spec, _modules=(pre, chain.convs, posts))
     except ValueError as e:
         raise UnsupportedModelError(f"{where} ({short_name(module)}): inconsistent layer widths: {e}") from e
+
+
+def infer_output(module, chain: _Chain) -> tuple[str, str]:
+    """(output, why) for a model converted without `output=`: "logits" (the model ends in a
+    classifier head, so a prediction column `pred` = argmax is added) or "embedding".
+
+    The rule, in order:
+      1. a BasicGNN (GCN, GraphSAGE, GIN, GAT) is "logits" exactly when it was built with
+         `out_channels`: PyG then makes its last conv the "final transformation to output size"
+         (its `_is_conv_to_out`), and without `out_channels` the model returns its hidden
+         representation, i.e. an embedding;
+      2. a model whose last op is a (log_)softmax over the features is "logits": it outputs class
+         scores (log-probabilities or probabilities), whose argmax is the prediction;
+      3. any other model (a Sequential / ModuleList stack, a traced model class or a single conv)
+         is "logits" when it ends in a linear map (the last conv, or a Linear after it) with no
+         node-wise op after it (no activation or normalization; dropout is a no-op at inference)
+         that narrows the width it receives: that is the shape of a classifier head, while a stack ending in an
+         activation, a normalization or a map that keeps or widens the width is an embedding.
+    Pass `output=` to decide it yourself; it always wins."""
+    import torch_geometric.nn.models.basic_gnn as bg
+
+    if isinstance(module, bg.BasicGNN):
+        if getattr(module, "_is_conv_to_out", False):
+            return "logits", f"a BasicGNN built with out_channels={module.out_channels} (PyG's output head)"
+        return "embedding", "a BasicGNN built without out_channels returns its hidden representation"
+    last_op = chain.posts[-1][-1] if chain.posts[-1] else None
+    if isinstance(last_op, ActivationOp) and last_op.name in ("log_softmax", "softmax"):
+        return "logits", f"the model ends in {last_op.name} over the features (class scores)"
+    if last_op is not None and not isinstance(last_op, LinearOp):
+        return "embedding", f"the model ends in {type(last_op).__name__}, not in a linear map"
+    if isinstance(last_op, LinearOp):
+        width_in, width_out, what = last_op.in_features, last_op.out_features, "Linear"
+    else:
+        conv = chain.convs[-1]
+        width_in, width_out, what = int(conv.in_dim), int(conv.out_dim), "conv"
+    if width_out < width_in:
+        return "logits", f"the model ends in a {what} narrowing {width_in} -> {width_out} (a classifier head)"
+    return "embedding", f"the model ends in a {what} that does not narrow ({width_in} -> {width_out})"
 
 
 def _infer_in_dim(chain: _Chain) -> int:

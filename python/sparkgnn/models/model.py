@@ -14,8 +14,9 @@ results).
 `convs` are the model's ROUNDS, one per pass over the in-edges: a layer whose aggregator takes
 several passes (the normalized moments: the mean, then the centred powers) is expanded into one
 round per pass (layers/phases.py), the earlier rounds with no post ops. Every executor, the
-planner, serving and the PE store see the rounds (num_layers counts them); the spec keeps the
-layers as written (`layers`), so a saved model rebuilds the same rounds.
+planner, serving and the PE store see the rounds (`num_rounds` counts them, and a PE store keeps
+one stored layer per round); the spec keeps the layers as written (`layers`, counted by
+`num_layers`), so a saved model rebuilds the same rounds.
 """
 
 from __future__ import annotations
@@ -112,6 +113,14 @@ class Model(torch.nn.Module):
     # -- structure -------------------------------------------------------------------------
     @property
     def num_layers(self) -> int:
+        """The layers as the user wrote them (the spec's convs)."""
+        return len(self.layers)
+
+    @property
+    def num_rounds(self) -> int:
+        """The engine's rounds, one pass over the in-edges each: a layer whose aggregator takes
+        several passes (the normalized moments) counts once per pass (module doc). Layer indices
+        everywhere in the engine, serving and the PE store are round indices."""
         return len(self.convs)
 
     def conv(self, l: int) -> MergeableConv:
@@ -197,7 +206,10 @@ class Model(torch.nn.Module):
 
     # -- construction, persistence ---------------------------------------------------------
     @classmethod
-    def from_pyg(cls, module, output: str = "logits") -> Model:
+    def from_pyg(cls, module: torch.nn.Module, output: str | None = None) -> Model:
+        """A Model with the weights of a PyTorch Geometric module (models.from_pyg). `output`:
+        "logits" (a classifier: results carry `pred`, the argmax) or "embedding"; None infers it
+        from the module's last layer (from_pyg.infer_output states the rule) and logs the choice."""
         from sparkgnn.models.from_pyg import convert
 
         return convert(cls, module, output)

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from sparkgnn.errors import UnsupportedModelError
-from sparkgnn.layers.nodeops import ActivationOp, BatchNormOp, LinearOp, NodeOp, NodeOpStack, PReLUOp
+from sparkgnn.layers.nodeops import ActivationOp, BatchNormOp, LayerNormOp, LinearOp, NodeOp, NodeOpStack, PReLUOp
 from sparkgnn.models.pyg_common import class_name, copy_into, is_message_passing, short_name, tensor_of, unsupported
 from sparkgnn.registry import Registry
 
@@ -68,7 +68,7 @@ def _linear(m, where):
     tensor_of(w, where, m)
     op = LinearOp(w.shape[1], w.shape[0], bias=m.bias is not None)
     copy_into(op.weight, w, where, m)
-    if m.bias is not None:
+    if op.bias is not None:  # built with a bias exactly when m has one
         copy_into(op.bias, m.bias, where, m)
     return [op]
 
@@ -109,8 +109,37 @@ def _batchnorm1d(m, where):
     op = BatchNormOp(m.num_features, eps=m.eps, affine=m.affine)
     copy_into(op.running_mean, m.running_mean, where, m)
     copy_into(op.running_var, m.running_var, where, m)
-    if m.affine:
+    if op.weight is not None and op.bias is not None:  # built affine exactly when m is
         copy_into(op.weight, m.weight, where, m)
+        copy_into(op.bias, m.bias, where, m)
+    return [op]
+
+
+def _layernorm(m, where):
+    shape = tuple(m.normalized_shape)
+    if len(shape) != 1:
+        unsupported(where, m, f"normalized_shape={shape}: only the feature axis (one dimension) is node-wise")
+    affine = bool(m.elementwise_affine)
+    op = LayerNormOp(shape[0], eps=m.eps, affine=affine, bias=m.bias is not None)
+    if op.weight is not None:  # built affine exactly when m is
+        copy_into(op.weight, m.weight, where, m)
+    if op.bias is not None:  # built with a bias exactly when m has one
+        copy_into(op.bias, m.bias, where, m)
+    return [op]
+
+
+def _pyg_layernorm(m, where):
+    if m.mode != "node":
+        unsupported(
+            where,
+            m,
+            f"mode={m.mode!r}: it normalises over all the nodes of a graph, which is not node-wise "
+            f"(only mode='node', a per-node LayerNorm, is supported)",
+        )
+    op = LayerNormOp(m.in_channels, eps=m.eps, affine=m.weight is not None, bias=m.bias is not None)
+    if op.weight is not None:  # built affine exactly when m is
+        copy_into(op.weight, m.weight, where, m)
+    if op.bias is not None:
         copy_into(op.bias, m.bias, where, m)
     return [op]
 
@@ -153,6 +182,7 @@ def ensure_registered() -> bool:
     """Fill this module's registries (once; imports torch_geometric)."""
     import torch_geometric.nn as gnn
     from torch_geometric.nn.norm import BatchNorm as PygBatchNorm
+    from torch_geometric.nn.norm import LayerNorm as PygLayerNorm
 
     for t, convert in (
         (torch.nn.Linear, _linear),
@@ -170,6 +200,8 @@ def ensure_registered() -> bool:
         (torch.nn.PReLU, _prelu),
         (torch.nn.BatchNorm1d, _batchnorm1d),
         (PygBatchNorm, _pyg_batchnorm),
+        (torch.nn.LayerNorm, _layernorm),
+        (PygLayerNorm, _pyg_layernorm),
         (torch.nn.Dropout, _noop),
         (torch.nn.Identity, _noop),
         (torch.nn.Sequential, _sequential),

@@ -41,6 +41,20 @@ def canonical_json(obj) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
 
 
+FINGERPRINT_HEX_DIGITS = 64  # sha256
+
+
+def check_fingerprint(value, source: str = "model fingerprint") -> str:
+    """`value` if it is a model fingerprint (64 lower-case hex digits), else ModelLoadError.
+    Fingerprints become path parts (the model store, PE stores): one from a task header or a
+    manifest must not name `../` or an absolute path."""
+    if not isinstance(value, str) or len(value) != FINGERPRINT_HEX_DIGITS or value.strip("0123456789abcdef"):
+        raise ModelLoadError(
+            f"{source} {str(value)[:80]!r} is not a model fingerprint ({FINGERPRINT_HEX_DIGITS} lower-case hex digits)"
+        )
+    return value
+
+
 def fingerprint(model) -> str:
     h = hashlib.sha256()
     h.update(b"sparkgnn-model-fingerprint-v1\0")

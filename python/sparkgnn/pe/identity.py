@@ -34,8 +34,8 @@ def model_identity(model) -> ModelIdentity:
         from sparkgnn.models import Model
 
         model = Model.load(model)
-    dims = tuple(int(model.post_ops[l].out_dim(model.conv(l).out_dim)) for l in range(model.num_layers))
-    return ModelIdentity(model.fingerprint(), _spec_sha(model.spec), int(model.num_layers), dims)
+    dims = tuple(int(model.post_ops[l].out_dim(model.conv(l).out_dim)) for l in range(model.num_rounds))
+    return ModelIdentity(model.fingerprint(), _spec_sha(model.spec), int(model.num_rounds), dims)
 
 
 def graph_fingerprint(graph) -> str:

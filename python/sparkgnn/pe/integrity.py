@@ -6,8 +6,8 @@ only the manifest, the precompute job said "store complete" and `PEStore.open` s
 first lookup died with a raw pyarrow error (or, worse, read different numbers). So each commit
 records every data file's relative path, size and CRC-32 under `manifest["files"][<dir>]`, and
 readers compare:
-  - `verify="checksums"` (default): sizes and CRC-32 (~2 GB/s on one core, so a 1 GiB layer costs
-    about half a second, and a serving process reads those bytes anyway);
+  - `verify="checksums"` (default): sizes and CRC-32 (cheap next to reading the store, which a
+    serving process does anyway; docs/ARCHITECTURE.md, "PE store");
   - `verify="sizes"`: the file list and sizes only (one listing call; catches deleted, truncated
     and added files, not same-size corruption), for very large stores opened often.
 Stores committed before file records existed are checked at footer level (readable Parquet with

@@ -53,6 +53,12 @@ def spark_uri(path: str) -> str:
 
 
 def store_dir(root, graph_fp: str, model_fp: str) -> str:
+    """`<root>/<graph fp>/<model fp>`; fingerprints that are not hex of their length are refused."""
+    from sparkgnn.graph.fingerprint import check_fingerprint as check_graph
+    from sparkgnn.models.serialization import check_fingerprint as check_model
+
+    check_graph(graph_fp, "PE store: graph fingerprint")
+    check_model(model_fp, "PE store: model fingerprint")
     return files.join(normal_path(root), graph_fp, model_fp)
 
 

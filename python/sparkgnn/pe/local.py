@@ -17,6 +17,7 @@ Spark-written one does (the serving hot cache ranks vertices by them).
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 
@@ -27,6 +28,8 @@ import torch
 from sparkgnn.layers.base import aggregate_state, compute_stats
 from sparkgnn.pe.store import PEStore
 from sparkgnn.pe.writer import PEWriter
+
+log = logging.getLogger(__name__)
 
 
 @torch.no_grad()
@@ -124,7 +127,6 @@ def precompute_local(
     store_root,
     states: bool = True,
     force: bool = False,
-    log=print,
     metrics: bool = False,
     fanouts=(25, 10),
     hops: int | None = None,
@@ -136,7 +138,7 @@ def precompute_local(
     for FAP, default the model's layer count -- the Spark job's options and defaults), unless the
     store already has them. Off by default: most stores only serve embeddings, and the metrics
     add three tables to the manifest."""
-    writer = PEWriter(store_root, graph, model, with_states=states, force=force, log=log)
+    writer = PEWriter(store_root, graph, model, with_states=states, force=force)
     done = set(writer.completed_layers())
     started = time.perf_counter()
     for l, h, state in layer_outputs(graph, model, states):
@@ -144,11 +146,10 @@ def precompute_local(
             continue
         writer.commit_layer_arrays(l, graph.ids, h.numpy(), None if state is None else state.numpy())
     if metrics and not writer.has_metrics():
-        writer.commit_metrics(local_metrics(graph, list(fanouts), hops or model.num_layers))
+        writer.commit_metrics(local_metrics(graph, list(fanouts), hops or model.num_rounds))
     writer.finish({"seconds": round(time.perf_counter() - started, 3)})
-    if log:
-        log(
-            f"sparkgnn precompute_local: {model.num_layers} layers of {graph.num_nodes} nodes in "
-            f"{time.perf_counter() - started:.1f} s -> {writer.base}"
-        )
+    log.info(
+        f"sparkgnn precompute_local: {model.num_rounds} layers of {graph.num_nodes} nodes in "
+        f"{time.perf_counter() - started:.1f} s -> {writer.base}"
+    )
     return PEStore.open(store_root, model=model, graph=graph)

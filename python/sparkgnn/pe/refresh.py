@@ -23,6 +23,7 @@ tasks and commits the same versions.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -35,6 +36,8 @@ from sparkgnn.pe.lookup import SortedTable
 from sparkgnn.pe.refresh_kernel import Side, refresh_layer
 from sparkgnn.pe.store import PEStore
 from sparkgnn.pe.writer import PEWriter, layer_key
+
+log = logging.getLogger(__name__)
 
 
 class RefreshError(SparkGNNError, ValueError):
@@ -174,7 +177,7 @@ def _commit(writer: PEWriter, over: PEStore, layer: RefreshedLayer, ids, deleted
 
 
 def refresh_local(
-    graph, update, model, store_root, out_graph=None, log=print, store: PEStore | None = None
+    graph, update, model, store_root, out_graph=None, store: PEStore | None = None
 ) -> tuple[PEStore, RefreshReport]:
     """Apply `update` (graph.updates.GraphUpdate) to the GraphData `graph` and to the PE store at
     `store_root` that was computed for (graph, model); commit the refreshed store as the updated
@@ -225,9 +228,9 @@ def refresh_local(
         phases=phases,
     )
     if report.graph_fingerprint == report.previous_graph_fingerprint:
-        log and log(f"sparkgnn refresh: the update leaves the graph as it was; {store.base} stays current")
+        log.info(f"sparkgnn refresh: the update leaves the graph as it was; {store.base} stays current")
         return store, report
-    writer = PEWriter(store_root, new_graph, model, with_states=True, log=log)
+    writer = PEWriter(store_root, new_graph, model, with_states=True)
     done = set(writer.completed_layers())
     deleted_ids = graph.ids[applied.new_rows < 0]
     phase("fingerprint")
@@ -237,12 +240,11 @@ def refresh_local(
             _commit(writer, store, layer, new_graph.ids, deleted_ids, stats)
         stats["write_seconds"] = round(time.perf_counter() - written, 4)
         report.layers.append(stats)
-        if log:
-            log(
-                f"sparkgnn refresh: layer {l}/{model.num_layers}: {stats['targets']} of {new_graph.num_nodes} "
-                f"vertices recomputed ({stats['delta']} by delta, {stats['scratch']} from scratch) in "
-                f"{stats['seconds']:.2f} s; committed {stats.get('committed', 'earlier')}"
-            )
+        log.info(
+            f"sparkgnn refresh: layer {l}/{model.num_rounds}: {stats['targets']} of {new_graph.num_nodes} "
+            f"vertices recomputed ({stats['delta']} by delta, {stats['scratch']} from scratch) in "
+            f"{stats['seconds']:.2f} s; committed {stats.get('committed', 'earlier')}"
+        )
     phase("layers")
     chain = list((store.manifest.get("refresh") or {}).get("chain") or [store.manifest["graph_fingerprint"]])
     report.seconds = round(time.perf_counter() - started, 3)

@@ -3,9 +3,8 @@ same layer of the version it was refreshed from.
 
 WHY: after a graph update, an incremental refresh (pe/refresh.py) recomputes the vertices the
 update reaches -- a few percent of the graph for a small update -- and rewriting every other row
-of every layer would make the write, not the computation, the cost of a refresh (measured: 0.7 s
-of Parquet writing per 200K-row layer, more than the refresh's computation at 1% of edges
-changed). So a layer may be committed as a DELTA: its own attempt holds only
+of every layer would make the write, not the computation, the cost of a refresh (writing a whole
+layer costs more than recomputing a small change). So a layer may be committed as a DELTA: its own attempt holds only
 
     the rows of vertices recomputed or inserted (id, h, state), and
     a tombstone for each deleted vertex (its id with a null h and state),
@@ -59,6 +58,9 @@ class Segment:
 def version_dir(base: str, graph_fp: str) -> str:
     """The store directory of the same model for another graph version under the same root:
     <root>/<graph_fp>/<model fp>."""
+    from sparkgnn.graph.fingerprint import check_fingerprint
+
+    check_fingerprint(graph_fp, "PE store version: graph fingerprint")
     parent, _sep, model_fp = base.rstrip("/").rpartition("/")
     root = parent.rpartition("/")[0]
     return files.join(root, graph_fp, model_fp)

@@ -31,6 +31,7 @@ attempt's files.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import socket
 import uuid
@@ -39,6 +40,8 @@ from sparkgnn import files
 from sparkgnn.errors import PEStoreConflict
 from sparkgnn.pe import integrity, layout, versions
 from sparkgnn.pe.identity import graph_fingerprint, graph_sizes, model_identity
+
+log = logging.getLogger(__name__)
 
 COMMIT_KEY = "commit"
 
@@ -66,13 +69,12 @@ def _holder(lease: dict | None) -> str:
 
 
 class PEWriter:
-    def __init__(self, store_root, graph, model, with_states: bool, force: bool = False, log=None):
+    def __init__(self, store_root, graph, model, with_states: bool, force: bool = False):
         self.model = model_identity(model)
         self.graph_fingerprint = graph_fingerprint(graph)
         self.with_states = bool(with_states)
         self.base = layout.store_dir(store_root, self.graph_fingerprint, self.model.fingerprint)
         self._graph = graph
-        self._log = log or (lambda _line: None)
         self.writer_id = uuid.uuid4().hex
         old = layout.read_manifest(self.base)
         self._seen = _token(old)
@@ -98,7 +100,7 @@ class PEWriter:
     def _take_lease(self) -> None:
         held = self._read_lease()
         if held and held.get("writer") != self.writer_id and not held.get("released"):
-            self._log(
+            log.warning(
                 f"sparkgnn precompute: {self.base} was held by {_holder(held)}, which did not finish "
                 "(crashed, or still running: it stops before its next commit); this writer takes it over"
             )
@@ -142,7 +144,7 @@ class PEWriter:
             if found:
                 self.manifest["layers_complete"].remove(l)
                 dropped.append(l)
-                self._log(
+                log.warning(
                     f"sparkgnn precompute: layer {l} of {self.base} is damaged ({'; '.join(found)}); recomputing it"
                 )
         for name in list(self.manifest.get("metric_tables") or []):
@@ -150,7 +152,7 @@ class PEWriter:
                 layout.committed_dir(self.base, self.manifest, metrics_key(name)), recorded.get(metrics_key(name))
             )
             if found:
-                self._log(
+                log.warning(
                     f"sparkgnn precompute: metrics table {name} is damaged ({'; '.join(found)}); "
                     "recomputing the metrics"
                 )

@@ -1,4 +1,4 @@
-"""Serving new query nodes (docs/ARCHITECTURE.md "Serving modes and CGP", issue 6).
+"""Serving new query nodes (docs/ARCHITECTURE.md "Serving modes and CGP").
 
 request     Request (Q's ids, features, edges), validation (RequestError), Parquet files
 workload    the OMEGA 8.1 workload: 25% of test vertices held out, requests of B queries

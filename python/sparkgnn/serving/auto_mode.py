@@ -3,8 +3,9 @@
 WHY: both answer exactly (FULL by recomputing the k-hop neighbourhood from raw features, EXACT from
 stored states plus the messages that changed), but which one is faster depends on the request and
 the graph: on a small graph whose k-hop neighbourhoods cover most of it, or with GCN (its degree
-change makes EXACT recompute every changed in-edge twice, new and old), FULL wins (Cora GCN B=512:
-FULL 14.5 ms, EXACT 55 ms); on a large skewed graph EXACT wins by 10x and more. The choice is made
+change makes EXACT recompute every changed in-edge twice, new and old), FULL wins; on a large
+skewed graph EXACT wins by an order of magnitude and more (docs/ARCHITECTURE.md, "Serving plans in
+the IR"). The choice is made
 from serving/sketch.py's size estimates (request-proportional numpy, no computation graph, no
 LayerWork) compiled into the planner's IR (planner.serving.choose), so choosing costs a small
 fraction of either answer. The candidates are serving.sketch.EXACT_PLANS (a registry: a further

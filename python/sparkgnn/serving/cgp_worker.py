@@ -42,7 +42,7 @@ class Shard:
         table0 = SortedTable(ids[mine], cols, f"shard {p} features")
         self.tables = {0: table0}
         manifest = layout.read_manifest(store_base) or {}
-        for l in range(1, model.num_layers):
+        for l in range(1, model.num_rounds):
             t = versions.read_layer(store_base, l, manifest)
             lid = t.column("id").to_numpy()
             keep = owner_of_ids(lid, parts) == p

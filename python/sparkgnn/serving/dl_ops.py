@@ -15,6 +15,7 @@ from __future__ import annotations
 from sparkgnn.dl.ops import OPS
 from sparkgnn.registry import Registry
 from sparkgnn.serving import cgp_wire
+from sparkgnn.serving.online import batch_op
 
 
 def serving_partials(models, header: dict, tables: dict) -> dict:
@@ -26,19 +27,15 @@ def serving_partials(models, header: dict, tables: dict) -> dict:
 def serve_batch(models, header: dict, tables: dict) -> dict:
     """A batch of online requests (serving.online.batch_op); `models` is unused: the header's
     deployment names the graph, model and store, loaded once per worker process."""
-    from sparkgnn.serving.online import batch_op
-
     return batch_op.serve_batch(header, tables)
 
 
 def serve_evict(models, header: dict, tables: dict) -> dict:
     """Drop retired deployments from this worker's cache (serving.online.batch_op.retire)."""
-    from sparkgnn.serving.online import batch_op
-
     return batch_op.serve_evict(header, tables)
 
 
-SERVING_OPS = {cgp_wire.OP: serving_partials, "serve_batch": serve_batch, "serve_evict": serve_evict}
+SERVING_OPS = {cgp_wire.OP: serving_partials, batch_op.BATCH_OP: serve_batch, batch_op.EVICT_OP: serve_evict}
 
 
 def register(ops: Registry = OPS) -> None:

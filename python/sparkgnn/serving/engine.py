@@ -15,12 +15,21 @@ manifest_problems) and refuses a mismatch with StalePEStore.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
 from sparkgnn.errors import SparkGNNError, StalePEStore
 from sparkgnn.planner.ir import Plan
 from sparkgnn.planner.serving import ServingCostModel, explain_request
 from sparkgnn.serving.context import ServingContext
 from sparkgnn.serving.modes import Answer, get_mode
 from sparkgnn.serving.request import Request
+
+if TYPE_CHECKING:
+    from sparkgnn.graph import Graph, GraphData
+    from sparkgnn.models import Model
+    from sparkgnn.pe import PEStore
 
 
 class EngineSetupError(SparkGNNError, ValueError):
@@ -75,19 +84,58 @@ def verify_context_graph(graph, context: ServingContext) -> None:
         )
 
 
+def serving_graph(graph: GraphData | Graph | str | os.PathLike[str]) -> GraphData:
+    """The in-memory GraphData a QueryEngine serves, from what `sparkgnn.infer` accepts as a graph:
+    a GraphData as it is, a graph directory read with graph.reader, or a Spark `Graph` collected to
+    the driver (Graph.to_graph_data). Anything else is refused with one line."""
+    from sparkgnn.graph import GraphData
+
+    if isinstance(graph, GraphData):
+        return graph
+    if isinstance(graph, (str, os.PathLike)):
+        from sparkgnn.graph.reader import read_graph_dir
+
+        return read_graph_dir(os.fspath(graph))
+    if callable(getattr(graph, "to_graph_data", None)):  # a sparkgnn.Graph (Spark DataFrames)
+        return graph.to_graph_data()
+    raise EngineSetupError(
+        f"cannot serve a {type(graph).__name__}: pass a GraphData, a sparkgnn.Graph or a graph directory"
+    )
+
+
+def serving_model(model: Model | str | os.PathLike[str]) -> Model:
+    """A Model as it is, or a saved model directory loaded with Model.load."""
+    if isinstance(model, (str, os.PathLike)):
+        from sparkgnn.models import Model
+
+        return Model.load(os.fspath(model))
+    return model
+
+
 class QueryEngine:
+    """Answers requests of new query nodes against the graph G (module doc).
+
+    `graph`: G, as a GraphData, a Spark `sparkgnn.Graph` (collected to the driver) or a graph
+    directory, like `sparkgnn.infer`; `model`: a Model or a saved model directory. Options after
+    `model` are keyword-only: `mode` (a name in serving.MODES), `fanouts` and `seed` (sampling
+    modes), `store` (an opened PEStore, checked against this model and G), `validate`, `context`
+    (a ServingContext shared with other engines on the same G) and the mode's own options."""
+
     def __init__(
         self,
-        graph,
-        model,
+        graph: GraphData | Graph | str | os.PathLike[str],
+        model: Model | str | os.PathLike[str],
+        *,
         mode: str = "full",
-        fanouts=None,
+        fanouts: Sequence[int] | None = None,
         seed: int = 0,
-        store=None,
+        store: PEStore | None = None,
         validate: bool = True,
         context: ServingContext | None = None,
-        **mode_options,
+        **mode_options: Any,
     ):
+        model = serving_model(model)
+        graph = context.graph if context is not None and graph is None else serving_graph(graph)
         if context is not None:
             verify_context_graph(graph, context)
         self.context = context or ServingContext(graph, model, store=store, validate=validate)

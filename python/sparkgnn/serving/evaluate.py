@@ -25,6 +25,7 @@ import numpy as np
 
 from sparkgnn.cliargs import run_cli
 from sparkgnn.errors import SparkGNNError
+from sparkgnn.logs import install_cli_handler
 
 
 def _rel_err(a: np.ndarray, b: np.ndarray) -> float:
@@ -182,6 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    install_cli_handler()  # library progress lines (sparkgnn loggers) on stdout
     return run_cli(PROG, lambda: run_evaluation(args))
 
 

@@ -122,11 +122,11 @@ def get_mode(name: str, model, **options) -> Mode:
 @register_mode("full")
 class FullMode(Mode):
     def counts(self, ctx, prep):
-        return recompute_counts(ctx, self.model, prep, build_compgraph(ctx, prep, self.model.num_layers), self.name)
+        return recompute_counts(ctx, self.model, prep, build_compgraph(ctx, prep, self.model.num_rounds), self.name)
 
     def run(self, ctx, prep, meter):
         with meter.timer("plan_s"):
-            cg = build_compgraph(ctx, prep, self.model.num_layers)
+            cg = build_compgraph(ctx, prep, self.model.num_rounds)
             stats = {}
         x0 = input_features(ctx, prep, cg, meter)
 
@@ -146,7 +146,7 @@ NS_NORMS = ("full", "sampled")
 class NSMode(Mode):
     def __init__(self, model, fanouts=None, seed: int = 0, ns_norm: str = "full", **options):
         super().__init__(model, seed=seed, **options)
-        k = model.num_layers
+        k = model.num_rounds
         if fanouts is None:
             if k not in DEFAULT_FANOUTS:
                 raise ModeError(f"no default fanouts for a {k}-layer model; pass fanouts=")
@@ -163,12 +163,12 @@ class NSMode(Mode):
         return np.random.default_rng([self.seed, zlib.crc32(request.request_id.encode())])
 
     def counts(self, ctx, prep):
-        cg = build_compgraph(ctx, prep, self.model.num_layers, self.fanouts, self.rng(prep.request))
+        cg = build_compgraph(ctx, prep, self.model.num_rounds, self.fanouts, self.rng(prep.request))
         return recompute_counts(ctx, self.model, prep, cg, self.name)
 
     def run(self, ctx, prep, meter):
         with meter.timer("plan_s"):
-            cg = build_compgraph(ctx, prep, self.model.num_layers, self.fanouts, self.rng(prep.request))
+            cg = build_compgraph(ctx, prep, self.model.num_rounds, self.fanouts, self.rng(prep.request))
             stats = {}
         x0 = input_features(ctx, prep, cg, meter)
 

@@ -2,9 +2,9 @@
 
 WHY: a request's plan is a handful of set operations (unique, union, intersection, membership,
 unique-with-inverse) over arrays of 10^4-10^6 union indices drawn from a dense range 0..N+B-1.
-numpy's unique/isin sort or hash on every call (a 100K-element unique costs ~5 ms); marking a
-preallocated bool/int array and reading it back costs a gather, so a 1024-query plan drops from
-tens of milliseconds to a few. The buffers are allocated once per ServingContext (N + the largest
+numpy's unique/isin sort or hash on every call; marking a preallocated bool/int array and reading
+it back costs a gather (the saving is measured in docs/ARCHITECTURE.md, "Serving modes and CGP").
+The buffers are allocated once per ServingContext (N + the largest
 batch seen) and are always left clean, so every call starts from all-False / all -1.
 
 Not thread-safe: one ServingContext (and so one NodeSets) per serving thread.

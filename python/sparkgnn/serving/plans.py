@@ -71,7 +71,7 @@ def he_works(ctx, prep, model) -> list:
 
 
 def srpe_works(ctx, prep, model, recompute: np.ndarray) -> list:
-    q, k = prep.query_union, model.num_layers
+    q, k = prep.query_union, model.num_rounds
     recompute = np.asarray(recompute, np.int64)
     return [
         layer_work(ctx, prep, conv, l + 1, q, recompute if l + 1 < k else EMPTY) for l, conv in enumerate(model.convs)
@@ -84,7 +84,7 @@ def changed_sets(ctx, prep, model) -> list:
     d = ctx.sets.unique(prep.dst[prep.dst < n])
     out_d = None
     changed = [EMPTY]
-    for l in range(1, model.num_layers):
+    for l in range(1, model.num_rounds):
         conv = model.convs[l - 1]
         prev = changed[-1]
         parts = [prev, d, ctx.out_neighbors(prev)]
@@ -111,7 +111,7 @@ def _needs_scratch(ctx, prep, conv, g_targets, changed_src, changed_prev) -> np.
 def exact_works(ctx, prep, model, also: np.ndarray | None = None) -> list:
     """EXACT's works (module doc). `also`: G vertices whose exact value is wanted at every layer
     1..k-1 where they changed (the AE oracle's candidates)."""
-    n, k = prep.num_g, model.num_layers
+    n, k = prep.num_g, model.num_rounds
     q = prep.query_union
     sets = ctx.sets
     changed = changed_sets(ctx, prep, model)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import errno
 import os
+import uuid
 from dataclasses import dataclass
 
 import numpy as np
@@ -310,13 +311,22 @@ def requests_table(requests) -> pa.Table:
 def write_requests(path: str, requests) -> str:
     """Write requests as ONE Parquet file at `path` (a file name; its folder is created).
     Returns the path. Writing to a temp name and renaming makes the file appear atomically, so a
-    streaming file source never reads half a batch."""
+    streaming file source never reads half a batch. The temp name is hidden (a file source skips
+    it), unique and created exclusively: in a drop folder other writers share, two writers never
+    collide, and a link planted under a predictable name cannot redirect the write."""
     table = requests_table(requests)
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    tmp = os.path.join(folder, f".{os.path.basename(path)}.tmp")
-    pq.write_table(table, tmp)
-    os.replace(tmp, path)
+    tmp = os.path.join(folder, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666)
+    try:
+        with os.fdopen(fd, "wb") as sink:
+            pq.write_table(table, sink)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.lexists(tmp):
+            os.remove(tmp)
+        raise
     return path
 
 

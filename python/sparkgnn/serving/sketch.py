@@ -1,11 +1,11 @@
 """Cheap pre-run size estimates of a request's exact plans (FULL and EXACT), for mode="auto".
 
 WHY estimate instead of measure: measuring FULL's sizes means building its k-hop computation graph,
-measuring EXACT's means building its LayerWork lists; each costs 1-20 ms (about the planning share
-of the bench's latencies, plan_s), i.e. 10-20% of the OTHER mode's whole answer when that one wins
-— more than the 10% auto may lose. The sketch reads only what is proportional to the REQUEST:
+measuring EXACT's means building its LayerWork lists; each costs about the plan's own planning
+share, more than the 10% auto may lose when the OTHER mode wins (figures in docs/ARCHITECTURE.md,
+"Serving plans in the IR and mode="auto""). The sketch reads only what is proportional to the REQUEST:
 its edges, the distinct in-neighbours H1 of Q and the G vertices D its edges point into, and G's
-degree array at those vertices (O(B + request edges + |H1|) numpy work, ~0.1-0.3 ms). What lies
+degree array at those vertices (O(B + request edges + |H1|) numpy work). What lies
 further out is extrapolated from per-graph statistics computed once (`GraphSketch`):
 
   kappa      mean in-degree of the SOURCE of a random edge (sum_v in(v) out(v) / E): the expected
@@ -132,7 +132,7 @@ def sketch_full(ctx, prep, model) -> RequestCounts:
     """FULL's sizes estimated (module doc)."""
     gs = graph_sketch(ctx)
     v = _RequestView(ctx, prep)
-    n, b, k = gs.num_nodes, prep.batch_size, model.num_layers
+    n, b, k = gs.num_nodes, prep.batch_size, model.num_rounds
     deg_h1 = gs.in_deg[v.h1].astype(np.float64)
     reached = [0.0, float(len(v.h1))]  # G vertices within hop h (h = 0, 1, ...)
     edges_into = [float(v.r_q), float(deg_h1.sum() + v.req_into_h1.sum())]  # in-edges of hop h
@@ -174,7 +174,7 @@ def _reaching_out_sums(gs: GraphSketch, v: _RequestView, model) -> list[float]:
     out_d = float(gs.out_deg[v.d].sum())
     changed_out, size = 0.0, 0.0
     reach = [0.0]
-    for l in range(1, model.num_layers):
+    for l in range(1, model.num_rounds):
         stats = bool(model.convs[l - 1].required_stats)
         s_l = changed_out if l >= 2 else (out_d if stats else 0.0)
         reach.append(s_l)
@@ -188,7 +188,7 @@ def sketch_exact(ctx, prep, model, partitions: int = 1) -> RequestCounts:
     """EXACT's sizes estimated (module doc)."""
     gs = graph_sketch(ctx)
     v = _RequestView(ctx, prep)
-    n, b, k = gs.num_nodes, prep.batch_size, model.num_layers
+    n, b, k = gs.num_nodes, prep.batch_size, model.num_rounds
     deg_h1 = gs.in_deg[v.h1].astype(np.float64)
     in_d = ctx.sets.member(v.h1, v.d) if len(v.h1) else np.zeros(0, bool)
     out_d = float(gs.out_deg[v.d].sum())

@@ -39,7 +39,7 @@ class StoreMismatch(SparkGNNError, ValueError):
 
 class StoredLayers:
     def __init__(self, store, graph, model, states: bool):
-        k = model.num_layers
+        k = model.num_rounds
         self.num_layers = k
         self.graph = graph
         self.model = model

@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 from sparkgnn.cliargs import int_list, non_negative_int, positive_int, run_cli
 from sparkgnn.errors import SparkGNNError
 from sparkgnn.graph import GraphData, read_graph_dir, write_graph_dir
+from sparkgnn.logs import install_cli_handler
 from sparkgnn.serving.request import Request, write_requests
 
 POOL_FRACTION = 0.25
@@ -142,7 +143,7 @@ def write_workload(
     staged = staging_path(os.path.abspath(out))
     try:
         doc = _write_files(workload, staged, meta)
-        swap_into_place(staged, os.path.abspath(out))
+        swap_into_place(staged, os.path.abspath(out), job="serving.workload")
     except BaseException:
         discard(staged)
         raise
@@ -200,6 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    install_cli_handler()  # library progress lines (sparkgnn loggers) on stdout
     return run_cli(PROG, lambda: _run(args))
 
 

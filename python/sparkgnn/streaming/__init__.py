@@ -1,4 +1,4 @@
-"""Streaming query micro-batches (issue 7): a Spark Structured Streaming job that answers request
+"""Streaming query micro-batches: a Spark Structured Streaming job that answers request
 files dropped into a directory, exactly once per request, restartable from its checkpoint.
 
     intake      request file bytes -> requests (MalformedRequestFile names why a file is unusable)

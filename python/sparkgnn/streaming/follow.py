@@ -4,7 +4,7 @@ Why: with a Spark Connect session, `foreachBatch(handler)` pickles the handler a
 Python process of the Connect server (one per query, kept for its micro-batches), not in this
 process. The handler still answers every request and writes each micro-batch through the sink
 (exactly-once as before: sink.py), but its counters, history and log lines stay in that process
-(its prints go to the server's log). The run loop needs them here: how many micro-batches this
+(its logger's, in the server's Python process). The run loop needs them here: how many micro-batches this
 run handled (max_batches, stop_when), the last batch id (to know it was committed), and one
 progress line per batch for the console.
 
@@ -20,6 +20,7 @@ batches_handled, requests_handled, last_batch_id, history.
 
 from __future__ import annotations
 
+import logging
 import os
 
 import pyarrow.parquet as pq
@@ -27,11 +28,12 @@ import pyarrow.parquet as pq
 from sparkgnn.streaming.progress import BatchProgress, batch_progress
 from sparkgnn.streaming.sink import PART_FILE, committed_batch_ids, read_batch_meta
 
+log = logging.getLogger(__name__)
+
 
 class SinkFollower:
-    def __init__(self, out: str, log=print):
+    def __init__(self, out: str):
         self.out = os.path.abspath(out)
-        self.log = log
         self.batches_handled = 0
         self.requests_handled = 0
         self.last_batch_id: int | None = None
@@ -58,7 +60,7 @@ class SinkFollower:
                 continue  # replaced between listing and reading (sink.write): the next poll sees it
             self._written[batch_id] = meta.get("written_ts")
             for dead in meta.get("dead_letters", []):
-                self.log(f"stream batch {batch_id}: dead-lettered {dead.get('reason')}")
+                log.warning(f"stream batch {batch_id}: dead-lettered {dead.get('reason')}")
             progress = batch_progress(
                 batch_id,
                 len(meta.get("files", [])),
@@ -72,6 +74,6 @@ class SinkFollower:
             self.batches_handled += 1
             self.requests_handled += len(rows)
             self.last_batch_id = batch_id
-            self.log(progress.line())
+            log.info(progress.line())
             new.append(progress)
         return new

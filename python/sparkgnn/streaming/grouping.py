@@ -33,11 +33,15 @@ Unknown ids (requests that will be answered with an error row) contribute nothin
 from __future__ import annotations
 
 import inspect
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from sparkgnn.errors import SparkGNNError
 from sparkgnn.registry import Registry
+
+if TYPE_CHECKING:
+    from sparkgnn.streaming.intake import Pending
 
 
 class GroupingError(SparkGNNError, ValueError):
@@ -123,7 +127,8 @@ class DegreeGrouping(GroupingPolicy):
         aged = sorted((p for p in queue if now - p.arrival_ts >= self.aging_s), key=lambda p: p.seq)
         aged_ids = {id(p) for p in aged}
         fresh = sorted((p for p in queue if id(p) not in aged_ids), key=lambda p: (p.cost, p.seq))
-        group, total = [], 0.0
+        group: list[Pending] = []
+        total = 0.0
         for p in aged + fresh:
             if group and (
                 total + p.cost > self.threshold or (self.max_requests is not None and len(group) >= self.max_requests)

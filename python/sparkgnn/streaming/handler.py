@@ -7,7 +7,7 @@
     3. estimate each request's cost and answer the queue group by group in the order the grouping
        policy chooses (grouping.py), each request by the ONE QueryEngine built at start-up, so
        an answer equals QueryEngine.answer on that request;
-    4. write the micro-batch's rows atomically under its batch id (sink.py) and print one
+    4. write the micro-batch's rows atomically under its batch id (sink.py) and log one
        progress line (progress.py).
 
 Errors a request causes (a deliberate refusal, sparkgnn.errors.USER_ERRORS, or a ValueError from
@@ -26,6 +26,7 @@ sourcelog.py; read from disk, they are refused like any other unreadable file).
 from __future__ import annotations
 
 import json
+import logging
 import time
 
 import numpy as np
@@ -37,6 +38,8 @@ from sparkgnn.streaming.intake import IncomingFile, MalformedRequestFile, Pendin
 from sparkgnn.streaming.progress import BatchProgress, batch_progress
 from sparkgnn.streaming.sink import answers_table
 from sparkgnn.streaming.sourcelog import LoggedFile, batch_files
+
+log = logging.getLogger(__name__)
 
 
 def _json_safe(value):
@@ -60,16 +63,13 @@ def read_logged(entry: LoggedFile) -> IncomingFile:
 
 
 class MicroBatchHandler:
-    def __init__(
-        self, engine, graph, grouping, sink, dead_letter, log=print, clock=time.time, checkpoint: str | None = None
-    ):
+    def __init__(self, engine, graph, grouping, sink, dead_letter, clock=time.time, checkpoint: str | None = None):
         self.engine = engine
         self.checkpoint = checkpoint  # whose source log lists every file of a batch
         self.graph = graph
         self.grouping = grouping
         self.sink = sink
         self.dead_letter = dead_letter
-        self.log = log
         self.clock = clock
         self.cost = RequestCost(graph)
         self.mode = getattr(engine, "mode_name", "?")
@@ -143,11 +143,12 @@ class MicroBatchHandler:
         self.batches_handled += 1
         self.requests_handled += len(rows)
         self.last_batch_id = batch_id
-        self.log(progress.line())
+        log.info(progress.line())
         return progress
 
     def _intake(self, files, batch_id):
-        pending, dead = [], []
+        pending: list[Pending] = []
+        dead: list[dict] = []
         for f in files:
             try:
                 if f.vanished:
@@ -159,7 +160,7 @@ class MicroBatchHandler:
                 reason = str(exc)
                 self.dead_letter.put(f.name, f.content, reason, batch_id, f.path, f.arrival_ts)
                 dead.append({"file": f.path, "reason": reason})
-                self.log(f"stream batch {batch_id}: dead-lettered {reason}")
+                log.warning(f"stream batch {batch_id}: dead-lettered {reason}")
                 continue
             for r in requests:
                 pending.append(Pending(r, f.path, f.arrival_ts, seq=len(pending)))

@@ -25,9 +25,9 @@ request file (sink.py explains the argument).
 
 Spark Connect (a session from SparkSession.builder.remote, or SPARK_REMOTE): foreachBatch pickles
 the handler, with its QueryEngine, and runs it in a Python process of the Connect server, so the
-handler's counters and log lines stay there (its prints go to the server's log). The run loop
-then follows the sink instead (follow.SinkFollower: the batches written since start, with the
-same progress lines), and the handler logs with plain `print`. `--workers spark` works (the CGP
+handler's counters and log lines stay there (they go to the `sparkgnn.streaming` logger of the
+server's Python process). The run loop then follows the sink instead (follow.SinkFollower: the
+batches written since start, with the same progress lines). `--workers spark` works (the CGP
 executor, once on the server, runs its tasks through the session of the micro-batch); messenger
 workers (local[N], tcp://, ipc://) are refused, since their connections cannot move into the
 server's process.
@@ -36,6 +36,7 @@ server's process.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import threading
@@ -45,6 +46,7 @@ from dataclasses import dataclass, field
 
 from sparkgnn.errors import SparkGNNError
 
+log = logging.getLogger(__name__)
 STORELESS_MODES = ("full", "ns")
 BINARY_FILE_SCHEMA = "path string, modificationTime timestamp, length long, content binary"
 
@@ -95,7 +97,7 @@ class RunResult:
     stopped_by: str  # finished | max_batches | timeout | signal | stop_when
 
 
-def build_engine(cfg: StreamConfig, log=print):
+def build_engine(cfg: StreamConfig):
     """Steps 1-3 of the module doc. Returns (graph G, QueryEngine)."""
     from sparkgnn.graph import read_graph_dir
     from sparkgnn.models import Model
@@ -113,7 +115,7 @@ def build_engine(cfg: StreamConfig, log=print):
     if cfg.engine:
         from sparkgnn.serving.online.remote_engine import RemoteEngine
 
-        log(f"stream: requests are answered by the service at {cfg.engine} (mode {cfg.mode})")
+        log.info(f"stream: requests are answered by the service at {cfg.engine} (mode {cfg.mode})")
         return graph, RemoteEngine(cfg.engine, cfg.mode)
     model = Model.load(cfg.model)
     store = PEStore.open(cfg.store, model=model, graph=graph) if cfg.store else None
@@ -135,13 +137,13 @@ def build_engine(cfg: StreamConfig, log=print):
             cfg.model,
             model_store=os.path.join(os.path.abspath(cfg.checkpoint), "_worker_models"),
         )
-        log(
+        log.info(
             f"stream: each request's layers run as {engine.mode.partitions} partitions on messenger "
             f"workers {cfg.workers}"
         )
     if cfg.warmup:
         engine.answer(warmup_request(graph))
-    log(
+    log.info(
         f"stream: engine ready in {time.perf_counter() - started:.1f} s: mode {engine.mode_name}"
         f"{' ' + json.dumps(options, sort_keys=True) if options else ''}, G {graph.num_nodes} vertices / "
         f"{len(graph.edge_src)} edges{', store ' + cfg.store if cfg.store else ''}"
@@ -223,7 +225,6 @@ def _last_committed(query) -> int | None:
 def run(
     cfg: StreamConfig,
     spark,
-    log=print,
     handle_signals: bool = False,
     on_started: Callable | None = None,
     stop_when: Callable | None = None,
@@ -239,9 +240,9 @@ def run(
 
     grouping = get_grouping(cfg.grouping, **cfg.grouping_options)
     owns_engine = engine is None
-    graph, engine = engine if engine is not None else build_engine(cfg, log)
+    graph, engine = engine if engine is not None else build_engine(cfg)
     try:
-        return _run_with(cfg, graph, engine, spark, log, on_started, stop_when, handle_signals, grouping)
+        return _run_with(cfg, graph, engine, spark, on_started, stop_when, handle_signals, grouping)
     finally:
         executor = getattr(getattr(engine, "mode", None), "executor", None) if owns_engine else None
         close = getattr(executor, "close", None)
@@ -249,7 +250,7 @@ def run(
             close()  # stops local[N] messenger workers
 
 
-def _run_with(cfg, graph, engine, spark, log, on_started, stop_when, handle_signals, grouping):
+def _run_with(cfg, graph, engine, spark, on_started, stop_when, handle_signals, grouping):
     from sparkgnn.engine.spark_compat import is_connect
     from sparkgnn.streaming.deadletter import DeadLetter
     from sparkgnn.streaming.follow import SinkFollower
@@ -276,21 +277,20 @@ def _run_with(cfg, graph, engine, spark, log, on_started, stop_when, handle_sign
         grouping,
         sink,
         dead,
-        log=print if remote_handler else log,
         checkpoint=os.path.abspath(cfg.checkpoint),
     )
     # what the loop reads of the handler: itself, or (Connect) what it wrote to the sink
-    view = SinkFollower(cfg.out, log=log) if remote_handler else handler
+    view = SinkFollower(cfg.out) if remote_handler else handler
     batch_fn = InServerProcess(handler) if remote_handler else handler
     if cfg.workers == "spark":
         from sparkgnn.serving.spark_cgp import use_spark_cgp
 
         parts = cfg.mode_options.get("partitions") or engine.mode.partitions
         use_spark_cgp(engine, session, cfg.graph, cfg.model, partitions=parts)
-        log(f"stream: each request's layers run as {parts} Spark tasks (CGP over the cached PE store)")
+        log.info(f"stream: each request's layers run as {parts} Spark tasks (CGP over the cached PE store)")
     query = start_query(session, cfg, batch_fn)
     sink.bind(query.id, cfg.checkpoint)
-    log(
+    log.info(
         f"stream: query {query.id} watching {os.path.abspath(cfg.requests)} -> {sink.out} "
         f"(checkpoint {os.path.abspath(cfg.checkpoint)}, grouping {json.dumps(grouping.describe())})"
     )
@@ -314,10 +314,11 @@ def _run_with(cfg, graph, engine, spark, log, on_started, stop_when, handle_sign
             if stop.is_set():
                 stopped_by = "signal"
                 break
-            if view is not handler:
+            if isinstance(view, SinkFollower):
                 view.poll()
             last = _last_committed(query)  # progress is reported after the commit log entry
-            committed = bool(view.batches_handled) and last is not None and last >= view.last_batch_id
+            handled = view.last_batch_id if view.batches_handled else None
+            committed = handled is not None and last is not None and last >= handled
             if cfg.max_batches and view.batches_handled >= cfg.max_batches and committed:
                 stopped_by = "max_batches"
                 break
@@ -332,10 +333,10 @@ def _run_with(cfg, graph, engine, spark, log, on_started, stop_when, handle_sign
             query.stop()
         for sig, old in previous.items():
             signal.signal(sig, old)
-    if view is not handler:
+    if isinstance(view, SinkFollower):
         view.poll()  # batches written after the loop's last look
     exc = query.exception()
     if exc is not None:
         raise StreamJobError(f"streaming query {query.id} failed: {exc}")
-    log(f"stream: stopped ({stopped_by}) after {view.batches_handled} micro-batches in this run")
+    log.info(f"stream: stopped ({stopped_by}) after {view.batches_handled} micro-batches in this run")
     return RunResult(str(query.id), view.batches_handled, view.last_batch_id, view.history, stopped_by)

@@ -33,7 +33,7 @@ def _graph_model_store(tmp_path):
     write_graph_dir(graph, str(tmp_path / "graph"))
     model = model_of("gcn", graph.feature_dim, 2)
     model.save(str(tmp_path / "model"))
-    precompute_local(graph, model, str(tmp_path / "store"), log=None)
+    precompute_local(graph, model, str(tmp_path / "store"))
     return graph, model
 
 
@@ -50,7 +50,7 @@ def test_refresh_survives_an_executor_lost_mid_layer(tmp_path):
     assert "refresh_pe: store version" in run.output()
     new_graph = apply(update, graph).graph
     store = PEStore.open(str(tmp_path / "store"), model=model, graph=new_graph)
-    scratch = precompute_local(new_graph, model, str(tmp_path / "scratch"), log=None)
+    scratch = precompute_local(new_graph, model, str(tmp_path / "scratch"))
     assert_same_store(store, scratch, new_graph.ids, 2)
     assert os.listdir(tmp_path / "work" / "refresh") == []
     assert sorted(os.listdir(tmp_path / "work" / "refresh-pieces")) == sorted(

@@ -37,7 +37,7 @@ def graph_dir(tmp_path_factory):
 def _setup(graph, path, tmp_path, kind, layers, seed):
     model = model_of(kind, graph.feature_dim, layers)
     root = str(tmp_path / "store")
-    old = precompute_local(graph, model, root, log=None)
+    old = precompute_local(graph, model, root)
     update = random_update(graph, seed=seed)
     updates = update.write(str(tmp_path / "update"))
     return model, root, old, update, updates
@@ -51,16 +51,17 @@ def test_spark_refresh_equals_a_precompute_of_the_updated_graph(spark, graph_dir
     graph, path = graph_dir
     model, root, old, update, updates = _setup(graph, path, tmp_path, kind, layers, seed=layers)
     out = str(tmp_path / "graph2")
-    store, report = refresh(spark, path, model, root, updates, out_graph=out, partitions=partitions,
-                            work_dir=str(tmp_path / "work"), log=None)  # fmt: skip
+    result = refresh(spark, path, model, store=root, updates=updates, out_graph=out, partitions=partitions,
+                     work_dir=str(tmp_path / "work"))  # fmt: skip
+    store, report = result.store, result.report
     new_graph = read_graph_dir(out)
-    scratch = precompute_local(new_graph, model, str(tmp_path / "scratch"), log=None)
+    scratch = precompute_local(new_graph, model, str(tmp_path / "scratch"))
     assert_same_store(store, scratch, new_graph.ids, layers)
     local_root = str(tmp_path / "local")
-    precompute_local(graph, model, local_root, log=None)
+    precompute_local(graph, model, local_root)
     from sparkgnn.pe.refresh import refresh_local
 
-    local, local_report = refresh_local(graph, update, model, local_root, log=None)
+    local, local_report = refresh_local(graph, update, model, local_root)
     assert report.graph_fingerprint == local_report.graph_fingerprint == scratch.manifest["graph_fingerprint"]
     assert [s["targets"] for s in report.layers] == [s["targets"] for s in local_report.layers]
     assert store.manifest["refresh"]["chain"] == [old.manifest["graph_fingerprint"], report.graph_fingerprint]
@@ -81,7 +82,7 @@ def test_a_bad_update_is_refused_with_its_problems_and_nothing_written(spark, gr
     graph, path = graph_dir
     model = model_of("gcn", graph.feature_dim, 2)
     root = str(tmp_path / "store")
-    precompute_local(graph, model, root, log=None)
+    precompute_local(graph, model, root)
     d = graph.feature_dim
     rows = [
         ("edge_insert", int(graph.ids[0]), 10**12, 1.0, None, None),  # unknown destination
@@ -95,7 +96,7 @@ def test_a_bad_update_is_refused_with_its_problems_and_nothing_written(spark, gr
     updates = GraphUpdate.from_table(table).write(str(tmp_path / "bad"))
     before = sorted(os.listdir(root))
     with pytest.raises(GraphUpdateError) as caught:
-        refresh(spark, path, model, root, updates, partitions=3, work_dir=str(tmp_path / "work"), log=None)
+        refresh(spark, path, model, store=root, updates=updates, partitions=3, work_dir=str(tmp_path / "work"))
     text = str(caught.value)
     for needle in (str(10**12), str(10**12 + 1), "NaN", str(graph.ids[3])):
         assert needle in text, (needle, text)
@@ -116,21 +117,23 @@ def test_a_spark_refresh_killed_after_layer_one_resumes_and_the_next_refresh_reu
         raise Killed(layer)
 
     with pytest.raises(Killed):
-        refresh(spark, path, model, root, updates, out_graph=out, partitions=3, work_dir=work, log=None,
+        refresh(spark, path, model, store=root, updates=updates, out_graph=out, partitions=3, work_dir=work,
                 on_layer_committed=die)  # fmt: skip
-    store, report = refresh(spark, path, model, root, updates, out_graph=str(tmp_path / "graph3"), partitions=3,
-                            work_dir=work, log=None)  # fmt: skip
+    result = refresh(spark, path, model, store=root, updates=updates, out_graph=str(tmp_path / "graph3"),
+                     partitions=3, work_dir=work)  # fmt: skip
+    store, report = result.store, result.report
     assert [s.get("committed") for s in report.layers][0] is None  # layer 1 was committed by the first run
     assert report.phases["build_pieces"] == 0.0  # the killed run built the old graph's pieces
     new_graph = read_graph_dir(out)
-    scratch = precompute_local(new_graph, model, str(tmp_path / "scratch"), log=None)
+    scratch = precompute_local(new_graph, model, str(tmp_path / "scratch"))
     assert_same_store(store, scratch, new_graph.ids, 2)
 
     # the next refresh starts from the pieces this one's tasks kept for the updated graph
     second = random_update(new_graph, seed=12).write(str(tmp_path / "update2"))
     final_dir = str(tmp_path / "graph4")
-    store2, report2 = refresh(spark, out, model, root, second, out_graph=final_dir, partitions=3, work_dir=work,
-                              log=None)  # fmt: skip
+    with pytest.deprecated_call(match="by position"):  # the previous release's form: (PEStore, RefreshReport)
+        store2, report2 = refresh(spark, out, model, root, second, out_graph=final_dir, partitions=3,
+                                  work_dir=work)  # fmt: skip
     assert report2.phases["build_pieces"] == 0.0
     final = read_graph_dir(final_dir)
-    assert_same_store(store2, precompute_local(final, model, str(tmp_path / "scratch2"), log=None), final.ids, 2)
+    assert_same_store(store2, precompute_local(final, model, str(tmp_path / "scratch2")), final.ids, 2)

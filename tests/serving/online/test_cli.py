@@ -23,13 +23,58 @@ def test_missing_inputs_are_one_line_naming_the_flag(tmp_path, capsys):
     assert "--graph" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "content, why",
+    [
+        ('{"graph": "g", ', "not JSON"),
+        ("[1, 2]", "a deployment is one JSON object of settings, not a list"),
+        ('{"graph": "g", "model": "m", "capacity": "big"}', "capacity: expected int, got str"),
+        ('{"graph": "g", "model": "m", "pools": [{"name": "p", "width": 0}]}', "width must be >= 1, got 0"),
+        ('{"graph": "g", "model": "m", "pools": [{"name": "p", "widht": 2}]}', "unknown settings ['widht']"),
+        ('{"graph": "g", "model": "m", "capcity": 5}', "unknown deployment settings ['capcity']"),
+        ('{"graph": "g", "model": "m", "request_timeout_s": 0}', "request_timeout_s must be a finite number > 0"),
+        ('{"graph": "g", "model": "m", "modes": "he"}', "modes: expected array, got str"),
+        ('{"graph": "g", "model": "m", "http": "abc"}', "HTTP bind 'abc' must be HOST:PORT"),
+    ],
+)
+def test_config_errors_are_one_line_with_exit_2(tmp_path, capsys, content, why):
+    config = tmp_path / "deploy.json"
+    config.write_text(content)
+    assert main(["serve", "--config", str(config)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("sparkgnn-serve: error:") and why in err and "\n" not in err
+
+
+@pytest.mark.parametrize(
+    "flags, why",
+    [
+        (["--http", "abc"], "HTTP bind 'abc' must be HOST:PORT"),
+        (["--http", "abc", "--token", "T"], "HTTP bind 'abc' must be HOST:PORT"),
+        (["--http", "127.0.0.1:99999"], "port in 0..65535"),
+        (["--http", "10.1.2.3:8080"], "is not loopback: give a token"),
+    ],
+)
+def test_bind_addresses_are_checked_with_one_line(tmp_path, capsys, flags, why):
+    (tmp_path / "g").mkdir()
+    (tmp_path / "m.pt").write_text("")
+    assert main(["serve", "--graph", str(tmp_path / "g"), "--model", str(tmp_path / "m.pt"), *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("sparkgnn-serve: error:") and why in err and "\n" not in err
+
+
+def test_a_missing_graph_exits_2(tmp_path, capsys):
+    (tmp_path / "m.pt").write_text("")
+    assert main(["serve", "--model", str(tmp_path / "m.pt")]) == 2
+    assert "give --config, or --graph and --model" in capsys.readouterr().err
+
+
 def test_tune_writes_thresholds_into_the_config(skewed_workload, tmp_path):
     wl = skewed_workload
     G = wl.graph_G
     model = Model.from_pyg(pyg_model("sage", G.feature_dim, 2, seed=3))
     model.save(str(tmp_path / "model.pt"))
     write_graph_dir(G, str(tmp_path / "g"))
-    precompute_local(G, model, str(tmp_path / "store"), log=None)
+    precompute_local(G, model, str(tmp_path / "store"))
     write_requests(str(tmp_path / "requests" / "r.parquet"), wl.requests)
     config = tmp_path / "deploy.json"
     ServeConfig(

@@ -39,10 +39,8 @@ def metrics_setup(request, tmp_path_factory):
             wl = request.getfixturevalue(f"{which}_workload")
             G = wl.graph_G
             model = Model.from_pyg(pyg_model(kind, G.feature_dim, layers, seed=layers))
-            store = precompute_local(
-                G, model, str(tmp_path_factory.mktemp("pe")), log=None, metrics=True, fanouts=(8, 4)
-            )
-            bare = precompute_local(G, model, str(tmp_path_factory.mktemp("pe")), log=None)
+            store = precompute_local(G, model, str(tmp_path_factory.mktemp("pe")), metrics=True, fanouts=(8, 4))
+            bare = precompute_local(G, model, str(tmp_path_factory.mktemp("pe")))
             cache[key] = (wl, model, store, bare)
         return cache[key]
 
@@ -266,12 +264,12 @@ def test_local_precompute_adds_metrics_to_a_store_once(skewed_workload, tmp_path
     G = skewed_workload.graph_G
     model = Model.from_pyg(pyg_model("sage", G.feature_dim, 2))
     root = str(tmp_path / "store")
-    first = precompute_local(G, model, root, log=None)
+    first = precompute_local(G, model, root)
     assert first.metric_tables == []
-    second = precompute_local(G, model, root, log=None, metrics=True, fanouts=(3,))
+    second = precompute_local(G, model, root, metrics=True, fanouts=(3,))
     assert second.metric_tables == ["degrees", "fap", "psgs"]
     assert second.manifest["paths"]["layer=1"] == first.manifest["paths"]["layer=1"]
     assert second.manifest["metrics"]["summary"]["fanouts"] == [3]
-    third = precompute_local(G, model, root, log=None, metrics=True, fanouts=(9,))
+    third = precompute_local(G, model, root, metrics=True, fanouts=(9,))
     assert third.manifest["paths"]["metrics/fap"] == second.manifest["paths"]["metrics/fap"]
     assert third.metrics_table("psgs").num_rows == G.num_nodes

@@ -16,7 +16,6 @@ from sparkgnn.serving.online.scheduler import (
     SchedulerError,
     ServiceModel,
     divide,
-    make_scheduler,
 )
 
 
@@ -45,10 +44,10 @@ def keys(batch):
 
 def test_registry_names_and_unknown_name():
     assert SCHEDULERS.names() == ["degree", "fifo"]
-    assert isinstance(make_scheduler("degree", 10), DegreeScheduler)
-    assert isinstance(make_scheduler("fifo", 10, capacity=3), FifoScheduler)
+    assert isinstance(SCHEDULERS.lookup("degree")(10), DegreeScheduler)
+    assert isinstance(SCHEDULERS.lookup("fifo")(10, capacity=3), FifoScheduler)
     with pytest.raises(SchedulerError, match="unknown scheduler 'lifo'; known: degree, fifo"):
-        make_scheduler("lifo", 10)
+        SCHEDULERS.lookup("lifo")(10)
 
 
 def test_fifo_keeps_arrival_order_and_fills_up_to_t_d():
@@ -71,7 +70,7 @@ def test_degree_serves_cheapest_first_ascending():
 @pytest.mark.parametrize("name", ["fifo", "degree"])
 def test_a_batch_never_exceeds_t_d_unless_it_is_one_request(name):
     rng = random.Random(7)
-    s = make_scheduler(name, 100, max_batch=16, clock=FakeClock(0.0))
+    s = SCHEDULERS.lookup(name)(100, max_batch=16, clock=FakeClock(0.0))
     pushed = []
     for i in range(500):
         p = req(i, rng.choice([0, 1, 5, 30, 60, 99, 100, 101, 250, 1000]))
@@ -96,7 +95,7 @@ def test_degree_fills_until_the_next_would_exceed():
 @pytest.mark.parametrize("name", ["fifo", "degree"])
 def test_groups_are_never_mixed(name):
     rng = random.Random(3)
-    s = make_scheduler(name, 50, clock=FakeClock(0.0))
+    s = SCHEDULERS.lookup(name)(50, clock=FakeClock(0.0))
     for i in range(300):
         s.push(req(i, rng.randint(0, 20), group=rng.choice(["full", "srpe", "he"])))
     total = 0
@@ -193,12 +192,12 @@ def test_bad_configuration_is_refused():
 
 @pytest.mark.parametrize("name", ["fifo", "degree"])
 def test_take_times_out_with_an_empty_batch(name):
-    assert make_scheduler(name, 10).take(0.01) == []
+    assert SCHEDULERS.lookup(name)(10).take(0.01) == []
 
 
 @pytest.mark.parametrize("name", ["fifo", "degree"])
 def test_close_wakes_a_blocked_take_and_returns_what_was_left(name):
-    s = make_scheduler(name, 10)
+    s = SCHEDULERS.lookup(name)(10)
     got = []
     waiting = threading.Thread(target=lambda: got.append(s.take(60)))
     waiting.start()
@@ -207,7 +206,7 @@ def test_close_wakes_a_blocked_take_and_returns_what_was_left(name):
     assert not waiting.is_alive() and got == [[]]
     with pytest.raises(SchedulerError, match="closed"):
         s.push(req(1, 1))
-    t = make_scheduler(name, 10)
+    t = SCHEDULERS.lookup(name)(10)
     a, b = req("a", 5), req("b", 1)
     t.push(a)
     t.push(b)
@@ -274,7 +273,7 @@ def test_service_model_with_one_cost_level_keeps_the_prior_overhead():
 def test_group_max_batch_caps_only_its_group(name):
     """Modes answered request by request (serving EXACT) take one request per batch, so the
     scheduler chooses again whenever a slot frees; other groups still fill up to T_d."""
-    s = make_scheduler(name, 1e9, group_max_batch={"exact": 1})
+    s = SCHEDULERS.lookup(name)(1e9, group_max_batch={"exact": 1})
     for i in range(4):
         s.push(req(f"e{i}", 1.0, group="exact", arrived=i))
         s.push(req(f"h{i}", 1.0, group="he", arrived=i + 0.5))

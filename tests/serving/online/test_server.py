@@ -36,7 +36,7 @@ def deployment(skewed_workload, tmp_path_factory):
     model = Model.from_pyg(pyg_model("sage", G.feature_dim, 2, seed=3))
     model.save(str(d / "model.pt"))
     write_graph_dir(G, str(d / "g"))
-    store = precompute_local(G, model, str(d / "store"), log=None)
+    store = precompute_local(G, model, str(d / "store"))
     kwargs = {"graph": str(d / "g"), "model": str(d / "model.pt"), "store": str(d / "store")}
     return kwargs, G, model, store, wl
 
@@ -156,7 +156,7 @@ def test_bad_requests_get_clear_errors_and_the_service_lives_on(deployment):
         req = urllib.request.Request(f"{server.http_url}/v1/answer", body, method="POST")
         with pytest.raises(urllib.error.HTTPError) as info:
             urllib.request.urlopen(req, timeout=10)
-        assert info.value.code == 400 and "lacks 'x'" in json.loads(info.value.read())["error"]
+        assert info.value.code == 400 and "missing key 'x'" in json.loads(info.value.read())["error"]
         assert server.stats["errors"] >= 7
 
 

@@ -49,9 +49,9 @@ class Versions:
         self.model.save(self.model_path)
         self.g1, self.g2, self.root = str(d / "g1"), str(d / "g2"), str(d / "store")
         write_graph_dir(G, self.g1)
-        self.v1 = precompute_local(G, self.model, self.root, log=None)
+        self.v1 = precompute_local(G, self.model, self.root)
         update = random_update(G, seed=5)
-        self.v2, _ = refresh_local(G, update, self.model, self.root, out_graph=self.g2, log=None)
+        self.v2, _ = refresh_local(G, update, self.model, self.root, out_graph=self.g2)
         self.G2 = read_graph_dir(self.g2)
         # requests valid on both graphs, their queries next to what the update changed
         touched = np.concatenate([update.edge_insert_dst, update.edge_delete_dst, update.feature_update_ids])
@@ -158,7 +158,7 @@ def test_refused_swaps_name_the_reason_and_the_old_version_keeps_serving(version
     v = versions
     other = Model.from_pyg(pyg_model("sage", v.G.feature_dim, 2, seed=4))  # same architecture, other weights
     other_store = str(tmp_path / "other-store")
-    precompute_local(v.G2, other, other_store, log=None)
+    precompute_local(v.G2, other, other_store)
     g3 = str(tmp_path / "g3")  # a graph no store holds PEs for
     write_graph_dir(apply(random_update(v.G, seed=6), v.G).graph, g3)
     damaged = str(tmp_path / "damaged")  # version 2 with one byte changed (sizes agree, checksums not)

@@ -32,17 +32,30 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
+import os
 import time
 import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from sparkgnn import files
 from sparkgnn.engine.refresh import partition, pieces
 from sparkgnn.engine.refresh.partition import NEW_H, OLD_H, STATE, SUMMARY_SCHEMA, RunContext, layer_dir
+from sparkgnn.engine.result import StoreResult, legacy_positional
+from sparkgnn.engine.spark_compat import default_parallelism
 from sparkgnn.errors import GraphUpdateError
 from sparkgnn.graph.updates import KINDS, UPDATE_SCHEMA
 from sparkgnn.pe import versions
 from sparkgnn.pe.refresh import RefreshError, RefreshReport
 from sparkgnn.pe.writer import layer_key
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from sparkgnn.engine.api import GraphSource, ModelSource
+
+log = logging.getLogger(__name__)
 
 EDGE_KINDS = ("edge_insert", "edge_delete")
 VERTEX_KINDS = ("vertex_insert", "feature_update", "vertex_delete")
@@ -77,18 +90,11 @@ def read_update_frame(spark, path: str):
     return frame.select(*columns)
 
 
-def _default_partitions(spark) -> int:
-    try:
-        return max(1, int(spark.sparkContext.defaultParallelism))
-    except Exception:  # a Connect session has no sparkContext
-        return int(spark.conf.get("spark.sql.shuffle.partitions", "8"))
-
-
-def _tasks(spark, partitions: int, fn, what: str, log) -> list[dict]:
+def _tasks(spark, partitions: int, fn, what: str) -> list[dict]:
     """One task per partition running `fn` (a partition.*_task); their summaries by part."""
     started = time.perf_counter()
     rows = spark.range(0, partitions, 1, partitions).mapInArrow(fn, SUMMARY_SCHEMA).collect()
-    log and log(f"sparkgnn refresh: {what}: {partitions} tasks in {time.perf_counter() - started:.1f} s")
+    log.info(f"sparkgnn refresh: {what}: {partitions} tasks in {time.perf_counter() - started:.1f} s")
     return [json.loads(r.info) for r in sorted(rows, key=lambda r: r.part)]
 
 
@@ -164,7 +170,7 @@ def _foreign_stats(spark, ctx: RunContext) -> None:
     foreign.join(stats, "id").write.partitionBy("part").parquet(_uri(files.join(ctx.run_dir, "foreign_stats")))
 
 
-def _new_graph(spark, run_dir: str, old, built: list[dict], out_graph: str | None, log):
+def _new_graph(spark, run_dir: str, old, built: list[dict], out_graph: str | None):
     """The updated graph the pieces wrote, fingerprinted from the pieces' partial hash sums (no
     Spark pass: the pieces came out of a validated apply on a validated graph), and written to
     `out_graph` if given."""
@@ -191,7 +197,7 @@ def _new_graph(spark, run_dir: str, old, built: list[dict], out_graph: str | Non
     if out_graph is None:
         return graph
     graph.save(out_graph)
-    log and log(f"sparkgnn refresh: updated graph written to {out_graph}")
+    log.info(f"sparkgnn refresh: updated graph written to {out_graph}")
     return Graph.load(spark, out_graph)
 
 
@@ -252,25 +258,40 @@ def _sum(summaries: list[dict], key: str) -> int:
     return int(sum(s.get(key, 0) for s in summaries))
 
 
+#: refresh's options in the previous release's positional order (legacy_positional maps them).
+REFRESH_LEGACY_ORDER = ("store", "updates", "out_graph", "partitions", "work_dir", "log", "on_layer_committed")
+
+
+def _result(store, report: RefreshReport, legacy: bool) -> StoreResult:
+    """The StoreResult, or the previous release's (PEStore, RefreshReport) for its call form."""
+    return (store, report) if legacy else StoreResult(store, report)  # type: ignore[return-value]
+
+
+@legacy_positional(REFRESH_LEGACY_ORDER)
 def refresh(
-    spark,
-    graph,
-    model,
-    store: str,
-    updates: str,
+    spark: SparkSession,
+    graph: GraphSource,
+    model: ModelSource,
+    *,
+    store: str | os.PathLike[str],
+    updates: str | os.PathLike[str],
     out_graph: str | None = None,
     partitions: int | None = None,
     work_dir: str | None = None,
-    log=print,
-    on_layer_committed=None,
-):
+    on_layer_committed: Callable[[int], None] | None = None,
+    _legacy: bool = False,
+) -> StoreResult:
     """Apply the graph update in `updates` (a Parquet folder, graph.updates format) to `graph` (a
     Graph or graph directory) and to the PE store at `store` computed for (graph, model), on Spark;
-    commit the refreshed store as the updated graph's version under the same root. Returns
-    (PEStore opened against the updated graph, RefreshReport). `out_graph`: write the updated graph
-    there (a graph directory; serving needs it to open the new version)."""
+    commit the refreshed store as the updated graph's version under the same root. Returns a
+    StoreResult (engine.result): `.store`, the PEStore opened against the updated graph, and
+    `.report`, the RefreshReport. `out_graph`: write the updated graph there (a graph directory;
+    serving needs it to open the new version). `on_layer_committed(layer)` is called after each
+    layer commits. Options after `model` are keyword-only; the previous release's positional form
+    still works with a DeprecationWarning and returns (PEStore, RefreshReport), as it did."""
+    store, updates = os.fspath(store), os.fspath(updates)
     from sparkgnn.dl.model_store import register
-    from sparkgnn.engine.api import _work_dir, coerce_graph, coerce_model
+    from sparkgnn.engine.api import coerce_graph, coerce_model, resolve_work_dir
     from sparkgnn.engine.session import configure
     from sparkgnn.pe import PEStore, PEWriter
 
@@ -284,8 +305,8 @@ def refresh(
             "(rerun the precompute with states)"
         )
     update = read_update_frame(spark, updates)
-    partitions = int(partitions or _default_partitions(spark))
-    root = _work_dir(spark, None, work_dir)
+    partitions = int(partitions or max(1, default_parallelism(spark)))
+    root = resolve_work_dir(spark, None, work_dir)
     run_dir = files.join(root, "refresh", uuid.uuid4().hex)
     ctx = RunContext(
         run_dir,
@@ -307,16 +328,16 @@ def refresh(
             built_at = time.perf_counter()
             pieces.build(spark, old_graph, partitions, ctx.pieces_dir)
             phases["build_pieces"] = round(time.perf_counter() - built_at, 3)
-            log and log(f"sparkgnn refresh: the graph's {partitions} pieces built in {phases['build_pieces']:.1f} s")
+            log.info(f"sparkgnn refresh: the graph's {partitions} pieces built in {phases['build_pieces']:.1f} s")
         _update_inputs(spark, ctx, old_graph, update)
-        built = _tasks(spark, partitions, functools.partial(partition.build_task, ctx), "apply the update", log)
+        built = _tasks(spark, partitions, functools.partial(partition.build_task, ctx), "apply the update")
         problems = sorted({s["problem"] for s in built if "problem" in s})
         if problems:
             raise GraphUpdateError("; ".join(problems))
         deleted = sorted({i for s in built for i in s.get("deleted", [])})
         if ctx.stat_keys:
             _foreign_stats(spark, ctx)
-        new_graph = _new_graph(spark, run_dir, old_graph, built, out_graph, log)
+        new_graph = _new_graph(spark, run_dir, old_graph, built, out_graph)
         report = RefreshReport(
             store="",
             graph_fingerprint=new_graph.fingerprint,
@@ -326,21 +347,21 @@ def refresh(
         )
         phases["apply"] = round(time.perf_counter() - started, 3)
         if report.graph_fingerprint == report.previous_graph_fingerprint:
-            log and log(f"sparkgnn refresh: the update leaves the graph as it was; {old_store.base} stays current")
-            return old_store, report
+            log.info(f"sparkgnn refresh: the update leaves the graph as it was; {old_store.base} stays current")
+            return _result(old_store, report, _legacy)
         total = _sum(built, "vertices")
-        writer = PEWriter(store, new_graph, model, with_states=True, log=log)
+        writer = PEWriter(store, new_graph, model, with_states=True)
         done = set(writer.completed_layers())
-        for layer in range(1, model.num_layers + 1):
+        for layer in range(1, model.num_rounds + 1):
             layer_started = time.perf_counter()
             if layer > 1:
                 _route_changed(spark, ctx, layer)
             planned = _tasks(
-                spark, partitions, functools.partial(partition.plan_task, ctx, layer), f"layer {layer} plan", log
+                spark, partitions, functools.partial(partition.plan_task, ctx, layer), f"layer {layer} plan"
             )
             _fetch_values(spark, ctx, old_store, layer)
             computed = _tasks(spark, partitions, functools.partial(partition.compute_task, ctx, layer),
-                              f"layer {layer} compute", log)  # fmt: skip
+                              f"layer {layer} compute")  # fmt: skip
             stats: dict = {"layer": layer, "needs": _sum(planned, "needs")}
             stats.update(
                 {k: _sum(computed, k) for k in ("targets", "delta", "scratch", "new_messages", "old_messages")}
@@ -353,8 +374,8 @@ def refresh(
                 if on_layer_committed is not None:
                     on_layer_committed(layer)
             report.layers.append(stats)
-            log and log(
-                f"sparkgnn refresh: layer {layer}/{model.num_layers}: {stats['targets']} of {total} vertices "
+            log.info(
+                f"sparkgnn refresh: layer {layer}/{model.num_rounds}: {stats['targets']} of {total} vertices "
                 f"recomputed ({stats['delta']} by delta, {stats['scratch']} from scratch) in {stats['seconds']:.1f} s; "
                 f"committed {stats.get('committed', 'earlier')}"
             )
@@ -366,9 +387,9 @@ def refresh(
         writer.finish({"refresh_seconds": report.seconds})
         report.store = writer.base
         # after the last read of the updated graph's frames (they lie in next/ until adopted)
-        pieces.adopt(files.join(run_dir, "next"), pieces.pieces_dir(root, new_graph.fingerprint, partitions), log)
+        pieces.adopt(files.join(run_dir, "next"), pieces.pieces_dir(root, new_graph.fingerprint, partitions))
         refreshed = PEStore.open(store, model=model, graph=new_graph)
         report.seconds = round(time.perf_counter() - started, 3)
-        return refreshed, report
+        return _result(refreshed, report, _legacy)
     finally:
         files.delete(run_dir)

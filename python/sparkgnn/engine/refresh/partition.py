@@ -49,6 +49,7 @@ from sparkgnn.graph.updates.applying import Applied
 from sparkgnn.layers.stats import STATS
 from sparkgnn.pe.lookup import SortedTable
 from sparkgnn.pe.refresh_kernel import Side, compute_layer, plan_layer
+from sparkgnn.stat_keys import stat_key
 
 # Kinds of the values a layer's computation reads (column `kind` of needs / values).
 NEW_H, OLD_H, STATE = 0, 1, 2
@@ -73,13 +74,8 @@ def stat_keys(model) -> tuple:
     keys = {}
     for conv in model.convs:
         for name in conv.required_stats:
-            weighted = bool(conv.uses_edge_weight)
-            keys[f"{name}_w" if weighted else name] = (name, weighted)
+            keys[stat_key(conv, name)] = (name, bool(conv.uses_edge_weight))
     return tuple((key, name, weighted) for key, (name, weighted) in sorted(keys.items()))
-
-
-def stat_key(conv, name: str) -> str:
-    return f"{name}_w" if conv.uses_edge_weight else name
 
 
 # -- files ------------------------------------------------------------------------------------------

@@ -1,11 +1,10 @@
 """The pieces of a graph (partition.py says what a piece holds), kept between refreshes.
 
 WHY a cache: building the pieces with Spark (a distinct over every edge's source, a join of the
-vertex table, two partitioned writes) was about 10 s of a 31 s refresh at 2M edges, and O(E) on
-every refresh. But a refresh's tasks already hold the UPDATED graph's pieces in memory, so they
-write them (pyarrow, no shuffle) and the driver adopts them under the updated graph's
-fingerprint. The next refresh of that version starts from them: only its first refresh on a
-graph pays the Spark build.
+vertex table, two partitioned writes) is a large share of a refresh, and O(E) on every refresh.
+But a refresh's tasks already hold the UPDATED graph's pieces in memory, so they write them
+(pyarrow, no shuffle) and the driver adopts them under the updated graph's fingerprint. The next
+refresh of that version starts from them: only its first refresh on a graph pays the Spark build.
 
     <work dir>/refresh-pieces/<graph fp>/P=<P>/
         vertices/part=<p>/*.parquet   id, x, [y], [split], owned   (owned vertices + their sources)
@@ -21,15 +20,21 @@ every refresh builds its pieces with Spark.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 
 from sparkgnn import files
 
 MARKER = "pieces.json"
+log = logging.getLogger(__name__)
 
 
 def pieces_dir(work_dir: str, graph_fp: str, partitions: int) -> str:
+    """`<work dir>/refresh-pieces/<graph fp>/P=<partitions>`; a malformed fingerprint is refused."""
+    from sparkgnn.graph.fingerprint import check_fingerprint
+
+    check_fingerprint(graph_fp, "refresh pieces: graph fingerprint")
     return files.join(work_dir, "refresh-pieces", graph_fp, f"P={int(partitions)}")
 
 
@@ -66,7 +71,7 @@ def build(spark, graph, partitions: int, path: str) -> None:
     files.write_json_atomic(files.join(path, MARKER), {"partitions": int(partitions), "built_by": "spark"})
 
 
-def adopt(next_dir: str, path: str, log=None) -> bool:
+def adopt(next_dir: str, path: str) -> bool:
     """Keep the pieces a refresh's tasks wrote for the updated graph (`next_dir`) as its layout.
     False (nothing kept) where the work dir is not local, or the layout exists already."""
     if not files.is_local(next_dir) or complete(path):
@@ -76,5 +81,5 @@ def adopt(next_dir: str, path: str, log=None) -> bool:
     os.makedirs(os.path.dirname(target), exist_ok=True)
     os.replace(source, target)
     files.write_json_atomic(files.join(path, MARKER), {"built_by": "refresh"})
-    log and log(f"sparkgnn refresh: the updated graph's pieces kept for its next refresh ({path})")
+    log.info(f"sparkgnn refresh: the updated graph's pieces kept for its next refresh ({path})")
     return True

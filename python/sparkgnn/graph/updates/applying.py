@@ -1,7 +1,7 @@
 """apply(): a GraphUpdate applied to a GraphData, giving a NEW GraphData and the row and edge
 mappings between the two (Applied) that an incremental refresh needs.
 
-The update is validated first (validate._resolve, which also resolves every id), so a graph is
+The update is validated first (validate.resolve, which also resolves every id), so a graph is
 never half-updated; deletes apply before inserts (format.py: an update is a set, not a log).
 
 * apply() is vectorised numpy (IdIndex lookups, bincount, lexsort): updates of 200K rows on graphs of
@@ -17,7 +17,7 @@ import numpy as np
 from sparkgnn.graph import checks
 from sparkgnn.graph.data import GraphData
 from sparkgnn.graph.updates.format import GraphUpdate
-from sparkgnn.graph.updates.validation import _Endpoints, _resolve
+from sparkgnn.graph.updates.validation import Endpoints, resolve
 
 
 @dataclass(eq=False)
@@ -41,7 +41,7 @@ def apply(update: GraphUpdate, graph: GraphData) -> Applied:
     """Validate `update` against `graph` (raising GraphUpdateError, `graph` untouched) and return the
     updated graph as a NEW GraphData plus the row and edge mappings an incremental refresh needs.
     feature_changed holds only the feature updates whose values really differ."""
-    resolved = _resolve(update, graph)
+    resolved = resolve(update, graph)
     kept_rows = np.flatnonzero(~resolved.deleted)
     n_kept, n_inserted = len(kept_rows), len(update.vertex_insert_ids)
     new_rows = np.full(graph.num_nodes, -1, np.int64)
@@ -70,7 +70,7 @@ def apply(update: GraphUpdate, graph: GraphData) -> Applied:
     removed[resolved.deleted_edges] = True
     kept_edges = np.flatnonzero(~removed)
 
-    def new_endpoints(old: np.ndarray, inserted: _Endpoints) -> np.ndarray:
+    def new_endpoints(old: np.ndarray, inserted: Endpoints) -> np.ndarray:
         landed = np.where(inserted.in_graph, new_rows[inserted.graph_rows], n_kept + inserted.insert_positions)
         return np.concatenate([new_rows[old[kept_edges]], landed])
 

@@ -21,7 +21,7 @@ Design decisions:
   before inserts, whatever the row order in the file(s). So the result does not depend on how a
   Spark job happened to order or partition its output, and an edge can be replaced (deleted and
   re-inserted, e.g. with a new weight) in one update.
-* Problems (UpdateProblem, _problem, _raise_if_any) live here, not in validation.py: reading a table
+* Problems (UpdateProblem, make_problem, raise_if_any) live here, not in validation.py: reading a table
   already reports them (unknown kinds, missing columns, nulls), and validation imports them, so
   one wording and one GraphUpdateError serve both.
 """
@@ -128,10 +128,11 @@ class UpdateProblem:
     message: str
 
 
-def _problem(
+def make_problem(
     defect: str, count: int, examples, update_kind: str = "", offenders: int | None = None, **detail
 ) -> UpdateProblem:
-    """`offenders`: how many examples there are to show (default `count`), for the trailing "..."."""
+    """An UpdateProblem worded by TEMPLATES[defect]. `offenders`: how many examples there are to show
+    (default `count`), for the trailing "..."."""
     examples = tuple(examples)[:MAX_EXAMPLES]
     more = (count if offenders is None else offenders) > len(examples)
     shown = ", ".join(examples) + (", ..." if more and examples else "")
@@ -139,7 +140,8 @@ def _problem(
     return UpdateProblem(f"{update_kind}.{defect}" if update_kind else defect, int(count), examples, text)
 
 
-def _raise_if_any(problems, what: str) -> None:
+def raise_if_any(problems, what: str) -> None:
+    """One GraphUpdateError listing every problem with a count (None and empty ones skipped)."""
     problems = [p for p in problems if p is not None and p.count > 0]
     if not problems:
         return
@@ -153,7 +155,8 @@ def _raise_if_any(problems, what: str) -> None:
 # --- the update in memory --------------------------------------------------------------------------
 
 
-def _no_ids() -> np.ndarray:
+def no_ids() -> np.ndarray:
+    """An empty id array (int64)."""
     return np.empty(0, np.int64)
 
 
@@ -170,17 +173,17 @@ class GraphUpdate:
     weight; NaN inside an array means "no weight" (null in Parquet). x matrices are [rows, F].
     """
 
-    edge_insert_src: np.ndarray = field(default_factory=_no_ids)
-    edge_insert_dst: np.ndarray = field(default_factory=_no_ids)
+    edge_insert_src: np.ndarray = field(default_factory=no_ids)
+    edge_insert_dst: np.ndarray = field(default_factory=no_ids)
     edge_insert_weight: np.ndarray | None = None
-    edge_delete_src: np.ndarray = field(default_factory=_no_ids)
-    edge_delete_dst: np.ndarray = field(default_factory=_no_ids)
+    edge_delete_src: np.ndarray = field(default_factory=no_ids)
+    edge_delete_dst: np.ndarray = field(default_factory=no_ids)
     edge_delete_weight: np.ndarray | None = None
-    vertex_insert_ids: np.ndarray = field(default_factory=_no_ids)
+    vertex_insert_ids: np.ndarray = field(default_factory=no_ids)
     vertex_insert_x: np.ndarray = field(default_factory=_no_rows)
-    feature_update_ids: np.ndarray = field(default_factory=_no_ids)
+    feature_update_ids: np.ndarray = field(default_factory=no_ids)
     feature_update_x: np.ndarray = field(default_factory=_no_rows)
-    vertex_delete_ids: np.ndarray = field(default_factory=_no_ids)
+    vertex_delete_ids: np.ndarray = field(default_factory=no_ids)
 
     def __post_init__(self) -> None:
         wrong: list[str] = []
@@ -220,7 +223,7 @@ class GraphUpdate:
             setattr(self, f"{prefix}_x", rows(f"{prefix}_x", len(getattr(self, f"{prefix}_ids"))))
         self.vertex_delete_ids = ids("vertex_delete_ids")
         if wrong:
-            _raise_if_any([_problem("shape", len(wrong), wrong)], "graph update")
+            raise_if_any([make_problem("shape", len(wrong), wrong)], "graph update")
 
     # --- sizes ---------------------------------------------------------------------------------------
     def counts(self) -> dict[str, int]:
@@ -269,12 +272,12 @@ class GraphUpdate:
                 position = table.column_names.index(name)
                 table = table.set_column(position, name, table.column(name).cast(UPDATE_SCHEMA.field(name).type))
         if "kind" not in table.column_names:
-            _raise_if_any([_problem("missing_column", 1, ["kind"])], source)
+            raise_if_any([make_problem("missing_column", 1, ["kind"])], source)
         kind_column = table.column("kind")
         if pa.types.is_dictionary(kind_column.type):  # e.g. a hive partition folder kind=edge_insert
             kind_column = kind_column.cast(pa.string())
         if not (pa.types.is_string(kind_column.type) or pa.types.is_large_string(kind_column.type)):
-            _raise_if_any([_problem("column_type", 1, [f"kind is {kind_column.type}, expected string"])], source)
+            raise_if_any([make_problem("column_type", 1, [f"kind is {kind_column.type}, expected string"])], source)
 
         masks = {k: pc.fill_null(pc.equal(kind_column, k), False).to_numpy(zero_copy_only=False) for k in KINDS}
         known = np.zeros(table.num_rows, bool)
@@ -290,23 +293,23 @@ class GraphUpdate:
             if column not in table.column_names and present.intersection(kinds)
         ]
         if missing:
-            problems.append(_problem("missing_column", len(missing), missing))
+            problems.append(make_problem("missing_column", len(missing), missing))
         mistyped = [
             f"{name} is {table.schema.field(name).type}, expected {description}"
             for name, (is_ok, description) in COLUMN_TYPES.items()
             if name in table.column_names and not is_ok(table.schema.field(name).type)
         ]
         if mistyped:
-            problems.append(_problem("column_type", len(mistyped), mistyped))
+            problems.append(make_problem("column_type", len(mistyped), mistyped))
         if missing or mistyped:
-            _raise_if_any(problems, source)
+            raise_if_any(problems, source)
 
         parts: dict = {}
         for kind in KINDS:
             rows = np.flatnonzero(masks[kind])
             part = table.take(pa.array(rows)) if len(rows) < table.num_rows else table
             parts.update(_read_kind(kind, part, rows, problems))
-        _raise_if_any(problems, source)
+        raise_if_any(problems, source)
         return cls(**parts)
 
     def to_table(self) -> pa.Table:
@@ -379,7 +382,7 @@ def _unknown_kinds(unknown: pa.ChunkedArray) -> UpdateProblem:
     counts = counted.field("counts").to_numpy()
     order = np.argsort(-counts, kind="stable")
     examples = [f"{'null' if values[i] is None else repr(values[i])} (x{counts[i]})" for i in order[:MAX_EXAMPLES]]
-    return _problem("unknown_kind", len(unknown), examples, offenders=len(values))
+    return make_problem("unknown_kind", len(unknown), examples, offenders=len(values))
 
 
 def _int_values(part: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -394,10 +397,10 @@ def _read_kind(kind: str, part: pa.Table, rows: np.ndarray, problems: list) -> d
     needed = [column for column, kinds in NEEDED_BY.items() if kind in kinds and column != "x"]
     values = {}
     for column in needed:
-        values[column], nulls = _int_values(part, column) if len(rows) else (_no_ids(), np.zeros(0, bool))
+        values[column], nulls = _int_values(part, column) if len(rows) else (no_ids(), np.zeros(0, bool))
         if nulls.any():
             problems.append(
-                _problem("null_value", int(nulls.sum()), map(str, rows[nulls][:MAX_EXAMPLES]), kind, column=column)
+                make_problem("null_value", int(nulls.sum()), map(str, rows[nulls][:MAX_EXAMPLES]), kind, column=column)
             )
     if kind in (EDGE_INSERT, EDGE_DELETE):
         weight = None
@@ -405,7 +408,7 @@ def _read_kind(kind: str, part: pa.Table, rows: np.ndarray, problems: list) -> d
             column = part.column("weight").cast(pa.float32())
             nan = pc.fill_null(pc.is_nan(column), False).to_numpy(zero_copy_only=False)
             if nan.any():
-                problems.append(_problem("nan_weight", int(nan.sum()), map(str, rows[nan][:MAX_EXAMPLES]), kind))
+                problems.append(make_problem("nan_weight", int(nan.sum()), map(str, rows[nan][:MAX_EXAMPLES]), kind))
             weight = pc.fill_null(column, np.nan).to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
         return {f"{kind}_src": values["src"], f"{kind}_dst": values["dst"], f"{kind}_weight": weight}
     if kind == VERTEX_DELETE:

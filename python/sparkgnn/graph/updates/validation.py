@@ -12,7 +12,7 @@
   inserts (insert k copies, delete k copies). A weight, when given, picks an occurrence of exactly
   that weight; without one the first remaining occurrences in the graph's edge order go.
 
-_resolve() is validate() returning what it found (_Resolved: deleted rows, endpoint rows, the edges
+resolve() is validate() returning what it found (Resolved: deleted rows, endpoint rows, the edges
 the deletes pick), so applying.py looks nothing up twice.
 """
 
@@ -34,14 +34,14 @@ from sparkgnn.graph.updates.format import (
     VERTEX_INSERT,
     GraphUpdate,
     UpdateProblem,
-    _no_ids,
-    _problem,
-    _raise_if_any,
+    make_problem,
+    no_ids,
+    raise_if_any,
 )
 
 
 @dataclass
-class _Endpoints:
+class Endpoints:
     """Where each endpoint id of an edge insert lands: a row of the graph (in_graph) or a position
     among the inserted vertices (in_inserts)."""
 
@@ -52,23 +52,25 @@ class _Endpoints:
 
 
 @dataclass
-class _Resolved:
+class Resolved:
     """What validation found out that apply() needs, so nothing is looked up twice."""
 
     deleted: np.ndarray  # bool [N]: graph rows deleted by the update
     feature_update_rows: np.ndarray  # graph row of each feature_update
-    insert_src: _Endpoints
-    insert_dst: _Endpoints
+    insert_src: Endpoints
+    insert_dst: Endpoints
     deleted_edges: np.ndarray  # positions in the graph's edge arrays removed by edge_delete rows
 
 
 def validate(update: GraphUpdate, graph: GraphData) -> None:
     """Raise one GraphUpdateError listing every reason `update` cannot be applied to `graph`
     (counts and the first offending ids); return None when it can."""
-    _resolve(update, graph)
+    resolve(update, graph)
 
 
-def _resolve(update: GraphUpdate, graph: GraphData) -> _Resolved:
+def resolve(update: GraphUpdate, graph: GraphData) -> Resolved:
+    """validate()'s work, keeping what it found for apply(): every id resolved to its row, or one
+    GraphUpdateError listing every problem."""
     index = graph.id_index
     problems: list[UpdateProblem | None] = []
 
@@ -120,13 +122,13 @@ def _resolve(update: GraphUpdate, graph: GraphData) -> _Resolved:
     deleted_edges, delete_problems = _edge_deletes(update, graph, deleted)
     problems += delete_problems
 
-    _raise_if_any(problems, f"update of graph {graph.name!r}")
-    return _Resolved(deleted, feature_update_rows, insert_src, insert_dst, deleted_edges)
+    raise_if_any(problems, f"update of graph {graph.name!r}")
+    return Resolved(deleted, feature_update_rows, insert_src, insert_dst, deleted_edges)
 
 
 def _id_problem(defect: str, kind: str, ids: np.ndarray, bad: np.ndarray, hint: str = "") -> UpdateProblem | None:
     count = int(bad.sum())
-    return _problem(defect, count, fmt_ids(ids[checks.first_rows(bad, ids)]), kind, hint=hint) if count else None
+    return make_problem(defect, count, fmt_ids(ids[checks.first_rows(bad, ids)]), kind, hint=hint) if count else None
 
 
 def _repeated(kind: str, ids: np.ndarray) -> UpdateProblem | None:
@@ -134,7 +136,7 @@ def _repeated(kind: str, ids: np.ndarray) -> UpdateProblem | None:
     if not len(values):
         return None
     examples = [f"{v} (x{c})" for v, c in zip(values[:MAX_EXAMPLES], counts[:MAX_EXAMPLES], strict=True)]
-    return _problem("repeated_id", len(values), examples, kind)
+    return make_problem("repeated_id", len(values), examples, kind)
 
 
 def _feature_problems(kind: str, ids: np.ndarray, x: np.ndarray, width: int) -> list[UpdateProblem | None]:
@@ -143,17 +145,17 @@ def _feature_problems(kind: str, ids: np.ndarray, x: np.ndarray, width: int) -> 
     wrong_width = None
     if x.shape[1] != width:
         every = np.ones(len(ids), bool)
-        wrong_width = _problem(
+        wrong_width = make_problem(
             "x_width", len(ids), fmt_ids(ids[checks.first_rows(every, ids)]), kind, width=x.shape[1], expected=width
         )
     nonfinite = ~np.isfinite(x).all(axis=1)
     return [wrong_width, _id_problem("x_nonfinite", kind, ids, nonfinite)]
 
 
-def _insert_endpoints(graph_index: IdIndex, insert_index: IdIndex, ids: np.ndarray) -> _Endpoints:
+def _insert_endpoints(graph_index: IdIndex, insert_index: IdIndex, ids: np.ndarray) -> Endpoints:
     graph_rows, in_graph = graph_index.lookup(ids)
     insert_positions, in_inserts = insert_index.lookup(ids)
-    return _Endpoints(graph_rows, in_graph, insert_positions, in_inserts)
+    return Endpoints(graph_rows, in_graph, insert_positions, in_inserts)
 
 
 def _edge_examples(bad: np.ndarray, src: np.ndarray, dst: np.ndarray, weight: np.ndarray | None = None) -> list:
@@ -165,10 +167,10 @@ def _edge_examples(bad: np.ndarray, src: np.ndarray, dst: np.ndarray, weight: np
 
 def _edge_problem(defect, kind, bad, src, dst, weight=None, hint: str = "") -> UpdateProblem | None:
     count = int(bad.sum())
-    return _problem(defect, count, _edge_examples(bad, src, dst, weight), kind, hint=hint) if count else None
+    return make_problem(defect, count, _edge_examples(bad, src, dst, weight), kind, hint=hint) if count else None
 
 
-def _edge_insert_problems(update, graph, deleted, src: _Endpoints, dst: _Endpoints) -> list:
+def _edge_insert_problems(update, graph, deleted, src: Endpoints, dst: Endpoints) -> list:
     s, d, weight = update.edge_insert_src, update.edge_insert_dst, update.edge_insert_weight
     if not len(s):
         return []
@@ -203,7 +205,7 @@ def _edge_deletes(update: GraphUpdate, graph: GraphData, deleted: np.ndarray) ->
     """(positions in the graph's edge arrays that the edge_delete rows remove, problems)."""
     s, d, weight = update.edge_delete_src, update.edge_delete_dst, update.edge_delete_weight
     if not len(s):
-        return _no_ids(), []
+        return no_ids(), []
     src_rows, src_found = graph.id_index.lookup(s)
     dst_rows, dst_found = graph.id_index.lookup(d)
     unknown = ~src_found | ~dst_found
@@ -221,7 +223,7 @@ def _edge_deletes(update: GraphUpdate, graph: GraphData, deleted: np.ndarray) ->
     matchable = ~unknown & ~gone
     removed, short = _match_deletes(graph, src_rows, dst_rows, weight, given, matchable)
     if len(short[0]):
-        problems.append(_problem("too_many_deletes", len(short[0]), _short_examples(short, graph), EDGE_DELETE))
+        problems.append(make_problem("too_many_deletes", len(short[0]), _short_examples(short, graph), EDGE_DELETE))
     return removed, problems
 
 

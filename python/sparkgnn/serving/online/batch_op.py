@@ -43,7 +43,7 @@ from sparkgnn.graph.index import IdIndex
 from sparkgnn.serving.online import wire
 from sparkgnn.serving.request import Request
 
-OP = "serve_batch"
+BATCH_OP = "serve_batch"
 EVICT_OP = "serve_evict"
 FUSABLE_MODES = frozenset({"he"})
 

@@ -33,6 +33,8 @@ import time
 import numpy as np
 
 from sparkgnn.cliargs import positive_float, positive_int, require_inputs, run_cli
+from sparkgnn.logs import install_cli_handler
+from sparkgnn.serving.online.pools import ServeError
 from sparkgnn.serving.online.server import ServeConfig, Server
 
 
@@ -78,8 +80,8 @@ def config_from(args) -> ServeConfig:
     if args.workers:
         base["pools"] = [{"name": "workers", "kind": "workers", "width": args.workers, "threads": 1}]
     if not base.get("graph") or not base.get("model"):
-        raise SystemExit("sparkgnn-serve: error: give --config or --graph and --model")
-    return ServeConfig(**base)
+        raise ServeError("give --config, or --graph and --model")
+    return ServeConfig(**base).check("the deployment")
 
 
 def serve(args) -> int:
@@ -128,7 +130,7 @@ def tune(args) -> int:
     config = config_from(args)
     requests = read_requests(args.requests)
     if not requests:
-        raise SystemExit(f"sparkgnn-serve: error: no requests in {args.requests}")
+        raise ServeError(f"no requests in {args.requests}")
     td_values = [float(v) for v in args.td.split(",")]
     probe = Server(config, start_pools=False)
     sizes = [probe.facts.pending(r, None, "", 0.0)[0].hop_sizes for r in requests]
@@ -162,6 +164,7 @@ def swap(args) -> int:
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    install_cli_handler()  # library progress lines (sparkgnn loggers) on stdout
     if args.command == "swap":  # the paths are the service's: it checks them and names what is wrong
         if not args.url.startswith(("http://", "https://")):
             parser.error(f"--url {args.url!r}: give the service's HTTP front (http://HOST:PORT)")

@@ -76,6 +76,53 @@ def fingerprint_of(graph: str, compute: bool = True) -> str | None:
     return graph_fingerprint(graph) if compute else None
 
 
+def _mode_needs(mode: str, options: dict) -> tuple[bool, bool]:
+    """(reads a PE store, reads its states) for the served mode `mode` with its options: a mode
+    that reads stored values has `stored`, one that recomputes from states `needs_states`; auto
+    needs what its candidates (EXACT_PLANS, or its `candidates` option) need."""
+    from sparkgnn.serving.modes import MODES
+
+    if mode == "auto":
+        from sparkgnn.serving.sketch import EXACT_PLANS
+
+        candidates = (options.get("auto") or {}).get("candidates") or EXACT_PLANS.names()
+        needs = [_mode_needs(str(c), options) for c in candidates if c != "auto"]
+        # auto refuses to choose without a store whatever its candidates (AutoMode.choose)
+        return True, any(states for _store, states in needs)
+    cls = MODES.lookup(mode)
+    return hasattr(cls, "stored"), bool(getattr(cls, "needs_states", False))
+
+
+def deployment_problems(modes: list[str], options: dict, cache: dict, store) -> str | None:
+    """Why a deployment serving `modes` (with mode options `options` and hot cache `cache`) cannot
+    answer them from `store` (an opened PEStore, or None), as one line naming each mode; None
+    when it can. Checked before a service starts and before a swap switches (Server), so a store
+    without states never leaves EXACT and SRPE failing every request."""
+    problems = []
+    for mode in modes:
+        needs_store, needs_states = _mode_needs(mode, options or {})
+        if needs_store and store is None:
+            problems.append(f"mode {mode!r} reads precomputed embeddings but no PE store is given")
+        elif needs_states and not store.with_states:
+            problems.append(
+                f"mode {mode!r} recomputes from stored aggregation states, which {store.base} lacks "
+                "(precompute the store with states)"
+            )
+    policy = (cache or {}).get("policy", "off")
+    if policy == "fap" and int((cache or {}).get("bytes", 0)) > 0:
+        if store is None:
+            problems.append(
+                "hot cache policy 'fap' ranks vertices by the PE store's 'fap' metrics, but no store is given"
+            )
+        elif "fap" not in store.metric_tables:
+            have = ", ".join(store.metric_tables) or "none"
+            problems.append(
+                f"hot cache policy 'fap' ranks vertices by the PE store's 'fap' metrics table, which "
+                f"{store.base} lacks (it has: {have}; precompute the store with workload metrics)"
+            )
+    return "; ".join(problems) or None
+
+
 def store_root(store: str | None) -> str | None:
     """The store root a store path lies under: a version folder <root>/<graph fp>/<model fp>
     (its manifest names both) gives <root>; a root is itself."""

@@ -4,46 +4,83 @@ WHY aiohttp: a well-kept asynchronous server (no hand-written HTTP parsing); one
 its own thread holds thousands of open requests while they wait in the scheduler, each as a
 coroutine awaiting its Future, not a thread.
 
-  POST /v1/answer   body {"request_id", "mode"?, "nodes": [{"id", "x"}], "edges": [[s, d]]}
+  POST /v1/answer   body {"request_id"?, "mode"?, "nodes": [{"id", "x"}], "edges"?: [[s, d]]}
+                    (bodies.AnswerBody: strict, an unknown key is refused naming it)
                     200 with the answers; 400 for a malformed request (the error names what is
-                    wrong); 503 when the queue is full ("busy", retry later); 401 without the token
-  GET  /v1/health   {"status": "ok", "stats": ..., "version": the version served (Server.version_info)}
-  POST /v1/admin/swap  body {"graph": DIR, "store"?: PATH, "timeout_s"?: S}: Server.swap, run off
-                    the event loop (answers keep flowing meanwhile); 200 with the swap's report,
-                    409 when the swap is refused (the old version still serving), 400 for a
-                    malformed body, 403 when the service has no token
+                    wrong), 413 for one over the service's size limits; 503 with Retry-After when
+                    the queue is full or the service is stopping, 504 with Retry-After when the
+                    request waited in the queue past the request timeout (the server's limits:
+                    retry later); 500 when its batch failed on a worker; 401 without the token
+  GET  /v1/health   {"status": "ok", "stats": counters, "version": the version served (Server.version_info:
+                    number, graph fingerprint, swaps, draining) -- never its graph or store paths,
+                    which would show any client of a token-less service the host's layout
+  POST /v1/admin/swap  body {"graph": DIR, "store"?: PATH, "timeout_s"?: S in [1, 86400]}
+                    (bodies.SwapBody): Server.swap, run off the event loop (answers keep flowing
+                    meanwhile); 200 with the swap's report, 409 when the swap is refused (the old
+                    version still serving), 400 for a malformed body, 403 when the service has
+                    no token
 
 With a token configured every request must carry `Authorization: Bearer <token>` (compared in
 constant time). Admin operations always need the token: a service started without one (loopback,
 where answering needs none) refuses them, since a swap makes the service read and serve whatever
 paths it is given. Bodies above `max_body_bytes` are refused by aiohttp itself (413).
+
+Connections are bounded in time: one idle (no request, or a request line or headers never
+finished) is closed after `idle_timeout_s` (aiohttp's keep-alive timer), and a body not received
+within `idle_timeout_s` is answered 408 and its connection closed, so a client that sends half a
+body holds nothing for long. A client that resets its connection mid-body is logged as one line
+(not a traceback), at most one line per `RESET_LOG_EVERY_S` with the count of resets since.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hmac
-import json
+import logging
 import threading
-
-import numpy as np
+import time
+from typing import TYPE_CHECKING
 
 from sparkgnn.errors import USER_ERRORS
 from sparkgnn.serving.online import wire
-from sparkgnn.serving.request import Request, RequestError
+from sparkgnn.serving.online.bodies import BodyError, check_swap_timeout, decode_answer, decode_swap, request_of
+from sparkgnn.serving.request import Request
+
+log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
-STATUS = {"ok": 200, "error": 400, "busy": 503}
+IDLE_TIMEOUT_S = 30.0
+RESET_LOG_EVERY_S = 10.0
+OFF_LOOP_BYTES = 1 << 20  # bodies larger than this are decoded off the event loop
+HEALTH_HIDDEN = ("graph", "store")  # Version.describe keys /v1/health leaves out: host paths
+# Outcome.kind -> HTTP status; the server's own limits (busy, stopping, timeout) are 5xx with
+# Retry-After, the client's mistakes ("error") 400
+STATUS = {"ok": 200, "error": 400, "busy": 503, "stopping": 503, "timeout": 504, "failed": 500}
+RETRY_AFTER_S = {"busy": 1, "stopping": 5, "timeout": 1}
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 
 class HttpFront:
-    def __init__(self, server, bind: str, token: str | None = None, max_body_bytes: int = MAX_BODY_BYTES):
-        host, port = bind.rsplit(":", 1)
-        self.server, self.host, self.port, self.token = server, host, int(port), token
+    def __init__(
+        self,
+        server,
+        bind: str,
+        token: str | None = None,
+        max_body_bytes: int = MAX_BODY_BYTES,
+        idle_timeout_s: float = IDLE_TIMEOUT_S,
+    ):
+        from sparkgnn.serving.online.server import split_http_bind
+
+        host, port = split_http_bind(bind)
+        self.server, self.host, self.port, self.token = server, host, port, token
         self.max_body_bytes = max_body_bytes
+        self.idle_timeout_s = float(idle_timeout_s)
+        self.resets = ResetLog(RESET_LOG_EVERY_S)
         self.url: str | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._runner: object | None = None
+        self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
 
     def start(self) -> HttpFront:
@@ -78,7 +115,10 @@ class HttpFront:
         app.router.add_post("/v1/answer", self._answer)
         app.router.add_get("/v1/health", self._health)
         app.router.add_post("/v1/admin/swap", self._swap)
-        runner = web.AppRunner(app, access_log=None)
+        # idle connections, and the unread rest of a refused body, wait at most idle_timeout_s
+        runner = web.AppRunner(
+            app, access_log=None, keepalive_timeout=self.idle_timeout_s, lingering_time=self.idle_timeout_s
+        )
         await runner.setup()
         self._runner = runner
         site = web.TCPSite(runner, self.host, self.port)
@@ -92,29 +132,54 @@ class HttpFront:
         given = request.headers.get("Authorization", "")
         return hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode())
 
+    async def _body(self, request):
+        """The request's body, or the response refusing it: 408 (and the connection closed) when
+        it does not arrive within idle_timeout_s; None with one rate-limited log line when the
+        client reset the connection mid-body (there is no one to answer)."""
+        from aiohttp import web
+
+        try:
+            return await asyncio.wait_for(request.read(), self.idle_timeout_s)
+        except asyncio.TimeoutError:
+            response = web.json_response(
+                {"status": "error", "error": f"the body did not arrive within {self.idle_timeout_s:g} s"}, status=408
+            )
+            response.force_close()
+            return response
+        except ConnectionError as exc:
+            self.resets.note(request.remote, exc)
+            return None
+
     async def _answer(self, request):
         from aiohttp import web
 
         if not self._authorised(request):
             return web.json_response({"status": "error", "error": "missing or wrong bearer token"}, status=401)
+        body = await self._body(request)
+        if not isinstance(body, bytes):
+            return body if body is not None else web.Response(status=400)
         try:
-            body = json.loads(await request.read())
-            query, mode = request_from_json(body)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            return web.json_response({"status": "error", "error": f"the body is not JSON: {exc}"}, status=400)
+            if len(body) > OFF_LOOP_BYTES:  # a large body is decoded off the loop: others keep flowing
+                query, mode = await asyncio.get_running_loop().run_in_executor(None, request_from_json, body)
+            else:
+                query, mode = request_from_json(body)
         except USER_ERRORS as exc:
+            self.server.count_refusal()
             return web.json_response({"status": "error", "error": str(exc)}, status=400)
+        too_large = self.server.oversize(query)
+        if too_large:
+            self.server.count_refusal()
+            return web.json_response({"status": "error", "error": too_large}, status=413)
         outcome = await asyncio.wrap_future(self.server.submit(query, mode))
-        return web.json_response(outcome_json(outcome), status=STATUS.get(outcome.kind, 500))
+        return outcome_response(outcome)
 
     async def _health(self, request):
         from aiohttp import web
 
         if not self._authorised(request):
             return web.json_response({"status": "error", "error": "missing or wrong bearer token"}, status=401)
-        return web.json_response(
-            {"status": "ok", "stats": dict(self.server.stats), "version": self.server.version_info()}
-        )
+        version = {k: v for k, v in self.server.version_info().items() if k not in HEALTH_HIDDEN}
+        return web.json_response({"status": "ok", "stats": dict(self.server.stats), "version": version})
 
     async def _swap(self, request):
         from aiohttp import web
@@ -131,12 +196,12 @@ class HttpFront:
             )
         if not self._authorised(request):
             return web.json_response({"status": "error", "error": "missing or wrong bearer token"}, status=401)
+        body = await self._body(request)
+        if not isinstance(body, bytes):
+            return body if body is not None else web.Response(status=400)
         try:
-            body = json.loads(await request.read())
             graph, store, timeout_s = swap_from_json(body)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            return web.json_response({"status": "error", "error": f"the body is not JSON: {exc}"}, status=400)
-        except ValueError as exc:
+        except BodyError as exc:
             return web.json_response({"status": "error", "error": str(exc)}, status=400)
         loop = asyncio.get_running_loop()
         try:
@@ -160,6 +225,39 @@ class HttpFront:
             self._thread.join(timeout=5.0)
 
 
+class ResetLog:
+    """One log line per connection reset mid-body, at most one per `every_s` seconds; the
+    line after a quiet spell counts the resets it stood for (2,000 clients that disconnect
+    mid-body make a few lines, not 2,000 tracebacks)."""
+
+    def __init__(self, every_s: float):
+        self.every_s = float(every_s)
+        self.count = 0  # resets seen in all
+        self._suppressed = 0
+        self._last = -float("inf")
+        self._lock = threading.Lock()
+
+    def note(self, remote: str | None, exc: BaseException) -> None:
+        with self._lock:
+            self.count += 1
+            now = time.monotonic()
+            if now - self._last < self.every_s:
+                self._suppressed += 1
+                return
+            suppressed, self._suppressed, self._last = self._suppressed, 0, now
+        more = f" ({suppressed} more since the last such line)" if suppressed else ""
+        log.warning("sparkgnn-serve: client %s reset the connection mid-body (%s)%s", remote, exc, more)
+
+
+def outcome_response(outcome):
+    """The HTTP response of an Outcome: its JSON, the status of its kind (STATUS) and, for the
+    server's own limits, Retry-After."""
+    from aiohttp import web
+
+    headers = {"Retry-After": str(RETRY_AFTER_S[outcome.kind])} if outcome.kind in RETRY_AFTER_S else None
+    return web.json_response(outcome_json(outcome), status=STATUS.get(outcome.kind, 500), headers=headers)
+
+
 def outcome_json(outcome) -> dict:
     """The HTTP/JSON form of an Outcome."""
     body: dict = {"request_id": outcome.request_id, "status": outcome.kind}
@@ -179,43 +277,14 @@ def outcome_json(outcome) -> dict:
     return body
 
 
-def swap_from_json(body) -> tuple[str, str | None, float]:
-    """{"graph": DIR, "store"?: PATH, "timeout_s"?: seconds} -> (graph, store, timeout_s)."""
-    if not isinstance(body, dict) or not isinstance(body.get("graph"), str) or not body["graph"]:
-        raise ValueError('the body must be a JSON object with "graph": the new graph directory')
-    store = body.get("store")
-    if store is not None and (not isinstance(store, str) or not store):
-        raise ValueError('"store" must be a PE store path (or left out: the current store\'s root)')
-    timeout_s = body.get("timeout_s", 300.0)
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or not timeout_s > 0:
-        raise ValueError('"timeout_s" must be a positive number of seconds')
-    unknown = sorted(set(body) - {"graph", "store", "timeout_s"})
-    if unknown:
-        raise ValueError(f"unknown swap settings {unknown}")
-    return body["graph"], store, float(timeout_s)
+def swap_from_json(body: bytes) -> tuple[str, str | None, float]:
+    """A swap body (bodies.SwapBody) -> (graph, store, timeout_s); BodyError names what is wrong."""
+    swap = decode_swap(body)
+    return swap.graph, swap.store, check_swap_timeout(swap.timeout_s)
 
 
-def request_from_json(body: dict) -> tuple[Request, str | None]:
-    """{"request_id", "mode"?, "nodes": [{"id", "x": [...]}], "edges": [[src, dst], ...]}."""
-    if not isinstance(body, dict):
-        raise RequestError("the body must be a JSON object")
-    nodes = body.get("nodes")
-    if not isinstance(nodes, list) or not all(isinstance(n, dict) for n in nodes):
-        raise RequestError('"nodes" must be a list of {"id": int, "x": [float, ...]} objects')
-    edges = body.get("edges") or []
-    if not isinstance(edges, list) or not all(isinstance(e, list | tuple) and len(e) == 2 for e in edges):
-        raise RequestError('"edges" must be a list of [src, dst] pairs')
-    try:
-        qid = [n["id"] for n in nodes]
-        x = [n["x"] for n in nodes]
-    except KeyError as exc:
-        raise RequestError(f"a node lacks {exc}") from None
-    mode = body.get("mode")
-    request = Request(
-        str(body.get("request_id", "http")),
-        np.asarray(qid) if qid else np.zeros(0, np.int64),
-        x if x else np.zeros((0, 0), np.float32),  # type: ignore[arg-type]  # Request reports ragged rows
-        np.asarray([e[0] for e in edges]) if edges else np.zeros(0, np.int64),
-        np.asarray([e[1] for e in edges]) if edges else np.zeros(0, np.int64),
-    )
-    return request, (str(mode) if mode is not None else None)
+def request_from_json(body: bytes) -> tuple[Request, str | None]:
+    """An answer body (bodies.AnswerBody) -> (Request, mode or None); BodyError (a RequestError)
+    names an unknown key with the expected ones, a wrong type and where, or a malformed body."""
+    parsed = decode_answer(body)
+    return request_of(parsed), parsed.mode

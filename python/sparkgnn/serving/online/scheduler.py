@@ -412,11 +412,6 @@ class DegreeScheduler(Scheduler):
         return [row[2].item for row in left]
 
 
-def make_scheduler(name: str, t_d: float, **options) -> Scheduler:
-    """The scheduler registered as `name` (SchedulerError naming the known ones otherwise)."""
-    return SCHEDULERS.lookup(name)(t_d, **options)
-
-
 def divide(batch: list[Pending], t_s: int) -> list[list[Pending]]:
     """GSM's batch divider at request granularity: consecutive sub-batches (order kept) such that
     for every layer l the sum of `hop_sizes[l]` in a sub-batch is <= t_s; a request alone above t_s

@@ -1,4 +1,4 @@
-"""sparkgnn.serving.Server: the long-running online service (issue 15; docs/ARCHITECTURE.md
+"""sparkgnn.serving.online.server.Server: the long-running online service (docs/ARCHITECTURE.md
 "Online serving").
 
     clients --ZeroMQ (Arrow frames)--> intake --> scheduler (GSM) --> batcher --> router (Quiver)
@@ -14,7 +14,13 @@ WHY this shape:
     (back-pressure) instead of growing without limit. Batches are formed when a slot frees up
     (work-conserving), so under load they grow to T_d and under light load a request goes alone.
   - Every wait has a timeout: a batch's call is bounded by the pool's dealer timeout and retries;
-    a request that waited past `request_timeout_s` is answered with an error, not kept.
+    a request that waited past `request_timeout_s` is answered "timeout" (HTTP 504, retry later),
+    not kept. Sizes are bounded too: `max_queries` query nodes and `max_edges` edges a request.
+  - The deployment is checked as a whole before it serves and before a swap switches: every mode
+    it serves (the default `mode` is always among them) must be answerable from its store (a store
+    for HE, SRPE and EXACT; with states for SRPE, EXACT and auto; a "fap" metrics table for the
+    fap hot cache), else it does not start / the swap is refused naming the mode
+    (deployments.deployment_problems).
   - Nothing from the wire is unpickled: ZeroMQ messages are the messenger's frames (JSON header +
     Arrow tables, messenger.protocol), HTTP bodies are JSON. Binds are loopback unless told; a
     non-loopback ZeroMQ bind needs CURVE keys and a non-loopback HTTP bind needs a token.
@@ -35,6 +41,7 @@ holds at most the versions some batch still uses. Swaps and evictions are serial
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
 import time
@@ -43,10 +50,18 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from sparkgnn.serving.online import wire
-from sparkgnn.serving.online.batch_op import EVICT_OP, FUSABLE_MODES
+from sparkgnn.serving.online.batch_op import BATCH_OP, EVICT_OP, FUSABLE_MODES
+from sparkgnn.serving.online.bodies import BodyError, check_swap_timeout
 from sparkgnn.serving.online.costs import GraphFacts
-from sparkgnn.serving.online.deployments import SwapRefused, Version, fingerprint_of, probe_request, store_root
-from sparkgnn.serving.online.pools import ROUTERS, ServeError, make_pool
+from sparkgnn.serving.online.deployments import (
+    SwapRefused,
+    Version,
+    deployment_problems,
+    fingerprint_of,
+    probe_request,
+    store_root,
+)
+from sparkgnn.serving.online.pools import POOL_KINDS, ROUTERS, ServeError, make_pool
 from sparkgnn.serving.online.scheduler import SCHEDULERS, QueueFull, ServiceModel, divide
 from sparkgnn.serving.request import Request
 
@@ -77,17 +92,76 @@ class ServeConfig:
     curve_keys: str | None = None
     token: str | None = None
     max_queries: int = 4096
+    max_edges: int = 131072
     request_timeout_s: float = 30.0
+    http_idle_timeout_s: float = 30.0
 
     @classmethod
     def load(cls, path: str) -> ServeConfig:
-        from sparkgnn.files import read_json
+        """The deployment in the JSON file `path`; ServeError (one line naming the file and the
+        setting) for malformed JSON, a file that is not one object, an unknown setting, a wrong
+        type or a value out of range (ServeConfig.check)."""
+        import json
 
-        data = read_json(path)
+        import msgspec
+
+        from sparkgnn.files import read_bytes
+
+        try:
+            data = json.loads(read_bytes(path))
+        except (ValueError, RecursionError) as exc:
+            raise ServeError(f"{path}: not JSON ({' '.join(str(exc).split()) or type(exc).__name__})") from None
+        if not isinstance(data, dict):
+            raise ServeError(f"{path}: a deployment is one JSON object of settings, not a {type(data).__name__}")
         unknown = sorted(set(data) - set(cls.__dataclass_fields__))
         if unknown:
-            raise ServeError(f"{path}: unknown deployment settings {unknown}")
-        return cls(**data)
+            raise ServeError(
+                f"{path}: unknown deployment settings {unknown}; known: {', '.join(sorted(cls.__dataclass_fields__))}"
+            )
+        try:
+            config = msgspec.convert(data, cls, strict=True)
+        except msgspec.ValidationError as exc:
+            raise ServeError(f"{path}: {_setting_error(exc)}") from None
+        return config.check(path)
+
+    def check(self, where: str = "deployment") -> ServeConfig:
+        """Refuse (ServeError, one line) settings of the right type but out of range: sizes and
+        widths < 1, non-finite or non-positive seconds, an unknown scheduler, router or pool kind,
+        malformed pool specs, a malformed HTTP bind."""
+        from sparkgnn.serving.modes import MODES
+
+        for name in ("capacity", "max_batch", "max_queries", "max_edges"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ServeError(f"{where}: {name} must be an integer >= 1, got {value!r}")
+        for name in ("t_d", "max_wait_factor", "request_timeout_s", "http_idle_timeout_s"):
+            value = getattr(self, name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not (math.isfinite(value) and value > 0)
+            ):
+                raise ServeError(f"{where}: {name} must be a finite number > 0, got {value!r}")
+        if isinstance(self.t_s, bool) or not isinstance(self.t_s, int) or self.t_s < 0:
+            raise ServeError(f"{where}: t_s must be an integer >= 0 (0: batches are never divided), got {self.t_s!r}")
+        if not isinstance(self.modes, list) or not self.modes or not all(isinstance(m, str) for m in self.modes):
+            raise ServeError(f"{where}: modes must be a non-empty list of mode names, got {self.modes!r}")
+        for mode in [self.mode, *self.modes]:
+            MODES.lookup(mode)
+        SCHEDULERS.lookup(self.scheduler)
+        ROUTERS.lookup(self.router)
+        if not isinstance(self.cache, dict) or set(self.cache) - {"policy", "bytes", "device"}:
+            raise ServeError(f"{where}: cache must be an object with policy, bytes, device; got {self.cache!r}")
+        from sparkgnn.serving.online.hotcache import CACHE_POLICIES
+
+        CACHE_POLICIES.lookup(str(self.cache.get("policy", "off")))
+        if not isinstance(self.pools, list) or not self.pools:
+            raise ServeError(f"{where}: pools must be a non-empty list of pool specs, got {self.pools!r}")
+        for spec in self.pools:
+            _check_pool(spec, where)
+        if self.http:
+            split_http_bind(self.http)
+        return self
 
     def save(self, path: str) -> None:
         from sparkgnn.files import write_json_atomic
@@ -106,9 +180,64 @@ class ServeConfig:
         }
 
 
+POOL_SETTINGS: dict[str, type] = {
+    "name": str,
+    "kind": str,
+    "width": int,
+    "threads": int,
+    "device": str,
+    "timeout_s": float,
+}
+
+
+def _check_pool(spec, where: str) -> None:
+    """One pool spec: an object with a name, a known kind, known settings of their types, and
+    width, threads and timeout_s >= 1 (a pool of 0 workers would never answer)."""
+    if not isinstance(spec, dict):
+        raise ServeError(f"{where}: a pool is an object {{name, kind, width, ...}}, got {spec!r}")
+    unknown = sorted(set(spec) - set(POOL_SETTINGS))
+    if unknown:
+        raise ServeError(
+            f"{where}: pool {spec.get('name')!r} has unknown settings {unknown}; known: {sorted(POOL_SETTINGS)}"
+        )
+    if not isinstance(spec.get("name"), str) or not spec["name"]:
+        raise ServeError(f'{where}: every pool needs a "name", got {spec!r}')
+    for key, kind in POOL_SETTINGS.items():
+        value = spec.get(key)
+        if value is None:
+            continue
+        types = (int, float) if kind is float else (kind,)
+        if isinstance(value, bool) or not isinstance(value, types):
+            raise ServeError(f"{where}: pool {spec['name']!r}: {key} must be {kind.__name__}, got {value!r}")
+        if isinstance(value, int | float) and not (math.isfinite(value) and value >= 1):
+            raise ServeError(f"{where}: pool {spec['name']!r}: {key} must be >= 1, got {value!r}")
+    POOL_KINDS.lookup(spec.get("kind", "inprocess"))
+
+
+def _setting_error(exc: Exception) -> str:
+    """msgspec's "Expected `int`, got `str` - at `$.capacity`" as "capacity: expected int, got str"."""
+    text = str(exc)
+    what, _sep, at = text.partition(" - at `$")
+    name = at.rstrip("`").lstrip(".") or "the settings"
+    return f"{name}: {what[:1].lower()}{what[1:].replace('`', '')}"
+
+
+def split_http_bind(bind: str) -> tuple[str, int]:
+    """HOST:PORT of the HTTP front as (host, port); ServeError unless the port is 0..65535
+    (0: any free port) and the host is given."""
+    text = str(bind)
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ServeError(f"HTTP bind {text!r} must be HOST:PORT with a port in 0..65535 (0: any free port)")
+    return host.strip("[]") if host.startswith("[") else host, int(port)
+
+
 @dataclass
 class Outcome:
-    """What one request gets back: an answer table, or an error (kind "error" / "busy")."""
+    """What one request gets back: an answer table, or an error. kind: "ok"; "error" (the
+    request's fault); "busy" (the queue is full), "timeout" (it waited past the request timeout),
+    "stopping" (the service is stopping): the server's limits, retry later; "failed" (its batch
+    failed on a worker)."""
 
     request_id: str
     kind: str
@@ -134,18 +263,24 @@ class Ticket:
 class Server:
     def __init__(self, config: ServeConfig, *, start_pools: bool = True):
         from sparkgnn.models import Model
-        from sparkgnn.pe.layout import read_manifest
         from sparkgnn.pe.store import PEStore
         from sparkgnn.serving.modes import MODES
 
         self.config = config
+        config.check()
+        if config.mode not in config.modes:  # the default mode is served (requests naming none get it)
+            config.modes = [*config.modes, config.mode]
         for mode in [config.mode, *config.modes]:
             MODES.lookup(mode)
         self._check_binds()
         model = self._model = Model.load(config.model)
-        # the manifest and metrics tables only: the store's layers stay with the workers
-        store = PEStore(config.store, read_manifest(config.store) or {}) if config.store else None
-        self.facts = GraphFacts.load(config.graph, store, model.num_layers)
+        # the manifest and metrics tables only (file sizes checked; each worker checks checksums
+        # when it loads the layers, which stay with the workers)
+        store = PEStore.open(config.store, model=model, graph=config.graph, verify="sizes") if config.store else None
+        problems = deployment_problems(config.modes, config.mode_options, config.cache, store)
+        if problems:
+            raise ServeError(f"deployment of graph {config.graph} with PE store {config.store}: {problems}")
+        self.facts = GraphFacts.load(config.graph, store, model.num_rounds)
         fingerprint = fingerprint_of(config.graph, compute=False) or (store.manifest if store else {}).get(
             "graph_fingerprint"
         )
@@ -199,7 +334,8 @@ class Server:
 
         check_bind(self.config.bind, self.config.curve_keys, bind_any=True)
         if self.config.http:
-            host = self.config.http.rsplit(":", 1)[0]
+            host, _port = split_http_bind(self.config.http)
+            host = f"[{host}]" if ":" in host else host
             if not is_loopback(f"tcp://{host}:1") and not self.config.token:
                 raise ServeError(
                     f"HTTP bind {self.config.http} is not loopback: give a token (--token) that clients must send"
@@ -223,7 +359,9 @@ class Server:
         if self.config.http:
             from sparkgnn.serving.online.http_front import HttpFront
 
-            http = HttpFront(self, self.config.http, self.config.token).start()
+            http = HttpFront(
+                self, self.config.http, self.config.token, idle_timeout_s=self.config.http_idle_timeout_s
+            ).start()
             self._http, self.http_url = http, http.url
         return self
 
@@ -284,14 +422,26 @@ class Server:
             self._finish(deliver, Outcome(request.request_id, "busy", error=str(exc)))
         return future
 
-    def _problems(self, request: Request, mode: str, facts: GraphFacts) -> str | None:
-        if mode not in self.config.modes:
-            return f"mode {mode!r} is not served here (served: {self.config.modes})"
+    def oversize(self, request: Request) -> str | None:
+        """Why `request` is over this service's size limits (max_queries, max_edges), or None."""
         if request.batch_size > self.config.max_queries:
             return (
                 f"request {request.request_id!r} has {request.batch_size} query nodes; this service "
                 f"takes at most {self.config.max_queries} per request (split it)"
             )
+        if request.num_edges > self.config.max_edges:
+            return (
+                f"request {request.request_id!r} has {request.num_edges} edges; this service takes at "
+                f"most {self.config.max_edges} per request (split it)"
+            )
+        return None
+
+    def _problems(self, request: Request, mode: str, facts: GraphFacts) -> str | None:
+        if not isinstance(mode, str) or mode not in self.config.modes:
+            return f"mode {mode!r} is not served here (served: {', '.join(self.config.modes)})"
+        too_large = self.oversize(request)
+        if too_large:
+            return too_large
         found = facts.problems(request)
         if found:
             return f"request {request.request_id!r} is invalid: " + "; ".join(found)
@@ -317,6 +467,10 @@ class Server:
         switch. Returns a report; raises SwapRefused saying why, the current version still
         serving. One swap at a time (a second waits)."""
         graph = str(graph)
+        try:
+            timeout_s = check_swap_timeout(timeout_s)
+        except BodyError as exc:
+            raise ServeError(str(exc)) from None
         with self._swap_lock:
             old = self._version
             store = store_root(old.store) if store is None else str(store)
@@ -371,7 +525,7 @@ class Server:
 
         try:
             opened = PEStore.open(store, model=self._model, graph=graph, verify="sizes") if store else None
-            facts = GraphFacts.load(graph, opened, self._model.num_layers)
+            facts = GraphFacts.load(graph, opened, self._model.num_rounds)
             fingerprint = str(opened.manifest["graph_fingerprint"] if opened else fingerprint_of(graph))
         except Exception as exc:  # noqa: BLE001 - an operator's input: every failure is a refusal
             raise self._refusal(old, graph, store, f"{type(exc).__name__}: {exc}") from exc
@@ -379,6 +533,9 @@ class Server:
             raise self._refusal(
                 old, graph, store, f"its features are {facts.feature_dim} wide, the model takes {old.facts.feature_dim}"
             )
+        problems = deployment_problems(self.config.modes, self.config.mode_options, self.config.cache, opened)
+        if problems:
+            raise self._refusal(old, graph, store, problems)
         return Version(old.number + 1, graph, store, self.config.deployment(graph, store), facts, fingerprint)
 
     def _warm_version(self, old: Version, new: Version, timeout_s: float) -> tuple[dict, dict]:
@@ -414,6 +571,9 @@ class Server:
                         raise self._refusal(old, new.graph, new.store, f"its probe request failed: {error}")
                     warm_errors.update(meta.get("warm_errors") or {})
                 warmed[pool.name] = sorted(results)
+            if warm_errors:  # a served mode would fail on every request after the switch
+                broken = "; ".join(f"mode {m!r}: {e}" for m, e in sorted(warm_errors.items()))
+                raise self._refusal(old, new.graph, new.store, f"it cannot serve every served mode ({broken})")
         except SwapRefused:
             with self._lock:
                 new.replaced = True
@@ -497,7 +657,7 @@ class Server:
     # -- batching and dispatch --------------------------------------------------------------
     def _batch_header(self, version: Version, mode: str, requests: list[Request]) -> dict:
         return {
-            "op": "serve_batch",
+            "op": BATCH_OP,
             "deployment": version.spec,
             "mode": mode,
             "requests": [r.request_id for r in requests],
@@ -525,7 +685,9 @@ class Server:
     def _fail_stopped(self, sub: list) -> None:
         for pending in sub:
             ticket = pending.key
-            self._finish(ticket.deliver, Outcome(ticket.request.request_id, "error", error="the service is stopping"))
+            self._finish(
+                ticket.deliver, Outcome(ticket.request.request_id, "stopping", error="the service is stopping")
+            )
 
     def _choose_pool(self, psgs: float) -> int:
         chosen = self.route(psgs, self.config.route_psgs, self.pools)
@@ -561,7 +723,7 @@ class Server:
                     t.deliver,
                     Outcome(
                         t.request.request_id,
-                        "error",
+                        "timeout",
                         error=f"request waited {started - t.arrived:.1f} s in the queue, over the "
                         f"service's request timeout of {self.config.request_timeout_s} s",
                     ),
@@ -580,7 +742,7 @@ class Server:
             for t in live:
                 self._finish(
                     t.deliver,
-                    Outcome(t.request.request_id, "error", error=f"the batch failed: {type(exc).__name__}: {exc}"),
+                    Outcome(t.request.request_id, "failed", error=f"the batch failed: {type(exc).__name__}: {exc}"),
                 )
             return
         finally:

@@ -6,6 +6,10 @@ the dispatch threads. Each of those gets its own PUSH socket into an inproc pipe
 thread drains into the ROUTER, so no lock sits on the reply path. Refusals made here (frames
 that are not the protocol, a table without the columns a request needs) take the same pipe.
 Requests may carry a `tag` the reply echoes (the load generator uses it).
+
+Headers are checked as strictly as the HTTP front's bodies (serving.online.bodies): a header key
+or a table the protocol does not define is refused naming it and the expected ones (a misspelt
+`"mode"` would otherwise be answered in the default mode), and each field must have its type.
 """
 
 from __future__ import annotations
@@ -18,8 +22,40 @@ import zmq
 from sparkgnn.errors import USER_ERRORS
 from sparkgnn.messenger import protocol
 from sparkgnn.serving.online import wire
+from sparkgnn.serving.request import RequestError
 
 POLL_MS = 200
+# the header keys a request may carry: the messenger's own (protocol.stamp) and the service's
+PROTOCOL_KEYS = frozenset({"v", "kind", "tables", "rows", "hash"})
+REQUEST_KEYS: dict[str, tuple[type, ...]] = {
+    "op": (str,),
+    "request_id": (str,),
+    "mode": (str,),
+    "tag": (str, int, float),
+}
+REQUEST_TABLES = ("nodes", "edges")
+
+
+def check_header(header: dict, tables: dict) -> None:
+    """Refuse (RequestError) a request header with an unknown key or a field of the wrong type,
+    and tables other than `nodes` and `edges`."""
+    unknown = sorted(set(header) - PROTOCOL_KEYS - set(REQUEST_KEYS))
+    if unknown:
+        raise RequestError(
+            f"unknown header key {unknown[0]!r}; expected one of: {', '.join(sorted(REQUEST_KEYS))} "
+            "(and the messenger's own)"
+        )
+    if header.get("kind") != "TASK":
+        raise RequestError(f"a request's header kind is 'TASK', got {header.get('kind')!r}")
+    for key, types in REQUEST_KEYS.items():
+        value = header.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, types)):
+            raise RequestError(f"header {key!r} has the wrong type: {type(value).__name__}")
+    if header.get("op", "answer") != "answer":
+        raise RequestError(f"header 'op' must be 'answer', got {header['op']!r}")
+    extra = sorted(set(tables) - set(REQUEST_TABLES))
+    if extra:
+        raise RequestError(f"unknown table {extra[0]!r}; expected: {', '.join(REQUEST_TABLES)}")
 
 
 class ZmqFront:
@@ -63,20 +99,26 @@ class ZmqFront:
         if body and len(body[0]) == 0:  # a REQ-style empty delimiter
             body = body[1:]
         header: dict = {}
-        refusals: tuple[type[Exception], ...] = (protocol.ProtocolError, ValueError, KeyError, *USER_ERRORS)
+        refusals: tuple[type[Exception], ...] = (protocol.ProtocolError, ValueError, KeyError, RecursionError)
         try:
             header, tables = protocol.decode(body)
+            check_header(header, tables)
             request_id = str(header.get("request_id") or f"r{next(self._ids)}")
             request = wire.request_from_tables(request_id, tables)
-        except refusals as exc:
+        except (*refusals, *USER_ERRORS) as exc:
             self.server.count_refusal()
-            self._send(identity, {"kind": "ERROR", "request_id": header.get("request_id"), "error": str(exc)}, {})
+            error = "the header nests too deeply" if isinstance(exc, RecursionError) else str(exc)
+            given = header.get("request_id")
+            self._send(
+                identity, {"kind": "ERROR", "request_id": given if isinstance(given, str) else None, "error": error}, {}
+            )
             return
         tag = header.get("tag")
         self.server.submit(request, header.get("mode"), lambda outcome: self._send_outcome(identity, outcome, tag))
 
     def _send_outcome(self, identity, outcome, tag) -> None:
-        kind = {"ok": "RESULT", "busy": "BUSY"}.get(outcome.kind, "ERROR")
+        # the server's own limits (queue full, waited too long, stopping) are BUSY: retry later
+        kind = {"ok": "RESULT", "busy": "BUSY", "timeout": "BUSY", "stopping": "BUSY"}.get(outcome.kind, "ERROR")
         header = {
             "kind": kind,
             "request_id": outcome.request_id,

@@ -1,0 +1,260 @@
+"""The online serving benchmark's experiments (bench/bench_online.py runs them; its module doc
+lists what each measures): capacity and schedulers, the big request and EXACT, "workers" pool
+width, the hot cache, the PSGS router and the worker pool idle probe.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+from online_deploy import BIG_B, KINDS, log, server_config, store_bytes
+from online_measure import EXACT_SLO_MS, HE_SLO_MS, Bench, merge_results, summarise, wait_idle
+
+# dealer timeout of the bench's "workers" pools (ServeConfig pool spec timeout_s; the default is 60 s):
+# a dealer idle longer than the messenger's liveness pays two timeouts on its next call
+# (worker_pool_idle_probe), so a short timeout keeps such a stall visible but short
+WORKER_TIMEOUT_S = 5.0
+
+
+def single_query_curve(b: Bench, dep, mode: str, slo_ms: float) -> dict:
+    """The p99-vs-load curve of single-vertex queries in `mode` on the sage deployment: the rate
+    one query at a time sustains is calibrated first, the sweep starts at a fifth of it (5 rps at
+    least) and the curve records that calibrated rate."""
+    from sparkgnn.serving.online.server import Server
+
+    with Server(server_config(dep, "sage", mode)) as srv:
+        est = b.calibrate(srv, "single", mode)
+        curve = b.sweep(srv, "single", mode, max(5.0, 0.2 * est), f"{mode.upper()} single", factor=1.6, slo_ms=slo_ms)
+    curve["calibrated_rps_one_at_a_time"] = est
+    return curve
+
+
+def experiment_capacity_and_schedulers(b: Bench, dep, s, facts_mixed) -> dict:
+    from sparkgnn.serving.online.server import Server
+
+    out: dict = {}
+    log("[1] single-query HE capacity and p99 curve (inprocess pool, degree scheduler)")
+    out["he_single"] = single_query_curve(b, dep, "he", HE_SLO_MS)
+    mode = s["sched_mode"]
+    log(f"[1] mixed-size {mode.upper()} capacity under FIFO, then schedulers at {s['sched_load']:.0%} of it")
+    with Server(server_config(dep, "sage", mode, scheduler="fifo")) as srv:
+        for other in ("he", "exact", "full"):  # which mode's service time follows the predicted cost?
+            if other != mode:
+                b.calibrate(srv, "mixed", other, facts_mixed["cost"])
+        est = b.calibrate(srv, "mixed", mode, facts_mixed["cost"])
+        mixed = b.sweep(srv, "mixed", mode, max(2.0, 0.4 * est), f"{mode} mixed fifo", factor=1.4)
+        mixed["calibrated_rps_one_at_a_time"] = est
+        out["mixed_fifo"] = mixed
+    cap = mixed["capacity_rps"] or mixed["points"][0]["rate"] / 2
+    rate = s["sched_load"] * cap
+    t_s = int(2 * np.median(facts_mixed["hop"]))
+    configs = {
+        "fifo": {"scheduler": "fifo"},
+        "degree": {"scheduler": "degree"},
+        "degree_divider": {"scheduler": "degree", "t_s": t_s},
+    }
+    repeats = s["sched_repeats"]
+    sched: dict = {"rate_rps": rate, "mode": mode, "t_s": t_s, "repeats": repeats, "runs": {}, "per_repeat": {}}
+    raw: dict = {}
+    nan = float("nan")
+    for process in ("poisson", "bursty"):
+        sched["per_repeat"][process] = {name: [] for name in configs}
+        for rep in range(repeats):  # alternate the order so drift on the box hits every scheduler alike
+            order = list(configs) if rep % 2 == 0 else list(reversed(configs))
+            for name in order:
+                with Server(server_config(dep, "sage", mode, **configs[name])) as srv:
+                    seed = 1000 + 10 * rep + (process == "bursty")
+                    p, res = b.point(srv, "mixed", mode, rate, process=process, seed=seed)
+                sched["per_repeat"][process][name].append(p)
+                raw.setdefault((process, name), []).append(res)
+                log(
+                    f"  {process:7s} {name:15s} {rate:7.1f} req/s: mean {p.get('latency_mean_ms', nan):7.1f}"
+                    f" p50 {p.get('latency_p50_ms', nan):7.1f} p99 {p.get('latency_p99_ms', nan):7.1f}"
+                    f" ms, batches {p.get('batches')}, busy {p['busy']} lost {p['lost']}"
+                )
+        sched["runs"][process] = {}
+        for name in configs:
+            merged = merge_results(raw[(process, name)])
+            raw[(process, name)] = merged
+            p = summarise(merged)
+            reps = sched["per_repeat"][process][name]
+            p["batches"] = sum(r.get("batches", 0) for r in reps)
+            p["batch_seconds_max"] = max(r.get("batch_seconds_max", 0.0) for r in reps)
+            p["repeat_mean_latency_ms"] = [r.get("latency_mean_ms") for r in reps]
+            sched["runs"][process][name] = p
+    out["schedulers"] = sched
+    # wait / own service, per request, under the degree scheduler (and FIFO for comparison)
+    ratios = {}
+    for process in ("poisson", "bursty"):
+        for name in configs:
+            res = raw[(process, name)]
+            ok = np.array(res["status"]) == "ok"
+            q = np.array(res["queue_ms"], np.float64)[ok]
+            sv = np.array(res["service_ms"], np.float64)[ok]
+            r = q / np.maximum(sv, 1e-3)
+            ratios[f"{process}/{name}"] = {
+                "max": float(r.max()) if len(r) else None,
+                "p99": float(np.percentile(r, 99)) if len(r) else None,
+                "mean": float(r.mean()) if len(r) else None,
+            }
+            # does the wait follow the request's cost? (degree favours cheap requests)
+            if len(r):
+                cost = facts_mixed["cost"][np.array(res["pick"])[ok]]
+                cheap = cost <= np.median(cost)
+                ratios[f"{process}/{name}"]["queue_mean_ms_cheap_half"] = float(q[cheap].mean())
+                ratios[f"{process}/{name}"]["queue_mean_ms_costly_half"] = (
+                    float(q[~cheap].mean()) if (~cheap).any() else None
+                )
+    out["wait_over_service"] = ratios
+    out["cost_model"] = b.cost_model
+    return out
+
+
+def experiment_big_and_exact(b: Bench, dep, s) -> dict:
+    from sparkgnn.serving.online.server import Server
+
+    out: dict = {"B": BIG_B, "repeats": s["big_repeats"]}
+    for kind in KINDS:
+        log(f"[4] one request of {BIG_B} queries, HE vs EXACT, {kind}")
+        with Server(server_config(dep, kind, "he")) as srv:
+            r = {}
+            for mode in ("he", "exact"):
+                b.closed(srv, "big", mode, 1, index=0)  # warm-up (lazy indexes of the mode)
+                r[mode] = b.closed(srv, "big", mode, s["big_repeats"], index=0)
+            r["exact_over_he_latency"] = r["exact"]["latency_median_ms"] / r["he"]["latency_median_ms"]
+            r["exact_over_he_service"] = r["exact"]["service_median_ms"] / r["he"]["service_median_ms"]
+            log(
+                f"  {kind}: HE {r['he']['latency_median_ms']:.1f} ms, EXACT {r['exact']['latency_median_ms']:.1f} ms"
+                f" -> {r['exact_over_he_latency']:.2f}x"
+            )
+            out[kind] = r
+    log("[4] single-query EXACT p99 vs load (sage)")
+    out["exact_single"] = single_query_curve(b, dep, "exact", EXACT_SLO_MS)
+    return out
+
+
+def experiment_workers(b: Bench, dep, s, he_capacity: float | None) -> dict:
+    from sparkgnn.serving.online.server import Server
+
+    out = {}
+    for width in (1, 2):
+        log(f"[5] 'workers' pool of width {width} (1 torch thread each), single-query HE")
+        pools = [{"name": f"w{width}", "kind": "workers", "width": width, "threads": 1, "timeout_s": WORKER_TIMEOUT_S}]
+        t0 = time.perf_counter()
+        with Server(server_config(dep, "sage", "he", pools=pools)) as srv:
+            started = time.perf_counter() - t0
+            start = 0.5 * (out["1"]["capacity_rps"] if width == 2 and out["1"]["capacity_rps"] else (he_capacity or 50))
+            curve = b.sweep(srv, "single", "he", max(5.0, start), f"HE workers x{width}")
+        curve["start_seconds"] = started
+        out[str(width)] = curve
+    return out
+
+
+def experiment_cache(b: Bench, dep, s) -> dict:
+    from sparkgnn.serving.online import batch_op
+    from sparkgnn.serving.online.server import Server
+
+    try:
+        from sparkgnn.serving.online.hotcache import attach_hot_cache  # noqa: F401
+    except ImportError as exc:
+        return {"skipped": f"hot cache not available: {exc}"}
+    base = server_config(dep, "sage", "he")
+    total = store_bytes(base)
+    budget = int(s["cache_fraction"] * total)
+    out: dict = {"store_bytes": total, "budget_bytes": budget, "fraction": s["cache_fraction"], "mode": "he"}
+    rate = None
+    for policy in ("off", "degree", "fap"):
+        cfg = server_config(dep, "sage", "he", cache={"policy": policy, "bytes": budget})
+        with Server(cfg) as srv:
+            if rate is None:
+                rate = 0.5 * (b.calibrated.get("mixed/he") or b.calibrate(srv, "mixed", "he"))
+                out["rate_rps"] = rate
+            p, _ = b.point(srv, "mixed", "he", rate, seed=2000)
+            stats = srv.cache_stats
+        p["cache_stats"] = stats
+        p["hit_rate"] = float(stats["hit_rate"]) if stats else 0.0
+        out[policy] = p
+        log(
+            f"[6] cache {policy:6s}: hit rate {p['hit_rate']:.3f}, mean "
+            f"{p.get('latency_mean_ms', float('nan')):.1f} ms, p99 {p.get('latency_p99_ms', float('nan')):.1f} ms"
+        )
+        if policy != "off":  # each policy loaded its own copy of the deployment: free it
+            batch_op._DEPLOYMENTS.pop(json.dumps(cfg.deployment(), sort_keys=True), None)
+    return out
+
+
+def experiment_router(b: Bench, dep, s, facts_mixed, rate: float) -> dict:
+    """Quiver's PSGS router: batches below the threshold to the first pool ("small": the front
+    end's own process, width 1), the rest to the second ("big": 2 sparkgnn-worker processes).
+    WHY not two "workers" pools: a pool's dealer that idles longer than the messenger's liveness
+    stalls on its next call (worker_pool_idle_probe), and a second workers pool idles while the
+    first starts and whenever the router sends it nothing for a while."""
+    from sparkgnn.serving.online.server import Server
+
+    threshold = float(np.median(facts_mixed["psgs"]))
+    small = {"name": "small", "kind": "inprocess", "width": 1, "threads": 1}
+    big = {"name": "big", "kind": "workers", "width": 2, "threads": 1, "timeout_s": WORKER_TIMEOUT_S}
+    configs = {
+        "psgs_router": {"pools": [small, big], "router": "psgs", "route_psgs": threshold},
+        "single_pool_workers_w2": {"pools": [big]},
+        "single_pool_inprocess_w1": {"pools": [small]},
+    }
+    out: dict = {"route_psgs": threshold, "rate_rps": rate, "mode": "he", "runs": {}}
+    for name, opts in configs.items():
+        with Server(server_config(dep, "sage", "he", **opts)) as srv:
+            p, _ = b.point(srv, "mixed", "he", rate, seed=3000)
+            p["overflow"] = srv.stats["overflow"]
+            per_pool: dict = {}
+            for row in srv.batch_log:
+                d = per_pool.setdefault(row["pool"], {"batches": 0, "requests": 0, "seconds": 0.0, "psgs": 0.0})
+                d["batches"] += 1
+                d["requests"] += row["requests"]
+                d["seconds"] += row["seconds"]
+                d["psgs"] += row["psgs"]
+            for d in per_pool.values():
+                d["mean_batch_ms"] = d.pop("seconds") / d["batches"] * 1e3
+                d["mean_batch_psgs"] = d.pop("psgs") / d["batches"]
+            p["per_pool"] = per_pool
+        out["runs"][name] = p
+        log(
+            f"[7] {name:24s} {rate:.1f} req/s: mean {p.get('latency_mean_ms', float('nan')):.1f} p99 "
+            f"{p.get('latency_p99_ms', float('nan')):.1f} ms, batches {p.get('batches_per_pool')}, overflow "
+            f"{p['overflow']}"
+        )
+    return out
+
+
+def probe_worker_idle(b: Bench, dep, s) -> dict:
+    """A regression check of the dealer's idle-gap fix: single-query requests one after the other
+    to a "workers" pool of width 1 (dealer timeout_s 2), after idle gaps of 0 to 3 s. A dealer that
+    heard nothing from its broker for longer than liveness x heartbeat (3 x 0.5 s in WorkerPool)
+    used to reopen its broker socket right after sending a LEASE, losing it and paying two
+    timeouts; latencies must now be flat and broker_reconnects 0."""
+    from sparkgnn.serving.online.server import Server
+
+    gaps = [0.0, 0.0, 0.5, 1.0, 2.0, 0.0, 3.0, 0.0]
+    pools = [{"name": "w", "kind": "workers", "width": 1, "threads": 1, "timeout_s": 2.0}]
+    with Server(server_config(dep, "sage", "he", pools=pools)) as srv:
+        wait_idle(srv)
+        job = {
+            "endpoint": srv.zmq_endpoint,
+            "pool": b.pools["single"],
+            "mode": "he",
+            "closed": True,
+            "n": len(gaps),
+            "gaps": gaps,
+        }
+        res = b.lg.run(job)
+        counts = dict(srv.pools[0]._dealers[0].counts)
+    lat = [(r - t) * 1e3 if r is not None else None for r, t in zip(res["received"], res["scheduled"], strict=True)]
+    out = {
+        "timeout_s": 2.0,
+        "idle_gap_s": gaps,
+        "latency_ms": lat,
+        "service_ms": res["service_ms"],
+        "dealer_counts": counts,
+    }
+    log(f"[7] worker pool idle probe: gaps {gaps} s -> latencies {[round(v) if v else v for v in lat]} ms")
+    return out

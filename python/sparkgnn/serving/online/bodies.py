@@ -1,0 +1,146 @@
+"""The strict schemas of what clients send the online service as JSON (the HTTP front's bodies).
+
+WHY strict (msgspec Structs with forbid_unknown_fields, strict types): a lenient decoder would
+ignore a misspelt key such as `"edge"` for `"edges"` and answer the request as if it had no edges,
+a wrong answer with no word. So every unknown key is refused naming the key and the keys
+expected there; a boolean or a string is not a number; ids are int64.
+
+WHY msgspec: it decodes straight into the schema, so a body is refused at the first byte that
+does not fit it. That bounds the nesting depth by the schema itself (the deepest valid value is
+`$.nodes[i].x[j]`): a `[[[[...` body is refused at its first bracket, never recursed into, and an
+unknown key is refused before its value is read. The body's size is bounded before any of this
+by the HTTP server (`max_body_bytes`), and the counts of query nodes and edges by the service
+(ServeConfig.max_queries, max_edges) once decoded.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Annotated, TypeVar
+
+import msgspec
+import numpy as np
+
+from sparkgnn.serving.request import Request, RequestError
+
+INT64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+SWAP_TIMEOUT_MIN_S = 1.0
+SWAP_TIMEOUT_MAX_S = 86400.0
+
+
+class NodeBody(msgspec.Struct, forbid_unknown_fields=True):
+    """One query node: its new id and its feature row."""
+
+    id: INT64
+    x: list[float]
+
+
+class AnswerBody(msgspec.Struct, forbid_unknown_fields=True):
+    """POST /v1/answer: {"request_id"?, "mode"?, "nodes": [{"id", "x"}], "edges"?: [[src, dst]]}."""
+
+    nodes: list[NodeBody]
+    edges: list[tuple[INT64, INT64]] = []
+    request_id: Annotated[str, msgspec.Meta(min_length=1, max_length=256)] = "http"
+    mode: str | None = None
+
+
+class SwapBody(msgspec.Struct, forbid_unknown_fields=True):
+    """POST /v1/admin/swap: {"graph": DIR, "store"?: PATH, "timeout_s"?: seconds}."""
+
+    graph: Annotated[str, msgspec.Meta(min_length=1)]
+    store: Annotated[str, msgspec.Meta(min_length=1)] | None = None
+    timeout_s: Annotated[float, msgspec.Meta(ge=SWAP_TIMEOUT_MIN_S, le=SWAP_TIMEOUT_MAX_S)] = 300.0
+
+
+class BodyError(RequestError):
+    """A JSON body does not follow its schema (the message says where and what)."""
+
+
+_ANSWER = msgspec.json.Decoder(AnswerBody)
+_SWAP = msgspec.json.Decoder(SwapBody)
+_UNKNOWN = re.compile(r"Object contains unknown field `(?P<key>.*?)`(?: - at `(?P<at>.*)`)?$")
+_MISSING = re.compile(r"Object missing required field `(?P<key>.*?)`(?: - at `(?P<at>.*)`)?$")
+
+
+def _struct_at(root: type[msgspec.Struct], at: str | None) -> type[msgspec.Struct]:
+    """The Struct type the JSON path `at` ("$", "$.nodes[3]") names inside `root`."""
+    found: type[msgspec.Struct] = root
+    for name in re.findall(r"\.(\w+)", at or "$"):
+        if name == "nodes":
+            found = NodeBody
+    return found
+
+
+def _expected(struct: type[msgspec.Struct]) -> str:
+    return ", ".join(sorted(struct.__struct_fields__))
+
+
+def _message(exc: msgspec.MsgspecError, root: type[msgspec.Struct], what: str) -> str:
+    text = str(exc)
+    unknown = _UNKNOWN.match(text)
+    if unknown:
+        struct = _struct_at(root, unknown["at"])
+        where = f" in {unknown['at']}" if unknown["at"] else ""
+        return f"{what}: unknown key {unknown['key']!r}{where}; expected one of: {_expected(struct)}"
+    missing = _MISSING.match(text)
+    if missing:
+        where = f" in {missing['at']}" if missing["at"] else ""
+        return f"{what}: missing key {missing['key']!r}{where}"
+    if isinstance(exc, msgspec.DecodeError) and not isinstance(exc, msgspec.ValidationError):
+        return f"{what} is not JSON: {text}"
+    return f"{what}: {text}"
+
+
+_Body = TypeVar("_Body", bound=msgspec.Struct)
+
+
+def _decode(decoder: msgspec.json.Decoder[_Body], body: bytes, struct: type[_Body], what: str) -> _Body:
+    """`body` decoded by `decoder` (into `struct`), or BodyError naming `what` and the first thing
+    that does not fit; a body nested too deeply for the decoder is refused the same way."""
+    try:
+        return decoder.decode(body)
+    except RecursionError:
+        raise BodyError(f"{what} nests too deeply") from None
+    except msgspec.MsgspecError as exc:
+        raise BodyError(_message(exc, struct, what)) from None
+
+
+def decode_answer(body: bytes) -> AnswerBody:
+    """The answer request in `body`, or BodyError naming what does not fit AnswerBody."""
+    return _decode(_ANSWER, body, AnswerBody, "the request body")
+
+
+def decode_swap(body: bytes) -> SwapBody:
+    """The swap request in `body`, or BodyError (timeout_s outside [1 s, 1 day] included)."""
+    return _decode(_SWAP, body, SwapBody, "the swap body")
+
+
+def check_swap_timeout(timeout_s: float) -> float:
+    """`timeout_s` as a float when it is a finite number of seconds in [1 s, 1 day]; else
+    BodyError (a swap asked to wait 1e-9 s or forever is a mistake, not a setting)."""
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or not math.isfinite(timeout_s):
+        raise BodyError(f"timeout_s must be a finite number of seconds, got {timeout_s!r}")
+    if not SWAP_TIMEOUT_MIN_S <= timeout_s <= SWAP_TIMEOUT_MAX_S:
+        raise BodyError(
+            f"timeout_s must lie in [{SWAP_TIMEOUT_MIN_S:g}, {SWAP_TIMEOUT_MAX_S:g}] seconds, got {timeout_s!r}"
+        )
+    return float(timeout_s)
+
+
+def request_of(body: AnswerBody) -> Request:
+    """The Request an AnswerBody describes (Request itself refuses ragged rows, NaN, ...)."""
+    count = len(body.nodes)
+    if count and len({len(n.x) for n in body.nodes}) == 1:
+        with np.errstate(over="ignore"):  # beyond float32: inf, which Request's checks name
+            x = np.asarray([n.x for n in body.nodes], np.float32)
+    else:
+        x = [n.x for n in body.nodes] if count else np.zeros((0, 0), np.float32)  # type: ignore[assignment]
+    edges = np.asarray(body.edges, np.int64).reshape(-1, 2) if body.edges else np.zeros((0, 2), np.int64)
+    return Request(
+        body.request_id,
+        np.fromiter((n.id for n in body.nodes), np.int64, count),
+        x,
+        np.ascontiguousarray(edges[:, 0]),
+        np.ascontiguousarray(edges[:, 1]),
+    )

@@ -1,0 +1,126 @@
+"""The HTTP bodies' strict schemas: unknown or misspelt keys are refused naming the key and the
+expected ones, types are exact (no booleans or strings as numbers, int64 ids), a deeply nested
+body is refused at its first bracket (one line, no RecursionError), and a swap's timeout_s must
+be a finite number of seconds in [1, 86400]."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from sparkgnn.serving.online.bodies import BodyError, check_swap_timeout, decode_answer, decode_swap, request_of
+from sparkgnn.serving.request import RequestError
+
+
+def body(**fields) -> bytes:
+    return json.dumps({"nodes": [{"id": 10_000, "x": [1.0, 2.0]}], **fields}).encode()
+
+
+def test_a_valid_body_becomes_the_request_it_describes():
+    parsed = decode_answer(body(edges=[[10_000, 3], [4, 10_000]], request_id="r1", mode="he"))
+    request = request_of(parsed)
+    assert parsed.mode == "he" and request.request_id == "r1"
+    np.testing.assert_array_equal(request.qid, [10_000])
+    np.testing.assert_array_equal(request.x, np.array([[1.0, 2.0]], np.float32))
+    np.testing.assert_array_equal(request.src, [10_000, 4])
+    np.testing.assert_array_equal(request.dst, [3, 10_000])
+    bare = request_of(decode_answer(body()))  # no edges: isolated queries; no id: "http"
+    assert bare.num_edges == 0 and bare.request_id == "http"
+
+
+@pytest.mark.parametrize("key", ["edge", "weights", "nodez"])
+def test_an_unknown_top_level_key_is_refused_naming_it_and_the_expected_ones(key):
+    with pytest.raises(BodyError) as info:
+        decode_answer(body(**{key: [[10_000, 1]]}))
+    message = str(info.value)
+    assert f"unknown key {key!r}" in message
+    assert "expected one of: edges, mode, nodes, request_id" in message
+    assert "\n" not in message
+
+
+def test_an_unknown_node_key_names_the_node_and_its_keys():
+    raw = json.dumps({"nodes": [{"id": 1, "x": [1.0]}, {"id": 2, "x": [1.0], "features": [2.0]}]}).encode()
+    with pytest.raises(BodyError, match=r"unknown key 'features' in \$\.nodes\[1\]; expected one of: id, x"):
+        decode_answer(raw)
+
+
+@pytest.mark.parametrize(
+    "x, where",
+    [([True, 1.0], "bool"), (["1.5", 1.0], "str"), ([None, 1.0], "null"), ([[1.0], 1.0], "array")],
+)
+def test_features_must_be_numbers_not_booleans_strings_or_lists(x, where):
+    raw = json.dumps({"nodes": [{"id": 1, "x": x}]}).encode()
+    with pytest.raises(BodyError, match=rf"Expected `float`, got `{where}` - at `\$\.nodes\[0\]\.x\[0\]`"):
+        decode_answer(raw)
+
+
+@pytest.mark.parametrize("node_id", ["7", 1.5, True, 2**63])
+def test_ids_must_be_int64(node_id):
+    raw = json.dumps({"nodes": [{"id": node_id, "x": [1.0]}]}).encode()
+    with pytest.raises(BodyError, match=r"\$\.nodes\[0\]\.id"):
+        decode_answer(raw)
+
+
+def test_edges_are_pairs_and_request_ids_strings():
+    with pytest.raises(BodyError, match=r"length 2 - at `\$\.edges\[0\]`"):
+        decode_answer(body(edges=[[1, 2, 3]]))
+    with pytest.raises(BodyError, match=r"Expected `str`, got `int` - at `\$\.request_id`"):
+        decode_answer(body(request_id=7))
+    with pytest.raises(BodyError, match="missing key 'nodes'"):
+        decode_answer(b'{"edges": []}')
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"[" * 100_000 + b"]" * 100_000,
+        b'{"nodes": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+        b'{"nodes": [{"id": 1, "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}]}",
+        b'{"junk": ' + b"[" * 100_000 + b"]" * 100_000 + b', "nodes": []}',
+    ],
+)
+def test_a_deeply_nested_body_is_one_line_not_a_recursion_error(raw):
+    with pytest.raises(BodyError) as info:
+        decode_answer(raw)
+    assert "\n" not in str(info.value) and len(str(info.value)) < 300
+    assert not isinstance(info.value.__context__, RecursionError)
+
+
+def test_malformed_json_and_wrong_shape_are_refused():
+    with pytest.raises(BodyError, match="the request body is not JSON"):
+        decode_answer(b'{"nodes": [')
+    with pytest.raises(BodyError, match="Expected `object`, got `array`"):
+        decode_answer(b"[]")
+
+
+def test_ragged_features_are_refused_by_the_request():
+    raw = json.dumps({"nodes": [{"id": 1, "x": [1.0, 2.0]}, {"id": 2, "x": [1.0]}]}).encode()
+    with pytest.raises(RequestError, match="ragged"):
+        request_of(decode_answer(raw))
+
+
+def test_swap_bodies_are_strict_and_bound_timeout_s():
+    swap = decode_swap(b'{"graph": "/g2", "store": "/s", "timeout_s": 30}')
+    assert (swap.graph, swap.store, swap.timeout_s) == ("/g2", "/s", 30.0)
+    assert decode_swap(b'{"graph": "/g2"}').timeout_s == 300.0
+    for raw, why in [
+        (b'{"graph": "/g2", "timeout_s": 1e-9}', ">= 1.0"),
+        (b'{"graph": "/g2", "timeout_s": 1e9}', "<= 86400.0"),
+        (b'{"graph": "/g2", "timeout_s": Infinity}', "not JSON"),
+        (b'{"graph": "/g2", "timeout_s": 1e999}', "out of range"),
+        (b'{"graph": "/g2", "timeout_s": true}', "got `bool`"),
+        (b'{"graph": ""}', "length >= 1"),
+        (b'{"graph": "/g2", "stroe": "/s"}', "unknown key 'stroe'; expected one of: graph, store, timeout_s"),
+        (b"[" * 100_000 + b"]" * 100_000, "Expected `object`"),
+    ]:
+        with pytest.raises(BodyError, match=why):
+            decode_swap(raw)
+
+
+def test_check_swap_timeout_refuses_non_finite_and_tiny_values():
+    assert check_swap_timeout(5) == 5.0
+    for bad in (float("inf"), float("nan"), 1e-9, 0, -1, True, "5"):
+        with pytest.raises(BodyError, match="timeout_s"):
+            check_swap_timeout(bad)
