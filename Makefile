@@ -31,15 +31,14 @@ jar: venv
 	$(PY) jvm/build.py --out $(JAR)
 
 # The suite runs on TEST_WORKERS processes (pytest-xdist), whole files per process (--dist loadfile)
-# so each file's module-scoped fixtures and its process's one SparkSession are built once. Files are
-# handed out in the order tests/conftest.py sorts them (long files first, so neither process idles
-# at the end); --no-loadscope-reorder keeps xdist from re-sorting them by test count.
-# TEST_WORKERS=0 runs it in this process.
+# so each file's module-scoped fixtures and its process's one SparkSession are built once. The two
+# processes keep both cores busy: the suite is CPU-bound (handing the long files out first did not
+# shorten it). TEST_WORKERS=0 runs it in this process.
 TEST_WORKERS ?= 2
 # The 25 slowest tests are listed at the end of every run (CI's log says where the suite's time goes).
 PYTEST_ARGS ?= --durations=25
 test: venv jar
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS) tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS) tests
 
 # Lint and types: ruff (rules and format in pyproject.toml) and mypy. mypy reads the package as it is
 # installed (planner/ and messenger/ are sparkgnn.planner / sparkgnn.messenger), so it runs on a

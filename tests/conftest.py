@@ -42,34 +42,3 @@ def _no_cli_log_handler():
     for handler in [h for h in logger.handlers if h.get_name() == CLI_HANDLER]:
         logger.removeHandler(handler)
     logger.setLevel(level)
-
-
-# Files that take a minute or more of one test process (spark-submit clusters, servers, many engine
-# runs). `make test` hands whole files to its processes (--dist loadfile) in collection order, so
-# these start first and the short files fill in behind them: a long file collected last would
-# leave the other process idle at the end of the run.
-LONG_FILES = (
-    "test_readme_examples.py",
-    "test_stream_job.py",
-    "test_infer_pruned.py",
-    "test_infer_exact.py",
-    "test_exchange.py",
-    "test_spark_refresh_job.py",
-    "test_infer_pushdown.py",
-    "test_infer_batched.py",
-    "test_infer_unweighted.py",
-    "test_precompute.py",
-    "test_infer_messenger.py",
-)
-
-
-def pytest_collection_modifyitems(session, config, items):
-    """Files with a `slow` test first, then LONG_FILES, then the rest; order within a file kept."""
-    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
-
-    def rank(item):
-        if item.path in slow_files:
-            return 0
-        return 1 if item.path.name in LONG_FILES else 2
-
-    items[:] = sorted(items, key=rank)  # stable: each file's tests stay together and in order
