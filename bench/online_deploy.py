@@ -192,7 +192,7 @@ def describe(values: np.ndarray) -> dict:
 def server_config(dep: dict, kind: str, mode: str, **options):
     """The ServeConfig of `kind`'s model and store in `mode` (no HTTP front; one inprocess pool of
     width 1 unless `options` name the pools)."""
-    from sparkgnn.serving.online.server import ServeConfig
+    from sparkgnn.serving.online.config import ServeConfig
 
     m = dep["models"][kind]
     options.setdefault("pools", [{"name": "main", "kind": "inprocess", "width": 1, "threads": 1}])

@@ -12,7 +12,7 @@ from sparkgnn.graph import write_graph_dir
 from sparkgnn.models import Model
 from sparkgnn.pe.local import precompute_local
 from sparkgnn.serving.online.cli import main
-from sparkgnn.serving.online.server import ServeConfig
+from sparkgnn.serving.online.config import ServeConfig
 from sparkgnn.serving.request import write_requests
 
 

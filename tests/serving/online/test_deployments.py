@@ -16,9 +16,10 @@ from sparkgnn.pe.local import precompute_local
 from sparkgnn.pe.store import PEStore
 from sparkgnn.serving import QueryEngine
 from sparkgnn.serving.online.client import Client
+from sparkgnn.serving.online.config import ServeConfig
 from sparkgnn.serving.online.deployments import deployment_problems
 from sparkgnn.serving.online.pools import ServeError
-from sparkgnn.serving.online.server import ServeConfig, Server, SwapRefused
+from sparkgnn.serving.online.server import Server, SwapRefused
 
 
 @pytest.fixture(scope="module")

@@ -23,8 +23,9 @@ from sparkgnn.graph import write_graph_dir
 from sparkgnn.models import Model
 from sparkgnn.pe.local import precompute_local
 from sparkgnn.serving import QueryEngine
+from sparkgnn.serving.online.config import ServeConfig
 from sparkgnn.serving.online.http_front import STATUS, ResetLog, outcome_response
-from sparkgnn.serving.online.server import Outcome, ServeConfig, Server
+from sparkgnn.serving.online.server import Outcome, Server
 
 TOKEN = "s3cret"
 DEEP = b"[" * 100_000 + b"]" * 100_000  # 200 KB

@@ -21,7 +21,8 @@ from sparkgnn.models import Model
 from sparkgnn.pe.local import precompute_local
 from sparkgnn.serving import QueryEngine
 from sparkgnn.serving.online.client import Client, ServiceError, reply_of
-from sparkgnn.serving.online.server import ServeConfig, Server
+from sparkgnn.serving.online.config import ServeConfig
+from sparkgnn.serving.online.server import Server
 from sparkgnn.serving.request import Request
 
 MODES = ["full", "ns", "he", "srpe", "exact"]

@@ -34,7 +34,8 @@ from sparkgnn.serving import QueryEngine  # noqa: E402
 from sparkgnn.serving.online import batch_op  # noqa: E402
 from sparkgnn.serving.online.cli import main  # noqa: E402
 from sparkgnn.serving.online.client import Client, ServiceError  # noqa: E402
-from sparkgnn.serving.online.server import ServeConfig, Server, SwapRefused  # noqa: E402
+from sparkgnn.serving.online.config import ServeConfig  # noqa: E402
+from sparkgnn.serving.online.server import Server, SwapRefused  # noqa: E402
 from sparkgnn.serving.request import Request  # noqa: E402
 
 

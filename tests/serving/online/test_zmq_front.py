@@ -15,7 +15,8 @@ from sparkgnn.models import Model
 from sparkgnn.serving import QueryEngine
 from sparkgnn.serving.online import wire
 from sparkgnn.serving.online.client import Client
-from sparkgnn.serving.online.server import ServeConfig, Server
+from sparkgnn.serving.online.config import ServeConfig
+from sparkgnn.serving.online.server import Server
 
 
 @pytest.fixture(scope="module")

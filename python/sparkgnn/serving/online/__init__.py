@@ -9,6 +9,7 @@ free of any engine, so they can be tested and tuned on their own.
 scheduler   request queue: Pending, ServiceModel, SCHEDULERS (fifo, degree with promotion), divide
 tuner       offline parameter tuner: tune (two 1-D searches over T_d and T_s), candidate_ts,
             write_thresholds / read_thresholds (the JSON deployment config)
+config      ServeConfig: a deployment's JSON settings, checked as a whole when loaded
 server      Server(ServeConfig): intake, scheduling, batching, routing, dispatch threads; swap:
             serve another (graph, store) version without a restart
 zmq_front   the ZeroMQ front (messenger frames); http_front: the HTTP/JSON front (aiohttp)

@@ -34,8 +34,9 @@ import numpy as np
 
 from sparkgnn.cliargs import positive_float, positive_int, require_inputs, run_cli
 from sparkgnn.logs import install_cli_handler
+from sparkgnn.serving.online.config import ServeConfig
 from sparkgnn.serving.online.pools import ServeError
-from sparkgnn.serving.online.server import ServeConfig, Server
+from sparkgnn.serving.online.server import Server
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -71,7 +71,7 @@ class HttpFront:
         max_body_bytes: int = MAX_BODY_BYTES,
         idle_timeout_s: float = IDLE_TIMEOUT_S,
     ):
-        from sparkgnn.serving.online.server import split_http_bind
+        from sparkgnn.serving.online.config import split_http_bind
 
         host, port = split_http_bind(bind)
         self.server, self.host, self.port, self.token = server, host, port, token
