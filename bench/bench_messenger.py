@@ -15,7 +15,8 @@ one-way payload plus a small answer, with the same in-flight window. Plus small-
 trip p50/p99 in microseconds (1-row batch through the messenger vs the direct pair), and echo
 (result as large as the request) for reference.
 Every process tunes glibc malloc (messenger/memory.py); the direct pair gets the same tuning so
-the ratio compares protocols, not allocators. Keys: broker_vs_direct_ipc, ipc_broker_GBps.
+the ratio compares protocols, not allocators. Keys: broker_vs_direct_ipc, ipc_broker_GBps, auth_cost
+(the throughput CURVE + allow-lists cost, LocalCluster's default, against a run without keys).
 """
 
 from __future__ import annotations
@@ -137,13 +138,16 @@ def rtt_us(samples):
 
 
 # -- messenger ----------------------------------------------------------------------------------
-def messenger(transport, workers, tables, batches, window, handler="sink", rtt_samples=0, warmup=8, **client_options):
+def messenger(
+    transport, workers, tables, batches, window, handler="sink", rtt_samples=0, warmup=8, curve=True, **client_options
+):
+    """One LocalCluster run; curve=False starts it without CURVE keys (the cost of Ironhouse)."""
     from sparkgnn.messenger.local import LocalCluster
 
     env = {"PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
     out = {}
     with LocalCluster(
-        workers, handler=f"bench_messenger:{handler}", transport=transport, env=env, heartbeat_s=0.5
+        workers, handler=f"bench_messenger:{handler}", transport=transport, env=env, heartbeat_s=0.5, curve=curve
     ) as cluster:
         with cluster.client(timeout_s=60, window=window, **client_options) as client:
 
@@ -245,6 +249,13 @@ def main(argv=None):
         res[f"messenger_{tr}_frames"] = best(
             lambda: messenger(tr, args.workers, tables, args.batches, args.window, shm_payloads=False)
         )
+    # the same two routes without CURVE keys: what authentication costs
+    res["messenger_ipc_noauth"] = best(
+        lambda: messenger("ipc", args.workers, tables, args.batches, args.window, curve=False)
+    )
+    res["messenger_tcp_frames_noauth"] = best(
+        lambda: messenger("tcp", args.workers, tables, args.batches, args.window, shm_payloads=False, curve=False)
+    )
     res["messenger_ipc_1worker"] = best(lambda: messenger("ipc", 1, tables, args.batches, args.window))
     res["inprocess"] = best(lambda: inprocess(tables, args.batches))
     res["messenger_ipc_echo"] = best(
@@ -267,6 +278,13 @@ def main(argv=None):
         "broker_vs_direct_ipc": round(res["messenger_ipc"]["GBps"] / res["direct_ipc"]["GBps"], 3),
         "broker_vs_direct_tcp": round(res["messenger_tcp"]["GBps"] / res["direct_tcp"]["GBps"], 3),
         "frames_broker_vs_direct_ipc": round(res["messenger_ipc_frames"]["GBps"] / res["direct_ipc"]["GBps"], 3),
+        # 1 - GB/s with CURVE keys (LocalCluster's default) / GB/s without
+        "auth_cost": {
+            "ipc": round(1 - res["messenger_ipc"]["GBps"] / res["messenger_ipc_noauth"]["GBps"], 3),
+            "tcp_frames": round(
+                1 - res["messenger_tcp_frames"]["GBps"] / res["messenger_tcp_frames_noauth"]["GBps"], 3
+            ),
+        },
         "echo_note": "messenger_ipc_echo counts request bytes only; results come back as frames",
         "details": {k: {kk: vv for kk, vv in v.items() if kk != "GBps"} for k, v in res.items()},
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "malloc_tuned": tune_malloc()},

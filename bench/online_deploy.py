@@ -209,9 +209,14 @@ def server_config(dep: dict, kind: str, mode: str, **options):
 
 def store_bytes(cfg) -> int:
     """Bytes of the arrays the HE engine gathers from (what the hot cache budgets against)."""
+    from sparkgnn.serving import served
     from sparkgnn.serving.online import batch_op
 
-    dep = batch_op.deployment(cfg.deployment())
-    engine = dep.engine("he")
-    stored = engine.mode.stored(engine.context)
-    return int(sum(a.nbytes for a in stored.arrays().values()))
+    key = served.register(cfg.deployment())  # this process serves it (served.py): batches name it by id
+    try:
+        dep = batch_op.deployment(key)
+        engine = dep.engine("he")
+        stored = engine.mode.stored(engine.context)
+        return int(sum(a.nbytes for a in stored.arrays().values()))
+    finally:
+        served.withdraw(key)

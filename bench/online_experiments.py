@@ -5,7 +5,6 @@ width, the hot cache, the PSGS router and the worker pool idle probe.
 
 from __future__ import annotations
 
-import json
 import time
 
 import numpy as np
@@ -181,7 +180,7 @@ def experiment_cache(b: Bench, dep, s) -> dict:
             f"{p.get('latency_mean_ms', float('nan')):.1f} ms, p99 {p.get('latency_p99_ms', float('nan')):.1f} ms"
         )
         if policy != "off":  # each policy loaded its own copy of the deployment: free it
-            batch_op._DEPLOYMENTS.pop(json.dumps(cfg.deployment(), sort_keys=True), None)
+            batch_op._DEPLOYMENTS.pop(batch_op.spec_key(cfg.deployment()), None)
     return out
 
 

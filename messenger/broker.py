@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -53,6 +54,8 @@ class Broker:
     ):
         for endpoint in (front, back):
             endpoints.check_bind(endpoint, curve_keys_dir, bind_any)
+        if curve_keys_dir:
+            security.check_server_dir(curve_keys_dir, (security.CLIENT, security.WORKER))
         self.front_endpoint, self.back_endpoint = front, back
         self.heartbeat_s = heartbeat_s
         self.max_message_bytes = max_message_bytes
@@ -64,7 +67,8 @@ class Broker:
             lease_grace_s=max(5.0, heartbeat_s * liveness),
             stuck_after_s=stuck_after_s,
         )
-        self.counts = dict(malformed_front=0, malformed_back=0, unknown_kind=0, stats_requests=0)
+        self.counts = dict(malformed_front=0, malformed_back=0, unknown_kind=0, stats_requests=0, refused_workers=0)
+        self._auth: security.ServerAuth | None = None
         self._context = context or zmq.Context.instance()
         self._bound = threading.Event()
         self._settled = threading.Event()  # bound, or binding failed (bind_error says why)
@@ -90,26 +94,30 @@ class Broker:
         """Serve until stop_event is set (or forever). `on_bound(broker)` runs once both sockets
         are bound (the CLI announces the concrete endpoints there, not before a bind fails)."""
         stop_event = stop_event or threading.Event()
-        auth = security.start_authenticator(self._context, self.curve_keys_dir) if self.curve_keys_dir else None
+        auth = self._auth = security.ServerAuth(self._context, self.curve_keys_dir) if self.curve_keys_dir else None
         cap = self.max_message_bytes
-        front = sockets.make(self._context, zmq.ROUTER, max_frame_bytes=cap, curve_server_dir=self.curve_keys_dir)
-        back = sockets.make(self._context, zmq.ROUTER, max_frame_bytes=cap, curve_server_dir=self.curve_keys_dir)
-        back.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a reconnecting worker keeps its identity
+        front = back = None
         bound: list[str] = []
         try:
+            front = sockets.make(self._context, zmq.ROUTER, max_frame_bytes=cap, server_auth=auth)
+            back = sockets.make(self._context, zmq.ROUTER, max_frame_bytes=cap, server_auth=auth, allow=security.WORKER)
+            back.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a reconnecting worker keeps its identity
             self._bind(front, back, bound)
             if on_bound is not None:
                 on_bound(self)
             self._loop(front, back, stop_event)
         finally:
-            for wid in list(self.dispatcher.workers):
-                self._send(back, wid, control(Kind.DISCONNECT))
-            front.close(0)
-            back.close(0)
+            if back is not None:
+                for wid in list(self.dispatcher.workers):
+                    self._send(back, wid, control(Kind.DISCONNECT))
+            for sock in (front, back):
+                if sock is not None:
+                    sock.close(0)
             for endpoint in bound:  # never another process's socket file after a failed bind
                 endpoints.cleanup_ipc(endpoint)
             if auth is not None:
-                auth.stop()
+                auth.close()  # after its sockets: a CURVE socket without a handler admits nobody
+            self._settled.set()  # a failure before binding does not leave wait_bound() waiting
 
     def _bind(self, front, back, bound: list) -> None:
         """Bind both sockets (recording each in `bound`); a failure is kept in bind_error for
@@ -236,6 +244,10 @@ class Broker:
             if not isinstance(header.get("data"), str):
                 self.counts["malformed_back"] += 1
                 return
+            if self._auth is not None and not self._auth.allows(frames[1], security.WORKER):
+                # the ZAP handler admitted the connection; its key must still be listed to register
+                self.counts["refused_workers"] += 1
+                return
             assignments = self.dispatcher.ready(
                 wid,
                 header["data"],
@@ -343,7 +355,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=300.0,
         help="seconds a worker's current task may run before it gets no new leases",
     )
-    p.add_argument("--curve-keys", default=None, help="dir with server.key_secret (zmq.auth)")
+    p.add_argument(
+        "--curve-keys",
+        default=os.environ.get(security.KEYS_ENV) or None,
+        help="keys folder (sparkgnn-keys): server.key_secret, authorized_clients/, authorized_workers/ "
+        f"(default ${security.KEYS_ENV})",
+    )
     p.add_argument("--bind-any", action="store_true", help="allow non-loopback binds (needs --curve-keys)")
     return p.parse_args(argv)
 

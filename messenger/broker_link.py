@@ -19,7 +19,7 @@ from typing import Any
 
 import zmq
 
-from sparkgnn.messenger import sockets
+from sparkgnn.messenger import security, sockets
 from sparkgnn.messenger.batches import Batch
 from sparkgnn.messenger.errors import (
     BrokerUnreachableError,
@@ -34,7 +34,7 @@ from sparkgnn.messenger.protocol import Kind, ProtocolError, control, peek_heade
 class BrokerLink:
     # set by MessengerTransport.__init__
     endpoint: str
-    curve_server_key: Any
+    _client_keys: security.ClientKeys | None
     heartbeat_s: float
     liveness: int
     connect_timeout_s: float | None
@@ -53,7 +53,7 @@ class BrokerLink:
 
     def _open_broker(self) -> None:
         self._broker = sockets.make(
-            self._context, zmq.DEALER, max_frame_bytes=sockets.CONTROL_MAX_BYTES, curve_server_key=self.curve_server_key
+            self._context, zmq.DEALER, max_frame_bytes=sockets.CONTROL_MAX_BYTES, client_keys=self._client_keys
         )
         sockets.connect(self._broker, self.endpoint)
         self._poller.register(self._broker, zmq.POLLIN)

@@ -38,6 +38,7 @@ errors.py. This module is the state machine that ties them together, and the pub
 from __future__ import annotations
 
 import itertools
+import os
 import time
 import uuid
 import weakref
@@ -46,7 +47,7 @@ from collections.abc import Iterable, Iterator
 
 import zmq
 
-from sparkgnn.messenger import endpoints, memory, shm, sockets, verify
+from sparkgnn.messenger import endpoints, memory, security, shm, sockets, verify
 from sparkgnn.messenger.batches import DONE, FAILED, SENT, WAITING, Batch
 from sparkgnn.messenger.broker_link import BrokerLink
 from sparkgnn.messenger.errors import (
@@ -84,7 +85,11 @@ __all__ = [
 
 
 class MessengerTransport(BrokerLink, PayloadRoute):
-    """Dealer client of a messenger broker at `endpoint` (its front socket)."""
+    """Dealer client of a messenger broker at `endpoint` (its front socket). With `keys_dir` (a
+    folder with client.key_secret and server.key, security.py) every socket it opens is a CURVE
+    client with that persistent key pair, pinning server.key (or `curve_server_key` when given)
+    for the broker and every worker alike; without it, plain sockets (loopback brokers without
+    keys)."""
 
     def __init__(
         self,
@@ -104,8 +109,10 @@ class MessengerTransport(BrokerLink, PayloadRoute):
         shm_min_bytes: int = 256 * 1024,
         connect_timeout_s: float | None = CONNECT_TIMEOUT_S,
         no_worker_timeout_s: float | None = NO_WORKER_TIMEOUT_S,
+        keys_dir: str | os.PathLike | None = None,
     ):
         endpoints.check_connect(endpoint)
+        self._client_keys = security.client_keys_for(keys_dir, curve_server_key)
         if tune_malloc:
             memory.tune_malloc()
         self.endpoint = endpoint
@@ -207,7 +214,7 @@ class MessengerTransport(BrokerLink, PayloadRoute):
 
     def stats(self, timeout_s: float = 5.0) -> dict:
         """The broker's metrics (a STATS round trip on a throw-away socket)."""
-        return broker_stats(self.endpoint, timeout_s, self.curve_server_key, self._context)
+        return broker_stats(self.endpoint, timeout_s, self._client_keys, self._context)
 
     # -- submission ------------------------------------------------------------------------
     def _submit(self, header: dict, tables: dict) -> Batch:
@@ -409,7 +416,7 @@ class MessengerTransport(BrokerLink, PayloadRoute):
             # the payload fits but not with its header: the worker counts whole messages
             self._refuse_oversize(batch, lease, wire, cap, data)
             return
-        sock = self._data_socket(data, header.get("curve"))
+        sock = self._data_socket(data)
         try:
             sock.send_multipart(frames, copy=False)
             self.counts["sent"] += 1
@@ -557,11 +564,15 @@ class MessengerTransport(BrokerLink, PayloadRoute):
         self._poller.unregister(sock)
         sock.close(0)
 
-    def _data_socket(self, endpoint: str, curve) -> zmq.Socket:
+    def _data_socket(self, endpoint: str) -> zmq.Socket:
+        """The DEALER to a worker's data socket. It pins the server key this transport was
+        configured with, never the key a worker advertised through the broker: a worker holding
+        another key completes no handshake and gets no task."""
         sock = self._data.get(endpoint)
         if sock is None:
-            key = curve or self.curve_server_key
-            sock = sockets.make(self._context, zmq.DEALER, max_frame_bytes=self.max_message_bytes, curve_server_key=key)
+            sock = sockets.make(
+                self._context, zmq.DEALER, max_frame_bytes=self.max_message_bytes, client_keys=self._client_keys
+            )
             sockets.connect(sock, endpoint)
             self._data[endpoint] = sock
             self._poller.register(sock, zmq.POLLIN)

@@ -7,13 +7,24 @@ temporary folder (pipes could fill and block them), run a parent-death watchdog 
 parent leaves nothing behind) and are stopped on context exit, on failure while starting, at
 interpreter exit and on Ctrl-C.
 
+Authentication needs no set-up. With the default ipc transport every socket (broker front and
+back, each worker's data socket) is a file in the run's 0700 folder, so the kernel admits only
+this user's processes: a single-user run, authenticated by the file system, with no encryption
+cost on the frames route. With transport="tcp" (reachable by any local user) start() makes a key
+set for the run (security.make_full_set) in that folder and starts the broker and workers with
+it, and client() dealers use its client key pair; another local user gets nothing through.
+`curve=True/False` overrides the choice (True on ipc: defence in depth; False on tcp: loopback
+only, for comparing its cost).
+
 Which program a worker runs:
 - `worker_argv_factory(index, back_endpoint) -> argv`: anything (it must reach the broker at
-  back_endpoint and call sparkgnn.messenger.watchdog.start_from_env(); the mains here do);
+  back_endpoint with the run's keys, $SPARKGNN_CURVE_KEYS in its environment, and call
+  sparkgnn.messenger.watchdog.start_from_env(); the mains here do);
 - else `handler="module:function"`: the generic worker `python -m sparkgnn.messenger.worker
   --handler module:function` (tests use this with a fixture handler; put its module on
   PYTHONPATH via `env=`);
-- else the product worker `python -m sparkgnn.worker.cli --device ... --model-store ...`.
+- else the product worker `python -m sparkgnn.worker.cli --device ... --model-store ...`
+  (plus `--deployments FILE` when `deployments=` names the file of what its serving ops serve).
 """
 
 from __future__ import annotations
@@ -29,7 +40,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 
-from sparkgnn.messenger import shm
+from sparkgnn.messenger import security, shm
 from sparkgnn.messenger.dealer import MessengerTransport
 from sparkgnn.messenger.errors import TransportError
 from sparkgnn.messenger.probe import broker_stats
@@ -53,6 +64,7 @@ class LocalCluster:
         *,
         transport: str = "ipc",
         model_store=None,
+        deployments: str | None = None,
         device: str = "cpu",
         threads: int | None = None,
         heartbeat_s: float = 1.0,
@@ -63,6 +75,7 @@ class LocalCluster:
         start_timeout_s: float = 60.0,
         metrics_interval_s: float = 10.0,
         python: str = sys.executable,
+        curve: bool | None = None,
     ):
         if num_workers < 1:
             raise ValueError("LocalCluster needs at least one worker")
@@ -73,6 +86,7 @@ class LocalCluster:
         self.worker_argv_factory = worker_argv_factory
         self.transport = transport
         self.model_store = model_store
+        self.deployments = deployments
         self.device = device
         self.threads = threads
         self.heartbeat_s = heartbeat_s
@@ -83,7 +97,9 @@ class LocalCluster:
         self.start_timeout_s = start_timeout_s
         self.metrics_interval_s = metrics_interval_s
         self.python = python
+        self.curve = (transport == "tcp") if curve is None else curve
         self.dir: str | None = None
+        self.keys_dir: str | None = None  # the run's CURVE keys (curve=True), made by start()
         self.front: str | None = None  # the broker's endpoints, chosen by start()
         self.back: str | None = None
         self.broker: subprocess.Popen | None = None
@@ -105,6 +121,9 @@ class LocalCluster:
 
     def start(self) -> LocalCluster:
         self.dir = tempfile.mkdtemp(prefix="sparkgnn-local-")
+        if self.curve:
+            # Ironhouse with no set-up: a key set of this run, in its 0700 folder, gone with it
+            self.keys_dir = security.make_full_set(os.path.join(self.dir, "keys"))
         if self.transport == "ipc":
             self.front, self.back = f"ipc://{self.dir}/front.ipc", f"ipc://{self.dir}/back.ipc"
         else:
@@ -141,6 +160,8 @@ class LocalCluster:
             "--metrics-interval",
             str(self.metrics_interval_s),
         ]
+        if self.keys_dir:
+            argv += ["--curve-keys", self.keys_dir]
         self.broker = self._spawn("broker", argv)
         return self.broker
 
@@ -156,7 +177,7 @@ class LocalCluster:
                     f"local cluster: a child exited with {dead[0].returncode} while starting\n{self.logs()}"
                 )
             try:
-                metrics = broker_stats(front, timeout_s=1.0)
+                metrics = broker_stats(front, timeout_s=1.0, client_keys=self.client_keys())
             except TransportError:
                 continue
             if metrics.get("live_workers", 0) >= count:
@@ -187,7 +208,7 @@ class LocalCluster:
         shm.sweep_stale()  # segments of dealers that died with this cluster
         if self.dir:
             shutil.rmtree(self.dir, ignore_errors=True)
-            self.dir = None
+            self.dir = self.keys_dir = None
         atexit.unregister(self.stop)
 
     def __enter__(self) -> LocalCluster:
@@ -197,7 +218,13 @@ class LocalCluster:
         self.stop()
 
     # -- helpers ---------------------------------------------------------------------------
+    def client_keys(self) -> security.ClientKeys | None:
+        """The run's client key pair pinning its server key (None with curve=False)."""
+        return security.ClientKeys.from_dir(self.keys_dir) if self.keys_dir else None
+
     def client(self, **options) -> MessengerTransport:
+        """A dealer of this cluster, with the run's client keys."""
+        options.setdefault("keys_dir", self.keys_dir)
         options.setdefault("heartbeat_s", self.heartbeat_s)
         options.setdefault("liveness", self.liveness)
         front, _ = self._endpoints()
@@ -234,6 +261,8 @@ class LocalCluster:
             "--slots",
             str(self.slots),
         ]
+        if self.keys_dir:
+            common += ["--curve-keys", self.keys_dir]
         if self.handler is not None:
             return [self.python, "-m", "sparkgnn.messenger.worker", *common, "--handler", self.handler]
         if self.model_store is None:
@@ -253,6 +282,8 @@ class LocalCluster:
         ]
         if self.threads:
             argv += ["--threads", str(self.threads)]
+        if self.deployments:
+            argv += ["--deployments", os.fspath(self.deployments)]
         return argv
 
     def _spawn(self, name: str, argv: Sequence[str]) -> subprocess.Popen:
@@ -261,6 +292,10 @@ class LocalCluster:
         env.setdefault("PYTHONUNBUFFERED", "1")
         run_dir = self._run_dir()
         env.setdefault("SPARKGNN_IPC_DIR", run_dir)
+        # children started by worker_argv_factory find the run's keys the same way
+        env.pop(security.KEYS_ENV, None)
+        if self.keys_dir:
+            env[security.KEYS_ENV] = self.keys_dir
         log_path = os.path.join(run_dir, f"{name}.{len(self._logs)}.log")
         self._logs[len(self._logs)] = log_path
         with open(log_path, "wb") as log:

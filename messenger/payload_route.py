@@ -74,7 +74,8 @@ class PayloadRoute:
                 except BaseException:
                     pool.release(segment, reusable=False)
                     raise
-                stamped["shm"] = {"name": segment.name, "parts": parts}
+                # the key proves to the worker that this dealer made the segment (shm.py)
+                stamped["shm"] = {"name": segment.name, "parts": parts, "key": segment.key}
                 batch.segment, batch.shm_header = segment, stamped
             assert batch.shm_header is not None  # written together with batch.segment
             reply = self._reply_offer(batch, lease)
@@ -100,7 +101,7 @@ class PayloadRoute:
         except OSError:
             return None
         batch.replies[lease] = segment
-        return {"name": segment.name, "size": segment.size}
+        return {"name": segment.name, "size": segment.size, "key": segment.key}
 
     def _reply_buffers(self, batch: Batch, header: dict, nframes: int) -> list:
         """Copy a result out of the reply segment this dealer offered for that lease."""

@@ -12,7 +12,7 @@ import time
 
 import zmq
 
-from sparkgnn.messenger import endpoints, sockets
+from sparkgnn.messenger import endpoints, security, sockets
 from sparkgnn.messenger.errors import (
     BrokerUnreachableError,
     NoWorkerError,
@@ -30,13 +30,14 @@ NO_WORKER_TIMEOUT_S = 15.0
 
 
 def broker_stats(
-    endpoint: str, timeout_s: float = 5.0, curve_server_key=None, context: zmq.Context | None = None
+    endpoint: str,
+    timeout_s: float = 5.0,
+    client_keys: security.ClientKeys | None = None,
+    context: zmq.Context | None = None,
 ) -> dict:
     """One STATS round trip to a broker's front endpoint; TransportError if it does not answer."""
     context = context or zmq.Context.instance()
-    sock = sockets.make(
-        context, zmq.DEALER, max_frame_bytes=sockets.CONTROL_MAX_BYTES, curve_server_key=curve_server_key
-    )
+    sock = sockets.make(context, zmq.DEALER, max_frame_bytes=sockets.CONTROL_MAX_BYTES, client_keys=client_keys)
     try:
         sock.connect(endpoint)
         sock.send_multipart(control(Kind.STATS))
@@ -52,7 +53,7 @@ def probe_broker(
     endpoint: str,
     connect_timeout_s: float | None = CONNECT_TIMEOUT_S,
     no_worker_timeout_s: float | None = NO_WORKER_TIMEOUT_S,
-    curve_server_key=None,
+    client_keys: security.ClientKeys | None = None,
     context: zmq.Context | None = None,
 ) -> dict:
     """Check, before a job depends on it, that a broker answers at `endpoint` (BrokerUnreachableError
@@ -62,9 +63,7 @@ def probe_broker(
     every task, deep in a JVM stack trace; 0 / None for a timeout waits without limit."""
     endpoints.check_connect(endpoint)
     context = context or zmq.Context.instance()
-    sock = sockets.make(
-        context, zmq.DEALER, max_frame_bytes=sockets.CONTROL_MAX_BYTES, curve_server_key=curve_server_key
-    )
+    sock = sockets.make(context, zmq.DEALER, max_frame_bytes=sockets.CONTROL_MAX_BYTES, client_keys=client_keys)
     try:
         sockets.connect(sock, endpoint)
         answer = _ping(sock, connect_timeout_s)

@@ -206,7 +206,8 @@ def _check_hash(header: dict, buffers: list[pa.Buffer]) -> None:
         raise ProtocolError(f"unknown payload hash algorithm {algorithm!r}")
     actual = hashing.digest(buffers, algorithm)
     if actual != claimed:
-        raise ProtocolError(f"payload hash mismatch: header says {claimed}, payload is {actual}")
+        # never the computed digest: echoed, it would let a peer probe bytes it cannot read
+        raise ProtocolError(f"payload hash mismatch: the payload does not hash to the header's {claimed}")
 
 
 def _read_table(name: str, buf: pa.Buffer) -> pa.Table:

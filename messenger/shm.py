@@ -18,10 +18,24 @@ segments would not help: their first-touch page faults cost as much as the copie
 The route is used only when the worker advertises the same host id (hostname + boot id) and
 shm support; a worker that cannot open a segment answers a retryable ERROR (ShmUnavailable) and
 the dealer falls back to frames for that worker. Linux only; elsewhere frames are used.
+
+Ownership, not names: a worker opens a segment with its own uid, so a peer that could make it
+map any `sparkgnn-*` segment by name could read (and, through `reply_shm`, overwrite) another
+job's payloads. Each segment therefore carries a capability: 32 random bytes its creator writes
+into the segment's first bytes (after a magic) when it makes it, and sends in the TASK header
+next to the name (`"key"`). The worker maps the segment and compares the two (constant time)
+before it reads, hashes or writes a single payload byte; a mismatch is refused with a line that
+names the segment and nothing computed from its bytes. WHY a capability and not the peer's
+uid (SO_PEERCRED): the data port is TCP loopback by default, where no peer credential exists,
+and the key needs no platform support: segments are created 0600, so only the creating uid
+(which may read them anyway) can learn a key; other users cannot, and TASKs travel from the
+dealer straight to the worker (never through the broker). Tables start after the key's block
+(`HEADER_BYTES`), so no part can cover or overwrite it.
 """
 
 from __future__ import annotations
 
+import hmac
 import mmap
 import os
 import re
@@ -35,10 +49,24 @@ from sparkgnn.messenger.watchdog import pid_alive
 SHM_DIR = "/dev/shm"
 _NAME = re.compile(r"^sparkgnn-(\d+)-([0-9a-f]{12})-(\d+)$")
 _MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
+MAGIC = b"sgnnshm1"
+KEY_BYTES = 32
+HEADER_BYTES = 64  # magic + key, padded: tables start here (8-byte aligned)
 
 
 class ShmUnavailable(OSError):
     """The segment named by a task cannot be opened here (other host, namespace or user)."""
+
+
+class ShmRefused(ValueError):
+    """The task named a segment whose capability key it does not hold (not its own segment)."""
+
+
+def check_key(key) -> bytes:
+    """The capability key a header carries (hex) as bytes; ValueError unless 64 hex digits."""
+    if not isinstance(key, str) or len(key) != 2 * KEY_BYTES or re.fullmatch(r"[0-9a-f]+", key) is None:
+        raise ValueError(f"shared memory key must be {2 * KEY_BYTES} lowercase hex digits")
+    return bytes.fromhex(key)
 
 
 def supported() -> bool:
@@ -93,6 +121,13 @@ class Segment:
             raise
         finally:
             os.close(fd)
+        self._key = os.urandom(KEY_BYTES)  # the capability (module doc): only this creator knows it
+        self._mm[: len(MAGIC) + KEY_BYTES] = MAGIC + self._key
+
+    @property
+    def key(self) -> str:
+        """The capability a TASK sends with this segment's name (hex)."""
+        return self._key.hex()
 
     def write_tables(self, tables) -> tuple[list, list[pa.Buffer]]:
         return write_tables(self._mm, tables)
@@ -121,9 +156,9 @@ class Segment:
 
 
 def write_tables(mm: mmap.mmap, tables) -> tuple[list, list[pa.Buffer]]:
-    """Serialize each table as an Arrow IPC stream into `mm`, back to back (8-byte aligned).
-    Returns ([[offset, length], ...], views of the written bytes for hashing)."""
-    parts, views, offset = [], [], 0
+    """Serialize each table as an Arrow IPC stream into `mm` after the key block, back to back
+    (8-byte aligned). Returns ([[offset, length], ...], views of the written bytes for hashing)."""
+    parts, views, offset = [], [], HEADER_BYTES
     for table, n in zip(tables, stream_sizes(tables), strict=True):
         if offset + n > len(mm):
             raise ValueError(f"tables need more than the segment's {len(mm)} bytes")
@@ -141,6 +176,8 @@ def aligned_size(sizes) -> int:
 
 
 def check_parts(parts, size: int) -> list:
+    """`parts` as [[offset, length], ...] inside the segment's table area (after the key block);
+    ValueError naming the bad part otherwise."""
     if not isinstance(parts, list):
         raise ValueError(f"shm parts must be a list of [offset, length], got {parts!r}")
     for part in parts:
@@ -151,7 +188,7 @@ def check_parts(parts, size: int) -> list:
         ):
             raise ValueError(f"bad shm part {part!r}")
         offset, length = part
-        if offset < 0 or length < 0 or offset + length > size:
+        if offset < HEADER_BYTES or length < 0 or offset + length > size:
             raise ValueError(f"shm part {part!r} outside segment of {size} bytes")
     return parts
 
@@ -179,10 +216,10 @@ class SegmentPool:
 
     def acquire(self, nbytes: int) -> Segment:
         for i, seg in enumerate(self._free):
-            if seg.size >= nbytes:
+            if seg.size >= nbytes + HEADER_BYTES:
                 return self._free.pop(i)
         self._n += 1
-        size = max(nbytes, 1 << 20)
+        size = max(nbytes + HEADER_BYTES, 1 << 20)
         size = (size + (1 << 20) - 1) >> 20 << 20  # whole MiB, so a similar batch fits next time
         return Segment(f"sparkgnn-{os.getpid()}-{self.client}-{self._n}", size)
 
@@ -200,23 +237,34 @@ class SegmentPool:
 
 
 class Mapping:
-    """A worker's read-only view of a dealer's segment for one task."""
+    """A worker's view of a dealer's segment for one task: read-only, or writable for a reply.
+    Opened only when `key` (the hex capability from the task header) matches the one the
+    segment's creator wrote into it (module doc); else ShmRefused, before any payload byte is
+    read."""
 
-    def __init__(self, name, max_bytes: int, writable: bool = False):
+    def __init__(self, name, max_bytes: int, *, key, writable: bool = False):
         if not isinstance(name, str) or not _NAME.match(name):
             raise ValueError(f"bad shared memory segment name {name!r}")
+        expected = check_key(key)
         try:
             fd = os.open(os.path.join(SHM_DIR, name), os.O_RDWR if writable else os.O_RDONLY)
         except OSError as exc:
             raise ShmUnavailable(f"cannot open shared memory segment {name!r}: {exc}") from None
         try:
             size = os.fstat(fd).st_size
-            if not 0 < size <= max_bytes + (1 << 20):
+            if not HEADER_BYTES < size <= max_bytes + (1 << 20):
                 raise ValueError(f"segment {name!r} is {size} bytes, cap {max_bytes}")
             prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
             self._mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | _MAP_POPULATE, prot=prot)
         finally:
             os.close(fd)
+        held = self._mm[: len(MAGIC) + KEY_BYTES]
+        if not hmac.compare_digest(held, MAGIC + expected):
+            self._mm.close()
+            raise ShmRefused(
+                f"shared memory segment {name!r} is not this task's: the key sent with it does not "
+                f"match (a task may name only segments its own dealer created for it)"
+            )
         self.name, self.size = name, size
 
     def views(self, parts) -> list[pa.Buffer]:

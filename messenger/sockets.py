@@ -26,11 +26,15 @@ def make(
     kind: int,
     *,
     max_frame_bytes: int | None = None,
-    curve_server_dir=None,
-    curve_server_key=None,
+    server_auth: security.ServerAuth | None = None,
+    allow: str = security.CLIENT,
+    client_keys: security.ClientKeys | None = None,
     hwm: int | None = None,
     identity: bytes | None = None,
 ) -> zmq.Socket:
+    """A socket with the shared options; a CURVE server admitting `allow`'s allow-list when
+    `server_auth` is given, a CURVE client with its persistent key pair (pinning the server key)
+    when `client_keys` is."""
     sock = context.socket(kind)
     sock.linger = 0
     if max_frame_bytes:
@@ -41,10 +45,10 @@ def make(
         sock.sndhwm = sock.rcvhwm = hwm
     if identity is not None:
         sock.setsockopt(zmq.ROUTING_ID, identity)
-    if curve_server_dir:
-        security.make_server(sock, curve_server_dir)
-    elif curve_server_key:
-        security.make_client(sock, curve_server_key)
+    if server_auth is not None:
+        server_auth.secure(sock, allow)
+    elif client_keys is not None:
+        security.make_client(sock, client_keys)
     return sock
 
 

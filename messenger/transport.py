@@ -120,6 +120,7 @@ class _ClusterTransport(MessengerTransport):
 
     def __init__(self, cluster, **options):
         self.cluster = cluster
+        options.setdefault("keys_dir", cluster.keys_dir)
         super().__init__(cluster.front, **options)
 
     def close(self) -> None:

@@ -14,11 +14,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import signal
 import sys
 import threading
 
-from sparkgnn.messenger import cli, endpoints, memory, watchdog
+from sparkgnn.messenger import cli, endpoints, memory, security, watchdog
 from sparkgnn.messenger.protocol import DEFAULT_MAX_MESSAGE_BYTES, Handler
 from sparkgnn.messenger.worker_loop import Worker, serve
 
@@ -87,7 +88,12 @@ def add_common_args(p: argparse.ArgumentParser) -> None:
         help="largest task (or result) this worker takes; a larger one is refused with an "
         "error naming both sizes (default %(default)s)",
     )
-    p.add_argument("--curve-keys", default=None, help="dir with server.key(_secret) (zmq.auth)")
+    p.add_argument(
+        "--curve-keys",
+        default=os.environ.get(security.KEYS_ENV) or None,
+        help="keys folder (sparkgnn-keys): server.key(_secret), worker.key_secret, authorized_clients/ "
+        f"(default ${security.KEYS_ENV})",
+    )
     p.add_argument("--data-bind", default=None, help="data socket bind (default: next to --connect)")
     p.add_argument("--advertise", default=None, help="host dealers use for a wildcard tcp data bind")
     p.set_defaults(prog=p.prog)  # run_from_args names the program in its stderr lines

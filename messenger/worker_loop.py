@@ -122,6 +122,14 @@ class Worker:
         self.curve_keys_dir = curve_keys_dir
         self.data_bind = data_bind or endpoints.data_bind_for(connect)
         endpoints.check_bind(self.data_bind, curve_keys_dir)
+        # with keys: the data socket admits listed clients only, and the broker sees this
+        # worker's own persistent key (its allow-list decides whether READY registers it)
+        self._client_keys: security.ClientKeys | None = None
+        self._server_public: str | None = None
+        if curve_keys_dir:
+            security.check_server_dir(curve_keys_dir, (security.CLIENT,))
+            self._client_keys = security.ClientKeys.from_dir(curve_keys_dir, security.WORKER)
+            self._server_public = self._client_keys.server.decode()
         self.advertise_host = advertise_host
         self.max_backoff_s = max_backoff_s if max_backoff_s is not None else max(2.0, 16 * heartbeat_s)
         self.info = dict(info or {}, pid=os.getpid(), host=shm.host_id(), shm=self.shm, max_bytes=max_message_bytes)
@@ -163,13 +171,13 @@ class Worker:
     # -- task loop -------------------------------------------------------------------------
     def run(self, stop_event: threading.Event | None = None) -> None:
         stop_event = stop_event or threading.Event()
-        data = sockets.make(
-            self._context, zmq.ROUTER, max_frame_bytes=self.max_message_bytes, curve_server_dir=self.curve_keys_dir
-        )
-        # No ZAP authenticator of its own: without one libzmq's CURVE server admits any client
-        # that completes the handshake, which needs the server's public key (the same policy as
-        # the broker's CURVE_ALLOW_ANY), and a second authenticator would clash with the
-        # broker's when both share a context.
+        auth = security.ServerAuth(self._context, self.curve_keys_dir) if self.curve_keys_dir else None
+        try:
+            data = sockets.make(self._context, zmq.ROUTER, max_frame_bytes=self.max_message_bytes, server_auth=auth)
+        except BaseException:
+            if auth is not None:
+                auth.close()
+            raise
         pipe = self._context.socket(zmq.PAIR)
         pipe.linger = 0
         pipe.bind(self._pipe_name)
@@ -191,6 +199,8 @@ class Worker:
             control_thread.join(timeout=5 * self.heartbeat_s + 1) if control_thread.ident else None
             data.close(0)
             pipe.close(0)
+            if auth is not None:
+                auth.close()  # after its socket: a CURVE socket without a handler admits nobody
             endpoints.cleanup_ipc(getattr(self, "_bound_at", ""))
         if self.failure is not None:
             raise self.failure
@@ -262,8 +272,8 @@ class Worker:
         if not isinstance(ref, dict):
             raise ProtocolError(f"header 'shm' must be an object, got {ref!r}")
         try:
-            return shm.Mapping(ref.get("name"), self.max_message_bytes)
-        except ValueError as exc:
+            return shm.Mapping(ref.get("name"), self.max_message_bytes, key=ref.get("key"))
+        except ValueError as exc:  # a bad name or key, a segment that is not the sender's (ShmRefused)
             raise ProtocolError(str(exc)) from None
 
     def _run(self, header: dict, buffers: list):
@@ -306,11 +316,17 @@ class Worker:
     def _reply_segment(self, ref, size: int, out_tables: dict):
         """Write the result straight into the dealer's reply segment when it offered one that
         fits (one copy instead of serialize + socket in + socket out); else (None, None, None)
-        and the result goes back as frames."""
-        if not (self.shm and isinstance(ref, dict) and isinstance(ref.get("size"), int) and size <= ref["size"]):
+        and the result goes back as frames. Only a segment whose key the task holds is written
+        (shm.Mapping checks it): a peer cannot make this worker write into another job's."""
+        if not (
+            self.shm
+            and isinstance(ref, dict)
+            and isinstance(ref.get("size"), int)
+            and size + shm.HEADER_BYTES <= ref["size"]
+        ):
             return None, None, None
         try:
-            mapping = shm.Mapping(ref.get("name"), self.max_message_bytes, writable=True)
+            mapping = shm.Mapping(ref.get("name"), self.max_message_bytes, key=ref.get("key"), writable=True)
         except (OSError, ValueError):
             self._count("reply_shm_unavailable")
             return None, None, None
@@ -355,28 +371,34 @@ class Worker:
     # -- control thread --------------------------------------------------------------------
     def _broker_socket(self):
         sock = sockets.make(
-            self._context, zmq.DEALER, max_frame_bytes=sockets.CONTROL_MAX_BYTES, identity=self.identity
+            self._context,
+            zmq.DEALER,
+            max_frame_bytes=sockets.CONTROL_MAX_BYTES,
+            identity=self.identity,
+            client_keys=self._client_keys,
         )
-        if self.curve_keys_dir:
-            security.make_client(sock, security.server_public_key(self.curve_keys_dir))
         sockets.connect(sock, self.connect)
         return sock
 
     def _announce(self, sock, kind: Kind) -> None:
-        curve = security.server_public_key(self.curve_keys_dir).decode() if self.curve_keys_dir else None
+        curve = self._server_public  # tells a key-less dealer why it gets nothing (dealers pin their own)
         busy_since = self._busy_since
         busy_s = time.monotonic() - busy_since if busy_since is not None else 0.0
-        sock.send_multipart(
-            control(
-                kind,
-                data=self.data_endpoint,
-                slots=self.slots,
-                curve=curve,
-                metrics=self.metrics(),
-                busy_s=round(busy_s, 3),
-                **self.info,
-            )
+        message = control(
+            kind,
+            data=self.data_endpoint,
+            slots=self.slots,
+            curve=curve,
+            metrics=self.metrics(),
+            busy_s=round(busy_s, 3),
+            **self.info,
         )
+        try:
+            # never block: with no connection (a broker that refused this worker's key, or none
+            # yet) a DEALER has no pipe to queue on; the next heartbeat announces it again
+            sock.send_multipart(message, zmq.NOBLOCK)
+        except zmq.Again:
+            pass
 
     def _control(self, stop_event: _Either) -> None:
         pipe = self._context.socket(zmq.PAIR)
@@ -473,6 +495,12 @@ class Worker:
             f"no broker answered at {self.connect} within {self.connect_timeout_s:g} s: start one "
             f"with `sparkgnn-broker --back {self.connect}` (workers connect to the broker's --back "
             f"endpoint), or fix --connect (--connect-timeout 0 waits forever)"
+            + (
+                "; a keyed broker admits this worker only when its worker.key is listed in the "
+                "broker's authorized_workers/ (sparkgnn-keys allow worker)"
+                if self._client_keys is not None
+                else ""
+            )
         )
         self._abort.set()
         return True

@@ -18,15 +18,20 @@ from sparkgnn.planner.strategies import (
     Program,
     Strategy,
     aggregate_detail,
+    edge_attr_blocker,
     layer_key,
     merge_and_update,
     prepare_src_ops,
     register,
+    whole_neighbourhoods_blocker,
 )
 
 
 def _combine_blocker(ctx: LayerContext) -> str | None:
     spec, r = ctx.spec, ctx.rows
+    whole = whole_neighbourhoods_blocker(ctx) or edge_attr_blocker(ctx)
+    if whole:
+        return whole
     if not spec.decomposable:
         return f"aggregator {spec.aggregator!r} is not decomposable: partial states cannot be merged"
     dependent = sorted(set(spec.required_stats) & DATA_DEPENDENT_STATS)

@@ -88,6 +88,15 @@ class LayerSpec:
     # destination, no non-linearity, so an engine without the layer's code can form it (pushdown).
     # Optional in plan_info (False: only the DL engine can form the messages).
     message_scaled: bool = False
+    # The layer runs as a whole over each destination's in-edges with every source once (the generic
+    # fallback, sparkgnn.layers.generic): no partial states, so only a strategy that brings a
+    # destination's whole in-edge neighbourhood to its partition can run it (replicate).
+    # Optional in plan_info (False: an ordinary mergeable layer).
+    whole_neighbourhoods: bool = False
+    # Width of the edge attributes the messages read (MergeableConv.edge_attr_dim; 0: none): they
+    # travel with each edge, which only the strategies that ship edges as they are can do
+    # (replicate, edge_join). Optional in plan_info (0).
+    edge_attr_dim: int = 0
 
     @property
     def label(self) -> str:
@@ -210,6 +219,8 @@ def parse_layer(data: Any, position: int) -> LayerSpec:
         decomposable=_bool(data["decomposable"], f"{where}['decomposable']"),
         range_wise=_bool(data.get("range_wise", False), f"{where}['range_wise']"),
         message_scaled=_bool(data.get("message_scaled", False), f"{where}['message_scaled']"),
+        whole_neighbourhoods=_bool(data.get("whole_neighbourhoods", False), f"{where}['whole_neighbourhoods']"),
+        edge_attr_dim=check_int(data.get("edge_attr_dim", 0), f"{where}['edge_attr_dim']"),
     )
     phases = check_int(data.get("phases", 1), f"{where}['phases']", 1)
     if phases != 1:  # optional in plan_info; a plan's layer is one pass over the in-edges

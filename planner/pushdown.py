@@ -26,10 +26,12 @@ from sparkgnn.planner.strategies import (
     LayerContext,
     Program,
     Strategy,
+    edge_attr_blocker,
     layer_key,
     merge_and_update,
     owner_prefix,
     register,
+    whole_neighbourhoods_blocker,
 )
 
 #: Aggregator name -> (SQL function of the JVM module, extra state floats beyond the message).
@@ -49,6 +51,9 @@ def buffer_row_bytes(width: int) -> int:
 
 def _blocker(ctx: LayerContext) -> str | None:
     spec, r = ctx.spec, ctx.rows
+    whole = whole_neighbourhoods_blocker(ctx) or edge_attr_blocker(ctx)
+    if whole:
+        return whole
     if ctx.native_aggregates_missing:
         return ctx.native_aggregates_missing
     if spec.needs_dst_in_message:

@@ -279,6 +279,28 @@ def aggregate_detail(ctx: LayerContext, where: str) -> str:
     return f"message + {spec.aggregator} aggregation {where} (state {w.state} floats{extra}{weight})"
 
 
+def whole_neighbourhoods_blocker(ctx: LayerContext) -> str | None:
+    """Why a strategy other than replicate cannot run a layer that needs each destination's whole
+    in-edge neighbourhood with every source once (LayerSpec.whole_neighbourhoods), or None."""
+    if ctx.spec.whole_neighbourhoods:
+        return (
+            f"{ctx.spec.kind} runs the user's conv on each destination's whole in-edge neighbourhood with every "
+            "source once (generic fallback, no partial states); only replicate ships that"
+        )
+    return None
+
+
+def edge_attr_blocker(ctx: LayerContext) -> str | None:
+    """Why a strategy that forms messages away from the prepared in-edges (combine's out-edge
+    partials, pushdown's JVM aggregate) cannot run a layer whose messages read edge attributes."""
+    if ctx.spec.edge_attr_dim:
+        return (
+            f"the messages read edge attributes (edge_attr, {ctx.spec.edge_attr_dim} floats per edge), which "
+            "only replicate and edge_join ship with the edges"
+        )
+    return None
+
+
 def _single_batch(ctx: LayerContext) -> dict[str, bool]:
     """A non-decomposable aggregation (collect-all path) must see all rows in one batch."""
     return {} if ctx.spec.decomposable else {"single_batch": True}
@@ -363,7 +385,7 @@ register(
         name="edge_join",
         edges_by="src",
         summary="join edges with h on src, shuffle edge rows by dst",
-        blocker=lambda ctx: None,
+        blocker=whole_neighbourhoods_blocker,
         program=_edge_join_program,
         why=_edge_join_why,
     )

@@ -55,13 +55,14 @@ def _placeholders(directory, graph, model) -> None:
 
 
 @pytest.mark.parametrize("index", range(len(python_blocks())))
-def test_readme_python_block_runs(index, spark, tiny, tmp_path):
+def test_readme_python_block_runs(index, spark, tiny, tmp_path, monkeypatch):
     graph, pyg_module, model = tiny
+    monkeypatch.chdir(tmp_path)  # a path the code rewrite below does not know stays in tmp_path
     _placeholders(str(tmp_path), graph, model)
     # the block's relative paths, made absolute: Spark resolves a relative path against the JVM's
     # working directory, not this process's
     code = re.sub(
-        r'"(data/cora|out/pred|models/sage|GRAPH2?|STORE|UPDATES|updates\.parquet)"',
+        r'"(data/cora|out/pred|models/sage|models/lp|GRAPH2?|STORE|UPDATES|updates\.parquet)"',
         lambda m: repr(str(tmp_path / m.group(1))),
         python_blocks()[index],
     )

@@ -40,7 +40,8 @@ def test_imdb_loads():
 
 def test_registry():
     assert load("cora").name == "cora"
-    with pytest.raises(KeyError, match="unknown dataset 'citeseer'; known: cora, imdb, synthetic"):
+    known = "cora, imdb, lastfm, synthetic, synthetic-mag"
+    with pytest.raises(KeyError, match=f"unknown dataset 'citeseer'; known: {known}"):
         load("citeseer")
 
 

@@ -100,6 +100,13 @@ def test_batch_job_writes_parquet_and_explains(spark, graph_dirs, work_dir, tmp_
     assert [r["layer"] for r in report["estimate_vs_actual"]] == [0, 1]
     assert all(r["estimate_s"] > 0 and r["actual_s"] > 0 for r in report["estimate_vs_actual"])
     assert report["total_s"] >= report["session_start_s"] + report["prepare_s"]
+    # the whole wall time by phase, the rest as unaccounted (engine.phases)
+    phases = {row["name"]: row["seconds"] for row in report["phases"]}
+    assert {"python start and imports", "JVM and session start", "graph open", "model store"} <= set(phases)
+    assert all(step["label"] in phases for step in report["steps"])
+    assert sum(phases.values()) == pytest.approx(report["wall_s"] - report["unaccounted_s"], abs=1e-6)
+    assert report["unaccounted_fraction"] == pytest.approx(report["unaccounted_s"] / report["wall_s"], abs=1e-4)
+    assert "sparkgnn batch_inference time: " in printed and "  unaccounted  " in printed  # the table, at the end
     # an existing report is not overwritten without --overwrite (refused before any Spark work)
     with pytest.raises(SystemExit):
         batch_inference.main(

@@ -11,18 +11,22 @@ import torch.nn.functional as F
 from engine_helpers import pyg_reference, relative_error, spark_output
 from torch.nn import ReLU
 from torch_geometric.nn import (
+    APPNP,
     GAT,
     GCN,
     GIN,
+    EdgeConv,
     GCNConv,
     GraphConv,
     GraphSAGE,
+    JumpingKnowledge,
     LEConv,
     LGConv,
     ResGatedGraphConv,
     SAGEConv,
     Sequential,
     SGConv,
+    TAGConv,
 )
 
 from sparkgnn import infer
@@ -123,17 +127,17 @@ def _two_layers(conv, f, c, weighted=False):
     )
 
 
-def _forced_strategy_equals_pyg(spark, graph_dirs, work_dir, table, name, seed):
-    """Model `name` of `table` ({name: (strategy, weighted, build(f, c))}), seeded, run on the
-    skewed graph with P=3 and its strategy forced: every round runs that strategy, every vertex has
-    a row and the rows equal the module's eval forward (fed the edge weights when `weighted`) to
-    1e-5 relative."""
-    path, data = graph_dirs["skewed"]
+def _forced_strategy_equals_pyg(spark, graph_dirs, work_dir, table, name, seed, graph="skewed", partitions=3):
+    """Model `name` of `table` ({name: (strategy, weighted, build(f, c))}), seeded, run on
+    `graph` (the skewed one unless told) with P=`partitions` and its strategy forced: every round
+    runs that strategy, every vertex has a row and the rows equal the module's eval forward (fed
+    the edge weights when `weighted`) to 1e-5 relative."""
+    path, data = graph_dirs[graph]
     strategy, weighted, build = table[name]
     torch.manual_seed(seed)
     module = build(data.feature_dim, int(data.y.max()) + 1).eval()
     model = Model.from_pyg(module)
-    result = infer(spark, path, model, strategy=strategy, partitions=3, work_dir=work_dir)
+    result = infer(spark, path, model, strategy=strategy, partitions=partitions, work_dir=work_dir)
     assert [layer.strategy for layer in result.plan.layers] == [strategy] * model.num_rounds
     x, edge_index = torch.from_numpy(data.x), data.edge_index_torch()
     weights = (torch.from_numpy(data.weight),) if weighted else ()
@@ -190,3 +194,119 @@ PROPAGATIONS = {
 @pytest.mark.parametrize("model_name", sorted(PROPAGATIONS))
 def test_propagation_convs_equal_pyg(spark, graph_dirs, work_dir, model_name):
     _forced_strategy_equals_pyg(spark, graph_dirs, work_dir, PROPAGATIONS, model_name, seed=13)
+
+
+def _appnp_head(f, c):
+    """Linear -> APPNP (K=3: three rounds carrying x_0) -> Linear."""
+    return Sequential(
+        "x, edge_index",
+        [
+            (torch.nn.Linear(f, 16), "x -> x"),
+            (APPNP(K=3, alpha=0.1), "x, edge_index -> x"),
+            (torch.nn.Linear(16, c), "x -> x"),
+        ],
+    )
+
+
+def _edgeconv(a, b):
+    return EdgeConv(torch.nn.Sequential(torch.nn.Linear(2 * a, b), ReLU(), torch.nn.Linear(b, b)))
+
+
+# Multi-hop convs whose rounds carry columns per vertex (TAGConv's running sum, APPNP's x_0) and
+# EdgeConv (an nn over the destination's row per edge): one strategy, graph and P each,
+# alternating the graphs.
+HOPS_AND_EDGES = {
+    "tagconv": (
+        ("combine", True, lambda f, c: _two_layers(lambda a, b: TAGConv(a, b, K=2), f, c, True)),
+        "skewed",
+        3,
+    ),
+    "appnp": (("edge_join", False, _appnp_head), "cora", 1),
+    "edgeconv": (("replicate", False, lambda f, c: _two_layers(_edgeconv, f, c)), "skewed", 3),
+}
+
+
+@pytest.mark.parametrize("model_name", sorted(HOPS_AND_EDGES))
+def test_multihop_and_edge_convs_equal_pyg(spark, graph_dirs, work_dir, model_name):
+    case, graph, partitions = HOPS_AND_EDGES[model_name]
+    table = {model_name: case}
+    _forced_strategy_equals_pyg(
+        spark, graph_dirs, work_dir, table, model_name, seed=17, graph=graph, partitions=partitions
+    )
+
+
+class ResidualGNN(torch.nn.Module):
+    """Residual adds (layers/dag.py): the conv's input carried through its round and added after."""
+
+    def __init__(self, in_channels, hidden_channels, out_channels):
+        super().__init__()
+        self.lin_in = torch.nn.Linear(in_channels, hidden_channels)
+        self.conv1 = GCNConv(hidden_channels, hidden_channels)
+        self.conv2 = SAGEConv(hidden_channels, hidden_channels)
+        self.lin_out = torch.nn.Linear(hidden_channels, out_channels)
+
+    def forward(self, x, edge_index):
+        x = self.lin_in(x).relu()
+        x = x + self.conv1(x, edge_index).relu()
+        x = self.conv2(x, edge_index).relu() + x
+        return F.log_softmax(self.lin_out(x), dim=-1)
+
+
+class JKCat(torch.nn.Module):
+    """JumpingKnowledge('cat') over three rounds: two outputs carried to the concatenation."""
+
+    def __init__(self, in_channels, hidden_channels, out_channels):
+        super().__init__()
+        self.convs = torch.nn.ModuleList(
+            [SAGEConv(in_channels, hidden_channels), GCNConv(hidden_channels, hidden_channels)]
+            + [SAGEConv(hidden_channels, hidden_channels)]
+        )
+        self.jump = JumpingKnowledge("cat")
+        self.lin = torch.nn.Linear(3 * hidden_channels, out_channels)
+
+    def forward(self, x, edge_index):
+        xs = []
+        for conv in self.convs:
+            x = conv(x, edge_index).relu()
+            xs.append(x)
+        return self.lin(self.jump(xs))
+
+
+# Skip connections (a DAG of rounds): one strategy, graph and P each.
+SKIPS = {
+    "residual": (("combine", False, lambda f, c: ResidualGNN(f, 16, c)), "skewed", 3),
+    "jk_cat": (("replicate", False, lambda f, c: JKCat(f, 8, c)), "cora", 1),
+    "jk_cat_edge_join": (("edge_join", False, lambda f, c: JKCat(f, 8, c)), "skewed", 3),
+}
+
+
+@pytest.mark.parametrize("model_name", sorted(SKIPS))
+def test_skip_connections_equal_pyg(spark, graph_dirs, work_dir, model_name):
+    case, graph, partitions = SKIPS[model_name]
+    _forced_strategy_equals_pyg(
+        spark, graph_dirs, work_dir, {model_name: case}, model_name, seed=19, graph=graph, partitions=partitions
+    )
+
+
+@pytest.mark.parametrize("partitions", [1, 3])
+def test_generic_fallback_conv_equals_pyg_under_replicate(spark, graph_dirs, work_dir, partitions):
+    """A conv with no native layer (FeaStConv, then MFConv) runs as its own module on each
+    partition's in-edge neighbourhoods (layers/generic.py): equal to PyG, on the skewed graph."""
+    from torch_geometric.nn import FeaStConv, MFConv
+
+    path, data = graph_dirs["skewed"]
+    torch.manual_seed(11)
+    module = Sequential(
+        "x, edge_index",
+        [
+            (FeaStConv(data.feature_dim, 12, heads=2), "x, edge_index -> x"),
+            ReLU(),
+            (MFConv(12, 5, max_degree=4), "x, edge_index -> x"),
+        ],
+    ).eval()
+    model = Model.from_pyg(module, output="embedding")
+    result = infer(spark, path, model, strategy="replicate", partitions=partitions, work_dir=work_dir).frame
+    actual = spark_output(result, data)
+    expected = pyg_reference(module, data)
+    assert not np.isnan(actual).any()
+    assert relative_error(actual, expected) <= 1e-5, relative_error(actual, expected)

@@ -80,6 +80,18 @@ BROKEN = {
         {},
         ["2 edges have a negative, NaN, Inf or null weight; first: (2 -> 3, weight=-0.5), (3 -> 4, weight=nan)"],
     ),
+    "edge_attr_width": (
+        GOOD_VERTICES,
+        {**GOOD_EDGES, "edge_attr": [[1.0, 2.0], [1.0], [0.0, 1.0]]},
+        {},
+        ["1 edges have an edge_attr vector whose length is not 2; first: (2 -> 3) (len 1)"],
+    ),
+    "edge_attr_nan": (
+        GOOD_VERTICES,
+        {**GOOD_EDGES, "edge_attr": [[1.0, 2.0], [NAN, 0.0], [0.0, -INF]]},
+        {},
+        ["2 edges have NaN/Inf (or null) edge_attr values; first: (2 -> 3), (3 -> 4)"],
+    ),
     "several_at_once": (
         {"id": [1, 2, 2, 3, 4], "x": [[1.0, 2.0], [1.0, 2.0], [1.0, 2.0], [INF, 0.0], [1.0, 2.0]]},
         {"src": [1, 9], "dst": [2, 3]},

@@ -92,6 +92,18 @@ CONVS = {
     "sgconv_k1": lambda f: gnn.SGConv(f, 8, K=1),
     "sgconv_k3": lambda f: gnn.SGConv(f, 8, K=3),
     "sgconv_k2_wide_noloops_nobias": lambda f: gnn.SGConv(f, f + 5, K=2, add_self_loops=False, bias=False),
+    "tagconv": lambda f: gnn.TAGConv(f, 8),
+    "tagconv_k1_nonorm_nobias": lambda f: gnn.TAGConv(f, 8, K=1, normalize=False, bias=False),
+    "appnp": lambda f: _after_linear(f, gnn.APPNP(K=4, alpha=0.15, dropout=0.5)),
+    "edgeconv_max": lambda f: gnn.EdgeConv(
+        torch.nn.Sequential(torch.nn.Linear(2 * f, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8))
+    ),
+    "edgeconv_mean_mlp": lambda f: gnn.EdgeConv(gnn.MLP([2 * f, 16, 8], norm="batch_norm"), aggr="mean"),
+    "edgeconv_add": lambda f: gnn.EdgeConv(torch.nn.Linear(2 * f, 8), aggr="add"),
+    "transformer_concat": lambda f: gnn.TransformerConv(f, 4, heads=3, dropout=0.5),
+    "transformer_mean_beta": lambda f: gnn.TransformerConv(f, 5, heads=2, concat=False, beta=True),
+    "transformer_concat_beta": lambda f: gnn.TransformerConv(f, 4, heads=2, beta=True),
+    "transformer_noroot_nobias": lambda f: gnn.TransformerConv(f, 4, heads=2, root_weight=False, bias=False),
 }
 
 
@@ -168,6 +180,61 @@ def test_weighted_propagations_equal_pyg(case, graph):
     _check(case, graph, weighted=True)
 
 
+@pytest.mark.parametrize("case", ["tagconv", "tagconv_k1_nonorm_nobias"])
+def test_tagconv_with_edge_weights_equals_pyg(case, graph):
+    """TAGConv's gcn_norm (no self loops) counts the weights in the in-degree; without
+    normalisation they scale each message."""
+    _check(case, graph, weighted=True)
+
+
+@pytest.mark.parametrize("options", [{}, {"add_self_loops": False}, {"normalize": False}])
+def test_appnp_with_edge_weights_equals_pyg(options, synthetic):
+    """Each loop / normalisation option, weighted, on the corner-case graph (Cora's width would
+    make every hop carry 2 x 1433 floats for nothing more)."""
+    graph = synthetic
+    torch.manual_seed(0)
+    f = graph.num_features
+    pyg = _randomize(_after_linear(f, gnn.APPNP(K=3, alpha=0.2, **options), weighted=True), seed=4)
+    with torch.no_grad():
+        ref = pyg(graph.x, graph.edge_index, graph.edge_weight)
+    model = Model.from_pyg(pyg, output="embedding")
+    assert model.conv(0).uses_edge_weight
+    for parts in PARTS:
+        out = model(graph.x, graph.edge_index, graph.edge_weight, parts=parts, seed=parts)
+        assert rel_err(out, ref) <= TOL, (options, graph.name, parts)
+
+
+def test_tag_and_appnp_rounds_carry_their_columns_per_vertex():
+    """K rounds each; only the propagated x travels to the edges, the running sum (TAGConv) or
+    x_0 (APPNP) rides in the rows; every round rebuilds from its config (model batching)."""
+    from sparkgnn.layers import CONVS, build_conv
+
+    tag = Model.from_pyg(_randomize(gnn.TAGConv(10, 4, K=3)), output="embedding")
+    assert (tag.num_layers, tag.num_rounds) == (1, 3)
+    assert [(c.in_dim, c.out_dim, c.src_width(False)) for c in tag.conv_list()] == [
+        (10, 14, 10),
+        (14, 14, 10),
+        (14, 4, 10),
+    ]
+    appnp = Model.from_pyg(_randomize(_after_linear(10, gnn.APPNP(K=2, alpha=0.1))), output="embedding")
+    assert [(c.in_dim, c.out_dim, c.src_width(False)) for c in appnp.conv_list()] == [(10, 20, 10), (20, 10, 10)]
+    for conv in tag.conv_list() + appnp.conv_list():
+        assert CONVS.get(conv.kind) is type(conv)
+        assert build_conv(conv.config()).config() == conv.config()
+
+
+def test_first_hop_payload_is_shared_with_a_weightless_gcn_round():
+    """A first hop ships the rows times deg^-1/2 exactly as LGConv-style GCN rounds do, so a
+    bundle may share that payload; later hops ship a slice of their rows (another key)."""
+    from sparkgnn.layers.signatures import payload_key
+
+    appnp = Model.from_pyg(_randomize(_after_linear(10, gnn.APPNP(K=2, alpha=0.1, add_self_loops=False))))
+    lg = Model.from_pyg(_randomize(_after_linear(10, gnn.LGConv())))
+    first, second = appnp.conv_list()
+    assert payload_key(first, False) == payload_key(lg.conv(0), False)
+    assert payload_key(second, False) != payload_key(first, False)
+
+
 @pytest.mark.parametrize("normalize", [True, False])
 def test_lgconv_with_edge_weights_equals_pyg(normalize, graph):
     torch.manual_seed(0)
@@ -194,10 +261,13 @@ def test_sgconv_runs_as_k_gcn_rounds_with_the_weight_where_rows_are_narrower():
 
 
 def test_new_kinds_round_trip_through_save_and_load(synthetic, tmp_path):
-    """GraphConv, SAGEConv(project=True), LGConv and SGConv rebuild from their JSON spec and
-    state_dict (SGConv's rounds included) and give the same rows."""
+    """GraphConv, SAGEConv(project=True), LGConv, SGConv, TAGConv, APPNP, EdgeConv and
+    TransformerConv rebuild from their JSON spec and state_dict (multi-hop rounds included) and
+    give the same rows."""
     f = synthetic.num_features
-    for case in ("graphconv_max_nobias", "sage_project", "lgconv", "sgconv_k3", "sgconv_k2_wide_noloops_nobias"):
+    cases = ("graphconv_max_nobias", "sage_project", "lgconv", "sgconv_k3", "sgconv_k2_wide_noloops_nobias")
+    cases += ("tagconv", "appnp", "edgeconv_mean_mlp", "transformer_concat_beta")
+    for case in cases:
         model = Model.from_pyg(_randomize(CONVS[case](f), seed=5), output="embedding")
         model.save(tmp_path / case)
         loaded = Model.load(tmp_path / case)
@@ -258,6 +328,9 @@ def test_pre_transform_flags():
         assert not flags[case], case
     for case in ("graphconv_add", "graphconv_mean", "sage_project", "sgconv_k1", "sgconv_k3"):
         assert flags[case], case
+    # key / value before the message either way; hops and EdgeConv's nn ship x
+    assert flags["transformer_concat"] and not flags["tagconv"] and not flags["appnp"]
+    assert not flags["edgeconv_max"]
 
 
 def test_propagate_without_edges():

@@ -18,7 +18,7 @@ def _as_multiset(src, dst, w=None):
 
 
 def test_policy_registry():
-    assert set(SELF_LOOP_POLICIES) == {"none", "remaining", "replace"}
+    assert set(SELF_LOOP_POLICIES) == {"none", "remaining", "replace", "replace_mean"}
     with pytest.raises(ValueError, match="unknown self-loop policy"):
         apply_self_loops(torch.tensor([0]), torch.tensor([0]), None, 1, "fill")
 

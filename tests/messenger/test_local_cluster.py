@@ -16,6 +16,8 @@ from messenger_helpers import wait_for
 
 from sparkgnn.messenger.errors import TransportError
 from sparkgnn.messenger.local import LocalCluster
+from sparkgnn.messenger.probe import broker_stats
+from sparkgnn.messenger.security import make_client
 from sparkgnn.messenger.transport import InProcessTransport
 
 HB = 0.1
@@ -157,13 +159,16 @@ def test_product_worker_executable_serves_and_refuses_an_unknown_op(tmp_path):
 def test_worker_processes_survive_garbage_and_report_it_through_the_broker(cluster):
     import zmq
 
-    c = cluster(1)
+    c = cluster(1, transport="tcp")  # loopback tcp: any local user can reach it, so the run has keys
+    with pytest.raises(TransportError, match="did not answer"):  # the run's keys: a key-less peer gets nothing
+        broker_stats(c.front, timeout_s=0.3)
     worker = c.client().stats()["workers"][0]
     assert "data" not in worker and "pid" not in worker  # STATS is open to any front peer
     assert wait_for(lambda: "tasks arrive at" in c.logs(), timeout=10)  # the worker's own log says where
     data = re.search(r"tasks arrive at (\S+)", c.logs()).group(1)
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.linger = 0
+    make_client(sock, c.client_keys())  # the run's keys: a listed client, speaking garbage
     sock.connect(data)
     for junk in ([os.urandom(100)], [b'{"v":1,"kind":"TASK","tables":["t"]}', b"not arrow"]):
         sock.send_multipart(junk)
@@ -228,3 +233,13 @@ def test_a_call_after_an_idle_gap_longer_than_liveness_does_not_lose_its_lease(c
             time.sleep(HB * 3 * 2)  # twice the liveness window, idle
         assert client.counts["broker_reconnects"] == 0
         assert client.counts["resent"] == 0
+
+
+def test_an_ipc_cluster_is_single_user_by_its_folder_and_a_tcp_one_has_keys(cluster):
+    """ipc sockets live in the run's 0700 folder (the kernel admits only this user), so an ipc run
+    needs no CURVE; a tcp run is reachable by every local user and gets a key set."""
+    ipc = cluster(1)
+    assert ipc.keys_dir is None and os.stat(ipc.dir).st_mode & 0o777 == 0o700
+    assert ipc.front.startswith(f"ipc://{ipc.dir}/")
+    tcp = cluster(1, transport="tcp")
+    assert tcp.keys_dir is not None and os.path.isdir(tcp.keys_dir)

@@ -200,14 +200,12 @@ def test_ipc_data_sockets_default_to_a_private_folder_not_the_shared_temp_dir(tm
 
 
 def test_curve_without_the_server_key_gets_nothing_through_and_with_it_works(tmp_path, fresh_context):
-    zmq_auth = pytest.importorskip("zmq.auth")
-    keys = tmp_path / "keys"
-    keys.mkdir()
-    zmq_auth.create_certificates(str(keys), "server")
-    public = (keys / "server.key").read_text()
-    assert "public-key" in public
-    from sparkgnn.messenger.security import server_public_key
+    from sparkgnn.messenger.security import make_full_set
     from sparkgnn.messenger.worker import Worker
+
+    keys = tmp_path / "keys"
+    make_full_set(keys)
+    assert "public-key" in (keys / "server.key").read_text()
 
     front, back = f"tcp://127.0.0.1:{free_tcp_port()}", f"tcp://127.0.0.1:{free_tcp_port()}"
     stop = threading.Event()
@@ -220,10 +218,7 @@ def test_curve_without_the_server_key_gets_nothing_through_and_with_it_works(tmp
         with MessengerTransport(front, timeout_s=0.3, retries=0, heartbeat_s=HB, context=fresh_context()) as plain:
             with pytest.raises(TransportError, match=front):
                 plain.call({"batch": "sneaky"}, fh.batch(2))
-        key = server_public_key(str(keys))
-        with MessengerTransport(
-            front, timeout_s=5, heartbeat_s=HB, curve_server_key=key, context=fresh_context()
-        ) as good:
+        with MessengerTransport(front, timeout_s=5, heartbeat_s=HB, keys_dir=keys, context=fresh_context()) as good:
             header, out = good.call({"batch": "ok", "id_column": "id"}, fh.batch(3))
         assert header["batch"] == "ok" and out["out"].num_rows == 3
         assert worker.metrics()["tasks"] == 1  # the key-less client's task never arrived

@@ -60,7 +60,7 @@ def test_frames_route_when_disabled_on_either_side(thread_cluster):
 def test_worker_that_cannot_open_the_segment_makes_the_dealer_fall_back_to_frames(thread_cluster, monkeypatch):
     cluster = thread_cluster(workers=1)
 
-    def unavailable(name, max_bytes):
+    def unavailable(name, max_bytes, **_):
         raise shm.ShmUnavailable(f"cannot open shared memory segment {name!r}: other namespace")
 
     monkeypatch.setattr(shm, "Mapping", unavailable)
@@ -75,7 +75,8 @@ def test_worker_that_cannot_open_the_segment_makes_the_dealer_fall_back_to_frame
     "ref, message",
     [
         ({"name": "../../etc/passwd", "parts": [[0, 10]]}, "bad shared memory segment name"),
-        ({"name": "sparkgnn-1-0123456789ab-1", "parts": [[0, 10]]}, "cannot open shared memory segment"),
+        ({"name": "sparkgnn-1-0123456789ab-1", "parts": [[64, 10]], "key": "ab" * 32}, "cannot open shared memory"),
+        ({"name": "sparkgnn-1-0123456789ab-1", "parts": [[64, 10]]}, "shared memory key must be"),
         ("not-an-object", "header 'shm' must be an object"),
     ],
 )
@@ -97,9 +98,11 @@ def test_bad_segment_references_are_refused_and_counted(thread_cluster, ref, mes
 def test_out_of_bounds_parts_are_refused(tmp_path):
     seg = shm.Segment(f"sparkgnn-{os.getpid()}-{'ab' * 6}-99", 1 << 20)
     try:
-        mapping = shm.Mapping(seg.name, 1 << 30)
+        mapping = shm.Mapping(seg.name, 1 << 30, key=seg.key)
         with pytest.raises(ValueError, match="outside segment"):
             mapping.views([[1 << 20, 8]])
+        with pytest.raises(ValueError, match="outside segment"):
+            mapping.views([[0, 8]])  # the key block is never a payload part
         with pytest.raises(ValueError, match="bad shm part"):
             mapping.views([[0, "8"]])
         assert mapping.close() is True
@@ -180,3 +183,98 @@ def test_a_result_naming_a_segment_the_dealer_did_not_offer_is_rejected(thread_c
         thread.join(5)
         data.close(0)
         ctl.close(0)
+
+
+def _raw_task(cluster, header_fields: dict, payload_tables: dict | None = None, peek: bool = False):
+    """Send one TASK straight to the first worker's data socket (a peer that skips the dealer);
+    returns the decoded reply header and tables (with `peek`: the header and no tables, for a
+    reply that names a shared memory segment)."""
+    import zmq
+
+    from sparkgnn.messenger.protocol import encode_header, peek_header, serialize_table, stamp
+
+    tables = payload_tables or {}
+    payload = [serialize_table(t) for t in tables.values()]
+    header = stamp(header_fields, Kind.TASK.value, tables, payload)
+    sock = cluster.context.socket(zmq.DEALER)
+    sock.linger = 0
+    sock.connect(cluster.workers[0].data_endpoint)
+    try:
+        sock.send_multipart([encode_header(header), *payload])
+        assert sock.poll(5000)
+        frames = sock.recv_multipart()
+        return (peek_header(frames, 1 << 24), {}) if peek else decode(frames, 1 << 24)
+    finally:
+        sock.close(0)
+
+
+def test_a_peer_naming_another_jobs_segment_is_refused_without_a_hash(thread_cluster):
+    """The segment holds another job's table; the peer knows its name and parts (listing
+    /dev/shm shows names) but not its key: refused before any byte is hashed or read, and the
+    refusal carries nothing computed from the segment's bytes."""
+    from sparkgnn.messenger import hashing
+    from sparkgnn.messenger.protocol import encode_header, stamp
+
+    cluster = thread_cluster(workers=1)
+    other_job = shm.Segment(f"sparkgnn-{os.getpid()}-{'ef' * 6}-1", 1 << 20)
+    try:
+        tables = fh.batch(100)
+        parts, views = other_job.write_tables(tables.values())
+        actual = hashing.digest(views, hashing.DEFAULT)
+        header = stamp({"batch": "probe", "id_column": "id"}, Kind.TASK.value, tables, views)
+        header["hash"] = f"{hashing.DEFAULT}:{'0' * 16}"  # a guess the worker must not answer with the truth
+        header["shm"] = {"name": other_job.name, "parts": parts, "key": "00" * 32}
+        import zmq
+
+        sock = cluster.context.socket(zmq.DEALER)
+        sock.linger = 0
+        sock.connect(cluster.workers[0].data_endpoint)
+        sock.send_multipart([encode_header(header)])
+        assert sock.poll(5000)
+        reply, _ = decode(sock.recv_multipart(), 1 << 20)
+        sock.close(0)
+        del views
+    finally:
+        other_job.destroy()
+    assert reply["kind"] == "ERROR" and "is not this task's" in reply["error"]
+    assert actual.split(":", 1)[1] not in reply["error"] and "hash" not in reply["error"]
+    assert cluster.workers[0].metrics()["tasks"] == 0  # the handler never ran
+
+
+def test_a_hash_mismatch_never_names_the_computed_digest():
+    from sparkgnn.messenger import hashing
+    from sparkgnn.messenger.protocol import ProtocolError, decode_payload, serialize_table, stamp
+
+    tables = fh.batch(10)
+    payload = [serialize_table(t) for t in tables.values()]
+    header = dict(stamp({"batch": "b"}, Kind.TASK.value, tables, payload), hash=f"{hashing.DEFAULT}:{'0' * 16}")
+    actual = hashing.digest(payload, hashing.DEFAULT).split(":", 1)[1]
+    with pytest.raises(ProtocolError, match="payload hash mismatch") as caught:
+        decode_payload(header, [pa_buffer(f) for f in payload])
+    assert actual not in str(caught.value)
+
+
+def pa_buffer(frame):
+    import pyarrow as pa
+
+    return pa.py_buffer(bytes(frame))
+
+
+def test_reply_shm_into_a_foreign_segment_is_refused(thread_cluster):
+    """A peer offers another job's segment as the reply segment: the worker writes nothing
+    into it and answers with frames."""
+    cluster = thread_cluster(workers=1)
+    foreign = shm.Segment(f"sparkgnn-{os.getpid()}-{'fe' * 6}-1", 1 << 20)
+    try:
+        before = bytes(foreign._mm[:])
+        ref = {"name": foreign.name, "size": foreign.size, "key": "11" * 32}
+        header, out = _raw_task(cluster, {"batch": "r", "id_column": "id", "reply_shm": ref}, fh.batch(50))
+        assert header["kind"] == "RESULT" and header.get("shm") is None and out["out"].num_rows == 50
+        assert bytes(foreign._mm[:]) == before
+        assert cluster.workers[0].metrics()["reply_shm_unavailable"] == 1
+        # the same offer with the segment's own key is written into (the route still works)
+        ref["key"] = foreign.key
+        header, _ = _raw_task(cluster, {"batch": "s", "id_column": "id", "reply_shm": ref}, fh.batch(50), peek=True)
+        assert header["kind"] == "RESULT" and header["shm"]["name"] == foreign.name
+    finally:
+        foreign.destroy()

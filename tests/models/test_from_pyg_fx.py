@@ -14,6 +14,8 @@ import torch.nn.functional as F
 import torch_geometric.nn as gnn
 from gat_cora import GAT as TutorialGAT
 from gcn_cora import GCN as TutorialGCN
+from jk_cora import JKNet
+from residual_cora import ResGNN
 from sage_cora import SAGE
 from torch_geometric.nn import GCNConv, SAGEConv
 from torch_test_graphs import randomize, rel_err
@@ -73,12 +75,51 @@ class Normalized(torch.nn.Module):
         return F.normalize(x, p=2, dim=-1)
 
 
+class ResidualInput(TutorialGCN):
+    """The conv's input and a value saved before the pre ops: a residual over the raw features
+    (a Linear first, the GCN widths are the hidden width) and one over the first conv's output."""
+
+    def __init__(self, in_channels, hidden_channels, out_channels):
+        super().__init__(hidden_channels, hidden_channels, hidden_channels)
+        self.lin = torch.nn.Linear(in_channels, hidden_channels)
+        self.skip = torch.nn.Linear(in_channels, hidden_channels)  # unused: never traced
+        self.head = torch.nn.Linear(hidden_channels, out_channels)
+
+    def forward(self, x, edge_index):
+        x = self.lin(x)
+        h = self.conv1(x, edge_index)
+        h = F.elu(h) + h
+        h = self.conv2(h, edge_index) + x
+        return self.head(h)
+
+
+class ConcatGAT(torch.nn.Module):
+    """torch.cat of two rounds' outputs (a GAT's and a SAGE's) along the features, then LayerNorm."""
+
+    def __init__(self, in_channels, hidden_channels, out_channels):
+        super().__init__()
+        self.conv1 = gnn.GATConv(in_channels, hidden_channels, heads=2)
+        self.conv2 = SAGEConv(2 * hidden_channels, out_channels)
+        self.norm = torch.nn.LayerNorm(2 * hidden_channels + out_channels)
+
+    def forward(self, x, edge_index):
+        h1 = F.elu(self.conv1(x, edge_index))
+        h2 = self.conv2(h1, edge_index)
+        return self.norm(torch.cat([h1, h2], dim=-1))
+
+
 MODELS = {
     "tutorial_gcn": (lambda f: TutorialGCN(f, 16, CLASSES), "logits"),
     "weighted_gcn": (lambda f: WeightedGCN(f, 16, CLASSES), "logits"),
     "sage_head": (lambda f: SAGEWithHead(f, 16, CLASSES), "logits"),
     "gat": (lambda f: TutorialGAT(f, 8, CLASSES, heads=2), "logits"),
     "norms": (lambda f: Normalized(f, 16, 8), "embedding"),
+    # skip connections (layers/dag.py): residual adds, jumping knowledge, a concatenation
+    "residual": (lambda f: ResGNN(f, 16, CLASSES), "logits"),
+    "residual_input": (lambda f: ResidualInput(f, 16, CLASSES), "logits"),
+    "jk_cat": (lambda f: JKNet(f, 8, CLASSES), "logits"),
+    "jk_max": (lambda f: JKNet(f, 8, CLASSES, mode="max"), "logits"),
+    "concat_gat": (lambda f: ConcatGAT(f, 8, CLASSES), "embedding"),
 }
 
 
@@ -124,11 +165,33 @@ def test_the_tutorial_models_map_onto_the_chain(synthetic):
     ]
 
 
-class Residual(TutorialGCN):
+class Branch(TutorialGCN):
+    """Two convs reading the same input side by side: the second does not read the first's result."""
+
+    def forward(self, x, edge_index):
+        a = self.conv1(x, edge_index)
+        return a + self.conv2(x, edge_index)
+
+
+class ScaledResidual(TutorialGCN):
+    def __init__(self, in_channels, hidden_channels, out_channels):
+        super().__init__(in_channels, in_channels, in_channels)
+
     def forward(self, x, edge_index):
         x = self.conv1(x, edge_index).relu()
-        x = x + self.conv2(x, edge_index)
-        return x
+        return x + 0.5 * self.conv2(x, edge_index)
+
+
+class LSTMJumpingKnowledge(JKNet):
+    def __init__(self, in_channels, hidden_channels, out_channels):
+        super().__init__(in_channels, hidden_channels, out_channels, mode="max")
+        self.jump = gnn.JumpingKnowledge("lstm", channels=hidden_channels, num_layers=3)
+
+
+class CatOverNodes(TutorialGCN):
+    def forward(self, x, edge_index):
+        x = self.conv1(x, edge_index).relu()
+        return torch.cat([x, self.conv2(x, edge_index)], dim=0)
 
 
 class ControlFlow(TutorialGCN):
@@ -174,12 +237,15 @@ class TwoOutputs(TutorialGCN):
 
 REFUSALS = [
     # (class, substrings the message must contain: the source line and the reason)
-    (Residual, ["x = x + self.conv2(x, edge_index)", "read by 2 later ops", "normal form is a chain"]),
+    (Branch, ["`return a + self.conv2(x, edge_index)`", "conv2 does not read the previous op's result"]),
+    (ScaledResidual, ["`return x + 0.5 * self.conv2(x, edge_index)`", "operator 'mul'", "not a supported"]),
+    (LSTMJumpingKnowledge, ["model.jump (JumpingKnowledge)", "mode='lstm'", "'cat' and 'max' are supported"]),
+    (CatOverNodes, ["torch.cat", "feature axis"]),
     (ControlFlow, ["test_from_pyg_fx.py", "`if x.sum() > 0:`", "control flow"]),
     (GraphLevel, ["GraphLevel", "'batch'", "graph-level"]),
     (UnknownOp, ["`return torch.cumsum(self.conv2(x, edge_index), dim=1)`", "torch.cumsum is not a supported"]),
     (SoftmaxOverNodes, ["softmax(dim=0)", "dim=0", "feature axis"]),
-    (RefusedConv, ["model.conv1", "ChebConv", "not supported"]),
+    (RefusedConv, ["model.conv1", "ChebConv", "OUT-degrees"]),
     (TwoOutputs, ["several values"]),
 ]
 
@@ -193,3 +259,24 @@ def test_what_is_not_a_traceable_chain_is_refused_naming_line_and_reason(cls, ne
     for needle in needles:
         assert needle in msg, (needle, msg)
     assert msg.count("\n") == 0, msg  # one clear line
+
+
+def test_skip_connections_ride_in_the_rows_only_while_a_later_op_reads_them(synthetic):
+    """JK-cat over three SAGE rounds: each round's output is saved, carried through the next
+    rounds' rows after the conv's input (the rounds' in_dim counts them, so the planner prices
+    them) and dropped at the concatenation; the payloads shipped to edges stay the conv's own."""
+    features = synthetic.num_features
+    model = Model.from_pyg(randomize(JKNet(features, 8, CLASSES)))
+    spec = model.describe()
+    assert [[op["op"] for op in post] for post in spec["post"]] == [
+        ["activation", "save"],
+        ["activation", "save"],
+        ["activation", "combine", "linear"],
+    ]
+    assert spec["post"][2][1] == {"op": "combine", "mode": "cat", "inputs": ["s0", "s1", "h"], "widths": [8, 8, 8]}
+    info = model.plan_info()
+    assert [i["in_dim"] for i in info] == [features, 8 + 8, 8 + 16]
+    assert [i["out_dim"] for i in info] == [8, 8 + 8, 8 + 16]
+    assert [i["src_width"]["raw"] for i in info] == [features, 8, 8]
+    assert model.out_dim == CLASSES and model.is_dag
+    assert not Model.from_pyg(randomize(TutorialGCN(features, 16, CLASSES))).is_dag

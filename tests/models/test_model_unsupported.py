@@ -27,8 +27,7 @@ class MyGCNConv(gnn.GCNConv):
 
 CASES = [
     # (name, builder, substrings the message must contain)
-    ("gatv2_edge_dim", lambda: gnn.GATv2Conv(F, 4, heads=2, edge_dim=3), ["GATv2Conv", "edge_dim=3"]),
-    ("gat_basic_v2_edge_dim", lambda: gnn.GAT(F, 8, 2, v2=True, edge_dim=2), ["convs.0", "GATv2Conv", "edge_dim=2"]),
+    ("gatv2_edge_fill", lambda: gnn.GATv2Conv(F, 4, edge_dim=3, fill_value="add"), ["GATv2Conv", "fill_value='add'"]),
     ("gatv2_aggr_mean", lambda: gnn.GATv2Conv(F, 4, aggr="mean"), ["GATv2Conv", "aggr='mean'"]),
     ("resgated_edge_dim", lambda: gnn.ResGatedGraphConv(F, 4, edge_dim=2), ["ResGatedGraphConv", "edge_dim=2"]),
     ("resgated_act_none", lambda: gnn.ResGatedGraphConv(F, 4, act=None), ["ResGatedGraphConv", "act=None"]),
@@ -40,7 +39,6 @@ CASES = [
     ("resgated_act_unknown", lambda: gnn.ResGatedGraphConv(F, 4, act=torch.nn.Hardswish()), ["act", "Hardswish"]),
     ("le_aggr_max", lambda: gnn.LEConv(F, 4, aggr="max"), ["LEConv", "aggr='max'"]),
     ("le_lazy", lambda: gnn.LEConv(-1, 4), ["LEConv", "lazy"]),
-    ("gat_edge_dim", lambda: gnn.GATConv(F, 4, edge_dim=3), ["GATConv", "edge_dim=3"]),
     ("gcn_improved", lambda: gnn.GCNConv(F, 4, improved=True), ["GCNConv", "improved=True"]),
     ("gcn_aggr_mean", lambda: gnn.GCNConv(F, 4, aggr="mean"), ["GCNConv", "aggr='mean'"]),
     ("gcn_flow", lambda: gnn.GCNConv(F, 4, flow="target_to_source"), ["GCNConv", "flow"]),
@@ -58,7 +56,7 @@ CASES = [
     ("sage_multi", lambda: gnn.SAGEConv(F, 4, aggr=["mean", "max"]), ["SAGEConv", "MultiAggregation"]),
     ("sage_median", lambda: gnn.SAGEConv(F, 4, aggr=A.MedianAggregation()), ["MedianAggregation"]),
     ("sage_bipartite", lambda: gnn.SAGEConv((F, F + 1), 4), ["SAGEConv", "bipartite"]),
-    ("gine", lambda: gnn.GINEConv(torch.nn.Linear(F, 4)), ["GINEConv", "edge features"]),
+    ("gat_edge_fill", lambda: gnn.GATConv(F, 4, edge_dim=2, fill_value=0.5), ["GATConv", "fill_value=0.5"]),
     (
         "gin_groupnorm",
         lambda: gnn.GINConv(torch.nn.Sequential(torch.nn.Linear(F, 4), torch.nn.GroupNorm(2, 4))),
@@ -71,7 +69,22 @@ CASES = [
         ),
         ["BatchNorm1d", "track_running_stats=False"],
     ),
-    ("cheb", lambda: gnn.ChebConv(F, 4, K=2), ["ChebConv", "not supported"]),
+    ("cheb", lambda: gnn.ChebConv(F, 4, K=2), ["ChebConv", "OUT-degrees", "lambda_max"]),
+    ("cheb_rw", lambda: gnn.ChebConv(F, 4, K=3, normalization="rw"), ["ChebConv", "'rw'"]),
+    ("tag_k0", lambda: gnn.TAGConv(F, 4, K=0), ["TAGConv", "K=0"]),
+    ("tag_aggr_mean", lambda: gnn.TAGConv(F, 4, aggr="mean"), ["TAGConv", "aggr='mean'"]),
+    (
+        "appnp_cached",
+        lambda: torch.nn.Sequential(torch.nn.Linear(F, 4), gnn.APPNP(K=2, alpha=0.1, cached=True)),
+        ["APPNP", "cached=True"],
+    ),
+    ("appnp_k0", lambda: torch.nn.Sequential(torch.nn.Linear(F, 4), gnn.APPNP(K=0, alpha=0.1)), ["APPNP", "K=0"]),
+    ("appnp_first", lambda: gnn.APPNP(K=2, alpha=0.1), ["APPNP", "no in_channels"]),
+    ("edgeconv_min", lambda: gnn.EdgeConv(torch.nn.Linear(2 * F, 4), aggr="min"), ["EdgeConv", "aggr='min'"]),
+    ("edgeconv_no_width", lambda: gnn.EdgeConv(torch.nn.ReLU()), ["EdgeConv", "input width is unknown"]),
+    ("gen_instance_norm", lambda: gnn.GENConv(F, 4, norm="instance"), ["mlp.1", "InstanceNorm1d"]),
+    ("gen_multi_aggr", lambda: gnn.GENConv(F, 4, aggr=["mean", "max"]), ["GENConv", "multi-aggregation"]),
+    ("transformer_lazy", lambda: gnn.TransformerConv(-1, 4), ["TransformerConv", "lazy"]),
     ("subclass", lambda: MyGCNConv(F, 4), ["MyGCNConv", "subclass of GCNConv"]),
     (
         "pna",
@@ -137,4 +150,4 @@ def test_unsupported_error_is_a_sparkgnn_error():
     from sparkgnn.errors import SparkGNNError
 
     with pytest.raises(SparkGNNError):
-        Model.from_pyg(gnn.GATv2Conv(F, 4, edge_dim=2))
+        Model.from_pyg(gnn.ResGatedGraphConv(F, 4, edge_dim=2))

@@ -38,3 +38,47 @@ def test_layers_states_and_reopen(graph_data, tmp_path):
         assert again_store.manifest["rows"] == store.manifest["rows"]
         assert PEStore.open(root, model=model, graph=data).layers == [1, 2]
         assert before <= again_store.manifest["updated"]
+
+
+class _EdgeNet(torch.nn.Module):
+    """Convs that read edge features: TransformerConv and GENConv with edge_dim, then PNAConv."""
+
+    def __init__(self, f: int, d: int):
+        super().__init__()
+        from torch_geometric.nn import GENConv, PNAConv, TransformerConv
+
+        self.conv1 = TransformerConv(f, 4, heads=2, edge_dim=d)
+        self.conv2 = GENConv(8, 6, edge_dim=d)
+        self.conv3 = PNAConv(6, 3, ["mean", "max", "std"], ["identity", "amplification"], torch.tensor([1, 4, 2]))
+
+    def forward(self, x, edge_index, edge_attr):
+        x = self.conv1(x, edge_index, edge_attr).relu()
+        x = self.conv2(x, edge_index, edge_attr)
+        return self.conv3(x, edge_index)
+
+
+def test_edge_features_are_read_by_the_precompute(graph_data, tmp_path):
+    import dataclasses
+
+    import pytest
+
+    attr = np.random.default_rng(2).normal(size=(graph_data.num_edges, 3)).astype(np.float32)
+    data = dataclasses.replace(graph_data, edge_attr=attr)
+    torch.manual_seed(4)
+    net = _EdgeNet(data.feature_dim, 3).eval()
+    ei = torch.from_numpy(np.stack([data.edge_src, data.edge_dst]))
+    with torch.no_grad():
+        expected = net(torch.from_numpy(data.x), ei, torch.from_numpy(attr)).numpy()
+    model = Model.from_pyg(net)
+    store = precompute_local(data, model, str(tmp_path / "store"))
+    h3, s3 = store.lookup(data.ids, 3, states=True)
+    np.testing.assert_allclose(h3, expected, rtol=1e-5, atol=1e-5)
+    # the stored state of an edge-feature layer reproduces its rows
+    h1, s2 = store.lookup(data.ids, 1)[0], store.lookup(data.ids, 2, states=True)[1]
+    conv = model.conv(1)  # the GENConv (0-based), whose state is layer 2's
+    with torch.no_grad():
+        h2 = model.post(1, conv.update(torch.from_numpy(h1), conv.aggregator.finalize(torch.from_numpy(s2)), {}, False))
+    np.testing.assert_allclose(h2.numpy(), store.lookup(data.ids, 2)[0], rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match=r"read edge features \(edge_attr, width 3\) but graph .* has none"):
+        precompute_local(graph_data, model, str(tmp_path / "other"))
+    assert not (tmp_path / "other").exists()

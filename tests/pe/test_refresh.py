@@ -93,7 +93,26 @@ def assert_same_store(got: PEStore, want: PEStore, ids, layers: int) -> None:
 
 @pytest.mark.parametrize("layers", [2, 3])
 @pytest.mark.parametrize(
-    "kind", ["gcn", "sage", "sage_max", "gin", "gat", "resgated", "le", "graphconv", "sage_project", "sgconv", "lgconv"]
+    "kind",
+    [
+        "gcn",
+        "sage",
+        "sage_max",
+        "gin",
+        "gat",
+        "resgated",
+        "le",
+        "graphconv",
+        "sage_project",
+        "sgconv",
+        "lgconv",
+        "tagconv",
+        "appnp",
+        "edgeconv",
+        "transformer",
+        "gen",
+        "pna",
+    ],
 )
 def test_refresh_equals_a_precompute_of_the_updated_graph(graph, tmp_path, kind, layers):
     model = model_of(kind, graph.feature_dim, layers)
@@ -140,6 +159,29 @@ def test_unweighted_graph_and_a_second_refresh_extends_the_chain(graph, tmp_path
     assert_same_store(store, precompute_local(final, model, str(tmp_path / "scratch")), final.ids, 2)
 
 
+def test_a_refreshed_version_keeps_the_workload_metrics_recomputed_on_the_updated_graph(graph, tmp_path):
+    """The degrees, PSGS and FAP tables a serving deployment routes and caches by are recomputed
+    on the updated graph with the old version's options, so a refreshed version keeps them."""
+    from sparkgnn.graph.updates import apply
+    from sparkgnn.pe.local import local_metrics
+
+    model = model_of("gcn", graph.feature_dim, 2)
+    root = str(tmp_path / "store")
+    old = precompute_local(graph, model, root, metrics=True, fanouts=(5, 3), hops=2)
+    update = random_update(graph, seed=3)
+    refreshed, _ = refresh_local(graph, update, model, root)
+    assert refreshed.metric_tables == old.metric_tables == ["degrees", "fap", "psgs"]
+    assert refreshed.manifest["metrics"]["summary"]["fanouts"] == [5, 3]
+    want = local_metrics(apply(update, graph).graph, [5, 3], 2)
+    for name, column in (("fap", "fap"), ("psgs", "psgs"), ("degrees", "out_degree")):
+        got = refreshed.metrics_table(name)
+        order, expected = np.argsort(got.column("id").to_numpy()), np.argsort(want[name].column("id").to_numpy())
+        np.testing.assert_array_equal(got.column("id").to_numpy()[order], want[name].column("id").to_numpy()[expected])
+        np.testing.assert_allclose(
+            got.column(column).to_numpy()[order], want[name].column(column).to_numpy()[expected], rtol=1e-12
+        )
+
+
 def test_a_refresh_killed_after_layer_one_resumes_to_the_same_store(graph, tmp_path, monkeypatch):
     model = model_of("sage", graph.feature_dim, 3)
     root = str(tmp_path / "store")
@@ -179,3 +221,37 @@ def test_refusals_name_what_is_wrong(graph, tmp_path):
     other = model_of("sage", graph.feature_dim, 2)
     with pytest.raises(StalePEStore, match="model"):
         refresh_local(graph, random_update(graph, seed=1), other, root)
+
+
+@pytest.mark.parametrize("kind", ["gcn", "sage"])
+def test_a_cold_refresh_reads_only_the_rows_it_needs(graph, tmp_path, monkeypatch, kind):
+    """From row files (pe/rowfile.py), never a layer whole: per layer at most the stored states
+    of its targets and the stored h of the next layer's targets and message sources."""
+    model = model_of(kind, graph.feature_dim, 2)
+    root = str(tmp_path / "store")
+    precompute_local(graph, model, root)
+    ids = graph.ids
+    update = GraphUpdate(
+        edge_insert_src=ids[[3]],
+        edge_insert_dst=ids[[17]],
+        edge_insert_weight=np.ones(1, np.float32),
+        feature_update_ids=ids[[40]],
+        feature_update_x=np.ones((1, graph.feature_dim), np.float32),
+    )
+
+    def whole(self, layer):
+        raise AssertionError(f"layer {layer} read whole")
+
+    monkeypatch.setattr(PEStore, "table", whole)
+    _, report = refresh_local(graph, update, model, root, verify="sizes")
+    monkeypatch.undo()
+    one, two = report.layers
+    assert [one["read"], two["read"]] == ["rows", "rows"]
+    assert 0 < one["rows_read"] <= one["targets"] + two["targets"] + two["new_messages"] + two["old_messages"]
+    assert 0 < two["rows_read"] <= two["targets"]
+    assert one["rows_read"] + two["rows_read"] < graph.num_nodes // 2  # reading both whole: 2 N rows
+    from sparkgnn.graph.updates import apply
+
+    new_graph = apply(update, graph).graph
+    scratch = precompute_local(new_graph, model, str(tmp_path / "scratch"))
+    assert_same_store(PEStore.open(root, model=model, graph=new_graph), scratch, new_graph.ids, 2)

@@ -85,6 +85,12 @@ def graph():
         ("gat", 2),
         ("gatv2", 2),
         ("le", 2),
+        ("tagconv", 2),
+        ("appnp", 2),
+        ("edgeconv", 2),
+        ("transformer", 2),
+        ("gen", 2),
+        ("pna", 2),
     ],
 )
 def test_exact_on_a_refreshed_store_equals_full_on_the_updated_graph(graph, tmp_path, kind, layers):

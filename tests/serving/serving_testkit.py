@@ -51,9 +51,27 @@ def pyg_model(kind: str, in_dim: int, layers: int, out: int = 5, seed: int = 0):
         "sage_project": lambda: _conv_stack(lambda a, b: gnn.SAGEConv(a, b, project=True), in_dim, hidden, layers, out),
         "sgconv": lambda: gnn.Sequential("x, edge_index", [(gnn.SGConv(in_dim, out, K=layers), "x, edge_index -> x")]),
         "lgconv": lambda: _lgconv_stack(in_dim, hidden, layers, out),
+        "tagconv": lambda: _conv_stack(lambda a, b: gnn.TAGConv(a, b, K=2), in_dim, hidden, layers, out),
+        "appnp": lambda: _appnp_stack(in_dim, hidden, layers, out),
+        "edgeconv": lambda: _conv_stack(_edgeconv, in_dim, hidden, layers, out),
+        "transformer": lambda: _conv_stack(
+            lambda a, b: gnn.TransformerConv(a, b, heads=2, concat=False, beta=True), in_dim, hidden, layers, out
+        ),
+        "gen": lambda: _conv_stack(
+            lambda a, b: gnn.GENConv(a, b, learn_t=True, norm="layer"), in_dim, hidden, layers, out
+        ),
+        "pna": lambda: _conv_stack(_pna, in_dim, hidden, layers, out),
     }[kind]
     torch.manual_seed(seed)
     return randomize(build(), seed)
+
+
+def _pna(a: int, b: int):
+    """PNAConv with every aggregator and degree scaler (a fixed training-degree histogram)."""
+    import torch_geometric.nn as gnn
+
+    scalers = ["identity", "amplification", "attenuation", "linear", "inverse_linear"]
+    return gnn.PNAConv(a, b, ["mean", "min", "max", "std", "sum"], scalers, torch.tensor([2, 7, 5, 3, 1]))
 
 
 def _conv_stack(conv, in_dim: int, hidden: int, layers: int, out: int):
@@ -82,3 +100,24 @@ def _lgconv_stack(in_dim: int, hidden: int, layers: int, out: int):
         children.append((gnn.LGConv(), "x, edge_index -> x"))
     children.append((torch.nn.Linear(hidden, out), "x -> x"))
     return gnn.Sequential("x, edge_index", children)
+
+
+def _appnp_stack(in_dim: int, hidden: int, layers: int, out: int):
+    """Linear(in_dim, hidden), APPNP with K = `layers` hops, Linear(hidden, out)."""
+    import torch_geometric.nn as gnn
+
+    children: list = [
+        (torch.nn.Linear(in_dim, hidden), "x -> x"),
+        (gnn.APPNP(K=layers, alpha=0.2), "x, edge_index -> x"),
+    ]
+    children.append((torch.nn.Linear(hidden, out), "x -> x"))
+    return gnn.Sequential("x, edge_index", children)
+
+
+def _edgeconv(in_dim: int, out: int):
+    """EdgeConv with a 2-layer MLP over [x_i | x_j - x_i], max aggregation."""
+    import torch_geometric.nn as gnn
+
+    return gnn.EdgeConv(
+        torch.nn.Sequential(torch.nn.Linear(2 * in_dim, out), torch.nn.ReLU(), torch.nn.Linear(out, out))
+    )

@@ -263,3 +263,21 @@ def test_answer_names_unknown_ids_with_and_without_validation(stores, skewed_wor
         r"of the graph; first: 1000000000000, .*\.\.\.",
     ):
         trusting.answer(bad)
+
+
+def test_models_that_read_edge_features_are_refused_by_serving_and_refresh(small_graph_for_requests, tmp_path):
+    import torch_geometric.nn as gnn
+
+    from sparkgnn.errors import UnsupportedModelError
+    from sparkgnn.pe.refresh import refresh_local
+
+    model = Model.from_pyg(gnn.GATConv(2, 4, edge_dim=3).eval())
+    line = r"does not carry edge features yet, but layer 0 \(gat\) reads edge_attr \(width 3\)"
+    with pytest.raises(UnsupportedModelError, match="serving " + line):
+        QueryEngine(small_graph_for_requests, model)
+    # the PE precompute reads edge features (tests/pe/test_pe_local.py): a graph without them is refused
+    with pytest.raises(ValueError, match=r"read edge features \(edge_attr, width 3\) but graph .* has none"):
+        precompute_local(small_graph_for_requests, model, str(tmp_path / "store"))
+    with pytest.raises(UnsupportedModelError, match="a PE store refresh " + line):
+        refresh_local(small_graph_for_requests, None, model, str(tmp_path / "store"))
+    assert not (tmp_path / "store").exists()

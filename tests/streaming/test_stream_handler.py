@@ -1,5 +1,7 @@
 """handler: one micro-batch without Spark. Answers equal QueryEngine.answer; invalid requests are
-error rows naming their problem; malformed files are dead-lettered; the degree policy answers
+error rows naming their problem, as are requests over the service's caps; malformed files are
+dead-lettered, and so are oversize files and a decompression bomb (from its footer, never
+decoded), and the next micro-batch is answered; the degree policy answers
 cheap requests first, FIFO in arrival order; timing columns add up."""
 
 import io
@@ -12,11 +14,11 @@ import pyarrow.parquet as pq
 import pytest
 from streaming_helpers import assert_rows_equal_answers, bad_requests, engine_answers, write_malformed
 
+from sparkgnn.deadletter import DeadLetter, read_dead_letters
 from sparkgnn.serving.request import requests_table
-from sparkgnn.streaming.deadletter import DeadLetter, read_dead_letters
 from sparkgnn.streaming.grouping import get_grouping
 from sparkgnn.streaming.handler import MicroBatchHandler
-from sparkgnn.streaming.intake import IncomingFile
+from sparkgnn.streaming.intake import FileLimits, IncomingFile
 from sparkgnn.streaming.sink import AnswerSink, read_answers, read_batch_meta
 
 
@@ -98,3 +100,68 @@ def test_fifo_serves_in_arrival_order(tmp_path, setup, engine):
     t = read_answers(str(tmp_path / "out")).to_pylist()
     assert [r["request_id"] for r in t] == [r.request_id for r in reqs[::-1]]
     assert [r["engine_batch"] for r in t] == [i // 2 for i in range(len(reqs))]
+
+
+def bomb_bytes(width: int = 1 << 20) -> bytes:
+    """A request file of one query with `width` zero features, written plain (no dictionary) and
+    zstd-compressed: a few KiB on disk, 4 MiB of column data once decompressed."""
+    from sparkgnn.serving import Request
+
+    bomb = Request("bomb", np.array([10**9]), np.zeros((1, width), np.float32), np.empty(0), np.empty(0))
+    buf = io.BytesIO()
+    pq.write_table(requests_table([bomb]), buf, use_dictionary=False, compression="zstd")
+    return buf.getvalue()
+
+
+def test_a_decompression_bomb_and_an_oversize_file_are_dead_lettered_and_the_stream_moves_on(
+    tmp_path, setup, engine, monkeypatch
+):
+    from sparkgnn.streaming import intake
+
+    decoded: list[str] = []
+    real_parse = intake.parse_request_bytes
+    monkeypatch.setattr(intake, "parse_request_bytes", lambda c, name: decoded.append(name) or real_parse(c, name))
+    bomb = bomb_bytes()
+    assert len(bomb) < 64 * 1024
+    limits = FileLimits(max_bytes=256 * 1024, max_decompressed_bytes=1 << 20)
+    handler = MicroBatchHandler(
+        engine,
+        setup.graph,
+        get_grouping("fifo"),
+        AnswerSink(str(tmp_path / "out")),
+        DeadLetter(str(tmp_path / "dead")),
+        limits=limits,
+    )
+    files = [
+        IncomingFile("file:/in/bomb.parquet", 1.0, bomb),
+        IncomingFile("file:/in/huge.parquet", 2.0, None, length=5 << 20),  # listed, never collected
+        as_file(setup.requests[:1], "good.parquet", 3.0),
+    ]
+    progress = handler.handle(files, 0)
+    assert (progress.requests, progress.dead_letters) == (1, 2)
+    assert decoded == ["good.parquet"]  # the bomb was refused from its footer, never decoded
+    reasons = {os.path.basename(d["file"]): d for d in read_dead_letters(str(tmp_path / "dead"))}
+    assert "footer declares" in reasons["bomb.parquet"]["reason"]
+    assert "max_file_decompressed_bytes" in reasons["bomb.parquet"]["reason"]
+    assert "max_file_bytes" in reasons["huge.parquet"]["reason"] and reasons["huge.parquet"]["bytes"] == 5 << 20
+    assert not os.path.exists(tmp_path / "dead" / "huge.parquet")  # its bytes were never read
+    # the stream moves on: the next micro-batch is answered
+    handler.handle([as_file(setup.requests[1:2], "next.parquet", 4.0)], 1)
+    t = read_answers(str(tmp_path / "out"))
+    assert t.num_rows == 2 and not any(t.column("error").to_pylist())
+    assert_rows_equal_answers(t, engine_answers(engine, setup.requests[:2]))
+
+
+def test_requests_over_the_service_caps_are_error_rows(tmp_path, setup, engine):
+    request = next(r for r in setup.requests if r.num_edges > 1)
+    handler = MicroBatchHandler(
+        engine,
+        setup.graph,
+        get_grouping("fifo"),
+        AnswerSink(str(tmp_path / "out")),
+        DeadLetter(str(tmp_path / "dead")),
+        limits=FileLimits(max_edges=request.num_edges - 1),
+    )
+    handler.handle([as_file([request], "big.parquet", 1.0)], 0)
+    (error,) = read_answers(str(tmp_path / "out")).column("error").to_pylist()
+    assert f"has {request.num_edges} edges; this service takes at most {request.num_edges - 1}" in error

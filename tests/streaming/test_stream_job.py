@@ -22,11 +22,11 @@ from streaming_helpers import (
     write_one_per_file,
 )
 
+from sparkgnn.deadletter import read_dead_letters
 from sparkgnn.errors import StalePEStore
 from sparkgnn.serving import Request
 from sparkgnn.serving.modes import ModeError
 from sparkgnn.serving.request import write_requests
-from sparkgnn.streaming.deadletter import read_dead_letters
 from sparkgnn.streaming.job import StreamConfig, StreamJobError, StreamStartError, build_engine, run
 from sparkgnn.streaming.sink import SinkError, committed_batch_ids, read_answers, read_batch_meta
 

@@ -1,8 +1,10 @@
 """Nothing the stream consumes is lost: a 0-byte request file (which Spark's file index leaves out
 of the micro-batch although the source marks it consumed), a truncated file, a foreign file and a
 file of the wrong schema are each dead-lettered with a reason naming the file and counted in the
-micro-batch line; the job's command line refuses bad numbers in argparse and every other user
-error as one `stream_queries.py: error: ...` line with exit code 2, before Spark starts."""
+micro-batch line, as are a file over the byte cap (never collected) and a decompression bomb
+(refused from its footer), the stream answering the good files around them; the job's command
+line refuses bad numbers in argparse and every other user error as one
+`stream_queries.py: error: ...` line with exit code 2, before Spark starts."""
 
 import importlib.util
 import io
@@ -14,9 +16,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from streaming_helpers import JOB, assert_rows_equal_answers, engine_answers, write_one_per_file
+from test_stream_handler import bomb_bytes
 
+from sparkgnn.deadletter import DeadLetter, read_dead_letters
 from sparkgnn.serving.request import requests_table
-from sparkgnn.streaming.deadletter import DeadLetter, read_dead_letters
 from sparkgnn.streaming.grouping import get_grouping
 from sparkgnn.streaming.handler import MicroBatchHandler
 from sparkgnn.streaming.intake import IncomingFile
@@ -132,6 +135,12 @@ def test_stream_dead_letters_empty_truncated_foreign_and_wrong_schema_files(spar
     folder = str(tmp_path / "in")
     write_one_per_file(folder, good)
     unreadable = write_unreadable(folder)
+    with open(os.path.join(folder, "oversize.parquet"), "wb") as fh:  # over max_file_bytes: never collected
+        fh.write(os.urandom(300 * 1024))
+    with open(os.path.join(folder, "bomb.parquet"), "wb") as fh:  # a few KiB, 4 MiB decompressed
+        fh.write(bomb_bytes())
+    unreadable["oversize.parquet"] = "over the job's limit of 262144 bytes"
+    unreadable["bomb.parquet"] = "footer declares"
     cfg = StreamConfig(
         graph=setup.graph_dir,
         model=setup.model_path,
@@ -142,6 +151,8 @@ def test_stream_dead_letters_empty_truncated_foreign_and_wrong_schema_files(spar
         checkpoint=str(tmp_path / "ck"),
         available_now=True,
         max_files_per_trigger=4,
+        max_file_bytes=256 * 1024,
+        max_file_decompressed_bytes=1 << 20,
     )
     caplog.set_level(logging.INFO, logger="sparkgnn")
     result = run(cfg, spark, engine=(setup.graph, engine))
@@ -150,7 +161,8 @@ def test_stream_dead_letters_empty_truncated_foreign_and_wrong_schema_files(spar
     assert set(reasons) == set(unreadable)
     for name, words in unreadable.items():
         assert reasons[name]["reason"].startswith(f"{name}: ") and words in reasons[name]["reason"], reasons[name]
-        assert os.path.exists(os.path.join(cfg.dead_letter_dir, name))
+        kept = os.path.exists(os.path.join(cfg.dead_letter_dir, name))
+        assert kept == (name != "oversize.parquet")  # an oversize file's bytes are never read
         assert os.path.exists(os.path.join(folder, name))
     t = read_answers(cfg.out)
     assert t.num_rows == len(good)

@@ -19,7 +19,8 @@ Tables in (all row orders are the owner's local order, decided by the graph engi
   own:   h (vector), one float32 column per node statistic, named by its key (sparkgnn.stat_keys:
          gcn_degree_w for GCN's weighted degree, gcn_degree for the unweighted one)
   mirror: p (vector) source payloads of foreign sources       [aggregate=edges]
-  edges: src (local in [own | mirror]), dst (local own), weight [aggregate=edges]
+  edges: src (local in [own | mirror]), dst (local own), weight, [attr (vector): the edge
+         attributes, for a conv that reads them]                [aggregate=edges]
   states: s (vector), seg (local own)                          [aggregate=states]
   out_edges: src (local own), dst (local in [own | foreign]), weight  [emit=partials]
   foreign_dst: d (vector) destination payloads of foreign dsts [emit=partials, attention layers]
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from typing import cast
 
 import pyarrow as pa
 import torch
@@ -41,6 +43,7 @@ from sparkgnn.dl.csr import Block, Csr, by_destination
 from sparkgnn.dl.staging import staged, to_host
 from sparkgnn.dl.tensors import fixed_list, index, matrices, matrix, vector
 from sparkgnn.errors import SparkGNNError
+from sparkgnn.layers.generic import GenericConv
 from sparkgnn.layers.rowwise import rows_independent as layers_rows_independent
 from sparkgnn.models.model import Model
 from sparkgnn.planner.partitions import MESSAGE_CHUNK_BYTES, VERTEX_CHUNK_BYTES
@@ -145,6 +148,14 @@ def _own_h(ctx: StepContext, table: str = "own") -> torch.Tensor:
 
 
 def _edge_weight(table: pa.Table, conv, device: str):
+    """What the conv's messages read per edge: the `attr` rows [E, D] of a conv with edge
+    attributes (layers/base.py), the weights of one that uses them, else None."""
+    if conv.edge_attr_dim:
+        if table.num_rows == 0:
+            return torch.zeros(0, conv.edge_attr_dim, device=device)
+        if "attr" not in table.column_names:
+            raise StepError(f"{conv.kind} reads edge attributes but the edges table has no attr column")
+        return matrix(table, "attr", device, conv.edge_attr_dim)
     if conv.uses_edge_weight and "weight" in table.column_names:
         return vector(table, "weight", device)
     return None
@@ -292,6 +303,9 @@ def aggregate_edges(ctx: StepContext) -> tuple[torch.Tensor, torch.Tensor | None
     src, dst = index(edges, "src", ctx.device), index(edges, "dst", ctx.device)
     _check_range("edges.src", src, own_src.shape[0] + sum(block.shape[0] for block in mirror))
     _check_range("edges.dst", dst, n_own)
+    if not conv.edge_mergeable:  # the generic fallback: the user's conv on [own | mirror] rows, all in-edges
+        rows = torch.cat([own_src, *mirror], dim=0) if mirror else own_src
+        return ctx.model.post(layer, cast(GenericConv, conv).neighbourhoods(rows, src, dst, n_own)), None
     src, dst, weight = apply_self_loops(src, dst, _edge_weight(edges, conv, ctx.device), n_own, conv.self_loops)
     scaled, scale = conv.message_scale(weight, pre)
     if scaled and conv.aggregator.from_sums and src.numel():

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import tempfile
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from sparkgnn.engine import calibration, pruned
+from sparkgnn.engine import calibration, phases, pruned
 from sparkgnn.engine.degrees import out_degree_histogram
 from sparkgnn.engine.exchange import EXCHANGES, exchange_kind, executors_share_this_disk, fits_on_disk
 from sparkgnn.engine.executor import estimate_lines, estimate_vs_actual, execute, finish, staged_output
@@ -54,14 +55,26 @@ INFER_LEGACY_ORDER = (
 log = logging.getLogger(__name__)
 
 
-def coerce_graph(spark: SparkSession, graph: GraphSource) -> Graph:
-    """A Graph, a graph directory, or anything GraphFrame-shaped (.vertices/.edges)."""
+def coerce_graph(
+    spark: SparkSession, graph: GraphSource, *, work_dir: str | None = None, validate: bool | None = None
+) -> Graph:
+    """A Graph, a graph directory, or anything GraphFrame-shaped (.vertices/.edges). A directory
+    is validated as Graph.load does (`validate` None: unless graph.json vouches for it), after
+    adopting what an earlier job in `work_dir` learnt about the same files (Graph.recall_facts:
+    a directory another tool wrote is then neither validated nor fingerprinted again)."""
+    from sparkgnn.engine.typed import refuse_typed_job
     from sparkgnn.graph import Graph
 
     if isinstance(graph, Graph):
         return graph
+    refuse_typed_job(graph, None, "PE precompute and refresh")
     if isinstance(graph, (str, os.PathLike)):
-        return Graph.load(spark, os.fspath(graph))
+        loaded = Graph.load(spark, os.fspath(graph), validate=False)
+        if work_dir and loaded.recall_facts(work_dir):
+            log.info(f"sparkgnn: graph {loaded.path}: validated and fingerprinted by an earlier job in {work_dir}")
+        if validate is not False:
+            loaded.validate(force=bool(validate))
+        return loaded
     if hasattr(graph, "vertices") and hasattr(graph, "edges"):
         return Graph.from_graphframe(graph)
     raise SparkGNNError(
@@ -70,9 +83,13 @@ def coerce_graph(spark: SparkSession, graph: GraphSource) -> Graph:
 
 
 def coerce_model(model: ModelSource) -> Model:
-    """A sparkgnn Model, a saved model path, or a PyTorch Geometric module."""
+    """A sparkgnn Model, a saved model path, or a PyTorch Geometric module. A typed model (or
+    its directory) is refused in one line: `infer` runs it before reaching here (engine.typed),
+    PE precompute and refresh run homogeneous graphs only so far."""
     from sparkgnn.models import Model
+    from sparkgnn.models.hetero import refuse_typed
 
+    refuse_typed(os.fspath(model) if isinstance(model, os.PathLike) else model, "PE precompute and refresh")
     if isinstance(model, Model):
         return model
     if isinstance(model, (str, os.PathLike)):
@@ -85,20 +102,36 @@ def check_model_fits(graph, model) -> None:
     so a mismatch is one clear line, not a shape error inside a task)."""
     if graph.feature_dim != model.in_dim:
         raise SparkGNNError(f"the graph's features are {graph.feature_dim} wide but the model expects {model.in_dim}")
+    if model.edge_attr_dim:
+        try:
+            model.check_edge_attr(getattr(graph, "edge_attr_dim", 0) or None, where=f"graph {graph.name!r}")
+        except ValueError as e:
+            raise SparkGNNError(str(e)) from None
 
 
 def load_job_inputs(
-    spark: SparkSession, graph: GraphSource, model: ModelSource, *, validate: bool = True
+    spark: SparkSession,
+    graph: GraphSource,
+    model: ModelSource,
+    *,
+    validate: bool = True,
+    work_dir: str | None = None,
 ) -> tuple[Graph, Model]:
     """The setup `infer` and `precompute` start from: the session configured, the graph and the
-    model loaded, the graph validated (unless `validate` is False) and the model checked to read
-    the graph's feature width, all before any costly Spark job, so bad input fails in one line."""
+    model loaded, the graph validated (unless `validate` is False; a directory always unless its
+    graph.json, or a record an earlier job left in `work_dir`, vouches for it) and the model
+    checked to read the graph's feature width, all before any costly Spark job, so bad input fails
+    in one line."""
     configure(spark)
-    loaded_graph = coerce_graph(spark, graph)
-    loaded_model = coerce_model(model)
-    if validate:
-        loaded_graph.validate()
-    check_model_fits(loaded_graph, loaded_model)
+    with phases.phase("graph open"):
+        loaded_graph = coerce_graph(spark, graph, work_dir=work_dir, validate=False)
+    with phases.phase("model load"):
+        loaded_model = coerce_model(model)
+    if validate or isinstance(graph, (str, os.PathLike)):  # a directory: Graph.load's rule
+        with phases.phase("graph validation"):
+            loaded_graph.validate()
+    with phases.phase("graph facts"):  # the feature width: graph.json's, validation's, or one row read
+        check_model_fits(loaded_graph, loaded_model)
     return loaded_graph, loaded_model
 
 
@@ -155,10 +188,11 @@ def plan_for(
     from sparkgnn import planner
 
     layers = model.plan_info()
+    with phases.phase("graph statistics"):  # graph.json's or validation's counts, else a count
+        stats = graph.stats()
     if keep_states:  # states are kept in the raw space (pe module doc): no transform-then-propagate either,
         # so every width the plan's operators name (pushdown's native aggregate reads it) is the raw one
         layers = [dict(layer, range_wise=False, can_pre_transform=False) for layer in layers]
-    stats = graph.stats()
     cores = default_parallelism(spark)
     task_memory = memory_per_task(spark)
     root = resolve_work_dir(spark, out, work_dir)
@@ -183,8 +217,14 @@ def plan_for(
 
     num_partitions, tasks = layout_with()
     if partitions is None and (num_partitions > cores or tasks < cores):  # memory bound: count the sources
-        num_partitions, tasks = layout_with(out_degree_histogram(graph, root))
-    prepared = prepare(spark, graph, num_partitions, root, writer=layout_writer(graph, exchange))
+        with phases.phase("out-degree histogram"):
+            histogram = out_degree_histogram(graph, root)
+        num_partitions, tasks = layout_with(histogram)
+    with phases.phase("graph fingerprint"):  # graph.json's, an earlier job's, or one pass over the graph
+        graph.fingerprint  # noqa: B018 - computed here so prepare's phase holds prepare alone
+        graph.remember_facts(root)  # a directory graph.json does not vouch for: the next job skips both
+    with phases.phase("prepare"):
+        prepared = prepare(spark, graph, num_partitions, root, writer=layout_writer(graph, exchange))
     graph_stats = dict(prepared.stats, feature_dim=graph.feature_dim)
     task = {
         "strategy": strategy,
@@ -197,10 +237,12 @@ def plan_for(
         "concurrent_tasks": tasks,
         "native_aggregates": _native_aggregates(spark, exchange),
     }
-    cost_model, observations = calibration.load(root, cores, target_edges=stats["num_edges"], exchange=exchange)
-    log.info(calibration.summary(cost_model, observations, root))
-    plan = planner.compile(layers, graph_stats, task, cost_model)
-    prepared = ensure_layouts(spark, graph, prepared, [layer.strategy for layer in plan.layers])
+    with phases.phase("plan"):
+        cost_model, observations = calibration.load(root, cores, target_edges=stats["num_edges"], exchange=exchange)
+        log.info(calibration.summary(cost_model, observations, root))
+        plan = planner.compile(layers, graph_stats, task, cost_model)
+    with phases.phase("prepare"):
+        prepared = ensure_layouts(spark, graph, prepared, [layer.strategy for layer in plan.layers])
     return prepared, plan
 
 
@@ -294,6 +336,7 @@ def infer(
     exchange: str = "auto",
     materialise: str = "auto",
     prune: str = "auto",
+    types: Sequence[str] | None = None,
     return_report: bool | None = None,
     _legacy: bool = False,
 ) -> JobResult:
@@ -330,7 +373,32 @@ def infer(
     or a PyTorch Geometric module (Model.from_pyg). Every option after `model` is keyword-only;
     the previous release's positional options and `return_report=` still work, with a
     DeprecationWarning, and return what they returned then (engine.result.legacy_positional).
+    A typed graph (a TypedGraph or a typed graph directory) runs a typed model (a HeteroModel or
+    its directory; engine.typed): `frames` is keyed by output node type (with `out`, type T's
+    result goes to out/T), and `types` names the output types to compute (default: all the
+    model's), each round computing only what those need.
     """
+    from sparkgnn.engine.typed import infer_typed, is_typed_source
+
+    if is_typed_source(graph) or (not isinstance(model, (list, tuple)) and is_typed_source(model)):
+        _refuse_typed_options(model, ids=ids, legacy=_legacy or return_report is not None)
+        with phases.job_clock() as clock:
+            typed_options: dict[str, Any] = dict(strategy=strategy, partitions=partitions, workers=workers)
+            typed_options.update(explain=explain, validate=validate, model_store=model_store)
+            typed_options.update(exchange=exchange, materialise=materialise)
+            typed = infer_typed(
+                spark,
+                graph,
+                model,
+                out=os.fspath(out) if out is not None else None,
+                types=types,
+                work_dir=work_dir,
+                overwrite=overwrite,
+                **typed_options,
+            )
+        return dataclasses.replace(typed, phases=clock.summary())
+    if types is not None:
+        raise SparkGNNError("types= names node types of a typed graph; this graph has one vertex type")
     if return_report is not None:
         warn_return_report("infer")
     options: dict[str, Any] = dict(strategy=strategy, partitions=partitions, ids=ids, workers=workers)
@@ -338,16 +406,18 @@ def infer(
     options.update(validate=validate, model_store=model_store, exchange=exchange, materialise=materialise, prune=prune)
     out = os.fspath(out) if out is not None else None
     many = isinstance(model, (list, tuple))
-    if isinstance(model, (list, tuple)):
-        from sparkgnn.engine.batching import infer_models
+    with phases.job_clock() as clock:
+        if isinstance(model, (list, tuple)):
+            from sparkgnn.engine.batching import infer_models
 
-        result = infer_models(spark, graph, model, out=out, work_dir=work_dir, overwrite=overwrite, **options)
-    else:
-        frame, report, plan = _infer_one(
-            spark, graph, cast("ModelSource", model), out=out, work_dir=work_dir, overwrite=overwrite, **options
-        )
-        name = model_name(model)
-        result = JobResult({name: frame}, {name: report}, {name: plan})
+            result = infer_models(spark, graph, model, out=out, work_dir=work_dir, overwrite=overwrite, **options)
+        else:
+            frame, report, plan = _infer_one(
+                spark, graph, cast("ModelSource", model), out=out, work_dir=work_dir, overwrite=overwrite, **options
+            )
+            name = model_name(model)
+            result = JobResult({name: frame}, {name: report}, {name: plan})
+        result = dataclasses.replace(result, phases=clock.summary())
     if _legacy or return_report is not None:
         return result.legacy(as_list=many, with_report=bool(return_report))
     return result
@@ -376,22 +446,34 @@ def _infer_one(
     calls for the subgraph it runs."""
     from sparkgnn.dl.model_store import register
 
-    check_workers(workers)  # a typo fails in a second, not after preparing the graph
-    _checked_prune(prune)
-    out = absolute(out) if out else out  # tasks write the output parts: not relative to their cwd
-    model_store = absolute(model_store) if model_store else model_store
-    root = resolve_work_dir(spark, out, work_dir)
-    if out:
-        check_output(out, input_paths(graph, model, root), overwrite)
-    graph, model = load_job_inputs(spark, graph, model, validate=validate)
-    ids_df = checked_ids(spark, graph, ids) if ids is not None else None
+    with phases.phase("input checks"):
+        check_workers(workers)  # a typo fails in a second, not after preparing the graph
+        _checked_prune(prune)
+        out = absolute(out) if out else out  # tasks write the output parts: not relative to their cwd
+        model_store = absolute(model_store) if model_store else model_store
+        root = resolve_work_dir(spark, out, work_dir)
+        if out:
+            check_output(out, input_paths(graph, model, root), overwrite)
+    graph, model = load_job_inputs(spark, graph, model, validate=validate, work_dir=root)
+    with phases.phase("requested ids"):
+        ids_df = checked_ids(spark, graph, ids) if ids is not None else None
     kind = _exchange_for(spark, exchange, strategy, root)
     pruning = {}
+    if ids_df is not None and model.edge_attr_dim and prune not in ("off", WHOLE):
+        # the pruned runs (driver-local frontier, pruned subgraph) carry no edge attributes yet
+        if prune != "auto":
+            raise SparkGNNError(
+                f"prune={prune!r} does not carry edge features yet; the model reads edge_attr "
+                "(use prune='auto' or 'whole')"
+            )
+        log.info("sparkgnn: the model reads edge features, so --ids runs the whole graph and keeps the ids' rows")
+        prune = "off"
     if ids_df is not None and prune != "off":
-        pricer, whole_partitions = layer_pricer(spark, graph, model, partitions, root, kind)
-        ctx = pruned.choose(
-            spark, graph, model, ids_df, prune, pricer, is_prepared(graph, whole_partitions, root), strategy
-        )
+        with phases.phase("pruning: frontier and choice"):
+            pricer, whole_partitions = layer_pricer(spark, graph, model, partitions, root, kind)
+            ctx = pruned.choose(
+                spark, graph, model, ids_df, prune, pricer, is_prepared(graph, whole_partitions, root), strategy
+            )
         if ctx.choice.mode != WHOLE:
             again = dict(strategy=strategy, partitions=partitions, workers=workers, work_dir=root)
             again.update(model_store=model_store, overwrite=overwrite, exchange=exchange, materialise=materialise)
@@ -412,16 +494,18 @@ def _infer_one(
     if explain:
         log.info(plan.explain())
     model_store = model_store or os.path.join(root, "models")
-    fingerprint = register(model, model_store)
+    with phases.phase("model store"):
+        fingerprint = register(model, model_store)
     needs_dst = [bool(info["needs_dst_in_message"]) for info in model.plan_info()]
-    runners = workers_for(workers, model_store)
+    with phases.phase("workers start"):
+        runners = workers_for(workers, model_store)
     with_pred = model.output == "logits"
     # Tasks write the output files themselves unless rows must first be filtered by ids (a join).
     staged = staged_output(out) if out and ids_df is None else None
     route = EXCHANGES[kind](root, plan.partitions, plan.concurrent_tasks, materialise_kind(spark, materialise))
     keep = False
     try:
-        with shuffle_partitions(spark, plan):
+        with shuffle_partitions(spark, plan), phases.phase("steps: driver between steps"):
             final_df, report, meter, label, timers = execute(
                 spark,
                 prepared,
@@ -451,17 +535,31 @@ def _infer_one(
             )
             for line in estimate_lines(estimate_vs_actual(report, plan)):
                 log.info(line)
-            calibration.record(root, default_parallelism(spark), plan, report.seconds_by_plan_layer(), exchange=kind)
+            with phases.phase("calibration record"):
+                calibration.record(
+                    root, default_parallelism(spark), plan, report.seconds_by_plan_layer(), exchange=kind
+                )
     except BaseException as exc:
         if staged is not None:
             discard(staged)
         keep = isinstance(exc, LayerFailed) and exc.run_path is not None  # a rerun resumes from it
         raise
     finally:
-        if route.close(keep):
-            log.info(f"sparkgnn: kept the committed steps in {route.run.path} for a rerun to resume from")
-        runners.close()
+        with phases.phase("cleanup (exchange files, workers)"):
+            if route.close(keep):
+                log.info(f"sparkgnn: kept the committed steps in {route.run.path} for a rerun to resume from")
+            runners.close()
     return result, report, plan
+
+
+def _refuse_typed_options(model, *, ids, legacy: bool) -> None:
+    """What a typed run does not take yet, refused in one line before any Spark job."""
+    if isinstance(model, (list, tuple)):
+        raise SparkGNNError("a typed graph runs one typed model per job, not a list of models")
+    if ids is not None:
+        raise SparkGNNError("ids on a typed graph are not supported yet; use types= to compute only some node types")
+    if legacy:
+        raise SparkGNNError("a typed graph returns a JobResult only: pass options by keyword, without return_report")
 
 
 def _checked_prune(prune: str) -> str:

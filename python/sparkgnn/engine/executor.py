@@ -19,6 +19,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from sparkgnn.engine import phases
 from sparkgnn.engine.exchange import ShuffleExchange, check_reports
 from sparkgnn.engine.failures import step_failures
 from sparkgnn.engine.metrics import ShuffleMeter
@@ -37,7 +38,7 @@ from sparkgnn.engine.routing import (
 from sparkgnn.engine.run_dir import run_key
 from sparkgnn.engine.schedule import schedule
 from sparkgnn.engine.spark_compat import set_job_description, task_counters
-from sparkgnn.engine.static import STAT_COLUMNS
+from sparkgnn.engine.static import EDGE_ATTR_COLUMN, STAT_COLUMNS
 from sparkgnn.engine.steps import INPUT_STAGE, PEAK_RSS, TIMERS, StepConfig, run_step
 from sparkgnn.errors import SparkGNNError
 from sparkgnn.outputs import discard, staging_path, swap_into_place
@@ -76,6 +77,7 @@ class RunReport:
     exchange: str = "shuffle"  # how routed rows travelled between steps (engine.exchange)
     labels: list = field(default_factory=list)  # every step of the run's schedule, by index
     resumed_after: int | None = None  # the step an earlier run committed and this one started after
+    rows_written: int | None = None  # rows the last step's tasks reported writing to the output, else None
 
     def seconds_by_layer(self) -> dict[int, float]:
         out: dict[int, float] = {}
@@ -168,6 +170,8 @@ def _join_edges(spark, rows, prepared, keys):
     own = rows.where("kind = 0")
     payloads = rows.where("kind = 1").selectExpr("id as src", "v")
     edges = prepared.edges_by_dst(spark)
+    # a graph's edge attributes ride on each edge row (column `a`; own rows carry none)
+    attr = [EDGE_ATTR_COLUMN] if prepared.edge_attr_dim else []
     per_edge = payloads.join(edges, "src").selectExpr(
         f"{key_expr(keys, 'pd')} as k",
         "cast(pd as int) as pt",
@@ -176,7 +180,10 @@ def _join_edges(spark, rows, prepared, keys):
         "dst as aux",
         "w",
         "v",
+        *attr,
     )
+    if attr:
+        own = own.selectExpr("*", f"cast(null as array<float>) as {EDGE_ATTR_COLUMN}")
     return own.unionByName(per_edge)
 
 
@@ -245,7 +252,8 @@ def execute(
             f"they carry {', '.join(STAT_COLUMNS)}"
         )
     partitions = plan.partitions
-    keys = partition_keys(spark, partitions)
+    with phases.phase("routing keys"):
+        keys = partition_keys(spark, partitions)
     strategies = [layer.strategy for layer in plan.layers]
     pre = [layer.pre_transform for layer in plan.layers]
     start_layer = resume[0] if resume else 0
@@ -297,7 +305,7 @@ def execute(
     if files:
         set_job_description(spark, "sparkgnn feature scan")
         started = time.perf_counter()
-        with step_failures("feature scan", exchange, on_layer is None):
+        with step_failures("feature scan", exchange, on_layer is None), phases.phase("feature scan", quiet=True):
             scanned = exchange.scan_features(spark, files, keys)
         if scanned is not None:
             report.steps.append(
@@ -355,7 +363,10 @@ def execute(
             break
         set_job_description(spark, f"sparkgnn {step.label}")
         started = time.perf_counter()
-        with step_failures(step.label, exchange, on_layer is None, report.labels.__getitem__):
+        with (
+            step_failures(step.label, exchange, on_layer is None, report.labels.__getitem__),
+            phases.phase(step.label, quiet=True),
+        ):
             rows, exchanged = exchange.materialise(spark, out, index)
         seconds = time.perf_counter() - started
         shuffle = meter.delta()
@@ -452,18 +463,19 @@ def finish(
         tasks_wrote = staged is not None
         staged = staged or staging_path(out)
         try:
-            with guard():
+            with guard(), phases.phase(label, quiet=True):
                 if tasks_wrote:
-                    _commit_task_files(final_df, staged, with_pred)
+                    report.rows_written = _commit_task_files(final_df, staged, with_pred)
                 else:
                     final_df.write.parquet(staged)
         except BaseException:
             discard(staged)
             raise
-        swap_into_place(staged, out)
-        result = spark.read.parquet(out)
+        with phases.phase("output commit"):
+            swap_into_place(staged, out)
+            result = spark.read.parquet(out)
     else:
-        with guard():
+        with guard(), phases.phase(label, quiet=True):
             result = final_df.localCheckpoint(eager=True)
     seconds = time.perf_counter() - started
     shuffle = meter.delta()

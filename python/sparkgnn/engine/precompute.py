@@ -30,6 +30,8 @@ from sparkgnn.engine.materialise import materialise_kind
 from sparkgnn.engine.pushdown import shuffle_partitions
 from sparkgnn.engine.result import StoreResult, legacy_positional
 from sparkgnn.engine.routing import OWN, PE_STATE
+from sparkgnn.layers.dag import refuse_skip_connections
+from sparkgnn.layers.generic import require_states
 from sparkgnn.runners import check_workers, workers_for
 from sparkgnn.stat_keys import stat_keys
 
@@ -135,6 +137,10 @@ def precompute(
 
     check_workers(workers)  # a typo fails in a second, not after preparing the graph
     graph, model = load_job_inputs(spark, graph, model, validate=validate)
+    require_states(model, "the PE precompute")
+    # convs reading edge features run as in infer (load_job_inputs checked the graph's edge_attr);
+    # refresh and serving refuse such a store's model (their edge rows carry no attributes yet)
+    refuse_skip_connections(model, "the PE precompute")
     writer = PEWriter(store, graph, model, with_states=states, force=force)
     start = _contiguous(writer.completed_layers())
     num_layers = model.num_rounds

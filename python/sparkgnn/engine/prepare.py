@@ -7,10 +7,14 @@ is written last, so a crashed preparation is redone, never half-used).
 
 Layouts (Parquet, partitioned by the owning partition `part`):
   vertices/     id, <statistics>               owner = part(id)                          always
-  in_edges/     src, dst, w                    owner = part(dst)   (replicate, edge_join) always
+  in_edges/     src, dst, w[, a]               owner = part(dst)   (replicate, edge_join) always
   out_targets/  id, pt   distinct (src, part(dst)) with part(dst) != part(src)  (replicate mirrors) always
   out_edges/    src, dst, w, pd                owner = part(src)   (combine)              on demand
   in_targets/   id, pt   distinct (dst, part(src)) with part(src) != part(dst)  (combine + attention) on demand
+
+`a` (array<float>) is the edge's attribute vector, only for a graph whose edges carry `edge_attr`
+(its fingerprint, hence its prepared folder, differs from the same graph's without them): the
+layers that read edge attributes run under replicate and edge_join, which read in_edges.
 
 Why two sets: a job writes the layouts its plan reads, not every strategy's. The base set and the
 statistics the planner needs to cost every strategy (combine's partial count included, counted
@@ -35,6 +39,7 @@ from sparkgnn import files
 from sparkgnn.engine.degrees import PREPARED_STATS, stat_sql
 from sparkgnn.engine.routing import partition_expr
 from sparkgnn.engine.spark_compat import set_job_description
+from sparkgnn.engine.static import EDGE_ATTR_COLUMN
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +61,10 @@ SCHEMAS = {
 }
 
 
-def read_layout(spark, path: str, name: str):
-    return spark.read.schema(SCHEMAS[name]).parquet(os.path.join(path, name))
+def read_layout(spark, path: str, name: str, edge_attr: bool = False):
+    """A layout with its explicit schema; `edge_attr`: in_edges with its attribute column `a`."""
+    schema = SCHEMAS[name] + (f", {EDGE_ATTR_COLUMN} array<float>" if edge_attr and name == "in_edges" else "")
+    return spark.read.schema(schema).parquet(os.path.join(path, name))
 
 
 @dataclass
@@ -68,20 +75,33 @@ class PreparedGraph:
     seconds: float = 0.0  # spent preparing in this job (0 when an earlier job's layout was reused)
     reused: bool = False  # the layout came from <work_dir>/prep (same graph fingerprint and P)
 
+    @property
+    def edge_attr_dim(self) -> int:
+        """Width of the edge attributes in_edges carries (column `a`; 0: none)."""
+        return int(self.stats.get("edge_attr_dim", 0))
+
     def edges_by_dst(self, spark):
-        """Edge rows for the edge_join strategy: (src, dst, w, pd)."""
-        return read_layout(spark, self.path, "in_edges").withColumnRenamed("part", "pd")
+        """Edge rows for the edge_join strategy: (src, dst, w, pd[, a])."""
+        edges = read_layout(spark, self.path, "in_edges", edge_attr=bool(self.edge_attr_dim))
+        return edges.withColumnRenamed("part", "pd")
 
 
 def _edges_with_parts(graph, partitions: int):
     weight = "cast(weight as float)" if "weight" in graph.edges.columns else "cast(1.0 as float)"
+    attr = [f"cast(edge_attr as array<float>) as {EDGE_ATTR_COLUMN}"] if _edge_attr_dim(graph) else []
     return graph.edges.selectExpr(
         "cast(src as long) as src",
         "cast(dst as long) as dst",
         f"{weight} as w",
         f"cast({partition_expr('src', partitions)} as int) as ps",
         f"cast({partition_expr('dst', partitions)} as int) as pd",
+        *attr,
     )
+
+
+def _edge_attr_dim(graph) -> int:
+    """The graph's edge attribute width (0: none, or a graph object that has no such notion)."""
+    return int(getattr(graph, "edge_attr_dim", 0) or 0)
 
 
 def _vertices_with_degree(graph, edges, partitions: int):
@@ -109,7 +129,9 @@ def _write(df, path: str, partitions: int, part_column: str) -> None:
 def _base_layouts(edges, vertices) -> dict:
     return {
         "vertices": vertices,
-        "in_edges": edges.selectExpr("src", "dst", "w", "pd as part"),
+        "in_edges": edges.selectExpr(
+            "src", "dst", "w", *([EDGE_ATTR_COLUMN] if EDGE_ATTR_COLUMN in edges.columns else []), "pd as part"
+        ),
         "out_targets": edges.where("ps != pd").selectExpr("src as id", "pd as pt", "ps as part").distinct(),
     }
 
@@ -190,6 +212,8 @@ def prepare(spark, graph, partitions: int, work_dir: str, writer: str = "spark")
     started = time.perf_counter()
     set_job_description(spark, f"sparkgnn prepare: partition graph into {partitions}")
     stats = LAYOUT_WRITERS[writer](spark, graph, partitions, path)
+    if _edge_attr_dim(graph):
+        stats["edge_attr_dim"] = _edge_attr_dim(graph)
     _write_marker(
         marker, {"fingerprint": fingerprint, "partitions": partitions, "layout": LAYOUT_VERSION, "stats": stats}
     )

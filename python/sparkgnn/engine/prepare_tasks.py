@@ -32,11 +32,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sparkgnn.arrowvec import to_fixed_list, to_numpy_matrix
 from sparkgnn.engine import static
 from sparkgnn.engine.degrees import PREPARED_STATS, stat_values
 from sparkgnn.engine.exchange import check_reports, control_partition, control_rows, summary_row
 from sparkgnn.engine.routing import FILES_SCHEMA_DDL, owner_partition
 from sparkgnn.files import data_files, filesystem, join, parquet_batches
+from sparkgnn.graph.layout import EDGE_ATTR
 
 READ_BATCH_ROWS = 1 << 20
 STATS_SCHEMA_DDL = "pt int, rows long, bytes long, vertices long, edges long, mirror_rows long, partials long"
@@ -55,10 +57,11 @@ def _write_piece(directory: str, name: str, table: pa.Table) -> int:
     return fs.get_file_info(join(inner, name)).size
 
 
-def _edges_task(prep_dir, files, partitions, token, has_weight, batches):
-    """Pass 1, reader i: in_edges slices by destination owner."""
+def _edges_task(prep_dir, files, partitions, token, has_weight, attr_dim, batches):
+    """Pass 1, reader i: in_edges slices by destination owner (with the edges' attribute vectors
+    as column `a` when the graph has `attr_dim` > 0)."""
     reader = control_partition(batches)
-    columns = ["src", "dst"] + (["weight"] if has_weight else [])
+    columns = ["src", "dst"] + (["weight"] if has_weight else []) + ([EDGE_ATTR] if attr_dim else [])
     pieces: dict[int, list[tuple]] = {q: [] for q in range(partitions)}
     for path in files[reader::partitions]:
         for batch in parquet_batches(path, columns, READ_BATCH_ROWS):
@@ -69,13 +72,14 @@ def _edges_task(prep_dir, files, partitions, token, has_weight, batches):
                 if has_weight
                 else np.ones(len(src), np.float32)
             )
+            attr = to_numpy_matrix(batch.column(EDGE_ATTR), attr_dim) if attr_dim else None
             pd = owner_partition(dst, partitions)
             order = np.argsort(pd, kind="stable")
             bounds = np.searchsorted(pd[order], np.arange(partitions + 1))
             for q in range(partitions):
                 take = order[bounds[q] : bounds[q + 1]]
                 if len(take):
-                    pieces[q].append((src[take], dst[take], w[take]))
+                    pieces[q].append((src[take], dst[take], w[take], None if attr is None else attr[take]))
     rows = written = 0
     for q, parts in pieces.items():
         if not parts:
@@ -85,6 +89,7 @@ def _edges_task(prep_dir, files, partitions, token, has_weight, batches):
                 "src": np.concatenate([p[0] for p in parts]),
                 "dst": np.concatenate([p[1] for p in parts]),
                 "w": np.concatenate([p[2] for p in parts]),
+                **({static.EDGE_ATTR_COLUMN: to_fixed_list(np.concatenate([p[3] for p in parts]))} if attr_dim else {}),
             }
         )
         rows += table.num_rows
@@ -167,7 +172,8 @@ def prepare_in_tasks(spark, graph, partitions: int, path: str) -> dict:
     vertex_files = [join(vertex_dir, f.rel) for f in data_files(vertex_dir)]
     control = control_rows(spark, partitions)
     has_weight = "weight" in graph.edges.columns
-    edges = functools.partial(_edges_task, path, edge_files, partitions, token, has_weight)
+    attr_dim = int(getattr(graph, "edge_attr_dim", 0) or 0)
+    edges = functools.partial(_edges_task, path, edge_files, partitions, token, has_weight, attr_dim)
     check_reports(control.mapInArrow(edges, FILES_SCHEMA_DDL).collect(), partitions)
     parts = functools.partial(_partition_task, path, vertex_files, partitions, token)
     reports = control.mapInArrow(parts, STATS_SCHEMA_DDL).collect()

@@ -54,11 +54,14 @@ class JobResult:
     one. `reports[name]` / `plans[name]`: the run report (engine.executor.RunReport: seconds and
     bytes per step) and the compiled plan of the job that computed it; models batched into one job
     share the same report and plan objects. A single model is keyed by its directory name when
-    given as a path, else "model"."""
+    given as a path, else "model". `phases`: where the call's wall time went
+    (engine.phases.PhaseClock.summary: wall_s, phases, unaccounted_s, unaccounted_fraction; the
+    caller's own active clock when it had one, so its phases before the call are in it too)."""
 
     frames: Mapping[str, DataFrame]
     reports: Mapping[str, Any] = field(default_factory=dict)
     plans: Mapping[str, Plan] = field(default_factory=dict)
+    phases: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def names(self) -> list[str]:

@@ -12,8 +12,6 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from sparkgnn.engine.spark_compat import application_id
-
 # Kinds of routed rows (column `kind`).
 OWN, SRC, STATE, DST, EDGE = 0, 1, 2, 3, 4
 PE_STATE = 5  # a vertex's merged aggregation state, kept for the PE store (never routed onwards)
@@ -50,28 +48,24 @@ def partition_column(column: str, partitions: int):
     return F.expr(partition_expr(column, partitions)).cast("int")
 
 
-_KEYS: dict[tuple, np.ndarray] = {}
+_KEYS: dict[int, np.ndarray] = {}
 
 
 def partition_keys(spark, partitions: int) -> np.ndarray:
-    """Representative key per partition: key[p] hashes into partition p. Asked of Spark itself (its
-    hash is the ground truth), once per application and partition count (spark_compat.application_id:
-    a Connect session has no sparkContext)."""
-    cache_key = (application_id(spark), int(partitions))
-    if cache_key not in _KEYS:
-        rows = (
-            spark.range(0, 64 * partitions + 1024)
-            .selectExpr("id", f"{partition_expr('id', partitions)} as p")
-            .groupBy("p")
-            .min("id")
-            .collect()
-        )
-        keys = {int(r[0]): int(r[1]) for r in rows}
-        missing = [p for p in range(partitions) if p not in keys]
+    """Representative key per partition: key[p] (the smallest non-negative id) hashes into
+    partition p under Spark's hash. Found with `owner_partition`, the numpy port of that hash which
+    the files exchange and prepare already place vertices with and which tests hold against Spark
+    itself, so no Spark job runs for it (on a cold JVM that job took seconds). `spark` is not read;
+    callers pass the session the keys are used with."""
+    count = int(partitions)
+    if count not in _KEYS:
+        candidates = np.arange(64 * count + 1024, dtype=np.int64)
+        owners, first = np.unique(owner_partition(candidates, count), return_index=True)
+        missing = sorted(set(range(count)) - {int(p) for p in owners})
         if missing:
             raise RuntimeError(f"no representative routing key found for partitions {missing[:5]}")
-        _KEYS[cache_key] = np.array([keys[p] for p in range(partitions)], dtype=np.int64)
-    return _KEYS[cache_key]
+        _KEYS[count] = candidates[first]  # owners are sorted, first[i] the first id owned by partition i
+    return _KEYS[count]
 
 
 def route(df, partitions: int):

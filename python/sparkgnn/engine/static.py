@@ -31,11 +31,14 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from sparkgnn import files as fsys
+from sparkgnn.arrowvec import to_numpy_matrix
 from sparkgnn.engine.degrees import PREPARED_STATS
 from sparkgnn.planner.partitions import CACHED_PARTITIONS
 
 #: The vertex layout's statistic columns (keys of sparkgnn.stat_keys), each owned vertex's.
 STAT_COLUMNS = PREPARED_STATS
+#: The in_edges column holding each edge's attribute vector (graphs with edge_attr only).
+EDGE_ATTR_COLUMN = "a"
 
 
 def _read_part(prep_dir: str, table: str, part: int, columns: list[str]) -> pa.Table:
@@ -176,6 +179,8 @@ class InEdges:
     dst: np.ndarray
     w: np.ndarray
     mirror_ids: np.ndarray
+    # [E, D] float32 edge attributes in edge order (None: the layout has none)
+    attr: np.ndarray | None = None
 
 
 @dataclass
@@ -217,21 +222,34 @@ LAYOUT_ENTRIES = CACHED_PARTITIONS
 def in_edges(prep_dir: str, part: int) -> InEdges:
     def build() -> dict[str, np.ndarray]:
         own = IdIndex(owned(prep_dir, part).ids)
-        table = _read_part(prep_dir, "in_edges", part, ["src", "dst", "w"])
+        with_attr = _has_column(prep_dir, "in_edges", part, EDGE_ATTR_COLUMN)
+        table = _read_part(prep_dir, "in_edges", part, ["src", "dst", "w"] + ([EDGE_ATTR_COLUMN] if with_attr else []))
         src, dst = _np(table, "src", np.int64), _np(table, "dst", np.int64)
         dst_local = own.positions(dst, "edge dst")
         src_local = own.lookup(src)
         foreign = src_local < 0
         mirror_ids = np.unique(src[foreign])
         src_local[foreign] = len(own.ids) + IdIndex(mirror_ids).lookup(src[foreign])
-        return {
+        arrays = {
             "src": src_local.astype(np.int64),
             "dst": dst_local.astype(np.int64),
             "w": _np(table, "w", np.float32),
             "mirror_ids": mirror_ids.astype(np.int64),
         }
+        if with_attr:
+            arrays["attr"] = to_numpy_matrix(table.column(EDGE_ATTR_COLUMN))
+        return arrays
 
     return InEdges(**_derived(prep_dir, "in_edges", part, build))
+
+
+def _has_column(prep_dir: str, table: str, part: int, column: str) -> bool:
+    """Whether a partition's slice of a layout has `column` (False for an empty slice)."""
+    files = _part_files(prep_dir, table, part)
+    if not files:
+        return False
+    fs, inner = fsys.filesystem(files[0][0])
+    return column in pq.read_schema(inner, filesystem=fs).names
 
 
 @functools.lru_cache(maxsize=LAYOUT_ENTRIES)

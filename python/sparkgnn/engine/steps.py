@@ -26,6 +26,7 @@ from sparkgnn.arrowvec import pack_binary, to_fixed_list, to_numpy_matrix
 from sparkgnn.engine import exchange, static
 from sparkgnn.engine.received import Placement, Received, vector_column
 from sparkgnn.engine.routing import DST, EDGE, OWN, PE_STATE, SRC, STATE, make_rows, split_batches
+from sparkgnn.engine.static import EDGE_ATTR_COLUMN
 from sparkgnn.engine.step_outputs import OUTPUT_STAGE, OUTPUTS
 from sparkgnn.errors import USER_ERRORS, SparkGNNError
 from sparkgnn.heap import release_retained_memory, retain_freed_memory
@@ -137,11 +138,10 @@ def build_edges_static(cfg, received, part):
     else:
         src, vectors = edges.src, received.vectors(SRC)
         mirror = to_fixed_list(vectors) if len(vectors) else pa.array([], pa.list_(pa.float32(), 1))
-    return {
-        "own": own,
-        "mirror": pa.table({"p": mirror}),
-        "edges": pa.table({"src": src, "dst": edges.dst, "weight": edges.w}),
-    }
+    edge_columns = {"src": src, "dst": edges.dst, "weight": edges.w}
+    if edges.attr is not None and len(edges.attr):
+        edge_columns["attr"] = to_fixed_list(edges.attr)
+    return {"own": own, "mirror": pa.table({"p": mirror}), "edges": pa.table(edge_columns)}
 
 
 # (prepared dir, partition) -> (arrival order of its mirrors, the in-edges' sources renumbered to
@@ -180,10 +180,10 @@ def build_edges_rows(cfg, received, part):
     src = len(owned.ids) + np.arange(len(src_ids), dtype=np.int64)
     loops = src_ids == dst_ids  # a self loop's source is the own vertex itself (self-loop policies rely on it)
     src[loops] = dst[loops]
-    tables = {
-        "own": _own_table(cfg, received, owned),
-        "edges": pa.table({"src": src, "dst": dst.astype(np.int64), "weight": edge_rows.column("w").to_numpy()}),
-    }
+    edge_columns = {"src": src, "dst": dst.astype(np.int64), "weight": edge_rows.column("w").to_numpy()}
+    if EDGE_ATTR_COLUMN in edge_rows.column_names and edge_rows.num_rows:  # edge_join of a graph with edge_attr
+        edge_columns["attr"] = to_fixed_list(to_numpy_matrix(edge_rows.column(EDGE_ATTR_COLUMN)))
+    tables = {"own": _own_table(cfg, received, owned), "edges": pa.table(edge_columns)}
     if edge_rows.num_rows:
         tables["mirror"] = pa.table({"p": to_fixed_list(_vectors(edge_rows))})
     return tables

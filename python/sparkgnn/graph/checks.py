@@ -8,6 +8,8 @@ report identically (wording lives in problems.py).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -64,6 +66,18 @@ def bad_weights(weight: np.ndarray | None, src_ids, dst_ids) -> Problem | None:
     return Problem("bad_weight", count, tuple(fmt_edge_weight(src_ids[i], dst_ids[i], weight[i]) for i in rows))
 
 
+def nonfinite_edge_attr(edge_attr: np.ndarray | None, src_ids, dst_ids) -> Problem | None:
+    """Edges whose attribute vector holds a NaN or an infinity (edges shown by original ids)."""
+    if edge_attr is None or not edge_attr.size:
+        return None
+    bad = ~np.isfinite(edge_attr).all(axis=1)
+    count = int(bad.sum())
+    if not count:
+        return None
+    rows = first_rows(bad, src_ids, dst_ids)
+    return Problem("edge_attr_nonfinite", count, tuple(fmt_edge(src_ids[i], dst_ids[i]) for i in rows))
+
+
 def bad_labels(ids: np.ndarray, y: np.ndarray | None) -> Problem | None:
     if y is None:
         return None
@@ -99,15 +113,24 @@ def bad_dense_index(num_nodes: int, edge_src: np.ndarray, edge_dst: np.ndarray) 
     )
 
 
-def vector_column(ids: np.ndarray, column, expected_width: int | None = None):
+def vector_column(
+    ids: np.ndarray,
+    column,
+    expected_width: int | None = None,
+    kinds: tuple[str, str] = ("null_x", "x_width"),
+    label: Callable[[int], str] | None = None,
+):
     """Turn an Arrow list / large_list / fixed_size_list column of numbers into a C-contiguous
     float32 [N, F] matrix, or report null rows and rows of the wrong length.
 
     Returns (matrix or None, [problems]). Works chunk by chunk into one preallocated output,
     because a 20M x 128 column must not be copied twice. The expected width is graph.json's
     feature_dim when known, else the most common row length (so one bad row is named as the
-    offender, not the 10,000 good ones).
+    offender, not the 10,000 good ones). `kinds` names the null and width problems and `label(row)`
+    shows an offending row (default: its vertex id): edge_attr has its own kinds and shows edges.
     """
+    if label is None:
+        label = lambda i: f"id {ids[i]}"  # noqa: E731
     chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
     n = len(ids)
     nulls = (
@@ -115,7 +138,9 @@ def vector_column(ids: np.ndarray, column, expected_width: int | None = None):
     )
     problems = []
     if nulls.any():
-        problems.append(Problem("null_x", int(nulls.sum()), fmt_ids(ids[first_rows(nulls, ids)])))
+        rows = first_rows(nulls, ids)
+        shown = fmt_ids(ids[rows]) if kinds[0] == "null_x" else tuple(label(i) for i in rows)
+        problems.append(Problem(kinds[0], int(nulls.sum()), shown))
     lengths = (
         np.concatenate(
             [pc.fill_null(pc.list_value_length(c), -1).to_numpy(zero_copy_only=False) for c in chunks]
@@ -135,9 +160,9 @@ def vector_column(ids: np.ndarray, column, expected_width: int | None = None):
         rows = first_rows(wrong, ids)
         problems.append(
             Problem(
-                "x_width",
+                kinds[1],
                 int(wrong.sum()),
-                tuple(f"id {ids[i]} (len {lengths[i]})" for i in rows),
+                tuple(f"{label(i)} (len {lengths[i]})" for i in rows),
                 detail=str(expected_width),
             )
         )

@@ -68,6 +68,8 @@ class GraphData:
     y: np.ndarray | None = None
     split: np.ndarray | None = None
     name: str = "graph"
+    # [E, D] float32 edge attributes (PyG's edge_attr, D >= 1), or None
+    edge_attr: np.ndarray | None = None
 
     def __post_init__(self):
         # Coerce to the documented dtypes; shape defects are kept and raised by validate() so
@@ -81,6 +83,13 @@ class GraphData:
             self.weight = _as_1d(self.weight, np.float32, "weight", problems)
         if self.y is not None:
             self.y = _as_1d(self.y, np.int64, "y", problems)
+        if self.edge_attr is not None:
+            self.edge_attr = np.ascontiguousarray(self.edge_attr, dtype=np.float32)
+            if self.edge_attr.ndim == 1:  # one attribute per edge, as PyG accepts it
+                self.edge_attr = self.edge_attr.reshape(-1, 1)
+            if self.edge_attr.ndim != 2 or self.edge_attr.shape[1] < 1:
+                shape = f"edge_attr has shape {self.edge_attr.shape}, expected [num_edges, D] with D >= 1"
+                problems.append(Problem("shape", 1, (shape,)))
         if self.split is not None and np.asarray(self.split).dtype.kind != "U":
             split = np.array(self.split, dtype=object)
             split[np.equal(split, np.array(None, dtype=object))] = checks.NO_SPLIT
@@ -95,6 +104,7 @@ class GraphData:
             "x": (self.x, n),
             "edge_dst": (self.edge_dst, e),
             "weight": (self.weight, e),
+            "edge_attr": (self.edge_attr, e),
             "y": (self.y, n),
             "split": (self.split, n),
         }
@@ -108,7 +118,17 @@ class GraphData:
     # --- construction -------------------------------------------------------------------------
     @classmethod
     def from_edge_ids(
-        cls, ids, x, src, dst, weight=None, y=None, split=None, name: str = "graph", validate: bool = True
+        cls,
+        ids,
+        x,
+        src,
+        dst,
+        weight=None,
+        y=None,
+        split=None,
+        name: str = "graph",
+        validate: bool = True,
+        edge_attr=None,
     ) -> GraphData:
         """Build from edges given by ORIGINAL vertex ids (the GraphFrames convention); edges whose
         src or dst is not a vertex id are reported as dangling, with their original ids."""
@@ -118,7 +138,7 @@ class GraphData:
         index = IdIndex(ids)
         s, s_found = index.lookup(src)
         d, d_found = index.lookup(dst)
-        data = cls(ids, x, s, d, weight=weight, y=y, split=split, name=name)
+        data = cls(ids, x, s, d, weight=weight, y=y, split=split, name=name, edge_attr=edge_attr)
         data.__dict__["id_index"] = index
         if validate:
             data._validate(
@@ -151,6 +171,7 @@ class GraphData:
             index_problem,
             *extra,
             checks.bad_weights(self.weight, src_ids, dst_ids),
+            checks.nonfinite_edge_attr(self.edge_attr, src_ids, dst_ids),
         ]
         raise_if_any([p for p in problems if p is not None], self.name)
 
@@ -176,6 +197,11 @@ class GraphData:
         return self.y is not None
 
     @property
+    def edge_attr_dim(self) -> int:
+        """Width D of the edge attributes (0: the edges carry none)."""
+        return int(self.edge_attr.shape[1]) if self.edge_attr is not None and self.edge_attr.ndim == 2 else 0
+
+    @property
     def num_classes(self) -> int:
         """1 + the largest label (0 without labels); -1 marks unlabelled vertices."""
         return int(self.y.max()) + 1 if self.y is not None and len(self.y) and self.y.max() >= 0 else 0
@@ -187,7 +213,7 @@ class GraphData:
     @cached_property
     def fingerprint(self) -> str:
         """Content hash (see fingerprint.py); equals the one write_graph_dir stores in graph.json."""
-        return fingerprint_arrays(self.ids, self.x, self.src_ids, self.dst_ids, self.weight)
+        return fingerprint_arrays(self.ids, self.x, self.src_ids, self.dst_ids, self.weight, self.edge_attr)
 
     @property
     def src_ids(self) -> np.ndarray:
@@ -230,13 +256,15 @@ class GraphData:
         return torch.from_numpy(np.stack([self.edge_src, self.edge_dst]))
 
     def to_pyg(self):
-        """A torch_geometric.data.Data with x, edge_index, optional edge_weight, y and masks."""
+        """A torch_geometric.data.Data with x, edge_index, optional edge_weight, edge_attr, y and masks."""
         import torch
         from torch_geometric.data import Data
 
         data = Data(x=torch.from_numpy(self.x), edge_index=self.edge_index_torch(), num_nodes=self.num_nodes)
         if self.weight is not None:
             data.edge_weight = torch.from_numpy(self.weight)
+        if self.edge_attr is not None:
+            data.edge_attr = torch.from_numpy(self.edge_attr)
         if self.y is not None:
             data.y = torch.from_numpy(self.y)
         if self.split is not None:
@@ -255,6 +283,7 @@ class GraphData:
             "has_labels": self.has_labels,
             "num_classes": self.num_classes,
             "fingerprint": self.fingerprint,
+            **({"edge_attr_dim": self.edge_attr_dim} if self.edge_attr is not None else {}),
         }
 
     def summary(self) -> str:
@@ -271,5 +300,6 @@ class GraphData:
     def __repr__(self) -> str:
         return (
             f"GraphData(name={self.name!r}, num_nodes={self.num_nodes}, num_edges={self.num_edges}, "
-            f"feature_dim={self.feature_dim}, weight={self.has_weight}, labels={self.has_labels})"
+            f"feature_dim={self.feature_dim}, weight={self.has_weight}, labels={self.has_labels}"
+            + (f", edge_attr_dim={self.edge_attr_dim})" if self.edge_attr is not None else ")")
         )

@@ -51,22 +51,45 @@ def check_graph_dir(path) -> None:
             if where == "missing"
             else f"graph directory {path} is a file, not a directory"
         )
+    refuse_typed(path)
     problems = []
     for name, folder in _folders(path).items():
-        if files.kind(folder) != "dir":
-            problems.append(f"no {name}/ folder (a graph directory holds vertices/ and edges/ Parquet folders)")
-            continue
-        found = files.data_files(folder)
-        if not found:
-            problems.append(f"{name}/ holds no data files")
-            continue
-        bad = [(f.rel, why) for f in found if (why := files.parquet_problem(files.join(folder, f.rel)))]
-        if bad:
-            shown = "; ".join(f"{name}/{rel}: {why}" for rel, why in bad[:MAX_EXAMPLES])
-            more = ", ..." if len(bad) > MAX_EXAMPLES else ""
-            problems.append(f"{len(bad)} of {len(found)} files in {name}/ are unreadable: {shown}{more}")
+        why = folder_problem(folder, name)
+        if why:
+            problems.append(why)
     if problems:
         raise GraphValidationError(f"graph directory {path}: " + "; ".join(problems))
+
+
+def folder_problem(folder: str, name: str) -> str | None:
+    """Why the Parquet folder `folder` (shown as `name/`) cannot be read, or None: absent, without
+    data files, or holding unreadable files (count + first examples). Footers only."""
+    if files.kind(folder) != "dir":
+        return f"no {name}/ folder (a graph directory holds vertices/ and edges/ Parquet folders)"
+    found = files.data_files(folder)
+    if not found:
+        return f"{name}/ holds no data files"
+    bad = [(f.rel, why) for f in found if (why := files.parquet_problem(files.join(folder, f.rel)))]
+    if bad:
+        shown = "; ".join(f"{name}/{rel}: {why}" for rel, why in bad[:MAX_EXAMPLES])
+        more = ", ..." if len(bad) > MAX_EXAMPLES else ""
+        return f"{len(bad)} of {len(found)} files in {name}/ are unreadable: {shown}{more}"
+    return None
+
+
+def refuse_typed(path) -> None:
+    """Refuse, in one line, a typed graph directory where a job reads homogeneous graphs only:
+    its vertices/ and edges/ hold one folder per type, which a homogeneous reader would
+    misread. Typed graphs are read with graph.typed_io / graph.typed_spark."""
+    from sparkgnn.graph.typed import is_typed_meta
+
+    meta = layout.read_meta(str(path)) if layout.is_local(str(path)) else None
+    if meta is not None and is_typed_meta(meta):
+        raise GraphValidationError(
+            f"graph directory {path} holds a typed graph (node types {', '.join(meta.get('node_types', []))}); "
+            "PE stores, refresh and serving read homogeneous graphs only for now (batch inference runs it: "
+            "sparkgnn.infer with a typed model)"
+        )
 
 
 def trusted_meta(path, meta: dict | None) -> tuple[dict | None, str | None]:
@@ -86,5 +109,7 @@ def trusted_meta(path, meta: dict | None) -> tuple[dict | None, str | None]:
 
 
 def read_trusted_meta(path) -> tuple[dict | None, str | None]:
-    """graph.json of a local directory, filtered by `trusted_meta`."""
+    """graph.json of a local directory, filtered by `trusted_meta`; a typed graph is refused
+    (refuse_typed: the callers are the homogeneous jobs)."""
+    refuse_typed(path)
     return trusted_meta(path, layout.read_meta(str(path)) if layout.is_local(str(path)) else None)

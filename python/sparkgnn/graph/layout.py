@@ -1,9 +1,11 @@
 """The on-disk graph format, in one place (directory names, Arrow schemas, graph.json keys).
 
     <dir>/vertices/part-*.parquet   id int64, x fixed_size_list<float32>[F], [y int64], [split string]
-    <dir>/edges/part-*.parquet      src int64, dst int64, [weight float32]
+    <dir>/edges/part-*.parquet      src int64, dst int64, [weight float32],
+                                    [edge_attr fixed_size_list<float32>[D]]
     <dir>/graph.json                num_vertices, num_edges, feature_dim, has_weight, has_labels,
-                                    num_classes, name, fingerprint (+ format, validated, splits)
+                                    num_classes, name, fingerprint (+ format, validated, splits,
+                                    edge_attr_dim when the edges carry attributes)
 
 Why these choices: fixed_size_list tells every reader the width without scanning, and Spark reads
 it back as array<float> (mapInArrow cannot RETURN fixed_size_list, but it can read it). Vector
@@ -41,10 +43,11 @@ TARGET_ROW_GROUP_BYTES = 32 << 20
 
 
 def vertex_schema(feature_dim: int, has_labels: bool, has_split: bool) -> pa.Schema:
-    fields = [
-        pa.field("id", pa.int64(), nullable=False),
-        pa.field("x", pa.list_(pa.float32(), feature_dim), nullable=False),
-    ]
+    """id, x (F-wide; no x column when F is 0: a typed graph's node type without features, since
+    Arrow has no 0-wide fixed_size_list), [y], [split]."""
+    fields = [pa.field("id", pa.int64(), nullable=False)]
+    if feature_dim:
+        fields.append(pa.field("x", pa.list_(pa.float32(), feature_dim), nullable=False))
     if has_labels:
         fields.append(pa.field("y", pa.int64(), nullable=False))
     if has_split:
@@ -52,10 +55,16 @@ def vertex_schema(feature_dim: int, has_labels: bool, has_split: bool) -> pa.Sch
     return pa.schema(fields)
 
 
-def edge_schema(has_weight: bool) -> pa.Schema:
+EDGE_ATTR = "edge_attr"
+
+
+def edge_schema(has_weight: bool, edge_attr_dim: int = 0) -> pa.Schema:
+    """src, dst, [weight], [edge_attr: a D-wide float32 vector per edge, D = edge_attr_dim > 0]."""
     fields = [pa.field("src", pa.int64(), nullable=False), pa.field("dst", pa.int64(), nullable=False)]
     if has_weight:
         fields.append(pa.field("weight", pa.float32(), nullable=False))
+    if edge_attr_dim:
+        fields.append(pa.field(EDGE_ATTR, pa.list_(pa.float32(), int(edge_attr_dim)), nullable=False))
     return pa.schema(fields)
 
 

@@ -34,7 +34,10 @@ def _is_vector(t: pa.DataType) -> bool:
 VERTEX_COLUMNS = {"id": (_is_integer, "int64"), "x": (_is_vector, "array<float>")}
 OPTIONAL_VERTEX_COLUMNS = {"y": (_is_integer, "int64"), "split": (pa.types.is_string, "string")}
 EDGE_COLUMNS = {"src": (_is_integer, "int64"), "dst": (_is_integer, "int64")}
-OPTIONAL_EDGE_COLUMNS = {"weight": (lambda t: pa.types.is_floating(t) or pa.types.is_integer(t), "float32")}
+OPTIONAL_EDGE_COLUMNS = {
+    "weight": (lambda t: pa.types.is_floating(t) or pa.types.is_integer(t), "float32"),
+    layout.EDGE_ATTR: (_is_vector, "array<float>"),
+}
 
 
 def column_defects(schema: pa.Schema, required: dict, optional: dict, what: str) -> tuple[list, list]:
@@ -87,17 +90,49 @@ def graph_data_from_tables(
     raise_if_any(schema_problems(v_missing + e_missing, v_wrong + e_wrong), name)
 
     problems: list[Problem] = []
+    v = vertex_columns(vertices, meta.get("feature_dim"), problems)
+    e = edge_columns(edges, meta.get("edge_attr_dim"), problems)
+    raise_if_any(problems, name)
+
+    data = GraphData.from_edge_ids(
+        v["ids"],
+        v["x"],
+        e["src"],
+        e["dst"],
+        weight=e["weight"],
+        y=v["y"],
+        split=v["split"],
+        name=name,
+        edge_attr=e["edge_attr"],
+    )
+    if meta.get("fingerprint"):
+        data.__dict__["fingerprint"] = meta["fingerprint"]
+    return data
+
+
+def vertex_columns(vertices: pa.Table, feature_dim: int | None, problems: list[Problem]) -> dict:
+    """ids, x [N, F] float32 (None when defective), y, split of a vertex table whose column types
+    were checked (column_defects); defects are appended to `problems`. A table without `x` (a
+    typed graph's node type without features) gets a 0-wide x."""
     ids, id_nulls = _int_column(vertices, "id")
     if id_nulls.any():
         problems.append(Problem("null_id", int(id_nulls.sum())))
-    x, x_problems = checks.vector_column(ids, vertices.column("x"), meta.get("feature_dim"))
-    problems += x_problems
+    if "x" in vertices.column_names:
+        x, x_problems = checks.vector_column(ids, vertices.column("x"), feature_dim)
+        problems += x_problems
+    else:
+        x = np.zeros((len(ids), 0), np.float32)
     y = _int_column(vertices, "y")[0] if "y" in vertices.column_names else None
     split = None
     if "split" in vertices.column_names:
         split = pc.fill_null(vertices.column("split"), checks.NO_SPLIT).to_numpy(zero_copy_only=False)
         split = split.astype(str)
+    return {"ids": ids, "x": x, "y": y, "split": split}
 
+
+def edge_columns(edges: pa.Table, edge_attr_dim: int | None, problems: list[Problem]) -> dict:
+    """src, dst (original ids), weight, edge_attr of an edge table whose column types were checked;
+    null endpoints and null / ragged edge_attr rows are appended to `problems`."""
     src, src_nulls = _int_column(edges, "src")
     dst, dst_nulls = _int_column(edges, "dst")
     null_edges = src_nulls | dst_nulls
@@ -105,6 +140,16 @@ def graph_data_from_tables(
     if "weight" in edges.column_names:
         wcol = edges.column("weight").cast(pa.float32())
         weight = pc.fill_null(wcol, np.nan).to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
+    edge_attr = None
+    if layout.EDGE_ATTR in edges.column_names:
+        edge_attr, attr_problems = checks.vector_column(
+            np.arange(len(src)),
+            edges.column(layout.EDGE_ATTR),
+            edge_attr_dim,
+            kinds=("null_edge_attr", "edge_attr_width"),
+            label=lambda i: fmt_edge(src[i], dst[i]),
+        )
+        problems += attr_problems
     if null_edges.any():
         rows = np.flatnonzero(null_edges)[:5]
         problems.append(
@@ -114,9 +159,4 @@ def graph_data_from_tables(
                 tuple(fmt_edge(None if src_nulls[i] else src[i], None if dst_nulls[i] else dst[i]) for i in rows),
             )
         )
-    raise_if_any(problems, name)
-
-    data = GraphData.from_edge_ids(ids, x, src, dst, weight=weight, y=y, split=split, name=name)
-    if meta.get("fingerprint"):
-        data.__dict__["fingerprint"] = meta["fingerprint"]
-    return data
+    return {"src": src, "dst": dst, "weight": weight, "edge_attr": edge_attr}

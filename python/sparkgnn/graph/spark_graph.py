@@ -21,9 +21,11 @@ import numpy as np
 import pyarrow as pa
 
 from sparkgnn import files
+from sparkgnn.errors import GraphValidationError
 from sparkgnn.graph import checks, dirfacts, layout, spark_checks
 from sparkgnn.graph.fingerprint import FingerprintAccumulator, edge_hash_sum, vertex_hash_sum
 from sparkgnn.graph.problems import raise_if_any, schema_problems
+from sparkgnn.graph.typed import is_typed_meta
 
 _MASK = (1 << 64) - 1
 _PARTIAL_SCHEMA = "n bigint, h bigint"
@@ -35,7 +37,12 @@ _VERTEX_TYPES = {
     "y": ("bigint", "BIGINT"),
     "split": ("string", "STRING"),
 }
-_EDGE_TYPES = {"src": ("bigint", "BIGINT"), "dst": ("bigint", "BIGINT"), "weight": ("float", "FLOAT")}
+_EDGE_TYPES = {
+    "src": ("bigint", "BIGINT"),
+    "dst": ("bigint", "BIGINT"),
+    "weight": ("float", "FLOAT"),
+    layout.EDGE_ATTR: ("array<float>", "ARRAY<FLOAT>"),
+}
 
 
 def _normalise(df, types: dict):
@@ -65,14 +72,19 @@ def _vertex_partials(feature_dim: int, batches):
     yield pa.RecordBatch.from_pydict({"n": [rows], "h": [_signed(total)]})
 
 
-def _edge_partials(has_weight: bool, batches):
+def _edge_partials(has_weight: bool, edge_attr_dim: int, batches):
     rows, total = 0, 0
     for batch in batches:
         src = batch.column("src").to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
         dst = batch.column("dst").to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
         weight = batch.column("weight").to_numpy(zero_copy_only=False) if has_weight else None
+        attr = None
+        if edge_attr_dim:
+            attr, problems = checks.vector_column(src, batch.column(layout.EDGE_ATTR), edge_attr_dim)
+            if problems:  # unreachable after validate()
+                raise ValueError("; ".join(p.message() for p in problems))
         rows += len(src)
-        total = (total + edge_hash_sum(src, dst, weight)) & _MASK
+        total = (total + edge_hash_sum(src, dst, weight, attr)) & _MASK
     yield pa.RecordBatch.from_pydict({"n": [rows], "h": [_signed(total)]})
 
 
@@ -111,6 +123,9 @@ class Graph:
         self._facts: dict = {}
         self._stats: dict | None = None
         self._fingerprint: str | None = (self.meta or {}).get("fingerprint")
+        #: dirfacts.data_stamp of the directory when `load` opened it, for a directory whose
+        #: graph.json does not vouch for its facts (else None): the key of recall/remember_facts
+        self.data_stamp: str | None = None
 
     # --- construction -------------------------------------------------------------------------
     @classmethod
@@ -130,7 +145,15 @@ class Graph:
         if reachable:
             dirfacts.check_graph_dir(path)
         meta = _read_meta(spark, path)
+        if not reachable and is_typed_meta(meta):  # reachable ones were refused by check_graph_dir
+            raise GraphValidationError(
+                f"graph directory {path} holds a typed graph (open it with TypedGraph.load); PE stores, refresh "
+                "and serving read homogeneous graphs only for now, batch inference runs it with a typed model"
+            )
         meta, _why = dirfacts.trusted_meta(path, meta) if reachable else ({"name": (meta or {}).get("name")}, None)
+        vouched = bool(meta and meta.get("validated") and meta.get("fingerprint"))
+        # the files as this job opened them, which the facts it learns are recorded against (facts_cache)
+        stamp = dirfacts.data_stamp(path) if reachable and not vouched else None
         graph = cls(
             spark.read.parquet(_join(path, layout.VERTICES_DIR)),
             spark.read.parquet(_join(path, layout.EDGES_DIR)),
@@ -138,6 +161,7 @@ class Graph:
             path=path,
             meta=meta,
         )
+        graph.data_stamp = stamp
         if validate or (validate is None and not graph._validated):
             graph.validate(force=bool(validate))
         return graph
@@ -160,6 +184,10 @@ class Graph:
         e_cols = {"src": pa.array(data.src_ids), "dst": pa.array(data.dst_ids)}
         if data.weight is not None:
             e_cols["weight"] = pa.array(data.weight)
+        if data.edge_attr is not None:
+            e_cols[layout.EDGE_ATTR] = pa.FixedSizeListArray.from_arrays(
+                pa.array(data.edge_attr.reshape(-1)), data.edge_attr_dim
+            ).cast(pa.list_(pa.float32()))
         meta = {**data.meta(), "validated": True}
         return cls(
             spark.createDataFrame(pa.table(v_cols)),
@@ -178,6 +206,18 @@ class Graph:
         return "y" in self.vertices.columns
 
     @property
+    def edge_attr_dim(self) -> int:
+        """Width of the edges' `edge_attr` vectors (0: the edges carry none); graph.json's when it
+        vouches for the files, else found by validating."""
+        if layout.EDGE_ATTR not in self.edges.columns:
+            return 0
+        for source in (self.meta or {}, self._facts):
+            if source.get("edge_attr_dim"):
+                return int(source["edge_attr_dim"])
+        self.validate(force=True)
+        return int(self._facts["edge_attr_dim"])
+
+    @property
     def feature_dim(self) -> int:
         for source in (self.meta or {}, self._facts, self._stats or {}):
             if "feature_dim" in source:
@@ -192,14 +232,15 @@ class Graph:
         first: the fingerprint of a malformed graph would name nothing)."""
         if self._fingerprint is None:
             self.validate()
-            acc = FingerprintAccumulator(self.feature_dim, self.has_weight)
+            acc = FingerprintAccumulator(self.feature_dim, self.has_weight, self.edge_attr_dim)
             for row in (
                 self.vertices.select("id", "x")
                 .mapInArrow(partial(_vertex_partials, self.feature_dim), _PARTIAL_SCHEMA)
                 .collect()
             ):
                 acc.add_partial(vertices=row.n, vertex_sum=row.h & _MASK)
-            for row in self.edges.mapInArrow(partial(_edge_partials, self.has_weight), _PARTIAL_SCHEMA).collect():
+            edge_partials = partial(_edge_partials, self.has_weight, self.edge_attr_dim)
+            for row in self.edges.mapInArrow(edge_partials, _PARTIAL_SCHEMA).collect():
                 acc.add_partial(edges=row.n, edge_sum=row.h & _MASK)
             self._fingerprint = acc.hexdigest()
         return self._fingerprint
@@ -210,13 +251,44 @@ class Graph:
         for questions worth asking only when they cost no Spark job (is a layout prepared?)."""
         return self._fingerprint
 
+    def recall_facts(self, work_dir: str) -> bool:
+        """Adopt what an earlier job in `work_dir` recorded for this directory as it is now
+        (graph.facts_cache: validated, its fingerprint and counts), so they are not computed again;
+        returns whether there was such a record. Only for a directory `load` opened whose
+        graph.json does not vouch for them."""
+        if self.path is None or self.data_stamp is None or self._validated:
+            return False
+        from sparkgnn.graph import facts_cache
+
+        known = facts_cache.recall(work_dir, self.path, self.data_stamp)
+        if known is None:
+            return False
+        self._facts.update({k: v for k, v in known.items() if k not in ("fingerprint", "validated")})
+        self._fingerprint = known["fingerprint"]
+        self._validated = True
+        return True
+
+    def remember_facts(self, work_dir: str) -> bool:
+        """Record this directory's facts in `work_dir` for later jobs (graph.facts_cache) once it
+        is validated and fingerprinted; returns whether a record was written (nothing for a graph
+        graph.json vouches for, or one not from a directory)."""
+        if self.path is None or self.data_stamp is None or not self._validated or self._fingerprint is None:
+            return False
+        from sparkgnn.graph import facts_cache
+
+        facts = {**self.stats(), "fingerprint": self._fingerprint}
+        return facts_cache.remember(work_dir, self.path, self.data_stamp, facts)
+
     def stats(self) -> dict:
         """num_vertices, num_edges, feature_dim, has_weight, has_labels, num_classes (cached;
-        read from graph.json when the graph was loaded from a directory)."""
+        read from graph.json when the graph was loaded from a directory, else from what validation
+        counted, else counted)."""
         if self._stats is None:
             keys = ("num_vertices", "num_edges", "feature_dim", "num_classes")
             if self.meta and all(k in self.meta for k in keys):
                 self._stats = {k: int(self.meta[k]) for k in keys}
+            elif all(k in self._facts for k in keys):  # validate() counted them: no job only to count
+                self._stats = {k: int(self._facts[k]) for k in keys}
             else:
                 row = self.vertices.selectExpr(
                     "count(1) AS n",
@@ -230,6 +302,8 @@ class Graph:
                     "num_classes": int(row.maxy) + 1 if row.maxy is not None and row.maxy >= 0 else 0,
                 }
             self._stats.update(has_weight=self.has_weight, has_labels=self.has_labels)
+            if self.edge_attr_dim:
+                self._stats["edge_attr_dim"] = self.edge_attr_dim
         return dict(self._stats)
 
     # --- validation and conversion ----------------------------------------------------------------
@@ -242,7 +316,11 @@ class Graph:
         expected = (self.meta or {}).get("feature_dim")
         v_problems, v_facts = spark_checks.vertex_problems(self.vertices, expected)
         e_problems, e_facts = spark_checks.edge_problems(
-            self.edges, self.vertices, unique_ids=v_facts.pop("unique_ids")
+            self.edges,
+            self.vertices,
+            unique_ids=v_facts.pop("unique_ids"),
+            edge_attr_dim=(self.meta or {}).get("edge_attr_dim"),
+            broadcast_ids=v_facts["num_vertices"] <= spark_checks.BROADCAST_IDS,
         )
         raise_if_any(v_problems + e_problems, self.name)
         self._facts.update(v_facts, **e_facts)

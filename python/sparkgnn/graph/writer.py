@@ -25,8 +25,10 @@ from sparkgnn.errors import OutputError
 from sparkgnn.graph import layout
 from sparkgnn.graph.checks import NO_SPLIT
 from sparkgnn.graph.dirfacts import STAMP_KEY, data_stamp
-from sparkgnn.graph.fingerprint import FingerprintAccumulator
+from sparkgnn.graph.fingerprint import FingerprintAccumulator, edge_hash_sum, vertex_hash_sum
 from sparkgnn.outputs import refuse_protected
+
+_MASK = (1 << 64) - 1
 
 
 class _RollingParquet:
@@ -64,6 +66,101 @@ class _RollingParquet:
         self._roll()
         if self._files == 0:  # an empty table still needs one file so readers see the schema
             pq.write_table(self.schema.empty_table(), os.path.join(self.folder, "part-00000.parquet"))
+
+
+class VertexSink:
+    """One vertex table streamed to a Parquet folder (a graph's `vertices/`, or one node type's
+    folder of a typed graph), with what graph.json needs accumulated on the way: the row count,
+    the vertex half of the fingerprint (fingerprint.vertex_hash_sum), split counts, the largest
+    label. A width of 0 writes no `x` column (a node type without features)."""
+
+    def __init__(
+        self, folder: str, feature_dim: int, *, has_labels: bool, has_split: bool, rows_per_file: int | None = None
+    ):
+        self.feature_dim = int(feature_dim)
+        self.has_labels, self.has_split = has_labels, has_split
+        row = layout.vertex_row_bytes(self.feature_dim)
+        self._parquet = _RollingParquet(
+            folder,
+            layout.vertex_schema(self.feature_dim, has_labels, has_split),
+            rows_per_file or layout.rows_for_bytes(row, layout.TARGET_FILE_BYTES),
+            layout.rows_for_bytes(row, layout.TARGET_ROW_GROUP_BYTES),
+        )
+        self.count = 0
+        self.hash_sum = 0
+        self.split_counts = {"train": 0, "val": 0, "test": 0}
+        self.max_label = -1
+
+    def write(self, ids, x, y=None, split=None) -> None:
+        """Append one chunk (x [N, F] float32; None when F is 0)."""
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        x = np.zeros((len(ids), 0), np.float32) if x is None else np.ascontiguousarray(x, dtype=np.float32)
+        if x.ndim != 2 or x.shape[1] != self.feature_dim or len(x) != len(ids):
+            raise ValueError(f"vertex chunk x has shape {x.shape}; expected ({len(ids)}, {self.feature_dim})")
+        columns = {"id": pa.array(ids)}
+        if self.feature_dim:
+            columns["x"] = pa.FixedSizeListArray.from_arrays(pa.array(x.reshape(-1)), self.feature_dim)
+        if self.has_labels:
+            y = np.ascontiguousarray(y, dtype=np.int64)
+            columns["y"] = pa.array(y)
+            if len(y):
+                self.max_label = max(self.max_label, int(y.max()))
+        if self.has_split:
+            split = np.asarray(split).astype(str)
+            columns["split"] = pa.array(split, mask=split == NO_SPLIT, type=pa.string())
+            for key in self.split_counts:
+                self.split_counts[key] += int(np.count_nonzero(split == key))
+        self._parquet.write(pa.table(columns, schema=self._parquet.schema))
+        self.count += len(ids)
+        self.hash_sum = (self.hash_sum + vertex_hash_sum(ids, x)) & _MASK
+
+    def close(self) -> None:
+        self._parquet.close()
+
+
+class EdgeSink:
+    """One edge table streamed to a Parquet folder (a graph's `edges/`, or one relation's folder
+    of a typed graph; edges by ORIGINAL ids), with its row count and the edge half of the
+    fingerprint (fingerprint.edge_hash_sum) accumulated on the way."""
+
+    def __init__(self, folder: str, *, has_weight: bool, edge_attr_dim: int = 0, rows_per_file: int | None = None):
+        self.has_weight, self.edge_attr_dim = has_weight, int(edge_attr_dim)
+        row = (20 if has_weight else 16) + 4 * self.edge_attr_dim
+        self._parquet = _RollingParquet(
+            folder,
+            layout.edge_schema(has_weight, self.edge_attr_dim),
+            rows_per_file or layout.rows_for_bytes(row, layout.TARGET_FILE_BYTES),
+            layout.rows_for_bytes(row, layout.TARGET_ROW_GROUP_BYTES),
+        )
+        self.count = 0
+        self.hash_sum = 0
+
+    def write(self, src, dst, weight=None, edge_attr=None) -> None:
+        """Append one chunk; weight and edge_attr must be given exactly when the sink has them."""
+        src = np.ascontiguousarray(src, dtype=np.int64)
+        dst = np.ascontiguousarray(dst, dtype=np.int64)
+        columns = {"src": pa.array(src), "dst": pa.array(dst)}
+        if self.has_weight:
+            weight = np.ascontiguousarray(weight, dtype=np.float32)
+            columns["weight"] = pa.array(weight)
+        attr = None
+        if self.edge_attr_dim:
+            if edge_attr is None:
+                raise ValueError(f"edge chunk has no edge_attr; this graph's edges carry {self.edge_attr_dim}")
+            attr = np.ascontiguousarray(edge_attr, dtype=np.float32).reshape(len(src), -1)
+            if attr.shape[1] != self.edge_attr_dim:
+                raise ValueError(f"edge chunk edge_attr has width {attr.shape[1]}; expected {self.edge_attr_dim}")
+            columns[layout.EDGE_ATTR] = pa.FixedSizeListArray.from_arrays(
+                pa.array(attr.reshape(-1)), self.edge_attr_dim
+            )
+        elif edge_attr is not None:
+            raise ValueError("edge chunk has edge_attr but the writer was opened with edge_attr_dim=0")
+        self._parquet.write(pa.table(columns, schema=self._parquet.schema))
+        self.count += len(src)
+        self.hash_sum = (self.hash_sum + edge_hash_sum(src, dst, weight if self.has_weight else None, attr)) & _MASK
+
+    def close(self) -> None:
+        self._parquet.close()
 
 
 _OWNED = (layout.VERTICES_DIR, layout.EDGES_DIR)
@@ -136,6 +233,7 @@ class GraphDirWriter:
         has_weight: bool = False,
         has_labels: bool = False,
         has_split: bool = False,
+        edge_attr_dim: int = 0,
         name: str = "graph",
         rows_per_file: int | None = None,
         overwrite: bool = False,
@@ -143,58 +241,31 @@ class GraphDirWriter:
         self.path = layout.strip_scheme(str(path))
         self.feature_dim, self.name = int(feature_dim), name
         self.has_weight, self.has_labels, self.has_split = has_weight, has_labels, has_split
+        self.edge_attr_dim = int(edge_attr_dim)
+        if self.edge_attr_dim < 0:
+            raise ValueError(f"edge_attr_dim must be >= 0 (0: no edge attributes), got {edge_attr_dim}")
         check_target(self.path, overwrite)
         os.makedirs(self.path, exist_ok=True)
         self._staging = new_staging(self.path)
-        vrow = layout.vertex_row_bytes(self.feature_dim)
-        erow = 20 if has_weight else 16
-        self._vertices = _RollingParquet(
+        self._vertices = VertexSink(
             os.path.join(self._staging, layout.VERTICES_DIR),
-            layout.vertex_schema(self.feature_dim, has_labels, has_split),
-            rows_per_file or layout.rows_for_bytes(vrow, layout.TARGET_FILE_BYTES),
-            layout.rows_for_bytes(vrow, layout.TARGET_ROW_GROUP_BYTES),
+            self.feature_dim,
+            has_labels=has_labels,
+            has_split=has_split,
+            rows_per_file=rows_per_file,
         )
-        self._edges = _RollingParquet(
+        self._edges = EdgeSink(
             os.path.join(self._staging, layout.EDGES_DIR),
-            layout.edge_schema(has_weight),
-            rows_per_file or layout.rows_for_bytes(erow, layout.TARGET_FILE_BYTES),
-            layout.rows_for_bytes(erow, layout.TARGET_ROW_GROUP_BYTES),
+            has_weight=has_weight,
+            edge_attr_dim=self.edge_attr_dim,
+            rows_per_file=rows_per_file,
         )
-        self._fp = FingerprintAccumulator(self.feature_dim, has_weight)
-        self._split_counts = {"train": 0, "val": 0, "test": 0}
-        self._max_label = -1
 
     def write_vertices(self, ids, x, y=None, split=None) -> None:
-        ids = np.ascontiguousarray(ids, dtype=np.int64)
-        x = np.ascontiguousarray(x, dtype=np.float32)
-        if x.ndim != 2 or x.shape[1] != self.feature_dim or len(x) != len(ids):
-            raise ValueError(f"vertex chunk x has shape {x.shape}; expected ({len(ids)}, {self.feature_dim})")
-        columns = {
-            "id": pa.array(ids),
-            "x": pa.FixedSizeListArray.from_arrays(pa.array(x.reshape(-1)), self.feature_dim),
-        }
-        if self.has_labels:
-            y = np.ascontiguousarray(y, dtype=np.int64)
-            columns["y"] = pa.array(y)
-            if len(y):
-                self._max_label = max(self._max_label, int(y.max()))
-        if self.has_split:
-            split = np.asarray(split).astype(str)
-            columns["split"] = pa.array(split, mask=split == NO_SPLIT, type=pa.string())
-            for key in self._split_counts:
-                self._split_counts[key] += int(np.count_nonzero(split == key))
-        self._vertices.write(pa.table(columns, schema=self._vertices.schema))
-        self._fp.add_vertices(ids, x)
+        self._vertices.write(ids, x, y, split)
 
-    def write_edges(self, src, dst, weight=None) -> None:
-        src = np.ascontiguousarray(src, dtype=np.int64)
-        dst = np.ascontiguousarray(dst, dtype=np.int64)
-        columns = {"src": pa.array(src), "dst": pa.array(dst)}
-        if self.has_weight:
-            weight = np.ascontiguousarray(weight, dtype=np.float32)
-            columns["weight"] = pa.array(weight)
-        self._edges.write(pa.table(columns, schema=self._edges.schema))
-        self._fp.add_edges(src, dst, weight if self.has_weight else None)
+    def write_edges(self, src, dst, weight=None, edge_attr=None) -> None:
+        self._edges.write(src, dst, weight, edge_attr)
 
     def close(self, *, num_classes: int | None = None, validated: bool = True, extra: dict | None = None) -> dict:
         """Finish the Parquet files, move them into place and write graph.json; returns the
@@ -202,18 +273,21 @@ class GraphDirWriter:
         self._vertices.close()
         self._edges.close()
         swap_in(self.path, self._staging)
+        fp = FingerprintAccumulator(self.feature_dim, self.has_weight, self.edge_attr_dim)
+        fp.add_partial(self._vertices.count, self._vertices.hash_sum, self._edges.count, self._edges.hash_sum)
         meta = {
             "name": self.name,
-            "num_vertices": self._fp.num_vertices,
-            "num_edges": self._fp.num_edges,
+            "num_vertices": fp.num_vertices,
+            "num_edges": fp.num_edges,
             "feature_dim": self.feature_dim,
             "has_weight": self.has_weight,
             "has_labels": self.has_labels,
-            "num_classes": int(num_classes if num_classes is not None else self._max_label + 1),
-            "fingerprint": self._fp.hexdigest(),
+            "num_classes": int(num_classes if num_classes is not None else self._vertices.max_label + 1),
+            "fingerprint": fp.hexdigest(),
             "fingerprint_algo": "sgfp1",
             "validated": bool(validated),
-            "splits": dict(self._split_counts) if self.has_split else None,
+            "splits": dict(self._vertices.split_counts) if self.has_split else None,
+            **({"edge_attr_dim": self.edge_attr_dim} if self.edge_attr_dim else {}),
             **(extra or {}),
             STAMP_KEY: data_stamp(self.path),
         }
@@ -222,9 +296,9 @@ class GraphDirWriter:
 
     def abort(self) -> None:
         """Drop everything written so far; the target directory is left as it was."""
-        for rolling in (self._vertices, self._edges):
+        for sink in (self._vertices, self._edges):
             try:
-                rolling.close()
+                sink.close()
             except OSError:  # the disk that failed the write may fail the close too
                 pass
         shutil.rmtree(self._staging, ignore_errors=True)
@@ -250,10 +324,11 @@ def write_graph_dir(data, path: str, rows_per_file: int | None = None, overwrite
         has_weight=data.has_weight,
         has_labels=data.has_labels,
         has_split=data.split is not None,
+        edge_attr_dim=data.edge_attr_dim,
         name=data.name,
         rows_per_file=rows_per_file,
         overwrite=overwrite,
     ) as writer:
         writer.write_vertices(data.ids, data.x, data.y, data.split)
-        writer.write_edges(data.src_ids, data.dst_ids, data.weight)
+        writer.write_edges(data.src_ids, data.dst_ids, data.weight, data.edge_attr)
         return writer.close(num_classes=data.num_classes, validated=True)

@@ -5,19 +5,24 @@ can be spread over partitions and merged exactly (see docs/ARCHITECTURE.md "The 
 from sparkgnn.layers.aggregators import AGGREGATORS, Aggregator, get_aggregator
 from sparkgnn.layers.base import CONVS, MergeableConv, build_conv, compute_stats, propagate
 from sparkgnn.layers.bundle import BundleConv, ConcatAggregator
+from sparkgnn.layers.edgeconv import EdgeConvLayer
 from sparkgnn.layers.gat import GATLayer
 from sparkgnn.layers.gatv2 import GATv2Layer
 from sparkgnn.layers.gcn import GCNLayer
-from sparkgnn.layers.gin import GINLayer
+from sparkgnn.layers.gen import GENLayer
+from sparkgnn.layers.generic import GenericConv
+from sparkgnn.layers.gin import GINELayer, GINLayer
 from sparkgnn.layers.graphconv import GraphConvLayer
 from sparkgnn.layers.le import LELayer
 from sparkgnn.layers.moments import MomentsAggregator, RawMomentAggregator
-from sparkgnn.layers.multihop import MultiRoundConv, SGLayer
+from sparkgnn.layers.multihop import APPNPLayer, MultiRoundConv, SGLayer, TAGLayer
 from sparkgnn.layers.nodeops import NODE_OPS, NodeOpStack, ParallelOp, build_node_op
+from sparkgnn.layers.pna import MultiAggregator, PNALayer
 from sparkgnn.layers.resgated import ResGatedLayer
 from sparkgnn.layers.sage import SAGELayer
 from sparkgnn.layers.selfloops import SELF_LOOP_POLICIES, apply_self_loops
 from sparkgnn.layers.stats import STATS
+from sparkgnn.layers.transformer import TransformerLayer
 
 __all__ = [
     "AGGREGATORS",
@@ -30,10 +35,19 @@ __all__ = [
     "propagate",
     "GCNLayer",
     "SAGELayer",
+    "GINELayer",
     "GINLayer",
     "GATLayer",
+    "GenericConv",
     "GraphConvLayer",
     "SGLayer",
+    "TAGLayer",
+    "APPNPLayer",
+    "EdgeConvLayer",
+    "TransformerLayer",
+    "GENLayer",
+    "PNALayer",
+    "MultiAggregator",
     "MultiRoundConv",
     "GATv2Layer",
     "ResGatedLayer",

@@ -22,6 +22,11 @@ applies the map before the message anyway (GAT). It is a request: a layer with
 `stats` (dict name -> Tensor[rows]) is always row-aligned with the `h` / `h_dst` it is passed
 with: the executor joins the per-node statistics of STATS onto node rows before calling.
 
+Edge attributes: a conv with `edge_attr_dim` D > 0 reads PyG's `edge_attr` instead of edge weights.
+The per-edge slot of `message(src_e, dst_e, weight_e, pre)` then carries the edges' attribute rows
+[E, D] (float32), so every executor ships them exactly where it ships a weight (with the edge), and
+its self-loop policy gives the added loops their attributes (layers/selfloops.py, `replace_mean`).
+
 Convolutions register themselves in `CONVS` by kind, and rebuild from `config()` (JSON) plus a
 state_dict, which is how saved models are loaded without pickling code.
 """
@@ -31,6 +36,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from sparkgnn.errors import UnsupportedModelError
 from sparkgnn.layers.aggregators import Aggregator
 from sparkgnn.layers.selfloops import apply_self_loops
 from sparkgnn.layers.stats import STATS
@@ -60,9 +66,15 @@ class MergeableConv(torch.nn.Module):
     aggregator: Aggregator
     self_loops: str = "none"
     uses_edge_weight: bool = False
+    # width of the edge attributes the messages read (0: none); module doc
+    edge_attr_dim: int = 0
     required_stats: tuple = ()
     needs_dst_in_message: bool = False
     can_pre_transform: bool = False
+    # False for a layer that runs as a whole over each destination's in-edges (the generic
+    # fallback, layers/generic.py): it has no partial states, so its in-edges are never split;
+    # propagate then calls its `by_destinations`, and aggregate_state refuses it.
+    edge_mergeable: bool = True
 
     # -- description -----------------------------------------------------------------------
     def config(self) -> dict:
@@ -101,6 +113,7 @@ class MergeableConv(torch.nn.Module):
             "can_pre_transform": self.can_pre_transform,
             "self_loops": self.self_loops,
             "uses_edge_weight": self.uses_edge_weight,
+            "edge_attr_dim": self.edge_attr_dim,
             "required_stats": list(self.required_stats),
             "decomposable": True,
             # passes over the in-edges (Aggregator.phases): an engine round runs one, so a layer
@@ -138,9 +151,18 @@ class MergeableConv(torch.nn.Module):
         parts: int = 1,
         seed: int = 0,
         pre_transform: bool = False,
+        edge_attr: Tensor | None = None,
     ) -> Tensor:
         return propagate(
-            self, x, edge_index[0], edge_index[1], edge_weight, parts=parts, seed=seed, pre_transform=pre_transform
+            self,
+            x,
+            edge_index[0],
+            edge_index[1],
+            edge_weight,
+            parts=parts,
+            seed=seed,
+            pre_transform=pre_transform,
+            edge_attr=edge_attr,
         )
 
 
@@ -149,14 +171,49 @@ def compute_stats(conv: MergeableConv, src: Tensor, dst: Tensor, weight: Tensor 
     return {name: STATS.lookup(name)(src, dst, w, num_nodes) for name in conv.required_stats}
 
 
-def _layer_inputs(conv: MergeableConv, h: Tensor, src, dst, weight, stats, pre_transform):
+def edge_values(conv: MergeableConv, weight, edge_attr) -> Tensor | None:
+    """What the conv's messages read per edge: the [E, D] attribute rows for a conv with
+    `edge_attr_dim` (refused when missing or of another width), the weights for one that uses
+    them, else None."""
+    if conv.edge_attr_dim:
+        if edge_attr is None:
+            raise ValueError(
+                f"{conv.kind}: this layer reads edge attributes (edge_attr, width {conv.edge_attr_dim}); none given"
+            )
+        attr = torch.as_tensor(edge_attr)
+        attr = attr.view(-1, 1) if attr.dim() == 1 else attr
+        if attr.dim() != 2 or attr.shape[1] != conv.edge_attr_dim:
+            raise ValueError(
+                f"{conv.kind}: edge_attr has shape {tuple(attr.shape)}, expected [E, {conv.edge_attr_dim}]"
+            )
+        return attr
+    return None if weight is None or not conv.uses_edge_weight else torch.as_tensor(weight)
+
+
+def _layer_inputs(conv: MergeableConv, h: Tensor, src, dst, weight, stats, pre_transform, edge_attr=None, h_dst=None):
     """What every execution of a layer starts from: node statistics, the edge list after the
-    self-loop policy, the effective pre-transform flag and the src / dst node payloads."""
+    self-loop policy, the effective pre-transform flag and the src / dst node payloads.
+    `h_dst`: the destination rows of a bipartite relation (sources `h`, another node type); such
+    a relation has neither self loops nor node statistics (their rows would be the sources')."""
     src = torch.as_tensor(src, dtype=torch.long)
     dst = torch.as_tensor(dst, dtype=torch.long)
-    w_in = None if weight is None or not conv.uses_edge_weight else torch.as_tensor(weight)
+    w_in = edge_values(conv, weight, edge_attr)
+    if h_dst is not None:
+        if conv.self_loops != "none" or conv.required_stats:
+            what = f"self loops ({conv.self_loops})" if conv.self_loops != "none" else f"{list(conv.required_stats)}"
+            raise UnsupportedModelError(
+                f"{conv.kind}: a relation between two node types has no {what}; only a relation within one type does"
+            )
+        edges = (src, dst, w_in)
+        return (
+            {},
+            edges,
+            conv._pre(pre_transform),
+            conv.prepare_src(h, {}, conv._pre(pre_transform)),
+            conv.prepare_dst(h_dst, {}),
+        )
     if stats is None:
-        stats = compute_stats(conv, src, dst, w_in, h.shape[0])
+        stats = compute_stats(conv, src, dst, None if conv.edge_attr_dim else w_in, h.shape[0])
     edges = apply_self_loops(src, dst, w_in, h.shape[0], conv.self_loops)
     pre = conv._pre(pre_transform)
     return stats, edges, pre, conv.prepare_src(h, stats, pre), conv.prepare_dst(h, stats)
@@ -173,6 +230,8 @@ def propagate(
     seed: int = 0,
     pre_transform: bool = False,
     stats: dict | None = None,
+    edge_attr: Tensor | None = None,
+    h_dst: Tensor | None = None,
 ) -> Tensor:
     """Run one layer exactly the way a distributed executor would: self-loop policy, node
     statistics, node payloads, edges dealt at random (seeded) into `parts` partitions, a partial
@@ -183,10 +242,18 @@ def propagate(
     over the SAME partitioning, each with its own random merge order; between passes each
     destination's finalized result is gathered to its edges (`context`, OMEGA's AllGather) and
     fed to the next pass through `phase_message`. So partition-independence is tested the same way
-    for one pass or several."""
-    num_nodes = h.shape[0]
+    for one pass or several.
+
+    `h_dst`: a bipartite relation's destination rows (a typed graph's relation between two node
+    types, `h` holding the sources): the result has one row per destination."""
+    if not conv.edge_mergeable:
+        if h_dst is not None:
+            raise UnsupportedModelError(f"layer {conv.kind} runs over one node set; not over a relation between two")
+        by_destinations = getattr(conv, "by_destinations")  # noqa: B009 - only such layers define it
+        return by_destinations(h, torch.as_tensor(src), torch.as_tensor(dst), parts=max(1, int(parts)), seed=seed)
+    num_nodes = (h if h_dst is None else h_dst).shape[0]
     parts = max(1, int(parts))
-    stats, (s, d, w), pre, xs, xd = _layer_inputs(conv, h, src, dst, weight, stats, pre_transform)
+    stats, (s, d, w), pre, xs, xd = _layer_inputs(conv, h, src, dst, weight, stats, pre_transform, edge_attr, h_dst)
     agg = conv.aggregator
     msg_w = conv.msg_width(pre)
 
@@ -223,7 +290,7 @@ def propagate(
             merged = stage.identity(num_nodes, msg_w)
         context = stage.finalize(merged)
     assert context is not None  # phases >= 1
-    return conv.update(h, context, stats, pre)
+    return conv.update(h if h_dst is None else h_dst, context, stats, pre)
 
 
 def aggregate_state(
@@ -235,6 +302,7 @@ def aggregate_state(
     *,
     stats: dict | None = None,
     pre_transform: bool = False,
+    edge_attr: Tensor | None = None,
 ) -> Tensor:
     """The MERGED aggregation state of every node (one partial over all edges, self-loop policy
     applied): what a PE store keeps next to h^(l) so that serving can later recompute a node from
@@ -242,8 +310,10 @@ def aggregate_state(
     `update(h, finalize(aggregate_state(...)), stats, pre_transform)` equals propagate(...).
     For a multi-pass aggregator it is the last pass's state (the earlier passes run first, to
     give it its per-destination context)."""
+    if not conv.edge_mergeable:
+        raise UnsupportedModelError(f"layer {conv.kind} keeps no aggregation state: its in-edges are never split")
     num_nodes = h.shape[0]
-    stats, (s, d, w), pre, xs, xd = _layer_inputs(conv, h, src, dst, weight, stats, pre_transform)
+    stats, (s, d, w), pre, xs, xd = _layer_inputs(conv, h, src, dst, weight, stats, pre_transform, edge_attr)
     m = conv.message(xs.index_select(0, s), None if xd is None else xd.index_select(0, d), w, pre)
     agg = conv.aggregator
     context = None
@@ -254,3 +324,23 @@ def aggregate_state(
     last = agg.phases - 1
     edge_context = None if context is None else context.index_select(0, d)
     return agg.phase(last).partial(agg.phase_message(last, m, edge_context), d, num_nodes)
+
+
+def refuse_edge_features(convs, job: str) -> None:
+    """Refuse (UnsupportedModelError, one line) layers that read edge attributes in `job`, a job
+    that does not carry them yet (PE store refresh, serving requests: their edge rows and update
+    files hold no edge_attr); batch inference (`sparkgnn.infer`) and the PE precompute run them."""
+    from sparkgnn.errors import UnsupportedModelError
+
+    for index, conv in enumerate(convs):
+        if conv.edge_attr_dim:
+            raise UnsupportedModelError(
+                f"{job} does not carry edge features yet, but layer {index} ({conv.kind}) reads edge_attr "
+                f"(width {conv.edge_attr_dim}); run the model with sparkgnn.infer"
+            )
+
+
+def choose_pre_transform(conv: MergeableConv) -> bool:
+    """Default mode when the caller does not force one: transform-then-propagate when the
+    layer allows it and it makes the payload shipped to edges strictly narrower."""
+    return conv.can_pre_transform and conv.src_width(True) < conv.src_width(False)

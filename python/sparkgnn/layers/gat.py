@@ -1,6 +1,6 @@
 """GATConv (v1, Velickovic et al.) as a mergeable layer; matches torch_geometric.nn.GATConv in
-eval with edge_dim=None: per head h,
-    e_ji = leaky_relu(a_src . x_j W_h + a_dst . x_i W_h),  alpha = softmax_j(e_ji),
+eval: per head h,
+    e_ji = leaky_relu(a_src . x_j W_h + a_dst . x_i W_h [+ a_edge . W_e e_ji]),  alpha = softmax_j(e_ji),
     out_i = concat_h / mean_h (sum_j alpha_ji x_j W_h) [+ res(x_i)] [+ bias].
 
 WHY a destination payload: the attention logit needs the destination's a_dst . x_i W, which in
@@ -9,6 +9,11 @@ a partitioned graph is not where the edge is; the layer therefore declares
 (OMEGA's all-gather of destination embeddings, reduced to what the logit needs). The softmax
 normalisation is global over a node's in-edges, so it is done by the mergeable softmax
 aggregator (running max / exp-sum / weighted sum, rescaled on merge).
+
+With edge_dim (`edge_attr_dim`), the edge's attribute row e_ji enters the logit through PyG's
+lin_edge (W_e, no bias) and att_edge, computed per edge in `message` from the attributes that
+travel with the edge; self loops get the mean of the node's in-edge attributes (PyG's
+fill_value="mean", self-loop policy `replace_mean`).
 
 Modes: pre_transform ships [x W | a_src] (H*C + H floats per node); raw mode ships x and applies
 W and a_src per edge in `message`. Both are exact; the planner picks the cheaper.
@@ -55,12 +60,28 @@ class AttentionHeadsConv(MergeableConv):
         hc = self.heads * self.channels
         self.out_dim = hc if self.concat else self.channels
 
+    def _init_edge(self, edge_dim: int | None) -> None:
+        """PyG's lin_edge (no bias) for edge attributes of width edge_dim (None: no attributes);
+        call with the subclass's attention weights."""
+        if edge_dim is not None and int(edge_dim) < 1:
+            raise ValueError(f"{self.kind}: edge_dim must be >= 1 (or None), got {edge_dim}")
+        self.edge_attr_dim = int(edge_dim or 0)
+        hc = self.heads * self.channels
+        self.weight_edge = torch.nn.Parameter(torch.zeros(hc, self.edge_attr_dim)) if edge_dim else None
+
+    def _edge_term(self, attr_e: Tensor | None) -> Tensor:
+        """lin_edge(e) per edge, [E, H, C] (only for a layer with edge attributes)."""
+        if attr_e is None or self.weight_edge is None:
+            raise ValueError(f"{self.kind}: the message needs the edge attributes (edge_dim={self.edge_attr_dim})")
+        return F.linear(attr_e, self.weight_edge).view(-1, self.heads, self.channels)
+
     def _init_output(self, *, bias: bool) -> None:
         """Residual map, bias and the attention contract; call after the subclass's weights."""
         self.weight_res = torch.nn.Parameter(torch.zeros(self.out_dim, self.in_dim)) if self.residual else None
         self.bias = torch.nn.Parameter(torch.zeros(self.out_dim)) if bias else None
         self.aggregator = get_aggregator("softmax", heads=self.heads)
-        self.self_loops = "replace" if self.add_self_loops else "none"
+        loops = "replace_mean" if self.edge_attr_dim else "replace"
+        self.self_loops = loops if self.add_self_loops else "none"
         self.needs_dst_in_message = True
         self.can_pre_transform = True
 
@@ -75,6 +96,7 @@ class AttentionHeadsConv(MergeableConv):
             "negative_slope": self.negative_slope,
             "add_self_loops": self.add_self_loops,
             "bias": self.bias is not None,
+            **({"edge_dim": self.edge_attr_dim} if self.edge_attr_dim else {}),
         }
 
     def msg_width(self, pre_transform: bool) -> int:
@@ -102,6 +124,7 @@ class GATLayer(AttentionHeadsConv):
         bias: bool = True,
         residual: bool = False,
         separate_dst_lin: bool = False,
+        edge_dim: int | None = None,
     ):
         super().__init__(in_dim, channels, heads, concat, negative_slope, add_self_loops, residual)
         hc = self.heads * self.channels
@@ -110,6 +133,8 @@ class GATLayer(AttentionHeadsConv):
         self.weight_dst = torch.nn.Parameter(torch.zeros(hc, self.in_dim)) if self.separate_dst_lin else None
         self.att_src = torch.nn.Parameter(torch.zeros(1, self.heads, self.channels))
         self.att_dst = torch.nn.Parameter(torch.zeros(1, self.heads, self.channels))
+        self._init_edge(edge_dim)
+        self.att_edge = torch.nn.Parameter(torch.zeros(1, self.heads, self.channels)) if edge_dim else None
         self._init_output(bias=bias)
 
     def config(self) -> dict:
@@ -140,5 +165,8 @@ class GATLayer(AttentionHeadsConv):
     def message(self, src_e, dst_e, weight_e, pre_transform):
         payload = src_e if self._pre(pre_transform) else self._src_payload(src_e)
         hc = self.heads * self.channels
-        logit = F.leaky_relu(payload[:, hc:] + dst_e, self.negative_slope)
+        alpha = payload[:, hc:] + dst_e
+        if self.att_edge is not None:  # alpha_j + alpha_i, then + alpha_edge, PyG's order
+            alpha = alpha + (self._edge_term(weight_e) * self.att_edge).sum(dim=-1)
+        logit = F.leaky_relu(alpha, self.negative_slope)
         return torch.cat([logit, payload[:, :hc]], dim=1)

@@ -1,7 +1,7 @@
 """GATv2Conv (Brody et al., "dynamic attention") as a mergeable layer; matches
-torch_geometric.nn.GATv2Conv in eval with edge_dim=None: per head h,
+torch_geometric.nn.GATv2Conv in eval: per head h,
     xl_j = W_l x_j + b_l,  xr_i = W_r x_i + b_r   (W_r = W_l with share_weights)
-    e_ji = a_h . leaky_relu(xl_j + xr_i),  alpha = softmax_j(e_ji),
+    e_ji = a_h . leaky_relu(xr_i + xl_j [+ W_e a_ji]),  alpha = softmax_j(e_ji),
     out_i = concat_h / mean_h (sum_j alpha_ji xl_j) [+ res(x_i)] [+ bias].
 
 WHY the destination payload is the whole xr_i (H*C floats, not H as for GATConv): the
@@ -10,6 +10,10 @@ source part plus a destination part; every edge needs xr_i itself (`needs_dst_in
 softmax over a destination's in-edges is the same mergeable softmax aggregator GATConv uses
 (running max / exp-sum / weighted sum per head, rescaled on merge), so it is exact under any
 partitioning.
+
+With edge_dim (`edge_attr_dim`), the edge's attribute row a_ji is mapped by PyG's lin_edge (W_e,
+no bias) per edge in `message`; self loops get the mean of the node's in-edge attributes (PyG's
+fill_value="mean", self-loop policy `replace_mean`).
 
 Modes: pre_transform ships xl (H*C floats per node); raw mode ships x and applies W_l per edge
 in `message`. Both are exact (the map is applied before the message either way); the planner
@@ -39,6 +43,7 @@ class GATv2Layer(AttentionHeadsConv):
         bias: bool = True,
         share_weights: bool = False,
         residual: bool = False,
+        edge_dim: int | None = None,
     ):
         super().__init__(in_dim, channels, heads, concat, negative_slope, add_self_loops, residual)
         hc = self.heads * self.channels
@@ -48,6 +53,7 @@ class GATv2Layer(AttentionHeadsConv):
         self.weight_dst = None if self.share_weights else torch.nn.Parameter(torch.zeros(hc, self.in_dim))
         self.bias_dst = torch.nn.Parameter(torch.zeros(hc)) if bias and not self.share_weights else None
         self.att = torch.nn.Parameter(torch.zeros(1, self.heads, self.channels))
+        self._init_edge(edge_dim)
         self._init_output(bias=bias)
 
     def config(self) -> dict:
@@ -76,9 +82,10 @@ class GATv2Layer(AttentionHeadsConv):
             raise ValueError("gatv2: the message needs the destination payload")
         xl = src_e if self._pre(pre_transform) else self._lin_src(src_e)
         e = xl.shape[0]
-        # x_i + x_j, as PyG's edge_update adds them
-        z = F.leaky_relu(
-            dst_e.view(e, self.heads, self.channels) + xl.view(e, self.heads, self.channels), self.negative_slope
-        )
+        # x_i + x_j (+ lin_edge(edge_attr)), as PyG's edge_update adds them
+        z = dst_e.view(e, self.heads, self.channels) + xl.view(e, self.heads, self.channels)
+        if self.edge_attr_dim:
+            z = z + self._edge_term(weight_e)
+        z = F.leaky_relu(z, self.negative_slope)
         logit = (z * self.att).sum(dim=-1)
         return torch.cat([logit, xl], dim=1)

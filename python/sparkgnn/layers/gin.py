@@ -58,3 +58,35 @@ class GINLayer(MergeableConv):
                 z = z + lin.bias
             return self.nn(z, start=1)
         return self.nn(agg + (1 + self.eps) * h_dst)
+
+
+@register_conv("gine")
+class GINELayer(GINLayer):
+    """GINEConv (Hu et al.) as a mergeable layer; matches torch_geometric.nn.GINEConv in eval:
+    out = nn((1 + eps) * x_i + sum_{j->i} relu(x_j + lin(e_ji))), lin a Linear(edge_dim, in_dim)
+    when edge_dim is given, else the identity (the edge attributes must then have x's width).
+
+    WHY no transform-then-propagate: the ReLU sits between the source row and the aggregation,
+    so the payload is x itself and the message is formed per edge from x_j and the attributes that
+    travel with the edge (`edge_attr_dim`); the sum, the root term and nn are GIN's."""
+
+    def __init__(self, in_dim: int, nn: list, edge_dim: int | None = None):
+        super().__init__(in_dim, nn)
+        if edge_dim is not None and int(edge_dim) < 1:
+            raise ValueError(f"gine: edge_dim must be >= 1 (or None), got {edge_dim}")
+        self.edge_dim = None if edge_dim is None else int(edge_dim)
+        self.lin = torch.nn.Linear(self.edge_dim, self.in_dim) if self.edge_dim else None
+        self.edge_attr_dim = self.edge_dim or self.in_dim
+        self.can_pre_transform = False
+
+    def config(self):
+        return {**super().config(), "edge_dim": self.edge_dim}
+
+    def message(self, src_e, dst_e, weight_e, pre_transform):
+        if weight_e is None or weight_e.dim() != 2:
+            raise ValueError(f"gine: the message needs the edge attributes [E, {self.edge_attr_dim}]")
+        attr = self.lin(weight_e) if self.lin is not None else weight_e
+        return (src_e + attr).relu()
+
+    def message_scale(self, weight_e, pre_transform):
+        return False, None

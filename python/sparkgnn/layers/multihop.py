@@ -17,6 +17,13 @@ map, A^K (x W) = (A^K x) W, so the weight is applied where the rows are narrower
 round when lin narrows the width (the K propagations then ship out_dim floats per row), else in
 the last round (they ship in_dim). Both orders are exact up to float32 summation order.
 
+TAGConv and APPNP keep more than the propagated features between their hops (TAGConv the
+running sum of its projected hops, APPNP its teleport input x_0), so their rounds (HopRound) read
+and write rows [x | carry]: only x travels to the edges, the carry stays with its vertex, and each
+round is a registered conv kind of its own ("tag_round", "appnp_round") that a bundle or a saved
+model rebuilds from its config. ChebConv is refused (models/pyg_convs.py): its Laplacian divides
+by OUT-degrees, a statistic the engine does not prepare.
+
 Model expands a layer into its rounds (phases.expand_passes calls `rounds()`); the spec keeps
 the layer's config, so a saved model rebuilds the same rounds, and the rounds' parameters are
 stored under the rounds' names.
@@ -27,6 +34,8 @@ from __future__ import annotations
 from typing import cast
 
 import torch
+import torch.nn.functional as F
+from torch import Tensor
 
 from sparkgnn.layers.aggregators import get_aggregator
 from sparkgnn.layers.base import MergeableConv, register_conv
@@ -113,3 +122,236 @@ class SGLayer(MultiRoundConv):
 
     def src_width(self, pre_transform: bool) -> int:
         return self._steps()[0].src_width(pre_transform)
+
+
+class HopRound(GCNLayer):
+    """One propagation of a multi-hop layer whose rows carry more than the propagated features.
+
+    The row a round reads is [x | carry]: x (the first `width` columns) is what propagates, the
+    carry is what the layer must keep per vertex between its hops (TAGConv's running sum of
+    projected hops, APPNP's teleport input x0). Only x travels to the edges: the propagation is
+    GCN's weightless round on x (degree statistic, self-loop policy, edge weights and sparse
+    products all GCN's), and `combine` (a subclass's) builds the next row from the vertex's own
+    row and its propagated x, so the carry never leaves the vertex. The first round of a layer
+    reads the layer's input, which is x alone (carry 0)."""
+
+    row_wise = True  # update reads h_dst[i], agg[i] and stats[i] only
+
+    def __init__(self, width: int, carry: int, normalize: bool, add_self_loops: bool, use_edge_weight: bool):
+        super().__init__(
+            width,
+            width,
+            normalize=normalize,
+            add_self_loops=add_self_loops,
+            bias=False,
+            use_edge_weight=use_edge_weight,
+            linear=False,
+        )
+        self.width, self.carry = int(width), int(carry)
+        if self.carry < 0:
+            raise ValueError(f"{self.kind}: carry must be >= 0, got {carry}")
+        self.in_dim = self.width + self.carry
+
+    def _hop_config(self) -> dict:
+        return {
+            "kind": self.kind,
+            "width": self.width,
+            "normalize": self.normalize,
+            "add_self_loops": self.add_self_loops,
+            "use_edge_weight": self.uses_edge_weight,
+        }
+
+    def src_width(self, pre_transform: bool) -> int:
+        return self.width
+
+    def prepare_src(self, h: Tensor, stats: dict, pre_transform: bool) -> Tensor:
+        return super().prepare_src(h[:, : self.width] if self.carry else h, stats, False)
+
+    def update(self, h_dst: Tensor, agg: Tensor, stats: dict, pre_transform: bool) -> Tensor:
+        if self.normalize:  # GCN's destination factor; no weight, no bias (combine has them)
+            agg = agg * self._deg_inv_sqrt(stats).unsqueeze(-1)
+        return self.combine(h_dst, agg)
+
+    def combine(self, h_dst: Tensor, x: Tensor) -> Tensor:
+        """The next row from the vertex's row [x_prev | carry] and its propagated x."""
+        raise NotImplementedError
+
+
+@register_conv("tag_round")
+class TAGRound(HopRound):
+    """Hop k of TAGConv: out = x W_0 + sum_k (A^k x) W_k [+ b], the carry the running sum of
+    the projected hops (out_dim columns). The first hop starts the sum with x W_0, the last adds
+    the bias and returns the sum alone, in PyG's order of additions."""
+
+    def __init__(
+        self,
+        width: int,
+        out_dim: int,
+        first: bool,
+        last: bool,
+        normalize: bool = True,
+        use_edge_weight: bool = True,
+        bias: bool = True,
+    ):
+        super().__init__(width, 0 if first else int(out_dim), normalize, False, use_edge_weight)
+        self.first, self.last = bool(first), bool(last)
+        self.sum_dim = int(out_dim)
+        self.out_dim = self.sum_dim if self.last else self.width + self.sum_dim
+        self.weight_0 = torch.nn.Parameter(torch.zeros(self.sum_dim, self.width)) if self.first else None
+        self.weight_k = torch.nn.Parameter(torch.zeros(self.sum_dim, self.width))
+        self.bias = torch.nn.Parameter(torch.zeros(self.sum_dim)) if bias and self.last else None
+
+    def config(self) -> dict:
+        cfg = self._hop_config()
+        cfg.pop("add_self_loops")
+        return {**cfg, "out_dim": self.sum_dim, "first": self.first, "last": self.last, "bias": self.bias is not None}
+
+    def combine(self, h_dst: Tensor, x: Tensor) -> Tensor:
+        total = F.linear(h_dst, self.weight_0) if self.weight_0 is not None else h_dst[:, self.width :]
+        total = total + F.linear(x, self.weight_k)
+        if self.last:
+            return total + self.bias if self.bias is not None else total
+        return torch.cat([x, total], dim=1)
+
+
+@register_conv("tag")
+class TAGLayer(MultiRoundConv):
+    """TAGConv(in_dim, out_dim, K, bias, normalize) as K TAGRounds (HopRound): gcn_norm without
+    self loops (the weighted in-degree) when `normalize`, plain (weighted) sums otherwise."""
+
+    def __init__(
+        self,
+        in_dim: int,
+        out_dim: int,
+        K: int = 3,
+        bias: bool = True,
+        normalize: bool = True,
+        use_edge_weight: bool = True,
+    ):
+        super().__init__()
+        if int(K) < 1:
+            raise ValueError(f"tag: K must be >= 1, got {K}")
+        self.in_dim, self.out_dim, self.K = int(in_dim), int(out_dim), int(K)
+        self.has_bias, self.normalize, self.uses_edge_weight = bool(bias), bool(normalize), bool(use_edge_weight)
+        self.aggregator = get_aggregator("sum")
+        self.steps = torch.nn.ModuleList(
+            TAGRound(
+                self.in_dim,
+                self.out_dim,
+                first=k == 0,
+                last=k == self.K - 1,
+                normalize=self.normalize,
+                use_edge_weight=self.uses_edge_weight,
+                bias=self.has_bias,
+            )
+            for k in range(self.K)
+        )
+        self.required_stats = self.tag_rounds()[0].required_stats
+
+    def tag_rounds(self) -> list[TAGRound]:
+        return [cast(TAGRound, s) for s in self.steps]
+
+    def config(self) -> dict:
+        return {
+            "kind": self.kind,
+            "in_dim": self.in_dim,
+            "out_dim": self.out_dim,
+            "K": self.K,
+            "bias": self.has_bias,
+            "normalize": self.normalize,
+            "use_edge_weight": self.uses_edge_weight,
+        }
+
+    def rounds(self) -> list[MergeableConv]:
+        return list(self.tag_rounds())
+
+    def src_width(self, pre_transform: bool) -> int:
+        return self.in_dim
+
+
+@register_conv("appnp_round")
+class APPNPRound(HopRound):
+    """Hop k of APPNP: x_{k+1} = (1 - alpha) A x_k + alpha x_0, the carry x_0 (the layer's input,
+    `width` columns); the last hop returns x_K alone."""
+
+    def __init__(
+        self,
+        width: int,
+        alpha: float,
+        first: bool,
+        last: bool,
+        normalize: bool = True,
+        add_self_loops: bool = True,
+        use_edge_weight: bool = True,
+    ):
+        super().__init__(
+            width, 0 if first else int(width), normalize, bool(add_self_loops) and bool(normalize), use_edge_weight
+        )
+        self.alpha, self.first, self.last = float(alpha), bool(first), bool(last)
+        self.out_dim = self.width if self.last else 2 * self.width
+
+    def config(self) -> dict:
+        return {**self._hop_config(), "alpha": self.alpha, "first": self.first, "last": self.last}
+
+    def combine(self, h_dst: Tensor, x: Tensor) -> Tensor:
+        x0 = h_dst if self.first else h_dst[:, self.width :]
+        # PyG's two statements, in its order
+        x = x * (1 - self.alpha)
+        x = x + self.alpha * x0
+        return x if self.last else torch.cat([x, x0], dim=1)
+
+
+@register_conv("appnp")
+class APPNPLayer(MultiRoundConv):
+    """APPNP(K, alpha, add_self_loops, normalize) at width `dim` as K APPNPRounds (HopRound):
+    gcn_norm (with PyG's remaining self loops when add_self_loops) when `normalize`, plain
+    (weighted) sums without self loops otherwise, as PyG adds loops only inside gcn_norm."""
+
+    def __init__(
+        self,
+        dim: int,
+        K: int,
+        alpha: float,
+        add_self_loops: bool = True,
+        normalize: bool = True,
+        use_edge_weight: bool = True,
+    ):
+        super().__init__()
+        if int(K) < 1:
+            raise ValueError(f"appnp: K must be >= 1, got {K}")
+        self.in_dim = self.out_dim = int(dim)
+        self.K, self.alpha = int(K), float(alpha)
+        self.add_self_loops, self.normalize = bool(add_self_loops), bool(normalize)
+        self.uses_edge_weight = bool(use_edge_weight)
+        self.aggregator = get_aggregator("sum")
+        self.steps = torch.nn.ModuleList(
+            APPNPRound(
+                self.in_dim,
+                self.alpha,
+                first=k == 0,
+                last=k == self.K - 1,
+                normalize=self.normalize,
+                add_self_loops=self.add_self_loops,
+                use_edge_weight=self.uses_edge_weight,
+            )
+            for k in range(self.K)
+        )
+        first = cast(APPNPRound, self.steps[0])
+        self.required_stats, self.self_loops = first.required_stats, first.self_loops
+
+    def config(self) -> dict:
+        return {
+            "kind": self.kind,
+            "dim": self.in_dim,
+            "K": self.K,
+            "alpha": self.alpha,
+            "add_self_loops": self.add_self_loops,
+            "normalize": self.normalize,
+            "use_edge_weight": self.uses_edge_weight,
+        }
+
+    def rounds(self) -> list[MergeableConv]:
+        return [cast(MergeableConv, s) for s in self.steps]
+
+    def src_width(self, pre_transform: bool) -> int:
+        return self.in_dim

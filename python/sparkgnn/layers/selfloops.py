@@ -13,6 +13,11 @@ carry some self loops already, sometimes duplicated, and each conv treats them d
                 Without weights, duplicated self loops therefore collapse to a single loop.
   "replace"   : remove_self_loops + add_self_loops (GATConv): drop all existing self loops, add
                 one per node. Weights (unused by GAT) of the new loops are 1.
+  "replace_mean": "replace" for a conv that reads edge attributes ([E, D] rows in the weight slot,
+                GATConv / GATv2Conv with edge_dim and PyG's default fill_value="mean"): each new
+                loop's attributes are the mean of the node's remaining in-edges' attributes (0
+                without any), what add_self_loops(fill_value="mean") computes. It reads every
+                in-edge of the node, so it is exact wherever a node's in-edges are together.
 """
 
 from __future__ import annotations
@@ -63,7 +68,24 @@ def _replace(src: Tensor, dst: Tensor, weight: Tensor | None, num_nodes: int) ->
     loops = torch.arange(num_nodes, dtype=src.dtype, device=src.device)
     new_weight = None
     if weight is not None:
-        new_weight = torch.cat([weight[keep], torch.ones(num_nodes, dtype=weight.dtype, device=weight.device)])
+        fill = torch.ones((num_nodes,) + tuple(weight.shape[1:]), dtype=weight.dtype, device=weight.device)
+        new_weight = torch.cat([weight[keep], fill])
+    return (torch.cat([src[keep], loops]), torch.cat([dst[keep], loops]), new_weight)
+
+
+@_policy("replace_mean")
+def _replace_mean(src: Tensor, dst: Tensor, weight: Tensor | None, num_nodes: int) -> EdgeList:
+    keep = src != dst
+    loops = torch.arange(num_nodes, dtype=src.dtype, device=src.device)
+    new_weight = None
+    if weight is not None:
+        kept, to = weight[keep], dst[keep]
+        sums = torch.zeros((num_nodes,) + tuple(weight.shape[1:]), dtype=weight.dtype, device=weight.device)
+        sums.index_add_(0, to, kept)
+        count = torch.zeros(num_nodes, dtype=weight.dtype, device=weight.device)
+        count.index_add_(0, to, torch.ones(to.numel(), dtype=weight.dtype, device=weight.device))
+        fill = sums / count.clamp(min=1).view((-1,) + (1,) * (weight.dim() - 1))
+        new_weight = torch.cat([kept, fill])
     return (torch.cat([src[keep], loops]), torch.cat([dst[keep], loops]), new_weight)
 
 
@@ -76,8 +98,8 @@ def apply_self_loops(src: Tensor, dst: Tensor, weight: Tensor | None, num_nodes:
         raise ValueError("src and dst must be 1-D tensors of equal length")
     if weight is not None:
         weight = torch.as_tensor(weight)
-        if weight.shape != src.shape:
-            raise ValueError("weight must have one entry per edge")
+        if weight.dim() == 0 or weight.shape[0] != src.shape[0]:
+            raise ValueError("weight (or edge_attr) must have one entry (row) per edge")
     return fn(src, dst, weight, int(num_nodes))
 
 

@@ -183,3 +183,76 @@ def _graphconv_payload(conv, pre: bool) -> Hashable:
 @MESSAGE_KEYS.register("graphconv")
 def _graphconv_message(conv, pre: bool) -> Hashable:
     return WEIGHTED_PAYLOAD if conv.uses_edge_weight else PAYLOAD
+
+
+def _hop_payload(conv, pre: bool) -> Hashable:
+    # the first `width` columns of the row (all of it when the row carries nothing else) times
+    # deg^-1/2 of the named statistic, as a weightless GCN round ships them
+    base = ROWS if conv.carry == 0 else ("columns", conv.width)
+    scale = (conv.required_stats[0], conv.uses_edge_weight) if conv.normalize else None
+    return base if scale is None else ("deg_inv_sqrt", scale, base)
+
+
+for _kind in ("tag_round", "appnp_round"):
+    PAYLOAD_KEYS.register(_kind, _hop_payload)
+    MESSAGE_KEYS.register(_kind, _gcn_message)
+
+
+@PAYLOAD_KEYS.register("edge")
+def _edge_payload(conv, pre: bool) -> Hashable:
+    return ROWS
+
+
+@MESSAGE_KEYS.register("edge")
+def _edge_message(conv, pre: bool) -> Hashable:
+    # nn over [x_i | x_j - x_i]: the destination payload is the row itself
+    return ("edge", module_key(conv.nn))
+
+
+@PAYLOAD_KEYS.register("transformer")
+def _transformer_payload(conv, pre: bool) -> Hashable:
+    if not pre:
+        return ROWS
+    return ("transformer", digest(conv.weight_key, conv.bias_key, conv.weight_value, conv.bias_value))
+
+
+@MESSAGE_KEYS.register("transformer")
+def _transformer_message(conv, pre: bool) -> Hashable:
+    # the logit reads the destination's query and, in raw mode, forms key and value per edge;
+    # with edge_dim lin_edge of the edge's attributes is added to both
+    tensors = digest(
+        conv.weight_key,
+        conv.bias_key,
+        conv.weight_query,
+        conv.bias_query,
+        conv.weight_value,
+        conv.bias_value,
+        conv.weight_edge,
+    )
+    return ("transformer", pre, conv.heads, conv.channels, conv.edge_attr_dim, tensors)
+
+
+@PAYLOAD_KEYS.register("gen")
+def _gen_payload(conv, pre: bool) -> Hashable:
+    # lin_src of the row (in != out), else the row itself
+    return ROWS if conv.weight_src is None else ("linear_bias", digest(conv.weight_src, conv.bias_src))
+
+
+@MESSAGE_KEYS.register("gen")
+def _gen_message(conv, pre: bool) -> Hashable:
+    # relu(payload [+ lin_edge(e)]) + eps, with the softmax logits scaled by t
+    options = json.dumps(conv.aggr_options, sort_keys=True)
+    tensors = digest(conv.weight_edge, conv.bias_edge)
+    return ("gen", conv.aggr, options, conv.eps, conv.edge_attr_dim, tensors)
+
+
+@PAYLOAD_KEYS.register("pna")
+def _pna_payload(conv, pre: bool) -> Hashable:
+    return ROWS
+
+
+@MESSAGE_KEYS.register("pna")
+def _pna_message(conv, pre: bool) -> Hashable:
+    # the towers' pre stacks over [destination row | source row | edge_encoder(e)]
+    towers = (conv.towers, conv.divide_input, conv.f_in)
+    return ("pna", towers, tuple(module_key(nn) for nn in conv.pre_nns), module_key(conv.edge_encoder))

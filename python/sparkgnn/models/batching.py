@@ -59,9 +59,16 @@ def why_incompatible(models: Sequence[Model], names: Sequence[str]) -> str | Non
     that a bundle can rebuild from its config."""
     if len(models) > 1:
         for name, m in zip(names, models, strict=True):
+            if m.is_dag:  # its rows carry saved slots that a side-by-side stack would not keep
+                return f"{name} has skip connections (residual adds, concatenation, jumping knowledge)"
             rounds = [conv.kind for conv in m.conv_list() if CONVS.get(conv.kind) is not type(conv)]
             if rounds:  # a multi-pass layer runs as rounds that exist only inside its model
                 return f"{name} runs rounds {rounds} that cannot be rebuilt on their own (multi-pass layers)"
+            if m.edge_attr_dim:  # a bundle's messages carry edge weights, not edge attributes
+                return f"{name} reads edge features (edge_attr), which a batch of models does not carry"
+            whole = [conv.kind for conv in m.conv_list() if conv.plan_info().get("whole_neighbourhoods")]
+            if whole:  # the user's own conv over whole neighbourhoods: no per-edge message to share
+                return f"{name} runs {whole} on whole neighbourhoods (generic fallback), which a bundle cannot share"
     depth = max(m.num_rounds for m in models)
     for layer in range(depth):
         at = [(name, m.conv(layer)) for name, m in zip(names, models, strict=True) if layer < m.num_rounds]

@@ -26,6 +26,7 @@ from collections.abc import Callable
 import torch
 
 from sparkgnn.errors import UnsupportedModelError
+from sparkgnn.layers.dag import is_dag_op, size_combines
 from sparkgnn.layers.nodeops import ActivationOp, BatchNormOp, LinearOp, NodeOp
 from sparkgnn.models import pyg_convs
 from sparkgnn.models.pyg_common import class_name, is_message_passing, short_name, unsupported
@@ -122,8 +123,11 @@ def _pyg_sequential(m, where):
             if args[:2] != [cur, ei] or len(args) > 3 or (len(args) == 3 and args[2] != ew):
                 unsupported(path, mod, f"reads {args}; a conv must read ({cur}, {ei}{', ' + ew if ew else ''})")
             layer = conv_layer(mod, path, use_edge_weight=len(args) == 3)
-            if len(args) == 3 and not layer.uses_edge_weight:
-                unsupported(path, mod, f"extra input {args[2]!r} (edge features unsupported)")
+            if len(args) == 3 and not (layer.uses_edge_weight or layer.edge_attr_dim):
+                unsupported(path, mod, f"extra input {args[2]!r} is read neither as edge weights nor as edge features")
+            if layer.edge_attr_dim and len(args) != 3:
+                need = f"({cur}, {ei}, {ew or 'edge_attr'})"
+                unsupported(path, mod, f"reads edge features (edge_attr); it must read {need}")
             chain.add_conv(layer)
         else:
             if args != [cur]:
@@ -195,10 +199,18 @@ def convert(cls, module, output: str | None = None):
             raise UnsupportedModelError(f"{where}: {type(module).__name__} is not a torch.nn.Module")
         fn = _traced  # any other model class: its forward() traced with torch.fx
     chain = fn(module, where)
+    dag = any(is_dag_op(op) for op in chain.pre + [op for post in chain.posts for op in post])
+    if dag and any(isinstance(c, pyg_convs.UnsizedConv) for c in chain.convs):
+        unsupported(where, module, "a conv without in_channels (LGConv) in a model with skip connections")
     chain.convs = pyg_convs.size_convs(chain.pre, chain.convs, chain.posts)
     if not chain.convs:
         unsupported(where, module, "contains no graph convolution")
     in_dim = _infer_in_dim(chain)
+    if dag:
+        try:
+            size_combines(in_dim, chain.pre, chain.convs, chain.posts)
+        except ValueError as e:
+            raise UnsupportedModelError(f"{where} ({short_name(module)}): inconsistent widths: {e}") from e
     if output is None:
         output, why = infer_output(module, chain)
         log.info("sparkgnn: Model.from_pyg(%s): output=%r: %s", short_name(module), output, why)

@@ -17,17 +17,26 @@ round per pass (layers/phases.py), the earlier rounds with no post ops. Every ex
 planner, serving and the PE store see the rounds (`num_rounds` counts them, and a PE store keeps
 one stored layer per round); the spec keeps the layers as written (`layers`, counted by
 `num_layers`), so a saved model rebuilds the same rounds.
+
+Skip connections make the chain a small DAG: node ops `save` and `combine` (layers/dag.py) let a
+later op read an earlier value (residual adds, concatenation, JumpingKnowledge). Such a model
+(`is_dag`) runs its rounds over rows that carry each saved value from its save to its last read
+(CarryRound, CarryStack); a model without them is built exactly as a chain, so its spec, state_dict
+and fingerprint do not change.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from typing import cast
 
 import torch
 from torch import Tensor
 
-from sparkgnn.layers.base import MergeableConv, build_conv, propagate
+from sparkgnn.decoders.base import Decoder, build_decoder
+from sparkgnn.layers.base import MergeableConv, build_conv, choose_pre_transform, propagate
+from sparkgnn.layers.dag import carry_rounds, has_dag_ops
 from sparkgnn.layers.nodeops import NodeOpStack
 from sparkgnn.layers.phases import expand_passes
 from sparkgnn.layers.rowwise import rows_independent
@@ -66,7 +75,6 @@ class Model(torch.nn.Module):
             raise ValueError("a model needs at least one graph convolution")
         if len(posts) != len(convs):
             raise ValueError("a model needs one post-op stack per conv")
-        self.pre_ops = pre
         # The spec's layers, as written (describe(), save); `convs` are the rounds that run them.
         self.layers: list[MergeableConv] = list(convs)
         rounds, round_posts = [], []
@@ -74,10 +82,15 @@ class Model(torch.nn.Module):
             expanded = expand_passes(conv)
             rounds += expanded
             round_posts += [NodeOpStack() for _ in expanded[:-1]] + [post]
+        self.in_dim = int(spec["in_dim"])
+        # skip connections: rows carry saved values between rounds (layers/dag.py, module doc)
+        self.is_dag = has_dag_ops([pre, *posts])
+        if self.is_dag:
+            pre, rounds, round_posts = carry_rounds(self.in_dim, pre, rounds, round_posts)
+        self.pre_ops = pre
         self.convs = torch.nn.ModuleList(rounds)
         self.post_ops = torch.nn.ModuleList(round_posts)
         self.output = output
-        self.in_dim = int(spec["in_dim"])
         self.out_dim = self._check_dims()
         self.spec = {
             "format": SPEC_FORMAT,
@@ -92,6 +105,9 @@ class Model(torch.nn.Module):
         }
         if "out_dim" in spec and int(spec["out_dim"]) != self.out_dim:
             raise ValueError(f"spec out_dim {spec['out_dim']} != computed {self.out_dim}")
+        self.decoder: Decoder | None = None
+        if spec.get("decoder") is not None:
+            self.set_decoder(build_decoder(spec["decoder"]))
         self.float()
         for p in self.parameters():
             p.requires_grad_(False)
@@ -155,12 +171,33 @@ class Model(torch.nn.Module):
         sums_path = conv.aggregator.from_sums and all(conv.message_scale(None, pre)[0] for pre in (False, True))
         return bool(sums_path and rows_independent(conv, post))
 
+    @property
+    def edge_attr_dim(self) -> int:
+        """Width of the edge attributes the model's convs read (0: none reads any)."""
+        return max((conv.edge_attr_dim for conv in self.conv_list()), default=0)
+
+    def check_edge_attr(self, width: int | None, where: str = "the graph") -> None:
+        """Refuse (ValueError, one line) edge attributes this model cannot read: none given
+        (width None) to a model whose convs read them, or attributes of another width."""
+        readers = [(l, c) for l, c in enumerate(self.conv_list()) if c.edge_attr_dim]
+        if readers and width is None:
+            kinds = sorted({c.kind for _, c in readers})
+            raise ValueError(
+                f"the model's {', '.join(kinds)} layers read edge features (edge_attr, width "
+                f"{self.edge_attr_dim}) but {where} has none (no edges/edge_attr column)"
+            )
+        for l, conv in readers:
+            if conv.edge_attr_dim != width:
+                raise ValueError(
+                    f"layer {l + 1} ({conv.kind}) reads edge_attr of width {conv.edge_attr_dim} "
+                    f"but {where} has width {width}"
+                )
+
     # -- execution -------------------------------------------------------------------------
     @staticmethod
     def choose_pre_transform(conv: MergeableConv) -> bool:
-        """Default mode when the caller does not force one: transform-then-propagate when the
-        layer allows it and it makes the payload shipped to edges strictly narrower."""
-        return conv.can_pre_transform and conv.src_width(True) < conv.src_width(False)
+        """Default mode when the caller does not force one (layers.base.choose_pre_transform)."""
+        return choose_pre_transform(conv)
 
     @torch.no_grad()
     def forward(
@@ -171,16 +208,21 @@ class Model(torch.nn.Module):
         parts: int | None = None,
         seed: int = 0,
         pre_transform: bool | None = None,
+        edge_attr=None,
     ) -> Tensor:
         """Decomposed forward: every conv goes through the partial/merge path with the edges
         split into `parts` random (seeded) partitions. Equals the PyG model's eval forward for
-        any `parts`. `pre_transform` forces a mode for every layer (None: per-layer default)."""
+        any `parts`. `pre_transform` forces a mode for every layer (None: per-layer default).
+        `edge_attr` [E, D]: the edge features the convs with edge_dim read (refused when missing)."""
         x = torch.as_tensor(x, dtype=torch.float32)
         edge_index = torch.as_tensor(edge_index, dtype=torch.long)
         if edge_index.dim() != 2 or edge_index.shape[0] != 2:
             raise ValueError(f"edge_index must be [2, E], got {tuple(edge_index.shape)}")
         if edge_weight is not None:
             edge_weight = torch.as_tensor(edge_weight, dtype=torch.float32)
+        if edge_attr is not None:
+            edge_attr = torch.as_tensor(edge_attr, dtype=torch.float32).reshape(edge_index.shape[1], -1)
+        self.check_edge_attr(None if edge_attr is None else int(edge_attr.shape[1]), where="forward's input")
         h = self.pre(x)
         for l, conv in enumerate(self.conv_list()):
             pre = self.choose_pre_transform(conv) if pre_transform is None else bool(pre_transform)
@@ -193,6 +235,7 @@ class Model(torch.nn.Module):
                 parts=parts or 1,
                 seed=seed * 1000003 + l,
                 pre_transform=pre,
+                edge_attr=edge_attr if conv.edge_attr_dim else None,
             )
             h = self.post(l, h)
         return h
@@ -206,13 +249,41 @@ class Model(torch.nn.Module):
 
     # -- construction, persistence ---------------------------------------------------------
     @classmethod
-    def from_pyg(cls, module: torch.nn.Module, output: str | None = None) -> Model:
+    def from_pyg(
+        cls, module: torch.nn.Module, output: str | None = None, *, decoder: torch.nn.Module | None = None
+    ) -> Model:
         """A Model with the weights of a PyTorch Geometric module (models.from_pyg). `output`:
         "logits" (a classifier: results carry `pred`, the argmax) or "embedding"; None infers it
-        from the module's last layer (from_pyg.infer_output states the rule) and logs the choice."""
+        from the module's last layer (from_pyg.infer_output states the rule) and logs the choice.
+        `decoder`: a link-prediction decoder module, `decoder(h_src, h_dst) -> [N]` scores over the
+        model's node outputs (sparkgnn.decoders: dot, cosine, MLP on concat / hadamard / difference),
+        traced and saved with the model; its input width must equal the model's output width."""
         from sparkgnn.models.from_pyg import convert
 
-        return convert(cls, module, output)
+        model = convert(cls, module, output)
+        if decoder is not None:
+            from sparkgnn.errors import UnsupportedModelError
+            from sparkgnn.models.pyg_decoders import decoder_from_pyg
+
+            try:
+                model.set_decoder(decoder_from_pyg(decoder))
+            except ValueError as e:
+                raise UnsupportedModelError(str(e)) from None
+        return model
+
+    def set_decoder(self, decoder: Decoder) -> None:
+        """Attach a link-prediction decoder (part of the spec, the weights and the fingerprint);
+        ValueError (one line) when its input width is not the model's output width."""
+        decoder.check_width(self.out_dim, where=f"the model's outputs (out_dim {self.out_dim})")
+        self.decoder = decoder
+        self.spec["decoder"] = decoder.config()
+
+    @torch.no_grad()
+    def score(self, h_src, h_dst) -> Tensor:
+        """[N] scores of node pairs from their node outputs, by the model's decoder."""
+        if self.decoder is None:
+            raise ValueError("the model has no decoder: convert it with Model.from_pyg(encoder, decoder=module)")
+        return self.decoder(h_src, h_dst)
 
     def save(self, path) -> None:
         from sparkgnn.models.serialization import save_model
@@ -220,10 +291,13 @@ class Model(torch.nn.Module):
         save_model(self, path)
 
     @classmethod
-    def load(cls, path) -> Model:
+    def load(cls, path, *, allow_modules: Sequence[str] = ()) -> Model:
+        """The model saved at `path` (weights_only loading, no pickled code). `allow_modules`:
+        packages besides torch_geometric.nn.conv whose conv classes a generic layer may be rebuilt
+        from (layers/generic.py; also SPARKGNN_ALLOW_CONV_MODULES)."""
         from sparkgnn.models.serialization import load_model
 
-        return load_model(cls, path)
+        return load_model(cls, path, allow_modules=allow_modules)
 
     def fingerprint(self) -> str:
         from sparkgnn.models.serialization import fingerprint

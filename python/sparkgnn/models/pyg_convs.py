@@ -3,9 +3,10 @@
 CONV_CONVERTERS maps the exact conv class (GCNConv, SAGEConv, GINConv, GATConv, GATv2Conv,
 ResGatedGraphConv, LEConv, ...; by qualified name, see pyg_common) to a converter
 `(conv, where, use_edge_weight) -> MergeableConv`; convs whose forward takes an edge weight
-(GCNConv, LEConv) consume it when the flag is set, the others ignore the flag. REJECTED maps
-convs that look close to a supported one but are not (GINEConv) to the reason given. SAGE_AGGREGATIONS maps
-the PyG aggregation modules SAGEConv may use to a sparkgnn aggregator name and options; any other
+(GCNConv, LEConv) consume it when the flag is set, the others ignore the flag; convs that read
+edge features (GINEConv, GATConv / GATv2Conv with edge_dim) convert to layers with `edge_attr_dim`.
+REJECTED maps convs that look close to a supported one but are not (ChebConv) to the reason given.
+SAGE_AGGREGATIONS maps the PyG aggregation modules SAGEConv may use to a sparkgnn aggregator name and options; any other
 aggregation cannot be merged across partitions exactly and is refused.
 
 WHY exact classes and explicit refusals: sparkgnn reproduces a layer's forward from its
@@ -22,16 +23,20 @@ import torch
 
 from sparkgnn.errors import UnsupportedModelError
 from sparkgnn.layers.base import MergeableConv
+from sparkgnn.layers.edgeconv import EDGE_AGGRS, EdgeConvLayer
 from sparkgnn.layers.gat import GATLayer
 from sparkgnn.layers.gatv2 import GATv2Layer
 from sparkgnn.layers.gcn import GCNLayer
-from sparkgnn.layers.gin import GINLayer
+from sparkgnn.layers.gen import GENLayer
+from sparkgnn.layers.gin import GINELayer, GINLayer
 from sparkgnn.layers.graphconv import GraphConvLayer
 from sparkgnn.layers.le import LELayer
-from sparkgnn.layers.multihop import SGLayer
+from sparkgnn.layers.multihop import APPNPLayer, SGLayer, TAGLayer
 from sparkgnn.layers.nodeops import ActivationOp, BatchNormOp, LinearOp
+from sparkgnn.layers.pna import PNALayer
 from sparkgnn.layers.resgated import ResGatedLayer
 from sparkgnn.layers.sage import SAGELayer
+from sparkgnn.layers.transformer import TransformerLayer
 from sparkgnn.models.pyg_common import class_name, copy_into, is_message_passing, short_name, tensor_of, unsupported
 from sparkgnn.models.pyg_nodeops import node_ops, stack
 from sparkgnn.registry import Registry
@@ -68,8 +73,39 @@ def conv_layer(conv, where: str, use_edge_weight: bool = True) -> MergeableConv:
                     f"subclass of {short_name(base)} may override forward(); "
                     f"only the exact classes {supported} are supported",
                 )
-        unsupported(where, conv, f"layer {name} is not supported (supported convs: {supported})")
+        return generic_layer(conv, where)
     return convert(conv, where, use_edge_weight)
+
+
+def generic_layer(conv, where: str) -> MergeableConv:
+    """The generic fallback (layers/generic.py) for a MessagePassing conv with no native layer:
+    the conv itself, run on whole in-edge neighbourhoods, once the locality probe and the rebuild
+    check pass; its width comes from `in_channels`, else from the layer before it. Refused when its
+    forward needs more than (x, edge_index), when it is not local, or when it cannot be rebuilt
+    from its class and constructor arguments (each named)."""
+    import inspect
+
+    from sparkgnn.layers.generic import GenericConv
+
+    if not is_message_passing(conv):
+        unsupported(where, conv, f"layer {class_name(conv)} is not a MessagePassing conv")
+    try:
+        params = list(inspect.signature(conv.forward).parameters.values())
+    except (TypeError, ValueError) as e:
+        unsupported(where, conv, f"forward() has no inspectable signature ({e})")
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    needed = [p.name for p in params[2:] if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if len(positional) < 2 or needed:
+        what = needed or [p.name for p in params]
+        unsupported(
+            where,
+            conv,
+            f"not supported: forward() needs {what}; the generic fallback calls conv(x, edge_index) only",
+        )
+    in_channels = getattr(conv, "in_channels", None)
+    if in_channels is not None:
+        return GenericConv.from_module(conv, in_width(in_channels, where, conv), where)
+    return UnsizedConv(lambda width: GenericConv.from_module(conv, width, where), where, conv, False)
 
 
 def _common_checks(conv, where: str, aggr: str | None = "add"):
@@ -204,6 +240,44 @@ def _gin(conv, where, use_edge_weight):
     return layer
 
 
+def _gine(conv, where, use_edge_weight):
+    """GINE layer (kind "gine"): GIN's nn, eps, and edge features added to each source row before
+    the ReLU, through lin when edge_dim is given (else of the input width)."""
+    _common_checks(conv, where)
+    ops = node_ops(conv.nn, where + ".nn")
+    in_dim = _input_width(ops)
+    if in_dim is None:
+        unsupported(where, conv, "nn has no Linear/BatchNorm, so its input width is unknown")
+    lin = getattr(conv, "lin", None)
+    edge_dim = None
+    if lin is not None:
+        rows, cols = (int(n) for n in tensor_of(lin.weight, where + ".lin", conv).shape)
+        if rows != in_dim or lin.bias is None:
+            unsupported(where, conv, f"lin maps {cols} -> {rows} features, not GINEConv's Linear(edge_dim, {in_dim})")
+        edge_dim = cols
+    layer = GINELayer(in_dim, [op.config() for op in ops], edge_dim=edge_dim)
+    layer.nn = stack(ops)
+    copy_into(layer.eps, conv.eps.view(-1), where + ".eps", conv)
+    if layer.lin is not None:  # built with lin exactly when conv has one
+        _linear_into(layer.lin.weight, layer.lin.bias, lin, where + ".lin", conv)
+    return layer
+
+
+def _edge_dim(conv, where) -> int | None:
+    """GATConv's / GATv2Conv's edge_dim (None: no edge features); refuses a self-loop fill other
+    than PyG's default "mean" (layers/selfloops.py `replace_mean`) when both are on."""
+    edge_dim = getattr(conv, "edge_dim", None)
+    if edge_dim is None:
+        return None
+    fill = getattr(conv, "fill_value", "mean")
+    if conv.add_self_loops and fill != "mean":
+        unsupported(where, conv, f"fill_value={fill!r} with edge_dim (self-loop edge features: only fill_value='mean')")
+    lin_edge = conv.lin_edge
+    if getattr(lin_edge, "bias", None) is not None:
+        unsupported(where, conv, "lin_edge with a bias (GATConv's / GATv2Conv's lin_edge has none)")
+    return int(edge_dim)
+
+
 def _attention_options(conv) -> dict:
     """The head options GATConv and GATv2Conv share, as keywords of GATLayer / GATv2Layer."""
     return {
@@ -231,9 +305,10 @@ def _attention_output_into(layer, conv, where) -> None:
 
 
 def _gat(conv, where, use_edge_weight):
-    """GAT layer (kind "gat"): heads, concat, residual, separate source / destination linears; refuses edge_dim."""
+    """GAT layer (kind "gat"): heads, concat, residual, separate source / destination linears,
+    edge_dim (edge features in the attention logits; self-loop fill_value 'mean')."""
     _common_checks(conv, where)
-    _no_edge_dim(conv, where)
+    edge_dim = _edge_dim(conv, where)
     in_dim = in_width(conv.in_channels, where, conv)
     separate = conv.lin is None
     layer = GATLayer(
@@ -241,8 +316,12 @@ def _gat(conv, where, use_edge_weight):
         conv.out_channels,
         bias=conv.bias is not None,
         separate_dst_lin=separate,
+        edge_dim=edge_dim,
         **_attention_options(conv),
     )
+    if layer.weight_edge is not None and layer.att_edge is not None:  # built with edge_dim exactly when conv is
+        copy_into(layer.weight_edge, conv.lin_edge.weight, where + ".lin_edge", conv)
+        copy_into(layer.att_edge, conv.att_edge, where + ".att_edge", conv)
     if layer.weight_dst is not None:  # built with a separate destination linear exactly when conv is
         copy_into(layer.weight, conv.lin_src.weight, where + ".lin_src", conv)
         copy_into(layer.weight_dst, conv.lin_dst.weight, where + ".lin_dst", conv)
@@ -270,12 +349,12 @@ def _no_edge_dim(conv, where):
 
 
 def _gatv2(conv, where, use_edge_weight):
-    """GATv2 layer (kind "gatv2"): heads, concat, negative_slope, self loops (any fill_value),
-    bias, share_weights, residual; refuses edge_dim."""
+    """GATv2 layer (kind "gatv2"): heads, concat, negative_slope, self loops, bias, share_weights,
+    residual, edge_dim (edge features in the attention; self-loop fill_value 'mean')."""
     _common_checks(conv, where, aggr=None)
     if conv.aggr not in ("add", "sum"):  # GATv2Conv's default is MessagePassing's "sum"
         unsupported(where, conv, f"aggr={conv.aggr!r} (this layer is only supported with aggr='add')")
-    _no_edge_dim(conv, where)
+    edge_dim = _edge_dim(conv, where)
     in_dim = in_width(conv.in_channels, where, conv)
     has_bias = conv.bias is not None
     if (conv.lin_l.bias is not None) != has_bias or (conv.lin_r.bias is not None) != has_bias:
@@ -285,8 +364,11 @@ def _gatv2(conv, where, use_edge_weight):
         conv.out_channels,
         bias=has_bias,
         share_weights=conv.share_weights,
+        edge_dim=edge_dim,
         **_attention_options(conv),
     )
+    if layer.weight_edge is not None:  # built with edge_dim exactly when conv is
+        copy_into(layer.weight_edge, conv.lin_edge.weight, where + ".lin_edge", conv)
     # fill_value only fills edge features of the added self loops: without edge_dim it changes nothing
     _linear_into(layer.weight_src, layer.bias_src, conv.lin_l, where + ".lin_l", conv)
     if layer.weight_dst is not None:  # built with its own destination linear exactly when conv shares none
@@ -440,6 +522,212 @@ def _sg(conv, where, use_edge_weight):
     return layer
 
 
+def _tag(conv, where, use_edge_weight):
+    """K rounds (layers/multihop.py, TAGRound): x W_0 + sum_k (A^k x) W_k, the running sum kept
+    per vertex; normalize on (gcn_norm without self loops) or off; edge weights; bias; refuses
+    K=0."""
+    _common_checks(conv, where)
+    in_dim = in_width(conv.in_channels, where, conv)
+    if int(conv.K) < 1:
+        unsupported(where, conv, "K=0 propagates nothing (the conv is a Linear: write one instead)")
+    if any(lin.bias is not None for lin in conv.lins):
+        unsupported(where, conv, "a bias on lins (TAGConv's hop linears have none; only its own bias)")
+    layer = TAGLayer(
+        in_dim,
+        conv.out_channels,
+        K=conv.K,
+        bias=conv.bias is not None,
+        normalize=bool(conv.normalize),
+        use_edge_weight=use_edge_weight,
+    )
+    rounds = layer.tag_rounds()
+    assert rounds[0].weight_0 is not None  # the first round starts the sum
+    copy_into(rounds[0].weight_0, conv.lins[0].weight, where + ".lins.0", conv)
+    for k, step in enumerate(rounds, start=1):
+        copy_into(step.weight_k, conv.lins[k].weight, f"{where}.lins.{k}", conv)
+    if rounds[-1].bias is not None:  # built with a bias exactly when conv has one
+        copy_into(rounds[-1].bias, conv.bias, where, conv)
+    return layer
+
+
+def _appnp(conv, where, use_edge_weight):
+    """K rounds (layers/multihop.py, APPNPRound): (1 - alpha) A x_k + alpha x_0, x_0 kept per
+    vertex; normalize and add_self_loops on or off; edge weights; dropout (off in eval); its
+    width comes from the layer before it; refuses K=0 and cached=True."""
+    _common_checks(conv, where)
+    if conv.cached:
+        unsupported(where, conv, "cached=True (a cached result belongs to one graph; only cached=False)")
+    if int(conv.K) < 1:
+        unsupported(where, conv, "K=0 propagates nothing (the conv returns its input: leave it out)")
+    K, alpha = int(conv.K), float(conv.alpha)
+    normalize, loops = bool(conv.normalize), bool(conv.add_self_loops)
+
+    def build(width: int) -> MergeableConv:
+        return APPNPLayer(width, K, alpha, add_self_loops=loops, normalize=normalize, use_edge_weight=use_edge_weight)
+
+    return UnsizedConv(build, where, conv, use_edge_weight)
+
+
+def _edgeconv(conv, where, use_edge_weight):
+    """EdgeConv layer (kind "edge"): nn of Linear, activations, BatchNorm, Dropout (MLP
+    included) over [x_i | x_j - x_i] per edge, aggr max, mean or add."""
+    _common_checks(conv, where, aggr=None)
+    if conv.aggr not in EDGE_AGGRS:
+        unsupported(where, conv, f"aggr={conv.aggr!r} (EdgeConv is supported with aggr 'max', 'mean' or 'add')")
+    ops = node_ops(conv.nn, where + ".nn")
+    width = _input_width(ops)
+    if width is None:
+        unsupported(where, conv, "nn has no Linear/BatchNorm, so its input width is unknown")
+    if width % 2:
+        unsupported(where, conv, f"nn reads width {width}; EdgeConv feeds it [x_i | x_j - x_i], an even width")
+    layer = EdgeConvLayer(width // 2, [op.config() for op in ops], aggr=conv.aggr)
+    layer.nn = stack(ops)
+    return layer
+
+
+def _transformer(conv, where, use_edge_weight):
+    """Transformer layer (kind "transformer"): heads, concat, beta, root_weight, bias, edge_dim
+    (lin_edge added to each edge's key and value); softmax attention merged like GAT's."""
+    _common_checks(conv, where)
+    in_dim = in_width(conv.in_channels, where, conv)
+    has_bias = conv.lin_key.bias is not None
+    lins = (conv.lin_query, conv.lin_value, conv.lin_skip)
+    if any((lin.bias is not None) != has_bias for lin in lins):
+        unsupported(where, conv, "lin_key / lin_query / lin_value / lin_skip disagree on having a bias")
+    layer = TransformerLayer(
+        in_dim,
+        conv.out_channels,
+        heads=conv.heads,
+        concat=conv.concat,
+        beta=bool(conv.beta),
+        bias=has_bias,
+        root_weight=conv.root_weight,
+        edge_dim=conv.edge_dim,
+    )
+    if layer.weight_edge is not None:  # built with edge_dim exactly when conv has lin_edge
+        copy_into(layer.weight_edge, conv.lin_edge.weight, where + ".lin_edge", conv)
+    _linear_into(layer.weight_key, layer.bias_key, conv.lin_key, where + ".lin_key", conv)
+    _linear_into(layer.weight_query, layer.bias_query, conv.lin_query, where + ".lin_query", conv)
+    _linear_into(layer.weight_value, layer.bias_value, conv.lin_value, where + ".lin_value", conv)
+    if layer.weight_skip is not None:  # built with a root weight exactly when conv has one
+        _linear_into(layer.weight_skip, layer.bias_skip, conv.lin_skip, where + ".lin_skip", conv)
+    if layer.weight_beta is not None:  # built with beta exactly when conv has lin_beta
+        copy_into(layer.weight_beta, conv.lin_beta.weight, where + ".lin_beta", conv)
+    return layer
+
+
+def _gen(conv, where, use_edge_weight):
+    """GEN layer (kind "gen"): softmax (t, learn_t) and power-mean (p, learn_p) aggregations, also
+    sum / mean / max / min / var / std; lin_src / lin_dst (in != out), bias, eps, msg_norm
+    (MessageNorm, learn_msg_scale), the MLP (Linear, activations, BatchNorm, LayerNorm, Dropout);
+    edge features of width edge_dim when the conv is called with edge_attr (through lin_edge, or as
+    they are when edge_dim = out_channels); refuses a multi-aggregation (lin_aggr_out)."""
+    _common_checks(conv, where, aggr=None)
+    in_dim = in_width(conv.in_channels, where, conv)
+    out_dim = int(conv.out_channels)
+    if hasattr(conv, "lin_aggr_out"):
+        unsupported(where, conv, f"aggr={conv.aggr!r}: a multi-aggregation (lin_aggr_out); only one aggregation")
+    aggr, opts = _sage_aggr(conv, where)
+    lin_edge = getattr(conv, "lin_edge", None)
+    # PyG keeps no edge_dim: lin_edge's input width, or out_channels when the features are added as
+    # they are; called without edge_attr (use_edge_weight False), PyG's message reads none
+    edge_dim = (int(lin_edge.weight.shape[1]) if lin_edge is not None else out_dim) if use_edge_weight else None
+    lins = [getattr(conv, n) for n in ("lin_src", "lin_dst", "lin_edge") if hasattr(conv, n)]
+    mlp_lins = [m for m in conv.mlp.modules() if isinstance(m, torch.nn.Linear)]
+    has_bias = any(lin.bias is not None for lin in lins + mlp_lins)
+    if any((lin.bias is not None) != has_bias for lin in lins):
+        unsupported(where, conv, "lin_src / lin_dst / lin_edge disagree on having a bias")
+    # GENConv's own MLP class: a torch Sequential of Linear, BatchNorm1d / LayerNorm / InstanceNorm1d,
+    # ReLU and Dropout, converted child by child (InstanceNorm1d is refused there by name)
+    ops = [op for name, child in conv.mlp.named_children() for op in node_ops(child, f"{where}.mlp.{name}")]
+    layer = GENLayer(
+        in_dim,
+        out_dim,
+        [op.config() for op in ops],
+        aggr=aggr,
+        aggr_options=opts,
+        eps=float(conv.eps),
+        bias=has_bias,
+        msg_norm=hasattr(conv, "msg_norm"),
+        edge_dim=edge_dim,
+    )
+    layer.mlp = stack(ops)
+    if layer.weight_src is not None:  # built with lin_src / lin_dst exactly when in != out, as PyG
+        _linear_into(layer.weight_src, layer.bias_src, conv.lin_src, where + ".lin_src", conv)
+        _linear_into(layer.weight_dst, layer.bias_dst, conv.lin_dst, where + ".lin_dst", conv)
+    if layer.weight_edge is not None:  # built with lin_edge exactly when conv has one and reads edge_attr
+        _linear_into(layer.weight_edge, layer.bias_edge, lin_edge, where + ".lin_edge", conv)
+    if layer.msg_scale is not None:
+        copy_into(layer.msg_scale, conv.msg_norm.scale, where + ".msg_norm.scale", conv)
+    return layer
+
+
+def _pna_aggregators(conv, where) -> list[str]:
+    """The names of PNAConv's aggregators (a MultiAggregation concatenating them, or one)."""
+    import torch_geometric.nn.aggr as A
+
+    inner = conv.aggr_module.aggr
+    parts = list(inner.aggrs) if isinstance(inner, A.MultiAggregation) else [inner]
+    if isinstance(inner, A.MultiAggregation) and inner.mode != "cat":
+        unsupported(where, conv, f"aggregators combined with mode={inner.mode!r} (only 'cat')")
+    known = {
+        class_name(A.MeanAggregation): "mean",
+        class_name(A.MinAggregation): "min",
+        class_name(A.MaxAggregation): "max",
+        class_name(A.SumAggregation): "sum",
+        class_name(A.VarAggregation): "var",
+        class_name(A.StdAggregation): "std",
+    }
+    names = [known.get(class_name(a)) for a in parts]
+    if None in names:
+        odd = ", ".join(short_name(a) for a, n in zip(parts, names, strict=True) if n is None)
+        unsupported(where, conv, f"aggregator {odd} (supported: mean, min, max, sum, var, std)")
+    return [str(n) for n in names]
+
+
+def _pna(conv, where, use_edge_weight):
+    """PNA layer (kind "pna"): aggregators mean / min / max / sum / var / std, scalers identity /
+    amplification / attenuation / linear / inverse_linear (with the degree averages of the `deg`
+    histogram it was built with, trained or not), towers, divide_input, pre / post layers and their
+    activation, edge_dim (edge_encoder); the in-degree comes from the engine's statistics."""
+    _common_checks(conv, where, aggr=None)
+    in_dim = in_width(conv.in_channels, where, conv)
+    aggregators = _pna_aggregators(conv, where)
+    scalers = [str(s) for s in conv.aggr_module.scaler]
+    stacks = {}
+    for name in ("pre_nns", "post_nns"):
+        stacks[name] = [node_ops(nn, f"{where}.{name}.{t}") for t, nn in enumerate(getattr(conv, name))]
+    layer = PNALayer(
+        in_dim,
+        int(conv.out_channels),
+        aggregators,
+        scalers,
+        [[op.config() for op in ops] for ops in stacks["pre_nns"]],
+        [[op.config() for op in ops] for ops in stacks["post_nns"]],
+        towers=int(conv.towers),
+        divide_input=bool(conv.divide_input),
+        edge_dim=conv.edge_dim,
+    )
+    layer.pre_nns = torch.nn.ModuleList(stack(ops) for ops in stacks["pre_nns"])
+    layer.post_nns = torch.nn.ModuleList(stack(ops) for ops in stacks["post_nns"])
+    if layer.edge_encoder is not None:  # built with edge_dim exactly when conv has its edge_encoder
+        _linear_into(
+            layer.edge_encoder.weight, layer.edge_encoder.bias, conv.edge_encoder, where + ".edge_encoder", conv
+        )
+    _linear_into(layer.lin.weight, layer.lin.bias, conv.lin, where + ".lin", conv)
+    copy_into(layer.avg_deg_lin, conv.aggr_module.avg_deg_lin, where + ".aggr_module.avg_deg_lin", conv)
+    copy_into(layer.avg_deg_log, conv.aggr_module.avg_deg_log, where + ".aggr_module.avg_deg_log", conv)
+    return layer
+
+
+CHEB_REFUSED = (
+    "ChebConv's scaled Laplacian (get_laplacian) normalises each edge by the OUT-degrees of its "
+    "endpoints (normalization 'sym' / 'rw'), a statistic sparkgnn does not prepare (it prepares "
+    "in-degrees), and normalization=None scales by lambda_max = 2 * the graph's largest degree, "
+    "a global maximum no vertex can read locally"
+)
+
+
 @functools.cache
 def ensure_registered() -> bool:
     """Fill this module's registries (once; imports torch_geometric)."""
@@ -452,7 +740,12 @@ def ensure_registered() -> bool:
         CONV_CONVERTERS.register(class_name(t), convert)
     for t, convert in ((gnn.GraphConv, _graphconv), (gnn.LGConv, _lg), (gnn.SGConv, _sg)):
         CONV_CONVERTERS.register(class_name(t), convert)
-    REJECTED[class_name(gnn.GINEConv)] = "GINEConv needs edge features; only GINConv is supported"
+    CONV_CONVERTERS.register(class_name(gnn.GINEConv), _gine)
+    for t, convert in ((gnn.TAGConv, _tag), (gnn.APPNP, _appnp), (gnn.EdgeConv, _edgeconv)):
+        CONV_CONVERTERS.register(class_name(t), convert)
+    for t, convert in ((gnn.TransformerConv, _transformer), (gnn.GENConv, _gen), (gnn.PNAConv, _pna)):
+        CONV_CONVERTERS.register(class_name(t), convert)
+    REJECTED[class_name(gnn.ChebConv)] = CHEB_REFUSED
     for t, aggr in (
         (A.SumAggregation, _plain("sum")),
         (A.MeanAggregation, _plain("mean")),

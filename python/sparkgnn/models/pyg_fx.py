@@ -16,11 +16,13 @@ module or a known function/method (FUNCTIONS, METHODS: activations, (log_)softma
 F.normalize over the feature axis, dropout, a no-op at inference) becomes node ops.
 
 WHY a chain walk with refusals: sparkgnn's model is a chain (pre ops, then per conv a conv and
-its post ops), so each op must read exactly the value the previous op wrote. Anything else is
-refused with UnsupportedModelError naming the source line and why, never approximated: a value
-read by two later ops (a skip connection, a residual add, jumping knowledge), data-dependent
-control flow (fx cannot trace it), graph-level ops (a `batch` argument, global pooling,
-aggregation modules), and any op not in the tables (named).
+its post ops) with skip connections (layers/dag.py), so each op must read the value the previous
+op wrote; a value that a later op reads again is saved (`save`), and only a residual add (a + b),
+torch.cat over the features and JumpingKnowledge 'cat' / 'max' may read saved values (`combine`).
+Anything else is refused with UnsupportedModelError naming the source line and why, never
+approximated: an op that branches off the chain (reads an earlier value but not the previous
+op's), data-dependent control flow (fx cannot trace it), graph-level ops (a `batch` argument,
+global pooling, aggregation modules), and any op not in the tables (named).
 
 torch_geometric is imported lazily, as in the other converters.
 """
@@ -40,6 +42,7 @@ import torch.fx
 import torch.nn.functional as F
 
 from sparkgnn.errors import UnsupportedModelError
+from sparkgnn.layers.dag import CURRENT, CombineOp, SaveOp
 from sparkgnn.layers.nodeops import ActivationOp, NodeOp, NormalizeOp
 from sparkgnn.models.pyg_common import class_name, is_message_passing, short_name
 from sparkgnn.models.pyg_convs import conv_layer
@@ -55,10 +58,13 @@ FUNCTIONS: dict[Callable, tuple[tuple[str, ...], OpConverter]] = {}
 # Tensor method name -> (its parameter names after self, converter)
 METHODS: dict[str, tuple[tuple[str, ...], OpConverter]] = {}
 GRAPH_LEVEL_ARGUMENTS = ("batch", "ptr", "batch_size")
+JUMPING_KNOWLEDGE = "torch_geometric.nn.models.jumping_knowledge.JumpingKnowledge"
 CHAIN_ONLY = (
-    "not yet supported: the model's normal form is a chain (skip connections, residual adds, "
-    "concatenation and jumping knowledge are not)"
+    "only a residual add (a + b), torch.cat(..., dim=-1) and JumpingKnowledge('cat' / 'max') may read "
+    "an earlier op's result; every other op reads the previous op's result"
 )
+# a + b of two computed values: a residual add (layers/dag.py CombineOp mode "add")
+ADD_FUNCTIONS = (operator.add, operator.iadd, torch.add)
 
 
 def _activation(name: str, **options: str) -> OpConverter:
@@ -154,6 +160,8 @@ class _Tracer(torch.fx.Tracer):
     def is_leaf_module(self, m: torch.nn.Module, module_qualified_name: str) -> bool:
         if is_message_passing(m) or class_name(m) in NODE_CONVERTERS or _graph_level_module(m):
             return True
+        if class_name(m) == JUMPING_KNOWLEDGE:
+            return True
         return super().is_leaf_module(m, module_qualified_name)
 
 
@@ -232,6 +240,8 @@ class _Walk:
         self.extra: list[torch.fx.Node] = []
         self.cur: torch.fx.Node | None = None
         self.node: torch.fx.Node | None = None
+        # values read again after the op that follows them (skip connections): node -> slot name
+        self.slots: dict[torch.fx.Node, str] = {}
 
     def refuse(self, why: str, node: torch.fx.Node | None = None) -> NoReturn:
         node = node if node is not None else self.node
@@ -272,12 +282,55 @@ class _Walk:
 
     # -- ops ------------------------------------------------------------------------------------
     def _advance(self, node):
-        """`node` becomes the current value: it may be read by one later op only."""
-        users = list(node.users)
-        if len(users) > 1:
-            lines = "; ".join(dict.fromkeys(_source(u) for u in users))
-            self.refuse(f"its value is read by {len(users)} later ops ({lines}): {CHAIN_ONLY}", node)
+        """`node` becomes the current value. A value read by more than one later op is saved
+        (layers/dag.py SaveOp): the next op reads it as the current value, the others are
+        combine ops that read the saved slot (checked there)."""
+        if len(node.users) > 1:
+            self.slots[node] = f"s{len(self.slots)}"
+            self.chain.add_ops([SaveOp(self.slots[node])])
         self.cur = node
+
+    def _combine(self, node, mode: str, values, what: str):
+        """A node-wise op over the current value and saved earlier values (module doc)."""
+        values = list(values)
+        if not all(isinstance(v, torch.fx.Node) for v in values):
+            self.refuse(f"{what} of a constant is not supported; only of computed node features")
+        if values.count(self.cur) != 1:
+            self.refuse(f"{what} must read the previous op's result exactly once: {CHAIN_ONLY}")
+        others = [v for v in values if v is not self.cur and v not in self.slots]
+        if others:
+            self.refuse(f"{what} reads {others[0].name!r}, which is not a value of the model's chain of ops")
+        if len(values) == 1:  # a one-element concatenation or JumpingKnowledge is its input
+            self.cur = node
+            return
+        inputs = [CURRENT if v is self.cur else self.slots[v] for v in values]
+        self.chain.add_ops([CombineOp(mode, inputs, None)])
+        self._advance(node)
+
+    def _add(self, node):
+        if len(node.args) != 2 or node.kwargs:
+            self.refuse(f"{_op_name(node)} with arguments other than two tensors (alpha=, out=) is not supported")
+        self._combine(node, "add", node.args, "a residual add")
+
+    def _cat(self, node):
+        bound = dict(zip(("tensors", "dim"), node.args, strict=False)) | dict(node.kwargs)
+        if set(bound) - {"tensors", "dim"} or bound.get("dim", 0) not in (1, -1):
+            self.refuse("torch.cat is supported over the feature axis only (dim=1 or -1)")
+        tensors = bound.get("tensors")
+        if not isinstance(tensors, (list, tuple)):
+            self.refuse("torch.cat of a computed sequence is not supported; give a list of tensors")
+        self._combine(node, "cat", tensors, "torch.cat")
+
+    def _jumping_knowledge(self, node, module, path):
+        name = f"{path} ({short_name(module)})"
+        if module.mode not in ("cat", "max"):
+            self.refuse(
+                f"{name}: mode={module.mode!r} weighs the layers with an LSTM and attention, not among "
+                "sparkgnn's node ops; mode='cat' and 'max' are supported"
+            )
+        if len(node.args) != 1 or node.kwargs or not isinstance(node.args[0], (list, tuple)):
+            self.refuse(f"{name} must be called with one list of layer outputs")
+        self._combine(node, module.mode, node.args[0], name)
 
     def _reads_current(self, node, tensor_args):
         """Refuse unless the op reads the current value (and no other computed value) as its input."""
@@ -293,6 +346,9 @@ class _Walk:
         if is_message_passing(module):
             self._conv(node, module, path)
             return
+        if class_name(module) == JUMPING_KNOWLEDGE:
+            self._jumping_knowledge(node, module, path)
+            return
         self._reads_current(node, list(node.args))
         if len(node.args) != 1 or node.kwargs:
             self.refuse(f"{path} ({short_name(module)}) is called with more than the features")
@@ -307,19 +363,29 @@ class _Walk:
         if len(args) < 2 or args[1] is not self.edge_index:
             self.refuse(f"{name} must be called as conv(x, edge_index[, edge_weight]) with forward's edge_index")
         weight = args[2] if len(args) > 2 else kwargs.pop("edge_weight", None)
+        if weight is None:
+            weight = kwargs.pop("edge_attr", None)
         if len(args) > 3 or kwargs:
             extra = [f"argument {i}" for i in range(3, len(args))] + [f"{k}=" for k in kwargs]
-            self.refuse(f"{name} is called with {', '.join(extra)}; only (x, edge_index[, edge_weight])")
+            self.refuse(f"{name} is called with {', '.join(extra)}; only (x, edge_index[, edge_weight or edge_attr])")
         if weight is not None and (not isinstance(weight, torch.fx.Node) or weight not in self.extra):
-            self.refuse(f"{name}'s edge weights must be an argument of forward()")
+            self.refuse(f"{name}'s edge weights / edge features must be an argument of forward()")
         layer = conv_layer(conv, path, use_edge_weight=weight is not None)
-        if weight is not None and not layer.uses_edge_weight:
-            self.refuse(f"{name} is given a third input it does not read as edge weights (edge features unsupported)")
+        if layer.edge_attr_dim and weight is None:
+            self.refuse(f"{name} reads edge features (edge_attr); call it as conv(x, edge_index, edge_attr)")
+        if weight is not None and not (layer.uses_edge_weight or layer.edge_attr_dim):
+            self.refuse(f"{name} is given a third input it reads neither as edge weights nor as edge features")
         self.chain.add_conv(layer)
         self._advance(node)
 
     def _function(self, node):
         _ensure_tables()
+        if node.target in ADD_FUNCTIONS or (node.op == "call_method" and node.target == "add"):
+            self._add(node)
+            return
+        if node.target is torch.cat:
+            self._cat(node)
+            return
         if node.op == "call_method":
             entry = METHODS.get(str(node.target))
         else:
@@ -353,7 +419,8 @@ def _trace_error_line(module: torch.nn.Module, error: BaseException) -> str:
 
 
 def trace_chain(module: torch.nn.Module, where: str, chain):
-    """Trace `module.forward` and fill `chain` (from_pyg's _Chain) with its convs and node ops;
+    """Trace `module.forward` and fill `chain` (from_pyg's _Chain) with its convs and node ops
+    (save / combine ops for skip connections, their widths left for from_pyg to fill in);
     UnsupportedModelError naming the source line for anything that is not a chain of them."""
     head = f"{where} ({short_name(module)}): forward()"
     try:

@@ -25,11 +25,13 @@ import hashlib
 import io
 import json
 import os
+from collections.abc import Sequence
 
 import torch
 
 from sparkgnn import files
-from sparkgnn.errors import ModelLoadError
+from sparkgnn.errors import ModelLoadError, UnsupportedModelError
+from sparkgnn.layers.generic import allowed_modules
 
 MANIFEST = "model.json"
 WEIGHTS = "weights.pt"
@@ -91,7 +93,10 @@ def save_model(model, path, unique_weights: bool = False) -> None:
     files.write_bytes_atomic(files.join(path, MANIFEST), json.dumps(manifest, indent=2, sort_keys=True).encode())
 
 
-def load_model(cls, path):
+def load_model(cls, path, allow_modules: Sequence[str] = ()):
+    """The model saved at `path`. `allow_modules`: packages besides torch_geometric.nn.conv whose
+    conv classes a generic layer may name (layers/generic.py): importing one runs its code, so only
+    the loader can allow it, never the saved file."""
     path = os.fspath(path).rstrip("/") or "/"
     if path.rpartition("/")[2] == MANIFEST and files.kind(path) == "file":
         path = files.parent(path)
@@ -132,13 +137,21 @@ def load_model(cls, path):
     if not isinstance(state, dict) or not all(torch.is_tensor(v) for v in state.values()):
         raise ModelLoadError(f"weights file {wpath} does not hold a state_dict of tensors")
     try:
-        model = cls(manifest["spec"])
+        with allowed_modules(allow_modules):
+            model = cls(manifest["spec"])
     except Exception as e:
         raise ModelLoadError(f"invalid model spec in {mpath}: {e}") from e
     try:
         model.load_state_dict(state, strict=True)
     except Exception as e:
         raise ModelLoadError(f"weights in {wpath} do not match the spec in {mpath}: {e}") from e
+    for conv in model.layers:
+        verify = getattr(conv, "verify", None)  # generic layers: the rebuilt conv must reproduce the saved one
+        if verify is not None:
+            try:
+                verify()
+            except UnsupportedModelError as e:
+                raise ModelLoadError(f"model at {path}: {e}") from e
     if fingerprint(model) != manifest["fingerprint"]:
         raise ModelLoadError(
             f"model loaded from {path} has fingerprint {fingerprint(model)}, "

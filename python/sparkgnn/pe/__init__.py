@@ -6,6 +6,8 @@
     writer     PEWriter: atomic per-layer commits, resume after a crash, force
     store      PEStore: open with verification (StalePEStore), lookups, Spark frames
     lookup     vectorised id -> row lookup over Arrow vector columns
+    rowfile    row-addressable layers: Arrow IPC row files by id, memory-mapped (a refresh reads rows)
+    refresh    incremental refresh on one machine; follow: the follower over a folder of updates
     sizes      size report vs OMEGA's (L-1) x H x 4 bytes/node
     metrics    degrees, PSGS, FAP with Spark joins
 

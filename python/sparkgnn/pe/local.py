@@ -26,6 +26,8 @@ import pyarrow as pa
 import torch
 
 from sparkgnn.layers.base import aggregate_state, compute_stats
+from sparkgnn.layers.dag import refuse_skip_connections
+from sparkgnn.layers.generic import require_states
 from sparkgnn.pe.store import PEStore
 from sparkgnn.pe.writer import PEWriter
 
@@ -41,11 +43,14 @@ def layer_outputs(graph, model, states: bool = True):
 
     src, dst = tensor(graph.edge_src), tensor(graph.edge_dst)
     weight = None if graph.weight is None else tensor(graph.weight)
+    edge_attr = getattr(graph, "edge_attr", None)
+    edge_attr = None if edge_attr is None else tensor(edge_attr)
     h = model.pre(tensor(graph.x))
     for l, conv in enumerate(model.convs):
         w = weight if conv.uses_edge_weight else None
+        attr = edge_attr if conv.edge_attr_dim else None
         stats = compute_stats(conv, src, dst, w, graph.num_nodes)
-        state = aggregate_state(conv, h, src, dst, w, stats=stats, pre_transform=False)
+        state = aggregate_state(conv, h, src, dst, w, stats=stats, pre_transform=False, edge_attr=attr)
         h = model.post(l, conv.update(h, conv.aggregator.finalize(state), stats, False))
         yield l + 1, h, (state if states else None)
 
@@ -138,6 +143,11 @@ def precompute_local(
     for FAP, default the model's layer count -- the Spark job's options and defaults), unless the
     store already has them. Off by default: most stores only serve embeddings, and the metrics
     add three tables to the manifest."""
+    require_states(model, "the PE precompute")
+    # edge features: the messages read the graph's edge_attr rows as batch inference does; a
+    # store of such a model is refused by refresh and serving (their edge rows carry none yet)
+    model.check_edge_attr(getattr(graph, "edge_attr_dim", 0) or None, where=f"graph {graph.name!r}")
+    refuse_skip_connections(model, "the PE precompute")
     writer = PEWriter(store_root, graph, model, with_states=states, force=force)
     done = set(writer.completed_layers())
     started = time.perf_counter()

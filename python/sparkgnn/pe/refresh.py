@@ -16,9 +16,11 @@ The manifest's "refresh" entry records where it came from: the previous graph fi
 update's counts, per-layer targets, and the chain of graph fingerprints back to the first
 precompute.
 
-This path holds every layer of the old store in memory (like precompute_local). For stores that
-do not fit one machine, engine/refresh runs the same kernel on pieces of the graph in Spark
-tasks and commits the same versions.
+This path holds the graph in memory (like precompute_local); of the old store it reads, per
+layer, only the rows the change needs from the layers' row files (pe/rowfile.py, memory-mapped),
+or the layer whole when it has none (a store written before them, or by Spark) or is already
+held in memory. For stores that do not fit one machine, engine/refresh runs the same kernel on
+pieces of the graph in Spark tasks and commits the same versions.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ import numpy as np
 import torch
 
 from sparkgnn.errors import SparkGNNError
+from sparkgnn.layers.base import refuse_edge_features
+from sparkgnn.layers.dag import refuse_skip_connections
+from sparkgnn.layers.generic import require_states
 from sparkgnn.pe import versions
 from sparkgnn.pe.lookup import SortedTable
 from sparkgnn.pe.refresh_kernel import Side, refresh_layer
@@ -65,17 +70,58 @@ def _tensor(a: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.require(a, np.float32, ["C", "W"]))
 
 
+class StoredLayer:
+    """Layer l of the old version, read by old-graph row: row by row from its row files
+    (rowfile.py: a cold refresh reads only the rows it needs), or from the layer held whole in
+    memory (a store whose layers were loaded before, or one without row files)."""
+
+    def __init__(self, store: PEStore, graph, layer: int):
+        from sparkgnn.pe.lookup import UnknownIds
+
+        self.what = f"PE store {store.base} layer {layer}"
+        self.ids = graph.ids
+        self.rows = None if store.loaded(layer) else store.rows(layer)
+        self.table: SortedTable | None = None
+        if self.rows is not None:
+            if "state" not in self.rows.columns:
+                raise RefreshError(f"{self.what} has no stored states")
+            return
+        self.table = store.table(layer)
+        if "state" not in self.table.columns:
+            raise RefreshError(f"{self.what} has no stored states")
+        try:
+            self.stored_pos = self.table.positions(graph.ids)
+        except UnknownIds as exc:
+            raise RefreshError(f"{self.what} lacks vertices of the graph: {exc}") from exc
+
+    @property
+    def rows_read(self) -> int | None:
+        """Rows fetched from the row files so far (None: the layer was read whole)."""
+        return None if self.rows is None else self.rows.rows_read
+
+    def values(self, old_rows: np.ndarray, column: str) -> np.ndarray:
+        """`column` ("h" or "state") of old-graph rows, float32 [n, w]."""
+        if self.table is not None:
+            return self.table.columns[column][self.stored_pos[old_rows]]
+        from sparkgnn.pe.lookup import UnknownIds
+
+        assert self.rows is not None  # __init__ sets one of table and rows
+        try:
+            return self.rows.get(self.ids[old_rows], column)
+        except UnknownIds as exc:
+            raise RefreshError(f"{self.what} lacks vertices of the graph: {exc}") from exc
+
+
 @dataclass
 class RefreshedLayer:
     """Layer l of the updated graph as a refresh knows it: the stored rows of the old version
-    (`table`, `stored_pos`: old row -> table row) with the recomputed `rows` (sorted new-graph
-    rows) replaced by `h` and `state`. WHY not one full array: gathering every stored row into
-    new-graph order costs O(N) copies per layer, as much as a small update's whole computation;
-    only a layer written whole (compaction) needs them (`full`)."""
+    (`stored`) with the recomputed `rows` (sorted new-graph rows) replaced by `h` and `state`.
+    WHY not one full array: gathering every stored row into new-graph order costs O(N) copies
+    per layer, as much as a small update's whole computation; only a layer written whole
+    (compaction) needs them (`full`)."""
 
     layer: int
-    table: SortedTable
-    stored_pos: np.ndarray
+    stored: StoredLayer
     old_rows: np.ndarray
     rows: np.ndarray
     h: torch.Tensor
@@ -83,7 +129,7 @@ class RefreshedLayer:
 
     def old_values(self, rows: np.ndarray) -> torch.Tensor:
         """Stored h^(l) of old-graph rows."""
-        return _tensor(self.table.columns["h"][self.stored_pos[rows]])
+        return _tensor(self.stored.values(rows, "h"))
 
     def new_values(self, rows: np.ndarray) -> torch.Tensor:
         """h^(l) of new-graph rows: recomputed where the refresh recomputed them, else stored."""
@@ -93,7 +139,8 @@ class RefreshedLayer:
         out = torch.empty(len(rows), self.h.shape[1])
         out[torch.from_numpy(fresh)] = self.h[torch.from_numpy(at[fresh])]
         kept = ~fresh
-        out[torch.from_numpy(kept)] = self.old_values(self.old_rows[rows[kept]])
+        if kept.any():
+            out[torch.from_numpy(kept)] = self.old_values(self.old_rows[rows[kept]])
         return out
 
     def full(self, column: str) -> np.ndarray:
@@ -101,22 +148,9 @@ class RefreshedLayer:
         fresh = self.h if column == "h" else self.state
         out = np.empty((len(self.old_rows), fresh.shape[1]), np.float32)
         kept = np.flatnonzero(self.old_rows >= 0)
-        out[kept] = self.table.columns[column][self.stored_pos[self.old_rows[kept]]]
+        out[kept] = self.stored.values(self.old_rows[kept], column)
         out[self.rows] = fresh.numpy()
         return out
-
-
-def _stored(store: PEStore, graph, layer: int) -> tuple[SortedTable, np.ndarray]:
-    """The old version's layer table and, per old-graph row, its row in that table."""
-    from sparkgnn.pe.lookup import UnknownIds
-
-    table = store.table(layer)
-    if "state" not in table.columns:
-        raise RefreshError(f"PE store {store.base} layer {layer} has no stored states")
-    try:
-        return table, table.positions(graph.ids)
-    except UnknownIds as exc:
-        raise RefreshError(f"PE store {store.base} layer {layer} lacks vertices of the graph: {exc}") from exc
 
 
 @torch.no_grad()
@@ -135,7 +169,7 @@ def refreshed_layers(graph, applied, model, store: PEStore):
         old = Side.of(conv, graph, old_values)
         new = Side.of(conv, new_graph, new_values)
         started = time.perf_counter()
-        table, stored_pos = _stored(store, graph, l)
+        stored = StoredLayer(store, graph, l)
         read_seconds = time.perf_counter() - started
         started = time.perf_counter()
         change = refresh_layer(
@@ -145,7 +179,7 @@ def refreshed_layers(graph, applied, model, store: PEStore):
             new,
             applied,
             changed,
-            lambda rows, t=table, p=stored_pos: _tensor(t.columns["state"][p[rows]]),
+            lambda rows, s=stored: _tensor(s.values(rows, "state")),
         )
         stats = {
             "layer": l,
@@ -156,8 +190,9 @@ def refreshed_layers(graph, applied, model, store: PEStore):
             "old_messages": change.old_messages,
             "seconds": round(time.perf_counter() - started, 4),
             "read_seconds": round(read_seconds, 4),
+            "read": "whole" if stored.rows is None else "rows",
         }
-        previous = RefreshedLayer(l, table, stored_pos, applied.old_rows, change.targets, change.h, change.state)
+        previous = RefreshedLayer(l, stored, applied.old_rows, change.targets, change.h, change.state)
         yield previous, stats
         changed = change.targets
 
@@ -176,8 +211,35 @@ def _commit(writer: PEWriter, over: PEStore, layer: RefreshedLayer, ids, deleted
     stats["committed"] = f"as a delta ({len(rows)} rows, {len(deleted_ids)} tombstones)"
 
 
+def carried_metrics(store: PEStore) -> tuple[list[int], int] | None:
+    """(fanouts, hops) of the workload metrics (degrees, PSGS, FAP) the store version `store`
+    holds, which its refreshed version recomputes on the updated graph so it keeps them (a
+    serving deployment ranks its hot cache and routes by them); None when it holds none. FAP
+    computed from seeds a caller gave cannot be recomputed (the seeds are not stored): None, with
+    a warning, and the refreshed version has no metrics."""
+    if not store.metric_tables:
+        return None
+    summary = (store.manifest.get("metrics") or {}).get("summary") or {}
+    fanouts, hops = summary.get("fanouts"), summary.get("hops")
+    if summary.get("seeds", "uniform") != "uniform" or not fanouts or hops is None:
+        log.warning(
+            f"sparkgnn refresh: the workload metrics of {store.base} were computed from given seeds (or "
+            "their options are not recorded); the refreshed version has none: recompute them on it"
+        )
+        return None
+    return [int(f) for f in fanouts], int(hops)
+
+
 def refresh_local(
-    graph, update, model, store_root, out_graph=None, store: PEStore | None = None
+    graph,
+    update,
+    model,
+    store_root,
+    out_graph=None,
+    store: PEStore | None = None,
+    *,
+    verify: str = "checksums",
+    applied=None,
 ) -> tuple[PEStore, RefreshReport]:
     """Apply `update` (graph.updates.GraphUpdate) to the GraphData `graph` and to the PE store at
     `store_root` that was computed for (graph, model); commit the refreshed store as the updated
@@ -185,7 +247,13 @@ def refresh_local(
     with a report. `out_graph`: also write the updated graph there (a graph directory). Refuses a
     store without states (a refresh starts from each vertex's stored aggregation state).
     `store`: the old version already open (its layers already loaded, e.g. by a serving process
-    that refreshes in place), instead of opening and reading it again."""
+    that refreshes in place), instead of opening and reading it again. `verify`: how the old and
+    the new version's files are checked on open (PEStore.open: "checksums" reads every byte
+    once; "sizes" lets a cold refresh read only the rows it needs from the row files).
+    Each layer's stats name how its stored rows were read ("read": "rows" or "whole") and,
+    from row files, how many (`rows_read`). `applied`: `update` already applied to `graph`
+    (graph.updates.Applied; the follower's batch of several updates composed into one, pe/follow.py),
+    `update` then only giving the report its counts()."""
     from sparkgnn.graph.updates import apply
     from sparkgnn.models import Model
     from sparkgnn.pe.identity import graph_fingerprint
@@ -202,8 +270,11 @@ def refresh_local(
         clock = now
 
     model = Model.load(model) if isinstance(model, str) else model
+    require_states(model, "a PE store refresh")
+    refuse_edge_features(model.conv_list(), "a PE store refresh")
+    refuse_skip_connections(model, "a PE store refresh")
     if store is None:
-        store = PEStore.open(store_root, model=model, graph=graph)
+        store = PEStore.open(store_root, model=model, graph=graph, verify=verify)
     elif store.manifest.get("graph_fingerprint") != graph_fingerprint(graph):
         raise RefreshError(f"PE store {store.base} given to refresh_local is not the one of this graph")
     if not store.with_states:
@@ -212,7 +283,8 @@ def refresh_local(
             "(rerun the precompute with states)"
         )
     phase("open")
-    applied = apply(update, graph)
+    if applied is None:
+        applied = apply(update, graph)
     new_graph = applied.graph
     phase("apply")
     if out_graph is not None:
@@ -233,8 +305,12 @@ def refresh_local(
     writer = PEWriter(store_root, new_graph, model, with_states=True)
     done = set(writer.completed_layers())
     deleted_ids = graph.ids[applied.new_rows < 0]
+    if len(deleted_ids):  # an id deleted and inserted again (a batch of several updates) is no tombstone
+        deleted_ids = deleted_ids[~new_graph.id_index.lookup(deleted_ids)[1]]
     phase("fingerprint")
+    stored = []
     for layer, stats in refreshed_layers(graph, applied, model, store):
+        stored.append(layer.stored)
         l, written = layer.layer, time.perf_counter()
         if l not in done:
             _commit(writer, store, layer, new_graph.ids, deleted_ids, stats)
@@ -245,14 +321,22 @@ def refresh_local(
             f"vertices recomputed ({stats['delta']} by delta, {stats['scratch']} from scratch) in "
             f"{stats['seconds']:.2f} s; committed {stats.get('committed', 'earlier')}"
         )
+    for stats, layer_stored in zip(report.layers, stored, strict=True):
+        stats["rows_read"] = layer_stored.rows_read
     phase("layers")
     chain = list((store.manifest.get("refresh") or {}).get("chain") or [store.manifest["graph_fingerprint"]])
     report.seconds = round(time.perf_counter() - started, 3)
     writer.manifest["refresh"] = {**report.to_json(), "chain": [*chain, report.graph_fingerprint]}
+    carried = carried_metrics(store)
+    if carried is not None and not writer.has_metrics():
+        from sparkgnn.pe.local import local_metrics
+
+        writer.commit_metrics(local_metrics(new_graph, *carried))
+        phase("metrics")
     writer.finish({"refresh_seconds": report.seconds})
     report.store = writer.base
     phase("finish")
-    refreshed = PEStore.open(store_root, model=model, graph=new_graph)
+    refreshed = PEStore.open(store_root, model=model, graph=new_graph, verify=verify)
     phase("verify")
     report.seconds = round(time.perf_counter() - started, 3)
     return refreshed, report

@@ -6,18 +6,21 @@ changed gives plausible-looking, wrong answers. So `open` needs the model and th
 every difference it finds (weights, graph, layer count, widths, layers never committed) in one
 StalePEStore message.
 
-Lookups load a layer's Parquet with pyarrow once (cached per layer; exactly the files the manifest
-recorded, through pyarrow.fs, so s3:// stores work) and answer id batches with a vectorised search
-(lookup.py); `frame` hands the same files to Spark (its Hadoop filesystem) for joins at scale.
+`rows(layer)` reads given rows of a layer from its row files (rowfile.py) without reading it
+whole (what a cold refresh uses). Lookups load a layer's Parquet with pyarrow once (cached per
+layer; exactly the files the manifest recorded, through pyarrow.fs, so s3:// stores work) and
+answer id batches with a vectorised search (lookup.py); `frame` hands the same files to Spark
+(its Hadoop filesystem) for joins at scale.
 """
 
 from __future__ import annotations
 
 from sparkgnn import files
 from sparkgnn.errors import DamagedPEStore, SparkGNNError, StalePEStore
-from sparkgnn.pe import integrity, layout, versions
+from sparkgnn.pe import integrity, layout, rowfile, versions
 from sparkgnn.pe.identity import graph_fingerprint, model_identity
 from sparkgnn.pe.lookup import SortedTable, UnknownIds, vectors
+from sparkgnn.pe.rowfile import LayerRows
 from sparkgnn.pe.writer import PEWriter, layer_key, metrics_key
 
 __all__ = ["MissingMetricsTable", "PEStore", "PEWriter", "UnknownIds"]
@@ -122,6 +125,7 @@ class PEStore:
         self.base = base
         self.manifest = manifest
         self._tables: dict = {}
+        self._rows: dict = {}
 
     @classmethod
     def open(cls, path, *, model, graph, verify: str = "checksums") -> PEStore:
@@ -192,6 +196,22 @@ class PEStore:
             ids = table.column("id").to_numpy().astype("int64", copy=False)
             self._tables[layer] = SortedTable(ids, cols, what)
         return self._tables[layer]
+
+    def loaded(self, layer: int) -> bool:
+        """Whether layer `layer` is already held whole in memory (table() was called)."""
+        return int(layer) in self._tables
+
+    def rows(self, layer: int) -> LayerRows | None:
+        """Layer `layer` readable row by row from its row files (rowfile.py: memory-mapped, a
+        fetch reads only the rows asked for; `LayerRows.rows_read` counts them), or None when a
+        segment of the layer has no row file (a store written before them, or by Spark): read it
+        whole with table(). Raises DamagedPEStore when a row file does not belong to its layer."""
+        layer = self._check_layer(layer)
+        if layer not in self._rows:
+            key = layer_key(layer)
+            chain = versions.segments(self.base, self.manifest, key)
+            self._rows[layer] = rowfile.layer_rows(chain, key, f"PE store layer {layer} (row files)")
+        return self._rows[layer]
 
     def lookup(self, ids, layer: int, states: bool = False):
         """(h [n, w] float32, state [n, s] float32 or None) for `ids` in the given order.

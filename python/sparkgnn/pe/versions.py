@@ -34,7 +34,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from sparkgnn import files
-from sparkgnn.pe import integrity, layout
+from sparkgnn.pe import integrity, layout, rowfile
+from sparkgnn.pe.rowfile import ROW_FILES_KEY
 
 BASES_KEY = "bases"
 MAX_SEGMENTS = 8
@@ -48,6 +49,7 @@ class Segment:
     version: str  # graph fingerprint of the version that committed it
     folder: str  # its attempt folder
     recorded: list | None  # its file record (None: a store written before records)
+    row_file: dict | None = None  # its row file's record (rowfile.py; None: read it whole)
 
     def paths(self) -> list[str] | None:
         if not self.recorded:
@@ -74,13 +76,14 @@ def bases(manifest: dict, key: str) -> list[dict]:
 def segments(base: str, manifest: dict, key: str) -> list[Segment]:
     """Every segment of `key`, oldest first, the layer's own committed attempt last."""
     out = [
-        Segment(b["version"], files.join(version_dir(base, b["version"]), b["path"]), b.get("files"))
+        Segment(b["version"], files.join(version_dir(base, b["version"]), b["path"]), b.get("files"), b.get("row_file"))
         for b in bases(manifest, key)
     ]
     own = Segment(
         str(manifest.get("graph_fingerprint")),
         layout.committed_dir(base, manifest, key),
         (manifest.get(integrity.FILES_KEY) or {}).get(key),
+        (manifest.get(ROW_FILES_KEY) or {}).get(key),
     )
     return [*out, own]
 
@@ -93,6 +96,9 @@ def chain_over(manifest: dict, key: str) -> list[dict]:
         "path": (manifest.get(layout.PATHS_KEY) or {}).get(key) or key,
         "files": (manifest.get(integrity.FILES_KEY) or {}).get(key),
     }
+    row_file = (manifest.get(ROW_FILES_KEY) or {}).get(key)
+    if row_file:
+        own["row_file"] = row_file
     return [*bases(manifest, key), own]
 
 
@@ -164,10 +170,13 @@ def spark_frame(spark, base: str, manifest: dict, key: str):
 
 def base_problems(base: str, manifest: dict, key: str, verify: str = "checksums", columns: tuple = ()) -> list[str]:
     """Why the base segments of `key` are not the files they were when this version was
-    committed over them (a deleted or rewritten older version)."""
-    found = []
-    for s in segments(base, manifest, key)[:-1]:
+    committed over them (a deleted or rewritten older version), and why any segment's row file
+    (rowfile.py) is not the one recorded."""
+    chain = segments(base, manifest, key)
+    found = rowfile.problems(chain[-1].folder, chain[-1].row_file, verify)
+    for s in chain[:-1]:
         problems = integrity.problems(s.folder, s.recorded, verify, columns)
+        problems += rowfile.problems(s.folder, s.row_file, verify)
         if problems:
             found.append(f"base segment of version {s.version[:12]} ({s.folder}): " + ", ".join(problems))
     return found

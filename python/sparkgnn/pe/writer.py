@@ -7,7 +7,8 @@ object store (no rename anywhere; layout.py says why):
      the manifest is the one it last read or wrote (`commit` token);
   2. the layer's rows are written to a fresh `layer=<l>/attempt=<uuid>/` (Spark through its Hadoop
      filesystem, or pyarrow for in-memory arrays); a crash here leaves an attempt nobody reads;
-  3. the attempt's files are listed and checksummed (integrity.py);
+  3. the attempt's files are listed and checksummed (integrity.py); an attempt written from
+     memory also gets its row file (`_rows.arrow`, rowfile.py), recorded under "row_files";
   4. manifest.json is rewritten whole with l in `layers_complete`, the attempt under `paths` and its
      files under `files` -- THIS is the commit point (one put on an object store, temp + rename on
      a disk). A crash before it leaves the previous manifest, which never names the attempt;
@@ -38,7 +39,7 @@ import uuid
 
 from sparkgnn import files
 from sparkgnn.errors import PEStoreConflict
-from sparkgnn.pe import integrity, layout, versions
+from sparkgnn.pe import integrity, layout, rowfile, versions
 from sparkgnn.pe.identity import graph_fingerprint, graph_sizes, model_identity
 
 log = logging.getLogger(__name__)
@@ -219,15 +220,25 @@ class PEWriter:
         return l
 
     # -- commits -------------------------------------------------------------------------------
-    def _write_attempt(self, key: str, write) -> int:
+    def _write_attempt(self, key: str, write, row_values: dict | None = None) -> int:
         """Steps 2-3 of the protocol: `write(folder) -> rows` into a fresh attempt of `key`, whose
-        folder and file record go into the manifest (committed by the caller's _save)."""
+        folder and file record go into the manifest (committed by the caller's _save).
+        `row_values`: rowfile.write's keywords (ids, columns[, alive]) for the attempt's row file
+        (rowfile.py), written beside the Parquet files and recorded under "row_files"; None: the
+        attempt has none (its readers read it whole)."""
         self._check_owner(f"writing {key}")
         rel = layout.new_attempt(key)
         folder = files.join(self.base, rel)
         rows = write(folder)
+        recorded = integrity.record(folder)
+        row_files = self.manifest.setdefault(rowfile.ROW_FILES_KEY, {})
+        row_files.pop(key, None)
+        if row_values is not None:
+            row_files[key] = rowfile.write(
+                folder, **row_values, key=key, version=self.graph_fingerprint, parquet=recorded
+            )
         self.manifest.setdefault(layout.PATHS_KEY, {})[key] = rel
-        self.manifest.setdefault(integrity.FILES_KEY, {})[key] = integrity.record(folder)
+        self.manifest.setdefault(integrity.FILES_KEY, {})[key] = recorded
         return int(rows)
 
     def _legacy(self, key: str) -> bool:
@@ -266,15 +277,18 @@ class PEWriter:
             raise ValueError(f"layer {l}: the store keeps states; pass a 'state' column and state_width")
         return l
 
-    def _record(self, l: int, write, state_width: int | None, bases: list | None = None, rows=None) -> None:
+    def _record(
+        self, l: int, write, state_width: int | None, bases: list | None = None, rows=None, row_values=None
+    ) -> None:
         """Write layer l into a fresh attempt and commit it (a recommitted layer switches to the
         new attempt in the same manifest write, so readers see the old rows or the new ones).
         `bases`: the segments a delta attempt lies on (versions.py; None: the attempt is the
-        whole layer); `rows`: the layer's row count when the attempt is a delta."""
+        whole layer); `rows`: the layer's row count when the attempt is a delta; `row_values`:
+        the attempt's rows for its row file (_write_attempt)."""
         if l in self.manifest["layers_complete"] and self._legacy(layer_key(l)):
             self.manifest["layers_complete"].remove(l)  # its folder is about to hold an attempt too
             self._save(f"recommitting layer {l}")
-        written = self._write_attempt(layer_key(l), write)
+        written = self._write_attempt(layer_key(l), write, row_values)
         if self.with_states:
             assert state_width is not None, "_check_commit refuses a store with states but no state width"
             self.manifest["state_dims"][l - 1] = int(state_width)
@@ -308,8 +322,9 @@ class PEWriter:
             cols["state"] = pa.FixedSizeListArray.from_arrays(pa.array(state.reshape(-1)), state_width)
         l = self._check_commit(l, h.shape[1], state_width, state is not None)
         table = pa.table(cols)
-
-        self._record(l, functools.partial(self._arrow_write, table), state_width)
+        values = {"h": h} if state_width is None else {"h": h, "state": state}
+        row_values = {"ids": ids, "columns": values}
+        self._record(l, functools.partial(self._arrow_write, table), state_width, row_values=row_values)
 
     def _check_base(self, l: int, over) -> str:
         """The layer key of a delta over `over`'s layer l, refused unless `over` can be its base."""
@@ -355,7 +370,18 @@ class PEWriter:
             cols["state"] = vectors(state)
         l = self._check_commit(l, h.shape[1], state_width, state is not None)
         write = functools.partial(self._arrow_write, pa.table(cols))
-        self._record(l, write, state_width, bases=versions.chain_over(over.manifest, key), rows=rows)
+
+        def padded(values: np.ndarray) -> np.ndarray:  # tombstones' rows: zeros, alive = 0
+            return np.concatenate([values, np.zeros((len(deleted), values.shape[1]), np.float32)])
+
+        values = {"h": padded(h)} if state_width is None else {"h": padded(h), "state": padded(state)}
+        row_values = {
+            "ids": np.concatenate([ids, deleted]),
+            "columns": values,
+            "alive": np.arange(len(ids) + len(deleted)) < len(ids),
+        }
+        bases = versions.chain_over(over.manifest, key)
+        self._record(l, write, state_width, bases=bases, rows=rows, row_values=row_values)
 
     def commit_layer(self, l: int, df, width: int, state_width: int | None = None) -> None:
         """Write h^(l) (and the merged partial states of conv l) for every node and commit it.

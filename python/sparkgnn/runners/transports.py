@@ -59,7 +59,9 @@ class Messenger:
         self.transport = connect(spec["endpoint"], **{**DEFAULT_MESSENGER_OPTIONS, **spec.get("options", {})})
 
     def call(self, header: dict, tables: dict):
-        header = dict(header, affinity=f"{header.get('model')}:{header.get('partition')}")
+        # the model (a layer step) or the deployment (a serving partition) and the partition
+        owner = header.get("model") or header.get("deployment")
+        header = dict(header, affinity=f"{owner}:{header.get('partition')}")
         return self.transport.call(header, tables)
 
 

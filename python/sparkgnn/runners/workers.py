@@ -70,7 +70,7 @@ def connect_timeout_s(value: float | None = None) -> float:
 
 
 @WORKER_SPECS.register("inprocess")
-def _inprocess(workers, model_store: str, timeout_s: float) -> Workers:
+def _inprocess(workers, model_store: str, timeout_s: float, deployments: str | None = None) -> Workers:
     return Workers({"kind": "inprocess", "model_store": model_store})
 
 
@@ -85,11 +85,13 @@ def _local_count(workers: str) -> int:
 
 
 @WORKER_SPECS.register("local")
-def _local(workers: str, model_store: str, timeout_s: float) -> Workers:
+def _local(workers: str, model_store: str, timeout_s: float, deployments: str | None = None) -> Workers:
+    """local[N]: N worker processes started for the job; `deployments`: the file of what their
+    serving ops serve (sparkgnn.serving.served), passed as `--deployments`."""
     from sparkgnn.messenger.local import LocalCluster
 
-    cluster = LocalCluster(_local_count(workers), model_store=model_store, threads=1).start()
-    return Workers({"kind": "messenger", "endpoint": cluster.front}, cluster)
+    cluster = LocalCluster(_local_count(workers), model_store=model_store, deployments=deployments, threads=1).start()
+    return Workers(_cluster_spec(cluster), cluster)
 
 
 @SYNTAX.register("endpoint")
@@ -111,21 +113,41 @@ def _check_endpoint(workers: str) -> str:
 
 
 @WORKER_SPECS.register("endpoint")
-def _endpoint(workers: str, model_store: str, timeout_s: float) -> Workers:
+def _endpoint(workers: str, model_store: str, timeout_s: float, deployments: str | None = None) -> Workers:
     """A running broker, checked from the driver before any Spark task depends on it: a wrong
     address or a broker without workers is one clear error here, not a hang (or one error per
     task, wrapped in a JVM stack trace) later."""
     from sparkgnn.messenger.probe import probe_broker
+    from sparkgnn.messenger.security import KEYS_ENV, client_keys_for
 
-    probe_broker(_check_endpoint(workers), connect_timeout_s=timeout_s, no_worker_timeout_s=timeout_s)
-    options = {"connect_timeout_s": timeout_s, "no_worker_timeout_s": timeout_s}
+    # a keyed broker: the driver's $SPARKGNN_CURVE_KEYS folder (client.key_secret + server.key),
+    # which each task's dealer reads at the same path (the executors' hosts need it there too)
+    keys_dir = os.environ.get(KEYS_ENV) or None
+    probe_broker(
+        _check_endpoint(workers),
+        connect_timeout_s=timeout_s,
+        no_worker_timeout_s=timeout_s,
+        client_keys=client_keys_for(keys_dir),
+    )
+    options: dict[str, float | str] = {"connect_timeout_s": timeout_s, "no_worker_timeout_s": timeout_s}
+    if keys_dir:
+        options["keys_dir"] = keys_dir
     return Workers({"kind": "messenger", "endpoint": workers, "options": options})
 
 
 @WORKER_SPECS.register("cluster")
-def _cluster(cluster, model_store: str, timeout_s: float) -> Workers:
+def _cluster(cluster, model_store: str, timeout_s: float, deployments: str | None = None) -> Workers:
     """A LocalCluster the caller started (and stops): its workers must serve `model_store`."""
-    return Workers({"kind": "messenger", "endpoint": cluster.front})
+    return Workers(_cluster_spec(cluster))
+
+
+def _cluster_spec(cluster: LocalCluster) -> dict:
+    """The dealers' spec of a LocalCluster: its front, and its run's keys (a path on this host,
+    where the Spark tasks that reach a local cluster run)."""
+    spec: dict = {"kind": "messenger", "endpoint": cluster.front}
+    if getattr(cluster, "keys_dir", None):
+        spec["options"] = {"keys_dir": cluster.keys_dir}
+    return spec
 
 
 def _shape(workers) -> str | None:
@@ -154,13 +176,17 @@ def check_workers(workers) -> None:
     SYNTAX.get(shape, lambda _: None)(workers)
 
 
-def workers_for(workers, model_store: str, *, connect_timeout: float | None = None) -> Workers:
+def workers_for(
+    workers, model_store: str, *, connect_timeout: float | None = None, deployments: str | None = None
+) -> Workers:
     """infer(workers=...): "inprocess" (default), "local[N]" (starts a broker + N sparkgnn-worker
     processes, stopped when the job ends), "tcp://host:port" / "ipc://path" (a running broker whose
     workers load models from the same model store: checked at once, BrokerUnreachableError or
     NoWorkerError after `connect_timeout` seconds), or a started LocalCluster. Anything else is a
-    WorkersSpecError listing the accepted forms."""
+    WorkersSpecError listing the accepted forms. `deployments`: the deployments file local[N]
+    workers serve from (sparkgnn.serving.served); workers that run elsewhere were given theirs
+    when they were started."""
     check_workers(workers)
     shape = _shape(workers)
     assert shape is not None  # check_workers refused anything else
-    return WORKER_SPECS.lookup(shape)(workers, model_store, connect_timeout_s(connect_timeout))
+    return WORKER_SPECS.lookup(shape)(workers, model_store, connect_timeout_s(connect_timeout), deployments=deployments)

@@ -6,6 +6,10 @@ name) or in lists (partial states per message kind), plus a few scalars. The mes
 header dict and named Arrow tables; this maps one onto the other, losslessly (dtype and shape are
 kept in a JSON manifest), so a serving partition can run in a `sparkgnn-worker` process exactly
 as it runs in a Spark task.
+
+The header names the deployment (graph, model, PE store version) by id, never by path: a worker
+runs partitions only of deployments it was started with (serving.served); the partition count
+and whether states are read are the only other settings, checked here.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import pyarrow as pa
 
 META = "__meta__"
 OP = "serving_partials"
+MAX_PARTS = 1 << 16
 
 
 def _flatten(d: dict, prefix: str = "") -> dict[str, object]:
@@ -93,17 +98,52 @@ def _rebuild(manifest: dict, values: dict, prefix: str) -> dict:
     return out
 
 
-def request_frames(p: int, cfg: dict, job: dict) -> tuple[dict, dict]:
+def request_frames(p: int, deployment: str, parts: int, states: bool, job: dict) -> tuple[dict, dict]:
+    """The header and tables of partition `p` of `parts` of a job on the deployment with id
+    `deployment` (served.deployment_id of its spec)."""
     manifest, tables = pack(job)
-    return {"op": OP, "partition": int(p), "model": cfg["model_path"], "cfg": cfg, "job": manifest}, tables
+    header = {
+        "op": OP,
+        "partition": int(p),
+        "deployment": deployment,
+        "parts": int(parts),
+        "states": bool(states),
+        "job": manifest,
+    }
+    return header, tables
+
+
+def worker_cfg(header: dict) -> tuple[int, dict]:
+    """(partition, the cfg cgp_worker.partition_task takes) of a request header: its paths from
+    the spec this worker serves under the header's deployment id; UnknownDeployment for a header
+    that names paths or an id not served here, ValueError for a bad partition or count."""
+    from sparkgnn.serving import served
+
+    served.check_header(header)
+    key = served.check_id(header.get("deployment"))
+    parts, p, states = header.get("parts"), header.get("partition"), header.get("states")
+    if isinstance(parts, bool) or not isinstance(parts, int) or not 1 <= parts <= MAX_PARTS:
+        raise ValueError(f"task header 'parts' must be an integer in 1..{MAX_PARTS}, got {parts!r}")
+    if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p < parts:
+        raise ValueError(f"task header 'partition' must be an integer in 0..{parts - 1}, got {p!r}")
+    if not isinstance(states, bool):
+        raise ValueError(f"task header 'states' must be true or false, got {states!r}")
+    spec = served.lookup(key)
+    if not spec.get("store"):
+        raise served.UnknownDeployment(f"deployment {key[:12]} has no PE store: it serves no CGP partitions")
+    cfg = {"store_base": spec["store"], "graph_dir": spec["graph"], "model_path": spec["model"]}
+    return p, dict(cfg, parts=parts, states=states)
 
 
 def handle(header: dict, tables: dict) -> dict:
     """The worker side (a messenger handler op): run the partition, return tables."""
     from sparkgnn.serving.cgp_worker import partition_task
 
+    p, cfg = worker_cfg(header)
+    if not isinstance(header.get("job"), dict):
+        raise ValueError("task header 'job' must be an object (the job's manifest)")
     job = unpack(header["job"], tables)
-    result = partition_task(int(header["partition"]), header["cfg"], job)
+    result = partition_task(p, cfg, job)
     manifest, out = pack(result)
     out[META] = pa.table({"v": pa.array([json.dumps(manifest)])})
     return out

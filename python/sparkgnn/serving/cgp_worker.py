@@ -5,15 +5,19 @@ partition's cached shard of the PE store and `partition_task`, which runs the CG
 A partition p owns the G vertices with id mod P == p: their features (after the model's `pre`
 ops), their stored h^(1..k-1) and states. A task loads its shard ONCE per Python worker
 (module-level cache keyed by store, graph, P, p; Spark reuses Python workers, a messenger worker
-keeps its process) and then, per request and layer, aggregates the request's edges whose SOURCE
-it owns into partial states, using only its own stored rows plus the values of last layer's
-targets that the driver all-gathers to it (`given`). It also returns, for the targets it owns,
-their stored state and stored input value.
+keeps its process; the cache is bounded by serving.served.cache_bytes(), least recently used
+shard out first, since a peer choosing P and p could otherwise make it hold many copies) and
+then, per request and layer, aggregates the request's edges whose SOURCE it owns into partial
+states, using only its own stored rows plus the values of last layer's targets that the driver
+all-gathers to it (`given`). It also returns, for the targets it owns, their stored state and
+stored input value.
 """
 
 from __future__ import annotations
 
 import os
+import threading
+from collections import OrderedDict
 
 import numpy as np
 import torch
@@ -21,8 +25,9 @@ import torch
 from sparkgnn.pe import layout, versions
 from sparkgnn.serving.cgp_kernel import owner_of_ids, partition_partials
 
-_SHARDS: dict = {}
-_MODELS: dict = {}
+_SHARDS: OrderedDict = OrderedDict()  # (store, graph, P, p, states) -> Shard, least recently used first
+_MODELS: dict = {}  # model path -> Model: only paths of deployments this process serves
+_SHARDS_LOCK = threading.Lock()
 
 
 class Shard:
@@ -50,6 +55,7 @@ class Shard:
             if states:
                 c["state"] = vectors(t.column("state"), None, f"store layer {l} state")[keep]
             self.tables[l] = SortedTable(lid[keep], c, f"shard {p} layer {l}")
+        self.nbytes = sum(t.ids.nbytes + sum(v.nbytes for v in t.columns.values()) for t in self.tables.values())
 
     def value(self, layer: int, ids: np.ndarray) -> np.ndarray:
         t = self.tables[layer]
@@ -68,12 +74,23 @@ def _model(path: str):
 
 
 def _shard(cfg: dict, p: int) -> Shard:
+    """Partition p's shard, loaded once and kept while the byte-bounded cache has room."""
+    from sparkgnn.serving.served import cache_bytes
+
     key = (cfg["store_base"], cfg["graph_dir"], cfg["parts"], p, cfg["states"])
-    if key not in _SHARDS:
-        _SHARDS[key] = Shard(
-            cfg["store_base"], cfg["graph_dir"], _model(cfg["model_path"]), cfg["parts"], p, cfg["states"]
-        )
-    return _SHARDS[key]
+    with _SHARDS_LOCK:
+        found = _SHARDS.get(key)
+        if found is not None:
+            _SHARDS.move_to_end(key)
+            return found
+    shard = Shard(cfg["store_base"], cfg["graph_dir"], _model(cfg["model_path"]), cfg["parts"], p, cfg["states"])
+    with _SHARDS_LOCK:
+        _SHARDS[key] = shard
+        total = sum(s.nbytes for s in _SHARDS.values())
+        while total > cache_bytes() and len(_SHARDS) > 1:
+            _, dropped = _SHARDS.popitem(last=False)  # the caller of a dropped shard still holds it
+            total -= dropped.nbytes
+    return shard
 
 
 @torch.no_grad()

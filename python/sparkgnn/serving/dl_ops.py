@@ -1,7 +1,9 @@
 """The ops serving adds to a DL handler: "serving_partials" runs one CGP partition of a serving
 request's layer in a DL worker (cgp_wire.py carries it as JSON + Arrow, cgp_worker.py runs it);
 "serve_batch" answers a batch of online requests and "serve_evict" drops a retired deployment
-(serving.online.batch_op).
+(serving.online.batch_op). Each serves only the deployments this process was started with or
+its controller registered (serving.served), named in the header by id; a header naming a path
+or an engine option is refused.
 
 WHY here and not in sparkgnn.dl: the DL handler is the torch worker layer and knows nothing of
 serving; serving plugs its ops into the handler's op registry (sparkgnn.dl.ops.OPS). `register`
@@ -20,18 +22,20 @@ from sparkgnn.serving.online import batch_op
 
 def serving_partials(models, header: dict, tables: dict) -> dict:
     """One partition of a serving request's layer (computation graph parallelism); `models`
-    (the handler's ModelRegistry) is unused: the header names the model file."""
+    (the handler's ModelRegistry) is unused: the header's deployment id names the graph, model
+    and store this worker serves under it."""
     return cgp_wire.handle(header, tables)
 
 
 def serve_batch(models, header: dict, tables: dict) -> dict:
     """A batch of online requests (serving.online.batch_op); `models` is unused: the header's
-    deployment names the graph, model and store, loaded once per worker process."""
+    deployment id names the graph, model and store this worker serves under it, loaded once."""
     return batch_op.serve_batch(header, tables)
 
 
 def serve_evict(models, header: dict, tables: dict) -> dict:
-    """Drop retired deployments from this worker's cache (serving.online.batch_op.retire)."""
+    """Drop retired deployments (ids its controller withdrew) from this worker's cache
+    (serving.online.batch_op.retire)."""
     return batch_op.serve_evict(header, tables)
 
 

@@ -20,6 +20,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from sparkgnn.errors import SparkGNNError, StalePEStore
+from sparkgnn.layers.base import refuse_edge_features
+from sparkgnn.layers.dag import refuse_skip_connections
+from sparkgnn.layers.generic import require_states
 from sparkgnn.planner.ir import Plan
 from sparkgnn.planner.serving import ServingCostModel, explain_request
 from sparkgnn.serving.context import ServingContext
@@ -104,11 +107,18 @@ def serving_graph(graph: GraphData | Graph | str | os.PathLike[str]) -> GraphDat
 
 
 def serving_model(model: Model | str | os.PathLike[str]) -> Model:
-    """A Model as it is, or a saved model directory loaded with Model.load."""
+    """A Model as it is, or a saved model directory loaded with Model.load; a model whose layers
+    read edge features is refused (requests carry no edge attributes yet), a typed one too
+    (serving runs homogeneous graphs only so far)."""
+    from sparkgnn.models.hetero import refuse_typed
+
+    refuse_typed(model, "the serving engines")
     if isinstance(model, (str, os.PathLike)):
         from sparkgnn.models import Model
 
-        return Model.load(os.fspath(model))
+        model = Model.load(os.fspath(model))
+    refuse_edge_features(model.conv_list(), "serving")
+    refuse_skip_connections(model, "serving")
     return model
 
 
@@ -141,6 +151,8 @@ class QueryEngine:
         self.context = context or ServingContext(graph, model, store=store, validate=validate)
         if fanouts is not None:
             mode_options["fanouts"] = fanouts
+        if mode not in ("full", "ns"):
+            require_states(model, f"serving mode {mode!r}")
         self.mode = get_mode(mode, model, seed=seed, **mode_options)
         # engines sharing one context (same G) may serve different stores
         self.mode.store = store if store is not None else self.context.store

@@ -48,6 +48,15 @@ class PartitionedLayerExecutor(LayerExecutor):
             "parts": int(parts),
             "states": bool(states),
         }
+        # what a messenger worker must serve to run these partitions (serving.served): headers
+        # name it by id, never by these paths
+        self.spec = {
+            "graph": self.cfg["graph_dir"],
+            "model": self.cfg["model_path"],
+            "store": store.base,
+            "options": {},
+            "cache": {},
+        }
         self.jobs = 0
 
     def _run(self, job: dict) -> list:
@@ -232,45 +241,97 @@ def edges_of_partition(job: dict, p: int) -> dict:
 class MessengerLayerExecutor(PartitionedLayerExecutor):
     """The same partitions served by DL workers through the messenger (`sparkgnn-worker`, op
     "serving_partials"): each worker caches the shards it was sent (affinity by partition), the
-    frames are JSON + Arrow (cgp_wire.py). Partitions are called one after another."""
+    frames are JSON + Arrow (cgp_wire.py) and name the deployment by id. Partitions are called
+    one after another.
 
-    def __init__(self, ctx, model, workers, store, graph_dir: str, model_path: str, parts: int, states: bool = True):
+    `workers` is a workers spec (runners.workers_for). The workers must serve this executor's
+    deployment (serving.served): "local[N]" workers are started with a deployments file naming
+    it (in a private folder, removed by close()); "inprocess" registers it in this process; the
+    workers of a running broker (tcp:// / ipc://) must have been started with it
+    (`sparkgnn-worker --deployments FILE`), else each partition is refused as not served."""
+
+    def __init__(
+        self,
+        ctx,
+        model,
+        workers: str,
+        model_store: str,
+        store,
+        graph_dir: str,
+        model_path: str,
+        parts: int,
+        states: bool = True,
+    ):
         super().__init__(ctx, model, store, graph_dir, model_path, parts, states)
-        from sparkgnn.runners import get_transport
+        from sparkgnn.runners import get_transport, workers_for
+        from sparkgnn.serving import served
 
-        self.workers = workers
-        self.transport = get_transport(workers.spec)
+        self.deployment = served.deployment_id(self.spec)
+        self._private: str | None = None
+        self._registered = workers in (None, "inprocess")
+        deployments = None
+        if self._registered:
+            served.register(self.spec)
+        elif isinstance(workers, str) and workers.startswith("local"):
+            import tempfile
+
+            self._private = tempfile.mkdtemp(prefix="sparkgnn-cgp-")  # 0700: only this user writes in it
+            deployments = os.path.join(self._private, "deployments.json")
+            served.write_file(deployments, [self.spec])
+        try:
+            self.workers = workers_for(workers, model_store, deployments=deployments)
+            self.transport = get_transport(self.workers.spec)
+        except BaseException:
+            self._release()
+            raise
 
     def _run(self, job: dict) -> list:
         from sparkgnn.serving.cgp_wire import request_frames, result_from_tables
 
         self.jobs += 1
         results = []
+        states = self.cfg["states"]
         for p in range(self.parts):
-            header, tables = request_frames(p, self.cfg, edges_of_partition(job, p))
+            header, tables = request_frames(p, self.deployment, self.parts, states, edges_of_partition(job, p))
             _, out = self.transport.call(header, tables)
             results.append(result_from_tables(out))
         return results
 
     def close(self) -> None:
-        self.workers.close()
+        try:
+            self.workers.close()
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        """Withdraw the in-process registration / remove the private deployments file."""
+        from sparkgnn.serving import served
+
+        if self._registered:
+            self._registered = False
+            served.withdraw(self.deployment)
+        if self._private is not None:
+            import shutil
+
+            shutil.rmtree(self._private, ignore_errors=True)
+            self._private = None
 
 
 def use_messenger_cgp(
     engine, workers: str, graph_dir: str, model_path: str, model_store: str, partitions: int | None = None
 ):
     """Run a reuse-mode engine's partitions on messenger workers: "local[N]" (starts a broker and
-    N workers, stopped by executor.close()), "tcp://..." / "ipc://..." (a running broker whose
-    workers can read graph_dir, model_path and the store). Loads the shards now."""
-    from sparkgnn.runners import workers_for
-
+    N workers serving this deployment, stopped by executor.close()), "inprocess", or
+    "tcp://..." / "ipc://..." (a running broker whose workers were started with this deployment:
+    MessengerLayerExecutor). Loads the shards now."""
     os.makedirs(model_store, exist_ok=True)  # workers need one; serving loads model_path
     return _attach(
         engine,
         lambda ctx, model, store, parts, states: MessengerLayerExecutor(
             ctx,
             model,
-            workers_for(workers, model_store),
+            workers,
+            model_store,
             store,
             graph_dir,
             model_path,

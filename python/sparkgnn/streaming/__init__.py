@@ -5,7 +5,6 @@ files dropped into a directory, exactly once per request, restartable from its c
     grouping    registry of grouping policies (degree: GSM's in-degree scheduler with aging; fifo)
     handler     MicroBatchHandler: one micro-batch -> validated, scheduled, answered rows
     sink        AnswerSink: one atomic directory per batch id (temp dir + rename); read_answers
-    deadletter  DeadLetter: malformed files copied aside with a reason file
     progress    one line per micro-batch (requests, errors, p50/p99 latency, mode)
     job         StreamConfig, engine start-up checks, the streaming query and its run loop
 

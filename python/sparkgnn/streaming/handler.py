@@ -17,29 +17,48 @@ checkpoint runs it again. Turning such an exception into an error row would comm
 exactly once, which is worse.
 
 `handle(files, batch_id)` is the whole logic on plain Python values, so tests drive it without
-Spark; `__call__(df, batch_id)` is the foreachBatch adapter (collects path, modification time and
-content of the micro-batch's files to the driver as Arrow, then adds the files the checkpoint's
-source log assigns to the batch but the DataFrame lacks: Spark drops 0-byte files from it,
-sourcelog.py; read from disk, they are refused like any other unreadable file).
+Spark; `__call__(df, batch_id)` is the foreachBatch adapter: it lists path, modification time and
+length of the micro-batch's files, collects the content only of those within the limits' byte
+cap (a filter on `length`, which the binaryFile source applies before reading a file: an oversize
+file is never read, let alone collected; it is dead-lettered by its listed size), then adds the
+files the checkpoint's source log assigns to the batch but the DataFrame lacks (Spark drops 0-byte
+files from it, sourcelog.py; read from disk when within the cap, they are refused like any other
+unreadable file).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 
 import numpy as np
 import pyarrow as pa
 
 from sparkgnn.errors import USER_ERRORS
+from sparkgnn.serving.online.config import over_caps
 from sparkgnn.streaming.grouping import RequestCost, run_schedule
-from sparkgnn.streaming.intake import IncomingFile, MalformedRequestFile, Pending, local_path, parse_request_file
+from sparkgnn.streaming.intake import (
+    FileLimits,
+    IncomingFile,
+    MalformedRequestFile,
+    Pending,
+    local_path,
+    oversize_reason,
+    parse_request_file,
+)
 from sparkgnn.streaming.progress import BatchProgress, batch_progress
 from sparkgnn.streaming.sink import answers_table
 from sparkgnn.streaming.sourcelog import LoggedFile, batch_files
 
 log = logging.getLogger(__name__)
+
+
+def _seconds(table: pa.Table) -> list[float]:
+    """The `modificationTime` column of a collected listing as epoch seconds."""
+    mtime_us = table.column("modificationTime").cast(pa.int64()).to_numpy(zero_copy_only=False)
+    return [float(t) / 1e6 for t in mtime_us.tolist()]
 
 
 def _json_safe(value):
@@ -52,19 +71,34 @@ def _json_safe(value):
     return value
 
 
-def read_logged(entry: LoggedFile) -> IncomingFile:
+def read_logged(entry: LoggedFile, max_bytes: int | None = None) -> IncomingFile:
     """A file of the source log that the DataFrame lacked, with its bytes as they are on disk now
-    (Spark skipped it for being empty, so usually none)."""
+    (Spark skipped it for being empty, so usually none); one grown past `max_bytes` since is not
+    read (its size only)."""
     try:
         with open(entry.path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if max_bytes is not None and size > max_bytes:
+                return IncomingFile(f"file:{entry.path}", entry.arrival_ts, None, length=size)
             return IncomingFile(f"file:{entry.path}", entry.arrival_ts, fh.read())
     except FileNotFoundError:
         return IncomingFile(f"file:{entry.path}", entry.arrival_ts, b"", vanished=True)
 
 
 class MicroBatchHandler:
-    def __init__(self, engine, graph, grouping, sink, dead_letter, clock=time.time, checkpoint: str | None = None):
+    def __init__(
+        self,
+        engine,
+        graph,
+        grouping,
+        sink,
+        dead_letter,
+        clock=time.time,
+        checkpoint: str | None = None,
+        limits: FileLimits | None = None,
+    ):
         self.engine = engine
+        self.limits = limits or FileLimits()
         self.checkpoint = checkpoint  # whose source log lists every file of a batch
         self.graph = graph
         self.grouping = grouping
@@ -80,12 +114,20 @@ class MicroBatchHandler:
 
     # -- foreachBatch adapter ----------------------------------------------------------------
     def __call__(self, df, batch_id) -> None:
-        table = df.select("path", "modificationTime", "content").toArrow()
-        mtime_us = table.column("modificationTime").cast(pa.int64()).to_numpy(zero_copy_only=False)
+        cap = int(self.limits.max_bytes)
+        listed = df.select("path", "modificationTime", "length").toArrow()
         files = [
-            IncomingFile(p, float(t) / 1e6, c)
+            IncomingFile(p, t, None, length=n)
+            for p, t, n in zip(
+                listed.column("path").to_pylist(), _seconds(listed), listed.column("length").to_pylist(), strict=True
+            )
+            if n is not None and n > cap
+        ]
+        table = df.where(f"length <= {cap}").select("path", "modificationTime", "content").toArrow()
+        files += [
+            IncomingFile(p, t, c)
             for p, t, c in zip(
-                table.column("path").to_pylist(), mtime_us.tolist(), table.column("content").to_pylist(), strict=True
+                table.column("path").to_pylist(), _seconds(table), table.column("content").to_pylist(), strict=True
             )
         ]
         files += self.undelivered(files, int(batch_id))
@@ -98,7 +140,7 @@ class MicroBatchHandler:
         if logged is None:
             return []
         got = {local_path(f.path) for f in delivered}
-        return [read_logged(entry) for entry in logged if entry.path not in got]
+        return [read_logged(entry, self.limits.max_bytes) for entry in logged if entry.path not in got]
 
     # -- the micro-batch -----------------------------------------------------------------------
     def handle(self, files: list[IncomingFile], batch_id: int) -> BatchProgress:
@@ -155,10 +197,22 @@ class MicroBatchHandler:
                     raise MalformedRequestFile(
                         f"{f.name}: the stream source listed this file but it was gone before it could be read"
                     )
-                requests = parse_request_file(f.content, f.name)
+                if f.content is None and f.length is not None:
+                    raise MalformedRequestFile(oversize_reason(f.name, f.length, self.limits))
+                requests = parse_request_file(f.content, f.name, self.limits)
             except MalformedRequestFile as exc:
                 reason = str(exc)
-                self.dead_letter.put(f.name, f.content, reason, batch_id, f.path, f.arrival_ts)
+                oversize = f.length if f.content is None else len(f.content)
+                unread = f.content is None or oversize > self.limits.max_bytes
+                self.dead_letter.put(
+                    f.name,
+                    None if unread else f.content,
+                    reason,
+                    batch_id,
+                    f.path,
+                    f.arrival_ts,
+                    size=oversize if unread else None,
+                )
                 dead.append({"file": f.path, "reason": reason})
                 log.warning(f"stream batch {batch_id}: dead-lettered {reason}")
                 continue
@@ -176,6 +230,10 @@ class MicroBatchHandler:
                 )
                 continue
             first_file[p.request_id] = p.file
+            too_large = over_caps(p.request, self.limits.max_queries, self.limits.max_edges)
+            if too_large:
+                p.error = too_large
+                continue
             p.problems = p.request.problems(self.graph)
             if p.problems:
                 p.error = "invalid request: " + "; ".join(p.problems)

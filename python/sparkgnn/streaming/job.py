@@ -13,9 +13,14 @@ Source: Spark's `binaryFile` file source over the request directory (path, modif
 content per file; the schema must be given for a stream). Files are picked up by name glob
 (*.parquet); hidden and temp names (leading '.' or '_') are never listed, which is why request
 files are written to a hidden temp name and renamed into place (serving.request.write_requests).
-`max_files_per_trigger` is Spark's maxFilesPerTrigger (oldest files first); a request file holds
-whole requests, so with one request per file (what the workload writer produces) it is also the
-maximum number of requests per micro-batch. Spark leaves 0-byte files out of the micro-batch's
+`max_files_per_trigger` is Spark's maxFilesPerTrigger (oldest files first; default
+DEFAULT_MAX_FILES_PER_TRIGGER, so a backlog of thousands of files never lands in one micro-batch);
+a request file holds whole requests, so with one request per file (what the workload writer
+produces) it is also the maximum number of requests per micro-batch. Each file is bounded too
+(`max_file_bytes`, `max_file_rows`, `max_file_decompressed_bytes`: intake.FileLimits; an oversize
+file is dead-lettered before it is collected to the driver), and each request by the online
+service's caps (`max_queries`, `max_edges`: an error row), so one micro-batch holds at most
+max_files_per_trigger x max_file_bytes of content on the driver. Spark leaves 0-byte files out of the micro-batch's
 DataFrame although the source consumed them; the handler finds them in the checkpoint's source
 log (sourcelog.py) and dead-letters them, so every consumed file is answered or refused.
 
@@ -48,6 +53,7 @@ from sparkgnn.errors import SparkGNNError
 
 log = logging.getLogger(__name__)
 STORELESS_MODES = ("full", "ns")
+DEFAULT_MAX_FILES_PER_TRIGGER = 64
 BINARY_FILE_SCHEMA = "path string, modificationTime timestamp, length long, content binary"
 
 
@@ -75,7 +81,12 @@ class StreamConfig:
     grouping_options: dict = field(default_factory=dict)
     trigger_s: float | None = None  # None or 0: next micro-batch right after the last
     available_now: bool = False  # process what is there, then stop (tests, backfill)
-    max_files_per_trigger: int | None = None
+    max_files_per_trigger: int | None = DEFAULT_MAX_FILES_PER_TRIGGER  # None: the default too
+    max_file_bytes: int = 64 * 1024 * 1024
+    max_file_rows: int = 1_000_000
+    max_file_decompressed_bytes: int = 256 * 1024 * 1024
+    max_queries: int = 4096
+    max_edges: int = 131072
     dead_letter: str | None = None  # default <out>/_dead_letter
     glob: str = "*.parquet"
     max_batches: int | None = None
@@ -86,6 +97,18 @@ class StreamConfig:
     @property
     def dead_letter_dir(self) -> str:
         return self.dead_letter or os.path.join(self.out, "_dead_letter")
+
+    def file_limits(self):
+        """The per-file and per-request caps (intake.FileLimits; ValueError naming a bad one)."""
+        from sparkgnn.streaming.intake import FileLimits
+
+        return FileLimits(
+            max_bytes=self.max_file_bytes,
+            max_rows=self.max_file_rows,
+            max_decompressed_bytes=self.max_file_decompressed_bytes,
+            max_queries=self.max_queries,
+            max_edges=self.max_edges,
+        )
 
 
 @dataclass
@@ -180,8 +203,7 @@ def checkpoint_query_id(checkpoint: str) -> str | None:
 def start_query(spark, cfg: StreamConfig, handler):
     """The streaming query: binaryFile source over cfg.requests -> foreachBatch(handler)."""
     reader = spark.readStream.format("binaryFile").schema(BINARY_FILE_SCHEMA).option("pathGlobFilter", cfg.glob)
-    if cfg.max_files_per_trigger:
-        reader = reader.option("maxFilesPerTrigger", int(cfg.max_files_per_trigger))
+    reader = reader.option("maxFilesPerTrigger", int(cfg.max_files_per_trigger or DEFAULT_MAX_FILES_PER_TRIGGER))
     df = reader.load(os.path.abspath(cfg.requests))
     writer = df.writeStream.foreachBatch(handler).option("checkpointLocation", os.path.abspath(cfg.checkpoint))
     if cfg.available_now:
@@ -251,8 +273,8 @@ def run(
 
 
 def _run_with(cfg, graph, engine, spark, on_started, stop_when, handle_signals, grouping):
+    from sparkgnn.deadletter import DeadLetter
     from sparkgnn.engine.spark_compat import is_connect
-    from sparkgnn.streaming.deadletter import DeadLetter
     from sparkgnn.streaming.follow import SinkFollower
     from sparkgnn.streaming.handler import MicroBatchHandler
     from sparkgnn.streaming.sink import AnswerSink
@@ -278,6 +300,7 @@ def _run_with(cfg, graph, engine, spark, on_started, stop_when, handle_signals, 
         sink,
         dead,
         checkpoint=os.path.abspath(cfg.checkpoint),
+        limits=cfg.file_limits(),
     )
     # what the loop reads of the handler: itself, or (Connect) what it wrote to the sink
     view = SinkFollower(cfg.out) if remote_handler else handler

@@ -34,10 +34,10 @@ def graph_dir(tmp_path_factory):
     return graph, path
 
 
-def _setup(graph, path, tmp_path, kind, layers, seed):
+def _setup(graph, path, tmp_path, kind, layers, seed, metrics=False):
     model = model_of(kind, graph.feature_dim, layers)
     root = str(tmp_path / "store")
-    old = precompute_local(graph, model, root)
+    old = precompute_local(graph, model, root, metrics=metrics)
     update = random_update(graph, seed=seed)
     updates = update.write(str(tmp_path / "update"))
     return model, root, old, update, updates
@@ -49,7 +49,8 @@ def _setup(graph, path, tmp_path, kind, layers, seed):
 )
 def test_spark_refresh_equals_a_precompute_of_the_updated_graph(spark, graph_dir, tmp_path, kind, layers, partitions):
     graph, path = graph_dir
-    model, root, old, update, updates = _setup(graph, path, tmp_path, kind, layers, seed=layers)
+    metrics = kind == "sage_max"  # one case: a version with workload metrics keeps them, recomputed
+    model, root, old, update, updates = _setup(graph, path, tmp_path, kind, layers, seed=layers, metrics=metrics)
     out = str(tmp_path / "graph2")
     result = refresh(spark, path, model, store=root, updates=updates, out_graph=out, partitions=partitions,
                      work_dir=str(tmp_path / "work"))  # fmt: skip
@@ -58,10 +59,20 @@ def test_spark_refresh_equals_a_precompute_of_the_updated_graph(spark, graph_dir
     scratch = precompute_local(new_graph, model, str(tmp_path / "scratch"))
     assert_same_store(store, scratch, new_graph.ids, layers)
     local_root = str(tmp_path / "local")
-    precompute_local(graph, model, local_root)
+    precompute_local(graph, model, local_root, metrics=metrics)
     from sparkgnn.pe.refresh import refresh_local
 
     local, local_report = refresh_local(graph, update, model, local_root)
+    if metrics:  # recomputed on the updated graph (pe.metrics on Spark) with the old version's options
+        from sparkgnn.graph import Graph
+        from sparkgnn.pe.metrics import fap
+
+        assert store.metric_tables == local.metric_tables == ["degrees", "fap", "psgs"]
+        assert store.manifest["metrics"]["summary"]["hops"] == old.manifest["metrics"]["summary"]["hops"]
+        got = store.metrics_table("fap").to_pandas().set_index("id")["fap"]
+        want = fap(Graph.load(spark, out), old.manifest["metrics"]["summary"]["hops"]).toPandas().set_index("id")["fap"]
+        np.testing.assert_allclose(got.sort_index().to_numpy(), want.sort_index().to_numpy(), rtol=1e-12)
+        assert sorted(got.index) == sorted(new_graph.ids)
     assert report.graph_fingerprint == local_report.graph_fingerprint == scratch.manifest["graph_fingerprint"]
     assert [s["targets"] for s in report.layers] == [s["targets"] for s in local_report.layers]
     assert store.manifest["refresh"]["chain"] == [old.manifest["graph_fingerprint"], report.graph_fingerprint]

@@ -36,7 +36,7 @@ def test_an_unknown_top_level_key_is_refused_naming_it_and_the_expected_ones(key
         decode_answer(body(**{key: [[10_000, 1]]}))
     message = str(info.value)
     assert f"unknown key {key!r}" in message
-    assert "expected one of: edges, mode, nodes, request_id" in message
+    assert "expected one of: deadline_ms, edges, mode, nodes, request_id" in message
     assert "\n" not in message
 
 

@@ -4,6 +4,8 @@ requests against real services and writes the chosen T_d / T_s into the deployme
 from __future__ import annotations
 
 import json
+import logging
+import stat
 
 import pytest
 from serving_testkit import pyg_model
@@ -11,8 +13,9 @@ from serving_testkit import pyg_model
 from sparkgnn.graph import write_graph_dir
 from sparkgnn.models import Model
 from sparkgnn.pe.local import precompute_local
-from sparkgnn.serving.online.cli import main
+from sparkgnn.serving.online.cli import build_parser, config_from, main
 from sparkgnn.serving.online.config import ServeConfig
+from sparkgnn.serving.online.pools import ServeError
 from sparkgnn.serving.request import write_requests
 
 
@@ -80,6 +83,7 @@ def test_tune_writes_thresholds_into_the_config(skewed_workload, tmp_path):
     ServeConfig(
         graph=str(tmp_path / "g"), model=str(tmp_path / "model.pt"), store=str(tmp_path / "store"), http=None
     ).save(str(config))
+    config.chmod(0o600)  # it may hold tokens
     code = main(
         [
             "tune",
@@ -100,4 +104,35 @@ def test_tune_writes_thresholds_into_the_config(skewed_workload, tmp_path):
     tuning = json.loads((tmp_path / "deploy.json.tuning.json").read_text())
     assert saved["t_d"] in (64.0, 100000.0)
     assert saved["t_d"] == tuning["t_d"] and saved["t_s"] == tuning["t_s"]
+    assert stat.S_IMODE(config.stat().st_mode) == 0o600  # the rewrite kept the file's mode
     assert {p["t_d"] for p in tuning["points"]} == {64.0, 100000.0}
+
+
+def test_tokens_come_from_files_or_the_environment_and_argv_only_on_loopback(tmp_path, monkeypatch, caplog):
+    monkeypatch.delenv("SPARKGNN_SERVE_TOKEN", raising=False)
+    monkeypatch.delenv("SPARKGNN_SERVE_ADMIN_TOKEN", raising=False)
+    base = ["serve", "--graph", "g", "--model", "m"]
+    token_file, admin_file = tmp_path / "token", tmp_path / "admin"
+    token_file.write_text("from-file\n")
+    admin_file.write_text("admin-from-file\n")
+
+    def config(*flags):
+        return config_from(build_parser().parse_args([*base, *flags]))
+
+    got = config("--token-file", str(token_file), "--admin-token-file", str(admin_file))
+    assert (got.token, got.admin_token) == ("from-file", "admin-from-file")
+    monkeypatch.setenv("SPARKGNN_SERVE_TOKEN", "from-env")
+    monkeypatch.setenv("SPARKGNN_SERVE_ADMIN_TOKEN", "admin-from-env")
+    got = config()
+    assert (got.token, got.admin_token) == ("from-env", "admin-from-env")
+    monkeypatch.delenv("SPARKGNN_SERVE_TOKEN")
+    with caplog.at_level(logging.WARNING):
+        assert config("--token", "on-argv").token == "on-argv"  # loopback: taken, with a warning
+    assert any("visible to every local user" in r.getMessage() for r in caplog.records)
+    with pytest.raises(ServeError, match="loopback service only"):
+        config("--token", "on-argv", "--http", "0.0.0.0:8080")
+    with pytest.raises(ServeError, match="holds no token"):
+        (tmp_path / "blank").write_text("\n")
+        config("--token-file", str(tmp_path / "blank"))
+    with pytest.raises(ServeError, match="must differ"):
+        config("--token-file", str(admin_file), "--admin-token-file", str(admin_file))

@@ -71,7 +71,9 @@ def test_the_fap_hot_cache_needs_the_fap_metrics_table(stores):
 
 
 def test_a_store_without_states_does_not_start_a_service_serving_exact(stores):
-    config = ServeConfig(graph=stores["graph"], model=stores["model"], store=stores["plain"], http=None)
+    config = ServeConfig(
+        graph=stores["graph"], model=stores["model"], store=stores["plain"], modes=["he", "srpe", "exact"], http=None
+    )
     with pytest.raises(ServeError) as info:
         Server(config, start_pools=False)
     message = str(info.value)
@@ -92,6 +94,23 @@ def test_auto_mode_is_served_and_requests_naming_no_mode_get_it(stores):
                 got = client.answer(r)  # no mode: the deployment's, auto
                 want = full.answer(r).h  # auto answers exactly (EXACT or FULL)
                 np.testing.assert_allclose(got.h, want, rtol=1e-4, atol=1e-5)
+
+
+def test_sparkgnn_serve_mode_auto_queues_requests_naming_no_mode(stores):
+    """`sparkgnn-serve serve --mode auto` (the flags, as the command line reads them): auto is
+    served, so a request naming no mode is queued, not refused."""
+    from sparkgnn.serving.online.cli import build_parser, config_from
+
+    flags = ["serve", "--graph", stores["graph"], "--model", stores["model"], "--store", stores["states"]]
+    config = config_from(build_parser().parse_args([*flags, "--mode", "auto", "--http", "127.0.0.1:0"]))
+    server = Server(config, start_pools=False)  # nothing drains the queue
+    try:
+        assert "auto" in server.config.modes
+        queued = server.submit(stores["requests"][0])
+        assert not queued.done() and len(server.scheduler) == 1
+    finally:
+        server.stop()
+    assert queued.result(timeout=5).kind == "stopping"
 
 
 def test_a_swap_that_would_break_a_served_mode_is_refused_and_the_old_version_serves(stores):

@@ -38,7 +38,7 @@ def deployment(skewed_workload, tmp_path_factory):
     model.save(str(d / "model.pt"))
     write_graph_dir(G, str(d / "g"))
     store = precompute_local(G, model, str(d / "store"))
-    kwargs = {"graph": str(d / "g"), "model": str(d / "model.pt"), "store": str(d / "store")}
+    kwargs = {"graph": str(d / "g"), "model": str(d / "model.pt"), "store": str(d / "store"), "modes": MODES}
     return kwargs, G, model, store, wl
 
 
@@ -178,6 +178,8 @@ def test_http_token_and_loopback_rules(deployment):
 
     with pytest.raises(ServeError, match="token"):
         Server(ServeConfig(**kwargs, http="0.0.0.0:0"), start_pools=False)
+    with pytest.raises(ServeError, match="HTTPS"):  # a token off loopback travels only over TLS
+        Server(ServeConfig(**kwargs, http="0.0.0.0:0", token="s3cret"), start_pools=False)
     with Server(ServeConfig(**kwargs, token="s3cret")) as server:
         with pytest.raises(ServiceError, match="token"):
             Client(server.http_url).answer(wl.requests[0])
@@ -203,3 +205,139 @@ def test_remote_engine_answers_like_query_engine(deployment):
         engine.close()
     with pytest.raises(ValueError, match="serve://"):
         RemoteEngine("tcp://127.0.0.1:1")
+
+
+def test_modes_are_chosen_explicitly_and_others_are_refused_naming_the_setting(deployment):
+    kwargs, *_, wl = deployment
+    config = ServeConfig(**{**kwargs, "modes": ServeConfig(graph="g", model="m").modes}, http=None)
+    assert config.modes == ["he", "srpe"]  # the cheap reuse modes unless a deployment lists others
+    server = Server(config, start_pools=False)
+    outcome = server.submit(wl.requests[0], "full").result(timeout=5)
+    assert outcome.kind == "error" and "mode 'full' is not served here" in outcome.error
+    assert "`modes`" in outcome.error
+    server.scheduler.close()
+
+
+def test_the_queue_is_bounded_in_bytes(deployment):
+    from sparkgnn.serving.online.server import request_bytes
+
+    kwargs, *_, wl = deployment
+    first, second = wl.requests[0], wl.requests[1]
+    budget = request_bytes(first) + request_bytes(second) - 1  # both together do not fit
+    server = Server(ServeConfig(**kwargs, queue_bytes=budget, http=None), start_pools=False)  # nothing drains it
+    accepted = server.submit(first)
+    outcome = server.submit(second).result(timeout=5)
+    assert not accepted.done()
+    assert outcome.kind == "busy" and f"budget of {budget} bytes" in outcome.error
+    assert server.stats["busy"] == 1
+    server.stop()  # the queued one is answered, its bytes leave the budget
+    assert accepted.result(timeout=5).kind == "stopping" and server._queued_bytes == 0
+
+
+def test_a_batch_past_its_deadline_is_answered_timeout_and_the_service_goes_on(deployment):
+    import threading
+
+    kwargs, G, model, store, wl = deployment
+    with Server(ServeConfig(**kwargs, batch_timeout_s=0.2, http=None)) as server:
+        pool = server.pools[0]
+        real_call, release = pool.call, threading.Event()
+
+        def stuck(*args):
+            release.wait(30)  # a call that hangs until the test lets it go
+            return real_call(*args)
+
+        pool.call = stuck
+        outcome = server.submit(wl.requests[0]).result(timeout=30)
+        assert outcome.kind == "timeout" and "batch deadline of 0.2 s" in outcome.error
+        assert server.stats["batch_timeouts"] == 1
+        pool.call = real_call
+        release.set()  # the stuck call returns; its slot serves again
+        again = server.submit(wl.requests[0]).result(timeout=30)
+        assert again.kind == "ok", again.error
+
+
+def test_stop_ends_every_dispatch_thread_of_a_pool_wider_than_eight(deployment):
+    """stop() hands each dispatch thread of each pool its own sentinel: in a pool of 10 slots with
+    one batch running and nine threads idle, every thread ends and the running batch is answered."""
+    import threading
+
+    kwargs, *_, wl = deployment
+    pools = [{"name": "wide", "kind": "inprocess", "width": 10}]
+    server = Server(ServeConfig(**kwargs, pools=pools, http=None)).start()
+    pool = server.pools[0]
+    real_call, entered, release = pool.call, threading.Event(), threading.Event()
+
+    def held(*args):
+        entered.set()
+        release.wait(30)
+        return real_call(*args)
+
+    pool.call = held
+    running = server.submit(wl.requests[0])
+    assert entered.wait(30)  # one slot holds a call, nine wait for batches
+    stopper = threading.Thread(target=server.stop)
+    stopper.start()
+    release.set()
+    stopper.join(60)
+    assert running.result(timeout=30).kind == "ok"
+    alive = [t.name for t in threading.enumerate() if t.name.startswith("sparkgnn-serve-dispatch-wide-")]
+    assert not stopper.is_alive() and alive == []
+
+
+def test_a_burst_past_capacity_is_answered_at_capacity_and_the_rest_refused_at_intake(deployment):
+    """A burst of EXACT requests far beyond what one slot answers within a deadline a few
+    requests long: the first ones are answered, the excess is refused BUSY inside submit (its
+    Future resolved before submit returns: nothing queued, no work spent), and every request
+    gets an outcome. Counts only, no timings."""
+    kwargs, *_, wl = deployment
+    with Server(ServeConfig(**kwargs, mode="exact", http=None)) as server:
+        costs = [server.facts.pending(r, None, "exact", 0.0)[0].cost for r in wl.requests]
+        own = max(server.admission.estimate({}, "exact", c).service_s for c in costs)
+        server.config.deadline_ms = 4 * own * 1e3  # about four requests' worth of service
+        futures, refused_at_intake = [], []
+        for i in range(400):
+            future = server.submit(wl.requests[i % len(wl.requests)])
+            futures.append(future)
+            refused_at_intake.append(future.done() and future.result().kind == "busy")
+        outcomes = [f.result(timeout=120) for f in futures]
+    kinds = [o.kind for o in outcomes]
+    assert set(kinds) <= {"ok", "busy", "timeout"}, {o.error for o in outcomes if o.kind not in ("ok", "busy")}
+    assert kinds.count("ok") >= 1 and kinds.count("busy") >= 100
+    assert [k == "busy" for k in kinds] == refused_at_intake  # every refusal came at intake
+    assert all("deadline" in o.error and o.retry_after_s >= 1 for o in outcomes if o.kind == "busy")
+    assert server.stats["shed"] == kinds.count("busy")
+
+
+def test_a_request_with_a_deadline_it_cannot_meet_is_503_with_retry_after(deployment):
+    kwargs, *_, wl = deployment
+    r = wl.requests[0]
+    body = {
+        "request_id": "hurried",
+        "nodes": [{"id": int(q), "x": row.tolist()} for q, row in zip(r.qid, r.x, strict=True)],
+        "edges": [[int(s), int(d)] for s, d in zip(r.src, r.dst, strict=True)],
+        "deadline_ms": 1e-6,  # shorter than any request's own service
+    }
+    with Server(ServeConfig(**kwargs)) as server:
+        post = urllib.request.Request(f"{server.http_url}/v1/answer", data=json.dumps(body).encode(), method="POST")
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(post, timeout=30)
+        assert info.value.code == 503 and int(info.value.headers["Retry-After"]) >= 1
+        reply = json.loads(info.value.read())
+        assert reply["status"] == "busy" and "deadline of 0 ms" in reply["error"]
+        body["deadline_ms"] = 60_000.0
+        post = urllib.request.Request(f"{server.http_url}/v1/answer", data=json.dumps(body).encode(), method="POST")
+        assert json.loads(urllib.request.urlopen(post, timeout=30).read())["status"] == "ok"
+
+
+def test_an_idle_service_uses_almost_no_cpu(deployment):
+    """No thread of an idle service polls: over a second of idleness the process's CPU time stays
+    far below a busy core's (a resource bound, generous for a loaded test machine)."""
+    import time
+
+    kwargs, *_, wl = deployment
+    with Server(ServeConfig(**kwargs)) as server:  # both fronts, the batcher, evictor, dispatch
+        server.submit(wl.requests[0]).result(timeout=30)
+        time.sleep(0.3)
+        before = time.process_time()
+        time.sleep(1.0)
+        assert time.process_time() - before < 0.3

@@ -155,6 +155,22 @@ def test_a_store_version_folder_swaps_within_its_root(versions):
         check_version(server, v, 2)
 
 
+def test_a_fap_hot_cache_swaps_to_a_refreshed_version(versions, tmp_path):
+    """A refreshed store version keeps its workload metrics (pe.refresh), so a deployment whose hot
+    cache ranks rows by FAP swaps to it and answers it exactly."""
+    v = versions
+    root = str(tmp_path / "with_metrics")
+    precompute_local(v.G, v.model, root, metrics=True)
+    update = random_update(v.G, seed=5)  # the update that made v.g2
+    refreshed, _ = refresh_local(v.G, update, v.model, root)
+    assert "fap" in refreshed.metric_tables
+    config = v.config(store=root, cache={"policy": "fap", "bytes": 1 << 16}, http=None)
+    with Server(config) as server:
+        report = server.swap(v.g2)
+        assert report["changed"] and report["version"] == 2
+        check_version(server, v, 2)
+
+
 def test_refused_swaps_name_the_reason_and_the_old_version_keeps_serving(versions, tmp_path):
     v = versions
     other = Model.from_pyg(pyg_model("sage", v.G.feature_dim, 2, seed=4))  # same architecture, other weights
@@ -246,11 +262,16 @@ def test_a_version_is_dropped_only_when_its_last_batch_ends(versions):
 
 
 def test_retire_waits_for_a_batch_of_this_process():
+    from sparkgnn.serving import served
+
     spec = {"graph": "g", "model": "m", "store": None, "options": {}, "cache": {}}
-    key = batch_op.spec_key(spec)
+    key = served.register(spec)
     batch_op._DEPLOYMENTS[key] = object()  # type: ignore[assignment]  # stands for a loaded one
     try:
-        with batch_op.using(spec):
+        with batch_op.using(key):
+            kept = batch_op.retire([key])  # still served: retirement cannot take it away
+            assert kept["kept"] == [key] and key in batch_op.cached_keys()
+            served.withdraw(key)
             done = batch_op.retire([key])
             assert done["deferred"] == [key] and key in batch_op.cached_keys()
         assert key not in batch_op.cached_keys()
@@ -258,6 +279,7 @@ def test_retire_waits_for_a_batch_of_this_process():
         assert batch_op.retire([key])["evicted"] == [key] and key not in batch_op.cached_keys()
     finally:
         batch_op._DEPLOYMENTS.pop(key, None)
+        served.withdraw(key)
 
 
 def _post(url: str, body: dict, token: str | None = None) -> tuple[int, dict]:
@@ -277,15 +299,16 @@ def test_http_admin_swap_needs_the_token_and_the_cli_drives_it(versions, capsys,
         code, body = _post(f"{server.http_url}/v1/admin/swap", {"graph": v.g2})
         assert code == 403 and "token" in body["error"]
         assert server.stats["version"] == 1
-    with Server(v.config(token="s3cret")) as server:
+    with Server(v.config(token="s3cret", admin_token="adm1n", swap_roots=[str(v.d)])) as server:
         url = server.http_url
         assert _post(f"{url}/v1/admin/swap", {"graph": v.g2})[0] == 401
         assert _post(f"{url}/v1/admin/swap", {"graph": v.g2}, token="wrong")[0] == 401
-        code, body = _post(f"{url}/v1/admin/swap", {"graph": 7}, token="s3cret")
+        assert _post(f"{url}/v1/admin/swap", {"graph": v.g2}, token="s3cret")[0] == 401  # the inference token
+        code, body = _post(f"{url}/v1/admin/swap", {"graph": 7}, token="adm1n")
         assert code == 400 and "graph" in body["error"]
-        code, body = _post(f"{url}/v1/admin/swap", {"graph": v.g2, "stor": v.root}, token="s3cret")
+        code, body = _post(f"{url}/v1/admin/swap", {"graph": v.g2, "stor": v.root}, token="adm1n")
         assert code == 400 and "stor" in body["error"]
-        code, body = _post(f"{url}/v1/admin/swap", {"graph": v.g1, "store": str(v.d / "nope")}, token="s3cret")
+        code, body = _post(f"{url}/v1/admin/swap", {"graph": v.g1, "store": str(v.d / "nope")}, token="adm1n")
         assert code == 409 and "refused" in body["error"] and server.stats["version"] == 1
 
         # requests keep flowing while a swap runs on the front's event loop's executor
@@ -303,7 +326,7 @@ def test_http_admin_swap_needs_the_token_and_the_cli_drives_it(versions, capsys,
         asker = threading.Thread(target=ask)
         asker.start()
         try:
-            report = Client(url, token="s3cret").swap(v.g2)
+            report = Client(url, token="adm1n").swap(v.g2)
         finally:
             stop.set()
             asker.join()
@@ -318,12 +341,14 @@ def test_http_admin_swap_needs_the_token_and_the_cli_drives_it(versions, capsys,
         assert reply.version == 2 and close(reply.h, v.want[2][v.requests[1].request_id])
 
         # the command line: the report as JSON, a refusal as one line
-        assert main(["swap", "--url", url, "--graph", v.g1, "--token", "s3cret"]) == 0
+        monkeypatch.setenv("SPARKGNN_SERVE_ADMIN_TOKEN", "adm1n")
+        assert main(["swap", "--url", url, "--graph", v.g1]) == 0
         printed = json.loads(capsys.readouterr().out)
         assert printed["version"] == 3 and printed["graph"] == v.g1
-        assert main(["swap", "--url", url, "--graph", str(v.d / "missing"), "--token", "s3cret"]) == 2
+        assert main(["swap", "--url", url, "--graph", str(v.d / "missing")]) == 2
         err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and err[0].startswith("sparkgnn-serve: error: swap to graph") and "refused" in err[0]
+        assert len(err) == 1 and err[0].startswith("sparkgnn-serve: error: swap refused") and "swap_roots" in err[0]
+        monkeypatch.delenv("SPARKGNN_SERVE_ADMIN_TOKEN")
         assert main(["swap", "--url", url, "--graph", v.g2]) == 2  # no token
         assert "token" in capsys.readouterr().err
         check_version(server, v, 3, graph=1)

@@ -46,8 +46,11 @@ from sparkgnn.engine.result import StoreResult, legacy_positional
 from sparkgnn.engine.spark_compat import default_parallelism
 from sparkgnn.errors import GraphUpdateError
 from sparkgnn.graph.updates import KINDS, UPDATE_SCHEMA
+from sparkgnn.layers.base import refuse_edge_features
+from sparkgnn.layers.dag import refuse_skip_connections
+from sparkgnn.layers.generic import require_states
 from sparkgnn.pe import versions
-from sparkgnn.pe.refresh import RefreshError, RefreshReport
+from sparkgnn.pe.refresh import RefreshError, RefreshReport, carried_metrics
 from sparkgnn.pe.writer import layer_key
 
 if TYPE_CHECKING:
@@ -298,6 +301,9 @@ def refresh(
     started = time.perf_counter()
     configure(spark)
     old_graph, model = coerce_graph(spark, graph), coerce_model(model)
+    require_states(model, "a PE store refresh")
+    refuse_edge_features(model.conv_list(), "a PE store refresh")
+    refuse_skip_connections(model, "a PE store refresh")
     old_store = PEStore.open(store, model=model, graph=old_graph)
     if not old_store.with_states:
         raise RefreshError(
@@ -384,6 +390,12 @@ def refresh(
         report.seconds = round(time.perf_counter() - started, 3)
         writer.manifest["refresh"] = {**report.to_json(), "chain": [*chain, report.graph_fingerprint],
                                       "engine": "spark", "partitions": partitions}  # fmt: skip
+        carried = carried_metrics(old_store)  # the old version's workload metrics, on the new graph
+        if carried is not None and not writer.has_metrics():
+            from sparkgnn.pe.metrics import compute_metrics
+
+            writer.commit_metrics(compute_metrics(new_graph, *carried))
+            phases["metrics"] = round(time.perf_counter() - started - phases["apply"] - phases["layers"], 3)
         writer.finish({"refresh_seconds": report.seconds})
         report.store = writer.base
         # after the last read of the updated graph's frames (they lie in next/ until adopted)

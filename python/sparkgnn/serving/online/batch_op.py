@@ -15,19 +15,24 @@ and EXACT recompute G vertices the requests change; SRPE's budget and NS's seede
 per request) answer each request of the batch on its own: still one worker call per batch,
 and the scheduler's order still decides who waits. `FUSABLE_MODES` names the first kind.
 
-Versions (Server.swap): a batch names its deployment in full, so a worker answers it from exactly
-that (graph, store) version, whatever else it has cached. A worker's cache holds every deployment
-some batch asked for until the front end retires it (op "serve_evict", `retire`): the front end
-sends that once no batch it dispatched still uses the version; a deployment a batch of this
-process is still answering (another server in the same process, the in-process pool's other
-slots) is dropped when that batch ends instead. Every reply's meta carries the worker's pid, so
-the front end can tell which workers have loaded or dropped a version.
+Deployments by id (serving.served): a batch names its deployment by id, never by paths, and a
+worker answers only ids it was started with (its deployments file) or its controller registered;
+the header carries no path and no engine option. A batch so names exactly one (graph, store)
+version, whatever else the worker has cached.
+
+Versions (Server.swap): a worker's cache holds the deployments batches asked for, bounded in
+bytes (served.cache_bytes(), least recently used first out, estimated from the graph's and the
+store's data files), until the front end retires one: it withdraws the version from its workers'
+deployments (pools.py) and then sends op "serve_evict" (`retire`), which drops only ids the
+worker no longer serves, so a peer can make a worker drop nothing its controller still serves.
+A deployment a batch of this process is still answering (another server in the same process,
+the in-process pool's other slots) is dropped when that batch ends instead. Every reply's meta
+carries the worker's pid, so the front end can tell which workers have loaded or dropped a version.
 """
 
 from __future__ import annotations
 
 import gc
-import json
 import os
 import sys
 import threading
@@ -40,6 +45,7 @@ import numpy as np
 
 from sparkgnn.errors import USER_ERRORS
 from sparkgnn.graph.index import IdIndex
+from sparkgnn.serving import served
 from sparkgnn.serving.online import wire
 from sparkgnn.serving.request import Request
 
@@ -47,10 +53,11 @@ BATCH_OP = "serve_batch"
 EVICT_OP = "serve_evict"
 FUSABLE_MODES = frozenset({"he"})
 
-_DEPLOYMENTS: dict[str, Deployment] = {}  # spec_key -> the loaded deployment
-_IN_USE: dict[str, int] = {}  # spec_key -> batches of this process answering from it now
+_DEPLOYMENTS: dict[str, Deployment] = {}  # deployment id -> the loaded deployment, least recent first
+_SIZES: dict[str, int] = {}  # deployment id -> its estimated bytes (the LRU's weight)
+_IN_USE: dict[str, int] = {}  # deployment id -> batches of this process answering from it now
 _RETIRING: set[str] = set()  # retired while in use: dropped when its last batch ends
-_LOCK = threading.Lock()  # guards the three above
+_LOCK = threading.Lock()  # guards the four above
 _LOAD_LOCK = threading.Lock()  # one load at a time: two threads asking for a new spec load it once
 
 
@@ -99,6 +106,18 @@ class Deployment:
         device = cache.get("device", "cpu")
         attach_hot_cache(stored, cache["policy"], int(cache.get("bytes", 0)), self.store, self.graph, device)
         self._cached_stores.append(stored)
+
+    def nbytes(self) -> int:
+        """The estimate the cache bounds: bytes of the graph's and the store's data files."""
+        from sparkgnn.pe.layout import dir_bytes
+
+        total = 0
+        for path in (self.spec["graph"], self.store.base if self.store is not None else None):
+            try:
+                total += dir_bytes(path) if path else 0
+            except OSError:
+                pass
+        return total
 
     def cache_stats(self) -> dict | None:
         if not self._cached_stores:
@@ -192,15 +211,18 @@ def _split(answer, sizes: list[int]) -> list:
 
 
 def spec_key(spec: dict) -> str:
-    """The cache key of a deployment spec (its JSON, keys sorted): what `retire` names."""
-    return json.dumps(spec, sort_keys=True)
+    """The id of a deployment spec (served.deployment_id): what batches and `retire` name."""
+    return served.deployment_id(spec)
 
 
-def deployment(spec: dict) -> Deployment:
-    """The deployment of `spec`, loaded on first use and kept (until retired)."""
-    key = spec_key(spec)
+def deployment(key: str) -> Deployment:
+    """The deployment with id `key`, loaded on first use (UnknownDeployment for an id this
+    process does not serve) and kept until retired or pushed out of the byte-bounded cache."""
+    spec = served.lookup(key)
     with _LOCK:
-        found = _DEPLOYMENTS.get(key)
+        found = _DEPLOYMENTS.pop(key, None)
+        if found is not None:
+            _DEPLOYMENTS[key] = found  # most recently used last
         _RETIRING.discard(key)  # asked for again: a retirement still pending is void
     if found is not None:
         return found
@@ -209,17 +231,37 @@ def deployment(spec: dict) -> Deployment:
             found = _DEPLOYMENTS.get(key)
         if found is None:
             found = Deployment(spec)  # a failed load caches nothing
+            size = found.nbytes()
             with _LOCK:
                 _DEPLOYMENTS[key] = found
+                _SIZES[key] = size
                 _RETIRING.discard(key)
+                dropped = _shrink_locked(keep=key)
+            if dropped:
+                _free_memory()
     return found
 
 
+def _shrink_locked(keep: str) -> list[str]:
+    """Drop least recently used deployments not in use until the cache fits its byte bound
+    (`keep`, just loaded, stays even when it alone is over)."""
+    dropped = []
+    total = sum(_SIZES.get(k, 0) for k in _DEPLOYMENTS)
+    for key in list(_DEPLOYMENTS):
+        if total <= served.cache_bytes():
+            break
+        if key == keep or _IN_USE.get(key):
+            continue
+        del _DEPLOYMENTS[key]
+        total -= _SIZES.pop(key, 0)
+        dropped.append(key)
+    return dropped
+
+
 @contextmanager
-def using(spec: dict) -> Iterator[Deployment]:
-    """The deployment of `spec`, counted as in use until the block ends (a retirement waits)."""
-    dep = deployment(spec)
-    key = spec_key(spec)
+def using(key: str) -> Iterator[Deployment]:
+    """The deployment with id `key`, counted as in use until the block ends (a retirement waits)."""
+    dep = deployment(key)
     with _LOCK:
         _IN_USE[key] = _IN_USE.get(key, 0) + 1
     try:
@@ -235,51 +277,69 @@ def using(spec: dict) -> Iterator[Deployment]:
                     _RETIRING.discard(key)
                     if _DEPLOYMENTS.get(key) is dep:
                         del _DEPLOYMENTS[key]
+                        _SIZES.pop(key, None)
 
 
 def retire(keys) -> dict:
-    """Drop the deployments `keys` (spec_key values) from this process's cache: now, or when the
-    batch still answering from one ends ("deferred"). Returns what was done and what stays cached."""
-    evicted, deferred = [], []
+    """Drop the deployments `keys` (ids) this process no longer serves from its cache: now, or
+    when the batch still answering from one ends ("deferred"). An id still served (its
+    controller has not withdrawn it) is "kept": retirement cannot take a live deployment away.
+    Returns what was done and what stays cached."""
+    evicted, deferred, kept = [], [], []
+    for key in keys:
+        if served.serves(key):
+            kept.append(key)
     with _LOCK:
         for key in keys:
-            if key not in _DEPLOYMENTS:
+            if key not in _DEPLOYMENTS or key in kept:
                 continue
             if _IN_USE.get(key):
                 _RETIRING.add(key)
                 deferred.append(key)
             else:
                 del _DEPLOYMENTS[key]
+                _SIZES.pop(key, None)
                 evicted.append(key)
         held = sorted(_DEPLOYMENTS)
     if evicted:
-        gc.collect()  # engines, contexts and hot caches hold reference cycles: free the memory now
-        torch = sys.modules.get("torch")
-        if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
-            torch.cuda.empty_cache()  # a hot cache's device rows: back to the device
-    return {"pid": os.getpid(), "evicted": evicted, "deferred": deferred, "held": held}
+        _free_memory()
+    return {"pid": os.getpid(), "evicted": evicted, "deferred": deferred, "kept": kept, "held": held}
+
+
+def _free_memory() -> None:
+    gc.collect()  # engines, contexts and hot caches hold reference cycles: free the memory now
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()  # a hot cache's device rows: back to the device
 
 
 def cached_keys() -> list[str]:
-    """The spec keys this process holds loaded (tests and stats)."""
+    """The deployment ids this process holds loaded (tests and stats)."""
     with _LOCK:
         return sorted(_DEPLOYMENTS)
 
 
 def serve_evict(header: dict, tables: dict) -> dict:
-    """Op "serve_evict": header "retire" lists spec keys to drop (`retire`); the meta says which
-    were dropped, deferred and still held, and the worker's pid."""
-    keys = [str(k) for k in header.get("retire") or []]
-    return {wire.META: wire.meta_table(retire(keys))}
+    """Op "serve_evict": header "retire" lists deployment ids to drop (`retire`: only those this
+    worker no longer serves); the meta says which were dropped, deferred, kept and still held,
+    and the worker's pid."""
+    served.check_header(header)
+    keys = header.get("retire") or []
+    if not isinstance(keys, list):
+        raise served.UnknownDeployment("task header 'retire' must be a list of deployment ids")
+    return {wire.META: wire.meta_table(retire([served.check_id(k, "retire") for k in keys]))}
 
 
 def serve_batch(header: dict, tables: dict) -> dict:
-    """Answer one batch: tables "nodes"/"edges" with `req`, header "deployment" and "requests"
-    (their ids, in batch order) and "mode" (and "warm_modes": engines to build first). Returns
-    "answer" + "meta" (per-request errors by position in the batch, the worker's pid)."""
+    """Answer one batch: tables "nodes"/"edges" with `req`, header "deployment" (an id this
+    worker serves), "requests" (their ids, in batch order) and "mode" (and "warm_modes": engines
+    to build first). Returns "answer" + "meta" (per-request errors by position in the batch, the
+    worker's pid). A header naming paths or options, or an unknown id, is refused (one line)."""
     started = time.perf_counter()
+    served.check_header(header)
+    key = served.check_id(header.get("deployment"))
     warm_errors = {}
-    with using(header["deployment"]) as dep:
+    with using(key) as dep:
         for mode in header.get("warm_modes") or []:  # a swap's warm-up: every served mode's engine
             try:
                 dep.engine(str(mode))

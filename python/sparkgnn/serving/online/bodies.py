@@ -43,6 +43,7 @@ class AnswerBody(msgspec.Struct, forbid_unknown_fields=True):
     edges: list[tuple[INT64, INT64]] = []
     request_id: Annotated[str, msgspec.Meta(min_length=1, max_length=256)] = "http"
     mode: str | None = None
+    deadline_ms: Annotated[float, msgspec.Meta(gt=0, le=86_400_000)] | None = None  # else the deployment's
 
 
 class SwapBody(msgspec.Struct, forbid_unknown_fields=True):

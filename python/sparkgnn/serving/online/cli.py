@@ -16,15 +16,21 @@ thresholds are written into the deployment's config (--config) and every point i
 
 `swap` asks a running service to serve another version of its graph (after an incremental PE
 refresh: the updated graph directory and, by default, the same store root) without a restart:
-the service checks the new graph and store, loads them on every worker, then switches
-(Server.swap). It goes through the HTTP front's admin path, which needs the service's token
-(--token, or SPARKGNN_SERVE_TOKEN); it prints the swap's report as JSON, or the refusal.
+the service checks the new graph and store (under its `swap_roots`), loads them on every worker,
+then switches (Server.swap). It goes through the HTTP front's admin path, which needs the
+service's ADMIN token (--token-file, or SPARKGNN_SERVE_ADMIN_TOKEN); it prints the swap's report as
+JSON, or the refusal.
+
+Tokens come from a file (--token-file, --admin-token-file: the first line) or the environment
+(SPARKGNN_SERVE_TOKEN, SPARKGNN_SERVE_ADMIN_TOKEN), where `ps` does not show them. `--token` on the
+command line is still taken for a loopback service, with a warning, and refused for any other.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
 import threading
@@ -37,6 +43,10 @@ from sparkgnn.logs import install_cli_handler
 from sparkgnn.serving.online.config import ServeConfig
 from sparkgnn.serving.online.pools import ServeError
 from sparkgnn.serving.online.server import Server
+
+log = logging.getLogger(__name__)
+TOKEN_ENV = "SPARKGNN_SERVE_TOKEN"
+ADMIN_TOKEN_ENV = "SPARKGNN_SERVE_ADMIN_TOKEN"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,8 +64,22 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument("--workers", type=positive_int, help="one pool of N sparkgnn-worker processes")
     serve.add_argument("--bind", help="ZeroMQ endpoint (default tcp://127.0.0.1:0)")
     serve.add_argument("--http", help="HOST:PORT of the HTTP front (default 127.0.0.1:0)")
-    serve.add_argument("--token", help="bearer token HTTP clients must send (required off loopback)")
-    serve.add_argument("--curve-keys", help="CURVE key folder (required for a non-loopback ZeroMQ bind)")
+    serve.add_argument("--token-file", help=f"file holding the bearer token HTTP clients send (or ${TOKEN_ENV})")
+    serve.add_argument("--token", help="the token on the command line (loopback only: `ps` shows it)")
+    serve.add_argument(
+        "--admin-token-file", help=f"file holding the admin token /v1/admin/* needs (or ${ADMIN_TOKEN_ENV})"
+    )
+    serve.add_argument("--tls-cert", help="PEM certificate chain: the HTTP front serves HTTPS (needed off loopback)")
+    serve.add_argument("--tls-key", help="PEM private key of --tls-cert")
+    serve.add_argument("--modes", help="comma-separated modes served (default: the config's, else he,srpe)")
+    serve.add_argument(
+        "--swap-root", action="append", dest="swap_roots", help="a folder swapped versions may come from (repeatable)"
+    )
+    serve.add_argument(
+        "--curve-keys",
+        help="CURVE keys folder (sparkgnn-keys: server.key_secret + authorized_clients/): only listed "
+        "clients reach the ZeroMQ front; required for a non-loopback ZeroMQ bind",
+    )
     serve.add_argument("--report-s", type=positive_float, default=10.0)
     tune.add_argument("--requests", required=True, help="folder of request Parquet files to replay")
     tune.add_argument("--rate", type=positive_float, default=200.0, help="requests per second offered")
@@ -65,9 +89,53 @@ def build_parser() -> argparse.ArgumentParser:
     swap.add_argument("--url", required=True, help="the service's HTTP front (http://HOST:PORT)")
     swap.add_argument("--graph", required=True, help="the new graph directory (as the service sees paths)")
     swap.add_argument("--store", help="the PE store (default: the root of the store it serves now)")
-    swap.add_argument("--token", help="the service's bearer token (default: $SPARKGNN_SERVE_TOKEN)")
+    swap.add_argument("--token-file", help=f"file holding the service's admin token (or ${ADMIN_TOKEN_ENV})")
+    swap.add_argument("--token", help="the admin token on the command line (`ps` shows it)")
+    swap.add_argument("--ca-file", help="PEM certificates an https:// service's certificate chains to")
     swap.add_argument("--timeout-s", type=positive_float, default=300.0, help="for every worker to load it")
     return p
+
+
+def read_token(path: str, flag: str) -> str:
+    """The token in the file `path` (its first line, stripped); ServeError naming `flag` when the
+    file cannot be read or holds none."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            token = fh.readline().strip()
+    except OSError as exc:
+        raise ServeError(f"{flag} {path}: cannot be read ({exc.strerror or exc})") from None
+    if not token:
+        raise ServeError(f"{flag} {path}: holds no token (its first line is empty)")
+    return token
+
+
+def token_from(args, file_flag: str, env: str, loopback: bool) -> str | None:
+    """A token from `file_flag`'s file, else the environment variable `env`, else --token (taken
+    only for a loopback service, with a warning: argv is visible to every local user); None
+    when none is given."""
+    path = getattr(args, file_flag.lstrip("-").replace("-", "_"), None)
+    if path:
+        return read_token(path, file_flag)
+    if os.environ.get(env):
+        return os.environ[env]
+    if getattr(args, "token", None):
+        if not loopback:
+            raise ServeError(
+                f"--token on the command line is taken for a loopback service only: use {file_flag} or ${env}"
+            )
+        log.warning(f"sparkgnn-serve: --token is visible to every local user (ps); prefer {file_flag} or ${env}")
+        return args.token
+    return None
+
+
+def _loopback_http(http: str | None) -> bool:
+    from sparkgnn.messenger.endpoints import is_loopback
+    from sparkgnn.serving.online.config import split_http_bind
+
+    if not http:
+        return True
+    host, _port = split_http_bind(http)
+    return is_loopback(f"tcp://{f'[{host}]' if ':' in host else host}:1")
 
 
 def config_from(args) -> ServeConfig:
@@ -75,9 +143,20 @@ def config_from(args) -> ServeConfig:
     for name in ("graph", "model", "store", "mode", "scheduler"):
         if getattr(args, name, None) is not None:
             base[name] = getattr(args, name)
-    for name in ("bind", "http", "token", "curve_keys"):
+    for name in ("bind", "http", "curve_keys", "tls_cert", "tls_key", "swap_roots"):
         if getattr(args, name, None) is not None:
             base[name] = getattr(args, name)
+    if getattr(args, "modes", None):
+        base["modes"] = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if hasattr(args, "token_file"):  # serve: the tokens' sources (module doc)
+        loopback = _loopback_http(base.get("http", ServeConfig.__dataclass_fields__["http"].default))
+        token = token_from(args, "--token-file", TOKEN_ENV, loopback)
+        if token is not None:
+            base["token"] = token
+        admin = read_token(args.admin_token_file, "--admin-token-file") if args.admin_token_file else None
+        admin = admin or os.environ.get(ADMIN_TOKEN_ENV)
+        if admin:
+            base["admin_token"] = admin
     if args.workers:
         base["pools"] = [{"name": "workers", "kind": "workers", "width": args.workers, "threads": 1}]
     if not base.get("graph") or not base.get("model"):
@@ -93,7 +172,7 @@ def serve(args) -> int:
     with Server(config) as server:
         print(f"sparkgnn-serve: serving {config.mode} on {server.zmq_endpoint} and {server.http_url}", flush=True)
         while not stop.wait(args.report_s):
-            print(f"sparkgnn-serve: {server.stats} queued={len(server.scheduler)}", flush=True)
+            print(f"sparkgnn-serve: {server.metrics.status_line()}", flush=True)  # the numbers of /metrics
     return 0
 
 
@@ -155,8 +234,13 @@ def tune(args) -> int:
 def swap(args) -> int:
     from sparkgnn.serving.online.client import Client
 
-    token = args.token or os.environ.get("SPARKGNN_SERVE_TOKEN")
-    with Client(args.url, token=token) as client:
+    token = read_token(args.token_file, "--token-file") if args.token_file else os.environ.get(ADMIN_TOKEN_ENV)
+    if not token and args.token:
+        log.warning(
+            f"sparkgnn-serve: --token is visible to every local user (ps); prefer --token-file or ${ADMIN_TOKEN_ENV}"
+        )
+        token = args.token
+    with Client(args.url, token=token, ca_file=args.ca_file) as client:
         report = client.swap(args.graph, args.store, timeout_s=args.timeout_s)
     print(json.dumps(report, indent=2, sort_keys=True))
     return 0

@@ -20,6 +20,7 @@ import zmq
 
 from sparkgnn.errors import SparkGNNError
 from sparkgnn.messenger import protocol
+from sparkgnn.messenger.security import client_keys_for, make_client
 from sparkgnn.serving.online import wire
 from sparkgnn.serving.request import Request
 
@@ -46,16 +47,33 @@ class Reply:
 
 
 class Client:
-    def __init__(self, endpoint: str, timeout_s: float = 30.0, token: str | None = None, curve_server_key=None):
+    def __init__(
+        self,
+        endpoint: str,
+        timeout_s: float = 30.0,
+        token: str | None = None,
+        curve_server_key=None,
+        *,
+        ca_file: str | None = None,
+        keys_dir: str | None = None,
+    ):
+        """`ca_file`: PEM certificates an https:// service's certificate must chain to (a
+        self-signed one: itself); default: the system's trusted ones. `keys_dir`: this client's
+        CURVE keys for a keyed ZeroMQ front (client.key_secret, listed in the service's
+        authorized_clients/, and server.key, pinned unless `curve_server_key` is given)."""
         self.endpoint, self.timeout_s, self.token = endpoint, float(timeout_s), token
+        self._ssl = None
+        if endpoint.startswith("https://"):
+            import ssl
+
+            self._ssl = ssl.create_default_context(cafile=ca_file)
         self._sock: zmq.Socket | None = None
         if endpoint.startswith(("tcp://", "ipc://")):
+            keys = client_keys_for(keys_dir, curve_server_key)
             self._sock = zmq.Context.instance().socket(zmq.DEALER)
             self._sock.setsockopt(zmq.LINGER, 0)
-            if curve_server_key is not None:
-                from sparkgnn.messenger.security import make_client
-
-                make_client(self._sock, curve_server_key)
+            if keys is not None:
+                make_client(self._sock, keys)
             self._sock.connect(endpoint)
         elif not endpoint.startswith(("http://", "https://")):
             raise ValueError(f"endpoint {endpoint!r}: expected tcp://, ipc:// or http(s)://")
@@ -131,7 +149,7 @@ class Client:
         url = f"{self.endpoint}{path}"
         req = urllib.request.Request(url, json.dumps(body).encode(), headers=headers, method="POST")
         try:
-            with urllib.request.urlopen(req, timeout=timeout_s) as response:
+            with urllib.request.urlopen(req, timeout=timeout_s, context=self._ssl) as response:
                 return json.loads(response.read())
         except urllib.error.HTTPError as exc:
             data = json.loads(exc.read() or b"{}")

@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass, field
 from sparkgnn.serving.online.pools import POOL_KINDS, ROUTERS, ServeError
 from sparkgnn.serving.online.scheduler import SCHEDULERS
 
+CHEAP_MODES = ("he", "srpe")  # the reuse modes a deployment serves unless it lists others
+
 
 @dataclass
 class ServeConfig:
@@ -22,7 +24,10 @@ class ServeConfig:
     model: str
     store: str | None = None
     mode: str = "he"
-    modes: list[str] = field(default_factory=lambda: ["full", "ns", "he", "srpe", "exact"])
+    # the modes served, chosen explicitly (the default `mode` is always among them): by default the
+    # cheap reuse modes; FULL, NS and EXACT cost a request orders of magnitude more and are served
+    # only where a deployment lists them
+    modes: list[str] = field(default_factory=lambda: list(CHEAP_MODES))
     mode_options: dict = field(default_factory=dict)
     scheduler: str = "degree"
     t_d: float = 4096.0
@@ -33,14 +38,31 @@ class ServeConfig:
     pools: list[dict] = field(default_factory=lambda: [{"name": "main", "kind": "inprocess", "width": 1}])
     router: str = "first"
     route_psgs: float | None = None
+    # the hot cache, off unless asked for: the serving kernels run on the CPU, so a CUDA cache's rows
+    # come back with .cpu() on every gather and a CPU cache duplicates host rows (README)
     cache: dict = field(default_factory=lambda: {"policy": "off", "bytes": 0})
     bind: str = "tcp://127.0.0.1:0"
     http: str | None = "127.0.0.1:0"
     curve_keys: str | None = None
     token: str | None = None
+    admin_token: str | None = None  # admin operations (swap) need it; never the inference token
+    swap_roots: list[str] = field(default_factory=list)  # a swap's graph and store must lie under one
+    swap_schemes: list[str] = field(default_factory=lambda: ["file"])  # URI schemes a swap may name
+    tls_cert: str | None = None  # PEM certificate chain of the HTTP front (HTTPS)
+    tls_key: str | None = None  # its PEM private key
     max_queries: int = 4096
     max_edges: int = 131072
+    max_cost: float = 4194304.0  # a request's predicted cost (GraphFacts.pending: in-degree sum)
+    max_body_bytes: int = 64 * 1024 * 1024  # an HTTP body and a ZeroMQ message (MAXMSGSIZE)
+    queue_bytes: int = 1 << 30  # the queued requests' bytes (ids, features, edges) at most
+    parse_threads: int = 2  # threads decoding and validating HTTP bodies, off the event loop
+    parse_queue: int = 64  # bodies waiting for those threads at most (beyond: 503, retry later)
     request_timeout_s: float = 30.0
+    # a request's deadline unless it names its own (admission.py): one whose predicted queue wait
+    # and service pass it is refused at intake (BUSY, HTTP 503 + Retry-After); None: request_timeout_s
+    deadline_ms: float | None = None
+    metrics_auth: str = "inference"  # GET /metrics needs: "inference" (as /v1/health) or "admin" (the admin token)
+    batch_timeout_s: float = 120.0  # a batch's pool call: its requests are answered "timeout" after it
     http_idle_timeout_s: float = 30.0
 
     @classmethod
@@ -77,11 +99,27 @@ class ServeConfig:
         malformed pool specs, a malformed HTTP bind."""
         from sparkgnn.serving.modes import MODES
 
-        for name in ("capacity", "max_batch", "max_queries", "max_edges"):
+        for name in (
+            "capacity",
+            "max_batch",
+            "max_queries",
+            "max_edges",
+            "max_body_bytes",
+            "queue_bytes",
+            "parse_threads",
+            "parse_queue",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ServeError(f"{where}: {name} must be an integer >= 1, got {value!r}")
-        for name in ("t_d", "max_wait_factor", "request_timeout_s", "http_idle_timeout_s"):
+        for name in (
+            "t_d",
+            "max_wait_factor",
+            "max_cost",
+            "request_timeout_s",
+            "batch_timeout_s",
+            "http_idle_timeout_s",
+        ):
             value = getattr(self, name)
             if (
                 isinstance(value, bool)
@@ -89,6 +127,11 @@ class ServeConfig:
                 or not (math.isfinite(value) and value > 0)
             ):
                 raise ServeError(f"{where}: {name} must be a finite number > 0, got {value!r}")
+        value = self.deadline_ms
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int | float) or not (math.isfinite(value) and value > 0)
+        ):
+            raise ServeError(f"{where}: deadline_ms must be a finite number > 0 (or null), got {value!r}")
         if isinstance(self.t_s, bool) or not isinstance(self.t_s, int) or self.t_s < 0:
             raise ServeError(f"{where}: t_s must be an integer >= 0 (0: batches are never divided), got {self.t_s!r}")
         if not isinstance(self.modes, list) or not self.modes or not all(isinstance(m, str) for m in self.modes):
@@ -108,12 +151,57 @@ class ServeConfig:
             _check_pool(spec, where)
         if self.http:
             split_http_bind(self.http)
+        for name in ("swap_roots", "swap_schemes"):
+            value = getattr(self, name)
+            if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+                raise ServeError(f"{where}: {name} must be a list of non-empty strings, got {value!r}")
+        if self.metrics_auth not in ("inference", "admin"):
+            raise ServeError(f"{where}: metrics_auth must be 'inference' or 'admin', got {self.metrics_auth!r}")
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ServeError(f"{where}: HTTPS needs both tls_cert and tls_key, got only one")
+        if self.admin_token is not None and self.admin_token == self.token:
+            raise ServeError(f"{where}: admin_token must differ from token (an inference client must not administer)")
         return self
 
     def save(self, path: str) -> None:
+        """Write the deployment as JSON (atomically: a reader sees the old file or the new one).
+        A local file keeps its permission bits: a 0600 config, which may hold tokens, stays 0600."""
+        import json
+        import os
+        import stat
+        import uuid
+
         from sparkgnn.files import write_json_atomic
 
-        write_json_atomic(path, asdict(self))
+        text = str(path)
+        if "://" in text and not text.startswith("file:"):
+            write_json_atomic(path, asdict(self))
+            return
+        local = text.removeprefix("file://") if text.startswith("file://") else text.removeprefix("file:")
+        try:
+            mode = stat.S_IMODE(os.stat(local).st_mode)
+        except FileNotFoundError:
+            mode = 0o600  # a new config may hold tokens
+        folder = os.path.dirname(os.path.abspath(local))
+        temporary = os.path.join(folder, f".{os.path.basename(local)}.{uuid.uuid4().hex}.tmp")
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+        try:
+            os.fchmod(fd, mode)  # the umask does not narrow it, nor widen it
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(json.dumps(asdict(self)).encode())
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(temporary, local)
+        except BaseException:
+            if os.path.exists(temporary):
+                os.remove(temporary)
+            raise
+
+    def deadline_s(self, deadline_ms: float | None = None) -> float:
+        """A request's deadline in seconds: its own `deadline_ms`, else the deployment's, else
+        the request timeout."""
+        given = deadline_ms if deadline_ms is not None else self.deadline_ms
+        return float(given) / 1e3 if given is not None else float(self.request_timeout_s)
 
     def deployment(self, graph: str | None = None, store: str | None = None) -> dict:
         """What a worker needs to load (batch_op.Deployment); the cache key of its copy. `graph`
@@ -125,6 +213,58 @@ class ServeConfig:
             "options": self.mode_options,
             "cache": self.cache,
         }
+
+
+def over_caps(request, max_queries: int, max_edges: int) -> str | None:
+    """Why `request` (a serving.request.Request) has more query nodes or edges than the caps, as
+    one line, or None. The service (Server.oversize) and the streaming job refuse alike."""
+    if request.batch_size > max_queries:
+        return (
+            f"request {request.request_id!r} has {request.batch_size} query nodes; this service "
+            f"takes at most {max_queries} per request (split it)"
+        )
+    if request.num_edges > max_edges:
+        return (
+            f"request {request.request_id!r} has {request.num_edges} edges; this service takes at "
+            f"most {max_edges} per request (split it)"
+        )
+    return None
+
+
+def swap_path(path: str, roots: list[str], schemes: list[str]) -> str | None:
+    """`path` as a swap may open it, or None when it may not: a local path (or file: URI) must
+    resolve (os.path.realpath: links and `..` followed) under the realpath of one of `roots` and
+    exist; a URI must have a scheme of `schemes`, no `..` segment, and lie under one of `roots`
+    with that scheme. The same None for a path outside the roots and a missing one, so a refusal
+    tells a caller nothing about which paths exist."""
+    import os
+    import posixpath
+
+    text = str(path)
+    scheme, sep, rest = text.partition("://")
+    allowed = {s.lower() for s in schemes}
+    if sep and scheme.lower() != "file":
+        if scheme.lower() not in allowed or ".." in rest.split("/"):
+            return None
+        wanted = f"{scheme.lower()}://{posixpath.normpath(rest)}"
+        for root in roots:
+            r_scheme, r_sep, r_rest = root.partition("://")
+            if r_sep and r_scheme.lower() == scheme.lower():
+                base = f"{r_scheme.lower()}://{posixpath.normpath(r_rest)}".rstrip("/")
+                if wanted == base or wanted.startswith(base + "/"):
+                    return wanted
+        return None
+    if "file" not in allowed:
+        return None
+    local = rest if sep else text.removeprefix("file:") if text.startswith("file:") else text
+    real = os.path.realpath(local)
+    for root in roots:
+        if "://" in root and not root.startswith("file://"):
+            continue
+        base = os.path.realpath(root.removeprefix("file://"))
+        if (real == base or real.startswith(base.rstrip(os.sep) + os.sep)) and os.path.exists(real):
+            return real
+    return None
 
 
 POOL_SETTINGS: dict[str, type] = {

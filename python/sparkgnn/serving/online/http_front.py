@@ -4,26 +4,41 @@ WHY aiohttp: a well-kept asynchronous server (no hand-written HTTP parsing); one
 its own thread holds thousands of open requests while they wait in the scheduler, each as a
 coroutine awaiting its Future, not a thread.
 
-  POST /v1/answer   body {"request_id"?, "mode"?, "nodes": [{"id", "x"}], "edges"?: [[s, d]]}
-                    (bodies.AnswerBody: strict, an unknown key is refused naming it)
+  POST /v1/answer   body {"request_id"?, "mode"?, "nodes": [{"id", "x"}], "edges"?: [[s, d]],
+                    "deadline_ms"?} (bodies.AnswerBody: strict, an unknown key is refused naming it)
                     200 with the answers; 400 for a malformed request (the error names what is
-                    wrong), 413 for one over the service's size limits; 503 with Retry-After when
-                    the queue is full or the service is stopping, 504 with Retry-After when the
-                    request waited in the queue past the request timeout (the server's limits:
-                    retry later); 500 when its batch failed on a worker; 401 without the token
+                    wrong), 413 for one over the service's size or cost caps (or a body over
+                    max_body_bytes); 503 with Retry-After when the queue (requests or bytes) is
+                    full, the request could not meet its deadline (admission.py; Retry-After: the
+                    predicted wait), too many bodies wait to be parsed, or the service is stopping;
+                    504 with Retry-After when the request waited in the queue past its deadline or
+                    the request timeout or
+                    its batch ran past the batch deadline (the server's limits: retry later); 500
+                    when its batch failed on a worker; 401 without the token
+  GET  /metrics     the service's metrics in Prometheus' text format (stats.py), behind the
+                    inference token as /v1/health, or the admin token with metrics_auth "admin"
   GET  /v1/health   {"status": "ok", "stats": counters, "version": the version served (Server.version_info:
                     number, graph fingerprint, swaps, draining) -- never its graph or store paths,
                     which would show any client of a token-less service the host's layout
   POST /v1/admin/swap  body {"graph": DIR, "store"?: PATH, "timeout_s"?: S in [1, 86400]}
-                    (bodies.SwapBody): Server.swap, run off the event loop (answers keep flowing
-                    meanwhile); 200 with the swap's report, 409 when the swap is refused (the old
-                    version still serving), 400 for a malformed body, 403 when the service has
-                    no token
+                    (bodies.SwapBody): both paths must lie under the config's swap_roots
+                    (Server.check_swap_paths), then Server.swap, run off the event loop (answers
+                    keep flowing meanwhile); 200 with the swap's report, 409 when the swap is
+                    refused (the old version still serving; a path outside the roots and a
+                    missing one get the same words), 400 for a malformed body, 401 without the
+                    admin token, 403 when the service has no admin token
 
-With a token configured every request must carry `Authorization: Bearer <token>` (compared in
-constant time). Admin operations always need the token: a service started without one (loopback,
-where answering needs none) refuses them, since a swap makes the service read and serve whatever
-paths it is given. Bodies above `max_body_bytes` are refused by aiohttp itself (413).
+With a token configured every inference request must carry `Authorization: Bearer <token>`
+(compared in constant time). Admin operations need the ADMIN token, a different one: a service
+started without one refuses them, and the inference token never opens them, since a swap makes
+the service read and serve the paths it is given. Bodies above `max_body_bytes` are refused by
+aiohttp itself (413).
+
+Answer bodies are decoded and validated (bodies.decode_answer, Server.submit) off the event loop,
+on `parse_threads` threads of the front's own; at most `parse_queue` bodies wait for them, and one
+more is answered 503 with Retry-After at once, so one large body never stalls the other clients
+and a flood of them never queues without bound. With `tls` (a certificate chain and its key,
+PEM) the front serves HTTPS (the ssl module; TLS 1.2 at least), which a non-loopback bind needs.
 
 Connections are bounded in time: one idle (no request, or a request line or headers never
 finished) is closed after `idle_timeout_s` (aiohttp's keep-alive timer), and a body not received
@@ -37,8 +52,11 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import math
+import ssl
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from sparkgnn.errors import USER_ERRORS
@@ -51,11 +69,10 @@ log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 64 * 1024 * 1024
 IDLE_TIMEOUT_S = 30.0
 RESET_LOG_EVERY_S = 10.0
-OFF_LOOP_BYTES = 1 << 20  # bodies larger than this are decoded off the event loop
 HEALTH_HIDDEN = ("graph", "store")  # Version.describe keys /v1/health leaves out: host paths
 # Outcome.kind -> HTTP status; the server's own limits (busy, stopping, timeout) are 5xx with
 # Retry-After, the client's mistakes ("error") 400
-STATUS = {"ok": 200, "error": 400, "busy": 503, "stopping": 503, "timeout": 504, "failed": 500}
+STATUS = {"ok": 200, "error": 400, "too_large": 413, "busy": 503, "stopping": 503, "timeout": 504, "failed": 500}
 RETRY_AFTER_S = {"busy": 1, "stopping": 5, "timeout": 1}
 
 if TYPE_CHECKING:
@@ -70,13 +87,24 @@ class HttpFront:
         token: str | None = None,
         max_body_bytes: int = MAX_BODY_BYTES,
         idle_timeout_s: float = IDLE_TIMEOUT_S,
+        *,
+        admin_token: str | None = None,
+        tls: tuple[str, str] | None = None,
+        parse_threads: int = 2,
+        parse_queue: int = 64,
+        metrics_auth: str = "inference",
     ):
         from sparkgnn.serving.online.config import split_http_bind
 
         host, port = split_http_bind(bind)
         self.server, self.host, self.port, self.token = server, host, port, token
+        self.admin_token = admin_token
+        self.metrics_auth = metrics_auth  # "inference" (as /v1/health) or "admin"
         self.max_body_bytes = max_body_bytes
         self.idle_timeout_s = float(idle_timeout_s)
+        self.ssl_context = server_ssl_context(*tls) if tls else None
+        self._parsers = ThreadPoolExecutor(int(parse_threads), thread_name_prefix="sparkgnn-serve-parse")
+        self._parse_slots = threading.BoundedSemaphore(int(parse_threads) + int(parse_queue))
         self.resets = ResetLog(RESET_LOG_EVERY_S)
         self.url: str | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -114,6 +142,7 @@ class HttpFront:
         app = web.Application(client_max_size=self.max_body_bytes)
         app.router.add_post("/v1/answer", self._answer)
         app.router.add_get("/v1/health", self._health)
+        app.router.add_get("/metrics", self._metrics)
         app.router.add_post("/v1/admin/swap", self._swap)
         # idle connections, and the unread rest of a refused body, wait at most idle_timeout_s
         runner = web.AppRunner(
@@ -121,16 +150,19 @@ class HttpFront:
         )
         await runner.setup()
         self._runner = runner
-        site = web.TCPSite(runner, self.host, self.port)
+        site = web.TCPSite(runner, self.host, self.port, ssl_context=self.ssl_context)
         await site.start()
         port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]  # the bound port (0 = any)
-        self.url = f"http://{self.host}:{port}"
+        self.url = f"{'https' if self.ssl_context else 'http'}://{self.host}:{port}"
 
-    def _authorised(self, request) -> bool:
-        if not self.token:
-            return True
+    def _authorised(self, request, admin: bool = False) -> bool:
+        """Whether `request` carries `Bearer <token>` (the inference token unless `admin`); no
+        inference token configured lets every inference request through, never an admin one."""
+        token = self.admin_token if admin else self.token
+        if not token:
+            return not admin
         given = request.headers.get("Authorization", "")
-        return hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode())
+        return hmac.compare_digest(given.encode(), f"Bearer {token}".encode())
 
     async def _body(self, request):
         """The request's body, or the response refusing it: 408 (and the connection closed) when
@@ -158,20 +190,28 @@ class HttpFront:
         body = await self._body(request)
         if not isinstance(body, bytes):
             return body if body is not None else web.Response(status=400)
+        if not self._parse_slots.acquire(blocking=False):
+            self.server.count_refusal()
+            return web.json_response(
+                {"status": "busy", "error": "too many request bodies are waiting to be parsed; retry later"},
+                status=503,
+                headers={"Retry-After": str(RETRY_AFTER_S["busy"])},
+            )
         try:
-            if len(body) > OFF_LOOP_BYTES:  # a large body is decoded off the loop: others keep flowing
-                query, mode = await asyncio.get_running_loop().run_in_executor(None, request_from_json, body)
-            else:
-                query, mode = request_from_json(body)
+            submitted = await asyncio.get_running_loop().run_in_executor(self._parsers, self._parse_and_submit, body)
         except USER_ERRORS as exc:
             self.server.count_refusal()
             return web.json_response({"status": "error", "error": str(exc)}, status=400)
-        too_large = self.server.oversize(query)
-        if too_large:
-            self.server.count_refusal()
-            return web.json_response({"status": "error", "error": too_large}, status=413)
-        outcome = await asyncio.wrap_future(self.server.submit(query, mode))
+        finally:
+            self._parse_slots.release()
+        outcome = await asyncio.wrap_future(submitted)
         return outcome_response(outcome)
+
+    def _parse_and_submit(self, body: bytes):
+        """On a parse thread: decode the body, then Server.submit (which validates and queues it);
+        the Future of its Outcome."""
+        parsed = decode_answer(body)
+        return self.server.submit(request_of(parsed), parsed.mode, deadline_ms=parsed.deadline_ms)
 
     async def _health(self, request):
         from aiohttp import web
@@ -181,21 +221,39 @@ class HttpFront:
         version = {k: v for k, v in self.server.version_info().items() if k not in HEALTH_HIDDEN}
         return web.json_response({"status": "ok", "stats": dict(self.server.stats), "version": version})
 
+    async def _metrics(self, request):
+        """The service's metrics in Prometheus' text format (stats.ServiceMetrics), behind the
+        inference token (as /v1/health) or, with metrics_auth "admin", the admin token."""
+        from aiohttp import web
+
+        from sparkgnn.serving.online.stats import CONTENT_TYPE
+
+        admin = self.metrics_auth == "admin"
+        if admin and not self.admin_token:
+            return web.json_response(
+                {"status": "error", "error": "metrics_auth is 'admin' but the service has no admin token"}, status=403
+            )
+        if not self._authorised(request, admin=admin):
+            which = "admin " if admin else ""
+            return web.json_response({"status": "error", "error": f"missing or wrong {which}bearer token"}, status=401)
+        return web.Response(body=self.server.metrics.exposition(), headers={"Content-Type": CONTENT_TYPE})
+
     async def _swap(self, request):
         from aiohttp import web
 
         from sparkgnn.serving.online.server import SwapRefused
 
-        if not self.token:
+        if not self.admin_token:
             return web.json_response(
                 {
                     "status": "error",
-                    "error": "admin operations need a bearer token: start the service with --token",
+                    "error": "admin operations need an admin token: start the service with --admin-token-file "
+                    "(or SPARKGNN_SERVE_ADMIN_TOKEN)",
                 },
                 status=403,
             )
-        if not self._authorised(request):
-            return web.json_response({"status": "error", "error": "missing or wrong bearer token"}, status=401)
+        if not self._authorised(request, admin=True):
+            return web.json_response({"status": "error", "error": "missing or wrong admin bearer token"}, status=401)
         body = await self._body(request)
         if not isinstance(body, bytes):
             return body if body is not None else web.Response(status=400)
@@ -204,8 +262,13 @@ class HttpFront:
         except BodyError as exc:
             return web.json_response({"status": "error", "error": str(exc)}, status=400)
         loop = asyncio.get_running_loop()
+
+        def checked_swap() -> dict:
+            real_graph, real_store = self.server.check_swap_paths(graph, store)
+            return self.server.swap(real_graph, real_store, timeout_s=timeout_s)
+
         try:
-            report = await loop.run_in_executor(None, lambda: self.server.swap(graph, store, timeout_s=timeout_s))
+            report = await loop.run_in_executor(None, checked_swap)
         except SwapRefused as exc:
             return web.json_response({"status": "error", "error": str(exc)}, status=409)
         return web.json_response({"status": "ok", "swap": report})
@@ -223,6 +286,21 @@ class HttpFront:
         loop.call_soon_threadsafe(loop.stop)
         if self._thread is not None:
             self._thread.join(timeout=5.0)
+        self._parsers.shutdown(wait=False)
+
+
+def server_ssl_context(cert: str, key: str) -> ssl.SSLContext:
+    """The HTTPS context of the front: the PEM certificate chain `cert` and its key `key`, TLS 1.2
+    at least; ServeError (one line) when they cannot be loaded."""
+    from sparkgnn.serving.online.pools import ServeError
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as exc:
+        raise ServeError(f"TLS certificate {cert} / key {key}: cannot be loaded ({exc})") from None
+    return context
 
 
 class ResetLog:
@@ -254,7 +332,11 @@ def outcome_response(outcome):
     server's own limits, Retry-After."""
     from aiohttp import web
 
-    headers = {"Retry-After": str(RETRY_AFTER_S[outcome.kind])} if outcome.kind in RETRY_AFTER_S else None
+    retry = getattr(outcome, "retry_after_s", None)
+    if outcome.kind in RETRY_AFTER_S:
+        headers = {"Retry-After": str(math.ceil(retry) if retry else RETRY_AFTER_S[outcome.kind])}
+    else:
+        headers = None
     return web.json_response(outcome_json(outcome), status=STATUS.get(outcome.kind, 500), headers=headers)
 
 

@@ -9,6 +9,13 @@ A pool runs batches (op "serve_batch", serving.online.batch_op) on `width` slots
              by the broker's heartbeats and the batch is re-sent to another worker (the dealer's
              retries); the pool then starts a replacement.
 
+What a pool's workers serve is registered by the pool, never sent in a batch (serving.served):
+`register(spec)` makes a deployment servable and returns its id, which batches name; `withdraw(id)`
+takes it back (before the front end has workers drop it: op "serve_evict" drops only withdrawn
+ids). The in-process pool registers in its own process; a worker pool rewrites the deployments
+file its workers were started with (`--deployments`, in a folder only this user can enter),
+which they re-read when a batch names an id they do not know yet.
+
 `broadcast` sends one message to EVERY worker of a pool (a swap's warm-up, a retired version's
 eviction), outside the dispatch slots: the broker gives a lease to any free worker, so it sends
 rounds of calls on control dealers of its own until each live worker's pid has answered (a
@@ -25,6 +32,7 @@ has one goes there instead (counted as an overflow), so the router never idles a
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -47,7 +55,27 @@ class InProcessPool:
         import torch
 
         self.name, self.width = name, int(width)
+        self._registered: set[str] = set()
         torch.set_num_threads(int(threads))
+
+    def register(self, spec: dict) -> str:
+        """Serve `spec` in this process (serving.served.register; once per pool); returns its id."""
+        from sparkgnn.serving import served
+
+        key = served.deployment_id(spec)
+        if key not in self._registered:
+            served.register(spec)
+            self._registered.add(key)
+        return key
+
+    def withdraw(self, key: str) -> None:
+        """Stop serving the deployment `key` as far as this pool is concerned (another server in
+        this process may still serve it: registrations are counted)."""
+        from sparkgnn.serving import served
+
+        if key in self._registered:
+            self._registered.discard(key)
+            served.withdraw(key)
 
     def call(self, slot: int, header: dict, tables: dict) -> dict:
         from sparkgnn.serving.online import batch_op
@@ -70,24 +98,56 @@ class InProcessPool:
         return [os.getpid()]
 
     def close(self) -> None:
-        pass
+        for key in list(self._registered):
+            self.withdraw(key)
 
 
 @POOL_KINDS.register("workers")
 class WorkerPool:
     def __init__(self, name: str, width: int = 1, threads: int = 1, device: str = "cpu", timeout_s: float = 60.0, **_):
         from sparkgnn.messenger.local import LocalCluster
+        from sparkgnn.serving import served
 
         self.name, self.width = name, int(width)
-        self._models = tempfile.mkdtemp(prefix="sparkgnn-serve-models-")  # the worker CLI wants one
+        self._dir = tempfile.mkdtemp(prefix="sparkgnn-serve-")  # 0700: only this user writes in it
+        self._models = os.path.join(self._dir, "models")  # the worker CLI wants a model store
+        os.mkdir(self._models)
+        self._deployments_file = os.path.join(self._dir, "deployments.json")
+        self._specs: dict[str, dict] = {}  # what the workers serve, by id
+        served.write_file(self._deployments_file, [])
         self.cluster = LocalCluster(
-            self.width, model_store=self._models, device=device, threads=int(threads), slots=1, heartbeat_s=0.5
+            self.width,
+            model_store=self._models,
+            deployments=self._deployments_file,
+            device=device,
+            threads=int(threads),
+            slots=1,
+            heartbeat_s=0.5,
         ).start()
         self._timeout_s = float(timeout_s)
         self._dealers = [self.cluster.client(timeout_s=self._timeout_s, retries=3, window=1) for _ in range(self.width)]
         self._lock = threading.Lock()
         self._control: dict[float, list] = {}  # broadcast's dealers by call timeout (not the slots')
         self._control_lock = threading.Lock()  # one broadcast at a time
+
+    def register(self, spec: dict) -> str:
+        """Add `spec` to the deployments file the workers serve from; returns its id."""
+        from sparkgnn.serving import served
+
+        key = served.deployment_id(spec)
+        with self._lock:
+            if key not in self._specs:
+                self._specs[key] = spec
+                served.write_file(self._deployments_file, list(self._specs.values()))
+        return key
+
+    def withdraw(self, key: str) -> None:
+        """Take `key` out of the workers' deployments file (they drop it on "serve_evict")."""
+        from sparkgnn.serving import served
+
+        with self._lock:
+            if self._specs.pop(key, None) is not None:
+                served.write_file(self._deployments_file, list(self._specs.values()))
 
     def call(self, slot: int, header: dict, tables: dict) -> dict:
         self._replace_dead_workers()
@@ -158,10 +218,7 @@ class WorkerPool:
         for dealer in self._dealers + [d for dealers in self._control.values() for d in dealers]:
             dealer.close()
         self.cluster.stop()
-        try:
-            os.rmdir(self._models)
-        except OSError:
-            pass
+        shutil.rmtree(self._dir, ignore_errors=True)
 
 
 def _control_call(dealer, header: dict, tables: dict, answers: list, i: int) -> None:

@@ -200,6 +200,7 @@ class Scheduler:
         self.clock = clock
         self._cond = threading.Condition()
         self._size = 0
+        self._backlog: dict[str, list[float]] = {}  # group -> [requests, cost sum] queued
         self._seq = 0
         self._closed = False
 
@@ -225,18 +226,38 @@ class Scheduler:
             self._seq += 1
             self._add(item, self._seq)
             self._size += 1
+            queued = self._backlog.setdefault(item.group, [0, 0.0])
+            queued[0] += 1
+            queued[1] += float(item.cost)
             self._cond.notify()
 
-    def take(self, timeout_s: float) -> list[Pending]:
-        """The next batch (all of one group), waiting up to `timeout_s` for a request; [] when none
-        came in time or the scheduler is closed."""
+    def take(self, timeout_s: float | None) -> list[Pending]:
+        """The next batch (all of one group), waiting up to `timeout_s` for a request (None: until
+        one comes or the scheduler closes, without waking meanwhile); [] when none came in time or
+        the scheduler is closed."""
+        wait = None if timeout_s is None else max(0.0, float(timeout_s))
         with self._cond:
-            self._cond.wait_for(lambda: self._size > 0 or self._closed, timeout=max(0.0, float(timeout_s)))
+            self._cond.wait_for(lambda: self._size > 0 or self._closed, timeout=wait)
             if self._closed or self._size == 0:
                 return []
             batch = self._select()
             self._size -= len(batch)
+            queued = self._backlog[batch[0].group]
+            queued[0] -= len(batch)
+            queued[1] -= sum(float(p.cost) for p in batch)
+            if queued[0] <= 0:
+                del self._backlog[batch[0].group]
             return batch
+
+    def backlog(self) -> dict[str, tuple[int, float]]:
+        """What is queued, per group: (requests, their predicted cost sum). The server's admission
+        control estimates a new request's wait from it."""
+        with self._cond:
+            return {group: (int(n), max(0.0, cost)) for group, (n, cost) in self._backlog.items()}
+
+    def group_limit(self, group: str) -> int:
+        """The most requests a batch of `group` holds."""
+        return self._limit(group)
 
     def close(self) -> list[Pending]:
         """Stop: wake every waiting take (they return []), refuse further pushes. Returns the requests
@@ -245,6 +266,7 @@ class Scheduler:
             left = [] if self._closed else self._drain()
             self._closed = True
             self._size = 0
+            self._backlog.clear()
             self._cond.notify_all()
         return left
 

@@ -13,9 +13,21 @@ WHY this shape:
   - One scheduler queue for all requests, bounded (`capacity`): a full queue answers BUSY at once
     (back-pressure) instead of growing without limit. Batches are formed when a slot frees up
     (work-conserving), so under load they grow to T_d and under light load a request goes alone.
-  - Every wait has a timeout: a batch's call is bounded by the pool's dealer timeout and retries;
-    a request that waited past `request_timeout_s` is answered "timeout" (HTTP 504, retry later),
-    not kept. Sizes are bounded too: `max_queries` query nodes and `max_edges` edges a request.
+  - A request that cannot meet its deadline (its `deadline_ms`, else the config's, else the request
+    timeout) is refused at intake, BUSY with Retry-After (admission.py): past capacity the service
+    answers at capacity instead of queueing seconds of work. Idle, no thread wakes (stop() wakes
+    them: one sentinel per dispatch thread).
+  - Every wait has a timeout: a batch's call is awaited at most `batch_timeout_s` (then its
+    requests are answered "timeout"; the slot stays taken until the call returns, so runaway
+    calls never pile up), and a worker pool's call is also bounded by its dealer timeout and
+    retries; a request that waited past `request_timeout_s` is answered "timeout" (HTTP 504,
+    retry later), not kept.
+  - Every resource is bounded: a request has at most `max_queries` query nodes, `max_edges` edges
+    and a predicted cost (GraphFacts.pending, the in-degree sum GSM's scheduler uses) of
+    `max_cost` (else "too_large": HTTP 413); the queue holds at most `capacity` requests and
+    `queue_bytes` bytes of them (else "busy": HTTP 503, retry later); an HTTP body and a ZeroMQ
+    message at most `max_body_bytes`; the modes served are the config's `modes` (by default the
+    cheap reuse modes), any other is refused naming that setting.
   - The deployment is checked as a whole before it serves and before a swap switches: every mode
     it serves (the default `mode` is always among them) must be answerable from its store (a store
     for HE, SRPE and EXACT; with states for SRPE, EXACT and auto; a "fap" metrics table for the
@@ -23,35 +35,40 @@ WHY this shape:
     (deployments.deployment_problems).
   - Nothing from the wire is unpickled: ZeroMQ messages are the messenger's frames (JSON header +
     Arrow tables, messenger.protocol), HTTP bodies are JSON. Binds are loopback unless told; a
-    non-loopback ZeroMQ bind needs CURVE keys and a non-loopback HTTP bind needs a token.
+    non-loopback ZeroMQ bind needs CURVE keys and a non-loopback HTTP bind needs a token and TLS.
 
 Versions (`swap`): the service serves one Version at a time (graph directory, PE store, the front
 end's GraphFacts of that graph). A swap (after an incremental PE refresh: a new graph directory
-and its store version under the same root) opens the new pair at the front end (PEStore.open
-checks that the store is the graph's and the model's), loads it on every worker of every pool
-(every served mode's engine), and only then replaces the current Version, under the lock the
+and its store version under the same root; over HTTP both must lie under the config's
+`swap_roots`: Server.check_swap_paths) opens the new pair at the front end (PEStore.open
+checks that the store is the graph's and the model's), registers it with every pool (workers
+serve only registered deployments, which batches name by id: pools.py), loads it on every
+worker of every pool (every served mode's engine), and only then replaces the current Version, under the lock the
 dispatch threads take a Version under: a batch is answered wholly by the Version it took when
 it was dispatched, batches dispatched before the switch finish on the old one, and every batch
 after it takes the new one. Requests still queued at the switch are answered by the new version
 (a worker validates each request against its own graph again). Each Version counts its batches
 in flight; when the last batch of a replaced one ends, the evictor thread has every worker drop
-it (op "serve_evict"; retried until each live worker has answered), so a service swapped daily
-holds at most the versions some batch still uses. Swaps and evictions are serialized.
+it (its pools withdraw it, then op "serve_evict"; retried until each live worker has answered),
+so a service swapped daily holds at most the versions some batch still uses. Swaps and evictions are serialized.
 """
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
 from sparkgnn.serving.online import wire
+from sparkgnn.serving.online.admission import Admission
 from sparkgnn.serving.online.batch_op import BATCH_OP, EVICT_OP, FUSABLE_MODES
 from sparkgnn.serving.online.bodies import BodyError, check_swap_timeout
-from sparkgnn.serving.online.config import ServeConfig, split_http_bind
+from sparkgnn.serving.online.config import ServeConfig, over_caps, split_http_bind, swap_path
 from sparkgnn.serving.online.costs import GraphFacts
 from sparkgnn.serving.online.deployments import (
     SwapRefused,
@@ -62,16 +79,18 @@ from sparkgnn.serving.online.deployments import (
     store_root,
 )
 from sparkgnn.serving.online.pools import ROUTERS, ServeError, make_pool
-from sparkgnn.serving.online.scheduler import SCHEDULERS, QueueFull, ServiceModel, divide
+from sparkgnn.serving.online.scheduler import SCHEDULERS, QueueFull, SchedulerError, ServiceModel, divide
+from sparkgnn.serving.online.stats import OTHER_MODE, ServiceMetrics
 from sparkgnn.serving.request import Request
 
 
 @dataclass
 class Outcome:
     """What one request gets back: an answer table, or an error. kind: "ok"; "error" (the
-    request's fault); "busy" (the queue is full), "timeout" (it waited past the request timeout),
-    "stopping" (the service is stopping): the server's limits, retry later; "failed" (its batch
-    failed on a worker)."""
+    request's fault); "too_large" (over the service's size or cost caps: split it); "busy" (the
+    queue is full), "timeout" (it waited past the request timeout, or its batch ran past the batch
+    deadline), "stopping" (the service is stopping): the server's limits, retry later; "failed"
+    (its batch failed on a worker)."""
 
     request_id: str
     kind: str
@@ -82,6 +101,7 @@ class Outcome:
     batch_requests: int = 0
     pool: str = ""
     version: int = 0  # the Version that answered it (0: none did)
+    retry_after_s: float | None = None  # "busy": when a retry may be admitted (else the front's default)
 
 
 @dataclass
@@ -92,6 +112,17 @@ class Ticket:
     psgs: float
     deliver: object  # Callable[[Outcome], None]
     cost: float = 0.0
+    nbytes: int = 0  # the request's arrays, counted against the queue's byte budget
+    deadline: float = math.inf  # time.monotonic() past which its answer is no use (not started: "timeout")
+
+
+def request_bytes(request: Request) -> int:
+    """The bytes of a request's arrays (ids, features, edges): what it holds while queued."""
+    return int(request.qid.nbytes + request.x.nbytes + request.src.nbytes + request.dst.nbytes)
+
+
+class BatchDeadline(ServeError):
+    """A batch's pool call did not return within the service's batch_timeout_s."""
 
 
 class Server:
@@ -136,18 +167,38 @@ class Server:
             group_max_batch={mode: 1 for mode in config.modes if mode not in FUSABLE_MODES},
         )
         self.route = ROUTERS.lookup(config.router)
+        # requests that cannot meet their deadline are refused at intake (admission.py)
+        self.admission = Admission(
+            max(1, sum(int(spec.get("width", 1)) for spec in config.pools)),
+            config.t_d,
+            {mode: self.scheduler.group_limit(mode) for mode in config.modes},
+        )
         self.pools = [make_pool(spec) for spec in config.pools] if start_pools else []
+        for pool in self.pools:  # what the workers serve is registered, never sent (serving.served)
+            pool.register(self._version.spec)
         self._pool_queues: list[queue.Queue] = [queue.Queue() for _ in self.pools]
         self._busy = [0] * len(self.pools)
         self._free = threading.Semaphore(sum(p.width for p in self.pools) or 1)
+        # one caller thread per slot: the dispatch thread awaits its call with a deadline
+        self._callers = {
+            (p, slot): ThreadPoolExecutor(1, thread_name_prefix=f"sparkgnn-serve-call-{pool.name}-{slot}")
+            for p, pool in enumerate(self.pools)
+            for slot in range(pool.width)
+        }
+        self._queued_bytes = 0  # of the requests in the scheduler (guarded by _lock)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._batcher: threading.Thread | None = None
+        self._zmq: Any = None  # the ZmqFront, once started
         self.stats: dict[str, Any] = {  # counters, and the version served now
             "requests": 0,
             "answered": 0,
             "errors": 0,
             "busy": 0,
+            "shed": 0,  # of the busy: refused at intake for a deadline they could not meet
+            "too_large": 0,
+            "batch_timeouts": 0,
             "batches": 0,
             "overflow": 0,
             "version": 1,
@@ -161,30 +212,42 @@ class Server:
         self.zmq_endpoint: str | None = None
         self.http_url: str | None = None
         self._http: object | None = None
+        self.metrics = ServiceMetrics(config.modes, self.metrics_state)  # /metrics, the status line
 
     # -- lifecycle --------------------------------------------------------------------------
     def _check_binds(self) -> None:
         from sparkgnn.messenger.endpoints import check_bind, is_loopback
 
         check_bind(self.config.bind, self.config.curve_keys, bind_any=True)
+        if self.config.curve_keys:
+            from sparkgnn.messenger.security import CLIENT, check_server_dir
+
+            check_server_dir(self.config.curve_keys, (CLIENT,))  # a bad keys folder: one line at start
         if self.config.http:
             host, _port = split_http_bind(self.config.http)
             host = f"[{host}]" if ":" in host else host
-            if not is_loopback(f"tcp://{host}:1") and not self.config.token:
-                raise ServeError(
-                    f"HTTP bind {self.config.http} is not loopback: give a token (--token) that clients must send"
-                )
+            if not is_loopback(f"tcp://{host}:1"):
+                if not self.config.token:
+                    raise ServeError(
+                        f"HTTP bind {self.config.http} is not loopback: give a token (--token-file or "
+                        "SPARKGNN_SERVE_TOKEN) that clients must send"
+                    )
+                if not self.config.tls_cert:
+                    raise ServeError(
+                        f"HTTP bind {self.config.http} is not loopback: serve HTTPS (--tls-cert and --tls-key), "
+                        "else the token travels in clear text"
+                    )
 
     def start(self) -> Server:
         self._warm_up()
         for p, pool in enumerate(self.pools):
             for slot in range(pool.width):
                 self._spawn(f"dispatch-{pool.name}-{slot}", self._dispatch_loop, p, slot)
-        self._spawn("batcher", self._batch_loop)
+        self._batcher = self._spawn("batcher", self._batch_loop)
         self._spawn("evictor", self._evict_loop)
         from sparkgnn.serving.online.zmq_front import ZmqFront
 
-        front = ZmqFront(self, self.config.bind, self.config.curve_keys)
+        front = self._zmq = ZmqFront(self, self.config.bind, self.config.curve_keys)
         ready = threading.Event()
         self._spawn("intake", front.run, ready, self._stop)
         if not ready.wait(10.0):
@@ -194,7 +257,18 @@ class Server:
             from sparkgnn.serving.online.http_front import HttpFront
 
             http = HttpFront(
-                self, self.config.http, self.config.token, idle_timeout_s=self.config.http_idle_timeout_s
+                self,
+                self.config.http,
+                self.config.token,
+                max_body_bytes=self.config.max_body_bytes,
+                idle_timeout_s=self.config.http_idle_timeout_s,
+                admin_token=self.config.admin_token,
+                tls=(self.config.tls_cert, self.config.tls_key)
+                if self.config.tls_cert and self.config.tls_key
+                else None,
+                parse_threads=self.config.parse_threads,
+                parse_queue=self.config.parse_queue,
+                metrics_auth=self.config.metrics_auth,
             ).start()
             self._http, self.http_url = http, http.url
         return self
@@ -208,22 +282,43 @@ class Server:
         for pool in self.pools:
             pool.warm_up(header, tables)
 
-    def _spawn(self, name: str, target, *args) -> None:
+    def _spawn(self, name: str, target, *args) -> threading.Thread:
         thread = threading.Thread(target=target, args=args, name=f"sparkgnn-serve-{name}", daemon=True)
         thread.start()
         self._threads.append(thread)
+        return thread
 
     def stop(self) -> None:
+        """Stop serving. Every request submitted gets an Outcome: queued ones, and batches handed
+        to a pool but not started, are answered "stopping"; batches running finish (each thread
+        is awaited up to 5 s). Then the fronts and the pools close."""
         self._stop.set()
         self._evict_wake.set()
-        self._fail_stopped(self.scheduler.close())  # queued, never started: answered, not dropped
-        for q in self._pool_queues:
-            for _ in range(8):
+        left = self.scheduler.close()  # wakes the batcher if it waits for a request
+        self._dequeued(left)
+        self._fail_stopped(left)  # queued, never started: answered, not dropped
+        self._free.release()  # wakes the batcher if it waits for a slot
+        if self._batcher is not None:
+            self._batcher.join(timeout=5.0)  # no batch reaches a pool queue after this
+        for p, q in enumerate(self._pool_queues):
+            for _ in range(self.pools[p].width):  # one per dispatch thread of the pool
                 q.put(None)
+        if self._zmq is not None:
+            self._zmq.wake()
         if self._http is not None:
             self._http.stop()  # type: ignore[attr-defined]  # an HttpFront
         for thread in self._threads:
             thread.join(timeout=5.0)
+        for q in self._pool_queues:  # left by a dispatch thread still stuck in its call
+            while True:
+                try:
+                    tickets = q.get_nowait()
+                except queue.Empty:
+                    break
+                if tickets is not None:
+                    self._fail_tickets(tickets, "stopping", "the service is stopping")
+        for caller in self._callers.values():
+            caller.shutdown(wait=False)
         for pool in self.pools:
             pool.close()
 
@@ -234,48 +329,93 @@ class Server:
         self.stop()
 
     # -- intake -----------------------------------------------------------------------------
-    def submit(self, request: Request, mode: str | None = None, deliver=None) -> Future:
+    def submit(
+        self, request: Request, mode: str | None = None, deliver=None, *, deadline_ms: float | None = None
+    ) -> Future:
         """Queue a request (in-process API; the ZeroMQ and HTTP fronts call this too). The
-        Future resolves to an Outcome; validation errors and BUSY resolve it at once."""
+        Future resolves to an Outcome; validation errors, requests over the caps (size, cost) and
+        BUSY (the queue's request count or byte budget, or a predicted completion past the
+        request's deadline: `deadline_ms`, default the deployment's, admission.py) resolve it at
+        once."""
         future: Future = Future()
         deliver = deliver or future.set_result
         mode = mode or self.config.mode
         with self._lock:
             self.stats["requests"] += 1
+        if deadline_ms is not None and (
+            isinstance(deadline_ms, bool)
+            or not isinstance(deadline_ms, int | float)
+            or not (math.isfinite(deadline_ms) and deadline_ms > 0)
+        ):
+            error = f"request {request.request_id!r}: deadline_ms must be a finite number > 0, got {deadline_ms!r}"
+            self._finish(deliver, Outcome(request.request_id, "error", error=error), mode)
+            return future
         facts = self.facts  # one version's facts for this request (a swap may replace them meanwhile)
+        too_large = self.oversize(request)
+        if too_large:
+            self._finish(deliver, Outcome(request.request_id, "too_large", error=too_large), mode)
+            return future
         problems = self._problems(request, mode, facts)
         if problems:
-            self._finish(deliver, Outcome(request.request_id, "error", error=problems))
+            self._finish(deliver, Outcome(request.request_id, "error", error=problems), mode)
             return future
-        ticket = Ticket(request, mode, time.monotonic(), 0.0, deliver)
+        ticket = Ticket(request, mode, time.monotonic(), 0.0, deliver, nbytes=request_bytes(request))
         pending, ticket.psgs = facts.pending(request, ticket, mode, ticket.arrived)
         ticket.cost = pending.cost
+        if pending.cost > self.config.max_cost:
+            error = (
+                f"request {request.request_id!r} has a predicted cost of {pending.cost:.0f} (the in-degree "
+                f"sum its layers aggregate over); this service takes at most {self.config.max_cost:.0f} "
+                "per request (split it)"
+            )
+            self._finish(deliver, Outcome(request.request_id, "too_large", error=error), mode)
+            return future
+        deadline_s = self.config.deadline_s(deadline_ms)
+        estimate = self.admission.estimate(self.scheduler.backlog(), mode, pending.cost)
+        refused = self.admission.refusal(estimate, deadline_s)
+        if refused:
+            with self._lock:
+                self.stats["shed"] += 1
+            self.metrics.shed(mode)
+            retry = float(max(1, math.ceil(estimate.wait_s)))
+            self._finish(deliver, Outcome(request.request_id, "busy", error=refused, retry_after_s=retry), mode)
+            return future
+        ticket.deadline = ticket.arrived + deadline_s
+        with self._lock:
+            over = self._queued_bytes + ticket.nbytes > self.config.queue_bytes and self._queued_bytes > 0
+            if not over:
+                self._queued_bytes += ticket.nbytes
+        if over:
+            error = (
+                f"the queue holds {self._queued_bytes} bytes of requests; with this one's {ticket.nbytes} it "
+                f"would pass its budget of {self.config.queue_bytes} bytes; retry later"
+            )
+            self._finish(deliver, Outcome(request.request_id, "busy", error=error), mode)
+            return future
         try:
             self.scheduler.push(pending)
-        except QueueFull as exc:
-            self._finish(deliver, Outcome(request.request_id, "busy", error=str(exc)))
+        except (QueueFull, SchedulerError) as exc:
+            self._dequeued([pending])
+            kind = "busy" if isinstance(exc, QueueFull) else "stopping"
+            self._finish(deliver, Outcome(request.request_id, kind, error=str(exc)), mode)
         return future
+
+    def _dequeued(self, pendings: list) -> None:
+        """Requests left the scheduler's queue: their bytes leave its budget."""
+        freed = sum(p.key.nbytes for p in pendings)
+        with self._lock:
+            self._queued_bytes -= freed
 
     def oversize(self, request: Request) -> str | None:
         """Why `request` is over this service's size limits (max_queries, max_edges), or None."""
-        if request.batch_size > self.config.max_queries:
-            return (
-                f"request {request.request_id!r} has {request.batch_size} query nodes; this service "
-                f"takes at most {self.config.max_queries} per request (split it)"
-            )
-        if request.num_edges > self.config.max_edges:
-            return (
-                f"request {request.request_id!r} has {request.num_edges} edges; this service takes at "
-                f"most {self.config.max_edges} per request (split it)"
-            )
-        return None
+        return over_caps(request, self.config.max_queries, self.config.max_edges)
 
     def _problems(self, request: Request, mode: str, facts: GraphFacts) -> str | None:
         if not isinstance(mode, str) or mode not in self.config.modes:
-            return f"mode {mode!r} is not served here (served: {', '.join(self.config.modes)})"
-        too_large = self.oversize(request)
-        if too_large:
-            return too_large
+            return (
+                f"mode {mode!r} is not served here (served: {', '.join(self.config.modes)}; a deployment "
+                "serves the modes its config lists in `modes`)"
+            )
         found = facts.problems(request)
         if found:
             return f"request {request.request_id!r} is invalid: " + "; ".join(found)
@@ -286,11 +426,34 @@ class Server:
         with self._lock:
             self.stats["requests"] += 1
             self.stats["errors"] += 1
+        self.metrics.outcome(OTHER_MODE, "error")
 
-    def _finish(self, deliver, outcome: Outcome) -> None:
+    def metrics_state(self) -> dict:
+        """What the scrape-time metrics read (stats.ServiceMetrics): queue, pools, version, cache."""
         with self._lock:
-            key = {"ok": "answered", "busy": "busy"}.get(outcome.kind, "errors")
+            busy = list(self._busy)
+            state = {
+                "queue_bytes": self._queued_bytes,
+                "version": self._version.number,
+                "graph_fingerprint": self._version.graph_fingerprint,
+                "swaps": self.stats["swaps"],
+                "batch_timeouts": self.stats["batch_timeouts"],
+                "cache": self.cache_stats,
+            }
+        state["queue_requests"] = len(self.scheduler)
+        state["pools"] = [
+            {"name": pool.name, "slots": pool.width, "busy": busy[p], "workers": len(pool.worker_pids())}
+            for p, pool in enumerate(self.pools)
+        ]
+        return state
+
+    def _finish(self, deliver, outcome: Outcome, mode: str = "") -> None:
+        """Count `outcome` (the stats, and the metrics by `mode`) and hand it to `deliver`."""
+        with self._lock:
+            key = {"ok": "answered", "busy": "busy", "too_large": "too_large"}.get(outcome.kind, "errors")
             self.stats[key] += 1
+        answered = outcome.kind == "ok"
+        self.metrics.outcome(mode, outcome.kind, outcome.queue_s + outcome.service_s if answered else None)
         deliver(outcome)
 
     # -- versions (module doc) ---------------------------------------------------------------
@@ -341,6 +504,24 @@ class Server:
         self._evict_wake.set()
         return report
 
+    def check_swap_paths(self, graph: str, store: str | None) -> tuple[str, str | None]:
+        """(graph, store) as a swap asked over the wire may open them: each under one of the
+        config's `swap_roots` (config.swap_path), else SwapRefused. A path outside the roots and
+        a missing one are refused in the same words, so the refusal reveals no file's existence."""
+        roots, schemes = self.config.swap_roots, self.config.swap_schemes
+        if not roots:
+            why = "swaps over the wire are off: the deployment's config lists no `swap_roots`"
+        else:
+            checked = [swap_path(p, roots, schemes) if p is not None else None for p in (graph, store)]
+            if checked[0] is not None and (store is None or checked[1] is not None):
+                return checked[0], checked[1]
+            why = "its graph and store must be existing paths under the service's `swap_roots`"
+        with self._lock:
+            self.stats["swaps_refused"] += 1
+            self._log_swap({"changed": False, "graph": graph, "store": store, "refused": why})
+            number = self._version.number
+        raise SwapRefused(f"swap refused: {why}; still serving version {number}")
+
     def _log_swap(self, entry: dict) -> None:
         self.swap_log.append(dict(entry, at=time.time()))
         del self.swap_log[:-100]  # bounded
@@ -379,6 +560,8 @@ class Server:
         some workers loaded is then dropped again (the evictor)."""
         probe = probe_request(new.facts)
         header = dict(self._batch_header(new, self.config.mode, [probe]), warm_modes=list(self.config.modes))
+        for pool in self.pools:
+            pool.register(new.spec)  # withdrawn again by the evictor if the swap is refused
         tables = wire.batch_tables([probe])
         deadline = time.monotonic() + timeout_s
         warmed: dict = {}
@@ -434,8 +617,9 @@ class Server:
 
     def _evict_loop(self) -> None:
         while not self._stop.is_set():
-            self._evict_wake.wait(1.0)  # woken by a drained version; else retries every second
-            self._evict_wake.clear()
+            # woken by a drained version (or stop); with evictions left over, retried every second
+            self._evict_wake.wait(1.0 if self._evictions else None)
+            self._evict_wake.clear()  # before reading _evictions: a wake set after it is kept
             if self._evictions and not self._stop.is_set():
                 self._evict_pass()
 
@@ -450,6 +634,8 @@ class Server:
                 complete = True
                 if version.key not in live:  # else it serves again: nothing to drop
                     header = {"op": EVICT_OP, "retire": [version.key]}
+                    for pool in self.pools:  # a worker drops only what its pool withdrew
+                        pool.withdraw(version.key)
                     for p, pool in enumerate(self.pools):
                         reached = version.dropped_by.setdefault(p, set())
                         try:
@@ -492,35 +678,47 @@ class Server:
     def _batch_header(self, version: Version, mode: str, requests: list[Request]) -> dict:
         return {
             "op": BATCH_OP,
-            "deployment": version.spec,
+            "deployment": version.key,  # an id the pools registered: no path travels
             "mode": mode,
             "requests": [r.request_id for r in requests],
         }
 
     def _batch_loop(self) -> None:
-        while not self._stop.is_set():
-            if not self._free.acquire(timeout=0.2):
-                continue
-            batch = self.scheduler.take(0.2)
-            if not batch:
-                self._free.release()
-                continue
-            for i, sub in enumerate(divide(batch, self.config.t_s)):
+        """Take a batch whenever a pool slot is free. Blocks while idle (no timeout polling):
+        a dispatch thread's freed slot, a request, or stop() wakes it."""
+        while True:
+            self._free.acquire()
+            if self._stop.is_set():
+                return
+            batch = self.scheduler.take(None)
+            if not batch:  # the scheduler was closed: stopping
+                return
+            self._dequeued(batch)
+            subs = divide(batch, self.config.t_s)
+            for i, sub in enumerate(subs):
                 # every sub-batch beyond the first waits for a slot of its own, AFTER the ones
                 # before it are queued (with one slot, the first must run to free it)
-                while i and not self._free.acquire(timeout=0.2):
+                if i:
+                    self._free.acquire()
                     if self._stop.is_set():
-                        self._fail_stopped(sub)
+                        for rest in subs[i:]:
+                            self._fail_stopped(rest)
                         return
                 tickets: list[Ticket] = [p.key for p in sub]  # type: ignore[misc]  # keys are Tickets
                 psgs = sum(t.psgs for t in tickets)
                 self._pool_queues[self._choose_pool(psgs)].put(tickets)
 
+    def _fail_tickets(self, tickets: list[Ticket], kind: str, error: str) -> None:
+        for t in tickets:
+            self._finish(t.deliver, Outcome(t.request.request_id, kind, error=error), t.mode)
+
     def _fail_stopped(self, sub: list) -> None:
         for pending in sub:
             ticket = pending.key
             self._finish(
-                ticket.deliver, Outcome(ticket.request.request_id, "stopping", error="the service is stopping")
+                ticket.deliver,
+                Outcome(ticket.request.request_id, "stopping", error="the service is stopping"),
+                ticket.mode,
             )
 
     def _choose_pool(self, psgs: float) -> int:
@@ -534,25 +732,61 @@ class Server:
         return chosen
 
     def _dispatch_loop(self, p: int, slot: int) -> None:
+        """Run the batches of pool `p`'s queue on `slot` until stop()'s sentinel (None) comes;
+        a batch still queued once the service is stopping is answered "stopping"."""
         pool = self.pools[p]
-        while not self._stop.is_set():
+        while True:
             tickets = self._pool_queues[p].get()
             if tickets is None:
                 return
             with self._lock:
                 self._busy[p] += 1
             try:
-                self._run_batch(pool, slot, tickets)
+                if self._stop.is_set():
+                    self._fail_tickets(tickets, "stopping", "the service is stopping")
+                else:
+                    self._run_batch(pool, slot, tickets)
             finally:
                 with self._lock:
                     self._busy[p] -= 1
                 self._free.release()
 
+    def _late_batch(self, live: list[Ticket], call: Future) -> None:
+        """A batch past its deadline: its requests are answered "timeout" now; the slot (and the
+        batch's version) stays taken until the call returns, so a call that never ends holds one
+        slot, never a growing number of threads."""
+        with self._lock:
+            self.stats["batch_timeouts"] += 1
+        for t in live:
+            self._finish(
+                t.deliver,
+                Outcome(
+                    t.request.request_id,
+                    "timeout",
+                    error=f"its batch ran past the service's batch deadline of {self.config.batch_timeout_s:g} s",
+                ),
+                t.mode,
+            )
+        try:
+            call.result()
+        except Exception:  # noqa: BLE001, S110 - its requests were answered already
+            pass
+
     def _run_batch(self, pool, slot: int, tickets: list[Ticket]) -> None:
         started = time.monotonic()
         live = []
         for t in tickets:
-            if started - t.arrived > self.config.request_timeout_s:
+            if started > t.deadline and started - t.arrived <= self.config.request_timeout_s:
+                self._finish(  # no use starting it: its client stopped waiting
+                    t.deliver,
+                    Outcome(
+                        t.request.request_id,
+                        "timeout",
+                        error=f"request waited {(started - t.arrived) * 1e3:.0f} ms in the queue, past its "
+                        f"deadline of {(t.deadline - t.arrived) * 1e3:.0f} ms",
+                    ),
+                )
+            elif started - t.arrived > self.config.request_timeout_s:
                 self._finish(
                     t.deliver,
                     Outcome(
@@ -561,6 +795,7 @@ class Server:
                         error=f"request waited {started - t.arrived:.1f} s in the queue, over the "
                         f"service's request timeout of {self.config.request_timeout_s} s",
                     ),
+                    t.mode,
                 )
             else:
                 live.append(t)
@@ -569,7 +804,15 @@ class Server:
         requests = [t.request for t in live]
         version = self._take_version()  # the whole batch is answered by this version (module doc)
         try:
-            tables = pool.call(slot, self._batch_header(version, live[0].mode, requests), wire.batch_tables(requests))
+            header = self._batch_header(version, live[0].mode, requests)
+            call = self._callers[(self.pools.index(pool), slot)].submit(
+                pool.call, slot, header, wire.batch_tables(requests)
+            )
+            try:
+                tables = call.result(timeout=self.config.batch_timeout_s)
+            except FutureTimeout:
+                self._late_batch(live, call)
+                return
             meta = wire.read_meta(tables)
             answers = wire.split_answers(tables["answer"], len(live))
         except Exception as exc:  # noqa: BLE001 - a failed batch fails its requests, never the service
@@ -577,6 +820,7 @@ class Server:
                 self._finish(
                     t.deliver,
                     Outcome(t.request.request_id, "failed", error=f"the batch failed: {type(exc).__name__}: {exc}"),
+                    t.mode,
                 )
             return
         finally:
@@ -585,8 +829,10 @@ class Server:
         service = done - started
         cost = sum(t.cost for t in live)
         self.service.observe(cost, service)
+        self.admission.observe(live[0].mode, cost, service)
         if meta.get("cache") is not None:
             self.cache_stats = meta["cache"]
+        self.metrics.batch(len(live))
         with self._lock:
             self.stats["batches"] += 1
             if len(self.batch_log) < 100_000:
@@ -613,4 +859,4 @@ class Server:
                 pool=pool.name,
                 version=version.number,
             )
-            self._finish(t.deliver, outcome)
+            self._finish(t.deliver, outcome, t.mode)

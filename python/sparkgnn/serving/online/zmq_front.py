@@ -21,10 +21,10 @@ import zmq
 
 from sparkgnn.errors import USER_ERRORS
 from sparkgnn.messenger import protocol
+from sparkgnn.messenger.security import CLIENT, ServerAuth
 from sparkgnn.serving.online import wire
 from sparkgnn.serving.request import RequestError
 
-POLL_MS = 200
 # the header keys a request may carry: the messenger's own (protocol.stamp) and the service's
 PROTOCOL_KEYS = frozenset({"v", "kind", "tables", "rows", "hash"})
 REQUEST_KEYS: dict[str, tuple[type, ...]] = {
@@ -32,6 +32,7 @@ REQUEST_KEYS: dict[str, tuple[type, ...]] = {
     "request_id": (str,),
     "mode": (str,),
     "tag": (str, int, float),
+    "deadline_ms": (int, float),
 }
 REQUEST_TABLES = ("nodes", "edges")
 
@@ -66,17 +67,26 @@ class ZmqFront:
         self._reply_endpoint = f"inproc://sparkgnn-serve-replies-{id(self)}"
         self._pushers = threading.local()
         self._ids = itertools.count()
-        self._auth: object | None = None  # the CURVE authenticator thread, kept alive with the front
+        self._auth: ServerAuth | None = None  # the allow-list (ZAP) of the CURVE front, closed with it
 
     def run(self, ready: threading.Event, stop: threading.Event) -> None:
         sock = self.context.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
+        # a peer sending a larger message part is disconnected by libzmq before it is buffered
+        # (the HTTP front's body limit, ServeConfig.max_body_bytes)
+        sock.setsockopt(zmq.MAXMSGSIZE, int(self.server.config.max_body_bytes))
         if self.curve_keys:
-            from sparkgnn.messenger.security import make_server, start_authenticator
-
-            self._auth = start_authenticator(self.context, self.curve_keys)
-            make_server(sock, self.curve_keys)
-        self.endpoint = _bind(sock, self.bind)
+            # Ironhouse: only clients listed in authorized_clients/ complete the handshake
+            self._auth = ServerAuth(self.context, self.curve_keys)
+            self._auth.secure(sock, CLIENT)
+        try:
+            self.endpoint = _bind(sock, self.bind)
+        except BaseException:
+            sock.close(0)
+            if self._auth is not None:
+                self._auth.close()
+                self._auth = None
+            raise
         replies = self.context.socket(zmq.PULL)
         replies.bind(self._reply_endpoint)
         poller = zmq.Poller()
@@ -85,14 +95,23 @@ class ZmqFront:
         ready.set()
         try:
             while not stop.is_set():
-                events = dict(poller.poll(POLL_MS))
+                events = dict(poller.poll())  # blocks while idle: a message, a reply or wake() ends it
                 if replies in events:
-                    _drain(replies, lambda frames: sock.send_multipart(frames, copy=False))
+                    _drain(replies, lambda frames: sock.send_multipart(frames, copy=False) if len(frames) > 1 else None)
                 if sock in events:
                     _drain(sock, self._on_message)
         finally:
             sock.close(0)
             replies.close(0)
+            if self._auth is not None:
+                self._auth.close()  # after its socket (a CURVE socket without a handler admits nobody)
+                self._auth = None
+
+    def wake(self) -> None:
+        """End the socket thread's wait (stop(): it then sees the stop event): one empty frame
+        on the reply pipe, which the thread drops."""
+        push = self._push()
+        push.send(b"")
 
     def _on_message(self, frames) -> None:
         identity, body = frames[0], frames[1:]
@@ -114,7 +133,12 @@ class ZmqFront:
             )
             return
         tag = header.get("tag")
-        self.server.submit(request, header.get("mode"), lambda outcome: self._send_outcome(identity, outcome, tag))
+        self.server.submit(
+            request,
+            header.get("mode"),
+            lambda outcome: self._send_outcome(identity, outcome, tag),
+            deadline_ms=header.get("deadline_ms"),
+        )
 
     def _send_outcome(self, identity, outcome, tag) -> None:
         # the server's own limits (queue full, waited too long, stopping) are BUSY: retry later
@@ -131,16 +155,22 @@ class ZmqFront:
         }
         if outcome.error:
             header["error"] = outcome.error
+        if getattr(outcome, "retry_after_s", None):
+            header["retry_after_s"] = outcome.retry_after_s
         tables = {"answer": outcome.answer} if outcome.answer is not None else {}
         self._send(identity, header, tables)
 
-    def _send(self, identity, header: dict, tables: dict) -> None:
+    def _push(self):
+        """This thread's PUSH socket into the reply pipe."""
         push = getattr(self._pushers, "sock", None)
         if push is None:
             push = self._pushers.sock = self.context.socket(zmq.PUSH)
             push.setsockopt(zmq.LINGER, 0)
             push.connect(self._reply_endpoint)
-        push.send_multipart([identity, *protocol.encode(header, tables)], copy=False)
+        return push
+
+    def _send(self, identity, header: dict, tables: dict) -> None:
+        self._push().send_multipart([identity, *protocol.encode(header, tables)], copy=False)
 
 
 def _drain(sock, handle) -> None:

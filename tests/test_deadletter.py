@@ -3,7 +3,7 @@
 import json
 import os
 
-from sparkgnn.streaming.deadletter import DeadLetter, read_dead_letters
+from sparkgnn.deadletter import DeadLetter, read_dead_letters
 
 
 def test_put_keeps_bytes_and_reason_and_is_idempotent(tmp_path):

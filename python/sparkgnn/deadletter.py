@@ -1,6 +1,9 @@
-"""DeadLetter: request files the job cannot read, set aside with the reason, so the stream goes on.
+"""DeadLetter: input files a stream cannot read (the streaming job's request files, the refresh
+follower's update files), set aside with the reason, so the stream goes on. A module of its own
+(no sparkgnn imports) because both the streaming and the PE packages use it.
 
-    <dead>/<file name>                 the file's bytes, exactly as received
+    <dead>/<file name>                 the file's bytes, exactly as received (none for a file
+                                       refused for its size, which is never read)
     <dead>/<file name>.reason.json     {"file", "batch_id", "reason", "bytes", "arrival_ts"}
 
 Both are written to a temp name and renamed, and a replayed micro-batch writes the same names
@@ -32,16 +35,25 @@ class DeadLetter:
         os.replace(tmp, path)
 
     def put(
-        self, name: str, content: bytes, reason: str, batch_id: int, source: str, arrival_ts: float | None = None
+        self,
+        name: str,
+        content: bytes | None,
+        reason: str,
+        batch_id: int,
+        source: str,
+        arrival_ts: float | None = None,
+        size: int | None = None,
     ) -> str:
-        """Store one refused file; returns the path of its reason file."""
+        """Store one refused file; returns the path of its reason file. `size` with no
+        `content`: a file refused unread (oversize): only its reason is written."""
         target = os.path.join(self.root, os.path.basename(name))
-        self._atomic_write(target, content or b"")
+        if content is not None or size is None:
+            self._atomic_write(target, content or b"")
         doc = {
             "file": source,
             "batch_id": int(batch_id),
             "reason": reason,
-            "bytes": len(content or b""),
+            "bytes": len(content or b"") if size is None else int(size),
             "arrival_ts": arrival_ts,
         }
         reason_path = target + REASON_SUFFIX

@@ -1,0 +1,405 @@
+"""Batch inference of a typed model (models/hetero.py) over a typed graph (graph/typed_spark.py).
+
+One typed round is run as, for every relation (src type, relation, dst type) of the round:
+
+    the relation's graph   vertices: the source type's rows and the destination type's rows,
+                           edges: the relation's (src, dst), without weights (PyG's typed
+                           forward reads edge_index_dict only)
+    the relation's model   a homogeneous Model of that relation's conv alone
+    the homogeneous engine (`_infer_one`: prepare, planner, executor steps, strategies) over it
+
+then the per-relation outputs of each destination type are merged in Spark with the round's
+cross-relation aggregation (collect the relations' rows per id, fold them elementwise: sum,
+mean over the relations into the type, max, min), and the per-type node ops run row-wise.
+
+WHY every relation is an ordinary homogeneous job: the conv is the homogeneous layer (the same
+weights, the same exactness tests), so reusing the whole engine keeps every strategy, the cost
+model and the exchange exact for typed graphs without a second executor. A relation within one
+type IS a homogeneous graph (self loops, node statistics, multi-pass layers all apply). A relation
+between two types becomes a graph over both types' rows, source ids mapped to 2*id and destination
+ids to 2*id+1 (disjoint, so a type's ids may overlap the other's; ids must lie within +-2^62, else
+the job fails naming the type), with edges only from sources to
+destinations: a destination's aggregate reads its source-type neighbours only and its root term
+its own row, which is the bipartite conv (HeteroRound refuses the layers for which it is not:
+self loops, node statistics, several passes). Each relation's output is written as Parquet in the
+work dir and each round's merged values per type too, so a round's lineage never grows with the
+model's depth.
+
+A node type whose table has no features gets a constant column of ones of the width the model
+reads (what PyG users feed such a type: `torch.ones(n, 1)`). `types` restricts the job to the
+rounds' upstream of those output types: a round computes only the destination types a later round
+(or the output) reads.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import uuid
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+from sparkgnn.errors import SparkGNNError, UnsupportedModelError
+from sparkgnn.files import absolute
+from sparkgnn.layers.hetero import EdgeType, HeteroRound, edge_key
+from sparkgnn.layers.nodeops import NodeOpStack
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from sparkgnn.engine.result import JobResult
+    from sparkgnn.graph.typed_spark import TypedGraph
+    from sparkgnn.models.hetero import HeteroModel
+
+log = logging.getLogger(__name__)
+
+#: The folder of the work dir that holds a typed run's per-relation and per-round values.
+RUN_FOLDER = "typed_runs"
+_MERGE = {
+    "sum": "(a, b) -> a + b",
+    "mean": "(a, b) -> a + b",
+    "max": "(a, b) -> greatest(a, b)",
+    "min": "(a, b) -> least(a, b)",
+}
+
+
+def is_typed_source(obj: Any) -> bool:
+    """Whether a graph or model argument is typed: a TypedGraph / HeteroModel, or the directory of one."""
+    from sparkgnn.graph.typed_spark import TypedGraph
+    from sparkgnn.models.hetero import HeteroModel, is_typed_spec
+
+    if isinstance(obj, (TypedGraph, HeteroModel)):
+        return True
+    if not isinstance(obj, (str, os.PathLike)):
+        return False
+    path = os.fspath(obj)
+    from sparkgnn.graph.typed_io import is_typed_graph_dir
+
+    try:
+        if is_typed_graph_dir(path):
+            return True
+    except (OSError, ValueError):
+        pass
+    import json
+
+    from sparkgnn import files
+    from sparkgnn.models.serialization import MANIFEST
+
+    try:
+        return is_typed_spec(json.loads(files.read_bytes(files.join(path, MANIFEST))).get("spec"))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def refuse_typed_job(graph: Any, model: Any, job: str) -> None:
+    """Refuse (UnsupportedModelError, one line) a typed graph or model given to `job`, a job that
+    runs homogeneous graphs only (PE precompute, refresh, serving)."""
+    if is_typed_source(graph) or is_typed_source(model):
+        raise UnsupportedModelError(
+            f"{job}: typed graphs and models are not supported yet (they run with batch inference, sparkgnn.infer)"
+        )
+
+
+def _coerce(spark, graph, model, validate: bool) -> tuple[TypedGraph, HeteroModel]:
+    """The typed graph (a directory is validated unless its graph.json vouches for it; a
+    TypedGraph when `validate`) and the typed model (a PyG module converted for the graph's
+    metadata), the model's metadata checked against the graph's."""
+    from sparkgnn.graph.typed_spark import TypedGraph
+    from sparkgnn.models.hetero import HeteroModel
+
+    if isinstance(graph, (str, os.PathLike)):
+        from sparkgnn.graph.typed_io import is_typed_graph_dir
+
+        if not is_typed_graph_dir(os.fspath(graph)):
+            raise UnsupportedModelError(
+                f"graph directory {os.fspath(graph)} is homogeneous but the model is typed (node and edge types)"
+            )
+        graph = TypedGraph.load(spark, os.fspath(graph))  # validated unless graph.json vouches for it
+    elif not isinstance(graph, TypedGraph):
+        raise UnsupportedModelError(
+            f"a typed model runs on a typed graph (a TypedGraph or a typed graph directory), not {type(graph).__name__}"
+        )
+    elif validate:
+        graph.validate()
+    if isinstance(model, (str, os.PathLike)):
+        if not is_typed_source(model):
+            raise UnsupportedModelError(f"model {os.fspath(model)} is homogeneous but the graph is typed")
+        model = HeteroModel.load(os.fspath(model))
+    elif not isinstance(model, HeteroModel):
+        import torch
+
+        if not isinstance(model, torch.nn.Module) or type(model).__module__.startswith("sparkgnn."):
+            raise UnsupportedModelError(
+                f"a typed graph runs a typed model (a HeteroModel, its directory or a PyG to_hetero / "
+                f"HeteroConv module), not {type(model).__name__}"
+            )
+        model = HeteroModel.from_pyg(model, graph.metadata())  # a PyG typed module, for this graph's types
+    model.check_metadata(graph.metadata(), where=f"graph {graph.name!r}")
+    return graph, model
+
+
+def needed_types(model: HeteroModel, types: Sequence[str] | None) -> list[set[str]]:
+    """Per round, the types whose value that round must give: the requested output types for the
+    last round, then, going back, every type a kept round's relations and keep ops read."""
+    wanted = list(model.outputs) if not types else list(types)
+    unknown = [t for t in wanted if t not in model.outputs]
+    if unknown:
+        raise SparkGNNError(f"types {unknown} are not outputs of the model (it gives {model.outputs})")
+    rounds = model.round_list()
+    need: list[set[str]] = [set() for _ in rounds]
+    current = set(wanted)
+    for index in range(len(rounds) - 1, -1, -1):
+        rnd = rounds[index]
+        need[index] = current & set(rnd.out_types)
+        reads: set[str] = set()
+        for s, _, d in rnd.edge_types:
+            if d in need[index]:
+                reads |= {s, d}
+        reads |= {t for t in rnd.keep if t in need[index]}
+        current = reads
+    return need
+
+
+def _feature_width(graph: TypedGraph, node_type: str) -> int:
+    meta = (graph.meta.get("types") or {}).get(node_type, {})
+    if "feature_dim" in meta:
+        return int(meta["feature_dim"])
+    row = graph.vertices[node_type].where("x IS NOT NULL").selectExpr("size(x) AS f").first()
+    return int(row.f) if row else 0
+
+
+def apply_node_ops(frame: DataFrame, stack: NodeOpStack) -> DataFrame:
+    """(id, h) with `stack` applied to every row's h (row-wise node ops, as the model's)."""
+    if len(stack) == 0:
+        return frame
+
+    def run(batches):
+        import numpy as np
+        import pandas as pd
+        import torch
+
+        for pdf in batches:
+            if len(pdf) == 0:
+                continue
+            x = torch.from_numpy(np.stack([np.asarray(v, dtype=np.float32) for v in pdf["h"]]))
+            with torch.no_grad():
+                y = stack(x).numpy().astype(np.float32)
+            yield pd.DataFrame({"id": pdf["id"].to_numpy(), "h": list(y)})
+
+    return frame.mapInPandas(run, "id long, h array<float>")
+
+
+def merge_relations(frames: list[DataFrame], aggr: str) -> DataFrame:
+    """(id, h): the relations' outputs into one destination type merged elementwise with the
+    cross-relation aggregation (mean: over the relations, each of which gives every row)."""
+    from pyspark.sql import functions as F
+
+    if len(frames) == 1:
+        return frames[0]
+    union = frames[0]
+    for other in frames[1:]:
+        union = union.unionByName(other)
+    folded = f"aggregate(slice(hs, 2, size(hs)), hs[0], (acc, x) -> zip_with(acc, x, {_MERGE[aggr]}))"
+    if aggr == "mean":
+        folded = f"transform({folded}, v -> CAST(v / size(hs) AS FLOAT))"
+    return union.groupBy("id").agg(F.collect_list("h").alias("hs")).selectExpr("id", f"{folded} AS h")
+
+
+def _relation_graph(values: dict[str, DataFrame], edges: DataFrame, edge_type: EdgeType, width: int, name: str):
+    """The homogeneous graph one relation's conv runs over (module doc)."""
+    from sparkgnn.graph import Graph
+
+    s, r, d = edge_type
+    edges = edges.select("src", "dst")
+    if s == d:
+        vertices = values[s].selectExpr("id", "h AS x")
+    else:
+        vertices = (
+            values[s]
+            .selectExpr(f"{_mapped('id', s, 0)} AS id", "h AS x")
+            .unionByName(values[d].selectExpr(f"{_mapped('id', d, 1)} AS id", "h AS x"))
+        )
+        edges = edges.selectExpr(f"{_mapped('src', s, 0)} AS src", f"{_mapped('dst', d, 1)} AS dst")
+    label = f"{name}/{edge_key(edge_type)}"
+    meta = {"validated": True, "feature_dim": width, "name": label}
+    return Graph(vertices, edges, name=label, meta=meta)
+
+
+def _mapped(column: str, node_type: str, side: int) -> str:
+    """SQL for `2 * column + side`, failing the job with a clear message for an id beyond
+    +-2^62, where the doubled id would not fit a long (whatever spark.sql.ansi.enabled says)."""
+    message = f"node type {node_type}: id beyond +-2^62 cannot be mapped for a relation between two types"
+    return f"CASE WHEN abs({column}) < {1 << 62} THEN {column} * 2 + {side} ELSE raise_error('{message}') END"
+
+
+def _relation_model(conv, edge_type: EdgeType):
+    from sparkgnn.models import Model
+
+    spec = {
+        "format": "sparkgnn.Model",
+        "version": 1,
+        "source": f"typed relation {edge_key(edge_type)}",
+        "output": "embedding",
+        "in_dim": conv.in_dim,
+    }
+    return Model(spec, _modules=(NodeOpStack(), [copy.deepcopy(conv)], [NodeOpStack()]))
+
+
+def infer_typed(
+    spark: SparkSession,
+    graph: Any,
+    model: Any,
+    *,
+    out: str | None = None,
+    types: Sequence[str] | None = None,
+    strategy: str = "auto",
+    partitions: int | None = None,
+    workers: Any = "inprocess",
+    explain: bool = False,
+    work_dir: str | None = None,
+    validate: bool = True,
+    model_store: str | None = None,
+    overwrite: bool = False,
+    exchange: str = "auto",
+    materialise: str = "auto",
+) -> JobResult:
+    """Exact outputs of a typed model for every vertex of its output types (or of `types`): a
+    JobResult whose frames are keyed by node type, each (id, h[, pred]); with `out`, type T's
+    result is also written as Parquet to out/T (staged, then swapped in). Reports and plans are
+    keyed `<round>:<relation key>` per relation run."""
+    from sparkgnn.engine.api import input_paths, resolve_work_dir
+    from sparkgnn.engine.result import JobResult
+    from sparkgnn.engine.session import configure
+    from sparkgnn.outputs import check_output, discard
+
+    configure(spark)
+    out = absolute(out) if out else None
+    root = resolve_work_dir(spark, out, work_dir)
+    if out:
+        check_output(out, input_paths(graph, model, root), overwrite, holds_others=True)
+    graph, model = _coerce(spark, graph, model, validate)
+    need = needed_types(model, types)
+    outputs = list(types) if types else list(model.outputs)
+    if out:
+        for t in outputs:
+            check_output(os.path.join(out, t), input_paths(graph, model, root), overwrite)
+    run_dir = f"{root.rstrip('/')}/{RUN_FOLDER}/{uuid.uuid4().hex}"
+    reports: dict[str, Any] = {}
+    plans: dict[str, Any] = {}
+    common = dict(strategy=strategy, partitions=partitions, workers=workers, explain=explain, work_dir=root)
+    common.update(validate=False, model_store=model_store, exchange=exchange, materialise=materialise)
+
+    # round 0's inputs: the types the first round reads, with their pre ops
+    first = model.round_list()[0]
+    reads = {t for s, _, d in first.edge_types if d in need[0] for t in (s, d)} | (set(first.keep) & need[0])
+    try:
+        values = _inputs(spark, graph, model, reads, run_dir)
+        widths = {
+            t: cast(NodeOpStack, model.pre_ops[t]).out_dim(w) if t in model.pre_ops else w
+            for t, w in model.in_dims.items()
+        }
+        for index, rnd in enumerate(model.round_list()):
+            values = _run_round(spark, graph, rnd, index, need[index], values, widths, run_dir, common, reports, plans)
+            widths = rnd.out_dims(widths, index)
+        frames = _outputs(spark, model, values, outputs, out)
+    finally:
+        discard(run_dir)
+    return JobResult(frames, reports, plans)
+
+
+def _inputs(spark, graph: TypedGraph, model: HeteroModel, reads: set[str], run_dir: str) -> dict[str, DataFrame]:
+    """The first round's input rows per type it reads: the graph's features (ones for a type
+    without features, module doc) through the type's pre ops, persisted."""
+    values: dict[str, DataFrame] = {}
+    for t in sorted(reads):
+        width = model.in_dims[t]
+        have = _feature_width(graph, t)
+        frame = graph.vertices[t].selectExpr("id", "x AS h")
+        if have == 0 and width != 0:
+            log.info(f"sparkgnn: node type {t!r} has no features: it is given a constant column of {width} ones")
+            frame = frame.selectExpr("id", f"array_repeat(CAST(1.0 AS FLOAT), {width}) AS h")
+        elif have != width:
+            raise SparkGNNError(f"node type {t!r}: the graph's features are {have} wide but the model expects {width}")
+        if t in model.pre_ops:
+            frame = apply_node_ops(frame, cast(NodeOpStack, model.pre_ops[t]))
+        values[t] = _persist(spark, frame, f"{run_dir}/input/{t}")
+    return values
+
+
+def _outputs(spark, model: HeteroModel, values: dict[str, DataFrame], outputs: list[str], out: str | None):
+    """The output types' frames (id, h[, pred]); with `out`, each written to out/<type> (staged,
+    then swapped in) and read back, else checkpointed before the run folder is removed."""
+    from sparkgnn.outputs import discard, staging_path, swap_into_place
+
+    frames: dict[str, DataFrame] = {}
+    for t in outputs:
+        frame = values[t]
+        if model.output == "logits":
+            frame = frame.selectExpr("id", "h", "CAST(array_position(h, array_max(h)) - 1 AS LONG) AS pred")
+        if out:
+            target = os.path.join(out, t)
+            staged = staging_path(target)
+            try:
+                frame.write.parquet(staged)
+            except BaseException:
+                discard(staged)
+                raise
+            swap_into_place(staged, target, job="batch_inference")
+            frame = spark.read.parquet(target)
+            log.info(f"sparkgnn: typed output {t!r} -> {target}")
+        else:
+            frame = frame.localCheckpoint(eager=True)
+        frames[t] = frame
+    return frames
+
+
+def _persist(spark, frame: DataFrame, path: str) -> DataFrame:
+    frame.write.parquet(path)
+    return spark.read.parquet(path)
+
+
+def _run_round(
+    spark,
+    graph: TypedGraph,
+    rnd: HeteroRound,
+    index: int,
+    need: set[str],
+    values: dict[str, DataFrame],
+    widths: dict[str, int],
+    run_dir: str,
+    common: dict,
+    reports: dict,
+    plans: dict,
+) -> dict[str, DataFrame]:
+    """One typed round (module doc): per relation into a needed type the homogeneous engine,
+    then the cross-relation merge and the per-type node ops, each type's values persisted."""
+    from sparkgnn.engine.api import _infer_one
+
+    by_type: dict[str, list[DataFrame]] = {}
+    for edge_type, conv in rnd.conv_items():
+        s, _, d = edge_type
+        if d not in need:
+            continue
+        key = f"{index}:{edge_key(edge_type)}"
+        log.info(f"sparkgnn: typed round {index}, relation {edge_key(edge_type)} ({conv.kind})")
+        rel_graph = _relation_graph(values, graph.edges[edge_type], edge_type, widths[s], graph.name)
+        # out=None: the engine keeps the relation's rows (localCheckpoint); the merged values
+        # are what this module writes to the run folder
+        frame, reports[key], plans[key] = _infer_one(spark, rel_graph, _relation_model(conv, edge_type), **common)
+        if s != d:  # the destination type's rows, back to their own ids
+            frame = frame.where("pmod(id, 2) = 1").selectExpr("(id - 1) div 2 AS id", "h")
+        by_type.setdefault(d, []).append(frame.select("id", "h"))
+    merged: dict[str, DataFrame] = {t: merge_relations(frames, rnd.relation_aggr.name) for t, frames in by_type.items()}
+    for t, stack in rnd.keep.items():
+        if t in need:
+            merged[t] = apply_node_ops(values[t], cast(NodeOpStack, stack))
+    result = {}
+    for t, frame in merged.items():
+        if t in rnd.post:
+            frame = apply_node_ops(frame, cast(NodeOpStack, rnd.post[t]))
+        result[t] = _persist(spark, frame, f"{run_dir}/round{index}/values/{t}")
+    return result
+
+
+__all__ = ["infer_typed", "is_typed_source", "refuse_typed_job", "needed_types", "merge_relations"]

@@ -1,0 +1,270 @@
+"""Link-prediction evaluation: MRR and hits@K of held-out positive edges ranked against negatives.
+
+Definitions are OGB's link-property-prediction evaluator's (its MRR path, which PyG's examples
+also use): each positive (src, dst) is ranked among its own negatives (src, n) by score, with
+`greater` = how many negatives score above the positive (the optimistic count) and `at_least` =
+how many score at least as high (the pessimistic count); its rank is
+`1 + (greater + at_least) / 2`, so a tie counts half. MRR = mean(1 / rank), hits@K = mean(rank <= K).
+Scores are the decoder's outputs (after its `final`, as a PyG model hands them to OGB's evaluator).
+
+Negatives, two modes:
+- sampled (`sampled_counts`): `num_negatives` candidates per positive, drawn uniformly with
+  replacement from the candidates by a hash of (seed, src, dst, j), so a seed gives the same
+  negatives on every run and partitioning; unfiltered (a draw may be a known edge), as OGB's sampled
+  negatives are.
+- full (`full_counts`): every candidate except the positive's own dst (and, with `exclude`, except
+  the source's known neighbours: the filtered ranking), by source blocks x candidate tiles like the
+  exact top-k; each tile contributes its counts and the counts add up per positive.
+In both the positive is scored in the same decoder call as its negatives, so equal embeddings give
+equal scores (a tie) rather than two roundings of one product.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from sparkgnn.decoders import Decoder
+from sparkgnn.linkpred.arrays import ids, matrix
+from sparkgnn.linkpred.payload import DecoderPayload
+from sparkgnn.linkpred.tiles import pair_scores
+
+if TYPE_CHECKING:  # pyspark is imported inside functions only (docs/ARCHITECTURE.md)
+    from pyspark.sql import DataFrame
+
+HITS_AT = (1, 10, 50)
+COUNTS_SCHEMA = "src long, dst long, greater long, at_least long"
+POSITIVE_CHUNK = 1024  # positives whose [chunk, tile] score rows are compared at once
+
+
+def ogb_rank(greater: np.ndarray, at_least: np.ndarray) -> np.ndarray:
+    """OGB's rank of each positive (module doc): 1 + (optimistic + pessimistic) / 2."""
+    return 1.0 + 0.5 * (np.asarray(greater, np.float64) + np.asarray(at_least, np.float64))
+
+
+def rank_metrics(ranks: np.ndarray, hits_at: Sequence[int] = HITS_AT) -> dict[str, float]:
+    """{"mrr", "hits@K"...} of the positives' ranks (module doc); ValueError when there are none."""
+    ranks = np.asarray(ranks, np.float64)
+    if not len(ranks):
+        raise ValueError("no held-out positives to evaluate")
+    out = {"mrr": float(np.mean(1.0 / ranks))}
+    out.update({f"hits@{k}": float(np.mean(ranks <= k)) for k in hits_at})
+    return out
+
+
+def beating(pos: np.ndarray, neg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(greater, at_least) per row: negatives in neg[i] above / at least pos[i]; -inf never counts."""
+    pos = np.asarray(pos)[:, None]
+    return (neg > pos).sum(axis=1).astype(np.int64), (neg >= pos).sum(axis=1).astype(np.int64)
+
+
+def sampled_batch(
+    decoder: Decoder, h_src: np.ndarray, h_dst: np.ndarray, h_neg: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(greater, at_least) of B positives: h_src, h_dst [B, F], h_neg [B, n, F] their negatives'
+    outputs; the positive and its negatives are scored in one decoder call."""
+    b, n = h_neg.shape[0], h_neg.shape[1]
+    if b == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    right = np.concatenate([h_dst[:, None, :], h_neg], axis=1).reshape(b * (n + 1), -1)
+    left = np.repeat(h_src, n + 1, axis=0)
+    scores = decoder(torch.from_numpy(left), torch.from_numpy(np.ascontiguousarray(right))).numpy()
+    scores = scores.reshape(b, n + 1)
+    return beating(scores[:, 0], scores[:, 1:])
+
+
+def tile_counts(
+    decoder: Decoder,
+    src_ids: np.ndarray,
+    sources: np.ndarray,
+    cand_ids: np.ndarray,
+    candidates: np.ndarray,
+    pos_src: np.ndarray,
+    pos_dst: np.ndarray,
+    pos_h: np.ndarray,
+    exclude: tuple[np.ndarray, np.ndarray] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(greater, at_least) of each positive (pos_src[i], pos_dst[i], h of pos_dst pos_h[i]) against
+    this tile's candidates, leaving out the positive's own dst and, with `exclude`, the (src, dst)
+    pairs given (known edges). Every pos_src must be in `src_ids` (the block's sources)."""
+    order = np.argsort(cand_ids, kind="stable")
+    cand_ids, candidates = np.asarray(cand_ids, np.int64)[order], candidates[order]
+    pos_src, pos_dst = np.asarray(pos_src, np.int64), np.asarray(pos_dst, np.int64)
+    n_pos = len(pos_src)
+    greater, at_least = np.zeros(n_pos, np.int64), np.zeros(n_pos, np.int64)
+    if not n_pos or not len(cand_ids):
+        return greater, at_least
+    src_ids = np.asarray(src_ids, np.int64)
+    by_id = np.argsort(src_ids, kind="stable")
+    at = np.minimum(np.searchsorted(src_ids[by_id], pos_src), len(src_ids) - 1)
+    if not np.array_equal(src_ids[by_id][at], pos_src):
+        raise ValueError("every positive's source must be among the block's sources")
+    row_of = by_id[at]
+    # left out per positive: its own dst, and its source's excluded pairs that fall in this tile
+    col = np.minimum(np.searchsorted(cand_ids, pos_dst), len(cand_ids) - 1)
+    own = cand_ids[col] == pos_dst
+    skip_p, skip_c = [np.flatnonzero(own)], [col[own]]
+    if exclude is not None and len(exclude[0]):
+        by_src = np.argsort(pos_src, kind="stable")
+        sorted_src = pos_src[by_src]
+        ex_src, ex_dst = np.asarray(exclude[0], np.int64), np.asarray(exclude[1], np.int64)
+        col = np.minimum(np.searchsorted(cand_ids, ex_dst), len(cand_ids) - 1)
+        in_tile = cand_ids[col] == ex_dst
+        ex_src, col = ex_src[in_tile], col[in_tile]
+        lo, hi = np.searchsorted(sorted_src, ex_src, "left"), np.searchsorted(sorted_src, ex_src, "right")
+        count = hi - lo
+        starts = np.repeat(lo - np.cumsum(np.r_[0, count[:-1]]), count)
+        skip_p.append(by_src[np.arange(count.sum()) + starts])
+        skip_c.append(np.repeat(col, count))
+    skip = np.unique(np.concatenate(skip_p) * len(cand_ids) + np.concatenate(skip_c))
+    skip_p_all, skip_c_all = skip // len(cand_ids), skip % len(cand_ids)
+    for start in range(0, n_pos, POSITIVE_CHUNK):
+        chunk = slice(start, min(n_pos, start + POSITIVE_CHUNK))
+        rows_c = row_of[chunk]
+        uniq, inverse = np.unique(rows_c, return_inverse=True)
+        right = np.concatenate([pos_h[chunk], candidates], axis=0)
+        raw = pair_scores(decoder, sources[uniq], right)
+        scores = decoder.apply_final(torch.from_numpy(np.ascontiguousarray(raw))).numpy()
+        width = chunk.stop - chunk.start
+        pos = scores[inverse, np.arange(width)]
+        neg = scores[inverse, width:]
+        mine = (skip_p_all >= chunk.start) & (skip_p_all < chunk.stop)
+        neg[skip_p_all[mine] - chunk.start, skip_c_all[mine]] = -np.inf
+        g, a = beating(pos, neg)
+        greater[chunk], at_least[chunk] = g, a
+    return greater, at_least
+
+
+def sample_negatives(positives: DataFrame, candidates: DataFrame, num_negatives: int, seed: int) -> DataFrame:
+    """(src, dst, neg): `num_negatives` candidate ids per positive (module doc: seeded, uniform,
+    with replacement). `candidates`: an `id` frame, numbered 0..C-1 in id order by one window over
+    the ids alone (Spark runs it in one partition: 8 bytes a candidate)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    indexed = candidates.select("id").withColumn("idx", F.row_number().over(Window.orderBy("id")) - F.lit(1))
+    count = indexed.count()
+    if not count:
+        raise ValueError("there are no candidates to draw negatives from")
+    drawn = positives.select("src", "dst", F.explode(F.sequence(F.lit(0), F.lit(num_negatives - 1))).alias("j"))
+    drawn = drawn.withColumn("idx", F.pmod(F.xxhash64(F.lit(seed), "src", "dst", "j"), F.lit(count)))
+    return drawn.join(indexed, on="idx").select("src", "dst", F.col("id").alias("neg"))
+
+
+def sampled_counts(
+    nodes: DataFrame, positives: DataFrame, decoder: Decoder, candidates: DataFrame, num_negatives: int, seed: int
+) -> DataFrame:
+    """(src, dst, greater, at_least) of each distinct positive against its sampled negatives."""
+    from pyspark.sql import functions as F
+
+    payload = DecoderPayload.of(decoder)
+    positives = positives.select("src", "dst").distinct()
+    negs = (
+        sample_negatives(positives, candidates, num_negatives, seed)
+        .join(nodes.select(F.col("id").alias("neg"), F.col("h").alias("h_neg")), on="neg")
+        .groupBy("src", "dst")
+        .agg(F.collect_list("h_neg").alias("h_negs"))
+    )
+    rows = (
+        negs.join(nodes.select(F.col("id").alias("src"), F.col("h").alias("h_src")), on="src")
+        .join(nodes.select(F.col("id").alias("dst"), F.col("h").alias("h_dst")), on="dst")
+        .select("src", "dst", "h_src", "h_dst", "h_negs")
+    )
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        torch.set_num_threads(1)
+        built = payload.build()
+        for batch in batches:
+            h_src, h_dst = matrix(batch.column("h_src")), matrix(batch.column("h_dst"))
+            h_neg = matrix(batch.column("h_negs").flatten()).reshape(len(batch), num_negatives, -1)
+            greater, at_least = sampled_batch(built, h_src, h_dst, h_neg)
+            yield pa.RecordBatch.from_arrays(
+                [pa.array(ids(batch.column("src"))), pa.array(ids(batch.column("dst"))), greater, at_least],
+                names=["src", "dst", "greater", "at_least"],
+            )
+
+    return rows.mapInArrow(run, COUNTS_SCHEMA)
+
+
+def full_counts(
+    nodes: DataFrame,
+    positives: DataFrame,
+    decoder: Decoder,
+    *,
+    candidates: DataFrame | None = None,
+    exclude: DataFrame | None = None,
+    partitions: int = 2,
+) -> DataFrame:
+    """(src, dst, greater, at_least) of each distinct positive against every candidate (module doc)."""
+    from pyspark.sql import functions as F
+
+    from sparkgnn.linkpred.topk import blocks, exclusions
+
+    payload = DecoderPayload.of(decoder)
+    positives = positives.select("src", "dst").distinct()
+    cand_nodes = nodes if candidates is None else nodes.join(candidates.select("id"), on="id")
+    src_nodes = nodes.join(positives.select(F.col("src").alias("id")).distinct(), on="id")
+    pos = (
+        positives.join(nodes.select(F.col("id").alias("dst"), F.col("h").alias("h_dst")), on="dst")
+        .withColumn("s_block", F.pmod(F.xxhash64("src"), F.lit(partitions)).cast("int"))
+        .groupBy("s_block")
+        .agg(
+            F.collect_list("src").alias("p_src"),
+            F.collect_list("dst").alias("p_dst"),
+            F.collect_list("h_dst").alias("p_h"),
+        )
+    )
+    s_blocks = blocks(src_nodes, partitions, "s_").join(pos, on="s_block")
+    excluding = exclude is not None
+    if exclude is not None:
+        s_blocks = s_blocks.join(exclusions(exclude, src_nodes, partitions), on="s_block", how="left")
+    units = s_blocks.crossJoin(blocks(cand_nodes, partitions, "c_")).repartition(partitions * partitions)
+
+    def count_units(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        torch.set_num_threads(1)
+        built = payload.build()
+        for batch in batches:
+            for i in range(len(batch)):
+                p_src, p_dst = ids(batch.column("p_src")[i].values), ids(batch.column("p_dst")[i].values)
+                excl = None
+                if excluding and batch.column("ex_src")[i].is_valid:
+                    excl = (ids(batch.column("ex_src")[i].values), ids(batch.column("ex_dst")[i].values))
+                greater, at_least = tile_counts(
+                    built,
+                    ids(batch.column("s_ids")[i].values),
+                    matrix(batch.column("s_hs")[i].values),
+                    ids(batch.column("c_ids")[i].values),
+                    matrix(batch.column("c_hs")[i].values),
+                    p_src,
+                    p_dst,
+                    matrix(batch.column("p_h")[i].values),
+                    excl,
+                )
+                yield pa.RecordBatch.from_arrays(
+                    [pa.array(p_src), pa.array(p_dst), greater, at_least], names=["src", "dst", "greater", "at_least"]
+                )
+
+    partial = units.mapInArrow(count_units, COUNTS_SCHEMA)
+    return partial.groupBy("src", "dst").agg(
+        F.sum("greater").cast("long").alias("greater"), F.sum("at_least").cast("long").alias("at_least")
+    )
+
+
+def metrics_of(counts: DataFrame, hits_at: Sequence[int] = HITS_AT) -> dict[str, float]:
+    """rank_metrics of the (greater, at_least) counts, aggregated in Spark; plus "positives"."""
+    from pyspark.sql import functions as F
+
+    rank = F.lit(1.0) + F.lit(0.5) * (F.col("greater") + F.col("at_least"))
+    aggs = [F.count(F.lit(1)).alias("positives"), F.avg(F.lit(1.0) / rank).alias("mrr")]
+    aggs += [F.avg((rank <= F.lit(k)).cast("double")).alias(f"hits@{k}") for k in hits_at]
+    row = counts.agg(*aggs).collect()[0]
+    if not row["positives"]:
+        raise ValueError("no held-out positives to evaluate")
+    return {
+        "positives": int(row["positives"]),
+        **{name: float(row[name]) for name in ["mrr"] + [f"hits@{k}" for k in hits_at]},
+    }

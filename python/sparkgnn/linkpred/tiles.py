@@ -1,0 +1,96 @@
+"""Exact top-k by tiles: score a block of sources against a tile of candidates, keep each source's
+k best, and merge the partial lists of all tiles into the final ranking.
+
+Order: a higher raw score first, and among equal scores the SMALLER candidate id, so the result is
+one total order and every run and partitioning gives the same answer. WHY this merges exactly: each
+tile keeps a source's k best of its candidates under that order; the k best overall are each the
+best of their own tile's candidates that rank above them, so they are among the tile's k kept
+(`merge_topk` of the partial lists = the top-k of the union). Ranking uses the decoder's raw score
+(before a `final` sigmoid, which may round distinct scores to one value); the output score is
+`final(raw)`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from sparkgnn.decoders import Decoder
+
+PAIR_CHUNK = 1 << 16  # pairs per decoder call for decoders that are not an inner product
+
+
+def pair_scores(decoder: Decoder, sources: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+    """[S, C] raw scores of every (source, candidate) pair: a matrix product for inner-product
+    decoders, the decoder over the pairs in chunks otherwise."""
+    s, c = torch.from_numpy(np.ascontiguousarray(sources)), torch.from_numpy(np.ascontiguousarray(candidates))
+    with torch.no_grad():
+        if decoder.inner_product:
+            return (decoder.search_vectors(s) @ decoder.search_vectors(c).T).numpy()
+        out = np.empty(len(s) * len(c), dtype=np.float32)
+        rows = max(1, PAIR_CHUNK // max(1, len(c)))
+        for start in range(0, len(s), rows):
+            block = s[start : start + rows]
+            left = block.repeat_interleave(len(c), dim=0)
+            right = c.repeat(len(block), 1)
+            out[start * len(c) : (start + len(block)) * len(c)] = decoder.raw(left, right).numpy()
+        return out.reshape(len(s), len(c))
+
+
+def locate_pairs(
+    row_ids: np.ndarray, sorted_col_ids: np.ndarray, pair_src: np.ndarray, pair_dst: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, cols) of the (src, dst) pairs whose src is in `row_ids` and dst in `sorted_col_ids`
+    (ascending), as indices into those arrays; pairs outside the block are dropped."""
+    row_ids = np.asarray(row_ids, np.int64)
+    pair_src, pair_dst = np.asarray(pair_src, np.int64), np.asarray(pair_dst, np.int64)
+    if not len(row_ids) or not len(sorted_col_ids):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    by_id = np.argsort(row_ids, kind="stable")
+    row_pos = np.minimum(np.searchsorted(row_ids[by_id], pair_src), len(row_ids) - 1)
+    col_pos = np.minimum(np.searchsorted(sorted_col_ids, pair_dst), len(sorted_col_ids) - 1)
+    hit = (row_ids[by_id][row_pos] == pair_src) & (sorted_col_ids[col_pos] == pair_dst)
+    return by_id[row_pos[hit]], col_pos[hit]
+
+
+def tile_topk(
+    decoder: Decoder,
+    src_ids: np.ndarray,
+    sources: np.ndarray,
+    cand_ids: np.ndarray,
+    candidates: np.ndarray,
+    k: int,
+    exclude: tuple[np.ndarray, np.ndarray] | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(src, dst, raw score) of each source's k best candidates in this tile (module doc's order).
+    `exclude`: (src, dst) pairs never to return (known edges)."""
+    order = np.argsort(cand_ids, kind="stable")
+    cand_ids, candidates = cand_ids[order], candidates[order]
+    scores = pair_scores(decoder, sources, candidates).astype(np.float32, copy=False)
+    if exclude is not None and len(exclude[0]):
+        rows, cols = locate_pairs(src_ids, cand_ids, exclude[0], exclude[1])
+        scores[rows, cols] = -np.inf
+    keep = min(k, len(cand_ids))
+    # a stable sort of -score keeps the smaller id (earlier column) first among equal scores
+    top = np.argsort(-scores, axis=1, kind="stable")[:, :keep]
+    kept = np.take_along_axis(scores, top, axis=1)
+    valid = kept > -np.inf  # excluded pairs are never returned
+    src = np.repeat(np.asarray(src_ids, dtype=np.int64), keep).reshape(len(src_ids), keep)
+    return src[valid], cand_ids[top][valid], kept[valid]
+
+
+def merge_topk(
+    src: np.ndarray, dst: np.ndarray, score: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(src, dst, score, rank) of each source's k best among partial lists (rank 1 = best), sorted
+    by source then rank."""
+    src, dst, score = np.asarray(src, np.int64), np.asarray(dst, np.int64), np.asarray(score, np.float32)
+    order = np.lexsort((dst, -score, src))
+    src, dst, score = src[order], dst[order], score[order]
+    if not len(src):
+        return src, dst, score, np.zeros(0, np.int32)
+    starts = np.r_[0, np.flatnonzero(src[1:] != src[:-1]) + 1]
+    group_start = np.repeat(starts, np.diff(np.r_[starts, len(src)]))
+    rank = (np.arange(len(src)) - group_start + 1).astype(np.int32)
+    keep = rank <= k
+    return src[keep], dst[keep], score[keep], rank[keep]

@@ -1,0 +1,137 @@
+"""Top-k candidates per source node across Spark tasks (exact), from the node outputs (id, h).
+
+Sources and candidates are hashed into blocks (collect_list of ids and outputs per block); the
+cross join of source blocks and candidate tiles makes one row per (block, tile) unit of work,
+spread over the partitions; each unit scores its tile and keeps each source's k best
+(tiles.tile_topk), and the partial lists are shuffled by source and merged (tiles.merge_topk:
+exact, see tiles.py). With `exclude` (the graph's edges), a source's known neighbours are never
+returned: each source block carries its own out-edges. Output (src long, dst long, score float,
+rank int), score = the decoder's final score, rank 1 = best.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from sparkgnn.decoders import Decoder
+from sparkgnn.linkpred.arrays import ids, matrix
+from sparkgnn.linkpred.payload import DecoderPayload
+from sparkgnn.linkpred.tiles import merge_topk, tile_topk
+
+if TYPE_CHECKING:  # pyspark is imported inside functions only (docs/ARCHITECTURE.md)
+    from pyspark.sql import DataFrame
+
+PARTIAL_SCHEMA = "src long, dst long, score float"
+TOPK_SCHEMA = "src long, dst long, score float, rank int"
+
+
+def check_k(k: int) -> int:
+    """`k` if it is >= 1, else ValueError (one line)."""
+    if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k <= 0:
+        raise ValueError(f"k must be an integer >= 1, got {k!r}")
+    return int(k)
+
+
+def blocks(nodes: DataFrame, count: int, prefix: str) -> DataFrame:
+    """(<prefix>block, <prefix>ids, <prefix>hs): `nodes` (id, h) hashed into `count` blocks."""
+    from pyspark.sql import functions as F
+
+    return (
+        nodes.withColumn(f"{prefix}block", F.pmod(F.xxhash64("id"), F.lit(count)).cast("int"))
+        .groupBy(f"{prefix}block")
+        .agg(F.collect_list("id").alias(f"{prefix}ids"), F.collect_list("h").alias(f"{prefix}hs"))
+    )
+
+
+def _unit(row_batch: pa.RecordBatch, i: int, excluding: bool):
+    src_ids = ids(row_batch.column("s_ids")[i].values)
+    sources = matrix(row_batch.column("s_hs")[i].values)
+    cand_ids = ids(row_batch.column("c_ids")[i].values)
+    candidates = matrix(row_batch.column("c_hs")[i].values)
+    exclude = None
+    if excluding:
+        ex_src, ex_dst = row_batch.column("ex_src")[i], row_batch.column("ex_dst")[i]
+        if ex_src.is_valid:
+            exclude = (ids(ex_src.values), ids(ex_dst.values))
+    return src_ids, sources, cand_ids, candidates, exclude
+
+
+def topk_frame(
+    nodes: DataFrame,
+    decoder: Decoder,
+    k: int,
+    *,
+    sources: DataFrame | None = None,
+    candidates: DataFrame | None = None,
+    exclude: DataFrame | None = None,
+    partitions: int = 2,
+) -> DataFrame:
+    """Exact top-k (module doc). `sources` / `candidates`: `id` frames restricting each side (None:
+    every node); `exclude`: (src, dst) pairs never returned; `partitions`: source blocks and
+    candidate tiles each (so partitions^2 units of work) and the merge's partitions."""
+    k = check_k(k)
+    payload = DecoderPayload.of(decoder)
+    src_nodes = nodes if sources is None else nodes.join(sources.select("id"), on="id")
+    cand_nodes = nodes if candidates is None else nodes.join(candidates.select("id"), on="id")
+    s_blocks = blocks(src_nodes, partitions, "s_")
+    c_blocks = blocks(cand_nodes, partitions, "c_")
+    excluding = exclude is not None
+    if exclude is not None:
+        s_blocks = s_blocks.join(exclusions(exclude, src_nodes, partitions), on="s_block", how="left")
+    units = s_blocks.crossJoin(c_blocks).repartition(partitions * partitions)
+
+    def score_units(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        torch.set_num_threads(1)
+        built = payload.build()
+        for batch in batches:
+            for i in range(len(batch)):
+                src_ids, srcs, cand_ids, cands, excl = _unit(batch, i, excluding)
+                src, dst, score = tile_topk(built, src_ids, srcs, cand_ids, cands, k, excl)
+                yield pa.RecordBatch.from_arrays(
+                    [pa.array(src), pa.array(dst), pa.array(score, pa.float32())], names=["src", "dst", "score"]
+                )
+
+    return merge_partial(units.mapInArrow(score_units, PARTIAL_SCHEMA), payload, k, partitions)
+
+
+def exclusions(exclude: DataFrame, src_nodes: DataFrame, partitions: int) -> DataFrame:
+    """(s_block, ex_src, ex_dst): the (src, dst) pairs of `exclude` whose src is a source, grouped
+    by the source block `blocks(src_nodes, partitions, "s_")` puts that src in."""
+    from pyspark.sql import functions as F
+
+    return (
+        exclude.select(F.col("src").cast("long").alias("src"), F.col("dst").cast("long").alias("dst"))
+        .join(src_nodes.select(F.col("id").alias("src")), on="src")
+        .withColumn("s_block", F.pmod(F.xxhash64("src"), F.lit(partitions)).cast("int"))
+        .groupBy("s_block")
+        .agg(F.collect_list("src").alias("ex_src"), F.collect_list("dst").alias("ex_dst"))
+    )
+
+
+def merge_partial(partial: DataFrame, payload: DecoderPayload, k: int, partitions: int) -> DataFrame:
+    """The final top-k (TOPK_SCHEMA) of partial lists (PARTIAL_SCHEMA, raw scores): shuffled by
+    source, merged (tiles.merge_topk), the decoder's `final` applied to the kept scores."""
+
+    def merge(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        table = pa.Table.from_batches(
+            list(batches), schema=pa.schema([("src", pa.int64()), ("dst", pa.int64()), ("score", pa.float32())])
+        )
+        src, dst, raw, rank = merge_topk(
+            ids(table.column("src")),
+            ids(table.column("dst")),
+            table.column("score").to_numpy().astype(np.float32),
+            k,
+        )
+        built = payload.build()
+        score = built.apply_final(torch.from_numpy(raw)).numpy().astype(np.float32)
+        yield pa.RecordBatch.from_arrays(
+            [pa.array(src), pa.array(dst), pa.array(score, pa.float32()), pa.array(rank, pa.int32())],
+            names=["src", "dst", "score", "rank"],
+        )
+
+    return partial.repartition(partitions, "src").mapInArrow(merge, TOPK_SCHEMA)

@@ -1,0 +1,78 @@
+"""`sparkgnn-refresh follow`: keep a PE store fresh under a folder of graph update files.
+
+    sparkgnn-refresh follow --graph DIR --model PATH --store DIR --updates DIR --state DIR
+                            [--max-batch-updates N] [--max-latency-s S] [--poll-s S]
+                            [--max-batches N] [--idle-timeout-s S] [--verify sizes|checksums]
+
+Runs pe/follow.RefreshFollower until --max-batches batches ran, nothing arrived for
+--idle-timeout-s, or SIGTERM / SIGINT (the batch in progress finishes first; a kill at any point
+is safe: a restart on the same --state resumes with nothing applied twice). One progress line per
+batch on stdout; a user error (a state folder of another graph, a stale store): one line on
+stderr, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+
+from sparkgnn.cliargs import positive_float, positive_int, require_inputs, run_cli
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="sparkgnn-refresh", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    follow = commands.add_parser("follow", help="apply update files as they arrive, batch by batch")
+    follow.add_argument("--graph", required=True, help="the graph directory the store's version was computed for")
+    follow.add_argument("--model", required=True, help="the model the store was computed with (Model.save)")
+    follow.add_argument("--store", required=True, help="PE store root (each batch commits a new version there)")
+    follow.add_argument("--updates", required=True, help="folder the update files (graph.updates Parquet) arrive in")
+    follow.add_argument("--state", required=True, help="checkpoint, batch log and dead letters (resume from it)")
+    follow.add_argument("--max-batch-updates", type=positive_int, default=10_000, help="update rows per batch")
+    follow.add_argument("--max-latency-s", type=positive_float, default=0.2, help="oldest file's wait per batch")
+    follow.add_argument("--poll-s", type=positive_float, default=0.05, help="how often the folder is listed")
+    follow.add_argument("--max-batches", type=positive_int, default=None, help="stop after this many batches")
+    follow.add_argument("--idle-timeout-s", type=positive_float, default=None, help="stop when idle this long")
+    follow.add_argument("--verify", default="sizes", choices=["sizes", "checksums"], help="store check on open")
+    args = parser.parse_args(argv)
+    require_inputs(parser, {"--graph": args.graph, "--model": args.model, "--store": args.store,
+                            "--updates": args.updates})  # fmt: skip
+    return args
+
+
+def _follow(args: argparse.Namespace) -> int:
+    from sparkgnn.pe.follow import RefreshFollower
+
+    follower = RefreshFollower(
+        graph=args.graph,
+        model=args.model,
+        store=args.store,
+        updates=args.updates,
+        state=args.state,
+        max_batch_updates=args.max_batch_updates,
+        max_latency_s=args.max_latency_s,
+        poll_s=args.poll_s,
+        verify=args.verify,
+    )
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: follower.stop())
+    ran = follower.run(max_batches=args.max_batches, idle_timeout_s=args.idle_timeout_s)
+    report = follower.report()
+    print(
+        f"sparkgnn-refresh follow: {len(ran)} batches this run, {report['batches']} in all; version "
+        f"{report['graph_fingerprint'][:12]} at {report['store']}; {report['dead_letters']} dead-lettered"
+    )
+    return 0
+
+
+def main(argv=None) -> int:
+    from sparkgnn.logs import install_cli_handler
+
+    args = parse_args(argv)
+    install_cli_handler()  # the follower's progress lines (sparkgnn loggers) on stdout
+    return run_cli("sparkgnn-refresh", lambda: _follow(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

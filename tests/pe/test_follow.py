@@ -1,0 +1,163 @@
+"""The refresh follower (pe/follow.py): a sequence of update files applied in batches gives the
+store a precompute of the updated graph gives (files of a batch composed in order, including an
+edge inserted then deleted, a feature set back, a vertex deleted then inserted again); malformed
+files and files the graph refuses are dead-lettered and the stream goes on; a follower killed
+between batches or between a batch's store commit and its checkpoint resumes with nothing
+applied twice or lost."""
+
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from test_refresh import assert_same_store, graph, model_of  # noqa: E402, F401
+
+from sparkgnn.deadletter import read_dead_letters  # noqa: E402
+from sparkgnn.graph.updates import GraphUpdate, apply  # noqa: E402
+from sparkgnn.pe import PEStore  # noqa: E402
+from sparkgnn.pe.follow import BatchCounts, FollowError, RefreshFollower, RunningFingerprint, compose  # noqa: E402
+from sparkgnn.pe.local import precompute_local  # noqa: E402
+from sparkgnn.pe.refresh import refresh_local  # noqa: E402
+
+
+def updates_in_order(g):
+    """Four updates, each valid against the graph the ones before it leave."""
+    ids, d = g.ids, g.feature_dim
+    one = np.ones(1, np.float32)
+    new_id = int(ids.max()) + 1
+    victim = int(ids[-1])  # deleted by the second, inserted again by the fourth
+    e = 5  # an existing edge, deleted by the third
+    return [
+        GraphUpdate(  # an edge in, a vertex in, a feature changed
+            edge_insert_src=ids[[3, 7]],
+            edge_insert_dst=np.array([ids[17], new_id]),
+            edge_insert_weight=np.ones(2, np.float32),
+            vertex_insert_ids=np.array([new_id]),
+            vertex_insert_x=np.full((1, d), 0.5, np.float32),
+            feature_update_ids=ids[[40]],
+            feature_update_x=np.ones((1, d), np.float32),
+        ),
+        GraphUpdate(  # the edge out again, the feature set back, a vertex out
+            edge_delete_src=ids[[3]],
+            edge_delete_dst=ids[[17]],
+            edge_delete_weight=one,
+            feature_update_ids=ids[[40]],
+            feature_update_x=g.x[[40]],
+            vertex_delete_ids=np.array([victim]),
+        ),
+        GraphUpdate(
+            edge_delete_src=ids[g.edge_src[[e]]],
+            edge_delete_dst=ids[g.edge_dst[[e]]],
+            edge_delete_weight=g.weight[[e]],
+            edge_insert_src=np.array([new_id]),
+            edge_insert_dst=ids[[9]],
+            edge_insert_weight=one,
+        ),
+        GraphUpdate(  # the deleted vertex back under its id, with an edge
+            vertex_insert_ids=np.array([victim]),
+            vertex_insert_x=np.zeros((1, d), np.float32),
+            edge_insert_src=np.array([victim]),
+            edge_insert_dst=ids[[11]],
+            edge_insert_weight=one,
+        ),
+    ]
+
+
+def final_graph(g, updates):
+    for u in updates:
+        g = apply(u, g).graph
+    return g
+
+
+def test_composed_updates_refresh_to_a_precompute_of_the_last_graph(graph, tmp_path):  # noqa: F811
+    model = model_of("sage", graph.feature_dim, 2)
+    root = str(tmp_path / "store")
+    precompute_local(graph, model, root)
+    updates = updates_in_order(graph)
+    composed, g = None, graph
+    for u in updates:
+        step = apply(u, g)
+        composed = step if composed is None else compose(composed, step, graph.x)
+        g = step.graph
+    assert 40 not in composed.feature_changed  # set back to its old value
+    # the running fingerprint follows the change alone and agrees with hashing the graph whole
+    running = RunningFingerprint.of(graph).advance(composed)
+    assert running.graph is g and g.__dict__["fingerprint"] == final_graph(graph, updates).fingerprint
+    refreshed, _ = refresh_local(graph, BatchCounts([u.counts() for u in updates]), model, root, applied=composed)
+    want = precompute_local(g, model, str(tmp_path / "scratch"))
+    assert refreshed.manifest["graph_fingerprint"] == g.fingerprint
+    assert_same_store(refreshed, want, g.ids, 2)
+
+
+def drop(folder, name: str, update: GraphUpdate | bytes, t: float) -> None:
+    path = os.path.join(folder, name)
+    if isinstance(update, bytes):
+        with open(path, "wb") as fh:
+            fh.write(update)
+    else:
+        update.write(path)
+    os.utime(path, (t, t))  # arrival order
+
+
+def test_batches_dead_letters_and_resumes_apply_every_file_once(graph, tmp_path, monkeypatch):  # noqa: F811
+    model = model_of("gcn", graph.feature_dim, 2)
+    root, inbox, state = str(tmp_path / "store"), str(tmp_path / "in"), str(tmp_path / "state")
+    os.makedirs(inbox)
+    precompute_local(graph, model, root)
+    updates = updates_in_order(graph)
+    drop(inbox, "a.parquet", updates[0], 1000)
+    drop(inbox, "b.parquet", b"not parquet", 1001)
+    drop(inbox, "c.parquet", updates[1], 1002)
+
+    def follower(size=3):
+        return RefreshFollower(
+            graph=graph, model=model, store=root, updates=inbox, state=state, max_batch_updates=size, max_latency_s=0
+        )
+
+    first = follower()
+    ran = first.run(max_batches=1)
+    assert [(p.batch, p.files, p.dead_letters) for p in ran] == [(1, 1, 0)]  # a.parquet holds 6 rows >= 3
+    # killed between the second batch's store commit and its checkpoint: the rerun redoes it from its log
+    second = follower()
+    real = RefreshFollower._write_checkpoint
+    calls = []
+
+    def killed_at_commit(self):
+        calls.append(self.checkpoint["pending"])
+        if self.checkpoint["pending"] is None:
+            raise KeyboardInterrupt("killed")
+        real(self)
+
+    monkeypatch.setattr(RefreshFollower, "_write_checkpoint", killed_at_commit)
+    with pytest.raises(KeyboardInterrupt):
+        second.run(max_batches=1)
+    monkeypatch.undo()
+    assert calls[0]["files"] == ["b.parquet", "c.parquet"]  # size bound: b counts 1 row, c 4 -> 5 >= 3
+    drop(inbox, "d.parquet", updates[2], 1003)
+    drop(inbox, "e.parquet", GraphUpdate(vertex_delete_ids=np.array([-7])), 1004)  # unknown vertex
+    drop(inbox, "f.parquet", updates[3], 1005)
+    third = follower(size=100)  # redoes batch 2 on start
+    assert third.batches_done == 2 and third.checkpoint["pending"] is None
+    ran = third.run(idle_timeout_s=0)
+    assert [(p.batch, p.files, p.dead_letters) for p in ran] == [(3, 2, 1)]  # d and f composed in one batch
+    want_graph = final_graph(graph, updates)
+    assert third.graph.fingerprint == want_graph.fingerprint
+    assert third.checkpoint["dead"] == ["b.parquet", "e.parquet"]
+    dead = read_dead_letters(os.path.join(state, "dead"))
+    assert [d["file"].rsplit("/", 1)[1] for d in dead] == ["b.parquet", "e.parquet"]
+    assert "cannot read" in dead[0]["reason"] and "-7" in dead[1]["reason"]
+    store = PEStore.open(root, model=model, graph=want_graph)
+    assert store.base == third.store.base
+    want = precompute_local(want_graph, model, str(tmp_path / "scratch"))
+    assert_same_store(store, want, want_graph.ids, 2)
+    with open(os.path.join(state, "checkpoint.json")) as fh:
+        applied = [name for b in json.load(fh)["batches"] for name in b["applied"]]
+    assert applied == ["a.parquet", "c.parquet", "d.parquet", "f.parquet"]  # each once, in order
+    # a fourth start replays the log to the same version and finds nothing to do
+    fourth = follower()
+    assert fourth.graph.fingerprint == want_graph.fingerprint and fourth.poll(flush=True) is None
+    with pytest.raises(FollowError, match="follows from graph"):
+        RefreshFollower(graph=want_graph, model=model, store=root, updates=inbox, state=state)

@@ -1,0 +1,40 @@
+"""`sparkgnn-refresh follow` (pe/refresh_cli.py): follows a folder until idle, printing one line per
+batch and a summary; a state folder started from another graph is refused in one line, exit 2."""
+
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+from test_refresh import graph, model_of  # noqa: E402, F401
+
+from sparkgnn.graph import write_graph_dir  # noqa: E402
+from sparkgnn.graph.updates import GraphUpdate, apply  # noqa: E402
+from sparkgnn.pe import PEStore  # noqa: E402
+from sparkgnn.pe.local import precompute_local  # noqa: E402
+from sparkgnn.pe.refresh_cli import main  # noqa: E402
+
+
+def test_follow_until_idle_then_refuse_a_state_of_another_graph(graph, tmp_path, capsys):  # noqa: F811
+    model = model_of("sage", graph.feature_dim, 2)
+    model.save(str(tmp_path / "model"))
+    write_graph_dir(graph, str(tmp_path / "g"))
+    precompute_local(graph, model, str(tmp_path / "store"))
+    os.makedirs(tmp_path / "in")
+    ids = graph.ids
+    update = GraphUpdate(edge_insert_src=ids[[1]], edge_insert_dst=ids[[2]], edge_insert_weight=np.ones(1, np.float32))
+    update.write(str(tmp_path / "in" / "u1.parquet"))
+    args = ["follow", "--graph", str(tmp_path / "g"), "--model", str(tmp_path / "model"), "--store",
+            str(tmp_path / "store"), "--updates", str(tmp_path / "in"), "--state", str(tmp_path / "state"),
+            "--idle-timeout-s", "0.05"]  # fmt: skip
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "refresh follow: batch 1: 1 updates from 1 files" in out
+    assert "1 batches this run, 1 in all" in out
+    PEStore.open(str(tmp_path / "store"), model=model, graph=apply(update, graph).graph)
+    write_graph_dir(apply(update, graph).graph, str(tmp_path / "g2"))
+    args[2] = str(tmp_path / "g2")
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "follows from graph" in err[0]
