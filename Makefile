@@ -31,10 +31,12 @@ jar: venv
 	$(PY) jvm/build.py --out $(JAR)
 
 # The suite runs on TEST_WORKERS processes (pytest-xdist), whole files per process (--dist loadfile)
-# so each file's module-scoped fixtures and its process's one SparkSession are built once. The two
-# processes keep both cores busy: the suite is CPU-bound (handing the long files out first did not
-# shorten it). TEST_WORKERS=0 runs it in this process.
-TEST_WORKERS ?= 2
+# so each file's module-scoped fixtures and its process's one SparkSession are built once. Three
+# processes on two cores: the messenger and service tests wait on sockets and timeouts (a third of
+# a core idle with two processes), and the last long files leave one process running alone; with
+# three the cores stayed busy to the end (measured with /proc/stat every 10 s). Handing the long
+# files out first did not shorten it. TEST_WORKERS=0 runs it in this process.
+TEST_WORKERS ?= 3
 # The 25 slowest tests are listed at the end of every run (CI's log says where the suite's time goes).
 PYTEST_ARGS ?= --durations=25
 test: venv jar

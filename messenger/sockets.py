@@ -47,8 +47,15 @@ def make(
         sock.setsockopt(zmq.ROUTING_ID, identity)
     if server_auth is not None:
         server_auth.secure(sock, allow)
-    elif client_keys is not None:
-        security.make_client(sock, client_keys)
+    else:
+        if hasattr(zmq, "ZAP_ENFORCE_DOMAIN"):
+            # a socket with no ZAP domain never consults a ZAP handler: without this libzmq sends
+            # an unkeyed (NULL) socket's handshakes to whatever handler the context has (a keyed
+            # server's, which refuses NULL), so an unkeyed loopback run sharing a context with
+            # a keyed one would be cut off
+            sock.setsockopt(zmq.ZAP_ENFORCE_DOMAIN, 1)
+        if client_keys is not None:
+            security.make_client(sock, client_keys)
     return sock
 
 

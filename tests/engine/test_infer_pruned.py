@@ -65,17 +65,18 @@ def test_local_run_equals_pyg_rows(spark, graph_dirs, work_dir, model_name):
         assert [s.label for s in report.steps][:2] == ["pruned frontier", "pruned gather"]
 
 
-# Every (strategy, P) pair runs one of the five layer types, rotating, so every strategy meets every
-# partition count and every layer type runs through the engine, without the whole 5 x 9 matrix in CI
-# (the local run above covers every layer type; the strategies' own exactness is test_infer_exact's).
-COMBOS = [(s, p) for s in ("edge_join", "replicate", "combine") for p in (1, 3, 8)]
+# A Latin square over (strategy, P): each strategy runs once, each partition count once, each with
+# its own layer type. What pruning adds to a strategy (the frontier's vertex sets, the subgraph the
+# engine runs) does not depend on P; the strategies' exactness at every P and layer type is
+# test_infer_exact's, and the local run above covers every layer type.
+COMBOS = [("edge_join", 8), ("replicate", 1), ("combine", 3)]
 
 
 @pytest.mark.parametrize("combo", range(len(COMBOS)))
 def test_pruned_subgraph_equals_pyg_rows_under_every_strategy(spark, graph_dirs, work_dir, combo):
     strategy, partitions = COMBOS[combo]
     path, data = graph_dirs["skewed"]
-    for model_name in (NAMES[combo % 5],):
+    for model_name in (("gat", "sage_max", "gcn")[combo],):
         module = _module(model_name, data)
         ids = _request(data, 9, combo)
         job = infer(

@@ -167,3 +167,18 @@ def test_a_server_keys_folder_without_allow_lists_or_with_a_readable_secret_is_r
         security.load_keypair(keys, "server")
     with pytest.raises(SecurityError, match="needs this client's own key pair"):
         MessengerTransport(f"ipc://{tmp_path}/f.ipc", curve_server_key=security.server_public_key(keys))
+
+
+def test_an_unkeyed_cluster_works_beside_a_keyed_server_in_the_same_context(tmp_path, thread_cluster):
+    """A ZAP handler serves a whole context; sockets without a ZAP domain must not consult it
+    (libzmq would hand their NULL handshakes to the keyed server's handler, which refuses them)."""
+    context = zmq.Context()
+    auth = security.ServerAuth(context, security.make_full_set(str(tmp_path / "keys")))
+    try:
+        cluster = thread_cluster(scheme="ipc", workers=1, context=context)  # inproc skips mechanisms
+        with cluster.client(timeout_s=5) as client:
+            assert client.call({"batch": "plain"}, fh.batch(3))[0]["batch"] == "plain"
+        cluster.close()
+    finally:
+        auth.close()
+        context.term()
