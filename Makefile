@@ -83,6 +83,16 @@ bench-messenger: venv
 bench-batch: venv
 	$(PY) bench/bench_batch.py
 
+# bench-batch's generic-fallback section alone: cold jobs of the generic fallback vs the native layer of
+# the same conv (GraphConv, replicate, P=2) next to a cold PyG script (edge_index and CSR adj_t) per
+# graph size: batch.json "generic_vs_native" + batch_generic.png (about 6 minutes, graphs made once under
+# data/bench; GENERIC_SIZES=20000 GENERIC_RESULTS=/tmp/generic for a smoke run that leaves bench/results alone).
+GENERIC_SIZES ?= 2000000,8000000
+GENERIC_RESULTS ?= bench/results
+.PHONY: bench-generic
+bench-generic: venv
+	$(PY) bench/bench_batch.py --section generic --generic-sizes $(GENERIC_SIZES) --generic-results $(GENERIC_RESULTS)
+
 # PE precomputation: bench/results/precompute.json + precompute.png.
 .PHONY: bench-precompute
 bench-precompute: venv

@@ -5,7 +5,9 @@ Measured in one run: PyG full-graph forward seconds per layer; sparkgnn seconds 
 strategy (steady state: after a warm-up run in the same JVM; session start reported apart); bytes
 shuffled per layer (Spark's stage metrics); max relative error vs PyG; the planner's auto choice;
 a scaling series; and a graph that PyG cannot run under an address-space cap that sparkgnn's
-Python workers run under too (spark.executor.pyspark.memory).
+Python workers run under too (spark.executor.pyspark.memory). Last, the generic-fallback section
+(bench_generic.py, `--section generic` alone): cold jobs of the generic fallback vs the native layer
+of the same conv, next to PyG, at 2M and 8M edges.
 Writes bench/results/batch.json and bench/results/batch.png.
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -23,6 +26,9 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_common import DATA, RESULTS, graph_arguments, machine, median_seconds, synthetic_dir, write_result  # noqa: E402
+from bench_generic import add_arguments as add_generic_arguments  # noqa: E402
+from bench_generic import check_arguments as check_generic_arguments  # noqa: E402
+from bench_generic import run_section as run_generic_section  # noqa: E402
 
 STRATEGIES = ["edge_join", "replicate", "combine", "pushdown"]
 # The pushdown comparison (issue 17): every strategy through Spark's shuffle (like for like: pushdown
@@ -307,11 +313,20 @@ def main() -> int:
     parser.add_argument("--cap-edges", type=int, default=8_000_000)
     parser.add_argument(
         "--section",
-        choices=("all", "pushdown", "pushdown-cold", "pruned-ids"),
+        choices=("all", "pushdown", "pushdown-cold", "pruned-ids", "generic"),
         default="all",
-        help="pushdown: run only the pushdown comparison and merge it into the existing batch.json",
+        help="pushdown / generic: run only that comparison and merge it into the existing batch.json",
     )
+    add_generic_arguments(parser)
     args = parser.parse_args()
+    try:
+        check_generic_arguments(args)
+    except ValueError as e:
+        parser.error(str(e))
+    if args.section == "generic":  # cold jobs only: no session in this process
+        logging.basicConfig(level=logging.INFO, format="%(message)s")
+        run_generic_section(args)
+        return 0
 
     from pyspark.sql import SparkSession  # noqa: F401  (bench drives Spark directly)
     from torch_geometric.nn import GraphSAGE
@@ -469,6 +484,8 @@ def main() -> int:
     print(json.dumps({k: result[k] for k in ("ratio_best_vs_pyg", "best_strategy", "pyg_seconds_per_layer")}, indent=1))
     print(f"wrote {path} and {os.path.join(RESULTS, 'batch.png')}")
     spark.stop()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    run_generic_section(args)
     return 0
 
 

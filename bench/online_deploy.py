@@ -214,7 +214,7 @@ def store_bytes(cfg) -> int:
 
     key = served.register(cfg.deployment())  # this process serves it (served.py): batches name it by id
     try:
-        dep = batch_op.deployment(key)
+        dep = batch_op.DeploymentCache().get(key)  # a copy of its own, freed on return
         engine = dep.engine("he")
         stored = engine.mode.stored(engine.context)
         return int(sum(a.nbytes for a in stored.arrays().values()))

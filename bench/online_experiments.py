@@ -152,7 +152,6 @@ def experiment_workers(b: Bench, dep, s, he_capacity: float | None) -> dict:
 
 
 def experiment_cache(b: Bench, dep, s) -> dict:
-    from sparkgnn.serving.online import batch_op
     from sparkgnn.serving.online.server import Server
 
     try:
@@ -179,8 +178,6 @@ def experiment_cache(b: Bench, dep, s) -> dict:
             f"[6] cache {policy:6s}: hit rate {p['hit_rate']:.3f}, mean "
             f"{p.get('latency_mean_ms', float('nan')):.1f} ms, p99 {p.get('latency_p99_ms', float('nan')):.1f} ms"
         )
-        if policy != "off":  # each policy loaded its own copy of the deployment: free it
-            batch_op._DEPLOYMENTS.pop(batch_op.spec_key(cfg.deployment()), None)
     return out
 
 

@@ -106,6 +106,8 @@ class PruningInputs:
     layer_seconds: Callable[[int, int], float]
     whole_prepared: bool = False
     needs_stats: bool = False
+    # a layer reads a statistic over OUT-edges (layers.stats.OUT_EDGE_STATS): the subgraph cannot hold it
+    out_edge_stats: bool = False
     # a strategy forced by name is the engine's: a local run (no engine) would silently ignore it
     strategy: str = "auto"
     costs: PruningCosts = field(default_factory=PruningCosts)
@@ -207,6 +209,9 @@ def subgraph_size(inputs: PruningInputs) -> tuple[int, int]:
 @_register(SUBGRAPH)
 def _price_subgraph(inputs: PruningInputs) -> tuple[float, str | None]:
     hops = len(inputs.layers) + (1 if inputs.needs_stats else 0)
+    if inputs.out_edge_stats:
+        why = "a layer reads an out-edge statistic, and the subgraph holds in-edges only (its sources' out-edges"
+        return math.inf, why + " would be partial)"
     if inputs.frontier.hops < hops:
         return math.inf, f"the frontier was computed for {inputs.frontier.hops} hop(s), the subgraph needs {hops}"
     vertices, edges = subgraph_size(inputs)

@@ -12,7 +12,8 @@ end, so a failed job leaves an earlier result intact. User errors: one line on s
 
 A typed graph directory runs a typed model (HeteroModel.save of a to_hetero / HeteroConv model,
 engine.typed): the result of node type T goes to --out/T, for every output type of the model or
-only the ones `--types` names (the rounds then compute only what those types read).
+only the ones `--types` names (the rounds then compute only what those types read), or only the
+rows `--ids` names: `type:id,...` inline or a file of them (engine.typed_ids).
 """
 
 from __future__ import annotations
@@ -55,7 +56,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=None,
         help="number of partitions (default: total cores, more if memory needs it)",
     )
-    parser.add_argument("--ids", default=None, help="file with one vertex id per line: infer only these")
+    parser.add_argument(
+        "--ids",
+        default=None,
+        help="file with one vertex id per line: infer only these; on a typed graph type:id,... "
+        "(e.g. paper:3,paper:8) or a file of such items",
+    )
     parser.add_argument(
         "--prune",
         choices=PRUNE_CHOICES,
@@ -106,8 +112,8 @@ def parse_args(argv=None) -> argparse.Namespace:
             parser.error("--types names no node type (comma-separated node types of a typed graph)")
         if len(args.model) > 1:
             parser.error("--types runs one typed model; pass --model once")
-    if args.ids and not os.path.isfile(args.ids):
-        parser.error(f"--ids {args.ids!r} is not a file")
+    if args.ids and not os.path.isfile(args.ids) and ":" not in args.ids:
+        parser.error(f"--ids {args.ids!r} is not a file (nor type:id,... for a typed graph)")
     if args.report and os.path.exists(args.report) and not args.overwrite:
         parser.error(f"--report {args.report!r} exists; pass --overwrite to replace it")
     return args
@@ -132,6 +138,17 @@ def read_ids(path: str) -> list[int]:
     if not ids:
         raise PlanError(f"--ids {path} holds no ids (one vertex id per line); omit --ids to infer every vertex")
     return ids
+
+
+def _typed_ids(value: str) -> dict[str, list[int]]:
+    """--ids on a typed graph: `type:id,...` inline, or a file of such items (several per line
+    or one per line)."""
+    from sparkgnn.engine.typed_ids import parse_typed_ids
+
+    if os.path.isfile(value):
+        with open(value) as fh:
+            return parse_typed_ids(fh.read())
+    return parse_typed_ids(value)
 
 
 def main(argv=None, *, started_at: float | None = None) -> int:
@@ -171,12 +188,15 @@ def _run(args, clock: PhaseClock) -> int:
         from sparkgnn.engine.typed import is_typed_source
 
     with phase("argument checks"):
-        ids = read_ids(args.ids) if args.ids else None
         batched = len(args.model) > 1
         model = args.model if batched else args.model[0]
         typed = is_typed_source(args.graph) or is_typed_source(args.model[0])
+        ids_file = args.ids if args.ids and os.path.isfile(args.ids) else None
+        if args.ids and not typed and ids_file is None:
+            raise PlanError(f"--ids {args.ids!r}: type:id items name typed vertices; this graph has one vertex type")
+        ids = _typed_ids(args.ids) if typed and args.ids else read_ids(args.ids) if args.ids else None
         # refuse before paying for a JVM; infer checks again with the resolved work dir
-        inputs = {**input_paths(args.graph, None, args.work_dir), "--ids file": args.ids}
+        inputs = {**input_paths(args.graph, None, args.work_dir), "--ids file": ids_file}
         inputs.update({f"--model {m}": m for m in args.model})
         targets = [os.path.join(args.out, name) for name in model_names(args.model)] if batched else [args.out]
         if batched or typed:  # --out holds the models' (types') results, and may hold others, never an input

@@ -3,10 +3,12 @@
     spark-submit spark_jobs/score_edges.py --graph DIR --model PATH --pairs PAIRS --out DIR [--overwrite]
     python spark_jobs/score_edges.py ...                 (creates a local session)
 
-PAIRS: Parquet with src and dst columns (vertex ids). The model must carry a decoder
-(Model.from_pyg(encoder, decoder=module)). Only the pairs' endpoints' k-hop neighbourhoods are
-computed (sparkgnn.infer with ids), their outputs joined onto the pairs and scored in Arrow
-batches (sparkgnn.linkpred.scoring). Output Parquet under --out: src (long), dst (long), score
+PAIRS: Parquet with src and dst columns (vertex ids), and a relation column (an integer index or
+a relation name) when the decoder is per-relation (DistMult, TransE); relations the decoder lacks
+are refused. The model must carry a decoder (Model.from_pyg(encoder, decoder=module)). Only the
+pairs' endpoints' k-hop neighbourhoods are computed (sparkgnn.infer with ids), their outputs
+joined onto the pairs and scored in Arrow batches (sparkgnn.linkpred.scoring). Output Parquet
+under --out: src (long), dst (long), the relation as given (per-relation decoders), score
 (float). Pairs naming ids the graph lacks are refused before anything is written; --out as for
 batch_inference.py (refused when non-empty unless --overwrite; staged, then swapped in). User
 errors: one line on stderr, exit 2.
@@ -28,7 +30,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="score_edges.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--graph", required=True, help="graph directory (vertices/, edges/, graph.json)")
     parser.add_argument("--model", required=True, help="model saved with a decoder (Model.from_pyg(..., decoder=))")
-    parser.add_argument("--pairs", required=True, help="Parquet of node pairs: columns src, dst")
+    parser.add_argument("--pairs", required=True, help="Parquet of node pairs: columns src, dst[, relation]")
     parser.add_argument("--out", required=True, help="output directory (Parquet: src, dst, score)")
     parser.add_argument("--strategy", default="auto", choices=["auto", *STRATEGIES], help="data movement per layer")
     parser.add_argument("--partitions", type=positive_int, default=None, help="number of partitions")
@@ -50,7 +52,7 @@ def _run(args) -> int:
     from sparkgnn.engine.session import job_session
     from sparkgnn.graph.spark_graph import Graph
     from sparkgnn.linkpred.nodes import node_outputs
-    from sparkgnn.linkpred.pairs import PairsError, check_known, endpoints, read_pairs
+    from sparkgnn.linkpred.pairs import PairsError, check_known, check_relations, endpoints, read_pairs
     from sparkgnn.linkpred.payload import model_decoder
     from sparkgnn.linkpred.scoring import score_pairs
     from sparkgnn.models.model import Model
@@ -66,11 +68,13 @@ def _run(args) -> int:
     started = time.perf_counter()
     spark = job_session("sparkgnn-score-edges")
     graph = Graph.load(spark, args.graph)
-    pairs = read_pairs(spark, args.pairs)
+    pairs = read_pairs(spark, args.pairs, relation=decoder.relational)
     ends = endpoints(pairs)
     if not ends.limit(1).count():
         raise PairsError(f"--pairs {args.pairs} holds no pairs")
     check_known(ends, graph.vertices, f"--pairs {args.pairs}")
+    if decoder.relational:
+        check_relations(pairs, decoder, f"--pairs {args.pairs}")
     nodes = node_outputs(
         spark,
         graph,

@@ -3,12 +3,16 @@ request, restartable from a checkpoint (Spark Structured Streaming, foreachBatch
 
     spark-submit spark_jobs/stream_queries.py --graph DIR --model PATH --requests DIR --out DIR
         --checkpoint DIR [--store DIR] [--mode srpe|exact|he|full|ns] [options]
+        [--max-requests-per-batch N] [--max-file-bytes B] [--max-file-rows N]
+        [--max-file-decompressed-bytes B] [--max-queries N] [--max-edges N]
     python spark_jobs/stream_queries.py ...             (creates a local session)
 
 Output: <out>/batch_id=<id>/part-00000.parquet, one row per request (request_id, qid, h, pred,
-error, arrival/queue/service/latency seconds, ...); malformed files under --dead-letter (default
-<out>/_dead_letter) with a reason file. Exit codes: 0 stopped cleanly, 2 refused to start (stale
-PE store, unknown mode or option, output of another checkpoint), 1 the query failed.
+error, arrival/queue/service/latency seconds, ...); malformed files, and files over the
+--max-file-* caps (checked on the file's size and Parquet footer before it is collected to the
+driver), under --dead-letter (default <out>/_dead_letter) with a reason file. Exit codes: 0
+stopped cleanly, 2 refused to start (stale PE store, unknown mode or option, output of another
+checkpoint), 1 the query failed.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ import time
 from sparkgnn.cliargs import int_list, non_negative_int, positive_float, positive_int, run_cli
 from sparkgnn.logs import install_cli_handler
 from sparkgnn.serving.cliopts import gamma_type, non_negative_float
+from sparkgnn.streaming.intake import FileLimits
+from sparkgnn.streaming.job import DEFAULT_MAX_FILES_PER_TRIGGER
 
 PROG = "stream_queries.py"
 
@@ -77,8 +83,50 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--max-requests-per-batch",
         type=positive_int,
+        metavar="N",
         default=None,
-        help="maxFilesPerTrigger: files (= requests, one per file) admitted per micro-batch",
+        help="maxFilesPerTrigger: files (= requests, one per file) admitted per micro-batch "
+        f"(default {DEFAULT_MAX_FILES_PER_TRIGGER}, oldest first)",
+    )
+    limits = FileLimits()
+    p.add_argument(
+        "--max-file-bytes",
+        type=positive_int,
+        metavar="BYTES",
+        default=limits.max_bytes,
+        help="a request file larger than this many bytes is dead-lettered before it is read "
+        f"(default {limits.max_bytes}); a micro-batch holds at most --max-requests-per-batch x this",
+    )
+    p.add_argument(
+        "--max-file-rows",
+        type=positive_int,
+        metavar="N",
+        default=limits.max_rows,
+        help=f"a request file whose Parquet footer declares more rows is dead-lettered (default {limits.max_rows})",
+    )
+    p.add_argument(
+        "--max-file-decompressed-bytes",
+        type=positive_int,
+        metavar="BYTES",
+        default=limits.max_decompressed_bytes,
+        help="a request file whose footer declares more uncompressed column bytes (a decompression "
+        f"bomb) is dead-lettered unread (default {limits.max_decompressed_bytes})",
+    )
+    p.add_argument(
+        "--max-queries",
+        type=positive_int,
+        metavar="N",
+        default=limits.max_queries,
+        help=f"a request with more query nodes is answered with an error row (default {limits.max_queries}, "
+        "the online service's cap)",
+    )
+    p.add_argument(
+        "--max-edges",
+        type=positive_int,
+        metavar="N",
+        default=limits.max_edges,
+        help=f"a request with more edges is answered with an error row (default {limits.max_edges}, "
+        "the online service's cap)",
     )
     p.add_argument("--dead-letter", default=None, help="malformed files go here (default <out>/_dead_letter)")
     p.add_argument("--max-batches", type=positive_int, default=None, help="stop after N micro-batches (tests)")
@@ -133,6 +181,11 @@ def config_from_args(args):
         trigger_s=args.trigger or None,
         available_now=args.available_now,
         max_files_per_trigger=args.max_requests_per_batch,
+        max_file_bytes=args.max_file_bytes,
+        max_file_rows=args.max_file_rows,
+        max_file_decompressed_bytes=args.max_file_decompressed_bytes,
+        max_queries=args.max_queries,
+        max_edges=args.max_edges,
         dead_letter=args.dead_letter,
         max_batches=args.max_batches,
         timeout_s=args.timeout,

@@ -12,7 +12,11 @@ per-source top-k merge (sparkgnn.linkpred.topk). `--approx` (dot and cosine deco
 index per candidate shard (sparkgnn.linkpred.approx); the job then also runs the exact top-k for a
 seeded sample of sources (--recall-sample, --seed) and logs recall@k. Ties rank the smaller
 candidate id first. `--exclude-edges` never returns a candidate the source already has an edge to.
-Output Parquet under --out: src, dst, score, rank (1 = best).
+Output Parquet under --out: src, dst, score, rank (1 = best). A per-relation decoder (DistMult,
+TransE) ranks each source's candidates once per relation: `--relation R` (repeatable; an index or
+a name of the decoder's relations; default: every relation), the output then has a relation
+column after src (the name when the decoder has names, else the index); --approx and --eval
+refuse such a decoder.
 
 `--eval HELD_OUT` (Parquet src, dst: held-out positive edges) writes no top-k: each positive is
 ranked against every candidate (or --num-negatives sampled ones, seeded by --seed) as OGB's
@@ -44,6 +48,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--sources", default=None, help="Parquet with an id column: the sources (default: all)")
     parser.add_argument("--candidates", default=None, help="Parquet with an id column: the candidates (default: all)")
     parser.add_argument("--exclude-edges", action="store_true", help="never return a source's known neighbours")
+    parser.add_argument(
+        "--relation", action="append", default=None, help="per-relation decoders: rank for this relation (repeatable)"
+    )
     parser.add_argument("--approx", action="store_true", help="approximate top-k through a vector index")
     parser.add_argument("--ef-search", type=positive_int, default=128, help="--approx: HNSW search list length")
     parser.add_argument(
@@ -125,6 +132,7 @@ def _run(args) -> int:
     model = Model.load(args.model)
     try:
         decoder = model_decoder(model)
+        relations = _relations(args, decoder)
         if args.approx:
             check_approx_decoder(decoder)
     except ValueError as e:
@@ -150,16 +158,32 @@ def _run(args) -> int:
     if held_out is not None:
         report = _evaluate(spark, args, nodes, decoder, held_out, sides, exclude, partitions)
     else:
-        report = _topk(spark, args, nodes, decoder, sides, exclude, partitions)
+        report = _topk(spark, args, nodes, decoder, sides, exclude, partitions, relations)
     report["seconds"] = round(time.perf_counter() - started, 3)
     if args.report:
         files.write_json_atomic(args.report, report, indent=2, sort_keys=True)
     return 0
 
 
-def _topk(spark, args, nodes, decoder, sides, exclude, partitions) -> dict:
+def _relations(args, decoder) -> list:
+    """The relations a per-relation decoder ranks for (--relation, default all; ValueError for
+    one it lacks), [] for another decoder (which refuses --relation)."""
+    if not decoder.relational:
+        if args.relation:
+            raise ValueError(f"the {decoder.kind} decoder takes no relation; drop --relation")
+        return []
+    if args.eval is not None:
+        raise ValueError(f"--eval does not rank per relation yet; the {decoder.kind} decoder needs one per pair")
+    wanted = args.relation or (list(decoder.relations) if decoder.relations else list(range(decoder.num_relations)))
+    labels = [int(r) if isinstance(r, str) and r.isdigit() and decoder.relations is None else r for r in wanted]
+    for label in labels:
+        decoder.bind(label)  # refuses one the decoder lacks
+    return list(dict.fromkeys(labels))
+
+
+def _topk(spark, args, nodes, decoder, sides, exclude, partitions, relations) -> dict:
     from sparkgnn.linkpred.approx import IndexParams, approx_topk_frame, recall_at_k, sample_sources
-    from sparkgnn.linkpred.topk import topk_frame
+    from sparkgnn.linkpred.topk import per_relation_topk_frame, topk_frame
     from sparkgnn.outputs import write_parquet_staged
 
     options = {
@@ -168,7 +192,9 @@ def _topk(spark, args, nodes, decoder, sides, exclude, partitions) -> dict:
         "exclude": exclude,
         "partitions": partitions,
     }
-    if args.approx:
+    if relations:
+        result = per_relation_topk_frame(nodes, decoder, args.k, relations, **options)
+    elif args.approx:
         params = IndexParams(ef_search=args.ef_search)
         result = approx_topk_frame(nodes, decoder, args.k, params=params, **options)
     else:
@@ -178,6 +204,8 @@ def _topk(spark, args, nodes, decoder, sides, exclude, partitions) -> dict:
     rows = written.count()
     log.info("topk: wrote %d rows (k=%d%s) to %s", rows, args.k, ", approximate" if args.approx else "", args.out)
     report = {"k": args.k, "approx": bool(args.approx), "rows": rows}
+    if relations:
+        report["relations"] = relations
     if args.approx and args.recall_sample:
         pool = options["sources"] if options["sources"] is not None else nodes.select("id")
         sample = sample_sources(pool, args.recall_sample, args.seed).cache()

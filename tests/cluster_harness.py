@@ -5,11 +5,15 @@ dir (a step's first file: the kill then lands mid-step, while other tasks of the
 
 Why paths: a step of a test graph lasts about a second, so a kill timed on the progress lines can
 only land between steps; the files a step's tasks write say when it is under way.
+
+`run_job` submits a job as an application of its own; `SharedCluster` runs several jobs in turn in
+one application (tests/cluster_jobserver.py), so a test module's jobs start the cluster once.
 """
 
 from __future__ import annotations
 
 import glob
+import json
 import os
 import select
 import signal
@@ -99,6 +103,90 @@ def _children(pid: int) -> set[int]:
     return found
 
 
+#: One line reader per process (by pid): the shared cluster's output is read across several jobs.
+_READERS: dict[int, _Lines] = {}
+
+
+def _submit(script_path: str, args: list[str], cwd: str, conf: dict | None) -> subprocess.Popen:
+    """spark-submit `script_path` with `args` on MASTER in `cwd`; output (stdout and stderr) on a pipe."""
+    spark_submit = os.path.join(os.path.dirname(sys.executable), "spark-submit")
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
+    env.pop("PYTHONUNBUFFERED", None)  # the job must flush its progress lines itself
+    command = [spark_submit, "--master", MASTER]
+    for key, value in {**CLUSTER_CONF, **(conf or {})}.items():
+        command += ["--conf", f"{key}={value}"]
+    command += [script_path, *args]
+    return subprocess.Popen(
+        command, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, start_new_session=True,
+    )  # fmt: skip
+
+
+class _Lines:
+    """The lines a process writes to a pipe, read without blocking longer than asked. (A text file's
+    readline after select() can pull several lines into its own buffer, where select() no longer
+    sees them: a process that then waits, as the shared cluster's driver does between jobs, would
+    keep its last lines hidden.)"""
+
+    def __init__(self, stream) -> None:
+        self.fd = stream.fileno()
+        self.buffer = b""
+        self.eof = False
+
+    def next(self, timeout_s: float) -> str | None:
+        """The next whole line; None if none came within `timeout_s`; "" once the pipe is closed
+        and drained."""
+        while b"\n" not in self.buffer:
+            if self.eof:
+                line, self.buffer = self.buffer, b""
+                return line.decode(errors="replace")
+            ready, _, _ = select.select([self.fd], [], [], timeout_s)
+            if not ready:
+                return None
+            data = os.read(self.fd, 1 << 16)
+            self.eof = not data
+            self.buffer += data
+        line, _, self.buffer = self.buffer.partition(b"\n")
+        return line.decode(errors="replace") + "\n"
+
+
+def _follow(job: subprocess.Popen, cwd: str, kills: list[Kill], log, until: str | None = None,
+            kill_driver_on: str | None = None) -> tuple[str, list[str]]:  # fmt: skip
+    """Read the job's lines (into `log`, with their second since the call) and fire each due Kill
+    on one of this job's executors (descendants of `job`), until its output ends ("eof"), a line
+    starts with `until` ("until", that line last), `kill_driver_on` appears ("driver killed": the
+    whole process group SIGKILLed, as a lost driver node would be) or JOB_TIMEOUT_S passes ("timeout")."""
+    lines: list[str] = []
+    reader = _READERS.setdefault(job.pid, _Lines(job.stdout))
+    started = time.monotonic()
+    while time.monotonic() < started + JOB_TIMEOUT_S:
+        line = reader.next(0.02)
+        if line == "":
+            return "eof", lines
+        if line and not line.startswith("\tat "):  # keep the job's lines and log lines, not stacks
+            lines.append(line)
+            log.write(f"{time.monotonic() - started:8.2f} {line}")
+        if until is not None and line and line.startswith(until):
+            return "until", lines
+        for kill in kills:
+            if kill.due(cwd, line):
+                mine = [pid for pid in executor_pids() if pid in _children(job.pid)]
+                if mine:
+                    os.kill(mine[0], signal.SIGKILL)
+                    kill.fired_at = (line or kill.path or "").strip()
+        if kill_driver_on is not None and line and kill_driver_on in line:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait(60)
+            return "driver killed", lines
+    return "timeout", lines
+
+
+def _log(cwd: str, script: str):
+    """The job's lines with their second since submit, next to the job: where a slow or failed run
+    spent its time."""
+    return open(os.path.join(cwd, f"spark-submit-{os.path.splitext(script)[0]}.log"), "a")
+
+
 def run_job(
     script: str,
     args: list[str],
@@ -107,49 +195,105 @@ def run_job(
     conf: dict | None = None,
     kill_driver_on: str | None = None,
 ) -> JobRun:
-    """spark-submit `spark_jobs/<script>` with `args` in `cwd`; fire each Kill once (on this job's
-    own executors: descendants of the spark-submit process). `kill_driver_on`: SIGKILL the whole
-    job (driver and cluster) when that line appears, as a lost driver node would."""
+    """spark-submit `spark_jobs/<script>` with `args` in `cwd` as an application of its own; fire
+    each Kill once (on this job's own executors: descendants of the spark-submit process).
+    `kill_driver_on`: SIGKILL the whole job (driver and cluster) when that line appears, as a lost
+    driver node would."""
     cwd = str(cwd)
-    spark_submit = os.path.join(os.path.dirname(sys.executable), "spark-submit")
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
-    env.pop("PYTHONUNBUFFERED", None)  # the job must flush its progress lines itself
-    command = [spark_submit, "--master", MASTER]
-    for key, value in {**CLUSTER_CONF, **(conf or {})}.items():
-        command += ["--conf", f"{key}={value}"]
-    command += [os.path.join(REPO, "spark_jobs", script), *args]
-    job = subprocess.Popen(
-        command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
-    )
+    job = _submit(os.path.join(REPO, "spark_jobs", script), args, cwd, conf)
     kills = list(kills)
-    lines: list[str] = []
-    started = time.monotonic()
-    deadline = started + JOB_TIMEOUT_S
-    # every line with its second since submit, next to the job: where a slow or failed run spent its time
-    log = open(os.path.join(cwd, f"spark-submit-{os.path.splitext(script)[0]}.log"), "a")
     try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([job.stdout], [], [], 0.02)
-            line = job.stdout.readline() if ready else None
-            if ready and not line:
-                break
-            if line and not line.startswith("\tat "):  # keep the job's lines and log lines, not stacks
-                lines.append(line)
-                log.write(f"{time.monotonic() - started:8.2f} {line}")
-            for kill in kills:
-                if kill.due(cwd, line):
-                    mine = [pid for pid in executor_pids() if pid in _children(job.pid)]
-                    if mine:
-                        os.kill(mine[0], signal.SIGKILL)
-                        kill.fired_at = (line or kill.path or "").strip()
-            if kill_driver_on is not None and line and kill_driver_on in line:
-                os.killpg(job.pid, signal.SIGKILL)
-                job.wait(60)
-                return JobRun(-signal.SIGKILL, lines, kills)
+        with _log(cwd, script) as log:
+            how, lines = _follow(job, cwd, kills, log, kill_driver_on=kill_driver_on)
+        if how == "driver killed":
+            return JobRun(-signal.SIGKILL, lines, kills)
         returncode = job.wait(60)
     finally:
-        log.close()
+        _READERS.pop(job.pid, None)
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)
             job.wait(60)
     return JobRun(returncode, lines, kills)
+
+
+def _open_writer(pipe: str, reader: subprocess.Popen, timeout_s: float = 60.0):
+    """The write end of the named pipe `pipe`, once `reader` has opened its end (never waiting
+    without a bound: a reader that died or never opens it is an error)."""
+    import errno
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and reader.poll() is None:
+        try:
+            fd = os.open(pipe, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as e:
+            if e.errno != errno.ENXIO:  # ENXIO: no reader yet
+                raise
+            time.sleep(0.05)
+            continue
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "w")
+    raise RuntimeError(f"the shared cluster's driver never opened its job pipe {pipe}")
+
+
+class SharedCluster:
+    """One spark-submit application on MASTER that runs several jobs in turn (tests/cluster_jobserver.py):
+    the cluster's JVMs and Python workers start once for all of a test module's jobs. `run` has
+    run_job's contract, less `conf` and `kill_driver_on` (those need an application of their own).
+    A job that times out takes the application down; the next `run` starts a new one."""
+
+    def __init__(self, cwd) -> None:
+        self.cwd = str(cwd)
+        self.app: subprocess.Popen | None = None
+        self.jobs = None  # the write end of the server's job pipe
+        self.started = 0
+
+    def _start(self) -> subprocess.Popen:
+        from cluster_jobserver import READY
+
+        self.started += 1
+        pipe = os.path.join(self.cwd, f"jobs-{self.started}.fifo")
+        os.mkfifo(pipe, 0o600)
+        app = _submit(os.path.join(REPO, "tests", "cluster_jobserver.py"), [pipe], self.cwd, None)
+        with _log(self.cwd, "cluster_jobserver") as log:
+            how, lines = _follow(app, self.cwd, [], log, until=READY)
+        if how != "until":
+            self._kill(app)
+            raise RuntimeError(f"the shared cluster did not start ({how}): {''.join(lines)[-4000:]}")
+        self.jobs = _open_writer(pipe, app)  # the server opens its end right after READY
+        return app
+
+    def run(self, script: str, args: list[str], cwd, kills: list[Kill] = ()) -> JobRun:  # type: ignore[assignment]
+        from cluster_jobserver import DONE
+
+        cwd = str(cwd)
+        if self.app is None or self.app.poll() is not None:
+            self.app = self._start()
+        kills = list(kills)
+        self.jobs.write(json.dumps({"script": script, "args": list(args), "cwd": cwd}) + "\n")
+        self.jobs.flush()
+        with _log(cwd, script) as log:
+            how, lines = _follow(self.app, cwd, kills, log, until=DONE)
+        if how != "until":  # timed out or the application died: nothing of it is reused
+            self.close()
+            return JobRun(-1, lines, kills)
+        return JobRun(int(lines.pop().split()[-1]), lines, kills)
+
+    @staticmethod
+    def _kill(app: subprocess.Popen) -> None:
+        _READERS.pop(app.pid, None)
+        if app.poll() is None:
+            os.killpg(app.pid, signal.SIGKILL)
+        app.wait(60)
+
+    def close(self) -> None:
+        if self.jobs is not None:
+            self.jobs.close()  # the server's loop ends; spark-submit stops the cluster
+            self.jobs = None
+        if self.app is not None:
+            if self.app.poll() is None:
+                try:
+                    self.app.wait(60)
+                except subprocess.TimeoutExpired:
+                    pass
+            self._kill(self.app)
+            self.app = None

@@ -66,13 +66,13 @@ def test_sparkgnn_registries_refuse_with_their_own_error_types():
 
     cases = [
         (lambda: get_aggregator("lstm"), ValueError, "unknown aggregator 'lstm'; known: concat, max, mean"),
-        (lambda: build_conv({"kind": "cheb"}), ValueError, "unknown conv kind 'cheb'; known: appnp, appnp_round"),
+        (lambda: build_conv({"kind": "chebyshev"}), ValueError, "unknown conv kind 'chebyshev'; known: appnp"),
         (lambda: build_node_op({"op": "dropout"}), ValueError, "unknown node op 'dropout'; known: activation"),
         (lambda: ActivationOp("swish"), ValueError, "unknown activation 'swish'; known: elu, gelu"),
         (
             lambda: apply_self_loops([0], [1], None, 2, "all"),
             ValueError,
-            "unknown self-loop policy 'all'; known: none, remaining, replace",
+            "unknown self-loop policy 'all'; known: none, remaining, remove, replace",
         ),
         (lambda: get_mode("magic", None), ModeError, "unknown serving mode 'magic'; known: "),
         (lambda: POLICIES.lookup("best"), ModeError, "unknown SRPE policy 'best'; known: "),

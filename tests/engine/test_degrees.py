@@ -10,7 +10,15 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from sparkgnn.engine.degrees import FILE, PREPARED_STATS, gcn_degree, out_degree_histogram, stat_values
+from sparkgnn.engine.degrees import (
+    FILE,
+    OUT_STATS,
+    PREPARED_STATS,
+    STAT_KEYS,
+    gcn_degree,
+    out_degree_histogram,
+    stat_values,
+)
 from sparkgnn.errors import SparkGNNError
 from sparkgnn.graph import Graph
 
@@ -73,7 +81,14 @@ def test_statistic_keys_count_edge_weights_only_with_the_weighted_suffix():
     assert stat_values("gcn_degree_w", DEGREE_IDS, src, dst, w).tolist() == DEGREE_EXPECTED
     # unweighted: 0: 2 + 1; 1: 2 + 1; 2: 1 + 1 (the loops count once); 3: 1; 4 and 5: 1
     assert stat_values("gcn_degree", DEGREE_IDS, src, dst, w).tolist() == [3.0, 3.0, 2.0, 1.0, 1.0, 1.0]
-    for name in ("gcn_degree", "weighted_in_degree"):
+    # ChebConv's degree sums OUT-edges without self loops: 0: 2 + 1.5; 1: 0.5 + 0.5; 5: 4
+    from sparkgnn.engine.degrees import OUT_STAT_TEMPLATES
+    from sparkgnn.layers.stats import OUT_EDGE_STATS
+
+    assert set(OUT_STAT_TEMPLATES) == OUT_EDGE_STATS  # the engine's and the layers' lists agree
+    assert stat_values("laplacian_degree_w", DEGREE_IDS, src, dst, w).tolist() == [3.5, 1.0, 0.0, 0.0, 0.0, 4.0]
+    assert stat_values("laplacian_degree", DEGREE_IDS, src, dst, w).tolist() == [2.0, 2.0, 0.0, 0.0, 0.0, 1.0]
+    for name in ("gcn_degree", "weighted_in_degree", "laplacian_degree"):
         t = [torch.from_numpy(a) for a in (src, dst)]
         for key, weight in ((name, ones), (f"{name}_w", w)):
             layer = STATS.lookup(name)(*t, torch.from_numpy(weight), len(DEGREE_IDS))
@@ -83,7 +98,7 @@ def test_statistic_keys_count_edge_weights_only_with_the_weighted_suffix():
 
 
 def test_statistic_sql_of_prepare_and_of_the_pruned_statistics_match_the_arrays(spark):
-    from sparkgnn.engine.prepare import _vertices_with_degree
+    from sparkgnn.engine.prepare import _vertices_with_degree, out_stat_frame
     from sparkgnn.engine.vertex_stats import stats_of
 
     src, dst, w = DEGREE_EDGES
@@ -91,13 +106,19 @@ def test_statistic_sql_of_prepare_and_of_the_pruned_statistics_match_the_arrays(
     edges = spark.createDataFrame(rows, "src long, dst long, weight float")
     vertices = spark.createDataFrame([(int(i),) for i in DEGREE_IDS], "id long")
     order = np.array([4, 2, 0, 5, 3, 1], np.int64)
-    pruned = stats_of(spark, edges, order, PREPARED_STATS)
+    pruned = stats_of(spark, edges, order, STAT_KEYS)
     prepared = _vertices_with_degree(
         SimpleNamespace(vertices=vertices), edges.withColumnRenamed("weight", "w"), partitions=2
     ).collect()
-    for key in PREPARED_STATS:
+    assert not set(OUT_STATS) & set(prepared[0].asDict())  # the base layout has no out-edge statistic
+    for key in STAT_KEYS:
         arrays = stat_values(key, DEGREE_IDS, src, dst, w).tolist()
         assert pruned[key].tolist() == [arrays[i] for i in order], key
-        assert sorted((r.id, r[key]) for r in prepared) == list(enumerate(arrays)), key
+        if key in PREPARED_STATS:
+            assert sorted((r.id, r[key]) for r in prepared) == list(enumerate(arrays)), key
+            continue
+        # an out-edge statistic's on-demand piece: one row per source, the empty value elsewhere
+        sums = {r.id: r.v for r in out_stat_frame(edges.withColumnRenamed("weight", "w"), key, 2).collect()}
+        assert [sums.get(i, 0.0) for i in range(len(arrays))] == arrays, key
     with pytest.raises(SparkGNNError, match="unknown node statistic 'nope'"):
         stats_of(spark, edges, order, ["nope"])

@@ -15,6 +15,7 @@ from torch_geometric.nn import (
     GAT,
     GCN,
     GIN,
+    ChebConv,
     EdgeConv,
     GCNConv,
     GraphConv,
@@ -212,7 +213,8 @@ def _edgeconv(a, b):
     return EdgeConv(torch.nn.Sequential(torch.nn.Linear(2 * a, b), ReLU(), torch.nn.Linear(b, b)))
 
 
-# Multi-hop convs whose rounds carry columns per vertex (TAGConv's running sum, APPNP's x_0) and
+# Multi-hop convs whose rounds carry columns per vertex (TAGConv's running sum, APPNP's x_0,
+# ChebConv's last two terms and sum) and
 # EdgeConv (an nn over the destination's row per edge): one strategy, graph and P each,
 # alternating the graphs.
 HOPS_AND_EDGES = {
@@ -222,6 +224,12 @@ HOPS_AND_EDGES = {
         3,
     ),
     "appnp": (("edge_join", False, _appnp_head), "cora", 1),
+    # ChebConv: out-degree statistics (prepared by source), its rounds carry [T_{k-1} | T_{k-2} | sum]
+    "chebconv": (
+        ("combine", True, lambda f, c: _two_layers(lambda a, b: ChebConv(a, b, K=3), f, c, True)),
+        "skewed",
+        3,
+    ),
     "edgeconv": (("replicate", False, lambda f, c: _two_layers(_edgeconv, f, c)), "skewed", 3),
 }
 
@@ -272,8 +280,26 @@ class JKCat(torch.nn.Module):
         return self.lin(self.jump(xs))
 
 
+class GenericResidual(torch.nn.Module):
+    """A generic-fallback conv (MFConv) inside a residual add: its input carried through its round."""
+
+    def __init__(self, in_channels, hidden_channels, out_channels):
+        super().__init__()
+        from torch_geometric.nn import MFConv
+
+        self.lin_in = torch.nn.Linear(in_channels, hidden_channels)
+        self.conv = MFConv(hidden_channels, hidden_channels, max_degree=4)
+        self.lin_out = torch.nn.Linear(hidden_channels, out_channels)
+
+    def forward(self, x, edge_index):
+        x = self.lin_in(x).relu()
+        x = x + self.conv(x, edge_index).relu()
+        return self.lin_out(x)
+
+
 # Skip connections (a DAG of rounds): one strategy, graph and P each.
 SKIPS = {
+    "generic_residual": (("replicate", False, lambda f, c: GenericResidual(f, 12, c)), "skewed", 3),
     "residual": (("combine", False, lambda f, c: ResidualGNN(f, 16, c)), "skewed", 3),
     "jk_cat": (("replicate", False, lambda f, c: JKCat(f, 8, c)), "cora", 1),
     "jk_cat_edge_join": (("edge_join", False, lambda f, c: JKCat(f, 8, c)), "skewed", 3),

@@ -1,8 +1,10 @@
 """Batch inference on typed graphs (engine/typed.py): `sparkgnn.infer` and batch_inference.py
 equal PyG's forward of the same to_hetero / HeteroConv model (float32, 1e-5) on a small typed
 graph with self loops, parallel edges, isolated vertices, non-dense ids and a type without
-features; `types` computes only what the named output types read; a model for other metadata,
-and PE precompute / refresh / serving on typed inputs, are refused in one line."""
+features; `types` computes only what the named output types read, typed `ids` only the rows the
+requested (type, id) pairs read (each relation pruned, --explain one line per relation run),
+relation graphs take fingerprint and counts from the typed graph; a model for other metadata,
+and refresh / the homogeneous serving engines on typed inputs, are refused in one line."""
 
 import os
 import sys
@@ -15,61 +17,19 @@ from torch_geometric.nn import GATConv, HeteroConv, Linear, SAGEConv, to_hetero
 
 from sparkgnn import infer
 from sparkgnn.errors import SparkGNNError, UnsupportedModelError
-from sparkgnn.graph import TypedEdges, TypedGraphData, write_typed_graph_dir
-from sparkgnn.graph.typed import node_table
+from sparkgnn.graph import write_typed_graph_dir
 from sparkgnn.models.hetero import HeteroModel
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "spark_jobs"))
 import batch_inference  # noqa: E402
 
-PAPER_IDS = np.arange(8) * 5 + 3  # non-dense ids: the rows' ids in the graph directory
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "pe"))
+from typed_testkit import IDS  # noqa: E402
+from typed_testkit import Sage as _Sage  # noqa: E402
+from typed_testkit import pyg_data as _pyg_data  # noqa: E402
+from typed_testkit import typed_graph as _typed  # noqa: E402
 
-
-def _pyg_data() -> HeteroData:
-    """paper (6 features), author (4), field (no features: PyG is fed a constant column); paper 7,
-    author 5 and field 3 have no edges; cites has a self loop and parallel edges."""
-    g = torch.Generator().manual_seed(7)
-    d = HeteroData()
-    d["paper"].x = torch.randn(8, 6, generator=g)
-    d["author"].x = torch.randn(6, 4, generator=g)
-    d["field"].x = torch.ones(4, 1)
-    writes = torch.tensor([[0, 0, 1, 2, 3, 4, 4], [0, 0, 1, 2, 3, 4, 5]])
-    topic = torch.tensor([[0, 1, 2, 3, 4, 5], [0, 0, 1, 1, 2, 2]])
-    d["author", "writes", "paper"].edge_index = writes
-    d["paper", "written_by", "author"].edge_index = writes.flip(0)
-    d["paper", "cites", "paper"].edge_index = torch.tensor([[0, 1, 1, 2, 3, 3, 5, 6], [1, 2, 2, 2, 4, 4, 5, 0]])
-    d["paper", "has_topic", "field"].edge_index = topic
-    d["field", "topic_of", "paper"].edge_index = topic.flip(0)
-    return d
-
-
-def _typed(d: HeteroData) -> TypedGraphData:
-    ids = {"paper": PAPER_IDS, "author": np.arange(6), "field": np.arange(4)}
-    nodes = {
-        "paper": node_table(ids["paper"], d["paper"].x.numpy()),
-        "author": node_table(ids["author"], d["author"].x.numpy()),
-        "field": node_table(ids["field"]),  # no features
-    }
-    edges = {}
-    for s, r, t in d.edge_types:
-        ei = d[s, r, t].edge_index.numpy()
-        edges[(s, r, t)] = TypedEdges(ids[s][ei[0]], ids[t][ei[1]])
-    return TypedGraphData(nodes, edges, name="typed-small")
-
-
-class _Sage(torch.nn.Module):
-    """A per-type input Linear, then `layers` SAGE convs (what to_hetero is given in PyG's examples)."""
-
-    def __init__(self, layers: int):
-        super().__init__()
-        self.lin = Linear(-1, 8)
-        self.convs = torch.nn.ModuleList([SAGEConv((-1, -1), 8) for _ in range(layers - 1)] + [SAGEConv((-1, -1), 3)])
-
-    def forward(self, x, edge_index):
-        x = self.lin(x).relu()
-        for conv in self.convs[:-1]:
-            x = conv(x, edge_index).relu()
-        return self.convs[-1](x, edge_index)
+PAPER_IDS = IDS["paper"]  # non-dense ids: the rows' ids in the graph directory
 
 
 class _Mixed(torch.nn.Module):
@@ -141,6 +101,45 @@ def test_two_round_hetero_conv_sage_gat_via_batch_inference_equals_pyg(spark, ty
     np.testing.assert_allclose(got, reference.numpy(), rtol=1e-5, atol=1e-5)
 
 
+def test_typed_ids_via_batch_inference_equal_pyg_rows_and_explain_each_relation(spark, typed_dir, tmp_path, capsys):
+    path, d = typed_dir
+    module = _ready(to_hetero(_Sage(2), d.metadata(), aggr="sum"), d)  # two rounds
+    reference = module(d.x_dict, d.edge_index_dict)
+    HeteroModel.from_pyg(module, d.metadata()).save(tmp_path / "model")
+    out = tmp_path / "out"
+    argv = ["--graph", path, "--model", str(tmp_path / "model"), "--out", str(out), "--partitions", "2"]
+    argv += ["--ids", "paper:3,paper:8,author:2", "--explain", "--work-dir", str(tmp_path / "work")]
+    assert batch_inference.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert sorted(os.listdir(out)) == ["author", "paper"]
+    for t, ids, rows in (("paper", [3, 8], [0, 1]), ("author", [2], [2])):
+        got = sorted((r.id, r.h) for r in spark.read.parquet(str(out / t)).collect())
+        assert [i for i, _ in got] == ids
+        np.testing.assert_allclose([h for _, h in got], reference[t][rows].numpy(), rtol=1e-5, atol=1e-5)
+    # the explain table, one line per relation run: round 1 gives no field row (none requested),
+    # round 0 gives field 0 (topic_of's source of papers 3 and 8 in round 1)
+    assert "== sparkgnn typed plan: 9 relation run(s) ==" in printed
+    assert "1:author__writes__paper: sage, " in printed and "0:paper__has_topic__field: sage, " in printed
+    assert "1:paper__has_topic__field" not in printed
+
+
+def test_relation_graphs_take_their_fingerprint_and_counts_from_the_typed_graph():
+    from types import SimpleNamespace
+
+    from sparkgnn.engine.typed import relation_counts, relation_fingerprint
+
+    writes, cites = ("author", "writes", "paper"), ("paper", "cites", "paper")
+    fp = relation_fingerprint("ab" * 16, writes)
+    assert len(fp) == 32 and int(fp, 16) >= 0  # a path part like a content fingerprint
+    assert fp != relation_fingerprint("ab" * 16, cites) and fp != relation_fingerprint("cd" * 16, writes)
+    types = {"paper": {"num_vertices": 8}, "author": {"num_vertices": 6}}
+    relations = {"author__writes__paper": {"num_edges": 7}, "paper__cites__paper": {"num_edges": 8}}
+    graph = SimpleNamespace(meta={"types": types, "relations": relations})
+    assert relation_counts(graph, writes) == {"num_vertices": 14, "num_edges": 7}
+    assert relation_counts(graph, cites) == {"num_vertices": 8, "num_edges": 8}  # one type, counted once
+    assert relation_counts(SimpleNamespace(meta={"types": types}), cites) == {}  # not vouched: counted in Spark
+
+
 def test_needed_types_walk_the_rounds_back_from_the_requested_types():
     from sparkgnn.engine.typed import needed_types
 
@@ -168,17 +167,27 @@ def test_mismatched_model_and_homogeneous_jobs_are_refused_in_one_line(spark, ty
         infer(spark, path, foreign, out=str(tmp_path / "out"))
     assert "does not match graph 'typed-small'" in str(info.value) and "\n" not in str(info.value)
     assert not os.path.exists(tmp_path / "out")
-    with pytest.raises(SparkGNNError, match="^ids on a typed graph are not supported yet; use types="):
-        infer(spark, path, foreign, ids=[3])
+    model = HeteroModel.from_pyg(_ready(to_hetero(_Sage(1), d.metadata()), d), d.metadata())
+    for ids, message in (
+        ([3], r"^ids on a typed graph are a non-empty dict \{node type: ids\}"),
+        ({"venue": [1]}, r"^ids name node types \['venue'\] that graph 'typed-small' does not have"),
+        ({"paper": [3, 4]}, r"^graph typed-small: 1 requested id\(s\) of node type 'paper' are not vertices"),
+    ):
+        with pytest.raises(SparkGNNError, match=message):
+            infer(spark, path, model, ids=ids, out=str(tmp_path / "out"))
+    with pytest.raises(SparkGNNError, match=r"^pass ids= or types= on a typed graph, not both"):
+        infer(spark, path, model, ids={"paper": [3]}, types=["paper"])
+    assert not os.path.exists(tmp_path / "out")
     foreign.save(tmp_path / "model")
     store = str(tmp_path / "store")
-    for call in (
+    for call in (  # the typed precompute checks the metadata before it writes anything
         lambda: precompute(spark, path, foreign, store=store),
         lambda: precompute(spark, path, str(tmp_path / "model"), store=store),
-        lambda: refresh(spark, path, foreign, store=store, updates=str(tmp_path / "updates")),
     ):
-        with pytest.raises(UnsupportedModelError, match="^PE precompute and refresh: typed graphs and models are not"):
+        with pytest.raises(UnsupportedModelError, match="metadata does not match graph 'typed-small'"):
             call()
-    with pytest.raises(UnsupportedModelError, match="^the serving engines run homogeneous graphs only so far"):
+    with pytest.raises(UnsupportedModelError, match="^PE refresh: typed graphs and models are not supported yet"):
+        refresh(spark, path, foreign, store=store, updates=str(tmp_path / "updates"))
+    with pytest.raises(UnsupportedModelError, match="^the homogeneous serving engines do not serve a typed model"):
         serving_model(str(tmp_path / "model"))
     assert not os.path.exists(store)

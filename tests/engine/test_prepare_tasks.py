@@ -1,5 +1,6 @@
 """Prepare's layouts written by the Python tasks (engine.prepare_tasks) equal the Spark SQL ones,
-row for row and statistic for statistic."""
+row for row and statistic for statistic; the out-edge statistics are written on demand, by either
+writer, only for runs that read them."""
 
 import os
 
@@ -76,3 +77,58 @@ def test_a_layout_of_an_older_version_is_prepared_again_not_reused(spark, graph_
     assert files.read_json(marker)["layout"] == LAYOUT_VERSION and is_prepared(graph, 2, work)
     assert prepare(spark, graph, 2, work, writer="tasks").reused
     assert set(PREPARED_STATS) <= set(_slice(again.path, "vertices", 0).column_names)
+
+
+@pytest.mark.parametrize("writer", ["spark", "tasks"])
+def test_out_edge_statistics_are_computed_on_demand_once_never_by_prepare(spark, graph_dirs, tmp_path, writer):
+    """A prepare writes no out-edge statistic (no column, no piece); ensure_out_stats writes the
+    asked ones from the prepared layout without preparing it again, equal to the arrays per owned
+    vertex, and a second call reuses them."""
+    from sparkgnn import files
+    from sparkgnn.engine import static
+    from sparkgnn.engine.degrees import OUT_STATS, stat_values
+    from sparkgnn.engine.prepare import MARKER, ensure_out_stats, out_stat_marker
+
+    path, data = graph_dirs["skewed"]
+    prepared = prepare(spark, Graph.load(spark, path), 3, str(tmp_path / "work"), writer=writer)
+    assert not set(OUT_STATS) & set(_slice(prepared.path, "vertices", 0).column_names)
+    assert not os.path.exists(os.path.join(prepared.path, static.OUT_STATS_DIR))
+    assert ensure_out_stats(spark, prepared, PREPARED_STATS, writer=writer) is prepared  # nothing to write
+    marker = files.read_json(os.path.join(prepared.path, MARKER))
+    ensured = ensure_out_stats(spark, prepared, ["gcn_degree", *OUT_STATS], writer=writer)
+    assert not ensured.reused and files.read_json(os.path.join(prepared.path, MARKER)) == marker
+    src, dst, w = np.asarray(data.src_ids), np.asarray(data.dst_ids), np.asarray(data.weight)
+    for part in range(3):
+        ids = static.owned(prepared.path, part).ids
+        actual = static.stat_columns(prepared.path, part, OUT_STATS)
+        for key in OUT_STATS:
+            np.testing.assert_allclose(actual[key], stat_values(key, ids, src, dst, w), rtol=1e-6, err_msg=key)
+    assert all(os.path.exists(out_stat_marker(prepared.path, key)) for key in OUT_STATS)
+    assert ensure_out_stats(spark, ensured, OUT_STATS, writer=writer) is ensured  # written once, reused
+
+
+def test_a_chebconv_run_after_a_plain_prepare_adds_its_statistic_without_preparing_again(spark, graph_dirs, tmp_path):
+    import torch
+    from engine_helpers import relative_error, spark_output
+    from torch_geometric.nn import ChebConv, Sequential
+
+    from sparkgnn import files, infer
+    from sparkgnn.engine.prepare import MARKER, out_stat_marker
+    from sparkgnn.models import Model
+
+    path, data = graph_dirs["skewed"]
+    work = str(tmp_path / "work")
+    prepared = prepare(spark, Graph.load(spark, path), 3, work, writer="tasks")  # what a GCN job leaves
+    marker = files.read_json(os.path.join(prepared.path, MARKER))
+    torch.manual_seed(5)
+    module = Sequential(
+        "x, edge_index, edge_weight", [(ChebConv(data.feature_dim, 4, K=2), "x, edge_index, edge_weight -> x")]
+    )
+    result = infer(spark, path, Model.from_pyg(module.eval()), partitions=3, work_dir=work, exchange="files")
+    assert result.report.prepare_reused is False  # the piece was written ...
+    assert files.read_json(os.path.join(prepared.path, MARKER)) == marker  # ... the layout not prepared again
+    assert os.path.exists(out_stat_marker(prepared.path, "laplacian_degree_w"))
+    assert not os.path.exists(out_stat_marker(prepared.path, "laplacian_degree"))
+    with torch.no_grad():
+        expected = module(torch.from_numpy(data.x), data.edge_index_torch(), torch.from_numpy(data.weight)).numpy()
+    assert relative_error(spark_output(result.frame, data), expected) <= 1e-5

@@ -519,3 +519,82 @@ def test_vectorised_apply_equals_the_reference():
     assert len(applied.feature_changed) == 6000  # 3000 updates (random, so all differ) + 3000 inserts
     assert (after.y[applied.old_rows < 0] == -1).all()
     after.validate()
+
+
+def test_edge_inserts_carry_edge_attributes_through_the_table_and_apply():
+    import dataclasses
+
+    attr = np.arange(14, dtype=np.float32).reshape(7, 2)
+    data = dataclasses.replace(graph(), edge_attr=attr)
+    update = GraphUpdate(
+        edge_insert_src=[20, 10],
+        edge_insert_dst=[50, 50],
+        edge_insert_weight=[1.0, 2.0],
+        edge_insert_attr=[[0.5, 1.5], [2.5, 3.5]],
+        edge_delete_src=[20],
+        edge_delete_dst=[30],
+        vertex_delete_ids=[40],
+    )
+    again = GraphUpdate.from_table(update.to_table())
+    np.testing.assert_array_equal(again.edge_insert_attr, update.edge_insert_attr)
+    assert "edge_attr" not in GraphUpdate(edge_insert_src=[20], edge_insert_dst=[40]).to_table().column_names
+    after = apply(again, data).graph
+    kept = [0, 2, 5, 6]  # 20->30 deleted, 30->40 and 40->50 touch the deleted 40
+    np.testing.assert_array_equal(after.edge_attr, np.concatenate([attr[kept], update.edge_insert_attr]))
+    missing = failure(dataclasses.replace(update, edge_insert_attr=None), data)
+    assert "edge_insert: 2 edges have no edge_attr, but the graph's edges carry attributes of width 2" in missing
+    wide = failure(dataclasses.replace(update, edge_insert_attr=np.ones((2, 3))), data)
+    assert "edge_insert: 2 edges have an edge_attr of width 3, the graph's have width 2" in wide
+    nan = failure(dataclasses.replace(update, edge_insert_attr=[[0.0, NAN], [1.0, 1.0]]), data)
+    assert "edge_insert: 1 edges have NaN/Inf edge_attr values; first: (20 -> 50)" in nan
+    assert "edges have an edge_attr, but the graph's edges carry none" in failure(update, graph())
+    one = table([{"kind": "edge_insert", "src": 20, "dst": 40, "weight": 1.0}]).append_column(
+        "edge_attr", pa.array([[1.0, 2.0]], pa.list_(pa.float32()))
+    )
+    assert GraphUpdate.from_table(one).edge_insert_attr.shape == (1, 2)
+    two = pa.concat_tables([one, one.set_column(6, "edge_attr", pa.array([None], pa.list_(pa.float32())))])
+    with pytest.raises(GraphUpdateError, match="edge_insert: 1 edges have a null edge_attr vector"):
+        GraphUpdate.from_table(two)
+
+
+def test_an_update_keeping_every_vertex_shares_the_vertex_arrays():
+    """No vertex in or out: the new graph shares ids, x (copied only when features change) and
+    the id index with the old one, and the old graph is left as it was."""
+    g = graph()
+    g.id_index  # noqa: B018 - built, so it is shared
+    x_before = g.x.copy()
+    edge_only = apply(
+        GraphUpdate(edge_insert_src=g.ids[[0]], edge_insert_dst=g.ids[[1]], edge_insert_weight=np.ones(1, np.float32)),
+        g,
+    )
+    new = edge_only.graph
+    assert new.ids is g.ids and new.x is g.x and new.__dict__["id_index"] is g.id_index
+    assert new.num_edges == g.num_edges + 1
+    features = apply(
+        GraphUpdate(feature_update_ids=g.ids[[2]], feature_update_x=np.full((1, g.feature_dim), 9, np.float32)), g
+    )
+    assert features.graph.x is not g.x and np.array_equal(g.x, x_before)
+    assert np.all(features.graph.x[2] == 9) and list(features.feature_changed) == [2]
+
+
+def test_edge_inserts_append_in_place_and_leave_every_earlier_graph_as_it_was():
+    """A line of edge-insert updates writes each one's edges after the last graph's (no copy of
+    the edge arrays); applying another update to an earlier graph of the line copies instead, so
+    no graph's edges ever change under it."""
+    g = graph()
+
+    def insert(data, src, dst, w):
+        one = np.ones(1, np.float32) * w
+        return apply(GraphUpdate(edge_insert_src=[src], edge_insert_dst=[dst], edge_insert_weight=one), data)
+
+    first = insert(g, 10, 30, 5.0)
+    assert list(first.kept_edges) == list(range(g.num_edges)) and len(first.removed_edges) == 0
+    g1 = first.graph
+    g2 = insert(g1, 20, 40, 6.0).graph
+    assert g2.edge_src.base is g1.edge_src.base and g2.weight.base is g1.weight.base  # appended in place
+    branch = insert(g1, 50, 30, 7.0).graph
+    assert branch.edge_src.base is not g1.edge_src.base
+    assert edges(g1)[:-1] == edges(g) and edges(g1)[-1] == (10, 30, 5.0)
+    assert edges(g2)[-1][:2] == (20, 40) and edges(branch)[-1][:2] == (50, 30)
+    assert edges(g2)[:-1] == edges(g1) and edges(branch)[:-1] == edges(g1)
+    assert g2.weight[-1] == 6.0 and branch.weight[-1] == 7.0 and g1.weight[-1] == 5.0

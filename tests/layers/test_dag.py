@@ -1,7 +1,7 @@
 """layers/dag.py: the save / combine node ops and the rows that carry saved values between
 rounds. A spec whose slots do not fit (read before saved, never read, saved twice, widths that
 disagree) is refused with one line; a carried stack computes what the ops compute on separate
-tensors."""
+tensors. The PE store, refresh and serving of DAG models: tests/pe and tests/serving."""
 
 import pytest
 import torch
@@ -68,35 +68,11 @@ def test_combine_max_is_the_elementwise_maximum():
     assert torch.equal(CombineOp("max", ["h", "s0"], [3, 3]).combine([a, b]), torch.maximum(a, b))
 
 
-def _small_graph():
-    import numpy as np
-
-    from sparkgnn.graph import GraphData
-
-    ids = np.arange(6, dtype=np.int64)
-    x = np.random.default_rng(0).standard_normal((6, 4)).astype(np.float32)
-    return GraphData.from_edge_ids(ids, x, np.array([0, 1, 2, 3, 3]), np.array([1, 2, 3, 0, 3]), name="dag-small")
-
-
-def test_jobs_that_do_not_carry_skip_columns_refuse_a_dag_model_in_one_line(tmp_path):
-    from sparkgnn.errors import UnsupportedModelError
-    from sparkgnn.graph.updates import GraphUpdate
+def test_model_batching_runs_a_dag_model_alone():
+    """A batch shares one row per vertex between models side by side, which keeps no saved slots:
+    a DAG model is named as the reason it cannot join (it runs as a batch of its own)."""
     from sparkgnn.models.batching import why_incompatible
-    from sparkgnn.pe.local import precompute_local
-    from sparkgnn.pe.refresh import refresh_local
-    from sparkgnn.serving.engine import QueryEngine
 
-    model, graph = Model(_spec([SAVE], [], [ADD])), _small_graph()
-    jobs = {
-        "the PE precompute": lambda: precompute_local(graph, model, str(tmp_path / "store")),
-        "a PE store refresh": lambda: refresh_local(graph, GraphUpdate(), model, str(tmp_path / "store")),
-        "serving": lambda: QueryEngine(graph, model),
-    }
-    for job, run in jobs.items():
-        with pytest.raises(UnsupportedModelError) as info:
-            run()
-        msg = str(info.value)
-        assert msg.startswith(f"{job} does not carry skip connections") and "sparkgnn.infer" in msg, msg
-        assert "\n" not in msg
-    chain = Model(_spec([], [], []))
-    assert "skip connections" in why_incompatible([chain, model], ["chain", "dag"])
+    dag, chain = Model(_spec([SAVE], [], [ADD])), Model(_spec([], [], []))
+    assert dag.is_dag and not chain.is_dag
+    assert "dag has skip connections" in why_incompatible([chain, dag], ["chain", "dag"])

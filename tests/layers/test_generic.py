@@ -132,6 +132,42 @@ def test_user_local_conv_in_a_model_class(synthetic):
     assert graphs.rel_err(model(synthetic.x, synthetic.edge_index, parts=3), expected) <= TOL
 
 
+class GenericSkips(torch.nn.Module):
+    """A generic conv whose input is carried through its round to a residual add, and a
+    JumpingKnowledge('max') over it and a native conv (layers/dag.py CarryRound)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(F_IN, 8)
+        self.conv1 = gnn.FeaStConv(8, 8, heads=2)
+        self.conv2 = gnn.GCNConv(8, 8)
+        self.jump = gnn.JumpingKnowledge("max")
+
+    def forward(self, x, edge_index):
+        x = self.lin(x).relu()
+        h1 = x + self.conv1(x, edge_index).relu()
+        h2 = self.conv2(h1, edge_index).relu()
+        return self.jump([h1, h2])
+
+
+def test_generic_conv_carries_skip_columns(synthetic, tmp_path):
+    net = graphs.randomize(GenericSkips(), seed=4)
+    model = Model.from_pyg(net, output="embedding")
+    assert model.plan_info()[0]["whole_neighbourhoods"] is True
+    with torch.no_grad():
+        expected = net(synthetic.x, synthetic.edge_index)
+    for parts in (1, 3, 8):
+        actual = model(synthetic.x, synthetic.edge_index, parts=parts, seed=parts)
+        assert graphs.rel_err(actual, expected) <= TOL, parts
+    model.save(tmp_path / "m")
+    loaded = Model.load(tmp_path / "m")
+    assert torch.equal(
+        loaded(synthetic.x, synthetic.edge_index, parts=3), model(synthetic.x, synthetic.edge_index, parts=3)
+    )
+    with pytest.raises(UnsupportedModelError, match="layer 0 .*whole in-edge neighbourhoods"):
+        require_states(model, "the PE precompute")
+
+
 @pytest.mark.parametrize("cls", [GlobalNorm, TwoHop, SourceDegree], ids=lambda c: c.__name__)
 def test_probe_refuses_non_local_convs_by_name(cls):
     with pytest.raises(UnsupportedModelError) as info:

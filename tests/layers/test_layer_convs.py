@@ -95,6 +95,8 @@ CONVS = {
     "tagconv": lambda f: gnn.TAGConv(f, 8),
     "tagconv_k1_nonorm_nobias": lambda f: gnn.TAGConv(f, 8, K=1, normalize=False, bias=False),
     "appnp": lambda f: _after_linear(f, gnn.APPNP(K=4, alpha=0.15, dropout=0.5)),
+    "chebconv_sym_k3": lambda f: gnn.ChebConv(f, 8, K=3),
+    "chebconv_rw_k2_nobias": lambda f: gnn.ChebConv(f, 8, K=2, normalization="rw", bias=False),
     "edgeconv_max": lambda f: gnn.EdgeConv(
         torch.nn.Sequential(torch.nn.Linear(2 * f, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8))
     ),
@@ -204,6 +206,39 @@ def test_appnp_with_edge_weights_equals_pyg(options, synthetic):
         assert rel_err(out, ref) <= TOL, (options, graph.name, parts)
 
 
+@pytest.mark.parametrize("normalization", ["sym", "rw"])
+@pytest.mark.parametrize("K", [2, 4])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_chebconv_equals_pyg_split_over_partitions(normalization, K, weighted, synthetic):
+    """ChebConv (lambda_max None: 2) over the out-degree Laplacian without self loops, as K - 1
+    rounds, on the corner-case graph (self loops, parallel edges, isolated vertices, weights)."""
+    graph = synthetic
+    f = graph.num_features
+    conv = _randomize(gnn.ChebConv(f, 6, K=K, normalization=normalization), seed=K)
+    pyg = gnn.Sequential("x, edge_index, w", [(conv, "x, edge_index, w -> x")]) if weighted else conv
+    w = graph.edge_weight if weighted else None
+    with torch.no_grad():
+        ref = conv(graph.x, graph.edge_index, w)
+    model = Model.from_pyg(pyg, output="embedding")
+    assert (model.num_layers, model.num_rounds) == (1, K - 1)
+    assert model.conv(0).required_stats == ("laplacian_degree",) and model.conv(0).self_loops == "remove"
+    for parts in (1, 3, 8):
+        out = model(graph.x, graph.edge_index, w, parts=parts, seed=parts)
+        assert rel_err(out, ref) <= TOL, (normalization, K, weighted, parts)
+
+
+def test_chebconv_refuses_a_negative_edge_weight_when_it_runs(synthetic):
+    """PyG's lambda_max is 2 x the Laplacian's largest entry, which a negative weight can make an
+    off-diagonal one (a global maximum): the layer refuses rather than assume 2."""
+    f = synthetic.num_features
+    conv = _randomize(gnn.ChebConv(f, 4, K=2), seed=1)
+    model = Model.from_pyg(gnn.Sequential("x, edge_index, w", [(conv, "x, edge_index, w -> x")]), output="embedding")
+    w = synthetic.edge_weight.clone()
+    w[0] = -0.5
+    with pytest.raises(ValueError, match="negative edge weight.*lambda_max"):
+        model(synthetic.x, synthetic.edge_index, w, parts=2)
+
+
 def test_tag_and_appnp_rounds_carry_their_columns_per_vertex():
     """K rounds each; only the propagated x travels to the edges, the running sum (TAGConv) or
     x_0 (APPNP) rides in the rows; every round rebuilds from its config (model batching)."""
@@ -218,7 +253,9 @@ def test_tag_and_appnp_rounds_carry_their_columns_per_vertex():
     ]
     appnp = Model.from_pyg(_randomize(_after_linear(10, gnn.APPNP(K=2, alpha=0.1))), output="embedding")
     assert [(c.in_dim, c.out_dim, c.src_width(False)) for c in appnp.conv_list()] == [(10, 20, 10), (20, 10, 10)]
-    for conv in tag.conv_list() + appnp.conv_list():
+    cheb = Model.from_pyg(_randomize(gnn.ChebConv(10, 4, K=3)), output="embedding")
+    assert [(c.in_dim, c.out_dim, c.src_width(False)) for c in cheb.conv_list()] == [(10, 24, 10), (24, 4, 10)]
+    for conv in tag.conv_list() + appnp.conv_list() + cheb.conv_list():
         assert CONVS.get(conv.kind) is type(conv)
         assert build_conv(conv.config()).config() == conv.config()
 

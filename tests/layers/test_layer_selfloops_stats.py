@@ -18,7 +18,7 @@ def _as_multiset(src, dst, w=None):
 
 
 def test_policy_registry():
-    assert set(SELF_LOOP_POLICIES) == {"none", "remaining", "replace", "replace_mean"}
+    assert set(SELF_LOOP_POLICIES) == {"none", "remaining", "remove", "replace", "replace_mean"}
     with pytest.raises(ValueError, match="unknown self-loop policy"):
         apply_self_loops(torch.tensor([0]), torch.tensor([0]), None, 1, "fill")
 
@@ -59,13 +59,20 @@ def test_replace_matches_pyg(synthetic):
     assert w2.shape == s.shape and torch.all(w2[-n:] == 1)
 
 
+def test_remove_matches_pyg(synthetic):
+    ei, w = synthetic.edge_index, synthetic.edge_weight
+    ref_ei, ref_w = remove_self_loops(ei, w)
+    s, d, ww = apply_self_loops(ei[0], ei[1], w, synthetic.num_nodes, "remove")
+    assert torch.equal(s, ref_ei[0]) and torch.equal(d, ref_ei[1]) and torch.equal(ww, ref_w)
+
+
 def test_none_is_identity(synthetic):
     ei = synthetic.edge_index
     s, d, w = apply_self_loops(ei[0], ei[1], synthetic.edge_weight, synthetic.num_nodes, "none")
     assert torch.equal(s, ei[0]) and torch.equal(d, ei[1]) and torch.equal(w, synthetic.edge_weight)
 
 
-@pytest.mark.parametrize("policy", ["none", "remaining", "replace"])
+@pytest.mark.parametrize("policy", ["none", "remaining", "remove", "replace"])
 @pytest.mark.parametrize("weighted", [False, True])
 def test_policy_on_targets_matches_the_whole_graph(policy, weighted):
     """The in-edges of a few targets (unsorted ids) with the policy applied are exactly the
@@ -115,3 +122,41 @@ def test_degree_stats(synthetic):
     assert torch.equal(STATS["weighted_in_degree"](ei[0], ei[1], None, n), cnt)
     ref = torch.zeros(n).index_add_(0, ei[1], w)
     assert torch.allclose(STATS["weighted_in_degree"](ei[0], ei[1], w, n), ref)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_laplacian_degree_matches_pyg_get_laplacian(synthetic, weighted):
+    """ChebConv's degree: get_laplacian's scatter over the SOURCE index after remove_self_loops."""
+    ei, n = synthetic.edge_index, synthetic.num_nodes
+    w = synthetic.edge_weight if weighted else None
+    ref_ei, ref_w = remove_self_loops(ei, w)
+    ref_w = torch.ones(ref_ei.shape[1]) if ref_w is None else ref_w
+    ref = torch.zeros(n).index_add_(0, ref_ei[0], ref_w)
+    assert torch.allclose(STATS["laplacian_degree"](ei[0], ei[1], w, n), ref, rtol=1e-6)
+
+
+def test_refresh_refuses_a_model_reading_an_out_edge_statistic(synthetic, tmp_path):
+    """An edge change alters ChebConv's degree at its SOURCE, which a PE store refresh (it
+    recomputes the vertices whose in-edges changed) does not follow: refused in one line."""
+    import torch_geometric.nn as gnn
+
+    from sparkgnn.errors import UnsupportedModelError
+    from sparkgnn.graph.data import GraphData
+    from sparkgnn.layers.stats import require_in_edge_stats
+    from sparkgnn.models import Model
+    from sparkgnn.pe.refresh import refresh_local
+
+    f = synthetic.num_features
+    require_in_edge_stats(Model.from_pyg(gnn.GCNConv(f, 4), output="embedding"), "a PE store refresh")
+    cheb = Model.from_pyg(gnn.ChebConv(f, 4, K=2), output="embedding")
+    with pytest.raises(UnsupportedModelError, match=r"layer 0 \(cheb_round\) reads the out-edge statistic") as info:
+        require_in_edge_stats(cheb, "a PE store refresh")
+    assert "\n" not in str(info.value)
+    graph = GraphData(
+        ids=torch.arange(synthetic.num_nodes).numpy(),
+        x=synthetic.x.numpy(),
+        edge_src=synthetic.edge_index[0].numpy(),
+        edge_dst=synthetic.edge_index[1].numpy(),
+    )
+    with pytest.raises(UnsupportedModelError, match="a PE store refresh recomputes"):
+        refresh_local(graph, None, cheb, str(tmp_path / "store"))

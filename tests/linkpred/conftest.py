@@ -5,7 +5,7 @@ import sys
 
 import pytest
 import torch
-from linkpred_helpers import ConcatMLP, Dot
+from linkpred_helpers import RELATIONS, ConcatMLP, DistMult, Dot
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "spark_jobs"))
 
@@ -29,4 +29,8 @@ def linkpred_case(tmp_path_factory):
         path = str(root / f"model_{name}")
         Model.from_pyg(encoder, output="embedding", decoder=decoder).save(path)
         models[name] = (decoder, path)
+    distmult = DistMult(len(RELATIONS), 6)
+    path = str(root / "model_distmult")
+    Model.from_pyg(encoder, output="embedding", decoder=distmult, relations=RELATIONS).save(path)
+    models["distmult"] = (distmult, path)
     return root, str(root / "graph"), data, encoder, models

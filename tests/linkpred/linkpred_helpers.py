@@ -12,6 +12,19 @@ class ConcatMLP(torch.nn.Module):
         return self.lin2(self.lin1(torch.cat([h_src, h_dst], dim=-1)).relu()).squeeze(-1)
 
 
+class DistMult(torch.nn.Module):  # PyG's examples/rgcn_link_pred.py DistMultDecoder
+    def __init__(self, num_relations: int, width: int):
+        super().__init__()
+        self.rel_emb = torch.nn.Parameter(torch.randn(num_relations, width))
+
+    def forward(self, z, edge_index, edge_type):
+        z_src, z_dst = z[edge_index[0]], z[edge_index[1]]
+        return torch.sum(z_src * self.rel_emb[edge_type] * z_dst, dim=1)
+
+
+RELATIONS = ["likes", "follows", "blocks"]
+
+
 class Dot(torch.nn.Module):
     def forward(self, h_src, h_dst):
         return (h_src * h_dst).sum(dim=-1)

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import topk
-from linkpred_helpers import pyg_embeddings
+from linkpred_helpers import RELATIONS, pyg_embeddings
 
 from sparkgnn.linkpred.topk import check_k
 
@@ -41,3 +41,27 @@ def test_k_must_be_positive(capsys):
     with pytest.raises(SystemExit):
         topk.parse_args(["--graph", ".", "--model", ".", "--k", "0", "--out", "x"])
     assert "--k: must be >= 1" in capsys.readouterr().err
+
+
+def test_topk_per_relation_equals_brute_force(spark, linkpred_case):
+    root, graph, data, encoder, models = linkpred_case
+    decoder, model = models["distmult"]
+    sources = np.sort(np.random.default_rng(5).choice(data.ids, 8, replace=False))
+    pd.DataFrame({"id": sources}).to_parquet(root / "rel_sources.parquet")
+    out = str(root / "rel_topk")
+    argv = ["--graph", graph, "--model", model, "--k", str(K), "--out", out]
+    argv += ["--sources", str(root / "rel_sources.parquet"), "--relation", "follows", "--relation", "blocks"]
+    assert topk.main([*argv, "--partitions", "2"]) == 0
+    got = pd.read_parquet(out).sort_values(["src", "relation", "rank"])
+    assert list(got.columns) == ["src", "relation", "dst", "score", "rank"]
+    z = pyg_embeddings(data, encoder).numpy()
+    rel = decoder.rel_emb.detach().numpy()
+    index = {int(v): i for i, v in enumerate(data.ids)}
+    for name in ("follows", "blocks"):
+        for s in sources:
+            scores = (z * rel[RELATIONS.index(name)]) @ z[index[int(s)]]
+            ranked = sorted((-scores[i], int(c)) for i, c in enumerate(data.ids))[:K]
+            rows = got[(got.src == s) & (got.relation == name)]
+            assert rows.dst.tolist() == [c for _, c in ranked]
+            assert np.allclose(rows.score.to_numpy(), [-v for v, _ in ranked], rtol=1e-5, atol=1e-5)
+    assert set(got.relation) == {"follows", "blocks"}

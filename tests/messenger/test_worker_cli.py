@@ -38,8 +38,9 @@ def test_parse_args(tmp_path):
 def test_main_builds_the_dl_handler_and_serves_it(tmp_path, monkeypatch, thread_cluster):
     calls = {}
 
-    def build_handler(model_store, device, threads):
+    def build_handler(model_store, device, threads, ops):
         calls.update(model_store=model_store, device=device, threads=threads)
+        calls["worker_ops"] = {"serve_batch", "serve_evict"} <= set(ops)  # on this worker's deployment cache
         return fh.scale
 
     monkeypatch.setitem(sys.modules, "sparkgnn.dl.handler", types.SimpleNamespace(build_handler=build_handler))
@@ -52,5 +53,5 @@ def test_main_builds_the_dl_handler_and_serves_it(tmp_path, monkeypatch, thread_
 
     monkeypatch.setattr(cli.messenger_worker, "run_from_args", fake_run_from_args)
     assert cli.main(["--connect", cluster.back, "--model-store", str(tmp_path), "--threads", "1"]) == 0
-    assert calls == {"model_store": str(tmp_path), "device": "cpu", "threads": 1}
+    assert calls == {"model_store": str(tmp_path), "device": "cpu", "threads": 1, "worker_ops": True}
     assert served == {"connect": cluster.back, "handler": fh.scale, "info": {"device": "cpu"}}

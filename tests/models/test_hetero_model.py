@@ -213,10 +213,10 @@ def test_save_load_fingerprint(tmp_path):
     )
     with pytest.raises(ModelLoadError, match="invalid model spec"):
         Model.load(tmp_path / "m")  # a typed model is not a homogeneous one
-    from sparkgnn.engine.api import coerce_model  # what sparkgnn.infer and refresh load models with
+    from sparkgnn.engine.api import coerce_model  # what model batching and refresh load models with
 
     for typed in (loaded, str(tmp_path / "m"), tmp_path / "m"):
-        refused = "^PE precompute and refresh run homogeneous graphs only so far"
+        refused = "^PE refresh and model batching run homogeneous graphs only so far"
         with pytest.raises(UnsupportedModelError, match=refused):
             coerce_model(typed)
     refuse_typed(Model.from_pyg(SAGEConv(4, 2)), "infer")  # a homogeneous model passes

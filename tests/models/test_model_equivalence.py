@@ -8,6 +8,7 @@ import torch_geometric.nn as gnn
 import torch_geometric.nn.aggr as A
 import torch_test_graphs as graphs  # noqa: E402
 
+from sparkgnn.errors import UnsupportedModelError
 from sparkgnn.models import Model
 
 rel_err = graphs.rel_err
@@ -93,6 +94,27 @@ def test_basic_gnn(name, layers, graph):
 def test_gcn_with_edge_weights(layers, graph):
     m = randomize(basic("GCN", layers, graph.num_features), seed=11)
     _check(m, graph, graph.x, weighted=True)
+
+
+JK_CASES = [
+    ("cat", lambda f: gnn.GCN(f, 16, 3, out_channels=NUM_CLASSES, jk="cat", norm="batch_norm")),
+    ("max", lambda f: gnn.GraphSAGE(f, 16, 2, out_channels=NUM_CLASSES, jk="max", act_first=True)),
+    ("last", lambda f: gnn.GIN(f, 16, 2, out_channels=NUM_CLASSES, jk="last")),
+    ("cat_one_layer", lambda f: gnn.GAT(f, 8, 1, out_channels=NUM_CLASSES, jk="cat", heads=2)),
+]
+
+
+@pytest.mark.parametrize("mode,make", JK_CASES, ids=[c[0] for c in JK_CASES])
+def test_basic_gnn_jumping_knowledge(mode, make, graph):
+    """BasicGNN(jk=...) normalises and activates every layer, combines their outputs and applies
+    PyG's Linear head: the converted chain (save / combine ops) equals PyG's forward."""
+    model, _ = _check(randomize(make(graph.num_features), seed=5), graph, graph.x)
+    assert model.output == "logits"
+
+
+def test_basic_gnn_jk_lstm_is_refused():
+    with pytest.raises(UnsupportedModelError, match="jk='lstm'.*LSTM"):
+        Model.from_pyg(gnn.GCN(8, 16, 2, jk="lstm").eval())
 
 
 def _convs(kind, f, layers):

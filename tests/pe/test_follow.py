@@ -16,6 +16,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from test_refresh import assert_same_store, graph, model_of  # noqa: E402, F401
 
 from sparkgnn.deadletter import read_dead_letters  # noqa: E402
+from sparkgnn.errors import StalePEStore  # noqa: E402
 from sparkgnn.graph.updates import GraphUpdate, apply  # noqa: E402
 from sparkgnn.pe import PEStore  # noqa: E402
 from sparkgnn.pe.follow import BatchCounts, FollowError, RefreshFollower, RunningFingerprint, compose  # noqa: E402
@@ -161,3 +162,125 @@ def test_batches_dead_letters_and_resumes_apply_every_file_once(graph, tmp_path,
     assert fourth.graph.fingerprint == want_graph.fingerprint and fourth.poll(flush=True) is None
     with pytest.raises(FollowError, match="follows from graph"):
         RefreshFollower(graph=want_graph, model=model, store=root, updates=inbox, state=state)
+
+
+def test_batches_held_in_memory_commit_as_one_version_and_survive_a_kill(graph, tmp_path, monkeypatch):  # noqa: F811
+    """Batches between commits are held in memory (no store version per batch); a follower killed
+    before the commit resumes by committing them, one killed inside the commit (version written,
+    checkpoint not) finishes it; either way the store equals a precompute and no file is
+    applied twice."""
+    model = model_of("sage", graph.feature_dim, 2)
+    root, inbox, state = str(tmp_path / "store"), str(tmp_path / "in"), str(tmp_path / "state")
+    os.makedirs(inbox)
+    precompute_local(graph, model, root)
+    updates = updates_in_order(graph)
+
+    def follower():
+        return RefreshFollower(
+            graph=graph, model=model, store=root, updates=inbox, state=state, max_batch_updates=1, commit_every_s=3600
+        )
+
+    first = follower()
+    for i, u in enumerate(updates[:2]):
+        drop(inbox, f"{i}.parquet", u, 1000 + i)
+        progress = first.poll(flush=False)
+        assert progress is not None and not progress.committed and progress.line().endswith("(held in memory)")
+    assert first.held_rows() > 0 and first.committed_batches == 0
+    g2 = final_graph(graph, updates[:2])
+    assert first.graph.fingerprint == g2.fingerprint
+    with pytest.raises(StalePEStore):  # nothing of the held batches reached the store yet
+        PEStore.open(root, model=model, graph=g2)
+    del first  # killed: its held rows are lost, its checkpoint names both batches done, none committed
+    second = follower()  # commits the two batches on start, from the log
+    assert second.committed_batches == 2 and second.held_rows() == 0
+    assert_same_store(
+        PEStore.open(root, model=model, graph=g2), precompute_local(g2, model, str(tmp_path / "p2")), g2.ids, 2
+    )
+    for i, u in enumerate(updates[2:], start=2):
+        drop(inbox, f"{i}.parquet", u, 1000 + i)
+        assert second.poll(flush=False) is not None
+    real = RefreshFollower._write_checkpoint
+
+    def killed_in_commit(self):
+        if self.checkpoint["committed"] == 4:
+            raise KeyboardInterrupt("killed")
+        real(self)
+
+    monkeypatch.setattr(RefreshFollower, "_write_checkpoint", killed_in_commit)
+    with pytest.raises(KeyboardInterrupt):
+        second.commit()
+    monkeypatch.undo()
+    third = follower()
+    want_graph = final_graph(graph, updates)
+    assert third.graph.fingerprint == want_graph.fingerprint and third.committed_batches == 4
+    assert third.store.base == PEStore.open(root, model=model, graph=want_graph).base
+    want = precompute_local(want_graph, model, str(tmp_path / "scratch"))
+    assert_same_store(third.store, want, want_graph.ids, 2)
+    with open(os.path.join(state, "checkpoint.json")) as fh:
+        applied = [name for b in json.load(fh)["batches"] for name in b["applied"]]
+    assert applied == ["0.parquet", "1.parquet", "2.parquet", "3.parquet"]
+
+
+def test_live_layer_holds_rows_by_id_over_the_committed_version(graph, tmp_path):  # noqa: F811
+    """Held rows win over the committed ones, a later hold replaces an earlier one, a deleted id
+    drops its held row (the committed row shows again: the graph no longer asks for it)."""
+    from sparkgnn.pe.follow import LiveLayer
+
+    model = model_of("sage", graph.feature_dim, 2)
+    store = precompute_local(graph, model, str(tmp_path / "store"))
+    live = LiveLayer(store, 1)
+    ids = graph.ids[[4, 1, 9]]
+    committed = store.lookup(ids, 1, states=True)
+    w, sw = committed[0].shape[1], committed[1].shape[1]
+    live.hold(graph.ids[[9, 1]], np.full((2, w), 7, np.float32), np.full((2, sw), 8, np.float32), np.zeros(0))
+    live.hold(graph.ids[[1]], np.full((1, w), 3, np.float32), np.full((1, sw), 4, np.float32), np.zeros(0))
+    h = live.read(ids, "h")
+    assert np.array_equal(h[0], committed[0][0]) and np.all(h[1] == 3) and np.all(h[2] == 7)
+    assert np.all(live.read(ids, "state")[1:] == [[4], [8]])
+    live.hold(np.zeros(0, np.int64), np.zeros((0, w), np.float32), np.zeros((0, sw), np.float32), graph.ids[[9]])
+    assert list(live.ids) == [graph.ids[1]] and np.array_equal(live.read(ids[2:], "h"), committed[0][2:])
+
+
+def test_each_committed_version_is_published_with_its_graph(graph, tmp_path):  # noqa: F811
+    """A follower publishes the version it starts from and each version it commits (pe/published.py):
+    the published graph directory is the committed graph and opens the committed store version;
+    batches held in memory are not published; publish=False publishes nothing."""
+    from sparkgnn.graph.reader import read_graph_dir
+    from sparkgnn.pe.published import latest
+
+    model = model_of("sage", graph.feature_dim, 2)
+    root, inbox, state = str(tmp_path / "store"), str(tmp_path / "in"), str(tmp_path / "state")
+    os.makedirs(inbox)
+    precompute_local(graph, model, root)
+    updates = updates_in_order(graph)
+
+    def follower(publish: bool = True):
+        return RefreshFollower(
+            graph=graph,
+            model=model,
+            store=root,
+            updates=inbox,
+            state=state,
+            max_batch_updates=1,
+            commit_every_s=3600,
+            publish=publish,
+        )
+
+    quiet = follower(publish=False)
+    drop(inbox, "0.parquet", updates[0], 1000)
+    assert quiet.poll(flush=False) is not None and quiet.commit()
+    assert latest(root) is None and quiet.published is None
+    first = follower()  # publishes the committed version it starts from
+    g1 = final_graph(graph, updates[:1])
+    assert latest(root) == first.published and first.published["graph_fingerprint"] == g1.fingerprint
+    drop(inbox, "1.parquet", updates[1], 1001)
+    assert first.poll(flush=False) is not None and not first.history[-1].committed
+    assert latest(root)["graph_fingerprint"] == g1.fingerprint  # held in memory: not published
+    assert first.commit()
+    record = latest(root)
+    g2 = final_graph(graph, updates[:2])
+    assert record["graph_fingerprint"] == g2.fingerprint and record["sequence"] == 2
+    assert record["store"] == first.store.base
+    served = read_graph_dir(record["graph"])
+    assert served.fingerprint == g2.fingerprint and np.array_equal(served.ids, g2.ids)
+    assert PEStore.open(root, model=model, graph=served).base == record["store"]

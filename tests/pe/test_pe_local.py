@@ -2,14 +2,20 @@
 model's layers, the state merged with nothing reproduces h^(l), the store opens verified, and a
 rerun keeps committed layers."""
 
+import os
+import sys
+
 import numpy as np
 import torch
 from torch_geometric.nn import GAT, GCN
 
-from sparkgnn.layers.base import compute_stats
+from sparkgnn.layers.base import compute_stats, propagate
 from sparkgnn.models import Model
 from sparkgnn.pe import PEStore
 from sparkgnn.pe.local import precompute_local
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "serving"))
+from serving_testkit import pyg_model  # noqa: E402
 
 
 def test_layers_states_and_reopen(graph_data, tmp_path):
@@ -82,3 +88,33 @@ def test_edge_features_are_read_by_the_precompute(graph_data, tmp_path):
     with pytest.raises(ValueError, match=r"read edge features \(edge_attr, width 3\) but graph .* has none"):
         precompute_local(graph_data, model, str(tmp_path / "other"))
     assert not (tmp_path / "other").exists()
+
+
+def test_a_dag_model_stores_each_round_s_row_with_its_carried_columns(graph_data, tmp_path):
+    """Residual and JumpingKnowledge models: layer l holds the row after round l, [main | the
+    slots later rounds read] (the next round's in_dim wide), its state reproduces that row, and
+    the last layer is the PyG module's output; a chain model's layers stay one value wide."""
+    data = graph_data
+    ei = torch.from_numpy(np.stack([data.edge_src, data.edge_dst]))
+    for kind in ("residual", "jk_cat"):
+        pyg = pyg_model(kind, data.feature_dim, 3, out=3, seed=2)
+        model = Model.from_pyg(pyg)
+        assert model.is_dag
+        store = precompute_local(data, model, str(tmp_path / kind))
+        widths = [model.conv(l).in_dim for l in range(1, 3)] + [model.out_dim]
+        assert store.manifest["dims"] == widths and widths[0] == 2 * 16  # the hidden value and its copy
+        h = model.pre(torch.from_numpy(data.x))
+        for l in range(3):
+            conv = model.conv(l)
+            stats = compute_stats(conv, ei[0], ei[1], None, data.num_nodes)
+            stored, state = store.lookup(data.ids, l + 1, states=True)
+            with torch.no_grad():
+                again = model.post(l, conv.update(h, conv.aggregator.finalize(torch.from_numpy(state)), stats, False))
+                h = model.post(l, propagate(conv, h, ei[0], ei[1], None))
+            np.testing.assert_allclose(stored, h.numpy(), rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(again.numpy(), h.numpy(), rtol=1e-5, atol=1e-5)
+        with torch.no_grad():
+            want = pyg(torch.from_numpy(data.x), ei).numpy()
+        np.testing.assert_allclose(store.lookup(data.ids, 3)[0], want, rtol=1e-5, atol=1e-5)
+    chain = Model.from_pyg(pyg_model("sage", data.feature_dim, 3, out=3))
+    assert precompute_local(data, chain, str(tmp_path / "chain")).manifest["dims"] == [16, 16, 3]

@@ -2,8 +2,9 @@
 refreshed store (h and merged state) equals a from-scratch precompute on the updated graph, for
 GCN, SAGE-mean, SAGE-max, GIN and GAT with 2 and 3 layers, on a weighted power-law graph with
 self-loops and parallel edges, with edge inserts/deletes (self-loops among them), vertex inserts
-and deletes and feature updates; the refresh touches fewer vertices than the graph has; a refresh
-killed after its first layer and rerun gives the same store; the old version stays readable."""
+and deletes and feature updates (edge inserts with attributes for GINE and GAT with edge_dim); the
+refresh touches fewer vertices than the graph has; a refresh killed after its first layer and rerun
+gives the same store; the old version stays readable."""
 
 import os
 import sys
@@ -112,6 +113,9 @@ def assert_same_store(got: PEStore, want: PEStore, ids, layers: int) -> None:
         "transformer",
         "gen",
         "pna",
+        "residual",
+        "jk_cat",
+        "jk_max",
     ],
 )
 def test_refresh_equals_a_precompute_of_the_updated_graph(graph, tmp_path, kind, layers):
@@ -255,3 +259,43 @@ def test_a_cold_refresh_reads_only_the_rows_it_needs(graph, tmp_path, monkeypatc
     new_graph = apply(update, graph).graph
     scratch = precompute_local(new_graph, model, str(tmp_path / "scratch"))
     assert_same_store(PEStore.open(root, model=model, graph=new_graph), scratch, new_graph.ids, 2)
+
+
+class _EdgeFeatureNet(torch.nn.Module):
+    """GINE (sum: delta refreshes) then GAT with edge_dim (softmax, loops of mean attributes)."""
+
+    def __init__(self, f: int, d: int):
+        import torch_geometric.nn as gnn
+
+        super().__init__()
+        self.conv1 = gnn.GINEConv(torch.nn.Sequential(torch.nn.Linear(f, 8), torch.nn.ReLU()), edge_dim=d)
+        self.conv2 = gnn.GATConv(8, 4, heads=2, edge_dim=d)
+
+    def forward(self, x, edge_index, edge_attr):
+        x = self.conv1(x, edge_index, edge_attr).relu()
+        return self.conv2(x, edge_index, edge_attr)
+
+
+def test_edge_inserts_with_attributes_refresh_gine_and_gat_edge_dim_exactly(graph, tmp_path):
+    import dataclasses
+
+    rng = np.random.default_rng(7)
+    data = dataclasses.replace(graph, edge_attr=rng.normal(size=(graph.num_edges, 3)).astype(np.float32))
+    update = random_update(graph, seed=5)
+    update = dataclasses.replace(
+        update, edge_insert_attr=rng.normal(size=(len(update.edge_insert_src), 3)).astype(np.float32)
+    )
+    torch.manual_seed(3)
+    model = Model.from_pyg(_EdgeFeatureNet(graph.feature_dim, 3).eval())
+    root = str(tmp_path / "store")
+    precompute_local(data, model, root)
+    refreshed, report = refresh_local(data, update, model, root, out_graph=str(tmp_path / "graph2"))
+    from sparkgnn.graph.reader import read_graph_dir
+
+    new_graph = read_graph_dir(str(tmp_path / "graph2"))
+    assert new_graph.edge_attr_dim == 3
+    scratch = precompute_local(new_graph, model, str(tmp_path / "scratch"))
+    assert_same_store(refreshed, scratch, new_graph.ids, 2)
+    assert report.layers[0]["delta"] > 0 and report.layers[1]["delta"] == 0
+    with pytest.raises(ValueError, match=r"read edge features \(edge_attr, width 3\) but graph .* has none"):
+        refresh_local(graph, update, model, str(tmp_path / "other"))

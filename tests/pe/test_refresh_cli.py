@@ -32,6 +32,7 @@ def test_follow_until_idle_then_refuse_a_state_of_another_graph(graph, tmp_path,
     out = capsys.readouterr().out
     assert "refresh follow: batch 1: 1 updates from 1 files" in out
     assert "1 batches this run, 1 in all" in out
+    assert "1 updates in 1 batches" in out and "batch latency p50" in out  # the run's throughput line
     PEStore.open(str(tmp_path / "store"), model=model, graph=apply(update, graph).graph)
     write_graph_dir(apply(update, graph).graph, str(tmp_path / "g2"))
     args[2] = str(tmp_path / "g2")

@@ -82,6 +82,12 @@ def test_a_small_refresh_writes_only_the_changed_rows_and_reads_back_whole(graph
     own = layout.read_table(store.base, store.manifest, key)  # the delta attempt alone
     assert own.num_rows == report.layers[0]["targets"] + 1  # recomputed rows + one tombstone
     assert own.column("h").null_count == 1
+    # own_rows reads the same delta attempt through the manifest's segments; delta_over holds
+    # over the version refreshed from only (not the other way round, not over itself)
+    assert versions.own_rows(store.base, store.manifest, key, ()).equals(own.select(["id", "h"]))
+    assert versions.delta_over(old.manifest, store.manifest, key)
+    assert not versions.delta_over(store.manifest, old.manifest, key)
+    assert not versions.delta_over(store.manifest, store.manifest, key)
     new_graph = apply(update, graph).graph
     assert store.manifest["rows"]["1"] == new_graph.num_nodes
     reopened = PEStore.open(root, model=model, graph=new_graph)

@@ -65,6 +65,16 @@ def test_statistics_need_one_more_hop_for_the_subgraph():
     assert pruning.choose(inputs).mode == "subgraph"
 
 
+def test_out_edge_statistics_keep_the_subgraph_out():
+    """A layer reading an out-edge statistic (ChebConv's degree) cannot run on a subgraph of in-edges."""
+    inputs = _inputs([1000, 30_000, 90_000, 120_000], [40_000, 400_000, 500_000], collected=False, needs_stats=True)
+    inputs.out_edge_stats = True
+    choice = pruning.choose(inputs)
+    assert choice.mode == "whole" and "out-edge statistic" in choice.blockers["subgraph"]
+    with pytest.raises(PlanError, match="in-edges only"):
+        pruning.choose(inputs, "subgraph")
+
+
 def test_a_prepared_whole_graph_is_cheaper_to_run_whole():
     cold = pruning.choose(_inputs([1000, 50_000, 150_000], [60_000, 900_000], collected=False))
     warm = pruning.choose(_inputs([1000, 50_000, 150_000], [60_000, 900_000], collected=False, whole_prepared=True))

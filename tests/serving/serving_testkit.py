@@ -61,6 +61,9 @@ def pyg_model(kind: str, in_dim: int, layers: int, out: int = 5, seed: int = 0):
             lambda a, b: gnn.GENConv(a, b, learn_t=True, norm="layer"), in_dim, hidden, layers, out
         ),
         "pna": lambda: _conv_stack(_pna, in_dim, hidden, layers, out),
+        "residual": lambda: ResidualGNN(in_dim, hidden, layers, out),
+        "jk_cat": lambda: JKNet(in_dim, hidden, layers, out, mode="cat"),
+        "jk_max": lambda: JKNet(in_dim, hidden, layers, out, mode="max"),
     }[kind]
     torch.manual_seed(seed)
     return randomize(build(), seed)
@@ -121,3 +124,47 @@ def _edgeconv(in_dim: int, out: int):
     return gnn.EdgeConv(
         torch.nn.Sequential(torch.nn.Linear(2 * in_dim, out), torch.nn.ReLU(), torch.nn.Linear(out, out))
     )
+
+
+class ResidualGNN(torch.nn.Module):
+    """Skip connections as PyG users write them: an input projection, then `x = x + conv(x)` per
+    layer (SAGE first, then GCN: rounds with degree statistics), a Linear head."""
+
+    def __init__(self, in_dim: int, hidden: int, layers: int, out: int):
+        import torch_geometric.nn as gnn
+
+        super().__init__()
+        self.lin_in = torch.nn.Linear(in_dim, hidden)
+        self.convs = torch.nn.ModuleList(
+            [gnn.SAGEConv(hidden, hidden) if i == 0 else gnn.GCNConv(hidden, hidden) for i in range(layers)]
+        )
+        self.lin_out = torch.nn.Linear(hidden, out)
+
+    def forward(self, x, edge_index):
+        x = self.lin_in(x).relu()
+        for conv in self.convs:
+            x = x + conv(x, edge_index).relu()
+        return self.lin_out(x)
+
+
+class JKNet(torch.nn.Module):
+    """JumpingKnowledge ('cat' or 'max') over every layer's output (SAGE and GCN alternating),
+    then a Linear head: each layer's output is carried in the row until the last round."""
+
+    def __init__(self, in_dim: int, hidden: int, layers: int, out: int, mode: str):
+        import torch_geometric.nn as gnn
+
+        super().__init__()
+        widths = [in_dim] + [hidden] * layers
+        self.convs = torch.nn.ModuleList(
+            [(gnn.SAGEConv if i % 2 == 0 else gnn.GCNConv)(widths[i], widths[i + 1]) for i in range(layers)]
+        )
+        self.jump = gnn.JumpingKnowledge(mode)
+        self.lin = torch.nn.Linear(layers * hidden if mode == "cat" else hidden, out)
+
+    def forward(self, x, edge_index):
+        xs = []
+        for conv in self.convs:
+            x = conv(x, edge_index).relu()
+            xs.append(x)
+        return self.lin(self.jump(xs))

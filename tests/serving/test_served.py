@@ -1,8 +1,7 @@
 """Workers serve only what they were started with (serving.served): the serving ops, called
 through the handler a `sparkgnn-worker` builds, refuse a header that names paths or options and
 an id the worker was not started with; the deployments file is re-read when its controller
-changes it and refused when others could write it; serve_evict drops only withdrawn ids; the
-deployment cache is bounded in bytes."""
+changes it and refused when others could write it; serve_evict drops only withdrawn ids."""
 
 from __future__ import annotations
 
@@ -107,40 +106,16 @@ def test_the_worker_cli_refuses_a_missing_deployments_file(tmp_path, capsys):
 
 
 def test_serve_evict_drops_only_what_the_controller_withdrew():
+    from sparkgnn.serving.online.wire import read_meta
+
     key = served.register(SPEC)
-    batch_op._DEPLOYMENTS[key] = object()  # type: ignore[assignment]  # stands for a loaded one
+    cache = batch_op.DeploymentCache()
+    cache.put(key, object(), 0)  # type: ignore[arg-type]  # stands for a loaded one
     try:
-        meta = batch_op.serve_evict({"op": "serve_evict", "retire": [key]}, {})
-        from sparkgnn.serving.online.wire import read_meta
-
-        assert read_meta(meta)["kept"] == [key] and key in batch_op.cached_keys()
+        meta = batch_op.serve_evict({"op": "serve_evict", "retire": [key]}, {}, cache)
+        assert read_meta(meta)["kept"] == [key] and key in cache.keys()
         served.withdraw(key)
-        assert read_meta(batch_op.serve_evict({"retire": [key]}, {}))["evicted"] == [key]
+        assert read_meta(batch_op.serve_evict({"retire": [key]}, {}, cache))["evicted"] == [key]
+        assert key not in cache.keys()
     finally:
-        batch_op._DEPLOYMENTS.pop(key, None)
         served.withdraw(key)
-
-
-def test_the_deployment_cache_is_bounded_in_bytes_least_recently_used_first():
-    keys = [f"{i:064x}" for i in range(3)]
-    before = served.cache_bytes()
-    with batch_op._LOCK:  # deployments earlier tests in this process loaded: set aside, restored below
-        saved = dict(batch_op._DEPLOYMENTS), dict(batch_op._SIZES), dict(batch_op._IN_USE)
-        batch_op._DEPLOYMENTS.clear(), batch_op._SIZES.clear(), batch_op._IN_USE.clear()
-    try:
-        served.set_cache_bytes(250)
-        with batch_op._LOCK:
-            for key in keys:
-                batch_op._DEPLOYMENTS[key] = object()  # type: ignore[assignment]
-                batch_op._SIZES[key] = 100
-            batch_op._IN_USE[keys[0]] = 1  # a batch still answers from the oldest: it stays
-            dropped = batch_op._shrink_locked(keep=keys[2])
-        assert dropped == [keys[1]] and set(batch_op.cached_keys()) >= {keys[0], keys[2]}
-    finally:
-        served.set_cache_bytes(before)
-        with batch_op._LOCK:
-            batch_op._IN_USE.pop(keys[0], None)
-            for key in keys:
-                batch_op._DEPLOYMENTS.pop(key, None)
-                batch_op._SIZES.pop(key, None)
-            batch_op._DEPLOYMENTS.update(saved[0]), batch_op._SIZES.update(saved[1]), batch_op._IN_USE.update(saved[2])

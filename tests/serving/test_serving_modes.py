@@ -1,5 +1,6 @@
 """FULL equals PyG's forward on the whole union graph G + Q + request edges; NS is seeded and
-equals FULL when no sampling happens; the GCN degree trap is real (subgraph degrees differ)."""
+equals FULL when no sampling happens (edge attributes included); the GCN degree trap is real
+(subgraph degrees differ)."""
 
 import numpy as np
 import pytest
@@ -169,3 +170,25 @@ def test_engine_takes_the_graph_inputs_infer_takes(skewed_workload, spark, tmp_p
         QueryEngine(G, model, "full")
     with pytest.raises(EngineSetupError, match="cannot serve a dict: pass a GraphData"):
         QueryEngine({"x": G.x}, model)
+
+
+@pytest.mark.parametrize("gat_first", [False, True])
+def test_ns_carries_edge_attributes_and_equals_full_when_it_samples_every_in_edge(gat_first):
+    import dataclasses
+
+    from serving_testkit import skewed_graph
+    from test_serving_reuse_modes import _attr_requests, _EdgeFeatureNet
+
+    base = skewed_graph()
+    rng = np.random.default_rng(1)
+    G = dataclasses.replace(base, edge_attr=rng.normal(size=(base.num_edges, 3)).astype(np.float32))
+    model = Model.from_pyg(_EdgeFeatureNet.build(G.feature_dim, 3, gat_first))
+    full = QueryEngine(G, model, mode="full")
+    every = int(np.bincount(G.edge_dst).max()) + 16  # above any in-degree, request edges included
+    ns = QueryEngine(G, model, mode="ns", fanouts=(every, every), context=full.context)
+    sampled = QueryEngine(G, model, mode="ns", fanouts=(2, 2), seed=3, context=full.context)
+    for r in _attr_requests(G, 3, seed=2, into_g=True):
+        assert rel(ns.answer(r).h, full.answer(r).h) < 1e-5, r.request_id
+        # the sampled edges keep their own attributes: other request attributes, another answer
+        moved = dataclasses.replace(r, edge_attr=r.edge_attr + 1.0)
+        assert not np.allclose(sampled.answer(r).h, sampled.answer(moved).h)

@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 from serving_testkit import pyg_model
 
 from sparkgnn.errors import SparkGNNError, StalePEStore
@@ -265,19 +266,56 @@ def test_answer_names_unknown_ids_with_and_without_validation(stores, skewed_wor
         trusting.answer(bad)
 
 
-def test_models_that_read_edge_features_are_refused_by_serving_and_refresh(small_graph_for_requests, tmp_path):
+class _WeightsThenAttributes(torch.nn.Module):
+    """GCN reading edge weights, then GINE reading edge attributes."""
+
+    def __init__(self):
+        import torch_geometric.nn as gnn
+
+        super().__init__()
+        self.conv1 = gnn.GCNConv(2, 4)
+        self.conv2 = gnn.GINEConv(torch.nn.Linear(4, 3), edge_dim=3)
+
+    def forward(self, x, edge_index, edge_attr, edge_weight):
+        x = self.conv1(x, edge_index, edge_weight).relu()
+        return self.conv2(x, edge_index, edge_attr)
+
+
+def test_models_that_read_edge_features_need_them_in_g_and_one_value_per_edge(small_graph_for_requests, tmp_path):
+    import dataclasses
+
     import torch_geometric.nn as gnn
 
     from sparkgnn.errors import UnsupportedModelError
     from sparkgnn.pe.refresh import refresh_local
 
     model = Model.from_pyg(gnn.GATConv(2, 4, edge_dim=3).eval())
-    line = r"does not carry edge features yet, but layer 0 \(gat\) reads edge_attr \(width 3\)"
-    with pytest.raises(UnsupportedModelError, match="serving " + line):
+    none = r"read edge features \(edge_attr, width 3\) but graph .* has none"
+    with pytest.raises(ValueError, match=none):
         QueryEngine(small_graph_for_requests, model)
-    # the PE precompute reads edge features (tests/pe/test_pe_local.py): a graph without them is refused
-    with pytest.raises(ValueError, match=r"read edge features \(edge_attr, width 3\) but graph .* has none"):
+    with pytest.raises(ValueError, match=none):
         precompute_local(small_graph_for_requests, model, str(tmp_path / "store"))
-    with pytest.raises(UnsupportedModelError, match="a PE store refresh " + line):
+    with pytest.raises(ValueError, match=none):
         refresh_local(small_graph_for_requests, None, model, str(tmp_path / "store"))
     assert not (tmp_path / "store").exists()
+    # a layer reading G's weights next to one reading attributes: one value per edge is carried
+    torch.manual_seed(0)
+    net = _WeightsThenAttributes().eval()
+    mixed = Model.from_pyg(net)
+    g = dataclasses.replace(small_graph_for_requests, edge_attr=np.ones((2, 3), np.float32))
+    with pytest.raises(UnsupportedModelError, match="serving carries one value per edge: .* its gcn layers G's edge"):
+        QueryEngine(dataclasses.replace(g, weight=np.ones(2, np.float32)), mixed)
+    # without weights the GCN reads none and the GINE the attributes, as PyG's forward does
+    attr = np.array([[1.0, 2.0, 3.0], [0.5, 0.0, -1.0]], np.float32)
+    engine = QueryEngine(g, mixed)
+    answer = engine.answer(Request("r", [100], [[1.0, 2.0]], [10, 100], [100, 20], attr))
+    with pytest.raises(EngineSetupError, match="the shared context carries edge attributes of width 3, this engine"):
+        QueryEngine(g, Model.from_pyg(pyg_model("gcn", 2, 2)), context=engine.context)
+    with torch.no_grad():
+        want = net(
+            torch.from_numpy(np.concatenate([g.x, [[1.0, 2.0]]]).astype(np.float32)),
+            torch.tensor([[0, 1, 0, 3], [1, 2, 3, 1]]),
+            torch.from_numpy(np.concatenate([g.edge_attr, attr])),
+            None,
+        )[3:]
+    np.testing.assert_allclose(answer.h, want.numpy(), rtol=1e-5, atol=1e-6)

@@ -99,3 +99,25 @@ def test_bad_file_is_a_request_error(tmp_path):
     pq.write_table(pa.table({"request_id": ["a"], "kind": ["node"]}), tmp_path / "bad.parquet")
     with pytest.raises(RequestError, match="lacks column"):
         read_requests(str(tmp_path / "bad.parquet"))
+
+
+def test_edge_attributes_are_checked_against_the_graph_and_kept_in_files(small_graph, tmp_path):
+    import dataclasses
+
+    with_attr = dataclasses.replace(small_graph, edge_attr=np.ones((3, 2), np.float32))
+    assert _req(edge_attr=np.ones((2, 2))).validate(with_attr).edge_attr.dtype == np.float32
+    cases = [
+        (small_graph, np.ones((2, 2)), "edges carry edge_attr, but the graph's edges carry none"),
+        (with_attr, np.ones((2, 3)), "edge_attr has width 3, the graph's edge attributes have width 2"),
+        (with_attr, np.ones((1, 2)), "edge_attr has shape (1, 2), expected [2, D] (one row per edge)"),
+        (with_attr, [[0.0, np.nan], [1.0, 1.0]], "edge_attr: 1 edges have NaN/Inf attributes; first: (100 -> 20)"),
+    ]
+    for graph, attr, words in cases:
+        with pytest.raises(RequestError) as err:
+            _req(edge_attr=attr).validate(graph)
+        assert words in str(err.value), (words, str(err.value))
+    reqs = [_req(request_id="a", edge_attr=[[1.0, 2.0], [3.0, 4.0]]), _req(request_id="b")]
+    back = read_requests(write_requests(str(tmp_path / "r.parquet"), reqs))
+    np.testing.assert_array_equal(back[0].edge_attr, np.array([[1.0, 2.0], [3.0, 4.0]], np.float32))
+    assert back[1].edge_attr is None
+    assert read_requests(write_requests(str(tmp_path / "plain.parquet"), reqs[1:]))[0].edge_attr is None

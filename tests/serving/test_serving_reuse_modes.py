@@ -1,7 +1,9 @@
 """The modes that reuse the PE store: EXACT equals FULL (every layer type, k in {2, 3}, Cora and
 a skewed graph with weights and self loops, any partitioning); HE and SRPE equal independent
 references built from the model's layers; SRPE with gamma=1 equals FULL where the paper's
-"recompute with the query edges" is exact (SAGE/GIN/GAT, k=2); bad set-ups fail clearly."""
+"recompute with the query edges" is exact (SAGE/GIN/GAT, k=2); with edge attributes in G and in
+the requests (GINE, GAT with edge_dim) FULL equals PyG, EXACT equals FULL, and HE / SRPE equal it
+on requests that change no vertex of G; bad set-ups fail clearly."""
 
 import numpy as np
 import pytest
@@ -150,3 +152,128 @@ def test_exact_with_max_recomputes_from_scratch(aggr, skewed_workload, tmp_path)
         assert rel(a.h, ref.h) < 1e-5
         scratch += a.breakdown["recomputed_from_scratch"]
     assert (scratch > 0) == (aggr == "max")
+
+
+@pytest.mark.parametrize(
+    ("kind", "which", "layers"), [("residual", "cora", 2), ("jk_cat", "skewed", 2), ("jk_max", "skewed", 3)]
+)
+def test_skip_connection_models_are_served_from_their_stored_rows(kind, which, layers, reuse_setup, request):
+    """Residual and JumpingKnowledge models (the store keeps each round's row with its carried
+    columns): FULL equals the PyG module on G + Q, EXACT (1 and 3 partitions) equals FULL, and
+    for k = 2 HE and SRPE equal their references (stored rows for what they do not recompute)."""
+    import torch
+    from serving_refs import union_edges
+
+    setup = reuse_setup(request, which, kind, layers)
+    wl, pyg, model, store, full = setup
+    G = wl.graph_G
+    e = engines(setup, exact=("exact", {}), exact_p3=("exact", {"partitions": 3}), he=("he", {}),
+                srpe=("srpe", {"gamma": 0.4, "policy": "qer"}))  # fmt: skip
+    for r in wl.requests:
+        ref = full.answer(r)
+        src, dst, _ = union_edges(G, r)
+        with torch.no_grad():
+            pyg_h = pyg(torch.from_numpy(np.concatenate([G.x, r.x])), torch.stack([src, dst]))[G.num_nodes :]
+        assert rel(ref.h, pyg_h.numpy()) < 1e-5, (kind, r.request_id)
+        for name in ("exact", "exact_p3"):
+            assert rel(e[name].answer(r).h, ref.h) < 1e-5, (kind, name, r.request_id)
+        if layers != 2:
+            continue
+        ref_he, _, _ = two_layer_with_layer1(model, G, r, np.empty(0, np.int64))
+        assert rel(e["he"].answer(r).h, ref_he) < 1e-5, (kind, r.request_id)
+        works, _ = e["srpe"].mode.works(e["srpe"].context, e["srpe"].context.prepare(r), None)
+        chosen = works[0].targets[works[0].from_state]
+        ref_srpe, _, _ = two_layer_with_layer1(model, G, r, chosen)
+        assert rel(e["srpe"].answer(r).h, ref_srpe) < 1e-5, (kind, r.request_id)
+
+
+class _EdgeFeatureNet:
+    """GINE -> GAT(edge_dim) and GAT(edge_dim) -> GINE, written as PyG's tutorials write them."""
+
+    @staticmethod
+    def build(f: int, d: int, gat_first: bool):
+        import torch
+        import torch_geometric.nn as gnn
+
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                gine = gnn.GINEConv(torch.nn.Sequential(torch.nn.Linear(f if not gat_first else 8, 8)), edge_dim=d)
+                gat = gnn.GATConv(f if gat_first else 8, 4, heads=2, edge_dim=d)
+                self.conv1, self.conv2 = (gat, gine) if gat_first else (gine, gat)
+
+            def forward(self, x, edge_index, edge_attr):
+                x = self.conv1(x, edge_index, edge_attr).relu()
+                return self.conv2(x, edge_index, edge_attr)
+
+        torch.manual_seed(5)
+        return Net().eval()
+
+
+def _attr_requests(graph, d: int, seed: int, into_g: bool):
+    """Three requests of 3 queries each; edges G -> Q and Q -> Q (and Q -> G with `into_g`, one
+    of them into a G vertex that also feeds a query), every edge with its attribute row."""
+    from sparkgnn.serving.request import Request
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(3):
+        q = graph.ids.max() + 1 + 10 * i + np.arange(3)
+        g = rng.choice(graph.ids, 6, replace=False)
+        src = np.concatenate([g[:4], q[:2]] + ([q[:2]] if into_g else []))
+        dst = np.concatenate([q[[0, 1, 2, 2]], q[1:]] + ([g[[0, 4]]] if into_g else []))  # g0: in and out
+        attr = rng.normal(size=(len(src), d)).astype(np.float32)
+        x = rng.normal(size=(3, graph.feature_dim)).astype(np.float32)
+        out.append(Request(f"r{i}", q, x, src, dst, attr))
+    return out
+
+
+@pytest.mark.parametrize("gat_first", [False, True])
+def test_edge_attributes_in_requests_serve_exactly(gat_first, tmp_path):
+    import dataclasses
+
+    import torch
+    from serving_testkit import skewed_graph
+
+    from sparkgnn.serving.request import RequestError
+
+    base = skewed_graph()
+    rng = np.random.default_rng(1)
+    graph = dataclasses.replace(base, edge_attr=rng.normal(size=(base.num_edges, 3)).astype(np.float32))
+    net = _EdgeFeatureNet.build(graph.feature_dim, 3, gat_first)
+    model = Model.from_pyg(net)
+    store = precompute_local(graph, model, str(tmp_path / "store"))
+    full = QueryEngine(graph, model, mode="full")
+    exact = [QueryEngine(graph, model, mode="exact", store=store, context=full.context, partitions=p) for p in (1, 3)]
+    for r in _attr_requests(graph, 3, seed=2, into_g=True):
+        # FULL is PyG's forward on G + Q + the request edges with their attributes
+        ids = np.concatenate([graph.ids, r.qid])
+        pos = {int(v): i for i, v in enumerate(ids)}
+        src = np.concatenate([graph.edge_src, [pos[int(v)] for v in r.src]])
+        dst = np.concatenate([graph.edge_dst, [pos[int(v)] for v in r.dst]])
+        with torch.no_grad():
+            want = net(
+                torch.from_numpy(np.concatenate([graph.x, r.x])),
+                torch.from_numpy(np.stack([src, dst])),
+                torch.from_numpy(np.concatenate([graph.edge_attr, r.edge_attr])),
+            )[graph.num_nodes :].numpy()
+        ref = full.answer(r)
+        assert rel(ref.h, want) < 1e-5
+        for engine in exact:
+            assert rel(engine.answer(r).h, ref.h) < 1e-5, (gat_first, engine.mode.partitions, r.request_id)
+    # requests that change no vertex of G: HE and SRPE reuse exact PEs
+    reuse = [
+        QueryEngine(graph, model, mode=m, store=store, context=full.context, **o)
+        for m, o in (("he", {}), ("srpe", {"gamma": 1.0}))
+    ]
+    for r in _attr_requests(graph, 3, seed=3, into_g=False):
+        ref = full.answer(r)
+        for engine in reuse:
+            assert rel(engine.answer(r).h, ref.h) < 1e-5, (gat_first, engine.mode_name, r.request_id)
+    bare = dataclasses.replace(r, edge_attr=None)
+    with pytest.raises(RequestError, match=r"read edge attributes of width 3, the request's edges carry none"):
+        full.answer(bare)
+    with pytest.raises(RequestError, match=r"edge_attr has width 2, the graph's edge attributes have width 3"):
+        full.answer(dataclasses.replace(r, edge_attr=r.edge_attr[:, :2]))
+    with pytest.raises(ValueError, match=r"read edge features \(edge_attr, width 3\) but graph .* has none"):
+        QueryEngine(base, model, mode="full")

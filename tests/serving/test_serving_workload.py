@@ -1,4 +1,5 @@
-"""The OMEGA 8.1 workload: 25% pool of test vertices, G without it, request edges, determinism."""
+"""The OMEGA 8.1 workload: 25% pool of test vertices, G without it, request edges (with their
+attributes when G's edges carry them), determinism."""
 
 import json
 
@@ -83,3 +84,31 @@ def test_cli_writes_graph_requests_labels(tmp_path, skewed):
     assert sorted(r.request_id for r in back) == sorted(r.request_id for r in wl.requests)
     assert read_labels(str(tmp_path / "wl" / "labels.parquet")) == wl.labels
     assert json.loads((tmp_path / "wl" / "workload.json").read_text())["pool_size"] == len(wl.pool)
+
+
+def test_edge_attributes_stay_on_g_and_ride_with_each_requests_edges(tmp_path, skewed):
+    import dataclasses
+
+    # attribute column 0 is the edge's position in the source graph: each row names its edge
+    attr = np.stack([np.arange(skewed.num_edges), np.ones(skewed.num_edges)], axis=1).astype(np.float32)
+    data = dataclasses.replace(skewed, edge_attr=attr)
+    wl = make_workload(data, (8,), 2, seed=1)
+    G = wl.graph_G
+    assert G.edge_attr_dim == 2
+    source = G.edge_attr[:, 0].astype(np.int64)
+    np.testing.assert_array_equal(G.ids[G.edge_src], data.src_ids[source])
+    np.testing.assert_array_equal(G.ids[G.edge_dst], data.dst_ids[source])
+    for r in wl.requests:
+        r.validate(G)  # also: edge_attr of G's width
+        assert r.edge_attr is not None and len(r.edge_attr) == r.num_edges > 0
+        source = r.edge_attr[:, 0].astype(np.int64)
+        np.testing.assert_array_equal(r.src, data.src_ids[source])
+        np.testing.assert_array_equal(r.dst, data.dst_ids[source])
+    wl_dir = str(tmp_path / "wl")
+    from sparkgnn.serving.workload import write_workload
+
+    write_workload(wl, wl_dir)
+    assert read_graph_dir(str(tmp_path / "wl" / "graph")).fingerprint == G.fingerprint
+    back = {r.request_id: r for r in read_requests(str(tmp_path / "wl" / "requests"))}
+    for r in wl.requests:
+        np.testing.assert_array_equal(back[r.request_id].edge_attr, r.edge_attr)

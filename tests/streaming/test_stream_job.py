@@ -27,7 +27,7 @@ from sparkgnn.errors import StalePEStore
 from sparkgnn.serving import Request
 from sparkgnn.serving.modes import ModeError
 from sparkgnn.serving.request import write_requests
-from sparkgnn.streaming.job import StreamConfig, StreamJobError, StreamStartError, build_engine, run
+from sparkgnn.streaming.job import StreamConfig, StreamJobError, StreamStartError, build_engine, run, start_query
 from sparkgnn.streaming.sink import SinkError, committed_batch_ids, read_answers, read_batch_meta
 
 
@@ -221,3 +221,31 @@ def test_workers_local_runs_cgp_partitions_on_messenger_workers(spark, setup, en
     """local[2]: a broker and two sparkgnn-worker processes serve the partitions (op
     serving_partials); answers equal the engine's, and the workers are stopped with the job."""
     _run_partitioned(spark, setup, engine, tmp_path, caplog, "local[2]", 2, "partitions on messenger workers local[2]")
+
+
+class _Chain:
+    """Stands in for a SparkSession's readStream / writeStream builders: records each call."""
+
+    def __init__(self):
+        self.calls: list = []
+
+    def __getattr__(self, name):
+        if name in ("readStream", "writeStream"):
+            return self
+
+        def call(*args, **kwargs):
+            self.calls.append((name, args, kwargs))
+            return self
+
+        return call
+
+
+@pytest.mark.parametrize("given, admitted", [(None, 64), (5, 5)])
+def test_the_source_admits_max_files_per_trigger_files_a_batch_by_default_too(tmp_path, given, admitted):
+    chain = _Chain()
+    cfg = StreamConfig(
+        graph="g", model="m", requests=str(tmp_path / "in"), out="o", checkpoint="ck", max_files_per_trigger=given
+    )
+    start_query(chain, cfg, handler=None)
+    options = dict(args for name, args, _ in chain.calls if name == "option")
+    assert options["maxFilesPerTrigger"] == admitted

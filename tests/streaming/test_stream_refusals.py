@@ -215,6 +215,12 @@ def _argv(setup, tmp_path, *extra):
         ("--trigger", "-1", "must be a finite number >= 0"),
         ("--trigger", "soon", "must be a number"),
         ("--max-requests-per-batch", "0", "must be >= 1"),
+        ("--max-file-bytes", "0", "must be >= 1"),
+        ("--max-file-bytes", "64MB", "must be an integer"),
+        ("--max-file-rows", "-5", "must be >= 1"),
+        ("--max-file-decompressed-bytes", "1.5", "must be an integer"),
+        ("--max-queries", "0", "must be >= 1"),
+        ("--max-edges", "x", "must be an integer"),
         ("--timeout", "0", "must be a finite number > 0"),
         ("--seed", "-2", "must be >= 0"),
         ("--degree-threshold", "x", "must be a number"),
@@ -226,6 +232,17 @@ def test_job_bad_numbers_are_usage_errors_naming_the_flag(job, setup, tmp_path, 
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert f"stream_queries.py: error: argument {flag}: " in err and words in err, err
+
+
+def test_job_file_and_request_caps_reach_the_job_from_their_flags(job, setup, tmp_path):
+    flags = ["--max-file-bytes", "1000", "--max-file-rows", "20", "--max-file-decompressed-bytes", "3000"]
+    flags += ["--max-queries", "7", "--max-edges", "9", "--max-requests-per-batch", "5"]
+    cfg = job.config_from_args(job.parse_args(_argv(setup, tmp_path, *flags)))
+    limits = cfg.file_limits()
+    assert (limits.max_bytes, limits.max_rows, limits.max_decompressed_bytes) == (1000, 20, 3000)
+    assert (limits.max_queries, limits.max_edges, cfg.max_files_per_trigger) == (7, 9, 5)
+    default = job.config_from_args(job.parse_args(_argv(setup, tmp_path)))
+    assert default.file_limits() == type(limits)()  # no flag: intake.FileLimits' defaults
 
 
 def _one_error_line(err: str) -> str:

@@ -11,10 +11,13 @@ optional monotone map of the score (`"sigmoid"`, as PyG's examples apply to turn
 probability): it never changes which candidates rank first, so top-k and the approximate index
 ignore it and apply it to the kept scores. `inner_product` says whether the score (before `final`)
 is an inner product of per-node vectors (`search_vectors` of each side), which is what a vector
-index searches: dot and cosine decoders.
+index searches: dot and cosine decoders. `relational` kinds (relational.py: DistMult, TransE) also
+read each pair's relation, `decoder(h_src, h_dst, rel)`; the others refuse one.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -30,6 +33,7 @@ class Decoder(torch.nn.Module):
 
     kind: str = ""
     inner_product: bool = False
+    relational: bool = False
 
     def __init__(self, in_dim: int | None = None, final: str | None = None):
         super().__init__()
@@ -62,8 +66,11 @@ class Decoder(torch.nn.Module):
             )
 
     @torch.no_grad()
-    def forward(self, h_src: Tensor, h_dst: Tensor) -> Tensor:
-        """[N] scores of the pairs (h_src[i], h_dst[i]); both [N, F] float32."""
+    def forward(self, h_src: Tensor, h_dst: Tensor, rel: Any = None) -> Tensor:
+        """[N] scores of the pairs (h_src[i], h_dst[i]); both [N, F] float32. `rel` is for
+        relational kinds only (refused here)."""
+        if rel is not None:
+            raise ValueError(f"the {self.kind} decoder takes no relation; only distmult and transe decoders do")
         h_src = torch.as_tensor(h_src, dtype=torch.float32)
         h_dst = torch.as_tensor(h_dst, dtype=torch.float32)
         if h_src.dim() != 2 or h_src.shape != h_dst.shape:

@@ -42,11 +42,12 @@ class Handler:
         return {"op": op, "compute_s": time.perf_counter() - started}, result
 
 
-def build_handler(model_store: str, device: str = "cpu", threads: int | None = None) -> Handler:
+def build_handler(model_store: str, device: str = "cpu", threads: int | None = None, *, ops: Registry = OPS) -> Handler:
     """The handler a worker serves. `threads` caps torch's intra-op threads (Spark already runs one
-    task per core, so in-process handlers use 1)."""
+    task per core, so in-process handlers use 1); `ops`: the op registry it looks ops up in (a
+    worker with state of its own, serving's deployment cache, passes one holding its ops)."""
     if threads:
         torch.set_num_threads(int(threads))
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise SparkGNNError(f"device {device!r} requested but CUDA is not available on this worker")
-    return Handler(ModelRegistry(model_store, device))
+    return Handler(ModelRegistry(model_store, device), ops)

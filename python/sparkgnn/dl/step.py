@@ -305,7 +305,7 @@ def aggregate_edges(ctx: StepContext) -> tuple[torch.Tensor, torch.Tensor | None
     _check_range("edges.dst", dst, n_own)
     if not conv.edge_mergeable:  # the generic fallback: the user's conv on [own | mirror] rows, all in-edges
         rows = torch.cat([own_src, *mirror], dim=0) if mirror else own_src
-        return ctx.model.post(layer, cast(GenericConv, conv).neighbourhoods(rows, src, dst, n_own)), None
+        return ctx.model.post(layer, cast(GenericConv, conv).neighbourhoods(rows, src, dst, n_own, h_own=h)), None
     src, dst, weight = apply_self_loops(src, dst, _edge_weight(edges, conv, ctx.device), n_own, conv.self_loops)
     scaled, scale = conv.message_scale(weight, pre)
     if scaled and conv.aggregator.from_sums and src.numel():

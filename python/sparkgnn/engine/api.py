@@ -6,7 +6,7 @@ import dataclasses
 import logging
 import os
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from sparkgnn.engine import calibration, phases, pruned
@@ -16,7 +16,7 @@ from sparkgnn.engine.executor import estimate_lines, estimate_vs_actual, execute
 from sparkgnn.engine.failures import step_failures
 from sparkgnn.engine.jvm import why_unavailable
 from sparkgnn.engine.materialise import materialise_kind
-from sparkgnn.engine.prepare import ensure_layouts, is_prepared, layout_writer, prepare
+from sparkgnn.engine.prepare import ensure_layouts, ensure_out_stats, is_prepared, layout_writer, prepare
 from sparkgnn.engine.pushdown import NEEDS_SPARK_ROWS, shuffle_partitions
 from sparkgnn.engine.result import JobResult, legacy_positional, model_name, warn_return_report
 from sparkgnn.engine.session import configure, mapped_memory_budget, memory_per_task
@@ -67,7 +67,7 @@ def coerce_graph(
 
     if isinstance(graph, Graph):
         return graph
-    refuse_typed_job(graph, None, "PE precompute and refresh")
+    refuse_typed_job(graph, None, "PE refresh")
     if isinstance(graph, (str, os.PathLike)):
         loaded = Graph.load(spark, os.fspath(graph), validate=False)
         if work_dir and loaded.recall_facts(work_dir):
@@ -84,12 +84,13 @@ def coerce_graph(
 
 def coerce_model(model: ModelSource) -> Model:
     """A sparkgnn Model, a saved model path, or a PyTorch Geometric module. A typed model (or
-    its directory) is refused in one line: `infer` runs it before reaching here (engine.typed),
-    PE precompute and refresh run homogeneous graphs only so far."""
+    its directory) is refused in one line: `infer` and `precompute` run it before reaching here
+    (engine.typed, engine.precompute_typed); refresh and model batching run homogeneous graphs only
+    so far."""
     from sparkgnn.models import Model
     from sparkgnn.models.hetero import refuse_typed
 
-    refuse_typed(os.fspath(model) if isinstance(model, os.PathLike) else model, "PE precompute and refresh")
+    refuse_typed(os.fspath(model) if isinstance(model, os.PathLike) else model, "PE refresh and model batching")
     if isinstance(model, Model):
         return model
     if isinstance(model, (str, os.PathLike)):
@@ -243,6 +244,9 @@ def plan_for(
         plan = planner.compile(layers, graph_stats, task, cost_model)
     with phases.phase("prepare"):
         prepared = ensure_layouts(spark, graph, prepared, [layer.strategy for layer in plan.layers])
+        # the out-edge statistics the convs read, on demand (engine.prepare's module doc)
+        keys = stat_keys(model.conv_list())
+        prepared = ensure_out_stats(spark, prepared, keys, writer=layout_writer(graph, exchange))
     return prepared, plan
 
 
@@ -326,7 +330,7 @@ def infer(
     out: str | os.PathLike[str] | None = None,
     strategy: str = "auto",
     partitions: int | None = None,
-    ids: Iterable[int] | DataFrame | None = None,
+    ids: Iterable[int] | DataFrame | Mapping[str, Iterable[int] | DataFrame] | None = None,
     workers: str | LocalCluster = "inprocess",
     explain: bool = False,
     work_dir: str | None = None,
@@ -376,16 +380,18 @@ def infer(
     A typed graph (a TypedGraph or a typed graph directory) runs a typed model (a HeteroModel or
     its directory; engine.typed): `frames` is keyed by output node type (with `out`, type T's
     result goes to out/T), and `types` names the output types to compute (default: all the
-    model's), each round computing only what those need.
+    model's), each round computing only what those need; `ids` there is a dict {node type: ids}
+    (each round computing only the rows those need, engine.typed_ids).
     """
     from sparkgnn.engine.typed import infer_typed, is_typed_source
 
     if is_typed_source(graph) or (not isinstance(model, (list, tuple)) and is_typed_source(model)):
-        _refuse_typed_options(model, ids=ids, legacy=_legacy or return_report is not None)
+        _refuse_typed_options(model, legacy=_legacy or return_report is not None)
+        _checked_prune(prune)
         with phases.job_clock() as clock:
             typed_options: dict[str, Any] = dict(strategy=strategy, partitions=partitions, workers=workers)
             typed_options.update(explain=explain, validate=validate, model_store=model_store)
-            typed_options.update(exchange=exchange, materialise=materialise)
+            typed_options.update(exchange=exchange, materialise=materialise, ids=ids, prune=prune)
             typed = infer_typed(
                 spark,
                 graph,
@@ -399,6 +405,8 @@ def infer(
         return dataclasses.replace(typed, phases=clock.summary())
     if types is not None:
         raise SparkGNNError("types= names node types of a typed graph; this graph has one vertex type")
+    if isinstance(ids, Mapping):
+        raise SparkGNNError("ids as a dict {node type: ids} is for typed graphs; this graph has one vertex type")
     if return_report is not None:
         warn_return_report("infer")
     options: dict[str, Any] = dict(strategy=strategy, partitions=partitions, ids=ids, workers=workers)
@@ -552,12 +560,10 @@ def _infer_one(
     return result, report, plan
 
 
-def _refuse_typed_options(model, *, ids, legacy: bool) -> None:
+def _refuse_typed_options(model, *, legacy: bool) -> None:
     """What a typed run does not take yet, refused in one line before any Spark job."""
     if isinstance(model, (list, tuple)):
         raise SparkGNNError("a typed graph runs one typed model per job, not a list of models")
-    if ids is not None:
-        raise SparkGNNError("ids on a typed graph are not supported yet; use types= to compute only some node types")
     if legacy:
         raise SparkGNNError("a typed graph returns a JobResult only: pass options by keyword, without return_report")
 

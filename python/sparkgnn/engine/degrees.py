@@ -12,12 +12,14 @@ changed graph has another file); written atomically (files.write_json_atomic), a
 not parse is recomputed.
 
 It also holds the one definition of the per-vertex statistics the engine precomputes (GCN's
-degree and the weighted in-degree), written once as SQL (stat_sql: prepare's Spark layouts and the
-pruned run's statistics, engine.vertex_stats) and once as array code (stat_values: the prepare
-tasks). layers/stats.py keeps their torch versions, which follow PyG's edge order;
-tests/engine/test_degrees.py checks the three against each other. Each statistic exists twice,
-keyed by sparkgnn.stat_keys.stat_key: `<name>_w` sums the edge weights, `<name>` counts every edge
-as 1 (a conv converted without edge weights, whose PyG forward normalises by the unweighted degree).
+degree and the weighted in-degree over a vertex's in-edges, PREPARED_STATS; ChebConv's Laplacian
+degree over its out-edges, OUT_STATS, computed only for runs that read it), written once as SQL
+(stat_sql: prepare's Spark layouts and the pruned run's statistics, engine.vertex_stats) and once
+as array code (stat_values, out_stat_sums: the prepare tasks). layers/stats.py keeps their torch
+versions, which follow PyG's edge order; tests/engine/test_degrees.py checks the three against each
+other. Each statistic exists twice, keyed by sparkgnn.stat_keys.stat_key: `<name>_w` sums the edge
+weights, `<name>` counts every edge as 1 (a conv converted without edge weights, whose PyG forward
+normalises by the unweighted degree).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import logging
 import numpy as np
 
 from sparkgnn import files
-from sparkgnn.stat_keys import split_key
+from sparkgnn.stat_keys import WEIGHTED_SUFFIX, split_key
 
 FILE = "out_degrees.json"
 log = logging.getLogger(__name__)
@@ -49,21 +51,45 @@ STAT_TEMPLATES: dict[str, tuple[str, float]] = {
     "weighted_in_degree": ("sum({w})", 0.0),
     "gcn_degree": (GCN_DEGREE_TEMPLATE, GCN_DEGREE_EMPTY),
 }
+#: statistic name -> (SQL aggregate over its OUT-edges (src, dst, w) grouped by src, the value of a
+#: vertex without out-edges): get_laplacian's degree (ChebConv), the weights of the edges that
+#: are not self loops.
+OUT_STAT_TEMPLATES: dict[str, tuple[str, float]] = {
+    "laplacian_degree": ("coalesce(sum(case when src != dst then {w} end), 0.0)", 0.0),
+}
 #: The edge weight a statistic counts when edge weights do not count (stat_key without `_w`).
 _UNIT_WEIGHT = "cast(1.0 as double)"
 
 #: The statistic keys (sparkgnn.stat_keys) every prepared vertex layout carries, each computed
-#: in the same aggregation: the degrees GCN-style layers read, with and without edge weights.
+#: in the same aggregation by destination: the degrees GCN-style layers read, with and without
+#: edge weights.
 PREPARED_STATS: tuple[str, ...] = ("gcn_degree", "gcn_degree_w", "weighted_in_degree", "weighted_in_degree_w")
+#: The out-edge statistic keys (OUT_STAT_TEMPLATES, with and without edge weights): an aggregation
+#: by source that few models read, so prepare computes each only when a run asks for it
+#: (engine.prepare.ensure_out_stats), never as part of the base layout.
+OUT_STATS: tuple[str, ...] = tuple(f"{name}{suffix}" for name in OUT_STAT_TEMPLATES for suffix in ("", WEIGHTED_SUFFIX))
+#: Every statistic key a batch run can read: the prepared ones and the on-demand ones.
+STAT_KEYS: tuple[str, ...] = PREPARED_STATS + OUT_STATS
+
+
+def _known() -> str:
+    return ", ".join(sorted([*STAT_TEMPLATES, *OUT_STAT_TEMPLATES]))
+
+
+def is_out_stat(key: str) -> bool:
+    """Whether a statistic key sums a vertex's OUT-edges (grouped by src) rather than its in-edges."""
+    return split_key(key)[0] in OUT_STAT_TEMPLATES
 
 
 def stat_sql(key: str) -> tuple[str, float]:
-    """(SQL aggregate over in-edges (src, dst, w) grouped by dst, value of a vertex without
-    in-edges) of a statistic key; an unknown statistic is a ValueError naming the known ones."""
+    """(SQL aggregate over a vertex's in-edges (src, dst, w) grouped by dst, or over its out-edges
+    grouped by src where is_out_stat(key), value of a vertex without such edges) of a statistic
+    key; an unknown statistic is a ValueError naming the known ones."""
     name, weighted = split_key(key)
-    if name not in STAT_TEMPLATES:
-        raise ValueError(f"unknown node statistic {key!r}; known: {', '.join(sorted(STAT_TEMPLATES))}")
-    template, empty = STAT_TEMPLATES[name]
+    templates = OUT_STAT_TEMPLATES if name in OUT_STAT_TEMPLATES else STAT_TEMPLATES
+    if name not in templates:
+        raise ValueError(f"unknown node statistic {key!r}; known: {_known()}")
+    template, empty = templates[name]
     return template.format(w="w" if weighted else _UNIT_WEIGHT), empty
 
 
@@ -86,10 +112,26 @@ def gcn_degree(ids: np.ndarray, src: np.ndarray, dst: np.ndarray, w: np.ndarray)
     return degree.astype(np.float32)
 
 
+def out_stat_sums(key: str, src: np.ndarray, dst: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct sources, float64 sums) of an out-edge statistic (is_out_stat) over some edges:
+    partial sums that add up, over any split of the edges, to stat_sql(key) per source."""
+    name, weighted = split_key(key)
+    if name not in OUT_STAT_TEMPLATES:
+        raise ValueError(f"{key!r} is not an out-edge statistic; known: {', '.join(sorted(OUT_STAT_TEMPLATES))}")
+    keep = src != dst
+    ids, at = np.unique(src[keep], return_inverse=True)
+    weights = w[keep].astype(np.float64) if weighted else np.ones(len(at), np.float64)
+    return ids, np.bincount(at, weights=weights, minlength=len(ids)).astype(np.float64)
+
+
 def stat_values(key: str, ids: np.ndarray, src: np.ndarray, dst: np.ndarray, w: np.ndarray) -> np.ndarray:
     """stat_sql(key) over arrays: float32[len(ids)] for the sorted vertex ids `ids`, from every
-    in-edge (src, dst, w) of those vertices (w ignored where the key's edge weights do not count)."""
+    in-edge (src, dst, w) of those vertices, or every out-edge where is_out_stat(key) (w ignored
+    where the key's edge weights do not count)."""
     name, weighted = split_key(key)
+    if name in OUT_STAT_TEMPLATES:
+        sources, sums = out_stat_sums(key, src, dst, w)
+        return aligned_sums(ids, sources, sums, OUT_STAT_TEMPLATES[name][1])
     w = w if weighted else np.ones(len(src), np.float32)
     if name == "gcn_degree":
         return gcn_degree(ids, src, dst, w)
@@ -97,7 +139,20 @@ def stat_values(key: str, ids: np.ndarray, src: np.ndarray, dst: np.ndarray, w: 
         w = w if name == "weighted_in_degree" else np.ones(len(src), np.float32)
         at = np.searchsorted(ids, dst)
         return np.bincount(at, weights=w.astype(np.float64), minlength=len(ids)).astype(np.float32)
-    raise ValueError(f"unknown node statistic {key!r}; known: {', '.join(sorted(STAT_TEMPLATES))}")
+    raise ValueError(f"unknown node statistic {key!r}; known: {_known()}")
+
+
+def aligned_sums(ids: np.ndarray, keys: np.ndarray, sums: np.ndarray, empty: float) -> np.ndarray:
+    """float32[len(ids)] for the sorted vertex ids `ids`: the sum of `sums` over each id's entries
+    in `keys` (any order, repeats added), `empty` where it has none (keys outside ids ignored)."""
+    out = np.full(len(ids), empty, np.float64)
+    if len(ids) and len(keys):
+        at = np.minimum(np.searchsorted(ids, keys), len(ids) - 1)
+        hit = ids[at] == keys
+        total = np.bincount(at[hit], weights=sums[hit], minlength=len(ids))
+        seen = np.bincount(at[hit], minlength=len(ids)) > 0
+        out[seen] = total[seen]
+    return out.astype(np.float32)
 
 
 def out_degree_histogram(graph, work_dir: str) -> dict[int, int]:

@@ -19,10 +19,13 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from sparkgnn import files as fsys
 from sparkgnn.engine import phases
+from sparkgnn.engine.degrees import STAT_KEYS, is_out_stat
 from sparkgnn.engine.exchange import ShuffleExchange, check_reports
 from sparkgnn.engine.failures import step_failures
 from sparkgnn.engine.metrics import ShuffleMeter
+from sparkgnn.engine.prepare import out_stat_marker
 from sparkgnn.engine.pushdown import aggregate_op, wire_states
 from sparkgnn.engine.routing import (
     FILES_SCHEMA_DDL,
@@ -38,7 +41,7 @@ from sparkgnn.engine.routing import (
 from sparkgnn.engine.run_dir import run_key
 from sparkgnn.engine.schedule import schedule
 from sparkgnn.engine.spark_compat import set_job_description, task_counters
-from sparkgnn.engine.static import EDGE_ATTR_COLUMN, STAT_COLUMNS
+from sparkgnn.engine.static import EDGE_ATTR_COLUMN
 from sparkgnn.engine.steps import INPUT_STAGE, PEAK_RSS, TIMERS, StepConfig, run_step
 from sparkgnn.errors import SparkGNNError
 from sparkgnn.outputs import discard, staging_path, swap_into_place
@@ -244,12 +247,18 @@ def execute(
     partition (pt, rows, bytes); `finish(..., staged=write_to)` then commits it. `exchange`
     (engine.exchange, default the shuffle) carries the routed rows between steps; the caller
     closes it after finish. `stats` are the statistic keys the model's convs read
-    (sparkgnn.stat_keys.stat_keys), which every own table carries."""
-    unknown = sorted(set(stats) - set(STAT_COLUMNS))
+    (sparkgnn.stat_keys.stat_keys), which every own table carries (the out-edge ones written
+    beforehand by engine.prepare.ensure_out_stats)."""
+    unknown = sorted(set(stats) - set(STAT_KEYS))
     if unknown:
         raise SparkGNNError(
             f"the model reads node statistics {unknown} that prepared layouts do not carry; "
-            f"they carry {', '.join(STAT_COLUMNS)}"
+            f"they carry {', '.join(STAT_KEYS)}"
+        )
+    absent = sorted(key for key in stats if is_out_stat(key) and not fsys.exists(out_stat_marker(prepared.path, key)))
+    if absent:
+        raise SparkGNNError(
+            f"out-edge statistics {absent} were not computed for this layout (prepare.ensure_out_stats)"
         )
     partitions = plan.partitions
     with phases.phase("routing keys"):

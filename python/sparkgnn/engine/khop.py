@@ -41,12 +41,12 @@ class Frontier:
             frame.unpersist()
 
 
-def semi_join(edges, frontier, size: int):
-    """The edges whose destination is in `frontier` (DataFrame(id) of `size` rows)."""
+def semi_join(edges, frontier, size: int, on: str = "dst"):
+    """The edges whose destination (`on="src"`: source) is in `frontier` (DataFrame(id) of `size` rows)."""
     from pyspark.sql import functions
 
     side = functions.broadcast(frontier) if size <= BROADCAST_ROWS else frontier
-    return edges.join(side.withColumnRenamed("id", "dst"), "dst", "left_semi")
+    return edges.join(side.withColumnRenamed("id", on), on, "left_semi")
 
 
 def upstream(ids, edges, hops: int) -> Frontier:

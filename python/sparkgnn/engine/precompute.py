@@ -30,7 +30,6 @@ from sparkgnn.engine.materialise import materialise_kind
 from sparkgnn.engine.pushdown import shuffle_partitions
 from sparkgnn.engine.result import StoreResult, legacy_positional
 from sparkgnn.engine.routing import OWN, PE_STATE
-from sparkgnn.layers.dag import refuse_skip_connections
 from sparkgnn.layers.generic import require_states
 from sparkgnn.runners import check_workers, workers_for
 from sparkgnn.stat_keys import stat_keys
@@ -131,6 +130,17 @@ def precompute(
     the previous release's positional form still works with a DeprecationWarning and returns the
     PEStore, as it did."""
     store = os.fspath(store)
+    from sparkgnn.engine.typed import is_typed_source
+
+    if is_typed_source(graph) or is_typed_source(model):  # a typed store per node type (pe/typed.py)
+        from sparkgnn.engine.precompute_typed import precompute_typed
+
+        if states or metrics:
+            log.info("sparkgnn precompute: a typed store keeps embeddings per node type only (no states, no metrics)")
+        return precompute_typed(
+            spark, graph, model, store=store, force=force, strategy=strategy, partitions=partitions,
+            workers=workers, work_dir=work_dir, validate=validate, materialise=materialise,
+        )  # fmt: skip
     report = plan = None
     from sparkgnn.dl.model_store import register
     from sparkgnn.pe import PEStore, PEWriter
@@ -140,7 +150,6 @@ def precompute(
     require_states(model, "the PE precompute")
     # convs reading edge features run as in infer (load_job_inputs checked the graph's edge_attr);
     # refresh and serving refuse such a store's model (their edge rows carry no attributes yet)
-    refuse_skip_connections(model, "the PE precompute")
     writer = PEWriter(store, graph, model, with_states=states, force=force)
     start = _contiguous(writer.completed_layers())
     num_layers = model.num_rounds

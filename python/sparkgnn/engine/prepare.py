@@ -11,6 +11,7 @@ Layouts (Parquet, partitioned by the owning partition `part`):
   out_targets/  id, pt   distinct (src, part(dst)) with part(dst) != part(src)  (replicate mirrors) always
   out_edges/    src, dst, w, pd                owner = part(src)   (combine)              on demand
   in_targets/   id, pt   distinct (dst, part(src)) with part(src) != part(dst)  (combine + attention) on demand
+  out_stats/<key>/  id, v   one out-edge statistic's sums by source, owner = part(id) (its readers) on demand
 
 `a` (array<float>) is the edge's attribute vector, only for a graph whose edges carry `edge_attr`
 (its fingerprint, hence its prepared folder, differs from the same graph's without them): the
@@ -24,8 +25,15 @@ and they are a sizeable share of a prepare.
 
 The vertices carry every statistic of engine.degrees.PREPARED_STATS (GCN's degree and the weighted
 in-degree, each with and without the edge weights, keyed by sparkgnn.stat_keys): one aggregation
-computes them all, and a run reads only the keys its convs ask for. The marker records
-LAYOUT_VERSION; a layout of another version (other columns) is prepared again, never reused.
+by destination computes them all, and a run reads only the keys its convs ask for. The
+statistics over a vertex's OUT-edges (engine.degrees.OUT_STATS, ChebConv's Laplacian degree) are
+another aggregation over every edge, by source, that few models read: like the combine layouts
+they are written on demand (ensure_out_stats), one piece per statistic key under
+`out_stats/<key>/` with its own marker `out_stats/<key>.json`, from the prepared in_edges (Spark
+SQL, or the prepare tasks where those wrote the base layouts), and merged into the owned vertices'
+statistics where a step reads them (engine.static.stat_columns). A prepare never computes them,
+and a run that does not read them never does either. The marker records LAYOUT_VERSION; a layout
+of another version (other columns) is prepared again, never reused.
 """
 
 from __future__ import annotations
@@ -36,10 +44,10 @@ import time
 from dataclasses import dataclass
 
 from sparkgnn import files
-from sparkgnn.engine.degrees import PREPARED_STATS, stat_sql
+from sparkgnn.engine.degrees import PREPARED_STATS, is_out_stat, stat_sql
 from sparkgnn.engine.routing import partition_expr
 from sparkgnn.engine.spark_compat import set_job_description
-from sparkgnn.engine.static import EDGE_ATTR_COLUMN
+from sparkgnn.engine.static import EDGE_ATTR_COLUMN, OUT_STATS_DIR
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +127,20 @@ def _vertices_with_degree(graph, edges, partitions: int):
         from _sg_vertices v
         left join (select dst, {aggregates} from _sg_edges group by dst) n on n.dst = v.id
         """
+    )
+
+
+def out_stat_frame(edges, key: str, partitions: int):
+    """One out-edge statistic (engine.degrees.is_out_stat) over `edges` (src, dst, w): (id, v
+    double, part) with one row per source that has out-edges, owned by part(id); a vertex without
+    a row has the statistic's empty value (engine.static.stat_columns fills it in)."""
+    from pyspark.sql import functions
+
+    expr, _ = stat_sql(key)
+    return (
+        edges.groupBy("src")
+        .agg(functions.expr(f"cast({expr} as double)").alias("v"))
+        .selectExpr("src as id", "v", f"cast({partition_expr('src', partitions)} as int) as part")
     )
 
 
@@ -239,6 +261,47 @@ def ensure_layouts(spark, graph, prepared: PreparedGraph, strategies) -> Prepare
     _write_marker(marker, {"layouts": sorted(_on_demand_layouts(edges))})
     seconds = time.perf_counter() - started
     log.info(f"sparkgnn: wrote the combine layouts (out_edges, in_targets) in {seconds:.1f} s")
+    return PreparedGraph(prepared.path, prepared.partitions, prepared.stats, prepared.seconds + seconds, reused=False)
+
+
+def out_stat_marker(path: str, key: str) -> str:
+    """The marker vouching for statistic `key`'s piece of the layout prepared under `path`."""
+    return files.join(path, OUT_STATS_DIR, f"{key}.json")
+
+
+def _write_out_stat_with_spark(spark, prepared: PreparedGraph, key: str) -> None:
+    in_edges = read_layout(spark, prepared.path, "in_edges").select("src", "dst", "w")
+    sums = out_stat_frame(in_edges, key, prepared.partitions)
+    _write(sums, files.join(prepared.path, OUT_STATS_DIR, key), prepared.partitions, "part")
+
+
+def _write_out_stat_in_tasks(spark, prepared: PreparedGraph, key: str) -> None:
+    from sparkgnn.engine.prepare_tasks import out_stat_in_tasks
+
+    out_stat_in_tasks(spark, prepared.path, prepared.partitions, key)
+
+
+# How an out-edge statistic's piece gets written, by the writer of the base layouts (LAYOUT_WRITERS).
+OUT_STAT_WRITERS = {"spark": _write_out_stat_with_spark, "tasks": _write_out_stat_in_tasks}
+
+
+def ensure_out_stats(spark, prepared: PreparedGraph, keys, writer: str = "spark") -> PreparedGraph:
+    """Write the piece of each out-edge statistic among `keys` (engine.degrees.is_out_stat; the
+    in-edge ones are in the base layout) that an earlier run has not, from the prepared in_edges;
+    the time is added to prepared.seconds (a reused layout stays reused only if nothing was
+    written). `writer` is the base layouts' ("spark" or "tasks", LAYOUT_WRITERS)."""
+    if writer not in OUT_STAT_WRITERS:
+        raise ValueError(f"unknown layout writer {writer!r}; known: {', '.join(sorted(OUT_STAT_WRITERS))}")
+    missing = sorted(key for key in set(keys) if is_out_stat(key) and not _current(out_stat_marker(prepared.path, key)))
+    if not missing:
+        return prepared
+    started = time.perf_counter()
+    for key in missing:
+        set_job_description(spark, f"sparkgnn prepare: out-edge statistic {key} for {prepared.partitions}")
+        OUT_STAT_WRITERS[writer](spark, prepared, key)
+        _write_marker(out_stat_marker(prepared.path, key), {"statistic": key, "layout": LAYOUT_VERSION})
+    seconds = time.perf_counter() - started
+    log.info(f"sparkgnn: computed the out-edge statistics {', '.join(missing)} in {seconds:.1f} s")
     return PreparedGraph(prepared.path, prepared.partitions, prepared.stats, prepared.seconds + seconds, reused=False)
 
 

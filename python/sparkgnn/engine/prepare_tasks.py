@@ -17,6 +17,12 @@ from two passes of numpy over the edge files, with ownership from the same hash
    (vertices, edges, mirror rows, combine's partial rows); it also derives and saves the slice's
    local indexes (engine.static) that every first layer loads.
 
+An out-edge statistic (engine.degrees.OUT_STATS) is not part of these passes: a run that reads
+one has it written on demand (engine.prepare.ensure_out_stats) by out_stat_in_tasks, one pass over
+the in_edges slices: task q sums the statistic by source over its slice and writes the partial
+sums of the sources each partition o owns as `out_stats/<key>/part=o/part-<run>-r<q>.parquet`
+(id, v); the reader (engine.static.stat_columns) adds a source's partial sums up.
+
 The layouts and statistics equal the Spark SQL prepare's (tests compare them); edge order inside
 a slice differs, which nothing reads. Files are named by a token of this preparation so the
 derived local indexes (engine.static) of an interrupted earlier attempt are never taken for
@@ -34,7 +40,7 @@ import pyarrow.parquet as pq
 
 from sparkgnn.arrowvec import to_fixed_list, to_numpy_matrix
 from sparkgnn.engine import static
-from sparkgnn.engine.degrees import PREPARED_STATS, stat_values
+from sparkgnn.engine.degrees import PREPARED_STATS, is_out_stat, out_stat_sums, stat_values
 from sparkgnn.engine.exchange import check_reports, control_partition, control_rows, summary_row
 from sparkgnn.engine.routing import FILES_SCHEMA_DDL, owner_partition
 from sparkgnn.files import data_files, filesystem, join, parquet_batches
@@ -160,12 +166,7 @@ def prepare_in_tasks(spark, graph, partitions: int, path: str) -> dict:
     from sparkgnn.graph.layout import EDGES_DIR, VERTICES_DIR
 
     for name in ("vertices", "in_edges", "out_targets"):  # each exists, empty or not, as Spark's writer leaves it
-        fs, inner = filesystem(join(path, name))
-        try:
-            fs.delete_dir(inner)
-        except FileNotFoundError:
-            pass
-        fs.create_dir(inner, recursive=True)
+        _fresh_dir(join(path, name))
     token = uuid.uuid4().hex[:12]
     edge_dir, vertex_dir = join(graph.path, EDGES_DIR), join(graph.path, VERTICES_DIR)
     edge_files = [join(edge_dir, f.rel) for f in data_files(edge_dir)]
@@ -188,3 +189,43 @@ def prepare_in_tasks(spark, graph, partitions: int, path: str) -> dict:
         "combine_rows": partials,
         "max_partition_edges": max((int(r["edges"]) for r in reports), default=0),
     }
+
+
+def _fresh_dir(path: str) -> None:
+    """An empty folder at `path` (an interrupted attempt's files deleted)."""
+    fs, inner = filesystem(path)
+    try:
+        fs.delete_dir(inner)
+    except FileNotFoundError:
+        pass
+    fs.create_dir(inner, recursive=True)
+
+
+def _out_stat_task(prep_dir, key, partitions, token, batches):
+    """Partition q's in_edges slice summed by source for out-edge statistic `key`: the partial
+    sums of the sources partition o owns written to out_stats/<key>/part=o."""
+    part = control_partition(batches)
+    ids, sums = out_stat_sums(key, *_read_slice(prep_dir, part))
+    owner = owner_partition(ids, partitions)
+    order = np.argsort(owner, kind="stable")
+    bounds = np.searchsorted(owner[order], np.arange(partitions + 1))
+    written = 0
+    for o in range(partitions):
+        take = order[bounds[o] : bounds[o + 1]]
+        if len(take):
+            written += _write_piece(
+                join(prep_dir, static.OUT_STATS_DIR, key, f"part={o}"),
+                f"part-{token}-r{part}.parquet",
+                pa.table({"id": ids[take], "v": sums[take]}),
+            )
+    yield summary_row(part, len(ids), written)
+
+
+def out_stat_in_tasks(spark, path: str, partitions: int, key: str) -> None:
+    """Write out-edge statistic `key`'s piece (module doc) of the layout prepared under `path`
+    from its in_edges slices, one task per partition (an interrupted attempt's files replaced)."""
+    if not is_out_stat(key):
+        raise ValueError(f"{key!r} is not an out-edge statistic")
+    _fresh_dir(join(path, static.OUT_STATS_DIR, key))
+    task = functools.partial(_out_stat_task, path, key, partitions, uuid.uuid4().hex[:12])
+    check_reports(control_rows(spark, partitions).mapInArrow(task, FILES_SCHEMA_DDL).collect(), partitions)

@@ -11,7 +11,8 @@ in Spark), prices the registered modes and picks one; `RUNS` then runs it:
   subgraph  the engine runs on the graph (D_h, in-edges of D_(h-1)) with h = k, or k + 1 when a
             layer reads a per-vertex statistic (then every source of the first layer has all its
             in-edges and its statistic is the whole graph's): exact for the ids under every
-            strategy and partitioning, since h^l is right on D_(k-l) by induction.
+            strategy and partitioning, since h^l is right on D_(k-l) by induction. Not offered to
+            a model that reads a statistic over OUT-edges (ChebConv's): the subgraph lacks them.
   whole     the caller's normal path over the whole graph, the output filtered to the ids.
 
 Why the driver may hold a local run: it is bounded (planner.pruning.LOCAL_BUDGET_BYTES, the
@@ -75,6 +76,14 @@ def _needs_stats(model) -> bool:
     return any(conv.required_stats for conv in model.conv_list())
 
 
+def _reads_out_edge_stats(model) -> bool:
+    """Whether a layer reads a statistic over its OUT-edges (layers.stats.OUT_EDGE_STATS), which a
+    subgraph of in-edges cannot give (planner.pruning refuses that mode for it)."""
+    from sparkgnn.layers.stats import OUT_EDGE_STATS
+
+    return any(OUT_EDGE_STATS.intersection(conv.required_stats) for conv in model.conv_list())
+
+
 def choose(spark, graph, model, ids_df, requested: str, layer_seconds, whole_prepared: bool, strategy: str = "auto"):
     """The frontier and the priced choice (planner.pruning.choose) for this request."""
     from sparkgnn.planner import pruning
@@ -105,6 +114,7 @@ def choose(spark, graph, model, ids_df, requested: str, layer_seconds, whole_pre
         layer_seconds=layer_seconds,
         whole_prepared=whole_prepared,
         needs_stats=needs_stats,
+        out_edge_stats=_reads_out_edge_stats(model),
         strategy=strategy,
     )
     choice = pruning.choose(inputs, requested if requested != "off" else WHOLE)

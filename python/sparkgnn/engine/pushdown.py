@@ -47,6 +47,11 @@ def _remaining(edges, vertices):
     return edges.where("src != dst").unionByName(added)
 
 
+def _remove(edges, vertices):
+    """remove_self_loops (ChebConv's get_laplacian): every existing loop dropped, none added."""
+    return edges.where("src != dst")
+
+
 def _replace(edges, vertices):
     """remove_self_loops + add_self_loops (GAT): one loop of weight 1 per vertex."""
     added = vertices.selectExpr("id as src", "id as dst", "cast(1.0 as float) as w")
@@ -54,7 +59,7 @@ def _replace(edges, vertices):
 
 
 #: self-loop policy (layers/selfloops.py names) -> SQL over (edges(src, dst, w), vertices(id)).
-SELF_LOOPS: dict[str, Callable] = {"none": _no_loops, "remaining": _remaining, "replace": _replace}
+SELF_LOOPS: dict[str, Callable] = {"none": _no_loops, "remaining": _remaining, "remove": _remove, "replace": _replace}
 
 # (application, prepared dir, P, policy) -> the persisted edges; a few entries, least recently used
 # out. The application is part of the key: a persisted DataFrame dies with its SparkContext.

@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 
 from sparkgnn import files as fsys
 from sparkgnn.arrowvec import to_numpy_matrix
-from sparkgnn.engine.degrees import PREPARED_STATS
+from sparkgnn.engine.degrees import PREPARED_STATS, aligned_sums, is_out_stat, stat_sql
 from sparkgnn.planner.partitions import CACHED_PARTITIONS
 
 #: The vertex layout's statistic columns (keys of sparkgnn.stat_keys), each owned vertex's.
@@ -209,6 +209,29 @@ def owned(prep_dir: str, part: int) -> Owned:
     ids = _np(table, "id", np.int64)
     order = np.argsort(ids, kind="stable")
     return Owned(ids=ids[order], stats={c: _np(table, c, np.float32)[order] for c in STAT_COLUMNS})
+
+
+# Where engine.prepare.ensure_out_stats writes an out-edge statistic (out_stats/<key>/part=<p>).
+OUT_STATS_DIR = "out_stats"
+
+
+@functools.lru_cache(maxsize=256)
+def out_stat(prep_dir: str, part: int, key: str) -> np.ndarray:
+    """Out-edge statistic `key` (engine.degrees.is_out_stat) of the vertices partition `part` owns,
+    in owned()'s order: the sums of its on-demand piece (every row of a vertex added up: the prepare
+    tasks write partial sums), the statistic's empty value for a vertex with no row. The piece must
+    have been written (engine.prepare.ensure_out_stats) before a step reads it."""
+    ids = owned(prep_dir, part).ids
+    table = _read_part(prep_dir, fsys.join(OUT_STATS_DIR, key), part, ["id", "v"])
+    sums = table.column("v").to_numpy().astype(np.float64, copy=False)
+    return aligned_sums(ids, _np(table, "id", np.int64), sums, stat_sql(key)[1])
+
+
+def stat_columns(prep_dir: str, part: int, keys) -> dict[str, np.ndarray]:
+    """{key: float32 values in owned()'s order} of the statistic keys a step reads: the in-edge ones
+    from the vertex layout, the out-edge ones from their on-demand pieces (out_stat)."""
+    stats = owned(prep_dir, part).stats
+    return {key: out_stat(prep_dir, part, key) if is_out_stat(key) else stats[key] for key in keys}
 
 
 # The edge arrays of a partition (|E_p| x 20 bytes and more) are kept for the last LAYOUT_ENTRIES

@@ -91,10 +91,13 @@ def _payload_placement(sorted_ids: np.ndarray, what: str) -> Placement:
     return Placement(sorted_ids, what, f"expected {{expected}} {what} rows, received {{received}}")
 
 
-def _own_table(cfg: StepConfig, received: Received, owned: static.Owned) -> pa.Table:
-    """Own rows: h and the statistic columns the model's convs read (cfg.stats, by stat key)."""
+def _own_table(cfg: StepConfig, received: Received, part: int) -> pa.Table:
+    """Own rows of partition `part`: h and the statistic columns the model's convs read (cfg.stats,
+    by stat key; static.stat_columns: the out-edge ones from their on-demand pieces)."""
     columns = {"h": to_fixed_list(received.vectors(OWN))}
-    columns.update({key: pa.array(owned.stats[key]) for key in cfg.stats})
+    columns.update(
+        {key: pa.array(values) for key, values in static.stat_columns(cfg.prep_dir, part, cfg.stats).items()}
+    )
     return pa.table(columns)
 
 
@@ -116,7 +119,7 @@ def _own_only(cfg, part):
 
 
 def build_first(cfg, received, part):
-    return {"own": _own_table(cfg, received, static.owned(cfg.prep_dir, part))}
+    return {"own": _own_table(cfg, received, part)}
 
 
 def _own_and_mirrors(cfg, part):
@@ -128,7 +131,7 @@ def _own_and_mirrors(cfg, part):
 
 def build_edges_static(cfg, received, part):
     edges = static.in_edges(cfg.prep_dir, part)
-    own = _own_table(cfg, received, static.owned(cfg.prep_dir, part))
+    own = _own_table(cfg, received, part)
     if received.mapped(SRC):
         blocks = received.mapped_blocks(SRC)
         n_own = len(static.owned(cfg.prep_dir, part).ids)
@@ -183,7 +186,7 @@ def build_edges_rows(cfg, received, part):
     edge_columns = {"src": src, "dst": dst.astype(np.int64), "weight": edge_rows.column("w").to_numpy()}
     if EDGE_ATTR_COLUMN in edge_rows.column_names and edge_rows.num_rows:  # edge_join of a graph with edge_attr
         edge_columns["attr"] = to_fixed_list(to_numpy_matrix(edge_rows.column(EDGE_ATTR_COLUMN)))
-    tables = {"own": _own_table(cfg, received, owned), "edges": pa.table(edge_columns)}
+    tables = {"own": _own_table(cfg, received, part), "edges": pa.table(edge_columns)}
     if edge_rows.num_rows:
         tables["mirror"] = pa.table({"p": to_fixed_list(_vectors(edge_rows))})
     return tables
@@ -195,7 +198,7 @@ def build_states(cfg, received, part):
     seg = static.positions(owned.ids, state_rows.column("id").to_numpy(), "partial-state dst")
     table = {"seg": pa.array(seg.astype(np.int64))}
     table["s"] = to_fixed_list(_vectors(state_rows)) if state_rows.num_rows else pa.array([], pa.list_(pa.float32(), 1))
-    return {"own": _own_table(cfg, received, owned), "states": pa.table(table)}
+    return {"own": _own_table(cfg, received, part), "states": pa.table(table)}
 
 
 def _own_and_foreign(cfg, part):
@@ -207,7 +210,7 @@ def build_given(cfg, received, part):
     """Second step of a combine layer with attention: own rows carry h^(l); DST rows carry the
     destination payloads of foreign destinations of this partition's out-edges."""
     foreign = received.vectors(DST)
-    tables = {"own": _own_table(cfg, received, static.owned(cfg.prep_dir, part))}
+    tables = {"own": _own_table(cfg, received, part)}
     if len(foreign):
         tables["foreign_dst"] = pa.table({"d": to_fixed_list(foreign)})
     return tables

@@ -28,7 +28,24 @@ model's depth.
 A node type whose table has no features gets a constant column of ones of the width the model
 reads (what PyG users feed such a type: `torch.ones(n, 1)`). `types` restricts the job to the
 rounds' upstream of those output types: a round computes only the destination types a later round
-(or the output) reads.
+(or the output) reads. `ids` ({node type: ids}) goes further, to the rows: engine.typed_ids walks
+the rounds back from the requested (type, id) pairs to the rows each round must give, each
+relation's graph is cut to those rows (between two types the in-edges of the rows it gives,
+within one type the edges among the rows it reads) and the relation job gets the rows it gives
+as its own `ids`, which the homogeneous engine's k-hop pruning (engine.pruned) runs on the driver,
+as a pruned subgraph or over the cut graph, as it prices them.
+
+The fixed cost of a relation job: WHY a whole-graph relation's graph carries a fingerprint derived
+from the typed graph's and the relation (not computed from its rows): computing a content
+fingerprint is two Spark passes over the relation's rows in every relation job, and what is keyed
+by the graph fingerprint alone (engine.prepare's layout: ids, edges and their statistics; the
+planner takes the feature width from the graph, not from the layout) depends on the relation's ids
+and edges only, which the typed graph's fingerprint covers. So a relation's layout is prepared once
+and reused by the same relation in every later round, and by later jobs over the same graph. The
+rows do change with the round: the relation's one-conv model names the typed model's fingerprint
+and the round in its spec, so the executor's run key (graph and model fingerprints) tells the
+rounds' runs apart and a kept run folder is resumed only by the same round of the same model. A
+relation of a pruned (`ids`) run keeps its content fingerprint: its rows depend on the request.
 """
 
 from __future__ import annotations
@@ -37,7 +54,7 @@ import copy
 import logging
 import os
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from sparkgnn.errors import SparkGNNError, UnsupportedModelError
@@ -49,6 +66,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from sparkgnn.engine.result import JobResult
+    from sparkgnn.engine.typed_ids import IdSet
     from sparkgnn.graph.typed_spark import TypedGraph
     from sparkgnn.models.hetero import HeteroModel
 
@@ -94,10 +112,11 @@ def is_typed_source(obj: Any) -> bool:
 
 def refuse_typed_job(graph: Any, model: Any, job: str) -> None:
     """Refuse (UnsupportedModelError, one line) a typed graph or model given to `job`, a job that
-    runs homogeneous graphs only (PE precompute, refresh, serving)."""
+    runs homogeneous graphs only (PE refresh)."""
     if is_typed_source(graph) or is_typed_source(model):
         raise UnsupportedModelError(
-            f"{job}: typed graphs and models are not supported yet (they run with batch inference, sparkgnn.infer)"
+            f"{job}: typed graphs and models are not supported yet (they run with sparkgnn.infer, "
+            "sparkgnn.precompute, pe.refresh.refresh_local and serving.typed.TypedQueryEngine)"
         )
 
 
@@ -206,12 +225,33 @@ def merge_relations(frames: list[DataFrame], aggr: str) -> DataFrame:
     return union.groupBy("id").agg(F.collect_list("h").alias("hs")).selectExpr("id", f"{folded} AS h")
 
 
-def _relation_graph(values: dict[str, DataFrame], edges: DataFrame, edge_type: EdgeType, width: int, name: str):
-    """The homogeneous graph one relation's conv runs over (module doc)."""
+def _relation_graph(
+    values: dict[str, DataFrame],
+    edges: DataFrame,
+    edge_type: EdgeType,
+    width: int,
+    name: str,
+    *,
+    fingerprint: str | None = None,
+    rows: tuple[IdSet, IdSet] | None = None,
+    counts: dict[str, int] | None = None,
+):
+    """The homogeneous graph one relation's conv runs over (module doc); `rows`: (the source-side
+    rows read, the destination rows given) of a pruned run, to which the edges are cut; `counts`:
+    its vertex and edge counts when the typed graph's graph.json vouches for them (relation_counts)."""
+    from sparkgnn.engine.khop import semi_join
     from sparkgnn.graph import Graph
 
     s, r, d = edge_type
     edges = edges.select("src", "dst")
+    if rows is not None:
+        # within one type: the edges among the rows read (a multi-hop conv reads in-edges of
+        # rows it does not give); between two: the in-edges of the rows given (their sources
+        # are among the rows read, engine.typed_ids)
+        read, given = rows
+        edges = semi_join(edges, read.frame if s == d else given.frame, read.size if s == d else given.size)
+        if s == d:
+            edges = edges.join(read.frame.withColumnRenamed("id", "src"), "src", "left_semi")
     if s == d:
         vertices = values[s].selectExpr("id", "h AS x")
     else:
@@ -223,7 +263,33 @@ def _relation_graph(values: dict[str, DataFrame], edges: DataFrame, edge_type: E
         edges = edges.selectExpr(f"{_mapped('src', s, 0)} AS src", f"{_mapped('dst', d, 1)} AS dst")
     label = f"{name}/{edge_key(edge_type)}"
     meta = {"validated": True, "feature_dim": width, "name": label}
+    if fingerprint is not None:
+        meta["fingerprint"] = fingerprint
+    if counts:
+        meta.update(counts, num_classes=0)
     return Graph(vertices, edges, name=label, meta=meta)
+
+
+def relation_counts(graph: TypedGraph, edge_type: EdgeType) -> dict[str, int]:
+    """{num_vertices, num_edges} of a whole-graph relation's graph from the typed graph's trusted
+    graph.json (the source and destination types' rows, the relation's edges), so the relation
+    job does not count them in Spark; {} when graph.json does not give them."""
+    s, _, d = edge_type
+    types = graph.meta.get("types") or {}
+    relation = (graph.meta.get("relations") or {}).get(edge_key(edge_type), {})
+    sizes = [types.get(t, {}).get("num_vertices") for t in dict.fromkeys((s, d))]
+    if "num_edges" not in relation or any(n is None for n in sizes):
+        return {}
+    return {"num_vertices": int(sum(sizes)), "num_edges": int(relation["num_edges"])}
+
+
+def relation_fingerprint(graph_fingerprint: str, edge_type: EdgeType) -> str:
+    """The fingerprint a whole-graph relation job's graph carries (module doc): 32 hex digits, like
+    a content fingerprint, naming the typed graph and the relation (its ids and edges)."""
+    import hashlib
+
+    text = f"sparkgnn-typed-relation|1|{graph_fingerprint}|{edge_key(edge_type)}"
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
 def _mapped(column: str, node_type: str, side: int) -> str:
@@ -233,13 +299,15 @@ def _mapped(column: str, node_type: str, side: int) -> str:
     return f"CASE WHEN abs({column}) < {1 << 62} THEN {column} * 2 + {side} ELSE raise_error('{message}') END"
 
 
-def _relation_model(conv, edge_type: EdgeType):
+def _relation_model(conv, edge_type: EdgeType, index: int, model_fingerprint: str):
+    """The relation's conv as a one-conv Model whose spec names the typed model and the round
+    (module doc: its fingerprint keys the run)."""
     from sparkgnn.models import Model
 
     spec = {
         "format": "sparkgnn.Model",
         "version": 1,
-        "source": f"typed relation {edge_key(edge_type)}",
+        "source": f"typed relation {edge_key(edge_type)}, round {index} of typed model {model_fingerprint}",
         "output": "embedding",
         "in_dim": conv.in_dim,
     }
@@ -253,6 +321,7 @@ def infer_typed(
     *,
     out: str | None = None,
     types: Sequence[str] | None = None,
+    ids: Mapping[str, Any] | None = None,
     strategy: str = "auto",
     partitions: int | None = None,
     workers: Any = "inprocess",
@@ -263,24 +332,45 @@ def infer_typed(
     overwrite: bool = False,
     exchange: str = "auto",
     materialise: str = "auto",
+    prune: str = "auto",
 ) -> JobResult:
     """Exact outputs of a typed model for every vertex of its output types (or of `types`): a
     JobResult whose frames are keyed by node type, each (id, h[, pred]); with `out`, type T's
     result is also written as Parquet to out/T (staged, then swapped in). Reports and plans are
-    keyed `<round>:<relation key>` per relation run."""
+    keyed `<round>:<relation key>` per relation run. `ids` ({node type: ids or a DataFrame with
+    an `id` column}, instead of `types`): only those rows, each relation job pruned to what they
+    need (module doc) with `prune` (engine.api.infer's modes); an unknown type or id is refused
+    in one line before any relation runs.
+    `explain`: each relation's plan is logged as it is made, and a table of every relation's
+    strategies, size and estimated against measured seconds at the end (explain_relations)."""
     from sparkgnn.engine.api import input_paths, resolve_work_dir
     from sparkgnn.engine.result import JobResult
     from sparkgnn.engine.session import configure
+    from sparkgnn.engine.typed_ids import SparkIdSets, requested_sets, walk
     from sparkgnn.outputs import check_output, discard
 
+    if ids is not None and types:
+        raise SparkGNNError("pass ids= or types= on a typed graph, not both (the ids' keys name their types)")
     configure(spark)
     out = absolute(out) if out else None
     root = resolve_work_dir(spark, out, work_dir)
     if out:
         check_output(out, input_paths(graph, model, root), overwrite, holds_others=True)
     graph, model = _coerce(spark, graph, model, validate)
-    need = needed_types(model, types)
-    outputs = list(types) if types else list(model.outputs)
+    id_sets = SparkIdSets(lambda edge_type: graph.edges[edge_type])
+    rows: list[dict[str, IdSet]] | None = None
+    if ids is not None:
+        try:
+            requested = requested_sets(spark, graph, ids, id_sets)
+            rows = walk(model, requested, id_sets)
+        except BaseException:
+            id_sets.release()
+            raise
+        need = [set(level) for level in rows[1:]]
+        outputs = [t for t in model.outputs if t in requested]
+    else:
+        need = needed_types(model, types)
+        outputs = list(types) if types else list(model.outputs)
     if out:
         for t in outputs:
             check_output(os.path.join(out, t), input_paths(graph, model, root), overwrite)
@@ -289,33 +379,58 @@ def infer_typed(
     plans: dict[str, Any] = {}
     common = dict(strategy=strategy, partitions=partitions, workers=workers, explain=explain, work_dir=root)
     common.update(validate=False, model_store=model_store, exchange=exchange, materialise=materialise)
+    if ids is not None:
+        common["prune"] = prune  # each relation job's own k-hop pruning (module doc)
 
     # round 0's inputs: the types the first round reads, with their pre ops
     first = model.round_list()[0]
     reads = {t for s, _, d in first.edge_types if d in need[0] for t in (s, d)} | (set(first.keep) & need[0])
+    fingerprints = (None if rows is not None else graph.fingerprint, model.fingerprint())
     try:
-        values = _inputs(spark, graph, model, reads, run_dir)
+        values = _inputs(spark, graph, model, reads, run_dir, rows[0] if rows is not None else None)
         widths = {
             t: cast(NodeOpStack, model.pre_ops[t]).out_dim(w) if t in model.pre_ops else w
             for t, w in model.in_dims.items()
         }
         for index, rnd in enumerate(model.round_list()):
-            values = _run_round(spark, graph, rnd, index, need[index], values, widths, run_dir, common, reports, plans)
+            values = _run_round(
+                spark,
+                graph,
+                rnd,
+                index,
+                need[index],
+                values,
+                widths,
+                run_dir,
+                common,
+                reports,
+                plans,
+                rows=(rows[index], rows[index + 1]) if rows is not None else None,
+                fingerprints=fingerprints,
+            )
             widths = rnd.out_dims(widths, index)
         frames = _outputs(spark, model, values, outputs, out)
     finally:
         discard(run_dir)
+        id_sets.release()
+    if explain:
+        log.info(explain_relations(plans, reports))
     return JobResult(frames, reports, plans)
 
 
-def _inputs(spark, graph: TypedGraph, model: HeteroModel, reads: set[str], run_dir: str) -> dict[str, DataFrame]:
+def _inputs(
+    spark, graph: TypedGraph, model: HeteroModel, reads: set[str], run_dir: str, rows: dict[str, IdSet] | None
+) -> dict[str, DataFrame]:
     """The first round's input rows per type it reads: the graph's features (ones for a type
-    without features, module doc) through the type's pre ops, persisted."""
+    without features, module doc) through the type's pre ops, persisted; with `rows` (a pruned
+    run), only those rows of each type."""
     values: dict[str, DataFrame] = {}
     for t in sorted(reads):
         width = model.in_dims[t]
         have = _feature_width(graph, t)
         frame = graph.vertices[t].selectExpr("id", "x AS h")
+        if rows is not None:
+            frame = frame.join(rows[t].frame, "id", "left_semi")
         if have == 0 and width != 0:
             log.info(f"sparkgnn: node type {t!r} has no features: it is given a constant column of {width} ones")
             frame = frame.selectExpr("id", f"array_repeat(CAST(1.0 AS FLOAT), {width}) AS h")
@@ -354,6 +469,41 @@ def _outputs(spark, model: HeteroModel, values: dict[str, DataFrame], outputs: l
     return frames
 
 
+def explain_relations(plans: Mapping[str, Any], reports: Mapping[str, Any]) -> str:
+    """One line per relation run (`<round>:<relation key>`): the conv, the strategy of each
+    engine layer and the partitions, what it ran over (the whole relation graph's vertices and
+    edges, or with ids the pruning mode and the frontier's vertices and in-edges per hop), the
+    planner's estimate and the measured seconds (steps plus prepare)."""
+    lines = [f"== sparkgnn typed plan: {len(plans)} relation run(s) =="]
+    for key, plan in plans.items():
+        report = reports.get(key)
+        stats = plan.graph_stats or {}
+        pruning = plan.pruning or {}
+        kinds = sorted({layer.kind for layer in plan.layers if layer.kind})
+        if pruning:
+            over = (
+                f"{pruning.get('mode')} pruning, frontier {pruning.get('vertices')} vertices, "
+                f"{pruning.get('in_edges')} in-edges"
+            )
+        else:
+            over = (
+                f"whole relation graph, {stats.get('num_vertices', '?')} vertices, {stats.get('num_edges', '?')} edges"
+            )
+        estimate = plan.estimates.get("seconds")
+        if estimate is None:
+            estimate = sum(layer.estimates.get("seconds", 0.0) for layer in plan.layers)
+        measured = "-"
+        if report is not None:
+            measured = f"{sum(report.seconds_by_layer().values()) + report.prepare_s:.2f} s"
+            if report.prepare_reused:
+                measured += " (layout reused)"
+        lines.append(
+            f"{key}: {'/'.join(kinds) or '-'}, strategies {[layer.strategy for layer in plan.layers]}, "
+            f"P={plan.partitions}, {over}, estimated {float(estimate):.2f} s, measured {measured}"
+        )
+    return "\n".join(lines)
+
+
 def _persist(spark, frame: DataFrame, path: str) -> DataFrame:
     frame.write.parquet(path)
     return spark.read.parquet(path)
@@ -371,9 +521,14 @@ def _run_round(
     common: dict,
     reports: dict,
     plans: dict,
+    *,
+    rows: tuple[dict[str, IdSet], dict[str, IdSet]] | None = None,
+    fingerprints: tuple[str | None, str],
 ) -> dict[str, DataFrame]:
     """One typed round (module doc): per relation into a needed type the homogeneous engine,
-    then the cross-relation merge and the per-type node ops, each type's values persisted."""
+    then the cross-relation merge and the per-type node ops, each type's values persisted.
+    `rows` (a pruned run): the rows the round reads and those it gives, per type;
+    `fingerprints`: the typed graph's (None in a pruned run) and the typed model's (module doc)."""
     from sparkgnn.engine.api import _infer_one
 
     by_type: dict[str, list[DataFrame]] = {}
@@ -383,17 +538,37 @@ def _run_round(
             continue
         key = f"{index}:{edge_key(edge_type)}"
         log.info(f"sparkgnn: typed round {index}, relation {edge_key(edge_type)} ({conv.kind})")
-        rel_graph = _relation_graph(values, graph.edges[edge_type], edge_type, widths[s], graph.name)
+        options = dict(common)
+        cut = None
+        fingerprint = relation_fingerprint(fingerprints[0], edge_type) if fingerprints[0] else None
+        if rows is not None:
+            cut = (rows[0][s], rows[1][d])
+            given = cut[1].frame
+            options["ids"] = given.selectExpr(f"{_mapped('id', d, 1)} AS id") if s != d else given
+        counts = relation_counts(graph, edge_type) if cut is None else None
+        rel_graph = _relation_graph(
+            values,
+            graph.edges[edge_type],
+            edge_type,
+            widths[s],
+            graph.name,
+            fingerprint=fingerprint,
+            rows=cut,
+            counts=counts,
+        )
         # out=None: the engine keeps the relation's rows (localCheckpoint); the merged values
         # are what this module writes to the run folder
-        frame, reports[key], plans[key] = _infer_one(spark, rel_graph, _relation_model(conv, edge_type), **common)
+        frame, reports[key], plans[key] = _infer_one(
+            spark, rel_graph, _relation_model(conv, edge_type, index, fingerprints[1]), **options
+        )
         if s != d:  # the destination type's rows, back to their own ids
             frame = frame.where("pmod(id, 2) = 1").selectExpr("(id - 1) div 2 AS id", "h")
         by_type.setdefault(d, []).append(frame.select("id", "h"))
     merged: dict[str, DataFrame] = {t: merge_relations(frames, rnd.relation_aggr.name) for t, frames in by_type.items()}
     for t, stack in rnd.keep.items():
         if t in need:
-            merged[t] = apply_node_ops(values[t], cast(NodeOpStack, stack))
+            kept = values[t] if rows is None else values[t].join(rows[1][t].frame, "id", "left_semi")
+            merged[t] = apply_node_ops(kept, cast(NodeOpStack, stack))
     result = {}
     for t, frame in merged.items():
         if t in rnd.post:
@@ -402,4 +577,12 @@ def _run_round(
     return result
 
 
-__all__ = ["infer_typed", "is_typed_source", "refuse_typed_job", "needed_types", "merge_relations"]
+__all__ = [
+    "infer_typed",
+    "is_typed_source",
+    "refuse_typed_job",
+    "needed_types",
+    "merge_relations",
+    "relation_fingerprint",
+    "explain_relations",
+]

@@ -4,7 +4,8 @@ Why: a pruned run (engine.pruned) holds only the in-edges of the vertices it upd
 such as GCN scales every message by its SOURCE's degree, and the sources at the frontier's rim have
 their in-edges outside the pruned subgraph. Their statistic must still be the whole graph's, so it is
 aggregated here over the edges whose destination is in the set (one broadcast semi-join and a
-group-by), with prepare's own SQL (engine.degrees.stat_sql). Each statistic is one SQL aggregate
+group-by; the out-edge statistics, ChebConv's degree, over the edges whose SOURCE is in the set),
+with prepare's own SQL (engine.degrees.stat_sql). Each statistic is one SQL aggregate
 plus the value of a vertex without in-edges, asked for by its key (sparkgnn.stat_keys: the name of
 layers/stats.py, `_w` where the edge weights count).
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sparkgnn.engine.degrees import stat_sql
+from sparkgnn.engine.degrees import is_out_stat, stat_sql
 from sparkgnn.errors import SparkGNNError
 
 
@@ -31,15 +32,20 @@ def stats_of(spark, edges, order: np.ndarray, keys) -> dict[str, np.ndarray]:
     except ValueError as e:
         raise SparkGNNError(str(e)) from None
     weight = "cast(weight as double)" if "weight" in edges.columns else "cast(1.0 as double)"
-    incoming = semi_join(edges, id_frame(spark, order), len(order)).selectExpr("src", "dst", f"{weight} as w")
-    table = incoming.groupBy("dst").agg(*[_expr(expr, name) for name, (expr, _) in sql.items()]).toArrow()
-    where = positions(order)(table.column("dst").to_numpy())
+    ids = id_frame(spark, order)
     out = {}
-    for name, (_, empty) in sql.items():
-        values = np.full(len(order), empty, dtype=np.float64)
-        values[where] = table.column(name).to_numpy()
-        out[name] = values.astype(np.float32)
-    return out
+    for side in ("dst", "src"):  # in-edge statistics by destination, out-edge ones by source
+        mine = {key: q for key, q in sql.items() if is_out_stat(key) == (side == "src")}
+        if not mine:
+            continue
+        rows = semi_join(edges, ids, len(order), on=side).selectExpr("src", "dst", f"{weight} as w")
+        table = rows.groupBy(side).agg(*[_expr(expr, name) for name, (expr, _) in mine.items()]).toArrow()
+        where = positions(order)(table.column(side).to_numpy())
+        for name, (_, empty) in mine.items():
+            values = np.full(len(order), empty, dtype=np.float64)
+            values[where] = table.column(name).to_numpy()
+            out[name] = values.astype(np.float32)
+    return {key: out[key] for key in keys}
 
 
 def _expr(sql: str, name: str):

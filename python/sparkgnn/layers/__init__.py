@@ -15,7 +15,7 @@ from sparkgnn.layers.gin import GINELayer, GINLayer
 from sparkgnn.layers.graphconv import GraphConvLayer
 from sparkgnn.layers.le import LELayer
 from sparkgnn.layers.moments import MomentsAggregator, RawMomentAggregator
-from sparkgnn.layers.multihop import APPNPLayer, MultiRoundConv, SGLayer, TAGLayer
+from sparkgnn.layers.multihop import APPNPLayer, ChebLayer, MultiRoundConv, SGLayer, TAGLayer
 from sparkgnn.layers.nodeops import NODE_OPS, NodeOpStack, ParallelOp, build_node_op
 from sparkgnn.layers.pna import MultiAggregator, PNALayer
 from sparkgnn.layers.resgated import ResGatedLayer
@@ -43,6 +43,7 @@ __all__ = [
     "SGLayer",
     "TAGLayer",
     "APPNPLayer",
+    "ChebLayer",
     "EdgeConvLayer",
     "TransformerLayer",
     "GENLayer",

@@ -326,20 +326,6 @@ def aggregate_state(
     return agg.phase(last).partial(agg.phase_message(last, m, edge_context), d, num_nodes)
 
 
-def refuse_edge_features(convs, job: str) -> None:
-    """Refuse (UnsupportedModelError, one line) layers that read edge attributes in `job`, a job
-    that does not carry them yet (PE store refresh, serving requests: their edge rows and update
-    files hold no edge_attr); batch inference (`sparkgnn.infer`) and the PE precompute run them."""
-    from sparkgnn.errors import UnsupportedModelError
-
-    for index, conv in enumerate(convs):
-        if conv.edge_attr_dim:
-            raise UnsupportedModelError(
-                f"{job} does not carry edge features yet, but layer {index} ({conv.kind}) reads edge_attr "
-                f"(width {conv.edge_attr_dim}); run the model with sparkgnn.infer"
-            )
-
-
 def choose_pre_transform(conv: MergeableConv) -> bool:
     """Default mode when the caller does not force one: transform-then-propagate when the
     layer allows it and it makes the payload shipped to edges strictly narrower."""

@@ -19,6 +19,14 @@ and a stack of node ops (CarryStack) applies the plain ops to `main` and the sav
 to the slots. A slot is carried from its save to its last read and no further, so a row holds
 exactly the columns a later op needs, and the planner, which prices rows by the rounds' widths,
 counts their bytes. A model without save / combine ops is built exactly as before (no wrapper).
+
+WHY the PE store, its refresh and serving need nothing of their own: a saved value is
+node-local (a vertex's skip inputs are its own earlier values), so the row after round l,
+[main | carried], is everything round l+1 and the ops after it read of that vertex. The store
+keeps that row as layer l's h (its width is the next round's in_dim; the last round carries
+nothing, so the output layer is the model's output), and a vertex recomputed from its stored
+row and state by a refresh or a reuse serving mode gets its carried columns back exactly as a
+chain model gets its h. A chain model's rows, and so its stores, are unchanged.
 """
 
 from __future__ import annotations
@@ -203,11 +211,10 @@ class CarryRound(MergeableConv):
         super().__init__()
         if carry < 1:
             raise ValueError("a carry round carries at least one column")
-        if not getattr(conv, "edge_mergeable", True):
-            raise ValueError(
-                f"{conv.kind} runs whole over each destination's in-edges: it cannot carry skip columns yet"
-            )
         self.conv, self.carry = conv, int(carry)
+        # a whole-neighbourhood conv (the generic fallback) stays one: `neighbourhoods` and
+        # `by_destinations` run it on the leading columns and append the carried ones
+        self.edge_mergeable = bool(getattr(conv, "edge_mergeable", True))
         self.kind = f"{conv.kind}+carry"
         self.aggregator = conv.aggregator
         self.in_dim = conv.in_dim + self.carry
@@ -252,7 +259,31 @@ class CarryRound(MergeableConv):
 
     def update(self, h_dst, agg, stats, pre_transform):
         out = self.conv.update(self._main(h_dst), agg, stats, pre_transform)
+        return self._with_carry(out, h_dst)
+
+    def _with_carry(self, out: Tensor, h_dst: Tensor) -> Tensor:
         return torch.cat([out, h_dst[:, self.conv.in_dim :].to(out.dtype)], dim=1)
+
+    def plan_info(self) -> dict:
+        info = super().plan_info()
+        if not self.edge_mergeable:
+            info["whole_neighbourhoods"] = True
+        return info
+
+    def neighbourhoods(self, x: Tensor, src: Tensor, dst: Tensor, num_dst: int, h_own: Tensor | None = None) -> Tensor:
+        """A whole-neighbourhood conv's output at the first `num_dst` rows of `x` (the prepared
+        source rows: own vertices, then mirrored sources; only the conv's columns travel), followed
+        by the carried columns of the own vertices' full rows `h_own` (the DL step's own h)."""
+        if self.edge_mergeable or h_own is None:
+            raise ValueError(f"{self.kind}: neighbourhoods needs a whole-neighbourhood conv and the own rows")
+        out = getattr(self.conv, "neighbourhoods")(x, src, dst, num_dst)  # noqa: B009 - only such convs define it
+        return self._with_carry(out, h_own[:num_dst])
+
+    def by_destinations(self, h: Tensor, src: Tensor, dst: Tensor, *, parts: int, seed: int) -> Tensor:
+        """Reference execution of a whole-neighbourhood conv (propagate): the conv's own
+        partitioned run on the leading columns, the carried columns appended per vertex."""
+        by_destinations = getattr(self.conv, "by_destinations")  # noqa: B009 - only such convs define it
+        return self._with_carry(by_destinations(self._main(h), src, dst, parts=parts, seed=seed), h)
 
 
 def has_dag_ops(stacks: list[NodeOpStack]) -> bool:
@@ -325,16 +356,3 @@ def carry_rounds(
     if layout.carried:
         raise ValueError(f"slots {[s for s, _ in layout.carried]} are still carried after the last round")
     return new_pre, new_rounds, new_posts
-
-
-def refuse_skip_connections(model, job: str) -> None:
-    """Refuse (UnsupportedModelError, one line) a model with skip connections in `job`, a job
-    that does not carry saved values between its stored or recomputed rounds yet (PE stores, their
-    refresh, serving); batch inference (`sparkgnn.infer`) runs such models."""
-    from sparkgnn.errors import UnsupportedModelError
-
-    if getattr(model, "is_dag", False):
-        raise UnsupportedModelError(
-            f"{job} does not carry skip connections yet (residual adds, concatenation, JumpingKnowledge: "
-            "values read again by a later round); run the model with sparkgnn.infer"
-        )

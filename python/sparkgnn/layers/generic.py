@@ -446,9 +446,11 @@ class GenericConv(MergeableConv):
     def update(self, h_dst, agg, stats, pre_transform: bool) -> Tensor:
         raise UnsupportedModelError(f"layer {self.conv_class} {NO_STATES}: it has no separate update")
 
-    def neighbourhoods(self, x: Tensor, src: Tensor, dst: Tensor, num_dst: int) -> Tensor:
+    def neighbourhoods(self, x: Tensor, src: Tensor, dst: Tensor, num_dst: int, h_own: Tensor | None = None) -> Tensor:
         """The conv's output at the first `num_dst` rows of `x` (a partition's own vertices; the
-        rest are mirrored sources), given every in-edge of those vertices as local (src, dst)."""
+        rest are mirrored sources), given every in-edge of those vertices as local (src, dst).
+        `h_own` (the own vertices' full rows) is unused: this conv's row is its input; a round
+        that carries skip columns (layers/dag.py CarryRound) appends them from it."""
         edge_index = torch.stack([torch.as_tensor(src, dtype=torch.long), torch.as_tensor(dst, dtype=torch.long)])
         return call_conv(self.module, x, edge_index.to(x.device))[:num_dst]
 

@@ -21,8 +21,9 @@ TAGConv and APPNP keep more than the propagated features between their hops (TAG
 running sum of its projected hops, APPNP its teleport input x_0), so their rounds (HopRound) read
 and write rows [x | carry]: only x travels to the edges, the carry stays with its vertex, and each
 round is a registered conv kind of its own ("tag_round", "appnp_round") that a bundle or a saved
-model rebuilds from its config. ChebConv is refused (models/pyg_convs.py): its Laplacian divides
-by OUT-degrees, a statistic the engine does not prepare.
+model rebuilds from its config. ChebConv runs the same way (ChebRound: rows [T_{k-1} | T_{k-2} |
+running sum]); its Laplacian divides by OUT-degrees, the statistic `laplacian_degree` that the
+engine computes on demand for the runs that read it (engine.prepare.ensure_out_stats).
 
 Model expands a layer into its rounds (phases.expand_passes calls `rounds()`); the spec keeps
 the layer's config, so a saved model rebuilds the same rounds, and the rounds' parameters are
@@ -352,6 +353,164 @@ class APPNPLayer(MultiRoundConv):
 
     def rounds(self) -> list[MergeableConv]:
         return [cast(MergeableConv, s) for s in self.steps]
+
+    def src_width(self, pre_transform: bool) -> int:
+        return self.in_dim
+
+
+#: ChebConv's Laplacian normalisations sparkgnn runs (models/pyg_convs.py says why not None).
+CHEB_NORMALIZATIONS = ("sym", "rw")
+#: The statistic ChebConv normalises by: get_laplacian's degree (layers/stats.py).
+LAPLACIAN_DEGREE = "laplacian_degree"
+
+
+@register_conv("cheb_round")
+class ChebRound(HopRound):
+    """Hop k (1..K-1) of ChebConv: T_1 = L^ x, T_k = 2 L^ T_{k-1} - T_{k-2}, out = sum_k T_k W_k
+    [+ b], with L^ = 2 L / lambda_max - I and lambda_max = 2.
+
+    WHY lambda_max is 2 and the diagonal vanishes: PyG sets lambda_max = 2 * the largest entry of
+    the normalised Laplacian, whose diagonal is 1 and whose off-diagonal entries -w_ji * c_ji are
+    <= 0 for weights >= 0 (c_ji: d_j^-1/2 d_i^-1/2 for 'sym', 1 / d_j for 'rw', d the weighted
+    out-degree without self loops); so L^ = L - I: no self-loop term, and the off-diagonal
+    entries unscaled. A negative weight could make an entry the maximum, a global statistic, so
+    it is refused (`message_scale`). The propagation drops the graph's self loops (policy
+    "remove", as get_laplacian does) and reads the statistic `laplacian_degree` (the source
+    index's weighted degree: an out-degree, which the engine prepares like the in-degrees).
+
+    Rows: the first hop reads x = T_0 and, unless last, writes [T_1 | T_0 | out]; hop k reads
+    [T_{k-1} | T_{k-2} | out] and writes [T_k | T_{k-1} | out]; the last writes out + b alone.
+    Only T_{k-1} (the first `width` columns) travels; the rest stays with the vertex."""
+
+    def __init__(
+        self,
+        width: int,
+        out_dim: int,
+        first: bool,
+        last: bool,
+        normalization: str = "sym",
+        use_edge_weight: bool = True,
+        bias: bool = True,
+    ):
+        if normalization not in CHEB_NORMALIZATIONS:
+            raise ValueError(f"cheb_round: normalization must be one of {CHEB_NORMALIZATIONS}, got {normalization!r}")
+        super().__init__(width, 0 if first else int(width) + int(out_dim), True, False, use_edge_weight)
+        self.sum_dim = int(out_dim)
+        self.normalization = normalization
+        self.first, self.last = bool(first), bool(last)
+        self.required_stats = (LAPLACIAN_DEGREE,)
+        self.self_loops = "remove"
+        self.out_dim = self.sum_dim if self.last else 2 * self.width + self.sum_dim
+        self.weight_0 = torch.nn.Parameter(torch.zeros(self.sum_dim, self.width)) if self.first else None
+        self.weight_k = torch.nn.Parameter(torch.zeros(self.sum_dim, self.width))
+        self.bias = torch.nn.Parameter(torch.zeros(self.sum_dim)) if bias and self.last else None
+
+    def config(self) -> dict:
+        return {
+            "kind": self.kind,
+            "width": self.width,
+            "out_dim": self.sum_dim,
+            "first": self.first,
+            "last": self.last,
+            "normalization": self.normalization,
+            "use_edge_weight": self.uses_edge_weight,
+            "bias": self.bias is not None,
+        }
+
+    def _source_scale(self, stats: dict) -> Tensor:
+        deg = stats[LAPLACIAN_DEGREE].to(torch.float32)
+        scale = deg.pow(-0.5) if self.normalization == "sym" else 1.0 / deg
+        return scale.masked_fill(scale == float("inf"), 0.0)
+
+    def prepare_src(self, h: Tensor, stats: dict, pre_transform: bool) -> Tensor:
+        x = h[:, : self.width] if self.carry else h
+        return x * self._source_scale(stats).unsqueeze(-1)
+
+    def message_scale(self, weight_e, pre_transform):
+        if weight_e is not None and self.uses_edge_weight and bool((weight_e < 0).any()):
+            raise ValueError(
+                "ChebConv with a negative edge weight: PyG's lambda_max (2 x the Laplacian's largest "
+                "entry) then depends on the whole graph; sparkgnn runs it for weights >= 0 only"
+            )
+        return super().message_scale(weight_e, pre_transform)
+
+    def message(self, src_e, dst_e, weight_e, pre_transform):
+        self.message_scale(weight_e, pre_transform)  # refuses negative weights
+        return super().message(src_e, dst_e, weight_e, pre_transform)
+
+    def update(self, h_dst: Tensor, agg: Tensor, stats: dict, pre_transform: bool) -> Tensor:
+        if self.normalization == "sym":  # the destination's factor of d_j^-1/2 w_ji d_i^-1/2
+            agg = agg * self._source_scale(stats).unsqueeze(-1)
+        return self.combine(h_dst, -agg)
+
+    def combine(self, h_dst: Tensor, x: Tensor) -> Tensor:
+        if self.first:  # x = T_1 = L^ T_0
+            t_prev, total = h_dst, F.linear(h_dst, cast(Tensor, self.weight_0))
+            t_k = x
+        else:  # x = L^ T_{k-1}; PyG: Tx_2 = 2. * Tx_2 - Tx_0
+            w = self.width
+            t_prev, t_before, total = h_dst[:, :w], h_dst[:, w : 2 * w], h_dst[:, 2 * w :]
+            t_k = 2.0 * x - t_before
+        total = total + F.linear(t_k, self.weight_k)
+        if self.last:
+            return total + self.bias if self.bias is not None else total
+        return torch.cat([t_k, t_prev, total], dim=1)
+
+
+@register_conv("cheb")
+class ChebLayer(MultiRoundConv):
+    """ChebConv(in_dim, out_dim, K, normalization 'sym' | 'rw', bias) with lambda_max None as K - 1
+    ChebRounds (HopRound; ChebRound says why lambda_max is 2). K >= 2: K = 1 propagates nothing."""
+
+    def __init__(
+        self,
+        in_dim: int,
+        out_dim: int,
+        K: int,
+        normalization: str = "sym",
+        bias: bool = True,
+        use_edge_weight: bool = True,
+    ):
+        super().__init__()
+        if int(K) < 2:
+            raise ValueError(f"cheb: K must be >= 2 (K=1 is a Linear), got {K}")
+        if normalization not in CHEB_NORMALIZATIONS:
+            raise ValueError(f"cheb: normalization must be one of {CHEB_NORMALIZATIONS}, got {normalization!r}")
+        self.in_dim, self.out_dim, self.K = int(in_dim), int(out_dim), int(K)
+        self.normalization, self.has_bias = normalization, bool(bias)
+        self.uses_edge_weight = bool(use_edge_weight)
+        self.aggregator = get_aggregator("sum")
+        self.steps = torch.nn.ModuleList(
+            ChebRound(
+                self.in_dim,
+                self.out_dim,
+                first=k == 1,
+                last=k == self.K - 1,
+                normalization=normalization,
+                use_edge_weight=self.uses_edge_weight,
+                bias=self.has_bias,
+            )
+            for k in range(1, self.K)
+        )
+        first = self.cheb_rounds()[0]
+        self.required_stats, self.self_loops = first.required_stats, first.self_loops
+
+    def cheb_rounds(self) -> list[ChebRound]:
+        return [cast(ChebRound, s) for s in self.steps]
+
+    def config(self) -> dict:
+        return {
+            "kind": self.kind,
+            "in_dim": self.in_dim,
+            "out_dim": self.out_dim,
+            "K": self.K,
+            "normalization": self.normalization,
+            "bias": self.has_bias,
+            "use_edge_weight": self.uses_edge_weight,
+        }
+
+    def rounds(self) -> list[MergeableConv]:
+        return list(self.cheb_rounds())
 
     def src_width(self, pre_transform: bool) -> int:
         return self.in_dim

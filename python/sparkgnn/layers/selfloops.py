@@ -11,6 +11,8 @@ carry some self loops already, sometimes duplicated, and each conv treats them d
                 of the node's existing self loop when it had one (the last one in edge order when
                 it had several, which is what PyG's index assignment does on CPU), otherwise 1.
                 Without weights, duplicated self loops therefore collapse to a single loop.
+  "remove"    : torch_geometric.utils.remove_self_loops (ChebConv's get_laplacian): every
+                existing self loop dropped, none added.
   "replace"   : remove_self_loops + add_self_loops (GATConv): drop all existing self loops, add
                 one per node. Weights (unused by GAT) of the new loops are 1.
   "replace_mean": "replace" for a conv that reads edge attributes ([E, D] rows in the weight slot,
@@ -60,6 +62,12 @@ def _remaining(src: Tensor, dst: Tensor, weight: Tensor | None, num_nodes: int) 
             loop_w[has] = w[last[has]]
         new_weight = torch.cat([weight[keep], loop_w])
     return (torch.cat([src[keep], loops]), torch.cat([dst[keep], loops]), new_weight)
+
+
+@_policy("remove")
+def _remove(src: Tensor, dst: Tensor, weight: Tensor | None, num_nodes: int) -> EdgeList:
+    keep = src != dst
+    return src[keep], dst[keep], None if weight is None else weight[keep]
 
 
 @_policy("replace")

@@ -19,6 +19,24 @@ from sparkgnn.registry import Registry
 
 STATS: Registry[Callable[[Tensor, Tensor, Tensor | None, int], Tensor]] = Registry("node statistic", ValueError)
 _stat = STATS.register
+#: Statistics summed over a vertex's OUT-edges (the others over its in-edges): an edge change alters
+#: its SOURCE's value, which the jobs that follow changes by destination do not track.
+OUT_EDGE_STATS = frozenset({"laplacian_degree"})
+
+
+def require_in_edge_stats(model, job: str) -> None:
+    """Refuse (UnsupportedModelError, one line) a model with a layer reading an out-edge statistic
+    (OUT_EDGE_STATS) for `job`, a job that recomputes the vertices whose in-edges changed."""
+    from sparkgnn.errors import UnsupportedModelError
+
+    for index, conv in enumerate(model.conv_list()):
+        out = sorted(set(conv.required_stats) & OUT_EDGE_STATS)
+        if out:
+            raise UnsupportedModelError(
+                f"{job} recomputes the vertices whose in-edges changed, but layer {index} ({conv.kind}) reads "
+                f"the out-edge statistic {out[0]!r}, which an edge change alters at its source; run "
+                "sparkgnn.precompute again instead"
+            )
 
 
 def _weighted_in(dst: Tensor, weight: Tensor | None, num_nodes: int) -> Tensor:
@@ -37,6 +55,16 @@ def weighted_in_degree(src: Tensor, dst: Tensor, weight: Tensor | None, num_node
     """Sum of in-edge weights (1 per edge without weights), no self-loop policy: GCNConv's degree
     with normalize=True, add_self_loops=False."""
     return _weighted_in(torch.as_tensor(dst), None if weight is None else torch.as_tensor(weight), num_nodes)
+
+
+@_stat("laplacian_degree")
+def laplacian_degree(src: Tensor, dst: Tensor, weight: Tensor | None, num_nodes: int) -> Tensor:
+    """get_laplacian's degree (ChebConv): the sum of the weights of a vertex's OUT-edges (over the
+    source index), self loops removed; 0 for a vertex without out-edges."""
+    src, dst = torch.as_tensor(src), torch.as_tensor(dst)
+    keep = src != dst
+    w = None if weight is None else torch.as_tensor(weight)[keep]
+    return _weighted_in(src[keep], w, num_nodes)
 
 
 @_stat("gcn_degree")

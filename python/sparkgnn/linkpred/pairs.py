@@ -16,6 +16,8 @@ if TYPE_CHECKING:  # pyspark is imported inside functions only (docs/ARCHITECTUR
     from pyspark.sql import DataFrame, SparkSession
 
 PAIR_COLUMNS = ("src", "dst")
+RELATION = "relation"  # a pair's relation, for per-relation decoders (DistMult, TransE)
+MAX_RELATIONS = 100_000  # distinct relations a pairs file may name (checked on the driver)
 SHOWN = 5
 
 
@@ -23,19 +25,47 @@ class PairsError(SparkGNNError, ValueError):
     """The pairs (or an id file) cannot be used: missing columns, nulls, ids the graph lacks."""
 
 
-def read_pairs(spark: SparkSession, path: str, flag: str = "--pairs") -> DataFrame:
-    """(src long, dst long) from the Parquet at `path`; PairsError for missing columns or nulls."""
+def read_pairs(spark: SparkSession, path: str, flag: str = "--pairs", *, relation: bool = False) -> DataFrame:
+    """(src long, dst long) from the Parquet at `path`; PairsError for missing columns or nulls.
+    `relation`: also keep its RELATION column (an integer index, as long, or a relation name, as
+    string), required and null-free; without it a relation column is refused, since the decoder
+    would score the pairs ignoring it."""
     from pyspark.sql import functions as F
+    from pyspark.sql.types import IntegralType, StringType
 
     frame = spark.read.parquet(path)
-    missing = [c for c in PAIR_COLUMNS if c not in frame.columns]
+    wanted = (*PAIR_COLUMNS, RELATION) if relation else PAIR_COLUMNS
+    missing = [c for c in wanted if c not in frame.columns]
     if missing:
-        raise PairsError(f"{flag} {path} lacks column(s) {', '.join(missing)} (has {', '.join(frame.columns)})")
-    frame = frame.select(*(F.col(c).cast("long").alias(c) for c in PAIR_COLUMNS))
+        why = " (the decoder scores each pair with its relation)" if RELATION in missing else ""
+        raise PairsError(f"{flag} {path} lacks column(s) {', '.join(missing)}{why} (has {', '.join(frame.columns)})")
+    if not relation and RELATION in frame.columns:
+        raise PairsError(f"{flag} {path} has a {RELATION} column but the model's decoder takes no relation")
+    columns = [F.col(c).cast("long").alias(c) for c in PAIR_COLUMNS]
+    if relation:
+        kind = frame.schema[RELATION].dataType
+        if not isinstance(kind, (IntegralType, StringType)):
+            raise PairsError(f"{flag} {path}: column {RELATION} must hold integer indices or names, not {kind}")
+        columns.append(F.col(RELATION).cast("long" if isinstance(kind, IntegralType) else "string").alias(RELATION))
+    frame = frame.select(*columns)
     nulls = frame.where(F.col("src").isNull() | F.col("dst").isNull()).limit(1).count()
     if nulls:
         raise PairsError(f"{flag} {path} has rows with a null (or non-integer) src or dst")
+    if relation and frame.where(F.col(RELATION).isNull()).limit(1).count():
+        raise PairsError(f"{flag} {path} has rows with a null {RELATION}")
     return frame
+
+
+def check_relations(pairs: DataFrame, decoder, what: str) -> None:
+    """Refuse (PairsError, one line) a pairs' RELATION value the per-relation decoder does not have
+    (an index out of range, an unknown name); the distinct values are few, checked on the driver."""
+    values = [r[RELATION] for r in pairs.select(RELATION).distinct().limit(MAX_RELATIONS + 1).collect()]
+    if len(values) > MAX_RELATIONS:
+        raise PairsError(f"{what} name more than {MAX_RELATIONS} distinct relations")
+    try:
+        decoder.relation_index(values)
+    except ValueError as e:
+        raise PairsError(f"{what}: {e}; nothing was written") from None
 
 
 def read_ids(spark: SparkSession, path: str, flag: str) -> DataFrame:

@@ -6,19 +6,20 @@ spread over the partitions; each unit scores its tile and keeps each source's k 
 (tiles.tile_topk), and the partial lists are shuffled by source and merged (tiles.merge_topk:
 exact, see tiles.py). With `exclude` (the graph's edges), a source's known neighbours are never
 returned: each source block carries its own out-edges. Output (src long, dst long, score float,
-rank int), score = the decoder's final score, rank 1 = best.
+rank int), score = the decoder's final score, rank 1 = best. A per-relation decoder ranks once
+per relation (`per_relation_topk_frame`), adding a relation column.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import torch
 
-from sparkgnn.decoders import Decoder
+from sparkgnn.decoders import Decoder, RelationalDecoder
 from sparkgnn.linkpred.arrays import ids, matrix
 from sparkgnn.linkpred.payload import DecoderPayload
 from sparkgnn.linkpred.tiles import merge_topk, tile_topk
@@ -97,6 +98,35 @@ def topk_frame(
                 )
 
     return merge_partial(units.mapInArrow(score_units, PARTIAL_SCHEMA), payload, k, partitions)
+
+
+def per_relation_topk_frame(
+    nodes: DataFrame,
+    decoder: RelationalDecoder,
+    k: int,
+    relations: Sequence[int | str],
+    **options,
+) -> DataFrame:
+    """Exact top-k of a per-relation decoder (DistMult, TransE) once per relation in `relations`
+    (indices or names): (src, relation, dst, score, rank), the relation as named in `relations`
+    (long when they are indices, else string). Each relation runs `topk_frame` with the decoder
+    bound to it (decoders/relational.py), so ties and exclusions behave as there; `options` are
+    topk_frame's."""
+    from pyspark.sql import functions as F
+
+    if not relations:
+        raise ValueError("per-relation top-k needs at least one relation")
+    kind = "string" if any(isinstance(r, str) for r in relations) else "long"
+    frames = [
+        topk_frame(nodes, decoder.bind(r), k, **options)
+        .withColumn("relation", F.lit(str(r) if kind == "string" else int(r)).cast(kind))
+        .select("src", "relation", "dst", "score", "rank")
+        for r in relations
+    ]
+    result = frames[0]
+    for frame in frames[1:]:
+        result = result.unionByName(frame)
+    return result
 
 
 def exclusions(exclude: DataFrame, src_nodes: DataFrame, partitions: int) -> DataFrame:

@@ -26,7 +26,7 @@ from collections.abc import Callable
 import torch
 
 from sparkgnn.errors import UnsupportedModelError
-from sparkgnn.layers.dag import is_dag_op, size_combines
+from sparkgnn.layers.dag import CURRENT, CombineOp, SaveOp, is_dag_op, size_combines
 from sparkgnn.layers.nodeops import ActivationOp, BatchNormOp, LinearOp, NodeOp
 from sparkgnn.models import pyg_convs
 from sparkgnn.models.pyg_common import class_name, is_message_passing, short_name, unsupported
@@ -65,19 +65,37 @@ class _Chain:
         self.posts.append([])
 
 
+#: BasicGNN's jk modes: 'last' keeps the last layer's output, 'cat' / 'max' combine every layer's
+#: (layers/dag.py CombineOp, as for a hand-written JumpingKnowledge).
+_JK_MODES = (None, "last", "cat", "max")
+
+
 def _basic_gnn(m, where):
-    if m.jk_mode is not None:
-        unsupported(where, m, f"jk={m.jk_mode!r} (only jk=None)")
+    """BasicGNN's forward as a chain: conv, then (except after the last conv when jk is None) act
+    and norm in PyG's order; with jk, every layer's output is saved and the last one combines
+    them ('cat' / 'max'; 'last' reads only the last), and PyG's Linear `lin` follows."""
+    if m.jk_mode not in _JK_MODES:
+        unsupported(
+            where,
+            m,
+            f"jk={m.jk_mode!r} weighs the layers with an LSTM and attention, not among sparkgnn's node ops; "
+            "jk=None, 'last', 'cat' and 'max' are supported",
+        )
     if isinstance(m.in_channels, (tuple, list)):
         in_width(m.in_channels, where, m)
     chain = _Chain()
     act = [] if m.act is None else node_ops(m.act, f"{where}.act")
     n = len(m.convs)
+    combine = m.jk_mode in ("cat", "max")
     for i, (conv, norm) in enumerate(zip(m.convs, m.norms, strict=False)):
         chain.add_conv(conv_layer(conv, f"{where}.convs.{i}", use_edge_weight=bool(m.supports_edge_weight)))
-        if i < n - 1:
+        if i < n - 1 or m.jk_mode is not None:
             norm_ops = node_ops(norm, f"{where}.norms.{i}")
             chain.add_ops(act + norm_ops if m.act_first else norm_ops + act)
+        if combine and i < n - 1:
+            chain.add_ops([SaveOp(f"jk{i}")])
+    if combine and n > 1:
+        chain.add_ops([CombineOp(m.jk_mode, [f"jk{i}" for i in range(n - 1)] + [CURRENT], None)])
     if hasattr(m, "lin"):
         chain.add_ops(node_ops(m.lin, f"{where}.lin"))
     return chain
@@ -240,7 +258,9 @@ def infer_output(module, chain: _Chain) -> tuple[str, str]:
       1. a BasicGNN (GCN, GraphSAGE, GIN, GAT) is "logits" exactly when it was built with
          `out_channels`: PyG then makes its last conv the "final transformation to output size"
          (its `_is_conv_to_out`), and without `out_channels` the model returns its hidden
-         representation, i.e. an embedding;
+         representation, i.e. an embedding; with jk, PyG's Linear head `lin` maps to
+         out_channels, read as "logits" when it differs from hidden_channels (PyG keeps no record
+         of out_channels=None, so an equal width reads as an embedding);
       2. a model whose last op is a (log_)softmax over the features is "logits": it outputs class
          scores (log-probabilities or probabilities), whose argmax is the prediction;
       3. any other model (a Sequential / ModuleList stack, a traced model class or a single conv)
@@ -252,6 +272,11 @@ def infer_output(module, chain: _Chain) -> tuple[str, str]:
     import torch_geometric.nn.models.basic_gnn as bg
 
     if isinstance(module, bg.BasicGNN):
+        if module.jk_mode is not None and module.out_channels != module.hidden_channels:
+            return (
+                "logits",
+                f"a BasicGNN with jk={module.jk_mode!r} and out_channels={module.out_channels} (PyG's lin head)",
+            )
         if getattr(module, "_is_conv_to_out", False):
             return "logits", f"a BasicGNN built with out_channels={module.out_channels} (PyG's output head)"
         return "embedding", "a BasicGNN built without out_channels returns its hidden representation"

@@ -250,14 +250,22 @@ class Model(torch.nn.Module):
     # -- construction, persistence ---------------------------------------------------------
     @classmethod
     def from_pyg(
-        cls, module: torch.nn.Module, output: str | None = None, *, decoder: torch.nn.Module | None = None
+        cls,
+        module: torch.nn.Module,
+        output: str | None = None,
+        *,
+        decoder: torch.nn.Module | None = None,
+        relations: Sequence[str] | None = None,
     ) -> Model:
         """A Model with the weights of a PyTorch Geometric module (models.from_pyg). `output`:
         "logits" (a classifier: results carry `pred`, the argmax) or "embedding"; None infers it
         from the module's last layer (from_pyg.infer_output states the rule) and logs the choice.
         `decoder`: a link-prediction decoder module, `decoder(h_src, h_dst) -> [N]` scores over the
         model's node outputs (sparkgnn.decoders: dot, cosine, MLP on concat / hadamard / difference),
-        traced and saved with the model; its input width must equal the model's output width."""
+        traced and saved with the model; its input width must equal the model's output width. A
+        per-relation decoder (DistMult, TransE: `decoder(z, edge_index, edge_type)` as PyG's
+        rgcn_link_pred.py writes it) scores each pair with its relation; `relations` names the
+        relations (its table's rows, in order) so pairs may name them instead of indexing."""
         from sparkgnn.models.from_pyg import convert
 
         model = convert(cls, module, output)
@@ -266,7 +274,7 @@ class Model(torch.nn.Module):
             from sparkgnn.models.pyg_decoders import decoder_from_pyg
 
             try:
-                model.set_decoder(decoder_from_pyg(decoder))
+                model.set_decoder(decoder_from_pyg(decoder, relations=relations))
             except ValueError as e:
                 raise UnsupportedModelError(str(e)) from None
         return model
@@ -279,11 +287,12 @@ class Model(torch.nn.Module):
         self.spec["decoder"] = decoder.config()
 
     @torch.no_grad()
-    def score(self, h_src, h_dst) -> Tensor:
-        """[N] scores of node pairs from their node outputs, by the model's decoder."""
+    def score(self, h_src, h_dst, rel=None) -> Tensor:
+        """[N] scores of node pairs from their node outputs, by the model's decoder; `rel`: each
+        pair's relation (index or name), for a per-relation decoder only."""
         if self.decoder is None:
             raise ValueError("the model has no decoder: convert it with Model.from_pyg(encoder, decoder=module)")
-        return self.decoder(h_src, h_dst)
+        return self.decoder(h_src, h_dst, rel)
 
     def save(self, path) -> None:
         from sparkgnn.models.serialization import save_model

@@ -31,7 +31,7 @@ from sparkgnn.layers.gen import GENLayer
 from sparkgnn.layers.gin import GINELayer, GINLayer
 from sparkgnn.layers.graphconv import GraphConvLayer
 from sparkgnn.layers.le import LELayer
-from sparkgnn.layers.multihop import APPNPLayer, SGLayer, TAGLayer
+from sparkgnn.layers.multihop import CHEB_NORMALIZATIONS, APPNPLayer, ChebLayer, SGLayer, TAGLayer
 from sparkgnn.layers.nodeops import ActivationOp, BatchNormOp, LinearOp
 from sparkgnn.layers.pna import PNALayer
 from sparkgnn.layers.resgated import ResGatedLayer
@@ -720,12 +720,42 @@ def _pna(conv, where, use_edge_weight):
     return layer
 
 
-CHEB_REFUSED = (
-    "ChebConv's scaled Laplacian (get_laplacian) normalises each edge by the OUT-degrees of its "
-    "endpoints (normalization 'sym' / 'rw'), a statistic sparkgnn does not prepare (it prepares "
-    "in-degrees), and normalization=None scales by lambda_max = 2 * the graph's largest degree, "
-    "a global maximum no vertex can read locally"
-)
+def _cheb(conv, where, use_edge_weight):
+    """K - 1 rounds (layers/multihop.py, ChebRound): the Chebyshev recursion over PyG's scaled
+    Laplacian with normalization 'sym' or 'rw' and lambda_max None (then 2, for edge weights >= 0;
+    a negative weight is refused when the layer runs); edge weights; bias. Refuses
+    normalization=None (lambda_max = 2 x the graph's largest degree, a global maximum no vertex
+    can read locally) and K=1."""
+    _common_checks(conv, where)
+    in_dim = in_width(conv.in_channels, where, conv)
+    if conv.normalization not in CHEB_NORMALIZATIONS:
+        unsupported(
+            where,
+            conv,
+            f"normalization={conv.normalization!r}: lambda_max is then 2 x the graph's largest degree, a "
+            "global maximum no vertex can read locally (normalization 'sym' and 'rw' are supported)",
+        )
+    K = len(conv.lins)
+    if K < 2:
+        unsupported(where, conv, "K=1 propagates nothing (the conv is a Linear: write one instead)")
+    if any(lin.bias is not None for lin in conv.lins):
+        unsupported(where, conv, "a bias on lins (ChebConv's hop linears have none; only its own bias)")
+    layer = ChebLayer(
+        in_dim,
+        conv.out_channels,
+        K=K,
+        normalization=conv.normalization,
+        bias=conv.bias is not None,
+        use_edge_weight=use_edge_weight,
+    )
+    rounds = layer.cheb_rounds()
+    assert rounds[0].weight_0 is not None  # the first round starts the sum
+    copy_into(rounds[0].weight_0, conv.lins[0].weight, where + ".lins.0", conv)
+    for k, step in enumerate(rounds, start=1):
+        copy_into(step.weight_k, conv.lins[k].weight, f"{where}.lins.{k}", conv)
+    if rounds[-1].bias is not None:  # built with a bias exactly when conv has one
+        copy_into(rounds[-1].bias, conv.bias, where, conv)
+    return layer
 
 
 @functools.cache
@@ -745,7 +775,7 @@ def ensure_registered() -> bool:
         CONV_CONVERTERS.register(class_name(t), convert)
     for t, convert in ((gnn.TransformerConv, _transformer), (gnn.GENConv, _gen), (gnn.PNAConv, _pna)):
         CONV_CONVERTERS.register(class_name(t), convert)
-    REJECTED[class_name(gnn.ChebConv)] = CHEB_REFUSED
+    CONV_CONVERTERS.register(class_name(gnn.ChebConv), _cheb)
     for t, aggr in (
         (A.SumAggregation, _plain("sum")),
         (A.MeanAggregation, _plain("mean")),

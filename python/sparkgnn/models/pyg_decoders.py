@@ -17,7 +17,8 @@ or squeeze / view(-1) / flatten of a width-1 row), then optionally a sigmoid. WH
 nothing else: the result must be one of the decoder kinds (decoders/base.py) so it saves as JSON
 and scores pairs anywhere; anything else (a transform of one side before combining, a bilinear
 form, a second output) is refused with UnsupportedModelError naming the source line, never
-approximated. A sparkgnn Decoder is accepted as is (a copy).
+approximated. A sparkgnn Decoder is accepted as is (a copy). A forward with three inputs is a
+per-relation decoder (DistMult, TransE), walked by models/pyg_relational.py.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 import copy
 import inspect
 import operator
+from collections.abc import Sequence
 from typing import NoReturn
 
 import torch
@@ -35,6 +37,7 @@ from sparkgnn.decoders.base import Decoder
 from sparkgnn.decoders.cosine import CosineDecoder
 from sparkgnn.decoders.dot import DotDecoder
 from sparkgnn.decoders.mlp import MLPDecoder
+from sparkgnn.decoders.relational import RelationalDecoder, check_relation_names
 from sparkgnn.errors import UnsupportedModelError
 from sparkgnn.layers.nodeops import ActivationOp, NodeOp, NodeOpStack
 
@@ -46,11 +49,24 @@ _SUM = (torch.sum,)
 _FLATTEN = ("squeeze", "view", "reshape", "flatten")
 
 
-def decoder_from_pyg(module: torch.nn.Module, where: str = "decoder") -> Decoder:
-    """The sparkgnn decoder equal to `module(h_src, h_dst)` (module doc), weights copied in float32;
-    UnsupportedModelError (one line, naming the source line) for anything else."""
+def decoder_from_pyg(
+    module: torch.nn.Module, where: str = "decoder", *, relations: Sequence[str] | None = None
+) -> Decoder:
+    """The sparkgnn decoder equal to `module(h_src, h_dst)` (module doc), or to a per-relation
+    `module(z, edge_index, edge_type)` / `module(h_src, h_dst, edge_type)` (DistMult, TransE:
+    models/pyg_relational.py), weights copied in float32; UnsupportedModelError (one line, naming
+    the source line) for anything else. `relations`: names of a per-relation decoder's relations
+    (its table's rows, in order), so pairs can name them; refused for the other kinds."""
     if isinstance(module, Decoder):
-        return copy.deepcopy(module).float().train(False)
+        decoder = copy.deepcopy(module).float().train(False)
+        if relations is not None:
+            if not isinstance(decoder, RelationalDecoder):
+                raise UnsupportedModelError(f"{where}: relations= is for distmult and transe decoders only")
+            try:
+                decoder.relations = check_relation_names(relations, decoder.num_relations)
+            except ValueError as e:
+                raise UnsupportedModelError(f"{where}: {e}") from None
+        return decoder
     if not isinstance(module, torch.nn.Module):
         raise UnsupportedModelError(f"{where}: {type(module).__name__} is not a torch.nn.Module")
     from sparkgnn.models.pyg_common import short_name
@@ -64,10 +80,18 @@ def decoder_from_pyg(module: torch.nn.Module, where: str = "decoder") -> Decoder
         raise UnsupportedModelError(f"{head} has no inspectable signature: {e}") from e
     names = list(params)
     required = [n for n in names if params[n].default is inspect.Parameter.empty]
+    if len(required) == 3:
+        from sparkgnn.models.pyg_relational import relational_decoder_from_pyg
+
+        graph = _trace(module, head, {n: params[n].default for n in names[3:]})
+        return relational_decoder_from_pyg(module, graph, head, relations)
     if len(names) < 2 or len(required) > 2:
         raise UnsupportedModelError(
-            f"{head} takes {names}: expected forward(h_src, h_dst) returning one score per pair"
+            f"{head} takes {names}: expected forward(h_src, h_dst) returning one score per pair, "
+            "or forward(z, edge_index, edge_type) of a per-relation decoder"
         )
+    if relations is not None:
+        raise UnsupportedModelError(f"{head}: relations= is for per-relation (distmult, transe) decoders only")
     # options with defaults (e.g. sigmoid=True) are traced at their default value
     concrete = {n: params[n].default for n in names[2:]}
     graph = _trace(module, head, concrete)

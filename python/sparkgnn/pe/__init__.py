@@ -10,6 +10,7 @@
     refresh    incremental refresh on one machine; follow: the follower over a folder of updates
     sizes      size report vs OMEGA's (L-1) x H x 4 bytes/node
     metrics    degrees, PSGS, FAP with Spark joins
+    typed      the typed store: per round and node type h, one sub-store per type (TypedPEStore)
 
 No pyspark or torch import at package import time.
 """

@@ -20,17 +20,29 @@ Exactly once, by a checkpoint written atomically in the state folder:
     <state>/log/<batch>/<file>  the bytes of every file of a batch, copied before it is applied
     <state>/dead/               malformed files and files the graph refuses (streaming.DeadLetter)
 
-A batch is first logged (its files copied, the checkpoint naming it `pending`), then refreshed,
-then committed (the checkpoint naming it done and its files consumed). A follower killed at any
-point restarts from the base graph, replays the logged batches in memory (graph.updates.apply,
-no refresh: their versions are committed), checks that it reached the checkpoint's graph
-fingerprint, and redoes a pending batch from its log -- the refresh of a version already
-(partly) committed commits only its missing layers -- so no file is applied twice or lost. A
-malformed file, or one that does not apply to the graph as of its turn, is dead-lettered with
-the reason and the stream moves on.
+A batch is first logged (its files copied, the checkpoint naming it `pending`), then refreshed
+and checkpointed as done. Its recomputed rows are HELD IN MEMORY (`LiveLayer`: by vertex id, over
+the last committed store version), and the next batch reads them there; every `commit_every_s`
+seconds, at `commit_rows` held rows, and when run() returns, the rows held are committed as ONE
+row-level store version of the current graph (`commit`: a delta over the last committed version,
+pe/versions.py) and the checkpoint records the batches the store holds (`committed`). WHY: a
+store version per batch (writer attempt, Parquet and row files, fsyncs, manifest, every 8th
+version a whole layer) costs several times the refresh of a small batch. A follower killed at any
+point restarts from the base graph, replays the logged batches in memory (graph.updates.apply, no
+refresh), checks that it reached the checkpoint's graph fingerprint, commits the batches done
+since the last commit (one refresh_local of them composed, from the committed graph: exact, and
+a version already (partly) written commits only its missing layers), and redoes a pending batch
+from its log, so no file is applied twice or lost. A malformed file, or one that does not apply
+to the graph as of its turn, is dead-lettered with the reason and the stream moves on.
+
+Every committed version is PUBLISHED (pe/published.py, unless `publish=False`): its graph written
+as a graph directory under the store root and `<store root>/.published/latest.json` pointed at
+it, so a service following the store (`follow_store`) can swap to it; a restarted follower
+publishes the committed version it starts from.
 
 Each batch logs one line (files, update rows, vertices recomputed per layer, batch latency from
-its oldest file's arrival to the commit, updates/s) and keeps it in `history`.
+its oldest file's arrival to the batch's end, updates/s, whether a version was committed) and
+keeps it in `history`; `throughput(history)` sums a run (updates/s, latency p50 / p99).
 """
 
 from __future__ import annotations
@@ -41,11 +53,15 @@ import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from sparkgnn import files
 from sparkgnn.errors import SparkGNNError
+
+if TYPE_CHECKING:
+    from sparkgnn.graph.updates import Applied
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +108,91 @@ def compose(first, second, old_x: np.ndarray):
         inserted_edges=np.arange(len(kept), g2.num_edges),
         feature_changed=np.union1d(candidates, inserted_rows).astype(np.int64),
     )
+
+
+class LiveLayer:
+    """Layer l as of the follower's current graph: the rows recomputed since the last committed
+    store version, held in memory by vertex id, over that version's rows (read by id from its row
+    files, or from the layer held whole when it has none).
+
+    WHY: committing a store version per batch (a writer attempt, Parquet and row files, fsyncs,
+    a manifest, every 8th version a whole layer) costs far more than the refresh of a small batch;
+    held here, a batch's rows are current at once and reach the disk as ONE row-level version per
+    commit (RefreshFollower.commit), however many batches it covers."""
+
+    def __init__(self, store, layer: int):
+        self.layer = int(layer)
+        self.what = f"PE store {store.base} layer {layer}"
+        self.rows = store.rows(layer) if not store.loaded(layer) else None
+        self.table = None
+        if self.rows is None:
+            self.table = store.table(layer)
+            columns = self.table.columns
+        else:
+            columns = self.rows.columns
+        if "state" not in columns:
+            raise FollowError(f"{self.what} has no stored states")
+        self.ids = np.zeros(0, np.int64)  # sorted ids recomputed since the commit
+        self.values_of = {  # "h" / "state" -> float32 [len(ids), w]
+            "h": np.zeros((0, store.width(layer)), np.float32),
+            "state": np.zeros((0, store.state_width(layer) or 0), np.float32),
+        }
+
+    def read(self, ids: np.ndarray, column: str) -> np.ndarray:
+        """`column` of `ids` (float32 [n, w]): the held row where there is one, else the committed one."""
+        ids = np.asarray(ids, np.int64)
+        at = np.minimum(np.searchsorted(self.ids, ids), max(len(self.ids) - 1, 0))
+        held = (self.ids[at] == ids) if len(self.ids) else np.zeros(len(ids), bool)
+        if held.all() and len(ids):
+            return self.values_of[column][at]
+        committed = self._committed(ids[~held], column)
+        out = np.empty((len(ids), committed.shape[1]), np.float32)
+        out[~held] = committed
+        if held.any():
+            out[held] = self.values_of[column][at[held]]
+        return out
+
+    def _committed(self, ids: np.ndarray, column: str) -> np.ndarray:
+        from sparkgnn.pe.lookup import UnknownIds
+
+        try:
+            if self.rows is not None:
+                return self.rows.get(ids, column)
+            assert self.table is not None  # __init__ sets one of rows and table
+            return self.table.columns[column][self.table.positions(ids)]
+        except UnknownIds as exc:
+            raise FollowError(f"{self.what} lacks vertices of the followed graph: {exc}") from exc
+
+    def hold(self, ids: np.ndarray, h: np.ndarray, state: np.ndarray, deleted_ids: np.ndarray) -> None:
+        """Hold the recomputed rows of `ids` (replacing older ones) and drop `deleted_ids`."""
+        ids = np.asarray(ids, np.int64)
+        drop = np.isin(self.ids, np.concatenate([ids, np.asarray(deleted_ids, np.int64)]))
+        keep = np.flatnonzero(~drop)
+        merged = np.concatenate([self.ids[keep], ids])
+        order = np.argsort(merged, kind="stable")
+        fresh = {"h": h, "state": state}
+        self.values_of = {c: np.concatenate([self.values_of[c][keep], fresh[c]])[order] for c in ("h", "state")}
+        self.ids = merged[order]
+
+    @property
+    def rows_read(self) -> int | None:
+        """Committed rows fetched from the row files so far (None: the layer is held whole)."""
+        return None if self.rows is None else self.rows.rows_read
+
+
+class _AtGraph:
+    """A LiveLayer read by row of one graph version (what refresh.refreshed_layers reads the old
+    version's layer through)."""
+
+    def __init__(self, live: LiveLayer, graph):
+        self.live, self.ids = live, graph.ids
+
+    def values(self, rows: np.ndarray, column: str) -> np.ndarray:
+        return self.live.read(self.ids[rows], column)
+
+    @property
+    def rows_read(self) -> int | None:
+        return self.live.rows_read
 
 
 class RunningFingerprint:
@@ -169,6 +270,7 @@ class FollowProgress:
     seconds: float
     latency_s: float
     graph_fingerprint: str
+    committed: bool = False  # a store version of this batch's graph was committed with it
 
     def line(self) -> str:
         rate = self.updates / self.seconds if self.seconds > 0 else 0.0
@@ -177,6 +279,7 @@ class FollowProgress:
             f"refresh follow: batch {self.batch}: {self.updates} updates from {self.files} files, "
             f"{self.dead_letters} dead-lettered; recomputed {per_layer}; refresh {self.seconds:.3f}s "
             f"({rate:.0f} updates/s), latency {self.latency_s:.3f}s; version {self.graph_fingerprint[:12]}"
+            + ("" if self.committed else " (held in memory)")
         )
 
 
@@ -187,7 +290,9 @@ class RefreshFollower:
     version); `model`: a Model or saved-model path; `state`: the checkpoint folder (created; a
     follower restarted on the same folder resumes). `max_batch_updates` and `max_latency_s`
     close a batch (update rows, seconds the oldest file waited); `poll_s`: how often the folder
-    is listed; `verify`: how store versions are checked on open (PEStore.open)."""
+    is listed; `verify`: how store versions are checked on open (PEStore.open); `publish`:
+    publish the graph of each committed version under the store root (pe/published.py), where a
+    service with `follow_store` finds and swaps to it."""
 
     def __init__(
         self,
@@ -201,16 +306,20 @@ class RefreshFollower:
         max_latency_s: float = 0.2,
         poll_s: float = 0.05,
         verify: str = "sizes",
+        commit_every_s: float = 1.0,
+        commit_rows: int = 100_000,
+        publish: bool = True,
     ):
         from sparkgnn.deadletter import DeadLetter
         from sparkgnn.graph.reader import read_graph_dir
         from sparkgnn.models import Model
+        from sparkgnn.pe.refresh import refresh_local
         from sparkgnn.pe.store import PEStore
 
-        if max_batch_updates < 1 or max_latency_s < 0 or poll_s <= 0:
+        if max_batch_updates < 1 or max_latency_s < 0 or poll_s <= 0 or commit_every_s < 0 or commit_rows < 1:
             raise ValueError(
-                f"max_batch_updates must be >= 1, max_latency_s >= 0 and poll_s > 0; got "
-                f"{max_batch_updates}, {max_latency_s}, {poll_s}"
+                f"max_batch_updates and commit_rows must be >= 1, max_latency_s and commit_every_s >= 0 and "
+                f"poll_s > 0; got {max_batch_updates}, {commit_rows}, {max_latency_s}, {commit_every_s}, {poll_s}"
             )
         self.model = Model.load(model) if isinstance(model, (str, os.PathLike)) else model
         self.graph = read_graph_dir(str(graph)) if isinstance(graph, (str, os.PathLike)) else graph
@@ -221,7 +330,14 @@ class RefreshFollower:
         self.max_latency_s = float(max_latency_s)
         self.poll_s = float(poll_s)
         self.verify = verify
+        self.commit_every_s = float(commit_every_s)
+        self.commit_rows = int(commit_rows)
+        self.publish = bool(publish)
+        self.published: dict | None = None  # the latest publication (pe/published.py), once published
         self.history: list[FollowProgress] = []
+        self._composed_since_commit: Applied | None = None  # set by _replay
+        self._done_names: set[str] = set()  # consumed(): the names of the batches and dead letters in _seen
+        self._seen = (0, 0)
         self._stop = False
         os.makedirs(os.path.join(self.state, LOG_DIR), exist_ok=True)
         self.dead = DeadLetter(os.path.join(self.state, DEAD_DIR))
@@ -233,7 +349,9 @@ class RefreshFollower:
             "batches": [],
             "dead": [],
             "pending": None,
+            "committed": 0,
         }
+        self.checkpoint.setdefault("committed", len(self.checkpoint["batches"]))  # a checkpoint of before
         started_from = str(self.checkpoint.get("base_graph_fingerprint"))
         if self.checkpoint.get("store") != self.store_root:
             raise FollowError(
@@ -245,9 +363,23 @@ class RefreshFollower:
                 f"{base_fp[:12]}: give the graph it started from, or a new state folder"
             )
         self._replay()
-        self.store = PEStore.open(self.store_root, model=self.model, graph=self.graph, verify=verify)
+        self.store = PEStore.open(self.store_root, model=self.model, graph=self.committed_graph, verify=verify)
+        if self.graph is not self.committed_graph:  # batches done since the last commit: commit them now
+            self.store, _report = refresh_local(
+                self.committed_graph,
+                self._since_commit,
+                self.model,
+                self.store_root,
+                store=self.store,
+                verify=verify,
+                applied=self._composed_since_commit,
+            )
+            self._mark_committed()
+        self._hold_nothing()
         if self.checkpoint["pending"]:
             self._run_batch(self.checkpoint["pending"]["files"], self.checkpoint["pending"]["batch"], time.time())
+            self.commit()
+        self._publish()  # the committed version, unless already published (a restart after a commit)
 
     # -- checkpoint ----------------------------------------------------------------------------
     def _read_checkpoint(self) -> dict | None:
@@ -257,7 +389,23 @@ class RefreshFollower:
             return None
 
     def _write_checkpoint(self) -> None:
-        files.write_json_atomic(os.path.join(self.state, CHECKPOINT_FILE), self.checkpoint, indent=1)
+        # compact: json's C encoder runs only without `indent`, and the checkpoint grows by a batch each time
+        files.write_json_atomic(os.path.join(self.state, CHECKPOINT_FILE), self.checkpoint)
+
+    @property
+    def committed_batches(self) -> int:
+        """Batches whose graph version the store holds (the later ones are held in memory)."""
+        return int(self.checkpoint["committed"])
+
+    def _mark_committed(self) -> None:
+        self.checkpoint["committed"] = self.batches_done
+        self.committed_graph = self.graph
+        self._since_commit = BatchCounts()
+        self._composed_since_commit = None
+        self._last_commit = time.monotonic()
+
+    def _hold_nothing(self) -> None:
+        self.live = {l: LiveLayer(self.store, l) for l in range(1, len(self.model.convs) + 1)}
 
     @property
     def batches_done(self) -> int:
@@ -265,23 +413,45 @@ class RefreshFollower:
 
     def consumed(self) -> set[str]:
         """Names of the update files applied or dead-lettered so far, or logged for the pending batch."""
-        done = {name for batch in self.checkpoint["batches"] for name in batch["files"]}
-        done |= set(self.checkpoint["dead"])
-        if self.checkpoint["pending"]:
-            done |= set(self.checkpoint["pending"]["files"])
-        return done
+        pending = self.checkpoint["pending"]
+        return self._done() | set(pending["files"] if pending else [])
+
+    def _done(self) -> set[str]:
+        """The names of the files of done batches and dead letters, kept up to date from the
+        entries added since the last call (the folder is listed every `poll_s`, and a
+        long-running follower has consumed many files: no pass over all of them per listing)."""
+        batches, dead = self.checkpoint["batches"], self.checkpoint["dead"]
+        seen_batches, seen_dead = self._seen
+        for batch in batches[seen_batches:]:
+            self._done_names.update(batch["files"])
+        self._done_names.update(dead[seen_dead:])
+        self._seen = (len(batches), len(dead))
+        return self._done_names
 
     def _replay(self) -> None:
         """Bring the in-memory graph to the checkpoint's version: the logged files of every
-        committed batch applied again, in order (no refresh: their store versions exist)."""
+        done batch applied again, in order (no refresh). `committed_graph`: the graph as of the
+        last batch the store holds; the batches after it (held in memory when the follower
+        stopped) are composed into `_composed_since_commit` for __init__ to commit."""
         from sparkgnn.graph.updates import GraphUpdate, apply
 
         self.running = RunningFingerprint.of(self.graph)
-        for batch in self.checkpoint["batches"]:
+        self.committed_graph, self._since_commit, self._composed_since_commit = self.graph, BatchCounts(), None
+        self._last_commit = time.monotonic()
+        for done, batch in enumerate(self.checkpoint["batches"], start=1):
             for name in batch["applied"]:
                 update = GraphUpdate.read(self._logged(batch["batch"], name))
-                self.running = self.running.advance(apply(update, self.graph))
+                step = apply(update, self.graph)
+                self.running = self.running.advance(step)
                 self.graph = self.running.graph
+                if done > self.committed_batches:
+                    self._since_commit.counts_by_file.append(update.counts())
+                    previous: Applied | None = self._composed_since_commit
+                    self._composed_since_commit = (
+                        step if previous is None else compose(previous, step, self.committed_graph.x)
+                    )
+            if done == self.committed_batches:
+                self.committed_graph = self.graph
         want = self.checkpoint["batches"][-1]["graph_fingerprint"] if self.checkpoint["batches"] else None
         if want is not None and self.graph.fingerprint != want:
             raise FollowError(
@@ -295,10 +465,10 @@ class RefreshFollower:
     # -- the stream ----------------------------------------------------------------------------
     def _arrived(self) -> list[tuple[str, float]]:
         """(name, arrival time) of the update files not consumed yet, oldest first."""
-        seen = self.consumed()
+        done, pending = self._done(), set((self.checkpoint["pending"] or {}).get("files") or [])
         out = []
         for entry in os.scandir(self.updates):
-            if entry.name.startswith((".", "_")) or entry.name in seen or not entry.is_file():
+            if entry.name.startswith((".", "_")) or entry.name in done or entry.name in pending or not entry.is_file():
                 continue
             out.append((entry.name, entry.stat().st_mtime))
         return sorted(out, key=lambda item: (item[1], item[0]))
@@ -314,10 +484,13 @@ class RefreshFollower:
 
     def poll(self, now: float | None = None, flush: bool = False) -> FollowProgress | None:
         """Apply one batch if one is due (max_batch_updates rows arrived, or the oldest file
-        waited max_latency_s; `flush`: whatever arrived) and return its progress, else None."""
+        waited max_latency_s; `flush`: whatever arrived) and return its progress, else None
+        (committing the rows held in memory when that is due, or with `flush`)."""
         now = time.time() if now is None else now
         arrived = self._arrived()
         if not arrived:
+            if flush or self.commit_due():
+                self.commit()
             return None
         chosen, rows = [], 0
         for name, _ts in arrived:
@@ -327,6 +500,8 @@ class RefreshFollower:
                 break
         oldest = arrived[0][1]
         if rows < self.max_batch_updates and now - oldest < self.max_latency_s and not flush:
+            if self.commit_due():
+                self.commit()
             return None
         batch = self.batches_done + 1
         for name in chosen:
@@ -337,10 +512,11 @@ class RefreshFollower:
         return self._run_batch(chosen, batch, oldest)
 
     def _run_batch(self, names: list[str], batch: int, oldest: float) -> FollowProgress:
-        """Apply the logged files of `batch` one after another, refresh the store once for all
-        of them, and commit the checkpoint."""
+        """Apply the logged files of `batch` one after another, refresh the rows they reach once
+        for all of them (held in memory, `live`), checkpoint the batch, and commit a store
+        version when one is due (`commit_due`)."""
         from sparkgnn.graph.updates import GraphUpdate, apply
-        from sparkgnn.pe.refresh import refresh_local
+        from sparkgnn.pe.refresh import refreshed_layers
 
         oldest = float((self.checkpoint["pending"] or {}).get("oldest_arrival", oldest))
         started = time.perf_counter()
@@ -361,12 +537,19 @@ class RefreshFollower:
         recomputed: list = []
         if composed is not None:
             running = self.running.advance(composed)
-            store, report = refresh_local(
-                self.graph, summary, self.model, self.store_root, store=self.store, verify=self.verify, applied=composed
-            )
-            self.store, self.graph, self.running = store, graph, running
-            recomputed = [s["targets"] for s in report.layers]
-        seconds = time.perf_counter() - started
+            old = self.graph
+            fresh = [
+                (layer.layer, graph.ids[layer.rows], layer.h.numpy(), layer.state.numpy(), stats["targets"])
+                for layer, stats in refreshed_layers(
+                    old, composed, self.model, None, stored=lambda l: _AtGraph(self.live[l], old)
+                )
+            ]  # every layer computed before any is held: layer l+1 reads layer l's old rows
+            deleted_ids = old.ids[composed.new_rows < 0]
+            for l, ids, h, state, _n in fresh:
+                self.live[l].hold(ids, h, state, deleted_ids)
+            recomputed = [n for *_rest, n in fresh]
+            self._since_commit.counts_by_file.extend(summary.counts_by_file)
+            self.graph, self.running = graph, running
         entry = {
             "batch": batch,
             "files": names,
@@ -377,7 +560,11 @@ class RefreshFollower:
         self.checkpoint["batches"].append(entry)
         self.checkpoint["dead"].extend(dead)
         self.checkpoint["pending"] = None
-        self._write_checkpoint()
+        # not written now: the next batch's `pending` write or the next commit records this batch
+        # as done (one fsync per batch); a follower killed before redoes it from its log, which
+        # gives the same graph (and overwrites its dead letters with the same ones)
+        committed = self.commit_due() and self.commit()
+        seconds = time.perf_counter() - started
         progress = FollowProgress(
             batch=batch,
             files=len(applied_names),
@@ -387,10 +574,99 @@ class RefreshFollower:
             seconds=round(seconds, 4),
             latency_s=round(max(time.time() - oldest, 0.0), 4),
             graph_fingerprint=self.graph.fingerprint,
+            committed=bool(committed),
         )
         self.history.append(progress)
         log.info(progress.line())
         return progress
+
+    def held_rows(self) -> int:
+        """Rows recomputed since the last commit and held in memory (the largest layer's count)."""
+        return max((len(live.ids) for live in self.live.values()), default=0)
+
+    def commit_due(self) -> bool:
+        """Whether the batches held in memory are due for a store version: `commit_every_s`
+        passed since the last commit, or `commit_rows` rows are held."""
+        if self.graph is self.committed_graph:
+            return False
+        waited = time.monotonic() - self._last_commit
+        return waited >= self.commit_every_s or self.held_rows() >= self.commit_rows
+
+    def commit(self) -> bool:
+        """Commit the rows held in memory as one row-level store version of the current graph
+        (a delta over the last committed version, or whole where versions.should_compact says
+        so) and checkpoint it; False when nothing is held. Exact: the version equals a
+        precompute of the current graph, whatever the batches it covers."""
+        import torch
+
+        from sparkgnn.pe.local import local_metrics
+        from sparkgnn.pe.refresh import RefreshedLayer, RefreshReport, carried_metrics, commit_layer
+        from sparkgnn.pe.store import PEStore
+        from sparkgnn.pe.writer import PEWriter
+
+        if self.graph is self.committed_graph:
+            if self.checkpoint["pending"] is None:
+                self._write_checkpoint()  # batches done since the last write (dead letters only)
+            return False
+        started = time.perf_counter()
+        new, old, over = self.graph, self.committed_graph, self.store
+        old_pos, in_old = old.id_index.lookup(new.ids)
+        old_rows = np.where(in_old, old_pos, -1)
+        deleted_ids = old.ids[~new.id_index.lookup(old.ids)[1]]
+        report = RefreshReport(
+            store="",
+            graph_fingerprint=new.fingerprint,
+            previous_graph_fingerprint=str(over.manifest["graph_fingerprint"]),
+            updates=self._since_commit.counts(),
+        )
+        if report.graph_fingerprint == report.previous_graph_fingerprint:
+            self._mark_committed()  # the batches since the commit left the graph as it was
+            self._hold_nothing()
+            self._write_checkpoint()
+            return False
+        writer = PEWriter(self.store_root, new, self.model, with_states=True)
+        done = set(writer.completed_layers())
+        for l, live in self.live.items():
+            rows = new.id_index.lookup(live.ids)[0]
+            order = np.argsort(rows)
+            stats: dict = {"layer": l, "targets": len(rows)}
+            layer = RefreshedLayer(
+                l,
+                _AtGraph(live, old),
+                old_rows,
+                rows[order],
+                torch.from_numpy(live.values_of["h"][order]),
+                torch.from_numpy(live.values_of["state"][order]),
+            )
+            if l not in done:
+                commit_layer(writer, over, layer, new.ids, deleted_ids, stats)
+            report.layers.append(stats)
+        chain = list((over.manifest.get("refresh") or {}).get("chain") or [over.manifest["graph_fingerprint"]])
+        report.seconds = round(time.perf_counter() - started, 3)
+        writer.manifest["refresh"] = {**report.to_json(), "chain": [*chain, report.graph_fingerprint]}
+        carried = carried_metrics(over)
+        if carried is not None and not writer.has_metrics():
+            writer.commit_metrics(local_metrics(new, *carried))
+        writer.finish({"refresh_seconds": report.seconds})
+        self.store = PEStore.open(self.store_root, model=self.model, graph=new, verify=self.verify)
+        self._mark_committed()
+        self._hold_nothing()
+        self.checkpoint["batches"][-1]["store"] = self.store.base
+        self._write_checkpoint()
+        log.info(
+            f"refresh follow: committed version {new.fingerprint[:12]} at {self.store.base} "
+            f"({', '.join(str(s.get('committed', 'earlier')) for s in report.layers)}) in "
+            f"{time.perf_counter() - started:.3f}s"
+        )
+        self._publish()
+        return True
+
+    def _publish(self) -> None:
+        """Publish the committed version's graph (pe/published.py), when publishing."""
+        from sparkgnn.pe.published import publish
+
+        if self.publish:
+            self.published = publish(self.store_root, self.committed_graph, self.store.base)
 
     def _dead_letter(self, name: str, path: str, reason: str, batch: int) -> None:
         with open(path, "rb") as fh:
@@ -411,7 +687,8 @@ class RefreshFollower:
     ) -> list[FollowProgress]:
         """Follow until `max_batches` batches ran in this call, nothing arrived for
         `idle_timeout_s` seconds (what arrived is applied first), `stop_when(self)` is true, or
-        stop() was called; returns this call's progress."""
+        stop() was called; the rows held in memory are committed before it returns. Returns
+        this call's progress."""
         ran: list[FollowProgress] = []
         idle_since = time.monotonic()
         while not self._stop:
@@ -432,6 +709,7 @@ class RefreshFollower:
                 continue
             if progress is None:
                 time.sleep(self.poll_s)
+        self.commit()  # what is held in memory reaches the store before run() returns
         return ran
 
     def report(self) -> dict:
@@ -441,5 +719,26 @@ class RefreshFollower:
             "graph_fingerprint": self.graph.fingerprint,
             "store": self.store.base,
             "dead_letters": len(self.checkpoint["dead"]),
+            "published": self.published,
+            "throughput": throughput(self.history),
             "history": [asdict(p) for p in self.history],
         }
+
+
+def throughput(history: list[FollowProgress]) -> dict:
+    """The figures of a run's batches: update rows, updates per second of follower time (refresh
+    and commits), batch latency p50 / p99 (oldest file's arrival to its batch's end), and the
+    mean vertices recomputed per batch at each layer."""
+    seconds = sum(p.seconds for p in history)
+    updates = sum(p.updates for p in history)
+    latency = np.array([p.latency_s for p in history], np.float64)
+    layers = max((len(p.recomputed) for p in history), default=0)
+    recomputed = [p.recomputed for p in history if len(p.recomputed) == layers]
+    return {
+        "batches": len(history),
+        "updates": updates,
+        "updates_per_s": round(updates / seconds, 1) if seconds > 0 else 0.0,
+        "latency_p50_s": round(float(np.percentile(latency, 50)), 4) if len(latency) else 0.0,
+        "latency_p99_s": round(float(np.percentile(latency, 99)), 4) if len(latency) else 0.0,
+        "recomputed_mean": [round(float(np.mean([r[i] for r in recomputed])), 1) for i in range(layers)],
+    }

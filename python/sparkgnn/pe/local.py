@@ -26,7 +26,6 @@ import pyarrow as pa
 import torch
 
 from sparkgnn.layers.base import aggregate_state, compute_stats
-from sparkgnn.layers.dag import refuse_skip_connections
 from sparkgnn.layers.generic import require_states
 from sparkgnn.pe.store import PEStore
 from sparkgnn.pe.writer import PEWriter
@@ -142,12 +141,23 @@ def precompute_local(
     `metrics`: also commit Quiver's workload metrics (local_metrics; `fanouts` for PSGS, `hops`
     for FAP, default the model's layer count -- the Spark job's options and defaults), unless the
     store already has them. Off by default: most stores only serve embeddings, and the metrics
-    add three tables to the manifest."""
+    add three tables to the manifest. A TypedGraphData with a HeteroModel writes a typed store
+    (pe/typed.py: per round and node type h only) and returns the opened TypedPEStore."""
+    from sparkgnn.graph.typed import TypedGraphData
+    from sparkgnn.models.hetero import HeteroModel
+
+    if isinstance(graph, TypedGraphData) or isinstance(model, HeteroModel):
+        from sparkgnn.pe.typed import precompute_typed_local
+
+        if isinstance(graph, TypedGraphData) != isinstance(model, HeteroModel):
+            from sparkgnn.errors import UnsupportedModelError
+
+            raise UnsupportedModelError("a typed graph runs a typed model (a HeteroModel) and only a typed one")
+        return precompute_typed_local(graph, model, store_root, force=force)  # type: ignore[return-value]
     require_states(model, "the PE precompute")
     # edge features: the messages read the graph's edge_attr rows as batch inference does; a
     # store of such a model is refused by refresh and serving (their edge rows carry none yet)
     model.check_edge_attr(getattr(graph, "edge_attr_dim", 0) or None, where=f"graph {graph.name!r}")
-    refuse_skip_connections(model, "the PE precompute")
     writer = PEWriter(store_root, graph, model, with_states=states, force=force)
     done = set(writer.completed_layers())
     started = time.perf_counter()

@@ -28,14 +28,14 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
 from sparkgnn.errors import SparkGNNError
-from sparkgnn.layers.base import refuse_edge_features
-from sparkgnn.layers.dag import refuse_skip_connections
 from sparkgnn.layers.generic import require_states
+from sparkgnn.layers.stats import require_in_edge_stats
 from sparkgnn.pe import versions
 from sparkgnn.pe.lookup import SortedTable
 from sparkgnn.pe.refresh_kernel import Side, refresh_layer
@@ -112,6 +112,16 @@ class StoredLayer:
             raise RefreshError(f"{self.what} lacks vertices of the graph: {exc}") from exc
 
 
+class StoredRows(Protocol):
+    """Layer l of the old version read by old-graph row: a StoredLayer, or the follower's rows
+    held in memory over its last committed version (pe/follow.py)."""
+
+    def values(self, old_rows: np.ndarray, column: str) -> np.ndarray: ...
+
+    @property
+    def rows_read(self) -> int | None: ...
+
+
 @dataclass
 class RefreshedLayer:
     """Layer l of the updated graph as a refresh knows it: the stored rows of the old version
@@ -121,7 +131,7 @@ class RefreshedLayer:
     (compaction) needs them (`full`)."""
 
     layer: int
-    stored: StoredLayer
+    stored: StoredRows
     old_rows: np.ndarray
     rows: np.ndarray
     h: torch.Tensor
@@ -154,9 +164,14 @@ class RefreshedLayer:
 
 
 @torch.no_grad()
-def refreshed_layers(graph, applied, model, store: PEStore):
+def refreshed_layers(graph, applied, model, store: PEStore | None, *, stored=None):
     """Yield (RefreshedLayer, stats dict) of the updated graph for l = 1..k, recomputing only
-    what the update reaches (the rows recomputed include every inserted vertex)."""
+    what the update reaches (the rows recomputed include every inserted vertex). `stored`: a
+    function of l giving layer l of the old version (an object with `values(old_rows, column)`
+    and `rows_read`, as StoredLayer), instead of reading `store` (the follower's rows held in
+    memory over the last committed version, pe/follow.py)."""
+    if store is None and stored is None:
+        raise ValueError("refreshed_layers reads the old version from a store or from `stored`; neither was given")
     new_graph = applied.graph
     changed = np.asarray(applied.feature_changed, np.int64)
     previous: RefreshedLayer | None = None
@@ -169,7 +184,7 @@ def refreshed_layers(graph, applied, model, store: PEStore):
         old = Side.of(conv, graph, old_values)
         new = Side.of(conv, new_graph, new_values)
         started = time.perf_counter()
-        stored = StoredLayer(store, graph, l)
+        layer_stored = stored(l) if stored is not None else StoredLayer(store, graph, l)  # type: ignore[arg-type]
         read_seconds = time.perf_counter() - started
         started = time.perf_counter()
         change = refresh_layer(
@@ -179,7 +194,7 @@ def refreshed_layers(graph, applied, model, store: PEStore):
             new,
             applied,
             changed,
-            lambda rows, s=stored: _tensor(s.values(rows, "state")),
+            lambda rows, s=layer_stored: _tensor(s.values(rows, "state")),
         )
         stats = {
             "layer": l,
@@ -190,14 +205,14 @@ def refreshed_layers(graph, applied, model, store: PEStore):
             "old_messages": change.old_messages,
             "seconds": round(time.perf_counter() - started, 4),
             "read_seconds": round(read_seconds, 4),
-            "read": "whole" if stored.rows is None else "rows",
+            "read": "whole" if layer_stored.rows_read is None else "rows",
         }
-        previous = RefreshedLayer(l, stored, applied.old_rows, change.targets, change.h, change.state)
+        previous = RefreshedLayer(l, layer_stored, applied.old_rows, change.targets, change.h, change.state)
         yield previous, stats
         changed = change.targets
 
 
-def _commit(writer: PEWriter, over: PEStore, layer: RefreshedLayer, ids, deleted_ids, stats: dict) -> None:
+def commit_layer(writer: PEWriter, over: PEStore, layer: RefreshedLayer, ids, deleted_ids, stats: dict) -> None:
     """Commit a refreshed layer: as a delta over `over`'s layer (only the recomputed rows and the
     deleted vertices' tombstones are written), or whole when versions.should_compact says the
     chain is long or the change large."""
@@ -253,7 +268,23 @@ def refresh_local(
     Each layer's stats name how its stored rows were read ("read": "rows" or "whole") and,
     from row files, how many (`rows_read`). `applied`: `update` already applied to `graph`
     (graph.updates.Applied; the follower's batch of several updates composed into one, pe/follow.py),
-    `update` then only giving the report its counts()."""
+    `update` then only giving the report its counts().
+    A TypedGraphData with a TypedGraphUpdate and a HeteroModel refreshes a typed store
+    (pe/typed_refresh.py: returns the opened TypedPEStore; `verify`, `out_graph` and `store` as
+    here, `applied` refused)."""
+    from sparkgnn.graph.typed import TypedGraphData
+    from sparkgnn.graph.updates.typed import TypedGraphUpdate
+
+    if isinstance(graph, TypedGraphData) or isinstance(update, TypedGraphUpdate):
+        from sparkgnn.pe.typed_refresh import refresh_typed_local
+
+        if applied is not None:
+            raise RefreshError("refresh_local: `applied` is not taken for a typed graph (it applies the update itself)")
+        typed_store: Any = store  # an open TypedPEStore of the typed graph, or None
+        typed_result = refresh_typed_local(
+            graph, update, model, store_root, out_graph=out_graph, store=typed_store, verify=verify
+        )
+        return typed_result  # type: ignore[return-value]
     from sparkgnn.graph.updates import apply
     from sparkgnn.models import Model
     from sparkgnn.pe.identity import graph_fingerprint
@@ -271,8 +302,8 @@ def refresh_local(
 
     model = Model.load(model) if isinstance(model, str) else model
     require_states(model, "a PE store refresh")
-    refuse_edge_features(model.conv_list(), "a PE store refresh")
-    refuse_skip_connections(model, "a PE store refresh")
+    require_in_edge_stats(model, "a PE store refresh")
+    model.check_edge_attr(getattr(graph, "edge_attr_dim", 0) or None, where=f"graph {graph.name!r}")
     if store is None:
         store = PEStore.open(store_root, model=model, graph=graph, verify=verify)
     elif store.manifest.get("graph_fingerprint") != graph_fingerprint(graph):
@@ -313,7 +344,7 @@ def refresh_local(
         stored.append(layer.stored)
         l, written = layer.layer, time.perf_counter()
         if l not in done:
-            _commit(writer, store, layer, new_graph.ids, deleted_ids, stats)
+            commit_layer(writer, store, layer, new_graph.ids, deleted_ids, stats)
         stats["write_seconds"] = round(time.perf_counter() - written, 4)
         report.layers.append(stats)
         log.info(

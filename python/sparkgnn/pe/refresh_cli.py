@@ -3,12 +3,17 @@
     sparkgnn-refresh follow --graph DIR --model PATH --store DIR --updates DIR --state DIR
                             [--max-batch-updates N] [--max-latency-s S] [--poll-s S]
                             [--max-batches N] [--idle-timeout-s S] [--verify sizes|checksums]
+                            [--commit-every-s S] [--commit-rows N] [--no-publish]
 
 Runs pe/follow.RefreshFollower until --max-batches batches ran, nothing arrived for
 --idle-timeout-s, or SIGTERM / SIGINT (the batch in progress finishes first; a kill at any point
-is safe: a restart on the same --state resumes with nothing applied twice). One progress line per
-batch on stdout; a user error (a state folder of another graph, a stale store): one line on
-stderr, exit 2.
+is safe: a restart on the same --state resumes with nothing applied twice). Batches are held in
+memory and committed as one store version every --commit-every-s seconds or --commit-rows held
+rows (0 s: a version per batch), and when the follower stops; each version's graph is published
+under the store root for a `sparkgnn-serve --follow-store` service (pe/published.py) unless
+--no-publish. One progress line per batch on
+stdout, and at the end the run's updates/s, batch latency p50 / p99 and vertices recomputed per
+layer; a user error (a state folder of another graph, a stale store): one line on stderr, exit 2.
 """
 
 from __future__ import annotations
@@ -18,6 +23,17 @@ import signal
 import sys
 
 from sparkgnn.cliargs import positive_float, positive_int, require_inputs, run_cli
+
+
+def _seconds(text: str) -> float:
+    """argparse type: a finite number of seconds >= 0 (0: a store version per batch)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    return value
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -35,6 +51,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     follow.add_argument("--max-batches", type=positive_int, default=None, help="stop after this many batches")
     follow.add_argument("--idle-timeout-s", type=positive_float, default=None, help="stop when idle this long")
     follow.add_argument("--verify", default="sizes", choices=["sizes", "checksums"], help="store check on open")
+    follow.add_argument("--commit-every-s", type=_seconds, default=1.0, help="seconds between store versions (>= 0)")
+    follow.add_argument("--commit-rows", type=positive_int, default=100_000, help="held rows that force a commit")
+    follow.add_argument(
+        "--no-publish",
+        action="store_true",
+        help="do not publish each version's graph under the store root (what a --follow-store service swaps to)",
+    )
     args = parser.parse_args(argv)
     require_inputs(parser, {"--graph": args.graph, "--model": args.model, "--store": args.store,
                             "--updates": args.updates})  # fmt: skip
@@ -54,6 +77,9 @@ def _follow(args: argparse.Namespace) -> int:
         max_latency_s=args.max_latency_s,
         poll_s=args.poll_s,
         verify=args.verify,
+        commit_every_s=args.commit_every_s,
+        commit_rows=args.commit_rows,
+        publish=not args.no_publish,
     )
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: follower.stop())
@@ -62,6 +88,12 @@ def _follow(args: argparse.Namespace) -> int:
     print(
         f"sparkgnn-refresh follow: {len(ran)} batches this run, {report['batches']} in all; version "
         f"{report['graph_fingerprint'][:12]} at {report['store']}; {report['dead_letters']} dead-lettered"
+    )
+    t = report["throughput"]
+    print(
+        f"sparkgnn-refresh follow: {t['updates']} updates in {t['batches']} batches, {t['updates_per_s']:.0f} "
+        f"updates/s while refreshing; batch latency p50 {t['latency_p50_s']:.3f}s p99 {t['latency_p99_s']:.3f}s; "
+        f"vertices recomputed per batch and layer (mean) {t['recomputed_mean']}"
     )
     return 0
 

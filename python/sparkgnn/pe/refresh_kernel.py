@@ -24,6 +24,13 @@ Self-loops under a policy ("remaining", "replace") leave the regular edge logic:
 exactly one loop per vertex, whose message changes when the vertex's own source side changes, so
 a delta target with a changed source side swaps its OLD loop message for its NEW one.
 
+Edge attributes: a conv with `edge_attr_dim` reads the edges' attribute rows [E, D] where another
+reads weights (layers/base.py), so a Side carries them in its `weight` slot and every edge list
+below moves them with the edges. The "replace_mean" policy (GAT / GATv2 with edge_dim) gives a
+vertex's loop the mean of its in-edges' attributes, which any changed in-edge moves; those convs
+aggregate with softmax, which takes no delta, so their targets are recomputed from scratch, over
+all their in-edges, loops included.
+
 Edges are in the updated graph's layout of graph.updates.apply: kept edges first (position i is
 the old graph's edge `kept_edges[i]`), inserted edges after them. The integer bookkeeping passes
 over all edges (numpy masks, O(E) but far cheaper than messages); message computation, the cost
@@ -45,7 +52,8 @@ from sparkgnn.layers.selfloops import apply_policy_to_targets, apply_self_loops
 @dataclass
 class Side:
     """One graph (old or new) as a layer sees it: edges (dense rows), weights as the conv uses
-    them, the conv's statistics of every vertex, and a function giving h^(l-1) of rows."""
+    them (the [E, D] edge attributes for a conv that reads them), the conv's statistics of every
+    vertex, and a function giving h^(l-1) of rows."""
 
     src: np.ndarray
     dst: np.ndarray
@@ -59,8 +67,12 @@ class Side:
             return torch.from_numpy(np.require(a, requirements="W"))  # Arrow-backed arrays are read-only
 
         w = graph.weight if conv.uses_edge_weight else None
-        t = None if w is None else tensor(w)
+        t = None if w is None or conv.edge_attr_dim else tensor(w)
         stats = compute_stats(conv, tensor(graph.edge_src), tensor(graph.edge_dst), t, graph.num_nodes)
+        if conv.edge_attr_dim:
+            w = getattr(graph, "edge_attr", None)
+            if w is None:
+                raise ValueError(f"{conv.kind} reads edge attributes (edge_attr), but graph {graph.name!r} has none")
         return cls(graph.edge_src, graph.edge_dst, w, stats, values)
 
     def stats_of(self, rows: np.ndarray) -> dict:
@@ -117,7 +129,7 @@ def _loop_weights(conv, side: Side, nodes: np.ndarray) -> np.ndarray | None:
     weight = torch.from_numpy(np.ascontiguousarray(side.weight[loops], np.float32))
     s, _d, w = apply_self_loops(local, local, weight, len(nodes), conv.self_loops)
     assert w is not None  # a policy keeps weights when given some
-    out = np.ones(len(nodes), np.float32)
+    out = np.ones((len(nodes), *side.weight.shape[1:]), np.float32)
     out[s.numpy()] = w.numpy()
     return out
 

@@ -186,3 +186,19 @@ def should_compact(manifest: dict, key: str, changed_rows: int, total_rows: int)
     """Whether a refresh writes layer `key` whole instead of as a delta over `manifest`'s layer."""
     too_long = len(bases(manifest, key)) + 2 > MAX_SEGMENTS
     return too_long or changed_rows >= COMPACT_FRACTION * max(total_rows, 1)
+
+
+def delta_over(previous: dict, manifest: dict, key: str) -> bool:
+    """Whether `manifest` commits layer `key` as a delta directly over `previous`'s layer: its
+    base segments are exactly `previous`'s chain plus `previous`'s own committed attempt. Then the
+    layer's rows are `previous`'s rows with the rows of its own attempt (own_rows) laid on top."""
+    want = [(b["version"], b["path"]) for b in chain_over(previous, key)]
+    have = [(b.get("version"), b.get("path")) for b in bases(manifest, key)]
+    return bool(have) and have == want
+
+
+def own_rows(base: str, manifest: dict, key: str, columns=None):
+    """The rows of layer `key`'s own committed attempt alone, tombstones (null h) included, as a
+    pyarrow.Table: for a delta layer, exactly what this version changed over its base."""
+    wanted = None if columns is None else list(dict.fromkeys(["id", "h", *columns]))
+    return _read_segment(segments(base, manifest, key)[-1], wanted)

@@ -119,6 +119,8 @@ def run_layers(model, x0: torch.Tensor, cg: CompGraph, stats_for: StatsFn, meter
         src = torch.from_numpy(cg.src)
         dst = torch.from_numpy(cg.dst)
         w = None if cg.weight is None else torch.from_numpy(cg.weight)
+        attr = w if w is not None and w.dim() == 2 else None  # edge attributes (context.py)
+        w = None if attr is not None else w
         h = model.pre(x0)
         for l, conv in enumerate(model.convs):
             n_in, n_out = cg.sizes[l], cg.sizes[l + 1]
@@ -132,6 +134,7 @@ def run_layers(model, x0: torch.Tensor, cg: CompGraph, stats_for: StatsFn, meter
                 None if w is None else w[:m],
                 pre_transform=model.choose_pre_transform(conv),
                 stats=stats,
+                edge_attr=None if attr is None or not conv.edge_attr_dim else attr[:m],
             )
             h = model.post(l, h[:n_out])
     return h

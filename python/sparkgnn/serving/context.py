@@ -9,6 +9,13 @@ and is the ONLY door to G's stored features, so the bytes a request reads are co
 
 Union indexing: for one request, vertices of G keep their dense index 0..N-1 and query i gets
 N + i. Request edges carry no weight: where G is weighted they count with weight 1.0.
+
+Edge attributes: for a model whose layers read them (GINEConv, GAT & co. with edge_dim) the
+per-edge value every edge list carries (`in_edges`' third array, CompGraph.weight,
+LayerWork.weight) is the edge's attribute row ([E, D]: G's `edge_attr`, a request edge's own
+`edge_attr`) instead of its weight, as the layers read it (layers/base.py); `edge_values(conv)`
+says whether a conv reads that slot. Such a model next to a layer that reads G's weights is
+refused (one slot per edge).
 """
 
 from __future__ import annotations
@@ -57,6 +64,8 @@ class PreparedRequest:
     num_g: int  # N, the number of vertices of G
     src: np.ndarray  # union index of each request edge's source
     dst: np.ndarray  # union index of each request edge's destination
+    # each request edge's attribute row [E, D] when the model reads edge attributes, else None
+    edge_attr: np.ndarray | None = None
 
     @property
     def batch_size(self) -> int:
@@ -109,6 +118,11 @@ class ServingContext:
         np.cumsum(np.bincount(graph.edge_dst, minlength=n), out=self.indptr[1:])
         self.in_src = np.ascontiguousarray(graph.edge_src[order])
         self.in_weight: np.ndarray | None = None if graph.weight is None else np.ascontiguousarray(graph.weight[order])
+        # G's edge attributes in CSC order when the model reads them (module doc), else None
+        self.in_attr: np.ndarray | None = None
+        self.attr_dim = int(getattr(model, "edge_attr_dim", 0) or 0) if model is not None else 0
+        if self.attr_dim:
+            self.in_attr = np.ascontiguousarray(edge_attr_of(graph, model)[order])
         self._g_stats: dict = {}
         self._out: tuple[np.ndarray, np.ndarray] | None = None
         self._aligned: dict = {}
@@ -147,6 +161,27 @@ class ServingContext:
     def weighted(self) -> bool:
         return self.in_weight is not None
 
+    @property
+    def carries_edge_values(self) -> bool:
+        """Whether edge lists carry a per-edge value (G's weights or, module doc, attributes)."""
+        return self.in_attr is not None or self.in_weight is not None
+
+    def edge_values(self, conv) -> bool:
+        """Whether `conv` reads the per-edge value slot of this context's edge lists."""
+        if self.in_attr is not None:
+            return bool(conv.edge_attr_dim)
+        return self.in_weight is not None
+
+    def request_edge_values(self, prep: PreparedRequest, sel: np.ndarray) -> np.ndarray | None:
+        """The per-edge values of the request edges `sel` (bool mask or positions): their
+        attribute rows, weight 1.0 each on a weighted G, or None."""
+        if self.in_attr is not None:
+            assert prep.edge_attr is not None  # prepare() refuses a request without them
+            return prep.edge_attr[sel]
+        if self.in_weight is None:
+            return None
+        return np.ones(int(sel.sum()) if sel.dtype == bool else len(sel), np.float32)
+
     # -- storage ----------------------------------------------------------------------------
     def fetch_features(self, rows: np.ndarray, meter: Meter) -> np.ndarray:
         """Raw features of G's vertices `rows` (dense indices), counted into the meter."""
@@ -166,6 +201,17 @@ class ServingContext:
         if key not in self._aligned:
             self._aligned[key] = StoredLayers(store, self.graph, model, states=states)
         return self._aligned[key]
+
+    def aligned_layers(self) -> dict:
+        """The aligned stores built so far, keyed (store base, model fingerprint, with states)."""
+        return dict(self._aligned)
+
+    def adopt_stored_layers(self, store, model, states: bool, layers) -> None:
+        """Use `layers` (a StoredLayers over this context's G) as `store`'s aligned copy, so no
+        engine aligns it again: a delta swap hands over arrays it patched (serving.online.delta)."""
+        if layers.graph is not self.graph:
+            raise ValueError("adopt_stored_layers: the aligned layers belong to another graph than this context's")
+        self._aligned[(store.base, model.fingerprint(), bool(states))] = layers
 
     # -- requests ---------------------------------------------------------------------------
     def prepare(self, request: Request) -> PreparedRequest:
@@ -188,7 +234,18 @@ class ServingContext:
                 out[q] = n + order[pos]
             return out
 
-        return PreparedRequest(request, n, to_union(request.src), to_union(request.dst))
+        attr = None
+        if self.in_attr is not None:
+            attr = request.edge_attr
+            if attr is None:
+                attr = np.zeros((0, self.attr_dim), np.float32) if not request.num_edges else None
+            if attr is None or attr.ndim != 2 or attr.shape != (request.num_edges, self.attr_dim):
+                have = "none" if request.edge_attr is None else f"shape {tuple(request.edge_attr.shape)}"
+                raise RequestError(
+                    f"request {request.request_id!r}: the model's layers read edge attributes of width "
+                    f"{self.attr_dim}, the request's edges carry {have} (give edge_attr, one row per edge)"
+                )
+        return PreparedRequest(request, n, to_union(request.src), to_union(request.dst), attr)
 
     def in_edges(self, prep: PreparedRequest, frontier: np.ndarray):
         """All in-edges (src, dst, weight-or-None) of the union vertices `frontier`: G's in-edges
@@ -199,10 +256,12 @@ class ServingContext:
         sel = self.sets.member(prep.dst, frontier)
         src = np.concatenate([self.in_src[pos], prep.src[sel]])
         dst = np.concatenate([np.repeat(g_rows, counts), prep.dst[sel]])
-        w = None
-        if self.in_weight is not None:
-            w = np.concatenate([self.in_weight[pos], np.ones(int(sel.sum()), np.float32)])
-        return src, dst, w
+        g_values = self.in_attr if self.in_attr is not None else self.in_weight
+        if g_values is None:
+            return src, dst, None
+        request_values = self.request_edge_values(prep, sel)
+        assert request_values is not None  # G carries values, so do the request's edges
+        return src, dst, np.concatenate([g_values[pos], request_values])
 
     # -- layer statistics -------------------------------------------------------------------
     def g_stat(self, name: str, use_weight: bool) -> torch.Tensor:
@@ -254,8 +313,23 @@ class ServingContext:
         return out
 
 
+def edge_attr_of(graph, model) -> np.ndarray:
+    """G's edge attributes for a `model` whose layers read them: refused (one line) when G has none
+    or of another width (Model.check_edge_attr), or when a layer reads G's edge weights too (edge
+    lists carry one value per edge, module doc)."""
+    width = int(getattr(graph, "edge_attr_dim", 0) or 0)
+    model.check_edge_attr(width or None, where=f"graph {getattr(graph, 'name', 'G')!r}")
+    weighted = [c.kind for c in model.conv_list() if c.uses_edge_weight and not c.edge_attr_dim]
+    if weighted and graph.weight is not None:
+        raise UnsupportedModelError(
+            f"serving carries one value per edge: the model's layers read edge attributes and its "
+            f"{', '.join(sorted(set(weighted)))} layers G's edge weights; serve a graph without weights"
+        )
+    return graph.edge_attr
+
+
 def subgraph_stats(conv, src: np.ndarray, dst: np.ndarray, weight, num_nodes: int) -> dict:
     """conv's statistics computed on a computation subgraph alone (what a sampled-subgraph
-    pipeline such as PyG NeighborLoader + GCNConv does)."""
-    w = None if weight is None else torch.from_numpy(weight)
+    pipeline such as PyG NeighborLoader + GCNConv does). Attribute rows ([E, D]) are no weights."""
+    w = None if weight is None or weight.ndim != 1 else torch.from_numpy(weight)
     return compute_stats(conv, torch.from_numpy(src), torch.from_numpy(dst), w, num_nodes)

@@ -53,13 +53,15 @@ class LayerWork:
     old: np.ndarray  # bool [E]: message from stored values, subtracted
 
 
-def edges_into(ctx: ServingContext, prep: PreparedRequest, targets: np.ndarray, policy: str):
+def edges_into(ctx: ServingContext, prep: PreparedRequest, targets: np.ndarray, policy: str, values: bool = True):
     """All in-edges of the union vertices `targets` (G's in-edges + request edges), with the
     conv's self-loop policy applied exactly as on the whole union graph: policies only add or
     drop loops of the destinations, and a destination's loops are among its in-edges. Returns
-    (src union index, target position, weight or None)."""
+    (src union index, target position, per-edge value or None); `values` False (a conv that
+    does not read the context's per-edge values, ServingContext.edge_values) drops them first."""
     sets = ctx.sets
     src, dst, w = ctx.in_edges(prep, targets)
+    w = w if values else None
     tgt = sets.positions(targets, dst)
     return apply_policy_to_targets(
         src, tgt, w, targets, policy, positions=sets.positions, unique_inverse=sets.unique_inverse

@@ -20,8 +20,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from sparkgnn.errors import SparkGNNError, StalePEStore
-from sparkgnn.layers.base import refuse_edge_features
-from sparkgnn.layers.dag import refuse_skip_connections
 from sparkgnn.layers.generic import require_states
 from sparkgnn.planner.ir import Plan
 from sparkgnn.planner.serving import ServingCostModel, explain_request
@@ -87,6 +85,17 @@ def verify_context_graph(graph, context: ServingContext) -> None:
         )
 
 
+def verify_context_edge_values(model, context: ServingContext) -> None:
+    """An engine shares a context only when both read the same per-edge values (edge attributes
+    of one width, or weights): the context's edge lists carry one kind (ServingContext doc)."""
+    if int(model.edge_attr_dim) != context.attr_dim:
+        what = lambda width: f"edge attributes of width {width}" if width else "no edge attributes"  # noqa: E731
+        raise EngineSetupError(
+            f"the shared context carries {what(context.attr_dim)}, this engine's model reads "
+            f"{what(int(model.edge_attr_dim))}; build the engine without context="
+        )
+
+
 def serving_graph(graph: GraphData | Graph | str | os.PathLike[str]) -> GraphData:
     """The in-memory GraphData a QueryEngine serves, from what `sparkgnn.infer` accepts as a graph:
     a GraphData as it is, a graph directory read with graph.reader, or a Spark `Graph` collected to
@@ -107,18 +116,23 @@ def serving_graph(graph: GraphData | Graph | str | os.PathLike[str]) -> GraphDat
 
 
 def serving_model(model: Model | str | os.PathLike[str]) -> Model:
-    """A Model as it is, or a saved model directory loaded with Model.load; a model whose layers
-    read edge features is refused (requests carry no edge attributes yet), a typed one too
-    (serving runs homogeneous graphs only so far)."""
+    """A Model as it is, or a saved model directory loaded with Model.load; a typed one is refused
+    (it is served by serving.typed.TypedQueryEngine). A model whose layers read edge attributes is
+    served where G's edges carry them (ServingContext checks the width; requests carry theirs)."""
+    from sparkgnn.errors import UnsupportedModelError
     from sparkgnn.models.hetero import refuse_typed
 
-    refuse_typed(model, "the serving engines")
+    try:
+        refuse_typed(model, "the serving engines")
+    except UnsupportedModelError:
+        raise UnsupportedModelError(
+            "the homogeneous serving engines do not serve a typed model (node and edge types): use "
+            "sparkgnn.serving.typed.TypedQueryEngine (modes full and exact)"
+        ) from None
     if isinstance(model, (str, os.PathLike)):
         from sparkgnn.models import Model
 
         model = Model.load(os.fspath(model))
-    refuse_edge_features(model.conv_list(), "serving")
-    refuse_skip_connections(model, "serving")
     return model
 
 
@@ -148,6 +162,7 @@ class QueryEngine:
         graph = context.graph if context is not None and graph is None else serving_graph(graph)
         if context is not None:
             verify_context_graph(graph, context)
+            verify_context_edge_values(model, context)
         self.context = context or ServingContext(graph, model, store=store, validate=validate)
         if fanouts is not None:
             mode_options["fanouts"] = fanouts

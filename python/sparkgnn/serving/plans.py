@@ -18,7 +18,9 @@ EXACT  FULL's answer. Vertex w's value at layer l CHANGES iff w was changed at l
        which needs the current values of changed sources only; those (and w itself when changed)
        become the targets of layer l-1. Aggregators that cannot remove a message (max, softmax)
        recompute w from scratch over all in-edges (stored values of the unchanged sources), and
-       so does a layer whose messages read the destination (GAT) when w itself changed.
+       so does a layer whose messages read the destination (GAT) when w itself changed, and
+       a layer whose self loops take the mean of the in-edges' attributes ("replace_mean", GAT
+       with edge_dim) at the G vertices with request in-edges (their loop changed).
 """
 
 from __future__ import annotations
@@ -31,10 +33,11 @@ EMPTY = np.empty(0, np.int64)
 
 
 def _query_edges_into(ctx, prep, delta: np.ndarray, offset: int):
-    """Request edges from a query into the G vertices `delta` (positions offset + i)."""
+    """Request edges from a query into the G vertices `delta` (positions offset + i), with their
+    per-edge values (ServingContext.request_edge_values)."""
     n = prep.num_g
     sel = (prep.src >= n) & ctx.sets.member(prep.dst, delta)
-    return prep.src[sel], offset + ctx.sets.positions(delta, prep.dst[sel])
+    return prep.src[sel], offset + ctx.sets.positions(delta, prep.dst[sel]), ctx.request_edge_values(prep, sel)
 
 
 def layer_work(
@@ -44,16 +47,16 @@ def layer_work(
     `changed_src` is given, NEW and OLD copies of every in-edge whose source is in it)."""
     targets = np.concatenate([fresh, delta]).astype(np.int64)
     nf = len(fresh)
-    weighted = ctx.weighted
+    weighted = ctx.edge_values(conv)
     if changed_src is None:  # SRPE: never touches delta targets' G in-edges
-        src, tgt, w = edges_into(ctx, prep, fresh, conv.self_loops)
-        qs, qt = _query_edges_into(ctx, prep, delta, nf)
+        src, tgt, w = edges_into(ctx, prep, fresh, conv.self_loops, weighted)
+        qs, qt, qw = _query_edges_into(ctx, prep, delta, nf)
         src, tgt = np.concatenate([src, qs]), np.concatenate([tgt, qt])
         if weighted:
-            w = np.concatenate([w, np.ones(len(qs), np.float32)])
+            w = np.concatenate([w, qw])
         old = np.zeros(len(src), bool)
     else:
-        s, t, w0 = edges_into(ctx, prep, targets, conv.self_loops)
+        s, t, w0 = edges_into(ctx, prep, targets, conv.self_loops, weighted)
         on_delta = t >= nf
         changed = on_delta & (s < prep.num_g) & ctx.sets.member(s, changed_src)
         keep_new = ~on_delta | (s >= prep.num_g) | changed
@@ -73,9 +76,14 @@ def he_works(ctx, prep, model) -> list:
 def srpe_works(ctx, prep, model, recompute: np.ndarray) -> list:
     q, k = prep.query_union, model.num_rounds
     recompute = np.asarray(recompute, np.int64)
-    return [
-        layer_work(ctx, prep, conv, l + 1, q, recompute if l + 1 < k else EMPTY) for l, conv in enumerate(model.convs)
-    ]
+    works = []
+    for l, conv in enumerate(model.convs):
+        chosen = recompute if l + 1 < k else EMPTY
+        if conv.self_loops == "replace_mean":  # a stored state holds the old loop: from all in-edges
+            works.append(layer_work(ctx, prep, conv, l + 1, np.concatenate([q, chosen])))
+        else:
+            works.append(layer_work(ctx, prep, conv, l + 1, q, chosen))
+    return works
 
 
 def changed_sets(ctx, prep, model) -> list:
@@ -101,8 +109,10 @@ def _needs_scratch(ctx, prep, conv, g_targets, changed_src, changed_prev) -> np.
     scratch = np.zeros(len(g_targets), bool)
     if conv.needs_dst_in_message:
         scratch |= ctx.sets.member(g_targets, changed_prev)
+    if conv.self_loops == "replace_mean":  # module doc: their loop's attributes changed
+        scratch |= ctx.sets.member(g_targets, prep.dst[prep.dst < prep.num_g])
     if not conv.aggregator.invertible:
-        s, t, _ = edges_into(ctx, prep, g_targets, conv.self_loops)
+        s, t, _ = edges_into(ctx, prep, g_targets, conv.self_loops, False)
         hit = (s < prep.num_g) & ctx.sets.member(s, changed_src)
         scratch |= np.bincount(t[hit], minlength=len(g_targets)) > 0
     return scratch

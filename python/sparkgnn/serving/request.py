@@ -9,7 +9,10 @@ first offenders, in the same style as the graph validators (sparkgnn.graph.probl
 WHY an edge must touch a query: an edge between two existing vertices changes G itself, i.e. the
 stored embeddings of every mode that reuses them (HE, SRPE, EXACT) would be stale; that is a graph
 update, not a query, and is refused. Request edges carry no weight; where G is weighted they
-count with weight 1.0 (documented in ServingContext).
+count with weight 1.0 (documented in ServingContext). Where G's edges carry attributes
+(`edges/edge_attr`, width D), a request's edges may carry theirs (`edge_attr` [E, D], float32):
+a model whose layers read edge attributes needs them (ServingContext.prepare refuses a request
+without), and their width must be G's.
 
 File format (one Parquet file per request or per batch of requests, one row per node OR edge):
 
@@ -18,6 +21,8 @@ File format (one Parquet file per request or per batch of requests, one row per 
     node       : int64     node rows: the query id;               edge rows: null
     x          : list<float32>  node rows: the query's features;  edge rows: null
     src, dst   : int64     edge rows: endpoints (query or G ids); node rows: null
+    edge_attr  : list<float32>  optional column (EDGE_ATTR_FIELD): edge rows: the edge's
+                           attributes; node rows: null. Written only when a request has them.
 
 One table (not a nodes file plus an edges file) so that a request is atomic on disk: a file
 source (Spark Structured Streaming) that sees the file sees the whole request. A request with
@@ -49,6 +54,11 @@ SCHEMA = pa.schema(
         ("dst", pa.int64()),
     ]
 )
+
+
+# The optional edge attribute column (module doc): not part of SCHEMA, so files without it and
+# the readers of the base schema stay as they are.
+EDGE_ATTR_FIELD = pa.field("edge_attr", pa.list_(pa.float32()))
 
 
 class RequestError(SparkGNNError, ValueError):
@@ -163,13 +173,15 @@ def _feature_matrix(values, request_id: str) -> np.ndarray:
 
 @dataclass(eq=False)
 class Request:
-    """Q = qid (new ids), x[i] = features of qid[i]; edges src[j] -> dst[j] in ORIGINAL ids."""
+    """Q = qid (new ids), x[i] = features of qid[i]; edges src[j] -> dst[j] in ORIGINAL ids;
+    edge_attr[j]: the attributes of edge j ([E, D] float32), or None (module doc)."""
 
     request_id: str
     qid: np.ndarray
     x: np.ndarray
     src: np.ndarray
     dst: np.ndarray
+    edge_attr: np.ndarray | None = None
 
     def __post_init__(self):
         """Coerce the fields to int64 ids and float32 features, refusing (RequestError naming the
@@ -182,6 +194,15 @@ class Request:
             self.x = self.x.reshape(0, 0)
         self.src = _id_array(self.src, "src", self.request_id)
         self.dst = _id_array(self.dst, "dst", self.request_id)
+        if self.edge_attr is not None:
+            try:
+                attr = np.ascontiguousarray(self.edge_attr, dtype=np.float32)
+            except (ValueError, TypeError) as exc:
+                raise RequestError(
+                    f"request {self.request_id!r}: edge_attr must be an [E, D] matrix of numbers "
+                    f"({' '.join(str(exc).split())})"
+                ) from None
+            self.edge_attr = attr.reshape(-1, 1) if attr.ndim == 1 else attr
 
     @property
     def batch_size(self) -> int:
@@ -213,6 +234,7 @@ class Request:
         if len(self.src) != len(self.dst):
             out.append(f"src has {len(self.src)} entries but dst has {len(self.dst)}")
             return out
+        out += self._edge_attr_problems(graph)
         values, counts = np.unique(self.qid, return_counts=True)
         if (counts > 1).any():
             out.append(
@@ -247,6 +269,25 @@ class Request:
             )
         return out
 
+    def _edge_attr_problems(self, graph) -> list[str]:
+        """Shape, width (G's edge_attr width, with `graph`) and finiteness of edge_attr."""
+        attr = self.edge_attr
+        if attr is None:
+            return []
+        if attr.ndim != 2 or len(attr) != self.num_edges:
+            return [f"edge_attr has shape {attr.shape}, expected [{self.num_edges}, D] (one row per edge)"]
+        width = None if graph is None else int(getattr(graph, "edge_attr_dim", 0) or 0)
+        if width == 0:
+            return ["edges carry edge_attr, but the graph's edges carry none"]
+        if width is not None and attr.shape[1] != width and self.num_edges:
+            return [f"edge_attr has width {attr.shape[1]}, the graph's edge attributes have width {width}"]
+        bad = ~np.isfinite(attr).all(axis=1)
+        if bad.any():
+            return [
+                f"edge_attr: {int(bad.sum())} edges have NaN/Inf attributes; first: {_examples(_fmt_edges(self, bad))}"
+            ]
+        return []
+
     def validate(self, graph=None, feature_dim: int | None = None) -> Request:
         """Raise RequestError listing every problem; else self."""
         problems = self.problems(graph, feature_dim)
@@ -275,6 +316,7 @@ def requests_table(requests) -> pa.Table:
     requests = list(requests)
     if not requests:
         raise RequestError("no requests to write")
+    with_attr = any(r.edge_attr is not None for r in requests)
     parts = []
     for r in requests:  # per-request grouping; the rows themselves are built vectorised
         b, m = r.batch_size, r.num_edges
@@ -292,20 +334,34 @@ def requests_table(requests) -> pa.Table:
         kind = pa.DictionaryArray.from_arrays(
             pa.array(node_mask.astype(np.int8)), pa.array([KIND_NODE, KIND_EDGE])
         ).cast(pa.string())
-        parts.append(
-            pa.table(
-                {
-                    "request_id": pa.array(np.full(n, r.request_id, dtype=object), pa.string()),
-                    "kind": kind,
-                    "node": pa.array(pad_q, mask=node_mask),
-                    "x": x,
-                    "src": pa.array(pad_s, mask=edge_mask),
-                    "dst": pa.array(pad_d, mask=edge_mask),
-                },
-                schema=SCHEMA,
-            )
+        part = pa.table(
+            {
+                "request_id": pa.array(np.full(n, r.request_id, dtype=object), pa.string()),
+                "kind": kind,
+                "node": pa.array(pad_q, mask=node_mask),
+                "x": x,
+                "src": pa.array(pad_s, mask=edge_mask),
+                "dst": pa.array(pad_d, mask=edge_mask),
+            },
+            schema=SCHEMA,
         )
+        if with_attr:
+            part = part.append_column(EDGE_ATTR_FIELD, _edge_attr_column(r, b))
+        parts.append(part)
     return pa.concat_tables(parts)
+
+
+def _edge_attr_column(r: Request, b: int) -> pa.Array:
+    """The request's edge_attr rows after its b node rows (null on node rows, and on every edge
+    row of a request without attributes)."""
+    m = r.num_edges
+    attr = r.edge_attr if r.edge_attr is not None else np.zeros((m, 0), np.float32)
+    w = attr.shape[1] if attr.ndim == 2 else 0
+    offsets = np.concatenate([np.zeros(b, np.int64), np.arange(m + 1, dtype=np.int64) * w])
+    valid = np.concatenate([np.zeros(b, bool), np.full(m, r.edge_attr is not None)])
+    return pa.ListArray.from_arrays(
+        pa.array(offsets.astype(np.int32)), pa.array(attr.reshape(-1), pa.float32()), mask=pa.array(~valid)
+    )
 
 
 def write_requests(path: str, requests) -> str:
@@ -364,6 +420,7 @@ def requests_from_table(table: pa.Table) -> list[Request]:
     edges = table.take(pa.array(edge_rows))
     src = _non_null_int(edges.column("src"), "src", "edge rows")
     dst = _non_null_int(edges.column("dst"), "dst", "edge rows")
+    attr_col = edges.column("edge_attr").combine_chunks() if "edge_attr" in edges.column_names else None
 
     k = len(names)
     node_bounds = np.searchsorted(code[node_rows], np.arange(k + 1))
@@ -381,8 +438,27 @@ def requests_from_table(table: pa.Table) -> list[Request]:
         w = int(widths[0]) if len(widths) else 0
         x = flat[x_bounds[a] : x_bounds[b]].reshape(b - a, w)
         e0, e1 = edge_bounds[i], edge_bounds[i + 1]
-        out.append(Request(names[i], qid[a:b], x, src[e0:e1], dst[e0:e1]))
+        attr = None if attr_col is None else edge_attr_rows(attr_col[e0:e1], str(names[i]))
+        out.append(Request(names[i], qid[a:b], x, src[e0:e1], dst[e0:e1], attr))
     return out
+
+
+def edge_attr_rows(column: pa.Array, request_id: str) -> np.ndarray | None:
+    """One request's edge_attr rows as [E, D] float32; None when all are null (a request without
+    attributes); a request whose edges carry them partly or of several widths is refused."""
+    if column.null_count == len(column):
+        return None
+    if column.null_count:
+        raise RequestError(
+            f"request {request_id!r}: {column.null_count} of its {len(column)} edge rows have a null "
+            "edge_attr (a request's edges carry attributes all or none)"
+        )
+    lengths = np.diff(column.offsets.to_numpy()) if len(column) else np.zeros(0, np.int64)
+    widths = np.unique(lengths)
+    if len(widths) > 1:
+        raise RequestError(f"request {request_id!r}: edge_attr vectors of different lengths {widths.tolist()}")
+    flat = column.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
+    return flat.reshape(len(column), int(widths[0]) if len(widths) else 0)
 
 
 def _non_null_int(column, name: str, rows: str) -> np.ndarray:
@@ -437,8 +513,9 @@ def parse_request_bytes(content: bytes | None, name: str = "<bytes>") -> list[Re
         raise RequestError(f"{name}: lacks column(s) {missing}; a request file has {SCHEMA.names}")
     if table.num_rows == 0:
         raise RequestError(f"{name}: no rows (a request file holds at least one request)")
+    schema = pa.schema([*SCHEMA, EDGE_ATTR_FIELD]) if "edge_attr" in table.column_names else SCHEMA
     try:
-        table = table.select(SCHEMA.names).cast(SCHEMA)
+        table = table.select(schema.names).cast(schema)
     except Exception as exc:  # noqa: BLE001  (ArrowInvalid / NotImplemented: types do not fit)
         have = {f.name: str(f.type) for f in table.schema if f.name in SCHEMA.names}
         raise RequestError(f"{name}: column types {have} do not fit the request schema ({_one_line(exc)})") from None

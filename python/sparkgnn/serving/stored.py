@@ -60,6 +60,34 @@ class StoredLayers:
             if states:
                 self.state[l] = np.ascontiguousarray(state)
 
+    @classmethod
+    def from_arrays(
+        cls, graph, model, h: dict[int, np.ndarray], state: dict[int, np.ndarray] | None = None
+    ) -> StoredLayers:
+        """StoredLayers over arrays already aligned to `graph`'s dense index (h^(l) and, when
+        given, states, for l = 1..k-1), without reading a store: what a delta swap builds from
+        the served version's arrays with the rows a store version changed patched in
+        (serving.online.delta). Refuses arrays of another row count or layer set (one line)."""
+        k = model.num_rounds
+        state = state or {}
+        want = set(range(1, k))
+        if set(h) != want or (state and set(state) != want):
+            raise StoreMismatch(f"aligned layers {sorted(h)} / states {sorted(state)}: layers {sorted(want)} wanted")
+        for name, arrays in (("h", h), ("state", state)):
+            for l, a in arrays.items():
+                if a.ndim != 2 or a.shape[0] != graph.num_nodes:
+                    raise StoreMismatch(f"aligned {name}^({l}) has shape {a.shape}, not {graph.num_nodes} rows")
+        self = cls.__new__(cls)
+        self.num_layers = k
+        self.graph = graph
+        self.model = model
+        self._pre_x = None
+        self.h = {l: np.ascontiguousarray(a) for l, a in h.items()}
+        self.state = {l: np.ascontiguousarray(a) for l, a in state.items()}
+        self.cache = {}
+        self.cache_policy = None
+        return self
+
     @torch.no_grad()
     def _layer0(self) -> np.ndarray:
         if self._pre_x is None:

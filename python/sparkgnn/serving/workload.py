@@ -4,9 +4,11 @@ query pool, serve the rest of the graph (G), and send requests of B pool vertice
 WHY this shape: the model and the PE store are built on G, so a query vertex is genuinely unseen
 (no stored embedding, no edge in G) while its label is known for scoring. Each request carries
 its vertices' features and every edge between them and G (both directions) and among the
-request's own queries. Edges from a query to pool vertices OUTSIDE the request are dropped: those
-vertices are not in G and not in the request, so the edge names nothing the engine can see (the
-same choice OMEGA makes by removing the held-out nodes "and their connected edges").
+request's own queries, with the edges' attributes when the graph's edges carry them (G keeps its
+edges' attributes too, so models that read edge_attr run on the workload). Edges from a query to
+pool vertices OUTSIDE the request are dropped: those vertices are not in G and not in the
+request, so the edge names nothing the engine can see (the same choice OMEGA makes by removing
+the held-out nodes "and their connected edges").
 Queries are drawn without replacement within a request; different requests may share queries
 (each request is answered on G alone, independently).
 
@@ -65,7 +67,8 @@ def split_pool(data: GraphData, seed: int, fraction: float = POOL_FRACTION) -> n
 
 
 def remove_vertices(data: GraphData, drop: np.ndarray, name: str | None = None) -> GraphData:
-    """The graph without the dense vertices `drop` and every edge touching them."""
+    """The graph without the dense vertices `drop` and every edge touching them (the kept edges
+    keep their weights and attributes)."""
     keep = np.ones(data.num_nodes, bool)
     keep[drop] = False
     new_index = np.cumsum(keep) - 1
@@ -80,6 +83,7 @@ def remove_vertices(data: GraphData, drop: np.ndarray, name: str | None = None) 
         new_index[data.edge_src[e_keep]],
         new_index[data.edge_dst[e_keep]],
         weight=None if data.weight is None else data.weight[e_keep],
+        edge_attr=None if data.edge_attr is None else data.edge_attr[e_keep],
         y=sub(data.y),
         split=sub(data.split),
         name=name or f"{data.name}-G",
@@ -110,6 +114,7 @@ def make_workload(data: GraphData, batch_sizes=BATCH_SIZES, num_requests: int = 
     # edges touching the pool, found once; each request then filters this short list
     touch = in_pool[data.edge_src] | in_pool[data.edge_dst]
     p_src, p_dst = data.edge_src[touch], data.edge_dst[touch]
+    p_attr = None if data.edge_attr is None else data.edge_attr[touch]
     rng = np.random.default_rng([int(seed), 1])
     requests = []
     for b in batch_sizes:
@@ -124,7 +129,9 @@ def make_workload(data: GraphData, batch_sizes=BATCH_SIZES, num_requests: int = 
             in_req = np.isin(p_src, q), np.isin(p_dst, q)
             # keep an edge if it touches the request and its other end is in G or the request
             ok = (in_req[0] | ~in_pool[p_src]) & (in_req[1] | ~in_pool[p_dst]) & (in_req[0] | in_req[1])
-            requests.append(Request(f"b{b}-{i:05d}", data.ids[q], data.x[q], data.ids[p_src[ok]], data.ids[p_dst[ok]]))
+            attr = None if p_attr is None else p_attr[ok]
+            src, dst = data.ids[p_src[ok]], data.ids[p_dst[ok]]
+            requests.append(Request(f"b{b}-{i:05d}", data.ids[q], data.x[q], src, dst, attr))
     labels = dict(zip(data.ids[pool].tolist(), data.y[pool].tolist(), strict=True))
     return Workload(G, requests, labels, data.ids[pool])
 

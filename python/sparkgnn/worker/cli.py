@@ -78,7 +78,8 @@ def build(args: argparse.Namespace):
     if args.serve_cache_bytes:
         served.set_cache_bytes(args.serve_cache_bytes)
     dl_ops.register()
-    return build_handler(model_store=args.model_store, device=args.device, threads=args.threads)
+    worker = dl_ops.WorkerOps()  # this worker's loaded deployments, held by its handler
+    return build_handler(model_store=args.model_store, device=args.device, threads=args.threads, ops=worker.registry())
 
 
 def main(argv=None) -> int:

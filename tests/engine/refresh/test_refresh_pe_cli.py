@@ -163,3 +163,18 @@ def test_a_report_that_is_a_directory_is_refused(inputs, capsys, tmp_path):
     (tmp_path / "reports").mkdir()
     assert refresh_pe.main(run(inputs, "--report", str(tmp_path / "reports"), "--overwrite")) == 2
     assert "is a directory" in capsys.readouterr().err
+
+
+def test_an_update_naming_a_missing_vertex_is_named_and_exits_2(inputs, capsys, tmp_path):
+    versions = store_versions(inputs)
+    G = read_graph_dir(inputs["graph"])
+    rows = {"kind": ["edge_insert"], "src": [int(G.ids[0])], "dst": [10**12], "weight": [1.0], "node": [None],
+            "x": [None]}  # fmt: skip
+    bad = str(tmp_path / "bad.parquet")
+    pq.write_table(pa.table({f.name: pa.array(rows.get(f.name, [None]), f.type) for f in UPDATE_SCHEMA}), bad)
+    argv = run(inputs)
+    argv[argv.index("--updates") + 1] = bad
+    assert refresh_pe.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("refresh_pe: error: update of graph 'skewed' failed validation") and str(10**12) in err
+    nothing_lost(inputs, versions)

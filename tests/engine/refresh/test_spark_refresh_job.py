@@ -1,9 +1,11 @@
 """Incremental PE refresh on Spark (engine/refresh): every layer of the refreshed store equals
 the single-machine refresh and a from-scratch precompute of the updated graph, for GCN,
-SAGE-mean, SAGE-max, GIN and GAT, 2 and 3 layers, over 1, 3 and 8 partitions (GIN in the crash test), on a weighted
-power-law graph with self-loops and parallel edges, with edge inserts and deletes, vertex inserts
-and deletes and feature updates; a bad update is refused with its problems named and nothing
-written; a refresh killed after its first layer and rerun gives the same store."""
+SAGE-mean, SAGE-max, GIN, GAT and JumpingKnowledge (skip connections), 2 and 3 layers, over 1, 3
+and 8 partitions (GIN in the crash test), on a weighted power-law graph with self-loops and
+parallel edges, with edge inserts and deletes, vertex inserts and deletes and feature updates
+(and, for GINE -> GAT(edge_dim), edge attributes on the graph and the inserted edges); a
+bad update is refused with its problems named and nothing written; a refresh killed after its
+first layer and rerun gives the same store."""
 
 import os
 import sys
@@ -45,7 +47,7 @@ def _setup(graph, path, tmp_path, kind, layers, seed, metrics=False):
 
 @pytest.mark.parametrize(
     ("kind", "layers", "partitions"),
-    [("gcn", 2, 3), ("sage", 3, 8), ("sage_max", 2, 1), ("gat", 2, 3)],  # GIN: the crash test
+    [("jk_cat", 2, 3), ("sage", 3, 8), ("sage_max", 2, 1), ("gat", 2, 3)],  # GIN: the crash test; jk_cat: SAGE then GCN
 )
 def test_spark_refresh_equals_a_precompute_of_the_updated_graph(spark, graph_dir, tmp_path, kind, layers, partitions):
     graph, path = graph_dir
@@ -148,3 +150,39 @@ def test_a_spark_refresh_killed_after_layer_one_resumes_and_the_next_refresh_reu
     assert report2.phases["build_pieces"] == 0.0
     final = read_graph_dir(final_dir)
     assert_same_store(store2, precompute_local(final, model, str(tmp_path / "scratch2")), final.ids, 2)
+
+
+def test_edge_attributes_ride_through_the_pieces_and_a_gine_gat_refresh_equals_a_precompute(spark, tmp_path):
+    """GINE (delta) then GAT with edge_dim (scratch, loops of mean attributes) over a graph whose
+    edges carry attributes, with edge inserts that carry theirs: the pieces, the update rows and
+    the updated graph keep them, and the store equals a precompute of the updated graph."""
+    import dataclasses
+
+    import torch
+    from test_refresh import _EdgeFeatureNet
+
+    from sparkgnn.models import Model
+
+    rng = np.random.default_rng(7)
+    base = skewed_graph()
+    graph = dataclasses.replace(base, edge_attr=rng.normal(size=(base.num_edges, 3)).astype(np.float32))
+    path = str(tmp_path / "g")
+    write_graph_dir(graph, path)
+    bare = random_update(base, seed=5)
+    attr = rng.normal(size=(len(bare.edge_insert_src), 3)).astype(np.float32)
+    update = dataclasses.replace(bare, edge_insert_attr=attr)
+    torch.manual_seed(3)
+    model = Model.from_pyg(_EdgeFeatureNet(graph.feature_dim, 3).eval())
+    root = str(tmp_path / "store")
+    precompute_local(graph, model, root)
+    out, work = str(tmp_path / "graph2"), str(tmp_path / "work")
+    with pytest.raises(GraphUpdateError, match=r"edges have no edge_attr, but the graph's edges carry attributes"):
+        refresh(spark, path, model, store=root, updates=bare.write(str(tmp_path / "bare")), partitions=3, work_dir=work)
+    result = refresh(spark, path, model, store=root, updates=update.write(str(tmp_path / "update")), out_graph=out,
+                     partitions=3, work_dir=work)  # fmt: skip
+    new_graph = read_graph_dir(out)
+    assert new_graph.edge_attr_dim == 3
+    scratch = precompute_local(new_graph, model, str(tmp_path / "scratch"))
+    assert_same_store(result.store, scratch, new_graph.ids, 2)
+    assert result.report.graph_fingerprint == scratch.manifest["graph_fingerprint"]
+    assert result.report.layers[0]["delta"] > 0 and result.report.layers[1]["delta"] == 0

@@ -36,7 +36,7 @@ def test_an_unknown_top_level_key_is_refused_naming_it_and_the_expected_ones(key
         decode_answer(body(**{key: [[10_000, 1]]}))
     message = str(info.value)
     assert f"unknown key {key!r}" in message
-    assert "expected one of: deadline_ms, edges, mode, nodes, request_id" in message
+    assert "expected one of: deadline_ms, edge_attr, edges, mode, nodes, request_id" in message
     assert "\n" not in message
 
 
@@ -124,3 +124,18 @@ def test_check_swap_timeout_refuses_non_finite_and_tiny_values():
     for bad in (float("inf"), float("nan"), 1e-9, 0, -1, True, "5"):
         with pytest.raises(BodyError, match="timeout_s"):
             check_swap_timeout(bad)
+
+
+def test_edge_attributes_ride_with_the_edges_one_row_each():
+    request = request_of(decode_answer(body(edges=[[10_000, 3], [4, 10_000]], edge_attr=[[0.5, 1.0], [2.0, 3.0]])))
+    np.testing.assert_array_equal(request.edge_attr, np.array([[0.5, 1.0], [2.0, 3.0]], np.float32))
+    assert request_of(decode_answer(body(edges=[[10_000, 3]]))).edge_attr is None
+    with pytest.raises(BodyError, match="edge_attr has 1 rows, edges has 2"):
+        request_of(decode_answer(body(edges=[[10_000, 3], [4, 10_000]], edge_attr=[[0.5]])))
+    with pytest.raises(BodyError, match=r"edge_attr rows of different lengths \[1, 2\]"):
+        request_of(decode_answer(body(edges=[[10_000, 3], [4, 10_000]], edge_attr=[[0.5], [1.0, 2.0]])))
+    with pytest.raises(BodyError, match="edge_attr"):
+        decode_answer(body(edges=[[10_000, 3]], edge_attr=[["a"]]))
+    assert request_of(decode_answer(body(edges=[], edge_attr=[]))).edge_attr is None  # no edges, no rows
+    with pytest.raises(BodyError, match=r"edge_attr rows are empty \(each edge needs D >= 1 values\)"):
+        request_of(decode_answer(body(edges=[[10_000, 3]], edge_attr=[[]])))

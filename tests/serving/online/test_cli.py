@@ -55,6 +55,7 @@ def test_config_errors_are_one_line_with_exit_2(tmp_path, capsys, content, why):
         (["--http", "abc", "--token", "T"], "HTTP bind 'abc' must be HOST:PORT"),
         (["--http", "127.0.0.1:99999"], "port in 0..65535"),
         (["--http", "10.1.2.3:8080"], "is not loopback: give a token"),
+        (["--bind", "tcp://10.1.2.3:5555"], "binding non-loopback tcp://10.1.2.3:5555 requires CURVE keys"),
     ],
 )
 def test_bind_addresses_are_checked_with_one_line(tmp_path, capsys, flags, why):
@@ -136,3 +137,14 @@ def test_tokens_come_from_files_or_the_environment_and_argv_only_on_loopback(tmp
         config("--token-file", str(tmp_path / "blank"))
     with pytest.raises(ServeError, match="must differ"):
         config("--token-file", str(admin_file), "--admin-token-file", str(admin_file))
+
+
+def test_follow_store_flags_set_the_deployment_and_need_a_store():
+    def config(*flags):
+        return config_from(build_parser().parse_args(["serve", "--graph", "g", "--model", "m", *flags]))
+
+    assert not config("--store", "s").follow_store
+    got = config("--store", "s", "--follow-store", "--follow-interval-s", "0.2")
+    assert got.follow_store and got.follow_interval_s == 0.2
+    with pytest.raises(ServeError, match="follow_store needs a PE store"):
+        config("--follow-store")

@@ -162,7 +162,7 @@ def test_a_misspelt_key_is_refused_naming_it_not_answered_without_the_edges(depl
     assert status == 400
     assert (
         "unknown key 'edge'" in reply["error"]
-        and "expected one of: deadline_ms, edges, mode, nodes, request_id" in reply["error"]
+        and "expected one of: deadline_ms, edge_attr, edges, mode, nodes, request_id" in reply["error"]
     )
     for key in ("weights", "nodez"):
         status, reply, _ = post(server.http_url, as_json(request, **{key: 1}))
@@ -211,6 +211,24 @@ def test_the_servers_own_limits_are_5xx_with_retry_after():
     assert outcome_response(Outcome("r", "error", error="bad")).status == 400
     assert "Retry-After" not in outcome_response(Outcome("r", "error", error="bad")).headers
     assert STATUS["failed"] == 500
+
+
+def test_an_answer_is_json_whose_rows_read_back_to_the_same_float32():
+    from sparkgnn.serving.online.wire import BatchAnswers, answer_table
+
+    h = np.random.default_rng(0).normal(size=(3, 5)).astype(np.float32)
+    h[1, :3] = 1e-30, -3.4e38, 0.1  # tiny, huge and inexact float32 values keep their bits too
+    for pred in (np.array([4, 0, 7]), None):
+        batch = BatchAnswers(answer_table(np.array([0, 1, 1]), np.array([5, 6, 7]), h, pred), 2)
+        outcome = Outcome("r", "ok", answer=batch.rows(1), queue_s=0.001, service_s=0.002, batch_requests=2, pool="p")
+        response = outcome_response(outcome)
+        assert response.status == 200 and response.content_type == "application/json"
+        reply = json.loads(response.body)
+        assert [a["node"] for a in reply["answers"]] == [6, 7] and reply["batch_requests"] == 2
+        np.testing.assert_array_equal(np.asarray([a["h"] for a in reply["answers"]], np.float32), h[1:])
+        assert [a.get("pred") for a in reply["answers"]] == ([0, 7] if pred is not None else [None, None])
+        assert all(("pred" in a) == (pred is not None) for a in reply["answers"])  # no pred: no key
+        assert reply["queue_ms"] == pytest.approx(1.0) and reply["pool"] == "p"
 
 
 def test_a_request_that_waited_past_the_timeout_is_504_not_400(deployed):
@@ -370,13 +388,13 @@ def test_bodies_beyond_the_parse_queue_are_503_with_retry_after(deployed):
     server, request, reference = deployed
     front = server._http
     taken = 0
-    while front._parse_slots.acquire(blocking=False):  # every parse slot busy
+    while front.parse_pool._slots.acquire(blocking=False):  # every parse slot busy
         taken += 1
     try:
         status, reply, headers = post(server.http_url, as_json(request))
     finally:
         for _ in range(taken):
-            front._parse_slots.release()
+            front.parse_pool._slots.release()
     assert taken == server.config.parse_threads + server.config.parse_queue
     assert status == 503 and "waiting to be parsed" in reply["error"] and headers["Retry-After"] == "1"
     still_answers(server, request, reference)

@@ -231,7 +231,7 @@ def test_the_queue_is_bounded_in_bytes(deployment):
     assert outcome.kind == "busy" and f"budget of {budget} bytes" in outcome.error
     assert server.stats["busy"] == 1
     server.stop()  # the queued one is answered, its bytes leave the budget
-    assert accepted.result(timeout=5).kind == "stopping" and server._queued_bytes == 0
+    assert accepted.result(timeout=5).kind == "stopping" and server.intake.queued_bytes == 0
 
 
 def test_a_batch_past_its_deadline_is_answered_timeout_and_the_service_goes_on(deployment):

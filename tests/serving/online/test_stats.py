@@ -72,3 +72,25 @@ def test_two_services_count_apart_and_no_cache_means_no_cache_metrics():
     assert samples(one)[key] == 1 and key not in samples(two)
     assert not any(name.startswith("sparkgnn_serve_cache") for name, _ in samples(two))
     assert "cache" not in two.status_line() and "requests none" in two.status_line()
+
+
+def test_tally_counts_each_outcome_in_the_counters_and_the_metrics_then_delivers_it():
+    import threading
+
+    from sparkgnn.serving.online.intake import Outcome
+    from sparkgnn.serving.online.stats import Tally, service_stats
+
+    metrics = ServiceMetrics(["he"], state)
+    stats = service_stats(1, "abc")
+    tally = Tally(stats, threading.Lock(), metrics)
+    got: list = []
+    tally.finish(got.append, Outcome("a", "ok", queue_s=0.25, service_s=0.5), "he")
+    tally.finish(got.append, Outcome("b", "timeout"), "he")
+    tally.finish(got.append, Outcome("c", "too_large"), "nope")
+    tally.refusal()
+    assert [o.request_id for o in got] == ["a", "b", "c"]
+    assert (stats["answered"], stats["errors"], stats["too_large"], stats["requests"]) == (1, 2, 1, 1)
+    values = samples(metrics)
+    assert values[("sparkgnn_serve_requests_total", (("mode", "he"), ("outcome", "timeout")))] == 1
+    assert values[("sparkgnn_serve_requests_total", (("mode", "other"), ("outcome", "error")))] == 1
+    assert values[("sparkgnn_serve_latency_seconds_sum", (("mode", "he"),))] == 0.75

@@ -117,8 +117,9 @@ def test_swap_serves_the_refreshed_version_exactly_and_drops_the_old_one(version
     v = versions
     with Server(v.config()) as server:
         check_version(server, v, 1)
+        cache = server.pools[0].cache  # the in-process pool's loaded deployments
         old_key = batch_op.spec_key(server.config.deployment())
-        assert old_key in batch_op.cached_keys()
+        assert old_key in cache.keys()
         report = server.swap(v.g2)  # the store: the same root, the updated graph's version
         assert report["changed"] and report["version"] == 2 and report["store"] == v.root
         assert report["graph_fingerprint"] == v.v2.manifest["graph_fingerprint"]
@@ -126,14 +127,14 @@ def test_swap_serves_the_refreshed_version_exactly_and_drops_the_old_one(version
         assert list(report["warmed"]) == ["main"]
         new_key = batch_op.spec_key(server.config.deployment())
         # warmed before the switch: every served mode's engine is built already
-        assert set(batch_op._DEPLOYMENTS[new_key].engines) == set(server.config.modes)
+        assert new_key in cache.keys() and set(cache.get(new_key).engines) == set(server.config.modes)
         check_version(server, v, 2)
         he = QueryEngine(v.G2, v.model, mode="he", store=v.v2)
         for rid, reply in answers(server, v.requests[:4], mode="he").items():
             r = next(r for r in v.requests if r.request_id == rid)
             assert close(reply.h, he.answer(r).h)
         assert server.settle(10)
-        assert old_key not in batch_op.cached_keys() and new_key in batch_op.cached_keys()
+        assert old_key not in cache.keys() and new_key in cache.keys()
         assert server.stats["swaps"] == 1 and server.stats["version"] == 2 and server.stats["evicted"] == 1
         assert server.stats["graph_fingerprint"] == v.v2.manifest["graph_fingerprint"]
         info = server.version_info()
@@ -143,7 +144,7 @@ def test_swap_serves_the_refreshed_version_exactly_and_drops_the_old_one(version
         # and back: version 3 is the first graph again
         assert server.swap(v.g1)["version"] == 3
         check_version(server, v, 3, graph=1)
-        assert server.settle(10) and new_key not in batch_op.cached_keys()
+        assert server.settle(10) and new_key not in cache.keys()
 
 
 def test_a_store_version_folder_swaps_within_its_root(versions):
@@ -208,7 +209,7 @@ def test_refused_swaps_name_the_reason_and_the_old_version_keeps_serving(version
         assert server.stats["version"] == 1
         assert server.settle(10)
         damaged_key = batch_op.spec_key(server.config.deployment(v.g2, damaged))
-        assert damaged_key not in batch_op.cached_keys()
+        assert damaged_key not in server.pools[0].cache.keys()
         assert server.swap(v.g2)["version"] == 2  # the refusals left nothing behind
         check_version(server, v, 2)
 
@@ -239,9 +240,7 @@ def test_requests_in_flight_across_a_swap_are_all_answered_each_by_one_version(v
 
 
 def wire_h(outcome) -> np.ndarray:
-    from sparkgnn.serving.online.wire import answer_arrays
-
-    return answer_arrays(outcome.answer)[1]
+    return outcome.answer.arrays()[1]
 
 
 def test_a_version_is_dropped_only_when_its_last_batch_ends(versions):
@@ -250,36 +249,15 @@ def test_a_version_is_dropped_only_when_its_last_batch_ends(versions):
     v = versions
     with Server(v.config(http=None)) as server:
         old_key = batch_op.spec_key(server.config.deployment())
-        batch = server._take_version()
+        batch = server.versions.take()
         server.swap(v.g2)
         info = server.version_info()
         assert info["version"] == 2 and info["draining"] == [{"version": 1, "batches_in_flight": 1}]
         assert not server.settle(0.3)
-        assert old_key in batch_op.cached_keys()
-        server._release_version(batch)
+        assert old_key in server.pools[0].cache.keys()
+        server.versions.release(batch)
         assert server.settle(10)
-        assert old_key not in batch_op.cached_keys()
-
-
-def test_retire_waits_for_a_batch_of_this_process():
-    from sparkgnn.serving import served
-
-    spec = {"graph": "g", "model": "m", "store": None, "options": {}, "cache": {}}
-    key = served.register(spec)
-    batch_op._DEPLOYMENTS[key] = object()  # type: ignore[assignment]  # stands for a loaded one
-    try:
-        with batch_op.using(key):
-            kept = batch_op.retire([key])  # still served: retirement cannot take it away
-            assert kept["kept"] == [key] and key in batch_op.cached_keys()
-            served.withdraw(key)
-            done = batch_op.retire([key])
-            assert done["deferred"] == [key] and key in batch_op.cached_keys()
-        assert key not in batch_op.cached_keys()
-        batch_op._DEPLOYMENTS[key] = object()  # type: ignore[assignment]
-        assert batch_op.retire([key])["evicted"] == [key] and key not in batch_op.cached_keys()
-    finally:
-        batch_op._DEPLOYMENTS.pop(key, None)
-        served.withdraw(key)
+        assert old_key not in server.pools[0].cache.keys()
 
 
 def _post(url: str, body: dict, token: str | None = None) -> tuple[int, dict]:

@@ -37,9 +37,13 @@ def deployed(skewed_workload, tmp_path_factory):
 
 
 def exchange(server, frames: list) -> dict:
+    return exchange_at(server.zmq_endpoint, frames)
+
+
+def exchange_at(endpoint: str, frames: list) -> dict:
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(server.zmq_endpoint)
+    sock.connect(endpoint)
     try:
         sock.send_multipart(frames)
         assert sock.poll(10_000), "no reply"
@@ -113,10 +117,14 @@ def test_a_keyed_front_answers_listed_clients_only(tmp_path):
         client_keys = security.ClientKeys(security.load_keypair(client_dir, "client"), security.server_public_key(keys))
         sock = zmq.Context.instance().socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SNDTIMEO, 2000)  # a handshake refused before the send leaves no pipe to queue on
         security.make_client(sock, client_keys)
         sock.connect(front.endpoint)
         try:
-            sock.send_multipart([b"not a request"])
+            try:
+                sock.send_multipart([b"not a request"])
+            except zmq.Again:
+                return False  # refused already: nothing reached the front
             return bool(sock.poll(300 if client_dir == stranger else 10_000))
         finally:
             sock.close(0)
@@ -126,6 +134,7 @@ def test_a_keyed_front_answers_listed_clients_only(tmp_path):
         assert ask(keys) and server.refusals == 1
     finally:
         stop.set()
+        front.wake()  # the socket thread waits in poll() until something arrives
         thread.join(5)
 
 
@@ -155,3 +164,102 @@ def test_a_message_over_the_body_limit_is_dropped_and_another_client_is_answered
         finally:
             sock.close(0)
         assert server.stats["requests"] == 1  # only the other client's request reached the service
+
+
+def big_request(G, n: int, seed: int = 0) -> Request:
+    """A valid request of `n` new query nodes, each attached to a random vertex of G."""
+    rng = np.random.default_rng(seed)
+    qid = np.arange(n, dtype=np.int64) + int(G.ids.max()) + 1
+    x = rng.standard_normal((n, G.feature_dim)).astype(np.float32)
+    dst = rng.choice(G.ids, n).astype(np.int64)
+    return Request("big", qid, x, qid.copy(), dst)
+
+
+def test_a_large_request_being_parsed_does_not_stall_other_clients(deployed, skewed_workload, monkeypatch):
+    """Decoding and validation run on the parse pool, not the socket thread: while the large
+    request is held in its decoding (a gate, so the test shows "answered", never a timing),
+    small requests from two other clients are answered; then the large one is too."""
+    server, request, reference = deployed
+    entered, gate = threading.Event(), threading.Event()
+    decode = wire.request_from_tables
+
+    def gated(request_id, tables):
+        if request_id == "big":
+            entered.set()
+            gate.wait(30)
+        return decode(request_id, tables)
+
+    monkeypatch.setattr(wire, "request_from_tables", gated)
+    big = big_request(skewed_workload.graph_G, 2000)
+    frames = protocol.encode({"kind": "TASK", "op": "answer", "request_id": "big"}, wire.request_tables(big))
+    assert sum(len(bytes(f)) for f in frames) < server.config.max_body_bytes  # large, but allowed
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(server.zmq_endpoint)
+    try:
+        sock.send_multipart(frames)
+        assert entered.wait(10), "the large request never reached its decoding"
+        try:
+            for _ in range(2):  # two other clients, one after the other
+                with Client(server.zmq_endpoint, timeout_s=10) as client:
+                    got = client.answer(request)
+                np.testing.assert_allclose(got.h, reference.answer(request).h, rtol=1e-4, atol=1e-5)
+        finally:
+            gate.set()
+        assert sock.poll(30_000), "the large request was never answered"
+        header, tables = protocol.decode(sock.recv_multipart())
+        assert header["kind"] == "RESULT" and header["request_id"] == "big", header.get("error")
+        assert tables["answer"].num_rows == 2000
+    finally:
+        gate.set()
+        sock.close(0)
+
+
+def test_a_full_parse_pool_answers_busy_at_once_echoing_the_request(deployed):
+    """With every parse thread and queue slot taken, a request is answered BUSY (retry later),
+    its request_id and tag echoed from the header alone, and counted as a refusal."""
+    server, request, reference = deployed
+    pool = server._zmq.parse_pool
+    assert pool is server._parse_pool  # the service's pool, which its HTTP front shares
+    errors = server.stats["errors"]
+    taken = 0
+    while pool._slots.acquire(blocking=False):
+        taken += 1
+    try:
+        header = {"kind": "TASK", "op": "answer", "request_id": "r-busy", "tag": 7}
+        reply = exchange(server, protocol.encode(header, wire.request_tables(request)))
+    finally:
+        for _ in range(taken):
+            pool._slots.release()
+    assert taken == server.config.parse_threads + server.config.parse_queue
+    assert reply["kind"] == "BUSY" and reply["request_id"] == "r-busy" and reply["tag"] == 7
+    assert "waiting to be parsed" in reply["error"] and reply["retry_after_s"] == 1.0
+    assert server.stats["errors"] == errors + 1
+    still_answers(server, request, reference)
+
+
+class _FailingServer(_RefusingServer):
+    """A server whose submit fails with a bug (not a refusal)."""
+
+    def submit(self, *args, **kwargs):
+        raise RuntimeError("/srv/secret/path: a bug")
+
+
+def test_a_bug_while_reading_a_request_is_one_error_line_without_the_traceback(skewed_workload, tmp_path, caplog):
+    server = _FailingServer()
+    front = ZmqFront(server, f"ipc://{tmp_path}/front.ipc")
+    ready, stop = threading.Event(), threading.Event()
+    thread = threading.Thread(target=front.run, args=(ready, stop), daemon=True)
+    thread.start()
+    assert ready.wait(5)
+    request = skewed_workload.requests[0]
+    try:
+        with caplog.at_level("ERROR", logger="sparkgnn.serving.online.zmq_front"):
+            header = {"kind": "TASK", "op": "answer", "request_id": "r1"}
+            reply = exchange_at(front.endpoint, protocol.encode(header, wire.request_tables(request)))
+    finally:
+        stop.set()
+        front.wake()
+        thread.join(5)
+    assert reply["kind"] == "ERROR" and reply["error"] == "the request could not be read"
+    assert server.refusals == 1 and "/srv/secret" in caplog.text  # the traceback stays in the log

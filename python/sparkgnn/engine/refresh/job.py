@@ -46,9 +46,9 @@ from sparkgnn.engine.result import StoreResult, legacy_positional
 from sparkgnn.engine.spark_compat import default_parallelism
 from sparkgnn.errors import GraphUpdateError
 from sparkgnn.graph.updates import KINDS, UPDATE_SCHEMA
-from sparkgnn.layers.base import refuse_edge_features
-from sparkgnn.layers.dag import refuse_skip_connections
+from sparkgnn.graph.updates.format import EDGE_ATTR_FIELD
 from sparkgnn.layers.generic import require_states
+from sparkgnn.layers.stats import require_in_edge_stats
 from sparkgnn.pe import versions
 from sparkgnn.pe.refresh import RefreshError, RefreshReport, carried_metrics
 from sparkgnn.pe.writer import layer_key
@@ -69,7 +69,10 @@ _SPARK_TYPES = {
     "weight": "float",
     "node": "bigint",
     "x": "array<float>",
+    "edge_attr": "array<float>",
 }
+# The update's columns as the tasks read them: UPDATE_SCHEMA's and the optional edge attributes.
+UPDATE_COLUMNS = (*UPDATE_SCHEMA.names, EDGE_ATTR_FIELD.name)
 
 
 def _uri(path: str) -> str:
@@ -77,8 +80,9 @@ def _uri(path: str) -> str:
 
 
 def read_update_frame(spark, path: str):
-    """The update folder as a DataFrame of UPDATE_SCHEMA's columns (a column the update lacks is
-    null: the tasks' GraphUpdate.from_table then names it with the kinds that need it)."""
+    """The update folder as a DataFrame of UPDATE_COLUMNS (a column the update lacks is null: the
+    tasks' GraphUpdate.from_table then names it with the kinds that need it, and validation the
+    edge inserts that lack the graph's edge attributes)."""
     from pyspark.sql import functions as F
 
     if not files.exists(path):
@@ -87,7 +91,7 @@ def read_update_frame(spark, path: str):
     if "kind" not in frame.columns:
         raise GraphUpdateError(f"graph update {path}: no `kind` column (columns: {', '.join(frame.columns)})")
     columns = []
-    for name in UPDATE_SCHEMA.names:
+    for name in UPDATE_COLUMNS:
         value = F.col(f"`{name}`") if name in frame.columns else F.lit(None)
         columns.append(value.cast(_SPARK_TYPES[name]).alias(name))
     return frame.select(*columns)
@@ -150,7 +154,7 @@ def _update_inputs(spark, ctx: RunContext, graph, update) -> None:
     routed = vertex_rows.join(holders.withColumnRenamed("id", "node"), "node").withColumn(
         "owned", F.col("part") == part_of("node")
     )
-    columns = [*UPDATE_SCHEMA.names, "owned", "part"]
+    columns = [*UPDATE_COLUMNS, "owned", "part"]
     edge_rows = edge_rows.withColumn("owned", F.lit(False))
     other_rows = other_rows.withColumn("owned", F.lit(False))
     (
@@ -180,7 +184,7 @@ def _new_graph(spark, run_dir: str, old, built: list[dict], out_graph: str | Non
     from sparkgnn.graph import Graph
     from sparkgnn.graph.fingerprint import FingerprintAccumulator
 
-    acc = FingerprintAccumulator(old.feature_dim, old.has_weight)
+    acc = FingerprintAccumulator(old.feature_dim, old.has_weight, old.edge_attr_dim)
     for piece in built:
         acc.add_partial(piece["vertices"], int(piece["vertex_sum"]), piece["edges"], int(piece["edge_sum"]))
     meta = {
@@ -190,6 +194,7 @@ def _new_graph(spark, run_dir: str, old, built: list[dict], out_graph: str | Non
         "num_edges": _sum(built, "edges"),
         "feature_dim": old.feature_dim,
         "num_classes": old.stats()["num_classes"],
+        **({"edge_attr_dim": old.edge_attr_dim} if old.edge_attr_dim else {}),
     }
     # the next pieces (partition.py) hold every vertex once as owned, and every edge once
     pieces_next = files.join(run_dir, "next")
@@ -302,8 +307,8 @@ def refresh(
     configure(spark)
     old_graph, model = coerce_graph(spark, graph), coerce_model(model)
     require_states(model, "a PE store refresh")
-    refuse_edge_features(model.conv_list(), "a PE store refresh")
-    refuse_skip_connections(model, "a PE store refresh")
+    require_in_edge_stats(model, "a PE store refresh")
+    model.check_edge_attr(old_graph.edge_attr_dim or None, where=f"graph {old_graph.name!r}")
     old_store = PEStore.open(store, model=model, graph=old_graph)
     if not old_store.with_states:
         raise RefreshError(
@@ -327,6 +332,7 @@ def refresh(
         files.write_json_atomic(
             files.join(run_dir, "run.json"),
             {"feature_dim": old_graph.feature_dim, "weighted": old_graph.has_weight,
+             "edge_attr_dim": old_graph.edge_attr_dim,
              "vertex_columns": [c for c in ("y", "split") if c in old_graph.vertices.columns]},
         )  # fmt: skip
         phases["build_pieces"] = 0.0  # 0: the graph's pieces were kept by the refresh that made it

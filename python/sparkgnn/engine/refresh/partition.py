@@ -21,6 +21,10 @@ Everything a task reads or writes lies in the run directory (job.py lists it), o
 every executor reaches; a task recomputes its piece from there (cached per Python worker), so a
 task lost with its executor reruns anywhere. Vertex rows are sorted by id and edges by (dst, src,
 weight), so every attempt of a task sums messages in the same order.
+
+A graph whose edges carry attributes (`edge_attr`) keeps them on every edge row: in the pieces,
+in the update's edge_insert rows, in the updated pieces; a conv that reads them gets the piece's
+[E, D] rows (Piece.side), and the updated graph's fingerprint hashes them.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from sparkgnn.graph.data import GraphData
 from sparkgnn.graph.fingerprint import edge_hash_sum, vertex_hash_sum
 from sparkgnn.graph.updates import GraphUpdate, apply
 from sparkgnn.graph.updates.applying import Applied
+from sparkgnn.graph.updates.format import EDGE_ATTR_FIELD
 from sparkgnn.layers.stats import STATS
 from sparkgnn.pe.lookup import SortedTable
 from sparkgnn.pe.refresh_kernel import Side, compute_layer, plan_layer
@@ -129,7 +134,8 @@ def _column(table: pa.Table, name: str):
 def _read_update(table: pa.Table) -> GraphUpdate:
     from sparkgnn.graph.updates import UPDATE_SCHEMA
 
-    return GraphUpdate.from_table(table.select([n for n in UPDATE_SCHEMA.names if n in table.column_names]))
+    names = [*UPDATE_SCHEMA.names, EDGE_ATTR_FIELD.name]
+    return GraphUpdate.from_table(table.select([n for n in names if n in table.column_names]))
 
 
 @dataclass
@@ -149,7 +155,13 @@ class Piece:
         return self.applied.graph
 
     def side(self, conv, graph: GraphData, stats: dict, values) -> Side:
+        """The Side of `graph` for `conv`: a conv that reads edge attributes gets the [E, D] rows
+        in the weight slot (refresh_kernel's module doc), another its weights if it uses them."""
         w = graph.weight if conv.uses_edge_weight else None
+        if conv.edge_attr_dim:
+            if graph.edge_attr is None:
+                raise ValueError(f"{conv.kind} reads edge attributes (edge_attr), but {graph.name} has none")
+            w = graph.edge_attr
         named = {name: torch.from_numpy(stats[stat_key(conv, name)]) for name in conv.required_stats}
         return Side(graph.edge_src, graph.edge_dst, w, named, values)
 
@@ -175,19 +187,25 @@ def build_piece(ctx: RunContext, part: int) -> Piece:
     weight = _column(edges, "weight")
     order = np.lexsort((weight if weight is not None else np.zeros(len(src_ids)), src_ids, dst_ids))
     src, dst = np.searchsorted(ids, src_ids[order]), np.searchsorted(ids, dst_ids[order])
+    edge_attr = None
+    if _edge_attr_dim(run_dir):
+        edge_attr = to_numpy_matrix(edges.column(EDGE_ATTR_FIELD.name), _edge_attr_dim(run_dir))[order]
     old = GraphData(
         ids,
         x,
         src,
         dst,
         weight=None if weight is None else np.asarray(weight, np.float32)[order],
+        edge_attr=edge_attr,
         y=_column(vertices, "y"),
         split=_column(vertices, "split"),
         name=f"partition {part}",
     )
     owned_old = np.asarray(_column(vertices, "owned"), bool)
     update_rows = read_slice(
-        files.join(run_dir, "in", "update"), part, UPDATE_SCHEMA.append(pa.field("owned", pa.bool_()))
+        files.join(run_dir, "in", "update"),
+        part,
+        UPDATE_SCHEMA.append(EDGE_ATTR_FIELD).append(pa.field("owned", pa.bool_())),
     )
     applied = apply(_read_update(update_rows), old)
     inserted_owned = update_rows.filter(
@@ -217,9 +235,18 @@ def _vertex_schema(run_dir: str) -> pa.Schema:
     return pa.schema([("id", pa.int64()), ("x", pa.list_(pa.float32())), *present, ("owned", pa.bool_())])
 
 
+def _edge_attr_dim(run_dir: str) -> int:
+    """Width of the graph's edge attributes (0: its edges carry none)."""
+    return int(_meta(run_dir).get("edge_attr_dim", 0))
+
+
 def _edge_schema(run_dir: str) -> pa.Schema:
-    fields = [("src", pa.int64()), ("dst", pa.int64())]
-    return pa.schema(fields + ([("weight", pa.float32())] if _meta(run_dir)["weighted"] else []))
+    fields = [pa.field("src", pa.int64()), pa.field("dst", pa.int64())]
+    if _meta(run_dir)["weighted"]:
+        fields.append(pa.field("weight", pa.float32()))
+    if _edge_attr_dim(run_dir):
+        fields.append(EDGE_ATTR_FIELD)
+    return pa.schema(fields)
 
 
 def local_stats(graph: GraphData, keys) -> dict:
@@ -309,7 +336,7 @@ def build_task(ctx: RunContext, batches):
                 "deleted": old.ids[piece.owned_old & (piece.applied.new_rows < 0)].tolist(),
                 # the updated graph's fingerprint partials (graph/fingerprint.py sums are additive)
                 "vertex_sum": vertex_hash_sum(new.ids[rows], new.x[rows]),
-                "edge_sum": edge_hash_sum(new.ids[new.edge_src], new.ids[new.edge_dst], new.weight),
+                "edge_sum": edge_hash_sum(new.ids[new.edge_src], new.ids[new.edge_dst], new.weight, new.edge_attr),
             },
         )
 
@@ -345,6 +372,8 @@ def _edge_columns(graph: GraphData) -> dict:
     edges = {"src": pa.array(graph.ids[graph.edge_src]), "dst": pa.array(graph.ids[graph.edge_dst])}
     if graph.weight is not None:
         edges["weight"] = pa.array(graph.weight)
+    if graph.edge_attr is not None:
+        edges[EDGE_ATTR_FIELD.name] = to_list(graph.edge_attr)
     return edges
 
 

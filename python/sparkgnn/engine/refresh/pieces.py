@@ -8,7 +8,7 @@ refresh of that version starts from them: only its first refresh on a graph pays
 
     <work dir>/refresh-pieces/<graph fp>/P=<P>/
         vertices/part=<p>/*.parquet   id, x, [y], [split], owned   (owned vertices + their sources)
-        edges/part=<p>/*.parquet      src, dst, [weight]           (in-edges of owned vertices)
+        edges/part=<p>/*.parquet      src, dst, [weight], [edge_attr]  (in-edges of owned vertices)
         local/part=<p>/*.parquet      id                           (the ids the piece holds)
         pieces.json                   written last: the layout is complete
 

@@ -4,13 +4,18 @@ the problem reporting every step of reading and validating an update shares.
 An update is ONE table with a `kind` per row (UPDATE_SCHEMA):
 
     kind            columns used      meaning
-    edge_insert     src, dst, weight  add one edge (weight required iff the graph has weights)
+    edge_insert     src, dst, weight  add one edge (weight required iff the graph has weights;
+                    [edge_attr]       edge_attr, a list<float32> of the graph's edge_attr width,
+                                      required iff the graph's edges carry attributes)
     edge_delete     src, dst, weight  remove ONE occurrence of (src -> dst) (of that weight, if given)
     vertex_insert   node, x           add a vertex with features x
     feature_update  node, x           replace a vertex's features
     vertex_delete   node              remove a vertex and every edge touching it
 
 Columns a kind does not use are ignored (and written as null); extra columns are ignored.
+`edge_attr` is optional (EDGE_ATTR_FIELD, not part of UPDATE_SCHEMA): a table written for a graph
+without edge attributes has no such column, and the readers of the base schema keep reading it.
+An edge_delete needs no attributes: it picks the occurrence by (src, dst[, weight]).
 
 Design decisions:
 
@@ -60,6 +65,10 @@ UPDATE_SCHEMA = pa.schema(
     ]
 )
 
+# The optional edge attribute column of edge_insert rows (module doc); written only by an update
+# that inserts edges with attributes.
+EDGE_ATTR_FIELD = pa.field("edge_attr", pa.list_(pa.float32()))
+
 # Column -> the kinds that need a non-null value in it. `weight` is never required by the format:
 # whether an edge needs one depends on the graph (validate()).
 NEEDED_BY = {
@@ -86,6 +95,7 @@ COLUMN_TYPES = {
     "weight": (_is_number, "float32"),
     "node": (pa.types.is_integer, "int64"),
     "x": (_is_number_list, "list<float32>"),
+    "edge_attr": (_is_number_list, "list<float32>"),
 }
 
 # Problem kind -> message template ({count}, {examples} and any detail fields). The first word of
@@ -113,6 +123,13 @@ TEMPLATES = {
     "bad_weight": "{update_kind}: {count} edges have a negative, NaN or Inf weight; first: {examples}",
     "unexpected_weight": "{update_kind}: {count} edges have a weight, but the graph has no edge weights; "
     "first: {examples}",
+    "missing_edge_attr": "{update_kind}: {count} edges have no edge_attr, but the graph's edges carry "
+    "attributes of width {expected}; first: {examples}",
+    "unexpected_edge_attr": "{update_kind}: {count} edges have an edge_attr, but the graph's edges carry none; "
+    "first: {examples}",
+    "edge_attr_width": "{update_kind}: {count} edges have an edge_attr of width {width}, the graph's have width "
+    "{expected}; first: {examples}",
+    "edge_attr_nonfinite": "{update_kind}: {count} edges have NaN/Inf edge_attr values; first: {examples}",
     "too_many_deletes": "{update_kind}: {count} edges are deleted more times than the graph holds them; "
     "first: {examples}",
 }
@@ -171,6 +188,8 @@ class GraphUpdate:
 
     Edge weights are float32 arrays aligned with src/dst, or None when no row of that kind has a
     weight; NaN inside an array means "no weight" (null in Parquet). x matrices are [rows, F].
+    `edge_insert_attr`: the inserted edges' attribute rows [edge inserts, D], or None when the
+    edges carry none (a graph without edge attributes).
     """
 
     edge_insert_src: np.ndarray = field(default_factory=no_ids)
@@ -184,6 +203,7 @@ class GraphUpdate:
     feature_update_ids: np.ndarray = field(default_factory=no_ids)
     feature_update_x: np.ndarray = field(default_factory=_no_rows)
     vertex_delete_ids: np.ndarray = field(default_factory=no_ids)
+    edge_insert_attr: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         wrong: list[str] = []
@@ -222,6 +242,12 @@ class GraphUpdate:
             setattr(self, f"{prefix}_ids", ids(f"{prefix}_ids"))
             setattr(self, f"{prefix}_x", rows(f"{prefix}_x", len(getattr(self, f"{prefix}_ids"))))
         self.vertex_delete_ids = ids("vertex_delete_ids")
+        if self.edge_insert_attr is not None:
+            attr = np.ascontiguousarray(self.edge_insert_attr, dtype=np.float32)
+            attr = attr.reshape(-1, 1) if attr.ndim == 1 else attr
+            if attr.ndim != 2 or len(attr) != len(self.edge_insert_src) or attr.shape[1] < 1:
+                wrong.append(f"edge_insert_attr has shape {attr.shape}, expected ({len(self.edge_insert_src)}, D>=1)")
+            self.edge_insert_attr = attr
         if wrong:
             raise_if_any([make_problem("shape", len(wrong), wrong)], "graph update")
 
@@ -267,10 +293,11 @@ class GraphUpdate:
         GraphUpdate. Raises one GraphUpdateError naming unknown kinds (with counts), missing or
         mistyped columns, and nulls where a kind needs a value."""
         problems: list[UpdateProblem] = []
-        for name in UPDATE_SCHEMA.names:  # a column of nulls only (e.g. from Python Nones) has type null
+        for wanted in [*UPDATE_SCHEMA, EDGE_ATTR_FIELD]:  # a column of nulls only (e.g. Python Nones) has type null
+            name = wanted.name
             if name in table.column_names and pa.types.is_null(table.schema.field(name).type):
                 position = table.column_names.index(name)
-                table = table.set_column(position, name, table.column(name).cast(UPDATE_SCHEMA.field(name).type))
+                table = table.set_column(position, name, table.column(name).cast(wanted.type))
         if "kind" not in table.column_names:
             raise_if_any([make_problem("missing_column", 1, ["kind"])], source)
         kind_column = table.column("kind")
@@ -353,7 +380,19 @@ class GraphUpdate:
         x_column = pa.ListArray.from_arrays(
             pa.array(offsets.astype(np.int32)), x_values, type=pa.list_(pa.float32()), mask=pa.array(~has_x)
         )
-        return pa.Table.from_arrays([kind, src, dst, weight_column, node, x_column], schema=UPDATE_SCHEMA)
+        table = pa.Table.from_arrays([kind, src, dst, weight_column, node, x_column], schema=UPDATE_SCHEMA)
+        if self.edge_insert_attr is None:
+            return table
+        attr = self.edge_insert_attr
+        attr_offsets = np.concatenate([np.arange(len(attr) + 1) * attr.shape[1], np.full(total - len(attr), attr.size)])
+        has_attr = np.arange(total) < len(attr)
+        attr_column = pa.ListArray.from_arrays(
+            pa.array(attr_offsets.astype(np.int32)),
+            pa.array(attr.reshape(-1)),
+            type=EDGE_ATTR_FIELD.type,
+            mask=pa.array(~has_attr),
+        )
+        return table.append_column(EDGE_ATTR_FIELD, attr_column)
 
     def write(self, path) -> str:
         """Write the update as ONE Parquet file at `path` and return the path. Never replaces an
@@ -403,6 +442,9 @@ def _read_kind(kind: str, part: pa.Table, rows: np.ndarray, problems: list) -> d
                 make_problem("null_value", int(nulls.sum()), map(str, rows[nulls][:MAX_EXAMPLES]), kind, column=column)
             )
     if kind in (EDGE_INSERT, EDGE_DELETE):
+        out = {}
+        if kind == EDGE_INSERT:
+            out["edge_insert_attr"] = _edge_attr(part, values["src"], values["dst"], rows, problems)
         weight = None
         if "weight" in part.column_names and len(rows) and part.column("weight").null_count < len(rows):
             column = part.column("weight").cast(pa.float32())
@@ -410,7 +452,7 @@ def _read_kind(kind: str, part: pa.Table, rows: np.ndarray, problems: list) -> d
             if nan.any():
                 problems.append(make_problem("nan_weight", int(nan.sum()), map(str, rows[nan][:MAX_EXAMPLES]), kind))
             weight = pc.fill_null(column, np.nan).to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
-        return {f"{kind}_src": values["src"], f"{kind}_dst": values["dst"], f"{kind}_weight": weight}
+        return {**out, f"{kind}_src": values["src"], f"{kind}_dst": values["dst"], f"{kind}_weight": weight}
     if kind == VERTEX_DELETE:
         return {"vertex_delete_ids": values["node"]}
     x = _no_rows()
@@ -421,3 +463,24 @@ def _read_kind(kind: str, part: pa.Table, rows: np.ndarray, problems: list) -> d
             UpdateProblem(f"{kind}.{p.kind}", p.count, p.examples, f"{kind}: {p.message()}") for p in x_problems
         )
     return {f"{kind}_ids": values["node"], f"{kind}_x": x if x is not None else _no_rows()}
+
+
+def _edge_attr(part: pa.Table, src: np.ndarray, dst: np.ndarray, rows: np.ndarray, problems: list) -> np.ndarray | None:
+    """The edge_insert rows' attribute matrix, or None when the column is absent or all null.
+    Null and ragged rows next to given ones are problems in the graph reader's words (an update
+    inserts edges either all with attributes or all without: validate() says which)."""
+    if "edge_attr" not in part.column_names or not len(rows) or part.column("edge_attr").null_count == len(rows):
+        return None
+    from sparkgnn.graph.problems import fmt_edge
+
+    attr, attr_problems = checks.vector_column(
+        src,
+        part.column("edge_attr"),
+        kinds=("null_edge_attr", "edge_attr_width"),
+        label=lambda i: fmt_edge(src[i], dst[i]),
+    )
+    problems.extend(
+        UpdateProblem(f"{EDGE_INSERT}.{p.kind}", p.count, p.examples, f"{EDGE_INSERT}: {p.message()}")
+        for p in attr_problems
+    )
+    return attr

@@ -165,9 +165,10 @@ def _edge_examples(bad: np.ndarray, src: np.ndarray, dst: np.ndarray, weight: np
     return [fmt_edge_weight(src[i], dst[i], weight[i]) for i in rows]
 
 
-def _edge_problem(defect, kind, bad, src, dst, weight=None, hint: str = "") -> UpdateProblem | None:
+def _edge_problem(defect, kind, bad, src, dst, weight=None, hint: str = "", **detail) -> UpdateProblem | None:
     count = int(bad.sum())
-    return make_problem(defect, count, _edge_examples(bad, src, dst, weight), kind, hint=hint) if count else None
+    examples = _edge_examples(bad, src, dst, weight)
+    return make_problem(defect, count, examples, kind, hint=hint, **detail) if count else None
 
 
 def _edge_insert_problems(update, graph, deleted, src: Endpoints, dst: Endpoints) -> list:
@@ -198,7 +199,22 @@ def _edge_insert_problems(update, graph, deleted, src: Endpoints, dst: Endpoints
         ]
     else:
         problems.append(_edge_problem("unexpected_weight", EDGE_INSERT, given, s, d, weight))
-    return problems
+    return problems + _edge_attr_problems(update.edge_insert_attr, graph.edge_attr_dim, s, d)
+
+
+def _edge_attr_problems(attr: np.ndarray | None, width: int, s: np.ndarray, d: np.ndarray) -> list:
+    """Inserted edges' attributes against the graph's: required (of its width, finite) iff the
+    graph's edges carry them, refused otherwise."""
+    every = np.ones(len(s), bool)
+    if not width:
+        return [] if attr is None else [_edge_problem("unexpected_edge_attr", EDGE_INSERT, every, s, d)]
+    if attr is None:
+        return [_edge_problem("missing_edge_attr", EDGE_INSERT, every, s, d, expected=width)]
+    if attr.shape[1] != width:
+        rows = checks.first_rows(every, s, d)
+        examples = [fmt_edge(s[i], d[i]) for i in rows]
+        return [make_problem("edge_attr_width", len(s), examples, EDGE_INSERT, width=attr.shape[1], expected=width)]
+    return [_edge_problem("edge_attr_nonfinite", EDGE_INSERT, ~np.isfinite(attr).all(axis=1), s, d)]
 
 
 def _edge_deletes(update: GraphUpdate, graph: GraphData, deleted: np.ndarray) -> tuple[np.ndarray, list]:

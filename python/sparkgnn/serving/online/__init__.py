@@ -10,13 +10,17 @@ scheduler   request queue: Pending, ServiceModel, SCHEDULERS (fifo, degree with 
 tuner       offline parameter tuner: tune (two 1-D searches over T_d and T_s), candidate_ts,
             write_thresholds / read_thresholds (the JSON deployment config)
 config      ServeConfig: a deployment's JSON settings, checked as a whole when loaded
-server      Server(ServeConfig): intake, scheduling, batching, routing, dispatch threads; swap:
-            serve another (graph, store) version without a restart
+server      Server(ServeConfig): the service, a façade over intake, dispatch, versions and stats
+intake      Intake: a request checked and queued, or answered at once; Outcome, Ticket
+dispatch    Dispatcher: the batcher, the router (pools.ROUTERS), one dispatch thread per pool slot
+versions    VersionManager: the version served, swaps without a restart, eviction of replaced ones
+stats       ServiceMetrics (/metrics, the status line) and Tally (outcomes counted)
 zmq_front   the ZeroMQ front (messenger frames); http_front: the HTTP/JSON front (aiohttp)
-wire        requests, batches and answers as Arrow tables
+wire        requests, batches and answers as Arrow tables; BatchAnswers: a batch's answer in numpy, per request
 costs       GraphFacts: what the front end knows of G (ids, in-degrees, PSGS)
 pools       POOL_KINDS (inprocess, workers) and ROUTERS (first, psgs: Quiver)
-batch_op    op "serve_batch": a worker's deployment and its answer to a batch; "serve_evict"
+batch_op    op "serve_batch": a worker's deployment and its answer to a batch; "serve_evict";
+            DeploymentCache: the deployments a worker holds
 hotcache    CACHE_POLICIES (off, degree, fap) and HotRows: the hot stored rows
 client      Client (ZeroMQ / HTTP); remote_engine: RemoteEngine for `--engine serve://`
 cli         sparkgnn-serve serve | tune | swap

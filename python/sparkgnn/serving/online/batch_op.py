@@ -20,13 +20,15 @@ worker answers only ids it was started with (its deployments file) or its contro
 the header carries no path and no engine option. A batch so names exactly one (graph, store)
 version, whatever else the worker has cached.
 
-Versions (Server.swap): a worker's cache holds the deployments batches asked for, bounded in
-bytes (served.cache_bytes(), least recently used first out, estimated from the graph's and the
-store's data files), until the front end retires one: it withdraws the version from its workers'
+Versions (Server.swap): a worker's `DeploymentCache` (an object the worker owns: the handler
+`sparkgnn-worker` builds, or an in-process pool; passed to `serve_batch`/`serve_evict`, never a
+module global) holds the deployments batches asked for, bounded in bytes (served.cache_bytes(),
+least recently used first out, estimated from the graph's and the store's data files), until the
+front end retires one: it withdraws the version from its workers'
 deployments (pools.py) and then sends op "serve_evict" (`retire`), which drops only ids the
 worker no longer serves, so a peer can make a worker drop nothing its controller still serves.
-A deployment a batch of this process is still answering (another server in the same process,
-the in-process pool's other slots) is dropped when that batch ends instead. Every reply's meta
+A deployment a batch of that worker is still answering (the in-process pool's other slots) is
+dropped when that batch ends instead. Every reply's meta
 carries the worker's pid, so the front end can tell which workers have loaded or dropped a version.
 """
 
@@ -37,7 +39,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -53,30 +55,32 @@ BATCH_OP = "serve_batch"
 EVICT_OP = "serve_evict"
 FUSABLE_MODES = frozenset({"he"})
 
-_DEPLOYMENTS: dict[str, Deployment] = {}  # deployment id -> the loaded deployment, least recent first
-_SIZES: dict[str, int] = {}  # deployment id -> its estimated bytes (the LRU's weight)
-_IN_USE: dict[str, int] = {}  # deployment id -> batches of this process answering from it now
-_RETIRING: set[str] = set()  # retired while in use: dropped when its last batch ends
-_LOCK = threading.Lock()  # guards the four above
-_LOAD_LOCK = threading.Lock()  # one load at a time: two threads asking for a new spec load it once
-
 
 class Deployment:
     """G, the model and the PE store, loaded once per worker process, and one QueryEngine per
     mode asked for (all sharing one ServingContext: G's index is built once)."""
 
-    def __init__(self, spec: dict):
+    def __init__(self, spec: dict, *, parts: dict | None = None):
+        """Load `spec`'s graph, model and store; `parts` (a delta swap, serving.online.delta) hands
+        over "graph", "model", "store" and "context" already built for this spec instead."""
         from sparkgnn.graph.reader import read_graph_dir
         from sparkgnn.models import Model
         from sparkgnn.pe.store import PEStore
 
+        started = time.perf_counter()
         self.spec = spec
-        self.graph = read_graph_dir(spec["graph"])
-        self.model = Model.load(spec["model"])
-        self.store = PEStore.open(spec["store"], model=self.model, graph=self.graph) if spec.get("store") else None
+        if parts is not None:
+            self.graph, self.model, self.store = parts["graph"], parts["model"], parts["store"]
+        else:
+            self.graph = read_graph_dir(spec["graph"])
+            self.model = Model.load(spec["model"])
+            self.store = PEStore.open(spec["store"], model=self.model, graph=self.graph) if spec.get("store") else None
         self.engines: dict = {}
-        self.context: Any = None  # the ServingContext every engine shares, made by the first engine
+        # the ServingContext every engine shares, made by the first engine (or handed over)
+        self.context: Any = None if parts is None else parts.get("context")
         self._cached_stores: list = []
+        # how this deployment was loaded (reported in a swap's warm-up replies): "whole" or "delta"
+        self.loaded: dict = {"how": "whole", "seconds": round(time.perf_counter() - started, 4)}
         ids = self.graph.ids
         self.fresh_base = int(ids.max()) + 1 if len(ids) else 0
 
@@ -215,97 +219,6 @@ def spec_key(spec: dict) -> str:
     return served.deployment_id(spec)
 
 
-def deployment(key: str) -> Deployment:
-    """The deployment with id `key`, loaded on first use (UnknownDeployment for an id this
-    process does not serve) and kept until retired or pushed out of the byte-bounded cache."""
-    spec = served.lookup(key)
-    with _LOCK:
-        found = _DEPLOYMENTS.pop(key, None)
-        if found is not None:
-            _DEPLOYMENTS[key] = found  # most recently used last
-        _RETIRING.discard(key)  # asked for again: a retirement still pending is void
-    if found is not None:
-        return found
-    with _LOAD_LOCK:
-        with _LOCK:
-            found = _DEPLOYMENTS.get(key)
-        if found is None:
-            found = Deployment(spec)  # a failed load caches nothing
-            size = found.nbytes()
-            with _LOCK:
-                _DEPLOYMENTS[key] = found
-                _SIZES[key] = size
-                _RETIRING.discard(key)
-                dropped = _shrink_locked(keep=key)
-            if dropped:
-                _free_memory()
-    return found
-
-
-def _shrink_locked(keep: str) -> list[str]:
-    """Drop least recently used deployments not in use until the cache fits its byte bound
-    (`keep`, just loaded, stays even when it alone is over)."""
-    dropped = []
-    total = sum(_SIZES.get(k, 0) for k in _DEPLOYMENTS)
-    for key in list(_DEPLOYMENTS):
-        if total <= served.cache_bytes():
-            break
-        if key == keep or _IN_USE.get(key):
-            continue
-        del _DEPLOYMENTS[key]
-        total -= _SIZES.pop(key, 0)
-        dropped.append(key)
-    return dropped
-
-
-@contextmanager
-def using(key: str) -> Iterator[Deployment]:
-    """The deployment with id `key`, counted as in use until the block ends (a retirement waits)."""
-    dep = deployment(key)
-    with _LOCK:
-        _IN_USE[key] = _IN_USE.get(key, 0) + 1
-    try:
-        yield dep
-    finally:
-        with _LOCK:
-            left = _IN_USE[key] - 1
-            if left:
-                _IN_USE[key] = left
-            else:
-                del _IN_USE[key]
-                if key in _RETIRING:
-                    _RETIRING.discard(key)
-                    if _DEPLOYMENTS.get(key) is dep:
-                        del _DEPLOYMENTS[key]
-                        _SIZES.pop(key, None)
-
-
-def retire(keys) -> dict:
-    """Drop the deployments `keys` (ids) this process no longer serves from its cache: now, or
-    when the batch still answering from one ends ("deferred"). An id still served (its
-    controller has not withdrawn it) is "kept": retirement cannot take a live deployment away.
-    Returns what was done and what stays cached."""
-    evicted, deferred, kept = [], [], []
-    for key in keys:
-        if served.serves(key):
-            kept.append(key)
-    with _LOCK:
-        for key in keys:
-            if key not in _DEPLOYMENTS or key in kept:
-                continue
-            if _IN_USE.get(key):
-                _RETIRING.add(key)
-                deferred.append(key)
-            else:
-                del _DEPLOYMENTS[key]
-                _SIZES.pop(key, None)
-                evicted.append(key)
-        held = sorted(_DEPLOYMENTS)
-    if evicted:
-        _free_memory()
-    return {"pid": os.getpid(), "evicted": evicted, "deferred": deferred, "kept": kept, "held": held}
-
-
 def _free_memory() -> None:
     gc.collect()  # engines, contexts and hot caches hold reference cycles: free the memory now
     torch = sys.modules.get("torch")
@@ -313,33 +226,165 @@ def _free_memory() -> None:
         torch.cuda.empty_cache()  # a hot cache's device rows: back to the device
 
 
-def cached_keys() -> list[str]:
-    """The deployment ids this process holds loaded (tests and stats)."""
-    with _LOCK:
-        return sorted(_DEPLOYMENTS)
+class DeploymentCache:
+    """The deployments one worker holds loaded, by id: least recently used first out once their
+    estimated bytes pass `max_bytes()` (default served.cache_bytes()), a deployment a batch is
+    answering from never dropped under it (`using`), a retired one dropped when its last batch
+    ends. Owned by the worker that answers batches (the handler `sparkgnn-worker` builds, an
+    in-process pool), so two workers in one process never share or clear each other's copies."""
+
+    def __init__(self, max_bytes: Callable[[], int] = served.cache_bytes):
+        self._max_bytes = max_bytes
+        self._deployments: dict[str, Deployment] = {}  # id -> the loaded deployment, least recent first
+        self._sizes: dict[str, int] = {}  # id -> its estimated bytes (the LRU's weight)
+        self._in_use: dict[str, int] = {}  # id -> batches answering from it now
+        self._retiring: set[str] = set()  # retired while in use: dropped when its last batch ends
+        self._lock = threading.Lock()  # guards the four above
+        self._load_lock = threading.Lock()  # one load at a time: two threads asking for a new spec load it once
+
+    def get(self, key: str) -> Deployment:
+        """The deployment with id `key`, loaded on first use (UnknownDeployment for an id this
+        process does not serve) and kept until retired or pushed out by the byte bound."""
+        spec = served.lookup(key)
+        with self._lock:
+            found = self._deployments.pop(key, None)
+            if found is not None:
+                self._deployments[key] = found  # most recently used last
+            self._retiring.discard(key)  # asked for again: a retirement still pending is void
+        if found is not None:
+            return found
+        with self._load_lock:
+            with self._lock:
+                found = self._deployments.get(key)
+            if found is None:
+                found = self._load(spec)  # a failed load caches nothing
+                dropped = self.put(key, found, found.nbytes())
+                if dropped:
+                    _free_memory()
+        return found
+
+    def _load(self, spec: dict) -> Deployment:
+        """`spec` loaded: patched from a held deployment whose store version it is a small
+        row-level successor of (serving.online.delta), else read whole."""
+        from sparkgnn.serving.online.delta import patched_deployment
+
+        with self._lock:
+            held = list(reversed(self._deployments.values()))  # most recently used first
+        reasons = []
+        for previous in held:
+            found, why = patched_deployment(previous, spec)
+            if found is not None:
+                return found
+            reasons.append(why)
+        found = Deployment(spec)
+        if reasons:
+            found.loaded["why_not_delta"] = reasons[0]
+        return found
+
+    def put(self, key: str, deployment: Deployment, nbytes: int) -> list[str]:
+        """Hold `deployment` (estimated `nbytes`) as `key`, the most recently used; returns the ids
+        dropped to stay within the byte bound (`key` stays even when it alone is over)."""
+        with self._lock:
+            self._deployments.pop(key, None)
+            self._deployments[key] = deployment
+            self._sizes[key] = int(nbytes)
+            self._retiring.discard(key)
+            return self._shrink_locked(keep=key)
+
+    def _shrink_locked(self, keep: str) -> list[str]:
+        dropped = []
+        total = sum(self._sizes.get(k, 0) for k in self._deployments)
+        for key in list(self._deployments):
+            if total <= self._max_bytes():
+                break
+            if key == keep or self._in_use.get(key):
+                continue
+            del self._deployments[key]
+            total -= self._sizes.pop(key, 0)
+            dropped.append(key)
+        return dropped
+
+    @contextmanager
+    def using(self, key: str) -> Iterator[Deployment]:
+        """The deployment with id `key`, counted as in use until the block ends (a retirement
+        and the byte bound wait)."""
+        dep = self.get(key)
+        with self._lock:
+            self._in_use[key] = self._in_use.get(key, 0) + 1
+        try:
+            yield dep
+        finally:
+            with self._lock:
+                left = self._in_use[key] - 1
+                if left:
+                    self._in_use[key] = left
+                else:
+                    del self._in_use[key]
+                    if key in self._retiring:
+                        self._retiring.discard(key)
+                        if self._deployments.get(key) is dep:
+                            del self._deployments[key]
+                            self._sizes.pop(key, None)
+
+    def retire(self, keys: list[str]) -> dict:
+        """Drop the deployments `keys` (ids) this process no longer serves: now, or when the
+        batch still answering from one ends ("deferred"). An id still served (its controller has
+        not withdrawn it) is "kept": retirement cannot take a live deployment away. Returns what
+        was done and what stays held, with the process id."""
+        evicted, deferred = [], []
+        kept = [key for key in keys if served.serves(key)]
+        with self._lock:
+            for key in keys:
+                if key not in self._deployments or key in kept:
+                    continue
+                if self._in_use.get(key):
+                    self._retiring.add(key)
+                    deferred.append(key)
+                else:
+                    del self._deployments[key]
+                    self._sizes.pop(key, None)
+                    evicted.append(key)
+            held = sorted(self._deployments)
+        if evicted:
+            _free_memory()
+        return {"pid": os.getpid(), "evicted": evicted, "deferred": deferred, "kept": kept, "held": held}
+
+    def clear(self) -> None:
+        """Drop every deployment not in use (the worker is closing). No collection is forced: a
+        service stopping must not pay a full garbage collection; the next one frees them."""
+        with self._lock:
+            for key in [k for k in self._deployments if not self._in_use.get(k)]:
+                del self._deployments[key]
+                self._sizes.pop(key, None)
+
+    def keys(self) -> list[str]:
+        """The deployment ids held loaded now."""
+        with self._lock:
+            return sorted(self._deployments)
 
 
-def serve_evict(header: dict, tables: dict) -> dict:
-    """Op "serve_evict": header "retire" lists deployment ids to drop (`retire`: only those this
-    worker no longer serves); the meta says which were dropped, deferred, kept and still held,
-    and the worker's pid."""
+def serve_evict(header: dict, tables: dict, deployments: DeploymentCache) -> dict:
+    """Op "serve_evict": header "retire" lists deployment ids to drop from `deployments`
+    (DeploymentCache.retire: only those this worker no longer serves); the meta says which were
+    dropped, deferred, kept and still held, and the worker's pid."""
     served.check_header(header)
     keys = header.get("retire") or []
     if not isinstance(keys, list):
         raise served.UnknownDeployment("task header 'retire' must be a list of deployment ids")
-    return {wire.META: wire.meta_table(retire([served.check_id(k, "retire") for k in keys]))}
+    return {wire.META: wire.meta_table(deployments.retire([served.check_id(k, "retire") for k in keys]))}
 
 
-def serve_batch(header: dict, tables: dict) -> dict:
-    """Answer one batch: tables "nodes"/"edges" with `req`, header "deployment" (an id this
-    worker serves), "requests" (their ids, in batch order) and "mode" (and "warm_modes": engines
-    to build first). Returns "answer" + "meta" (per-request errors by position in the batch, the
-    worker's pid). A header naming paths or options, or an unknown id, is refused (one line)."""
+def serve_batch(header: dict, tables: dict, deployments: DeploymentCache) -> dict:
+    """Answer one batch from the deployment `deployments` holds (or loads): tables "nodes"/"edges"
+    with `req`, header "deployment" (an id this worker serves), "requests" (their ids, in batch
+    order) and "mode" (and "warm_modes": engines to build first). Returns "answer" + "meta"
+    (per-request errors by position in the batch, the worker's pid). A header naming paths or
+    options, or an unknown id, is refused (one line)."""
     started = time.perf_counter()
     served.check_header(header)
     key = served.check_id(header.get("deployment"))
     warm_errors = {}
-    with using(key) as dep:
+    with deployments.using(key) as dep:
         for mode in header.get("warm_modes") or []:  # a swap's warm-up: every served mode's engine
             try:
                 dep.engine(str(mode))
@@ -375,4 +420,6 @@ def serve_batch(header: dict, tables: dict) -> dict:
     }
     if warm_errors:
         meta["warm_errors"] = warm_errors
+    if header.get("warm_modes"):  # a swap's warm-up: how this worker loaded the version
+        meta["loaded"] = dep.loaded
     return {"answer": table, wire.META: wire.meta_table(meta)}

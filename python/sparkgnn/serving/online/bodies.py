@@ -37,10 +37,13 @@ class NodeBody(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class AnswerBody(msgspec.Struct, forbid_unknown_fields=True):
-    """POST /v1/answer: {"request_id"?, "mode"?, "nodes": [{"id", "x"}], "edges"?: [[src, dst]]}."""
+    """POST /v1/answer: {"request_id"?, "mode"?, "nodes": [{"id", "x"}], "edges"?: [[src, dst]],
+    "edge_attr"?: [[a_1, ..., a_D]]} (edge_attr: one row per edge, in `edges`' order, for a model
+    whose layers read edge attributes)."""
 
     nodes: list[NodeBody]
     edges: list[tuple[INT64, INT64]] = []
+    edge_attr: list[list[float]] | None = None
     request_id: Annotated[str, msgspec.Meta(min_length=1, max_length=256)] = "http"
     mode: str | None = None
     deadline_ms: Annotated[float, msgspec.Meta(gt=0, le=86_400_000)] | None = None  # else the deployment's
@@ -138,10 +141,18 @@ def request_of(body: AnswerBody) -> Request:
     else:
         x = [n.x for n in body.nodes] if count else np.zeros((0, 0), np.float32)  # type: ignore[assignment]
     edges = np.asarray(body.edges, np.int64).reshape(-1, 2) if body.edges else np.zeros((0, 2), np.int64)
+    attr = body.edge_attr if body.edge_attr or len(edges) else None  # no edges: no rows to carry
+    if attr is not None and len(attr) != len(edges):
+        raise BodyError(f"the request body: edge_attr has {len(attr)} rows, edges has {len(edges)} (one row per edge)")
+    if attr is not None and len({len(row) for row in attr}) > 1:
+        raise BodyError(f"the request body: edge_attr rows of different lengths {sorted({len(row) for row in attr})}")
+    if attr is not None and not attr[0]:
+        raise BodyError("the request body: edge_attr rows are empty (each edge needs D >= 1 values)")
     return Request(
         body.request_id,
         np.fromiter((n.id for n in body.nodes), np.int64, count),
         x,
         np.ascontiguousarray(edges[:, 0]),
         np.ascontiguousarray(edges[:, 1]),
+        None if attr is None else np.asarray(attr, np.float32).reshape(len(edges), -1),
     )

@@ -5,7 +5,9 @@
     sparkgnn-serve swap  --url http://HOST:PORT --graph G2 [--store S] [--token T]
 
 `serve` prints one line with its endpoints, then a status line every --report-s seconds, and
-runs until interrupted (SIGINT / SIGTERM: in-flight batches finish, the pools stop).
+runs until interrupted (SIGINT / SIGTERM: in-flight batches finish, the pools stop). With
+--follow-store it swaps to each version a `sparkgnn-refresh follow` of its --store publishes,
+checked every --follow-interval-s (serving.online.store_follow).
 
 `tune` is GSM's parameter tuner (section IV-C): it replays the recorded requests (Parquet request
 files, serving.request) open-loop at --rate against the deployment for each candidate pair, first
@@ -80,6 +82,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="CURVE keys folder (sparkgnn-keys: server.key_secret + authorized_clients/): only listed "
         "clients reach the ZeroMQ front; required for a non-loopback ZeroMQ bind",
     )
+    serve.add_argument(
+        "--follow-store",
+        action="store_true",
+        default=None,
+        help="swap to each version `sparkgnn-refresh follow` publishes under --store's root",
+    )
+    serve.add_argument(
+        "--follow-interval-s", type=positive_float, help="how often a followed store is checked (default 0.5)"
+    )
     serve.add_argument("--report-s", type=positive_float, default=10.0)
     tune.add_argument("--requests", required=True, help="folder of request Parquet files to replay")
     tune.add_argument("--rate", type=positive_float, default=200.0, help="requests per second offered")
@@ -143,7 +154,16 @@ def config_from(args) -> ServeConfig:
     for name in ("graph", "model", "store", "mode", "scheduler"):
         if getattr(args, name, None) is not None:
             base[name] = getattr(args, name)
-    for name in ("bind", "http", "curve_keys", "tls_cert", "tls_key", "swap_roots"):
+    for name in (
+        "bind",
+        "http",
+        "curve_keys",
+        "tls_cert",
+        "tls_key",
+        "swap_roots",
+        "follow_store",
+        "follow_interval_s",
+    ):
         if getattr(args, name, None) is not None:
             base[name] = getattr(args, name)
     if getattr(args, "modes", None):

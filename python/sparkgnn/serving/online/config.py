@@ -48,6 +48,10 @@ class ServeConfig:
     admin_token: str | None = None  # admin operations (swap) need it; never the inference token
     swap_roots: list[str] = field(default_factory=list)  # a swap's graph and store must lie under one
     swap_schemes: list[str] = field(default_factory=lambda: ["file"])  # URI schemes a swap may name
+    # swap to each version a follower publishes under the store's root (serving/online/store_follow.py),
+    # checked every follow_interval_s: freshness = the follower's commit interval + this + the swap
+    follow_store: bool = False
+    follow_interval_s: float = 0.5
     tls_cert: str | None = None  # PEM certificate chain of the HTTP front (HTTPS)
     tls_key: str | None = None  # its PEM private key
     max_queries: int = 4096
@@ -55,8 +59,8 @@ class ServeConfig:
     max_cost: float = 4194304.0  # a request's predicted cost (GraphFacts.pending: in-degree sum)
     max_body_bytes: int = 64 * 1024 * 1024  # an HTTP body and a ZeroMQ message (MAXMSGSIZE)
     queue_bytes: int = 1 << 30  # the queued requests' bytes (ids, features, edges) at most
-    parse_threads: int = 2  # threads decoding and validating HTTP bodies, off the event loop
-    parse_queue: int = 64  # bodies waiting for those threads at most (beyond: 503, retry later)
+    parse_threads: int = 2  # threads decoding and validating requests (both fronts), off their intake
+    parse_queue: int = 64  # requests waiting for those threads at most (beyond: 503 / BUSY, retry later)
     request_timeout_s: float = 30.0
     # a request's deadline unless it names its own (admission.py): one whose predicted queue wait
     # and service pass it is refused at intake (BUSY, HTTP 503 + Retry-After); None: request_timeout_s
@@ -119,6 +123,7 @@ class ServeConfig:
             "request_timeout_s",
             "batch_timeout_s",
             "http_idle_timeout_s",
+            "follow_interval_s",
         ):
             value = getattr(self, name)
             if (
@@ -155,6 +160,10 @@ class ServeConfig:
             value = getattr(self, name)
             if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
                 raise ServeError(f"{where}: {name} must be a list of non-empty strings, got {value!r}")
+        if not isinstance(self.follow_store, bool):
+            raise ServeError(f"{where}: follow_store must be true or false, got {self.follow_store!r}")
+        if self.follow_store and not self.store:
+            raise ServeError(f"{where}: follow_store needs a PE store (store): it follows that store's versions")
         if self.metrics_auth not in ("inference", "admin"):
             raise ServeError(f"{where}: metrics_auth must be 'inference' or 'admin', got {self.metrics_auth!r}")
         if bool(self.tls_cert) != bool(self.tls_key):

@@ -1,8 +1,8 @@
 """The versions an online service serves (Server.swap): a Version is one (graph directory, PE
 store) pair as the front end holds it, with the count of batches still running on it; plus the
 helpers a swap needs (the probe request that makes a worker load a version, a graph directory's
-fingerprint, the root a store version folder lies under). The swap protocol itself (open, warm
-every worker, switch under the dispatch lock, evict) is Server's: server.py's docstring.
+fingerprint, the root a store version folder lies under, a batch's header). The swap protocol
+itself (open, warm every worker, switch under the dispatch lock, evict) is versions.py's.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sparkgnn.serving.online.batch_op import spec_key
+from sparkgnn.serving.online.batch_op import BATCH_OP, spec_key
 from sparkgnn.serving.online.costs import GraphFacts
 from sparkgnn.serving.online.pools import ServeError
 from sparkgnn.serving.request import Request
@@ -34,7 +34,7 @@ class Version:
     facts: GraphFacts
     graph_fingerprint: str
     since: float = field(default_factory=time.time)
-    in_flight: int = 0  # batches dispatched on it and not finished (guarded by Server._lock)
+    in_flight: int = 0  # batches dispatched on it and not finished (guarded by the service's lock)
     replaced: bool = False
     dropped_by: dict = field(default_factory=dict)  # pool index -> pids that dropped it (evictor)
 
@@ -50,6 +50,12 @@ class Version:
             "graph_fingerprint": self.graph_fingerprint,
             "since": self.since,
         }
+
+
+def batch_header(version: Version, mode: str, requests: list[Request]) -> dict:
+    """The header of op "serve_batch" for `requests` answered in `mode` by `version`: the
+    deployment travels as an id the pools registered, never as paths."""
+    return {"op": BATCH_OP, "deployment": version.key, "mode": mode, "requests": [r.request_id for r in requests]}
 
 
 def probe_request(facts: GraphFacts) -> Request:

@@ -15,6 +15,10 @@ coroutine awaiting its Future, not a thread.
                     the request timeout or
                     its batch ran past the batch deadline (the server's limits: retry later); 500
                     when its batch failed on a worker; 401 without the token
+  POST /v1/score    body {"pairs": [[src, dst]], "relations"?, "nodes"?, "edges"?, ...}: decoder
+                    scores of the pairs from the served embeddings; POST /v1/topk body {"sources",
+                    "k", "relation"?, "nodes"?, ...}: each source's k best vertices (linkpred.py;
+                    400 for a malformed body, 413 over its caps, the query nodes' own outcome else)
   GET  /metrics     the service's metrics in Prometheus' text format (stats.py), behind the
                     inference token as /v1/health, or the admin token with metrics_auth "admin"
   GET  /v1/health   {"status": "ok", "stats": counters, "version": the version served (Server.version_info:
@@ -35,10 +39,17 @@ the service read and serve the paths it is given. Bodies above `max_body_bytes` 
 aiohttp itself (413).
 
 Answer bodies are decoded and validated (bodies.decode_answer, Server.submit) off the event loop,
-on `parse_threads` threads of the front's own; at most `parse_queue` bodies wait for them, and one
-more is answered 503 with Retry-After at once, so one large body never stalls the other clients
-and a flood of them never queues without bound. With `tls` (a certificate chain and its key,
-PEM) the front serves HTTPS (the ssl module; TLS 1.2 at least), which a non-loopback bind needs.
+on the service's parse pool (serving.online.parsing: `parse_threads` threads, shared with the
+ZeroMQ front); at most `parse_queue` requests wait for them, and one more is answered 503 with
+Retry-After at once, so one large body never stalls the other clients and a flood of them never
+queues without bound. With `tls` (a certificate chain and its key, PEM) the front serves HTTPS
+(the ssl module; TLS 1.2 at least), which a non-loopback bind needs.
+
+WHY replies through orjson (json_reply), not the json module: an answer's `h` rows are numpy
+views of its batch's answer (wire.BatchAnswers, read into numpy once per batch), which orjson
+writes in C; the json module needs every value turned into a Python float first, which was most
+of the front's time per answer. Bodies are read by msgspec (bodies.py), which validates as it
+decodes.
 
 Connections are bounded in time: one idle (no request, or a request line or headers never
 finished) is closed after `idle_timeout_s` (aiohttp's keep-alive timer), and a body not received
@@ -50,18 +61,21 @@ body holds nothing for long. A client that resets its connection mid-body is log
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import logging
 import math
 import ssl
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
+import orjson
+
 from sparkgnn.errors import USER_ERRORS
-from sparkgnn.serving.online import wire
 from sparkgnn.serving.online.bodies import BodyError, check_swap_timeout, decode_answer, decode_swap, request_of
+from sparkgnn.serving.online.linkpred import LinkRefused, LinkService
+from sparkgnn.serving.online.parsing import ParsePool
 from sparkgnn.serving.request import Request
 
 log = logging.getLogger(__name__)
@@ -74,6 +88,8 @@ HEALTH_HIDDEN = ("graph", "store")  # Version.describe keys /v1/health leaves ou
 # Retry-After, the client's mistakes ("error") 400
 STATUS = {"ok": 200, "error": 400, "too_large": 413, "busy": 503, "stopping": 503, "timeout": 504, "failed": 500}
 RETRY_AFTER_S = {"busy": 1, "stopping": 5, "timeout": 1}
+# orjson: numpy arrays and scalars as JSON; non-str keys (ints) as strings, as the json module writes them
+JSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -93,7 +109,11 @@ class HttpFront:
         parse_threads: int = 2,
         parse_queue: int = 64,
         metrics_auth: str = "inference",
+        parse_pool: ParsePool | None = None,
     ):
+        """`parse_pool`: the threads that decode and validate bodies (the Server shares its own
+        with the ZeroMQ front, and shuts it down); None: one of `parse_threads` threads and
+        `parse_queue` waiting of the front's own, shut down by stop()."""
         from sparkgnn.serving.online.config import split_http_bind
 
         host, port = split_http_bind(bind)
@@ -103,9 +123,10 @@ class HttpFront:
         self.max_body_bytes = max_body_bytes
         self.idle_timeout_s = float(idle_timeout_s)
         self.ssl_context = server_ssl_context(*tls) if tls else None
-        self._parsers = ThreadPoolExecutor(int(parse_threads), thread_name_prefix="sparkgnn-serve-parse")
-        self._parse_slots = threading.BoundedSemaphore(int(parse_threads) + int(parse_queue))
+        self._owns_pool = parse_pool is None
+        self.parse_pool = parse_pool if parse_pool is not None else ParsePool(int(parse_threads), int(parse_queue))
         self.resets = ResetLog(RESET_LOG_EVERY_S)
+        self.link = LinkService(server)  # /v1/score and /v1/topk
         self.url: str | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
@@ -141,6 +162,8 @@ class HttpFront:
 
         app = web.Application(client_max_size=self.max_body_bytes)
         app.router.add_post("/v1/answer", self._answer)
+        app.router.add_post("/v1/score", functools.partial(self._link, "score"))
+        app.router.add_post("/v1/topk", functools.partial(self._link, "topk"))
         app.router.add_get("/v1/health", self._health)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_post("/v1/admin/swap", self._swap)
@@ -168,12 +191,10 @@ class HttpFront:
         """The request's body, or the response refusing it: 408 (and the connection closed) when
         it does not arrive within idle_timeout_s; None with one rate-limited log line when the
         client reset the connection mid-body (there is no one to answer)."""
-        from aiohttp import web
-
         try:
             return await asyncio.wait_for(request.read(), self.idle_timeout_s)
         except asyncio.TimeoutError:
-            response = web.json_response(
+            response = json_reply(
                 {"status": "error", "error": f"the body did not arrive within {self.idle_timeout_s:g} s"}, status=408
             )
             response.force_close()
@@ -186,26 +207,61 @@ class HttpFront:
         from aiohttp import web
 
         if not self._authorised(request):
-            return web.json_response({"status": "error", "error": "missing or wrong bearer token"}, status=401)
+            return json_reply({"status": "error", "error": "missing or wrong bearer token"}, status=401)
         body = await self._body(request)
         if not isinstance(body, bytes):
             return body if body is not None else web.Response(status=400)
-        if not self._parse_slots.acquire(blocking=False):
+        parsing = self.parse_pool.try_submit(self._parse_and_submit, body)
+        if parsing is None:
             self.server.count_refusal()
-            return web.json_response(
+            return json_reply(
                 {"status": "busy", "error": "too many request bodies are waiting to be parsed; retry later"},
                 status=503,
                 headers={"Retry-After": str(RETRY_AFTER_S["busy"])},
             )
         try:
-            submitted = await asyncio.get_running_loop().run_in_executor(self._parsers, self._parse_and_submit, body)
+            submitted = await asyncio.wrap_future(parsing)
         except USER_ERRORS as exc:
             self.server.count_refusal()
-            return web.json_response({"status": "error", "error": str(exc)}, status=400)
-        finally:
-            self._parse_slots.release()
+            return json_reply({"status": "error", "error": str(exc)}, status=400)
         outcome = await asyncio.wrap_future(submitted)
         return outcome_response(outcome)
+
+    async def _link(self, op: str, request):
+        """POST /v1/score and /v1/topk (linkpred.py): the body checked and its query nodes queued
+        on the parse pool, their Outcome awaited, then the scores computed on the parse pool."""
+        from aiohttp import web
+
+        if not self._authorised(request):
+            return json_reply({"status": "error", "error": "missing or wrong bearer token"}, status=401)
+        body = await self._body(request)
+        if not isinstance(body, bytes):
+            return body if body is not None else web.Response(status=400)
+        try:
+            job = await self._on_parse_pool(self.link.prepare, op, body)
+            if job is None:
+                return _parse_busy()
+            outcome = await asyncio.wrap_future(job.queries) if job.queries is not None else None
+            finished = await self._on_parse_pool(job.finish, outcome)
+            if finished is None:
+                return _parse_busy()
+        except LinkRefused as exc:
+            self.server.count_refusal()
+            return json_reply({"status": exc.kind, "error": str(exc)}, status=STATUS[exc.kind])
+        except USER_ERRORS as exc:
+            self.server.count_refusal()
+            return json_reply({"status": "error", "error": str(exc)}, status=400)
+        kind, reply = finished
+        headers = {"Retry-After": str(RETRY_AFTER_S[kind])} if kind in RETRY_AFTER_S else None
+        return json_reply(reply, status=STATUS.get(kind, 500), headers=headers)
+
+    async def _on_parse_pool(self, fn, *args):
+        """fn(*args) on the parse pool, awaited; None when the pool's queue is full."""
+        running = self.parse_pool.try_submit(fn, *args)
+        if running is None:
+            self.server.count_refusal()
+            return None
+        return await asyncio.wrap_future(running)
 
     def _parse_and_submit(self, body: bytes):
         """On a parse thread: decode the body, then Server.submit (which validates and queues it);
@@ -214,12 +270,10 @@ class HttpFront:
         return self.server.submit(request_of(parsed), parsed.mode, deadline_ms=parsed.deadline_ms)
 
     async def _health(self, request):
-        from aiohttp import web
-
         if not self._authorised(request):
-            return web.json_response({"status": "error", "error": "missing or wrong bearer token"}, status=401)
+            return json_reply({"status": "error", "error": "missing or wrong bearer token"}, status=401)
         version = {k: v for k, v in self.server.version_info().items() if k not in HEALTH_HIDDEN}
-        return web.json_response({"status": "ok", "stats": dict(self.server.stats), "version": version})
+        return json_reply({"status": "ok", "stats": dict(self.server.stats), "version": version})
 
     async def _metrics(self, request):
         """The service's metrics in Prometheus' text format (stats.ServiceMetrics), behind the
@@ -230,12 +284,12 @@ class HttpFront:
 
         admin = self.metrics_auth == "admin"
         if admin and not self.admin_token:
-            return web.json_response(
+            return json_reply(
                 {"status": "error", "error": "metrics_auth is 'admin' but the service has no admin token"}, status=403
             )
         if not self._authorised(request, admin=admin):
             which = "admin " if admin else ""
-            return web.json_response({"status": "error", "error": f"missing or wrong {which}bearer token"}, status=401)
+            return json_reply({"status": "error", "error": f"missing or wrong {which}bearer token"}, status=401)
         return web.Response(body=self.server.metrics.exposition(), headers={"Content-Type": CONTENT_TYPE})
 
     async def _swap(self, request):
@@ -244,7 +298,7 @@ class HttpFront:
         from sparkgnn.serving.online.server import SwapRefused
 
         if not self.admin_token:
-            return web.json_response(
+            return json_reply(
                 {
                     "status": "error",
                     "error": "admin operations need an admin token: start the service with --admin-token-file "
@@ -253,14 +307,14 @@ class HttpFront:
                 status=403,
             )
         if not self._authorised(request, admin=True):
-            return web.json_response({"status": "error", "error": "missing or wrong admin bearer token"}, status=401)
+            return json_reply({"status": "error", "error": "missing or wrong admin bearer token"}, status=401)
         body = await self._body(request)
         if not isinstance(body, bytes):
             return body if body is not None else web.Response(status=400)
         try:
             graph, store, timeout_s = swap_from_json(body)
         except BodyError as exc:
-            return web.json_response({"status": "error", "error": str(exc)}, status=400)
+            return json_reply({"status": "error", "error": str(exc)}, status=400)
         loop = asyncio.get_running_loop()
 
         def checked_swap() -> dict:
@@ -270,8 +324,8 @@ class HttpFront:
         try:
             report = await loop.run_in_executor(None, checked_swap)
         except SwapRefused as exc:
-            return web.json_response({"status": "error", "error": str(exc)}, status=409)
-        return web.json_response({"status": "ok", "swap": report})
+            return json_reply({"status": "error", "error": str(exc)}, status=409)
+        return json_reply({"status": "ok", "swap": report})
 
     def stop(self) -> None:
         loop = self._loop
@@ -286,7 +340,16 @@ class HttpFront:
         loop.call_soon_threadsafe(loop.stop)
         if self._thread is not None:
             self._thread.join(timeout=5.0)
-        self._parsers.shutdown(wait=False)
+        if self._owns_pool:
+            self.parse_pool.shutdown()
+
+
+def _parse_busy():
+    return json_reply(
+        {"status": "busy", "error": "too many request bodies are waiting to be parsed; retry later"},
+        status=503,
+        headers={"Retry-After": str(RETRY_AFTER_S["busy"])},
+    )
 
 
 def server_ssl_context(cert: str, key: str) -> ssl.SSLContext:
@@ -330,27 +393,42 @@ class ResetLog:
 def outcome_response(outcome):
     """The HTTP response of an Outcome: its JSON, the status of its kind (STATUS) and, for the
     server's own limits, Retry-After."""
-    from aiohttp import web
-
     retry = getattr(outcome, "retry_after_s", None)
     if outcome.kind in RETRY_AFTER_S:
         headers = {"Retry-After": str(math.ceil(retry) if retry else RETRY_AFTER_S[outcome.kind])}
     else:
         headers = None
-    return web.json_response(outcome_json(outcome), status=STATUS.get(outcome.kind, 500), headers=headers)
+    return json_reply(outcome_json(outcome), status=STATUS.get(outcome.kind, 500), headers=headers)
+
+
+def json_reply(data, *, status: int = 200, headers: dict | None = None) -> web.Response:
+    """`data` as a JSON response (application/json), encoded by orjson: numpy arrays and scalars
+    are written as JSON arrays and numbers in C (float32 rows in float32's shortest form, which
+    reads back to the same float32), with no per-value Python conversion."""
+    from aiohttp import web
+
+    return web.json_bytes_response(data, dumps=_dumps, status=status, headers=headers)
+
+
+def _dumps(data) -> bytes:
+    return orjson.dumps(data, option=JSON_OPTIONS)
 
 
 def outcome_json(outcome) -> dict:
-    """The HTTP/JSON form of an Outcome."""
+    """The HTTP/JSON form of an Outcome, for json_reply: each answer's `h` is a numpy row view of
+    its batch's answer (wire.AnswerRows), so building it costs a dict per query node and no
+    conversion of the values."""
     body: dict = {"request_id": outcome.request_id, "status": outcome.kind}
     if outcome.error:
         body["error"] = outcome.error
     if outcome.answer is not None:
-        nodes, h, pred = wire.answer_arrays(outcome.answer)
-        body["answers"] = [
-            {"node": int(n), "h": row.tolist(), **({"pred": int(pred[i])} if pred is not None else {})}
-            for i, (n, row) in enumerate(zip(nodes, h, strict=True))
-        ]
+        nodes, h, pred = outcome.answer.arrays()
+        if pred is None:
+            body["answers"] = [{"node": n, "h": row} for n, row in zip(nodes.tolist(), h, strict=True)]
+        else:
+            body["answers"] = [
+                {"node": n, "h": row, "pred": p} for n, row, p in zip(nodes.tolist(), h, pred.tolist(), strict=True)
+            ]
         body["queue_ms"] = outcome.queue_s * 1e3
         body["service_ms"] = outcome.service_s * 1e3
         body["batch_requests"] = outcome.batch_requests

@@ -54,8 +54,11 @@ class InProcessPool:
     def __init__(self, name: str, width: int = 1, threads: int = 1, **_):
         import torch
 
+        from sparkgnn.serving.online.batch_op import DeploymentCache
+
         self.name, self.width = name, int(width)
         self._registered: set[str] = set()
+        self.cache = DeploymentCache()  # this pool's loaded deployments: the pool is their worker
         torch.set_num_threads(int(threads))
 
     def register(self, spec: dict) -> str:
@@ -81,7 +84,7 @@ class InProcessPool:
         from sparkgnn.serving.online import batch_op
 
         run = batch_op.serve_evict if header.get("op") == batch_op.EVICT_OP else batch_op.serve_batch
-        return run(header, tables)
+        return run(header, tables, self.cache)
 
     def warm_up(self, header: dict, tables: dict) -> None:
         self.call(0, header, tables)
@@ -100,6 +103,7 @@ class InProcessPool:
     def close(self) -> None:
         for key in list(self._registered):
             self.withdraw(key)
+        self.cache.clear()
 
 
 @POOL_KINDS.register("workers")

@@ -27,6 +27,7 @@ no work for its metrics.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -38,6 +39,7 @@ CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4  # of exposition()
 LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
 OTHER_MODE = "other"  # the label of a mode the service does not serve (refused requests)
+OUTCOME_STATS = {"ok": "answered", "busy": "busy", "too_large": "too_large"}  # any other kind: "errors"
 
 
 class _StateCollector(Collector):
@@ -165,3 +167,55 @@ class ServiceMetrics:
         if "sparkgnn_serve_cache_hit_rate" in values:
             line += f"; cache hit rate={one('sparkgnn_serve_cache_hit_rate'):.3f}"
         return line
+
+
+def service_stats(version: int, graph_fingerprint: str) -> dict[str, Any]:
+    """A new service's counters (Server.stats), and the version it serves."""
+    return {
+        "requests": 0,
+        "answered": 0,
+        "errors": 0,
+        "busy": 0,
+        "shed": 0,  # of the busy: refused at intake for a deadline they could not meet
+        "too_large": 0,
+        "batch_timeouts": 0,
+        "batches": 0,
+        "overflow": 0,
+        "version": version,
+        "graph_fingerprint": graph_fingerprint,
+        "swaps": 0,
+        "swaps_refused": 0,
+        "evicted": 0,
+    }
+
+
+class Tally:
+    """Counts what happens to a service's requests in its counters (`stats`, guarded by `lock`,
+    the service's) and its `metrics`, so every part of the service (intake, dispatch, the
+    fronts) counts an outcome the same way."""
+
+    def __init__(self, stats: dict[str, Any], lock: threading.Lock, metrics: ServiceMetrics):
+        self.stats = stats
+        self._lock = lock
+        self.metrics = metrics
+
+    def add(self, key: str, n: int = 1) -> None:
+        """Add `n` to the counter `key`."""
+        with self._lock:
+            self.stats[key] += n
+
+    def finish(self, deliver: Callable[[Any], None], outcome: Any, mode: Any = "") -> None:
+        """Count `outcome` (an Outcome: its kind, and its latency when answered) by `mode` and
+        hand it to `deliver`."""
+        with self._lock:
+            self.stats[OUTCOME_STATS.get(outcome.kind, "errors")] += 1
+        answered = outcome.kind == "ok"
+        self.metrics.outcome(mode, outcome.kind, outcome.queue_s + outcome.service_s if answered else None)
+        deliver(outcome)
+
+    def refusal(self) -> None:
+        """A message a front could not even read as a request (it never reached submit)."""
+        with self._lock:
+            self.stats["requests"] += 1
+            self.stats["errors"] += 1
+        self.metrics.outcome(OTHER_MODE, "error")

@@ -7,6 +7,13 @@ thread drains into the ROUTER, so no lock sits on the reply path. Refusals made 
 that are not the protocol, a table without the columns a request needs) take the same pipe.
 Requests may carry a `tag` the reply echoes (the load generator uses it).
 
+The socket thread only receives and sends: each message is decoded and validated (header,
+Arrow tables, Server.submit's checks) on the service's parse pool (serving.online.parsing, the
+threads the HTTP front parses on), so one large request does not stall the other clients. When
+that pool's threads and queue are all taken, the message is answered BUSY at once (retry
+later), read no further than its header (capped at protocol.MAX_HEADER_BYTES) for the
+request_id and tag the reply echoes.
+
 Headers are checked as strictly as the HTTP front's bodies (serving.online.bodies): a header key
 or a table the protocol does not define is refused naming it and the expected ones (a misspelt
 `"mode"` would otherwise be answered in the default mode), and each field must have its type.
@@ -15,6 +22,7 @@ or a table the protocol does not define is refused naming it and the expected on
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 
 import zmq
@@ -23,7 +31,10 @@ from sparkgnn.errors import USER_ERRORS
 from sparkgnn.messenger import protocol
 from sparkgnn.messenger.security import CLIENT, ServerAuth
 from sparkgnn.serving.online import wire
+from sparkgnn.serving.online.parsing import ParsePool
 from sparkgnn.serving.request import RequestError
+
+log = logging.getLogger(__name__)
 
 # the header keys a request may carry: the messenger's own (protocol.stamp) and the service's
 PROTOCOL_KEYS = frozenset({"v", "kind", "tables", "rows", "hash"})
@@ -35,6 +46,7 @@ REQUEST_KEYS: dict[str, tuple[type, ...]] = {
     "deadline_ms": (int, float),
 }
 REQUEST_TABLES = ("nodes", "edges")
+BUSY_RETRY_AFTER_S = 1.0  # a BUSY for a full parse pool: the HTTP front's Retry-After for it
 
 
 def check_header(header: dict, tables: dict) -> None:
@@ -60,8 +72,13 @@ def check_header(header: dict, tables: dict) -> None:
 
 
 class ZmqFront:
-    def __init__(self, server, bind: str, curve_keys: str | None = None):
+    def __init__(self, server, bind: str, curve_keys: str | None = None, *, parse_pool: ParsePool | None = None):
+        """`parse_pool`: the threads that decode and validate requests (the Server shares its
+        own with the HTTP front, and shuts it down); None: a default-sized one of the front's
+        own, shut down when its socket thread ends."""
         self.server, self.bind, self.curve_keys = server, bind, curve_keys
+        self._owns_pool = parse_pool is None
+        self.parse_pool = parse_pool if parse_pool is not None else ParsePool()
         self.context: zmq.Context = zmq.Context.instance()
         self.endpoint: str | None = None
         self._reply_endpoint = f"inproc://sparkgnn-serve-replies-{id(self)}"
@@ -106,6 +123,8 @@ class ZmqFront:
             if self._auth is not None:
                 self._auth.close()  # after its socket (a CURVE socket without a handler admits nobody)
                 self._auth = None
+            if self._owns_pool:
+                self.parse_pool.shutdown()
 
     def wake(self) -> None:
         """End the socket thread's wait (stop(): it then sees the stop event): one empty frame
@@ -114,9 +133,38 @@ class ZmqFront:
         push.send(b"")
 
     def _on_message(self, frames) -> None:
+        """On the socket thread: hand the message to the parse pool, or answer BUSY at once when
+        the pool is full."""
         identity, body = frames[0], frames[1:]
         if body and len(body[0]) == 0:  # a REQ-style empty delimiter
             body = body[1:]
+        if self.parse_pool.try_submit(self._parse_and_submit, identity, body) is not None:
+            return
+        self.server.count_refusal()
+        header = _header_or_empty(body)
+        given, tag = header.get("request_id"), header.get("tag")
+        reply = {
+            "kind": "BUSY",
+            "request_id": given if isinstance(given, str) else None,
+            "error": "too many requests are waiting to be parsed; retry later",
+            "retry_after_s": BUSY_RETRY_AFTER_S,
+        }
+        if isinstance(tag, str | int | float) and not isinstance(tag, bool):
+            reply["tag"] = tag
+        self._send(identity, reply, {})
+
+    def _parse_and_submit(self, identity, body: list) -> None:
+        """On a parse thread: decode and check the message, then Server.submit it (its Outcome
+        is sent from the dispatch thread that makes it); a refusal is an ERROR reply naming
+        what is wrong, and an unexpected failure one without the traceback (which is logged)."""
+        try:
+            self._decode_and_submit(identity, body)
+        except Exception:  # noqa: BLE001 - the peer gets one line; the traceback stays in the log
+            log.exception("sparkgnn-serve: a ZeroMQ request could not be read")
+            self.server.count_refusal()
+            self._send(identity, {"kind": "ERROR", "request_id": None, "error": "the request could not be read"}, {})
+
+    def _decode_and_submit(self, identity, body: list) -> None:
         header: dict = {}
         refusals: tuple[type[Exception], ...] = (protocol.ProtocolError, ValueError, KeyError, RecursionError)
         try:
@@ -157,7 +205,7 @@ class ZmqFront:
             header["error"] = outcome.error
         if getattr(outcome, "retry_after_s", None):
             header["retry_after_s"] = outcome.retry_after_s
-        tables = {"answer": outcome.answer} if outcome.answer is not None else {}
+        tables = {"answer": outcome.answer.table()} if outcome.answer is not None else {}
         self._send(identity, header, tables)
 
     def _push(self):
@@ -171,6 +219,15 @@ class ZmqFront:
 
     def _send(self, identity, header: dict, tables: dict) -> None:
         self._push().send_multipart([identity, *protocol.encode(header, tables)], copy=False)
+
+
+def _header_or_empty(body: list) -> dict:
+    """The message's header alone (capped at protocol.MAX_HEADER_BYTES, so cheap to read on the
+    socket thread), or {} when it is not a valid one."""
+    try:
+        return protocol.peek_header(body) if body else {}
+    except (protocol.ProtocolError, ValueError, RecursionError):
+        return {}
 
 
 def _drain(sock, handle) -> None:

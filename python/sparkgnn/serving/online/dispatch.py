@@ -1,0 +1,290 @@
+"""The dispatch side of the online service: the batcher thread takes batches from the scheduler
+whenever a pool slot is free, the router picks their pool, and one dispatch thread per slot runs
+each batch on its pool and answers its requests.
+
+WHY this shape:
+  - Work-conserving batches: a batch is formed when a slot frees up, so under load batches grow
+    to T_d and under light load a request goes alone; a batch whose per-layer subgraph estimate
+    exceeds T_s is divided (scheduler.divide), each part waiting for a slot of its own.
+  - Routing (pools.ROUTERS, Quiver's PSGS threshold) with overflow: a batch whose pool has no free
+    slot while another pool has one goes there instead (counted as "overflow").
+  - Every wait has a timeout: a batch's call is awaited at most `batch_timeout_s` (then its
+    requests are answered "timeout"; the slot stays taken until the call returns, so runaway
+    calls never pile up); a request that waited past its deadline or `request_timeout_s` is
+    answered "timeout" without work.
+  - A batch is answered wholly by the Version it took when dispatched (versions.py).
+  - Idle, no thread wakes: the batcher blocks on a free slot and on the scheduler (`take(None)`),
+    the dispatch threads on their pool queue; `close_batcher` and `stop_dispatch` wake them (one
+    sentinel per dispatch thread of every pool).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+
+from sparkgnn.serving.online import wire
+from sparkgnn.serving.online.admission import Admission
+from sparkgnn.serving.online.config import ServeConfig
+from sparkgnn.serving.online.deployments import batch_header
+from sparkgnn.serving.online.intake import Outcome, Ticket
+from sparkgnn.serving.online.pools import ROUTERS, ServeError
+from sparkgnn.serving.online.scheduler import ServiceModel, divide
+from sparkgnn.serving.online.stats import Tally
+from sparkgnn.serving.online.versions import VersionManager
+
+BATCH_LOG_ENTRIES = 100_000  # batch_log keeps the first this many batches
+
+
+class BatchDeadline(ServeError):
+    """A batch's pool call did not return within the service's batch_timeout_s."""
+
+
+class Dispatcher:
+    """Batches from `scheduler` onto `pools` (module doc). `versions`: what each batch runs on;
+    `service` and `admission`: fitted from every batch served; `dequeued`: called with the
+    requests the batcher took out of the scheduler (intake's byte budget); `tally`: counts and
+    delivers every Outcome; `lock`: the service's lock; `stop`: set when the service stops."""
+
+    def __init__(
+        self,
+        config: ServeConfig,
+        pools: list,
+        scheduler,
+        versions: VersionManager,
+        *,
+        service: ServiceModel,
+        admission: Admission,
+        dequeued: Callable[[list], None],
+        tally: Tally,
+        lock: threading.Lock,
+        stop: threading.Event,
+    ):
+        self.config = config
+        self.pools = pools
+        self.scheduler = scheduler
+        self.versions = versions
+        self.service = service
+        self.admission = admission
+        self._dequeued = dequeued
+        self._tally = tally
+        self._lock = lock
+        self._stop = stop
+        self.route = ROUTERS.lookup(config.router)
+        self.pool_queues: list[queue.Queue] = [queue.Queue() for _ in pools]
+        self.busy = [0] * len(pools)  # slots running a batch, per pool (guarded by lock)
+        self._free = threading.Semaphore(sum(p.width for p in pools) or 1)
+        # one caller thread per slot: the dispatch thread awaits its call with a deadline
+        self._callers = {
+            (p, slot): ThreadPoolExecutor(1, thread_name_prefix=f"sparkgnn-serve-call-{pool.name}-{slot}")
+            for p, pool in enumerate(pools)
+            for slot in range(pool.width)
+        }
+        self._batcher: threading.Thread | None = None
+        self.batch_log: list[dict] = []  # per batch: size, cost, psgs, pool, seconds (bounded)
+        self.cache_stats: dict | None = None  # the hot cache, as the last batch reported it
+
+    def start(self, spawn: Callable[..., threading.Thread]) -> None:
+        """Start one dispatch thread per pool slot and the batcher, with `spawn(name, target, *args)`."""
+        for p, pool in enumerate(self.pools):
+            for slot in range(pool.width):
+                spawn(f"dispatch-{pool.name}-{slot}", self.dispatch_loop, p, slot)
+        self._batcher = spawn("batcher", self.batch_loop)
+
+    def close_batcher(self, left: list) -> None:
+        """Stopping (the scheduler closed, `left` its requests never taken): answer those
+        "stopping", end the batcher, then hand every dispatch thread of every pool its own
+        sentinel, so no batch reaches a pool queue after it."""
+        self.fail_stopped(left)
+        self._free.release()  # wakes the batcher if it waits for a slot
+        if self._batcher is not None:
+            self._batcher.join(timeout=5.0)
+        for p, q in enumerate(self.pool_queues):
+            for _ in range(self.pools[p].width):
+                q.put(None)
+
+    def stop_dispatch(self) -> None:
+        """After the dispatch threads ended: answer "stopping" the batches still queued (left by
+        a thread stuck in its call) and let the caller threads go."""
+        for q in self.pool_queues:
+            while True:
+                try:
+                    tickets = q.get_nowait()
+                except queue.Empty:
+                    break
+                if tickets is not None:
+                    self.fail_tickets(tickets, "stopping", "the service is stopping")
+        for caller in self._callers.values():
+            caller.shutdown(wait=False)
+
+    def batch_loop(self) -> None:
+        """Take a batch whenever a pool slot is free. Blocks while idle (no timeout polling):
+        a dispatch thread's freed slot, a request, or stop wakes it."""
+        while True:
+            self._free.acquire()
+            if self._stop.is_set():
+                return
+            batch = self.scheduler.take(None)
+            if not batch:  # the scheduler was closed: stopping
+                return
+            self._dequeued(batch)
+            subs = divide(batch, self.config.t_s)
+            for i, sub in enumerate(subs):
+                # every sub-batch beyond the first waits for a slot of its own, AFTER the ones
+                # before it are queued (with one slot, the first must run to free it)
+                if i:
+                    self._free.acquire()
+                    if self._stop.is_set():
+                        for rest in subs[i:]:
+                            self.fail_stopped(rest)
+                        return
+                tickets: list[Ticket] = [p.key for p in sub]  # type: ignore[misc]  # keys are Tickets
+                psgs = sum(t.psgs for t in tickets)
+                self.pool_queues[self.choose_pool(psgs)].put(tickets)
+
+    def fail_tickets(self, tickets: list[Ticket], kind: str, error: str) -> None:
+        """Answer every ticket of `tickets` with `kind` and `error`."""
+        for t in tickets:
+            self._tally.finish(t.deliver, Outcome(t.request.request_id, kind, error=error), t.mode)
+
+    def fail_stopped(self, sub: list) -> None:
+        """Answer the scheduler's requests `sub` (Pending, keyed by their Ticket) "stopping"."""
+        self.fail_tickets([pending.key for pending in sub], "stopping", "the service is stopping")
+
+    def choose_pool(self, psgs: float) -> int:
+        """The pool (index) a batch of summed PSGS `psgs` goes to: the router's choice, or an
+        idle pool when the chosen one has no free slot (an overflow)."""
+        chosen = self.route(psgs, self.config.route_psgs, self.pools)
+        with self._lock:
+            if self.busy[chosen] + self.pool_queues[chosen].qsize() >= self.pools[chosen].width:
+                idle = [i for i, p in enumerate(self.pools) if self.busy[i] + self.pool_queues[i].qsize() < p.width]
+                if idle:
+                    self._tally.stats["overflow"] += 1
+                    chosen = idle[0]
+        return chosen
+
+    def dispatch_loop(self, p: int, slot: int) -> None:
+        """Run the batches of pool `p`'s queue on `slot` until its sentinel (None) comes; a batch
+        still queued once the service is stopping is answered "stopping"."""
+        pool = self.pools[p]
+        while True:
+            tickets = self.pool_queues[p].get()
+            if tickets is None:
+                return
+            with self._lock:
+                self.busy[p] += 1
+            try:
+                if self._stop.is_set():
+                    self.fail_tickets(tickets, "stopping", "the service is stopping")
+                else:
+                    self.run_batch(pool, slot, tickets)
+            finally:
+                with self._lock:
+                    self.busy[p] -= 1
+                self._free.release()
+
+    def _late_batch(self, live: list[Ticket], call: Future) -> None:
+        """A batch past its deadline: its requests are answered "timeout" now; the slot (and the
+        batch's version) stays taken until the call returns, so a call that never ends holds one
+        slot, never a growing number of threads."""
+        self._tally.add("batch_timeouts")
+        error = f"its batch ran past the service's batch deadline of {self.config.batch_timeout_s:g} s"
+        self.fail_tickets(live, "timeout", error)
+        try:
+            call.result()
+        except Exception:  # noqa: BLE001, S110 - its requests were answered already
+            pass
+
+    def _live(self, tickets: list[Ticket], started: float) -> list[Ticket]:
+        """The tickets still worth running at `started`; the others are answered "timeout"."""
+        live = []
+        for t in tickets:
+            waited = started - t.arrived
+            if started > t.deadline and waited <= self.config.request_timeout_s:
+                self._tally.finish(  # no use starting it: its client stopped waiting
+                    t.deliver,
+                    Outcome(
+                        t.request.request_id,
+                        "timeout",
+                        error=f"request waited {waited * 1e3:.0f} ms in the queue, past its "
+                        f"deadline of {(t.deadline - t.arrived) * 1e3:.0f} ms",
+                    ),
+                )
+            elif waited > self.config.request_timeout_s:
+                self._tally.finish(
+                    t.deliver,
+                    Outcome(
+                        t.request.request_id,
+                        "timeout",
+                        error=f"request waited {waited:.1f} s in the queue, over the "
+                        f"service's request timeout of {self.config.request_timeout_s} s",
+                    ),
+                    t.mode,
+                )
+            else:
+                live.append(t)
+        return live
+
+    def run_batch(self, pool, slot: int, tickets: list[Ticket]) -> None:
+        """Run `tickets` as one batch on `pool`'s `slot` and answer each of them."""
+        started = time.monotonic()
+        live = self._live(tickets, started)
+        if not live:
+            return
+        requests = [t.request for t in live]
+        version = self.versions.take()  # the whole batch is answered by this version (versions.py)
+        try:
+            header = batch_header(version, live[0].mode, requests)
+            call = self._callers[(self.pools.index(pool), slot)].submit(
+                pool.call, slot, header, wire.batch_tables(requests)
+            )
+            try:
+                tables = call.result(timeout=self.config.batch_timeout_s)
+            except FutureTimeout:
+                self._late_batch(live, call)
+                return
+            meta = wire.read_meta(tables)
+            answers = wire.BatchAnswers(tables["answer"], len(live))
+        except Exception as exc:  # noqa: BLE001 - a failed batch fails its requests, never the service
+            self.fail_tickets(live, "failed", f"the batch failed: {type(exc).__name__}: {exc}")
+            return
+        finally:
+            self.versions.release(version)
+        service = time.monotonic() - started
+        cost = sum(t.cost for t in live)
+        self.service.observe(cost, service)
+        self.admission.observe(live[0].mode, cost, service)
+        if meta.get("cache") is not None:
+            self.cache_stats = meta["cache"]
+        self._tally.metrics.batch(len(live))
+        with self._lock:
+            self._tally.stats["batches"] += 1
+            if len(self.batch_log) < BATCH_LOG_ENTRIES:
+                self.batch_log.append(
+                    {
+                        "requests": len(live),
+                        "cost": cost,
+                        "psgs": sum(t.psgs for t in live),
+                        "pool": pool.name,
+                        "seconds": service,
+                    }
+                )
+        errors = meta.get("errors", {})
+        for i, t in enumerate(live):
+            error = errors.get(str(i))
+            outcome = Outcome(
+                t.request.request_id,
+                "error" if error else "ok",
+                answer=None if error else answers.rows(i),
+                error=error,
+                queue_s=started - t.arrived,
+                service_s=service,
+                batch_requests=len(live),
+                pool=pool.name,
+                version=version.number,
+            )
+            self._tally.finish(t.deliver, outcome, t.mode)

@@ -1,0 +1,103 @@
+"""Following a PE store (`follow_store`): the service swaps to each version that
+`sparkgnn-refresh follow` commits and publishes under the store's root (pe/published.py).
+
+Every `follow_interval_s` the follower thread reads the root's latest publication; when it names
+a graph other than the one served, it swaps to it (VersionManager.swap: the version is loaded on
+every worker -- patched from the served one when its store is a small row-level delta,
+serving.online.delta, else read whole -- and switched to between batches), so an answer is
+computed wholly on one committed version and names it (`Reply.version`). Versions published
+while a swap runs are skipped: the next check goes straight to the latest one. A refused swap (a
+graph directory pruned before the workers read it, a worker past the timeout) is logged, and
+retried at the next publication, or after RETRY_S for the same one.
+
+Freshness, from an update's arrival to an answer reflecting it: the follower's batch latency and
+commit interval, then up to `follow_interval_s`, then the swap's load.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from sparkgnn.serving.online.deployments import SwapRefused
+
+log = logging.getLogger(__name__)
+
+RETRY_S = 5.0  # a publication whose swap was refused is tried again after this long
+SWAP_TIMEOUT_S = 120.0  # for every worker to load a followed version
+
+
+class StoreFollower:
+    """Swap `versions` (the service's VersionManager) to the latest version published under the
+    PE store root `store_root`, checking every `interval_s` seconds until `stop` is set."""
+
+    def __init__(self, versions, store_root: str, interval_s: float, stop: threading.Event):
+        if not interval_s > 0:
+            raise ValueError(f"interval_s must be > 0, got {interval_s}")
+        self.versions = versions
+        self.store_root = str(store_root)
+        self.interval_s = float(interval_s)
+        self._stop = stop
+        self._refused: tuple[str, float] | None = None  # (graph fingerprint, when) of the last refusal
+        self.checks = 0
+        self.swaps = 0
+        self.refusals = 0
+        self.last_error: str | None = None
+
+    def check(self) -> dict | None:
+        """One check: swap to the latest publication when it is not the version served; returns
+        the swap's report, or None when there was nothing new (or the swap was refused: logged)."""
+        from sparkgnn.pe.published import PublishError, latest
+
+        self.checks += 1
+        try:
+            record = latest(self.store_root)
+        except (OSError, PublishError) as exc:
+            self._note_error(f"reading the publication: {exc}")
+            return None
+        if record is None:
+            return None
+        fp = record["graph_fingerprint"]
+        if fp == self.versions.current.graph_fingerprint:
+            return None
+        if self._refused is not None and self._refused[0] == fp and time.monotonic() - self._refused[1] < RETRY_S:
+            return None
+        try:
+            report = self.versions.swap(record["graph"], self.store_root, SWAP_TIMEOUT_S)
+        except SwapRefused as exc:
+            self._refused = (fp, time.monotonic())
+            self.refusals += 1
+            self._note_error(str(exc))
+            return None
+        self._refused = None
+        if report.get("changed"):
+            self.swaps += 1
+            log.info(
+                f"follow store: serving version {report['version']} (graph {fp[:12]}, load {report.get('load')}, "
+                f"{report.get('seconds')} s)"
+            )
+        return report
+
+    def _note_error(self, why: str) -> None:
+        self.last_error = why
+        log.warning(f"follow store {self.store_root}: {why}")
+
+    def loop(self) -> None:
+        """The follower thread: check every `interval_s` until stop."""
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.check()
+            except Exception as exc:  # noqa: BLE001 - the thread must outlive one bad check
+                self._note_error(f"{type(exc).__name__}: {exc}")
+
+    def info(self) -> dict:
+        """What the thread did: checks, swaps, refusals, the last error."""
+        return {
+            "store": self.store_root,
+            "interval_s": self.interval_s,
+            "checks": self.checks,
+            "swaps": self.swaps,
+            "refusals": self.refusals,
+            "last_error": self.last_error,
+        }

@@ -1,0 +1,70 @@
+"""sparkgnn.serving.online.batch_op.DeploymentCache: a worker's loaded deployments are its own
+object (no module state): bounded in bytes, least recently used first out, never dropping one a
+batch still answers from; retirement keeps what is still served and waits for a batch in use;
+two workers in one process (dl_ops.WorkerOps, one per handler) hold separate caches."""
+
+from __future__ import annotations
+
+import pytest
+
+from sparkgnn.serving import served
+from sparkgnn.serving.online import batch_op
+
+SPEC = {"graph": "g", "model": "m", "store": None, "options": {}, "cache": {}}
+
+
+@pytest.fixture
+def key():
+    """SPEC served by this process while the test runs (its id)."""
+    key = served.register(SPEC)
+    try:
+        yield key
+    finally:
+        while served.serves(key):
+            served.withdraw(key)
+
+
+def test_retire_keeps_a_served_deployment_and_waits_for_a_batch_in_use(key):
+    cache = batch_op.DeploymentCache()
+    loaded = object()
+    cache.put(key, loaded, 0)  # type: ignore[arg-type]  # stands for a loaded one
+    with cache.using(key) as dep:
+        assert dep is loaded
+        kept = cache.retire([key])  # still served: retirement cannot take it away
+        assert kept["kept"] == [key] and key in cache.keys()
+        served.withdraw(key)
+        done = cache.retire([key])
+        assert done["deferred"] == [key] and key in cache.keys()
+    assert key not in cache.keys()  # dropped when its batch ended
+    cache.put(key, object(), 0)  # type: ignore[arg-type]
+    assert cache.retire([key])["evicted"] == [key] and cache.keys() == []
+
+
+def test_the_cache_is_bounded_in_bytes_least_recently_used_first_never_one_in_use():
+    keys = [served.register(dict(SPEC, graph=f"g{i}")) for i in range(3)]
+    cache = batch_op.DeploymentCache(max_bytes=lambda: 250)
+    try:
+        assert cache.put(keys[0], object(), 100) == [] and cache.put(keys[1], object(), 100) == []  # type: ignore[arg-type]
+        with cache.using(keys[0]):  # a batch still answers from the oldest: it stays
+            dropped = cache.put(keys[2], object(), 100)  # type: ignore[arg-type]
+        assert dropped == [keys[1]] and cache.keys() == sorted([keys[0], keys[2]])
+        cache.put(keys[1], object(), 300)  # type: ignore[arg-type]  # alone over the bound: kept, the rest out
+        assert cache.keys() == [keys[1]]
+    finally:
+        for k in keys:
+            served.withdraw(k)
+
+
+def test_two_workers_of_one_process_hold_separate_caches(key):
+    from sparkgnn.serving.dl_ops import WorkerOps
+
+    first, second = WorkerOps(), WorkerOps()
+    first.cache.put(key, object(), 0)  # type: ignore[arg-type]
+    assert first.cache.keys() == [key] and second.cache.keys() == []
+    ops = second.registry()
+    served.withdraw(key)
+    header = {"op": batch_op.EVICT_OP, "retire": [key]}
+    ops.lookup(batch_op.EVICT_OP)(None, header, {})  # the second worker's eviction: its own cache
+    assert first.cache.keys() == [key]
+    first.registry().lookup(batch_op.EVICT_OP)(None, header, {})
+    assert first.cache.keys() == []
