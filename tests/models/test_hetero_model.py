@@ -5,6 +5,9 @@ parallel edges, isolated vertices and a type without features (fed a constant co
 users do); saved models load (weights_only) to the same fingerprint; what does not fit is
 refused in one line."""
 
+import os
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -26,23 +29,8 @@ from sparkgnn.errors import ModelLoadError, UnsupportedModelError
 from sparkgnn.models import Model
 from sparkgnn.models.hetero import HeteroModel, refuse_typed
 
-
-def _synthetic() -> HeteroData:
-    """paper (6 features), author (4), field (none: a constant column); paper 7, author 5 and
-    field 3 have no edges at all; cites has self loops and parallel edges."""
-    g = torch.Generator().manual_seed(7)
-    d = HeteroData()
-    d["paper"].x = torch.randn(8, 6, generator=g)
-    d["author"].x = torch.randn(6, 4, generator=g)
-    d["field"].x = torch.ones(4, 1)
-    writes = torch.tensor([[0, 0, 1, 2, 3, 4, 4], [0, 0, 1, 2, 3, 4, 5]])
-    topic = torch.tensor([[0, 1, 2, 3, 4, 5], [0, 0, 1, 1, 2, 2]])
-    d["author", "writes", "paper"].edge_index = writes
-    d["paper", "written_by", "author"].edge_index = writes.flip(0)
-    d["paper", "cites", "paper"].edge_index = torch.tensor([[0, 1, 1, 2, 3, 3, 5, 6], [1, 2, 2, 2, 4, 4, 5, 0]])
-    d["paper", "has_topic", "field"].edge_index = topic
-    d["field", "topic_of", "paper"].edge_index = topic.flip(0)
-    return d
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "pe"))
+from typed_testkit import pyg_data as _synthetic  # noqa: E402  (the typed graph the typed tests share)
 
 
 @pytest.fixture(scope="module")

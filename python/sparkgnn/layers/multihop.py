@@ -47,8 +47,17 @@ class MultiRoundConv(MergeableConv):
     """A layer that runs as several engine rounds (module doc). It is never a round itself: the
     contract methods are its rounds', and Model only ever runs `rounds()`."""
 
+    steps: torch.nn.ModuleList
+    in_dim: int
+
     def rounds(self) -> list[MergeableConv]:
-        raise NotImplementedError
+        """The engine rounds this layer runs as, in order (its `steps`)."""
+        return [cast(MergeableConv, s) for s in self.steps]
+
+    def src_width(self, pre_transform: bool) -> int:
+        """The width of the rows the first round reads: the layer's input (HopRounds carry more,
+        but read the input columns first)."""
+        return self.in_dim
 
 
 @register_conv("sg")
@@ -263,12 +272,6 @@ class TAGLayer(MultiRoundConv):
             "use_edge_weight": self.uses_edge_weight,
         }
 
-    def rounds(self) -> list[MergeableConv]:
-        return list(self.tag_rounds())
-
-    def src_width(self, pre_transform: bool) -> int:
-        return self.in_dim
-
 
 @register_conv("appnp_round")
 class APPNPRound(HopRound):
@@ -350,12 +353,6 @@ class APPNPLayer(MultiRoundConv):
             "normalize": self.normalize,
             "use_edge_weight": self.uses_edge_weight,
         }
-
-    def rounds(self) -> list[MergeableConv]:
-        return [cast(MergeableConv, s) for s in self.steps]
-
-    def src_width(self, pre_transform: bool) -> int:
-        return self.in_dim
 
 
 #: ChebConv's Laplacian normalisations sparkgnn runs (models/pyg_convs.py says why not None).
@@ -508,9 +505,3 @@ class ChebLayer(MultiRoundConv):
             "bias": self.has_bias,
             "use_edge_weight": self.uses_edge_weight,
         }
-
-    def rounds(self) -> list[MergeableConv]:
-        return list(self.cheb_rounds())
-
-    def src_width(self, pre_transform: bool) -> int:
-        return self.in_dim

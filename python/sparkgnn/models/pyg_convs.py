@@ -540,7 +540,13 @@ def _tag(conv, where, use_edge_weight):
         normalize=bool(conv.normalize),
         use_edge_weight=use_edge_weight,
     )
-    rounds = layer.tag_rounds()
+    return _copy_hop_weights(layer, layer.tag_rounds(), conv, where)
+
+
+def _copy_hop_weights(layer, rounds, conv, where):
+    """Copy a hop-sum conv's weights (TAGConv, ChebConv: `lins[k]` weighs hop k, one bias) into its
+    rounds (layers/multihop.py HopRound: the first also holds hop 0's weight, the last the bias)
+    and return `layer`."""
     assert rounds[0].weight_0 is not None  # the first round starts the sum
     copy_into(rounds[0].weight_0, conv.lins[0].weight, where + ".lins.0", conv)
     for k, step in enumerate(rounds, start=1):
@@ -748,14 +754,7 @@ def _cheb(conv, where, use_edge_weight):
         bias=conv.bias is not None,
         use_edge_weight=use_edge_weight,
     )
-    rounds = layer.cheb_rounds()
-    assert rounds[0].weight_0 is not None  # the first round starts the sum
-    copy_into(rounds[0].weight_0, conv.lins[0].weight, where + ".lins.0", conv)
-    for k, step in enumerate(rounds, start=1):
-        copy_into(step.weight_k, conv.lins[k].weight, f"{where}.lins.{k}", conv)
-    if rounds[-1].bias is not None:  # built with a bias exactly when conv has one
-        copy_into(rounds[-1].bias, conv.bias, where, conv)
-    return layer
+    return _copy_hop_weights(layer, layer.cheb_rounds(), conv, where)
 
 
 @functools.cache
