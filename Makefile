@@ -134,12 +134,14 @@ bench-cluster: venv
 	$(PY) bench/bench_cluster.py
 
 # The online service (sparkgnn.serving.online) under open-loop load from its own process: capacity,
-# FIFO vs degree scheduling, HE vs EXACT, 1 vs 2 workers, hot cache, PSGS router on a 1.1M-edge graph:
-# bench/results/online.json + online_latency.png + online_schedulers.png (~12 minutes; QUICK=1 for a
-# 100K-edge graph at 2 s per point, written as online_quick.*).
+# FIFO vs degree scheduling, HE vs EXACT, 1 vs 2 workers, hot cache, PSGS router, with vs without
+# authentication on a 1.1M-edge graph: bench/results/online.json + online_latency.png +
+# online_schedulers.png + online_auth.png (~12 minutes; QUICK=1 for a 100K-edge graph at 2 s per
+# point, written as online_quick.*; ONLY=auth runs the authentication cost alone into the existing
+# result, a few minutes).
 .PHONY: bench-online
 bench-online: venv
-	$(PY) bench/bench_online.py $(if $(QUICK),--quick,)
+	$(PY) bench/bench_online.py $(if $(QUICK),--quick,) $(if $(ONLY),--only $(ONLY),)
 
 # Incremental PE refresh vs a precompute from scratch (same run) at 0.01/0.1/1/10% of edges changed on
 # the 2M-edge bench graph and a 4x smaller one, plus one warm Spark precompute per size:
@@ -148,6 +150,14 @@ bench-online: venv
 bench-refresh: venv
 	$(PY) bench/bench_refresh.py
 
+# Streaming refresh (`sparkgnn-refresh follow`): sustained edge updates/s and batch latency p50/p99 at
+# 10/100/1,000 edge inserts per batch on the 2M-edge graph, and the freshness p50/p99 of a service
+# following the store at 100-edge batches (200K edges), against the issue's targets:
+# bench/results/follow.json + follow.png (QUICK=1: 10x smaller graphs).
+.PHONY: bench-follow
+bench-follow: venv
+	$(PY) bench/bench_follow.py $(if $(QUICK),--quick,)
+
 # Batch inference at scale as a spark-submit user pays it: cold jobs at 2M / 8M / 32M edges vs a cold
 # PyG script, peak RSS of each: bench/results/scale.json + scale.png (long; SIZES=2000000,8000000 for
 # a shorter run, HUGE=1 adds 100M edges).
@@ -155,3 +165,25 @@ SIZES ?= 2000000,8000000,32000000
 .PHONY: bench-scale
 bench-scale: venv
 	$(PY) bench/bench_scale.py --sizes $(SIZES) $(if $(HUGE),--huge,)
+
+# Link prediction as a spark-submit user pays it, on the bench-scale graphs: cold score_edges.py jobs
+# over 10M seeded pairs (dot and MLP decoders) and cold topk.py jobs (exact and --approx, top-10 over
+# every node for a seeded sample of LINKPRED_SOURCES sources) vs cold PyG scripts of the same weights:
+# bench/results/linkpred.json + linkpred.png (LINKPRED_SIZES=20000 LINKPRED_RESULTS=/tmp/lp for a smoke
+# run that leaves bench/results alone).
+LINKPRED_SIZES ?= 2000000,8000000
+LINKPRED_SOURCES ?= 5000
+LINKPRED_RESULTS ?= bench/results
+.PHONY: bench-linkpred
+bench-linkpred: venv
+	$(PY) bench/bench_linkpred.py --sizes $(LINKPRED_SIZES) --topk-sources $(LINKPRED_SOURCES) --results $(LINKPRED_RESULTS)
+
+# Typed batch inference at scale: cold jobs of a to_hetero GraphSAGE on the seeded OGB-MAG-shaped
+# graph (synthetic_mag with rev_ relations, made once under data/bench) vs a cold PyG script of the
+# same module, outputs compared per type: bench/results/hetero.json + hetero.png
+# (HETERO_SIZES=50000 HETERO_RESULTS=/tmp/hetero for a smoke run that leaves bench/results alone).
+HETERO_SIZES ?= 2000000,8000000
+HETERO_RESULTS ?= bench/results
+.PHONY: bench-hetero
+bench-hetero: venv
+	$(PY) bench/bench_hetero.py --sizes $(HETERO_SIZES) --results $(HETERO_RESULTS)

@@ -33,8 +33,13 @@ taken: from the scheduled send time, so the generator's lateness is included):
   6           hot cache off / degree / fap at --cache-fraction of the store's bytes: hit rates
   7           PSGS router over an inprocess pool (width 1) and a workers pool (width 2) vs each
               alone; and a probe of a "workers" pool after idle gaps, which stalls (see WHAT)
-Writes bench/results/online.json (every key described under "what"), online_latency.png and
-online_schedulers.png. No Spark is started. Timings on a shared 2-core box are noisy: the load
+  8 auth      single-query HE throughput held at p99 <= 20 ms and CPU per request, with and
+              without authentication (a multi-user deployment's: CURVE on the ZeroMQ front and
+              on a tcp worker pool; HTTPS + bearer token on the HTTP front), same load generator
+              and rate grid (online_experiments.experiment_auth). `--only auth` runs it alone and
+              adds its section to the existing result file
+Writes bench/results/online.json (every key described under "what"), online_latency.png,
+online_schedulers.png and online_auth.png. No Spark is started. Timings on a shared 2-core box are noisy: the load
 average at start and end is recorded.
 
 This file is the main (settings, the result's key descriptions, the headline); the parts live in
@@ -71,6 +76,7 @@ from online_deploy import (  # noqa: E402
     write_pool,
 )
 from online_experiments import (  # noqa: E402
+    experiment_auth,
     experiment_big_and_exact,
     experiment_cache,
     experiment_capacity_and_schedulers,
@@ -177,6 +183,17 @@ WHAT = {
     "correlation of service ms with the predicted cost (in-degree sum) and its log: the scheduler "
     "comparison runs in the mode whose service time follows the cost (settings.sched_mode)",
     "seconds_total": "wall time of the bench",
+    "auth": "authentication cost (experiment_auth; 'workers' pool of width 1, plain over ipc, secured over "
+    "tcp + CURVE): per front (variants.zmq: ZeroMQ front plain vs CURVE Ironhouse; variants.http: http:// "
+    "without a token vs HTTPS + bearer token, ZeroMQ front keyed too) `on` (what the secured variant had on), "
+    "plain / secured (one sweep per repeat, as capacity's, plus single_query_rps and cpu_point: a fixed-rate "
+    "point at cpu_at_rps with cpu_ms_per_request), rps_plain / rps_secured (median over repeats of the "
+    "single-query HE rate held with p99 <= slo_ms), auth_cost (1 - secured / plain), capacity_rps_* and "
+    "capacity_cost (the same for capacity_rps), cpu_ms_per_request_plain / _secured (median service CPU ms "
+    "per answered request: front end + workers + broker) and cpu_cost (secured / plain - 1), *_repeats (each "
+    "repeat's value: their spread is the run's noise); run (--only "
+    "auth or the whole bench), scale, graph, seconds_per_point, machine, loadavg (os.getloadavg() as it "
+    "started), load averages, seconds",
 }
 
 
@@ -193,6 +210,59 @@ def _ratio(a, b):
     return a / b if a is not None and b else None
 
 
+def _auth_section(b, dep, s, work, run: str, load_start, started) -> dict:
+    """experiment_auth with how, where and at what scale it ran."""
+    loadavg = list(os.getloadavg())
+    auth = experiment_auth(b, dep, s, work, repeats=s["auth_repeats"])
+    auth.update(
+        loadavg=loadavg,
+        run=run,
+        scale="quick" if s["quick"] else "full",
+        graph={"vertices": dep["num_vertices"], "edges": dep["num_edges"]},
+        seconds_per_point=s["duration"],
+        machine=machine(),
+        load_average_start=load_start,
+        load_average_end=load_average(),
+        seconds=time.perf_counter() - started,
+    )
+    return auth
+
+
+def _log_auth(auth: dict) -> None:
+    """The auth section's headline: per front, held rates plain -> secured, cost, CPU per request."""
+    for front, doc in auth["variants"].items():
+        if "skipped" in doc:
+            log(f"  auth {front}: skipped ({doc['skipped']})")
+            continue
+        log(
+            f"  auth {front}: {doc['rps_plain']:.1f} -> {doc['rps_secured']:.1f} req/s (p99 <= {auth['slo_ms']:g} ms), "
+            f"cost {doc['auth_cost']}; service CPU ms/request {doc['cpu_ms_per_request_plain']:.2f} -> "
+            f"{doc['cpu_ms_per_request_secured']:.2f}, cost {doc['cpu_cost']}"
+        )
+
+
+def _write_auth_only(name: str, fresh: dict, auth: dict, work: str) -> int:
+    """--only auth: the auth section written into the existing result `name` (the rest of it
+    kept as the last whole run left it), or into a new file holding only this run."""
+    import json
+
+    from bench_common import RESULTS
+
+    path = os.path.join(RESULTS, f"{name}.json")
+    result = fresh
+    if os.path.exists(path):
+        with open(path) as fh:
+            result = json.load(fh)
+    result["auth"] = auth
+    result.setdefault("what", {})["auth"] = WHAT["auth"]
+    path = write_result(name, result)
+    paths = plot(result, name)
+    shutil.rmtree(work, ignore_errors=True)
+    _log_auth(auth)
+    log(f"\nwrote {path} {' '.join(paths)} in {auth['seconds']:.0f} s")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="100K-edge graph, 2 s per point, shorter sweeps")
@@ -207,7 +277,13 @@ def main() -> int:
     parser.add_argument("--sched-load", type=float, default=0.85, help="fraction of the mixed capacity")
     parser.add_argument("--sched-repeats", type=int, help="runs per scheduler and arrival process")
     parser.add_argument("--cache-fraction", type=float, default=0.1)
-    parser.add_argument("--skip", default="", help="comma list of: exact, workers, cache, router")
+    parser.add_argument("--skip", default="", help="comma list of: exact, workers, cache, router, auth")
+    parser.add_argument(
+        "--only",
+        choices=["auth"],
+        help="run this part alone and write its section into the existing result file (a few minutes)",
+    )
+    parser.add_argument("--auth-repeats", type=int, default=2, help="plain/secured sweep pairs per front (auth)")
     parser.add_argument("--build-only", action="store_true", help="build (or find) the deployment and stop")
     parser.add_argument("--name", default=None, help="result stem (default online, online_quick with --quick)")
     args = parser.parse_args()
@@ -222,6 +298,7 @@ def main() -> int:
         sched_load=args.sched_load,
         cache_fraction=args.cache_fraction,
         quick=args.quick,
+        auth_repeats=args.auth_repeats,
     )
     skip = {x for x in args.skip.split(",") if x}
     name = args.name or ("online_quick" if args.quick else "online")
@@ -282,6 +359,12 @@ def main() -> int:
     }
     lg = LoadGen(work)
     b = Bench(s, lg, pools)
+    if args.only == "auth":
+        try:
+            auth = _auth_section(b, dep, s, work, "--only auth", load_start, started)
+        finally:
+            lg.close()
+        return _write_auth_only(name, result, auth, work)
     try:
         result["capacity"] = experiment_capacity_and_schedulers(b, dep, s, facts["mixed"])
         he = result["capacity"]["he_single"]
@@ -331,6 +414,8 @@ def main() -> int:
                 router["runs"]["single_pool_workers_w2"].get("latency_mean_ms"),
             )
             result["worker_pool_idle_probe"] = probe_worker_idle(b, dep, s)
+        if "auth" not in skip:
+            result["auth"] = _auth_section(b, dep, s, work, "whole bench", load_average(), time.perf_counter())
     finally:
         lg.close()
     result["load_average_end"] = load_average()
@@ -356,6 +441,8 @@ def main() -> int:
     ):
         v = result.get(key)
         log(f"  {key:<40} {round(v, 3) if isinstance(v, float) else v}")
+    if "auth" in result:
+        _log_auth(result["auth"])
     log(f"\nwrote {path} {' '.join(paths)} in {result['seconds_total']:.0f} s")
     return 0
 

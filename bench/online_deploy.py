@@ -190,19 +190,19 @@ def describe(values: np.ndarray) -> dict:
 
 # -- server configuration --------------------------------------------------------------------------
 def server_config(dep: dict, kind: str, mode: str, **options):
-    """The ServeConfig of `kind`'s model and store in `mode` (no HTTP front; one inprocess pool of
-    width 1 unless `options` name the pools)."""
+    """The ServeConfig of `kind`'s model and store in `mode` (no HTTP front and one inprocess pool
+    of width 1 unless `options` name them)."""
     from sparkgnn.serving.online.config import ServeConfig
 
     m = dep["models"][kind]
     options.setdefault("pools", [{"name": "main", "kind": "inprocess", "width": 1, "threads": 1}])
+    options.setdefault("http", None)
     return ServeConfig(
         graph=dep["graph"],
         model=m["model"],
         store=m["store"],
         mode=mode,
         modes=["he", "exact", "full"],
-        http=None,
         **options,
     )
 

@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 from online_deploy import BIG_B, KINDS, log, server_config, store_bytes
-from online_measure import EXACT_SLO_MS, HE_SLO_MS, Bench, merge_results, summarise, wait_idle
+from online_measure import EXACT_SLO_MS, HE_SLO_MS, Bench, merge_results, slo_rate, summarise, wait_idle
 
 # dealer timeout of the bench's "workers" pools (ServeConfig pool spec timeout_s; the default is 60 s):
 # a dealer idle longer than the messenger's liveness pays two timeouts on its next call
@@ -253,4 +253,171 @@ def probe_worker_idle(b: Bench, dep, s) -> dict:
         "dealer_counts": counts,
     }
     log(f"[7] worker pool idle probe: gaps {gaps} s -> latencies {[round(v) if v else v for v in lat]} ms")
+    return out
+
+
+# -- authentication cost -----------------------------------------------------------------------------
+AUTH_SERVER_ROLES = ("front_end", "workers", "brokers")
+
+
+def _tls_pair(folder: str) -> tuple[str, str] | None:
+    """A self-signed certificate for 127.0.0.1 and its key (PEM, by the openssl command), or None
+    when openssl is not installed."""
+    import os
+    import shutil
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        return None
+    cert, key = os.path.join(folder, "cert.pem"), os.path.join(folder, "key.pem")
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"]
+        + ["-addext", "subjectAltName=IP:127.0.0.1", "-keyout", key, "-out", cert],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+def _cpu_ms_per_request(point: dict) -> dict:
+    """CPU milliseconds per answered request of a point: the service's processes together
+    (front end with the HTTP/ZeroMQ fronts, workers, broker) and the load generator apart."""
+    ok = max(point["ok"], 1)
+    secs = point.get("cpu_seconds", {})
+    return {
+        "service": 1e3 * sum(secs.get(r, 0.0) for r in AUTH_SERVER_ROLES) / ok,
+        "generator": 1e3 * secs.get("generator", 0.0) / ok,
+    }
+
+
+def _auth_options(front: str, variant: str, keys: str, token: str, tls) -> tuple[dict, list]:
+    """The ServeConfig options of one variant and the list of what it has on."""
+    pool = {"name": "w", "kind": "workers", "width": 1, "threads": 1, "timeout_s": WORKER_TIMEOUT_S}
+    if variant == "plain":
+        options: dict = {"pools": [dict(pool, transport="ipc")]}
+        on: list = []
+    else:
+        options = {"pools": [dict(pool, transport="tcp")], "curve_keys": keys}
+        on = ["ZeroMQ front CURVE (Ironhouse: allow-listed client key, pinned server key)", "worker pool tcp + CURVE"]
+    if front == "http":
+        options["http"] = "127.0.0.1:0"
+        if variant == "secured":
+            options.update(token=token, tls_cert=tls[0], tls_key=tls[1])
+            on = ["HTTPS (TLS 1.2+, self-signed certificate)", "bearer token", *on]
+    return options, on
+
+
+def _target(front: str, variant: str, srv, keys: str, token: str, tls) -> dict | None:
+    """How the load generator reaches the variant's service (Bench.point's target)."""
+    if front == "zmq":
+        return {"keys_dir": keys} if variant == "secured" else None
+    spec = {"url": srv.http_url}
+    if variant == "secured":
+        spec.update(token=token, ca_file=tls[0])
+    return {"http": spec}
+
+
+def experiment_auth(b: Bench, dep, s, work: str, fronts=("zmq", "http"), repeats: int = 2) -> dict:
+    """Single-query HE throughput held at p99 <= HE_SLO_MS, and CPU per request, with and
+    without authentication: same deployment, pool width, load generator and rate grid (the start
+    rate from one closed-loop calibration, shared by every sweep; the SLO boundary bisected
+    `refine` + 2 times, to about 6% of the rate). The pool is a "workers" pool of width 1 (a route
+    between processes to secure): plain over ipc, secured over tcp with every messenger socket
+    CURVE-keyed (LocalCluster's per-run keys). Per front (_auth_options):
+      zmq   plain: no keys | secured: the ZeroMQ front Ironhouse (the generator's client key on
+            the allow-list, the server key pinned)
+      http  plain: http://, no token | secured: HTTPS (a self-signed certificate the generator
+            trusts) + bearer token, the ZeroMQ front keyed as well
+    Variants alternate `repeats` times (plain, secured, secured, plain, ...) so drift on the shared
+    box hits both alike; rps_* is the median over repeats of each sweep's held rate (0 when none
+    was held). CPU per request: one fixed-rate point per sweep at 1.5 x the start rate (held by
+    every variant), twice the settings' seconds; the service's CPU seconds per answered request
+    decide throughput on a CPU-bound box, without the p99 criterion's noise."""
+    import os
+    import secrets
+
+    from sparkgnn.messenger import security
+    from sparkgnn.serving.online.server import Server
+
+    keys = security.make_full_set(os.path.join(work, "auth-keys"))
+    tls = _tls_pair(work)
+    token = secrets.token_urlsafe(24)
+    out: dict = {
+        "slo_ms": HE_SLO_MS,
+        "repeats": repeats,
+        "pool": "workers, width 1, 1 torch thread; plain over ipc, secured over tcp with CURVE on every socket",
+        "variants": {},
+    }
+    start = None
+    refine = s["refine"] + 2
+    for front in fronts:
+        if front == "http" and tls is None:
+            out["variants"]["http"] = {"skipped": "openssl is not installed: no certificate for HTTPS"}
+            continue
+        runs: dict = {"plain": [], "secured": []}
+        cpu: dict = {"plain": [], "secured": []}
+        on_of: dict = {}
+        for rep in range(repeats):
+            order = ("plain", "secured") if rep % 2 == 0 else ("secured", "plain")
+            for variant in order:
+                options, on = _auth_options(front, variant, keys, token, tls)
+                on_of[variant] = on
+                with Server(server_config(dep, "sage", "he", **options)) as srv:
+                    if start is None:
+                        start = max(5.0, 0.2 * b.calibrate(srv, "single", "he"))
+                        out["start_rps"] = start
+                    target = _target(front, variant, srv, keys, token, tls)
+                    log(f"[auth] {front} {variant} (repeat {rep + 1}): {', '.join(on) or 'no authentication'}")
+                    curve = b.sweep(
+                        srv,
+                        "single",
+                        "he",
+                        start,
+                        f"auth {front} {variant}",
+                        factor=1.6,
+                        slo_ms=HE_SLO_MS,
+                        target=target,
+                        refine=refine,
+                    )
+                    point, _ = b.point(
+                        srv, "single", "he", 1.5 * start, seed=4000 + rep, target=target, duration=2 * s["duration"]
+                    )
+                rate, p99 = slo_rate(curve, HE_SLO_MS)
+                curve.update(single_query_rps=rate, single_query_p99_ms=p99)
+                point["cpu_ms_per_request"] = _cpu_ms_per_request(point)
+                curve["cpu_point"] = point
+                runs[variant].append(curve)
+                cpu[variant].append(point["cpu_ms_per_request"]["service"])
+                log(
+                    f"  -> held {rate} req/s at p99 <= {HE_SLO_MS:g} ms; service CPU "
+                    f"{point['cpu_ms_per_request']['service']:.2f} ms/request at {1.5 * start:.1f} req/s"
+                )
+        rps = {v: float(np.median([c["single_query_rps"] or 0.0 for c in runs[v]])) for v in runs}
+        cap = {v: float(np.median([c["capacity_rps"] or 0.0 for c in runs[v]])) for v in runs}
+        cpu_ms = {v: float(np.median(cpu[v])) for v in cpu}
+        out["variants"][front] = {
+            "on": on_of["secured"],
+            "plain": runs["plain"],
+            "secured": runs["secured"],
+            "rps_plain": rps["plain"],
+            "rps_secured": rps["secured"],
+            "rps_plain_repeats": [c["single_query_rps"] for c in runs["plain"]],
+            "rps_secured_repeats": [c["single_query_rps"] for c in runs["secured"]],
+            "cpu_ms_per_request_plain_repeats": cpu["plain"],
+            "cpu_ms_per_request_secured_repeats": cpu["secured"],
+            "auth_cost": 1 - rps["secured"] / rps["plain"] if rps["plain"] else None,
+            "capacity_rps_plain": cap["plain"],
+            "capacity_rps_secured": cap["secured"],
+            "capacity_cost": 1 - cap["secured"] / cap["plain"] if cap["plain"] else None,
+            "cpu_at_rps": 1.5 * start,
+            "cpu_ms_per_request_plain": cpu_ms["plain"],
+            "cpu_ms_per_request_secured": cpu_ms["secured"],
+            "cpu_cost": cpu_ms["secured"] / cpu_ms["plain"] - 1 if cpu_ms["plain"] else None,
+        }
+        doc = out["variants"][front]
+        log(
+            f"[auth] {front}: {doc['rps_plain']:.1f} -> {doc['rps_secured']:.1f} req/s held (cost "
+            f"{doc['auth_cost']}), service CPU {cpu_ms['plain']:.2f} -> {cpu_ms['secured']:.2f} ms/request "
+            f"(cost {doc['cpu_cost']})"
+        )
     return out

@@ -19,9 +19,12 @@ with offsets). Two ways to run:
                "done <out path>" per job on stdout; the bench keeps one such process for all points,
                which saves the ~2 s interpreter + import start per point)
 Job fields: endpoint, pool, rate, duration, process ("poisson" | "bursty"), seed, mode, out,
-drain_s, and for "bursty": burst_factor, on_fraction, on_mean_s. Or "closed": n requests one after
-the other (each sent when the previous answered; optional idle "gaps" before each), for the single
-large-request latencies and the calibrations.
+drain_s, keys_dir (this client's CURVE keys for a keyed ZeroMQ front), and for "bursty":
+burst_factor, on_fraction, on_mean_s. Or "closed": n requests one after the other (each sent when
+the previous answered; optional idle "gaps" before each), for the single large-request latencies
+and the calibrations. Or "http": {url, token?, ca_file?, connections?}: the open-loop run POSTs
+JSON bodies to the HTTP front instead (run_open_http), with the bearer token and over HTTPS when
+the url is https://.
 """
 
 from __future__ import annotations
@@ -200,7 +203,7 @@ def run_open(job: dict) -> dict:
     rec.scheduled[:] = times
     mode = job.get("mode")
     drain_s = float(job.get("drain_s", 10.0))
-    client = Client(job["endpoint"], timeout_s=drain_s)
+    client = Client(job["endpoint"], timeout_s=drain_s, keys_dir=job.get("keys_dir"))
     clock = time.perf_counter
     t0 = clock() + 0.02
     i = 0
@@ -234,6 +237,110 @@ def run_open(job: dict) -> dict:
     return rec.as_json(job, extra)
 
 
+def _http_body(request, mode) -> bytes:
+    """The POST /v1/answer body of `request` (JSON, as any HTTP client would send it)."""
+    body = {
+        "request_id": request.request_id,
+        "nodes": [{"id": int(q), "x": row.tolist()} for q, row in zip(request.qid, request.x, strict=True)],
+        "edges": [[int(a), int(b)] for a, b in zip(request.src, request.dst, strict=True)],
+    }
+    if mode:
+        body["mode"] = mode
+    return json.dumps(body).encode()
+
+
+def run_open_http(job: dict) -> dict:
+    """One open-loop run against the HTTP front (job["http"]: url, token?, ca_file?): the same
+    send times and requests as run_open, POSTed by `connections` sender threads (default 16), each
+    holding one keep-alive connection (HTTPS when the url says so) and sending the next request
+    due; a request no thread was free for at its time is sent late, which counts as latency
+    (from the scheduled time) like the ZeroMQ loop's."""
+    import http.client
+    import queue
+    import ssl
+    import threading
+    import urllib.parse
+
+    spec = job["http"]
+    url = urllib.parse.urlsplit(spec["url"])
+    context = ssl.create_default_context(cafile=spec["ca_file"]) if url.scheme == "https" else None
+    headers = {"Content-Type": "application/json"}
+    if spec.get("token"):
+        headers["Authorization"] = f"Bearer {spec['token']}"
+    pool = load_pool(job["pool"])
+    rng = np.random.default_rng([int(job.get("seed", 0)), 7])
+    times = send_times(job, rng)
+    n = len(times)
+    pick = rng.integers(len(pool), size=n)
+    mode = job.get("mode")
+    bodies = [_http_body(_renamed(pool[k], str(i)), mode) for i, k in enumerate(pick)]  # before the clock
+    rec = _Recorder(n, pick, np.array([pool[k].batch_size for k in pick], np.int64))
+    rec.scheduled[:] = times
+    drain_s = float(job.get("drain_s", 10.0))
+    todo: queue.Queue = queue.Queue()
+    for i in range(n):
+        todo.put(i)
+    lock = threading.Lock()
+    clock = time.perf_counter
+    t0 = clock() + 0.05
+
+    def connect():
+        if context is not None:
+            return http.client.HTTPSConnection(url.hostname, url.port, timeout=drain_s, context=context)
+        return http.client.HTTPConnection(url.hostname, url.port, timeout=drain_s)
+
+    def sender() -> None:
+        conn = connect()
+        try:
+            while True:
+                try:
+                    i = todo.get_nowait()
+                except queue.Empty:
+                    return
+                wait = times[i] - (clock() - t0)
+                if wait > 0:
+                    time.sleep(wait)
+                sent = clock() - t0
+                try:
+                    conn.request("POST", "/v1/answer", body=bodies[i], headers=headers)
+                    response = conn.getresponse()
+                    data = json.loads(response.read() or b"{}")
+                    status = response.status
+                except (OSError, http.client.HTTPException, ValueError) as exc:
+                    conn.close()
+                    conn = connect()
+                    data, status = {"error": f"{type(exc).__name__}: {exc}"}, 0
+                now = clock() - t0
+                kind = "RESULT" if status == 200 else "BUSY" if status == 503 else "ERROR"
+                header = {
+                    "kind": kind,
+                    "queue_ms": data.get("queue_ms", np.nan),
+                    "service_ms": data.get("service_ms", np.nan),
+                    "batch_requests": data.get("batch_requests", 0),
+                    "pool": data.get("pool", ""),
+                    "error": data.get("error", f"HTTP {status}"),
+                }
+                with lock:
+                    rec.sent[i] = sent
+                    rec.record((str(i), header, {}), now)
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=sender, daemon=True) for _ in range(int(spec.get("connections", 16)))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=max(0.0, float(times[-1] if n else 0.0) + drain_s + 5.0 - (clock() - t0)))
+    with lock:  # a thread still waiting on a reply leaves its request "lost"
+        lateness = rec.sent - rec.scheduled
+        extra = {
+            "send_lateness_ms_p50": float(np.nanpercentile(lateness, 50) * 1e3) if n else 0.0,
+            "send_lateness_ms_p99": float(np.nanpercentile(lateness, 99) * 1e3) if n else 0.0,
+            "send_lateness_ms_max": float(np.nanmax(lateness) * 1e3) if n else 0.0,
+        }
+        return rec.as_json(job, extra)
+
+
 def run_closed(job: dict) -> dict:
     """`n` requests one after the other: each sent when the previous one was answered (requests
     cycle through the pool in order, or always `index` when given), after `gaps[i]` seconds of
@@ -244,7 +351,7 @@ def run_closed(job: dict) -> dict:
     n = int(job["n"])
     pick = np.full(n, int(job["index"])) if "index" in job else np.arange(n) % len(pool)
     rec = _Recorder(n, pick, np.array([pool[k].batch_size for k in pick], np.int64))
-    client = Client(job["endpoint"], timeout_s=float(job.get("drain_s", 120.0)))
+    client = Client(job["endpoint"], timeout_s=float(job.get("drain_s", 120.0)), keys_dir=job.get("keys_dir"))
     clock = time.perf_counter
     t0 = clock()
     try:
@@ -266,7 +373,12 @@ def run_closed(job: dict) -> dict:
 
 
 def run_job(job: dict) -> str:
-    result = run_closed(job) if job.get("closed") else run_open(job)
+    if job.get("http"):
+        if job.get("closed"):
+            raise ValueError("closed-loop jobs run over ZeroMQ only")
+        result = run_open_http(job)
+    else:
+        result = run_closed(job) if job.get("closed") else run_open(job)
     out = job["out"]
     tmp = out + ".tmp"
     with open(tmp, "w") as fh:

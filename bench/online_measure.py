@@ -199,8 +199,21 @@ class Bench:
         self.cost_model: dict = {}
         self.calibrated: dict = {}
 
-    def point(self, srv, pool: str, mode: str, rate: float, process: str = "poisson", seed: int | None = None):
-        """One open-loop run against `srv`: (summary, the generator's raw records)."""
+    def point(
+        self,
+        srv,
+        pool: str,
+        mode: str,
+        rate: float,
+        process: str = "poisson",
+        seed: int | None = None,
+        target: dict | None = None,
+        duration: float | None = None,
+    ):
+        """One open-loop run against `srv`: (summary, the generator's raw records). `target`:
+        job fields naming how the generator reaches the service (its endpoint, keys_dir, or
+        "http"; default the service's plain ZeroMQ endpoint); `duration`: seconds of sending
+        (default the settings')."""
         if not wait_idle(srv):
             log("  warning: the service still had requests in flight after 120 s; this point starts with a backlog")
         start = len(srv.batch_log)
@@ -209,11 +222,12 @@ class Bench:
             "endpoint": srv.zmq_endpoint,
             "pool": self.pools[pool],
             "rate": float(rate),
-            "duration": self.s["duration"],
+            "duration": self.s["duration"] if duration is None else float(duration),
             "process": process,
             "seed": self.seed if seed is None else seed,
             "mode": mode,
             "drain_s": max(3.0, self.s["duration"]),
+            **(target or {}),
         }
         groups = process_groups(srv, self.lg)
         before = cpu_snapshot(groups)
@@ -223,6 +237,7 @@ class Bench:
         point = summarise(res, srv, start)
         point["process"] = process
         point["cpu_cores"] = cpu_utilisation(before, after)
+        point["cpu_seconds"] = {k: v * (after[0] - before[0]) for k, v in point["cpu_cores"].items()}
         return point, res
 
     def closed(self, srv, pool: str, mode: str, n: int, index: int | None = None) -> dict:
@@ -275,17 +290,21 @@ class Bench:
         label: str,
         factor: float = 1.5,
         slo_ms: float | None = None,
+        target: dict | None = None,
+        refine: int | None = None,
     ) -> dict:
         """Step the rate by `factor` from `start` until a point is not held (`held`, p99 bound 5 x
         the first point's p99, at least 50 ms), then bisect (geometric mean) `refine` times between
         the last held and the first failed rate. With `slo_ms`, also bisect `refine` times at the
-        boundary of p99 <= slo_ms (stepping below the first point when even that one missed it)."""
+        boundary of p99 <= slo_ms (stepping below the first point when even that one missed it).
+        `target`: as in point(); `refine`: bisection steps (default settings' refine)."""
+        steps = self.s["refine"] if refine is None else int(refine)
         points: list = []
         bound: float | None = None
 
         def run(rate: float, tag: str = "") -> bool:
             nonlocal bound
-            p, _ = self.point(srv, pool, mode, rate)
+            p, _ = self.point(srv, pool, mode, rate, target=target)
             if bound is None:
                 bound = max(50.0, 5.0 * p.get("latency_p99_ms", 10.0))
             points.append(p)
@@ -317,7 +336,7 @@ class Bench:
                 rate /= factor * factor
                 continue
             break
-        for _ in range(self.s["refine"]):
+        for _ in range(steps):
             lo, hi = boundary(lambda p: held(p, bound))
             if lo is None or hi is None:
                 break
@@ -328,7 +347,7 @@ class Bench:
                     run(min(p["rate"] for p in points) / (factor * factor), f" (below, for {slo_ms:g} ms)")
                     if any(held(p, slo_ms) for p in points):
                         break
-            for _ in range(self.s["refine"]):
+            for _ in range(steps):
                 lo, hi = boundary(lambda p: held(p, slo_ms))
                 if lo is None or hi is None:
                     break

@@ -1,6 +1,6 @@
 """The online serving benchmark's figures (bench/results/online_latency.png: p99 latency vs
 offered load per sweep; online_schedulers.png: the schedulers, hot cache hit rates and the PSGS
-router vs a single pool)."""
+router vs a single pool; online_auth.png: with vs without authentication)."""
 
 from __future__ import annotations
 
@@ -19,12 +19,13 @@ def plot(result: dict, name: str = "online") -> list:
 
     paths = []
     fig, ax = plt.subplots(figsize=(8, 5))
+    capacity = result.get("capacity", {})
     curves = [
-        ("HE single, inprocess", result["capacity"].get("he_single")),
+        ("HE single, inprocess", capacity.get("he_single")),
         ("EXACT single, inprocess", result.get("big_request", {}).get("exact_single")),
         ("HE single, workers x1", result.get("workers", {}).get("1")),
         ("HE single, workers x2", result.get("workers", {}).get("2")),
-        (f"{result['settings']['sched_mode'].upper()} mixed, FIFO", result["capacity"].get("mixed_fifo")),
+        (f"{result['settings']['sched_mode'].upper()} mixed, FIFO", capacity.get("mixed_fifo")),
     ]
     for label, curve in curves:
         if not curve:
@@ -44,6 +45,10 @@ def plot(result: dict, name: str = "online") -> list:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     paths.append(path)
+    if "auth" in result:
+        paths.append(_plot_auth(plt, result["auth"], name))
+    if not capacity:  # a result of `--only auth` alone: no scheduler runs to draw
+        return paths
 
     fig, axes = plt.subplots(1, 3, figsize=(14, 4.5))
     runs = result["capacity"]["schedulers"]["runs"]
@@ -80,3 +85,44 @@ def plot(result: dict, name: str = "online") -> list:
     plt.close(fig)
     paths.append(path)
     return paths
+
+
+def _plot_auth(plt, auth: dict, name: str) -> str:
+    """{name}_auth.png: per front, p99 vs offered load of every plain (solid) and secured
+    (dashed) sweep; last panel, the service's CPU ms per request of each repeat."""
+    fronts = [f for f, d in auth["variants"].items() if "skipped" not in d]
+    fig, axes = plt.subplots(1, len(fronts) + 1, figsize=(5 * (len(fronts) + 1), 4.5))
+    for ax, front in zip(axes, fronts, strict=False):
+        doc = auth["variants"][front]
+        for variant, style in (("plain", "o-"), ("secured", "s--")):
+            for rep, curve in enumerate(doc[variant]):
+                pts = [p for p in curve["points"] if "latency_p99_ms" in p]
+                ax.plot(
+                    [p["offered_rps"] for p in pts],
+                    [p["latency_p99_ms"] for p in pts],
+                    style,
+                    label=f"{variant} #{rep + 1}: held {curve['single_query_rps'] or 0:.0f} req/s",
+                )
+        ax.axhline(auth["slo_ms"], ls="--", c="gray", lw=0.8)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("offered load (requests/s)")
+        ax.set_ylabel("p99 latency (ms)")
+        ax.set_title(f"{front}: plain vs secured (cost {doc['auth_cost'] or 0:.0%})", fontsize=9)
+        ax.legend(fontsize=7)
+    ax = axes[-1]
+    for k, front in enumerate(fronts):
+        doc = auth["variants"][front]
+        for j, variant in enumerate(("plain", "secured")):
+            vals = doc[f"cpu_ms_per_request_{variant}_repeats"]
+            x = k * 3 + j + np.arange(len(vals)) * 0.2 - 0.1 * (len(vals) - 1)
+            ax.bar(x, vals, 0.18, color="C0" if variant == "plain" else "C1", label=variant if k == 0 else None)
+    ax.set_xticks([k * 3 + 0.5 for k in range(len(fronts))], fronts)
+    ax.set_ylabel("service CPU ms / request")
+    ax.set_title(f"CPU per request at {auth['variants'][fronts[0]]['cpu_at_rps']:.0f} req/s, each repeat", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = os.path.join(RESULTS, f"{name}_auth.png")
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -12,6 +12,14 @@ under --out: src (long), dst (long), the relation as given (per-relation decoder
 (float). Pairs naming ids the graph lacks are refused before anything is written; --out as for
 batch_inference.py (refused when non-empty unless --overwrite; staged, then swapped in). User
 errors: one line on stderr, exit 2.
+
+Typed graph and typed model (HeteroModel.from_pyg(..., decoder=)): every pair names its relation,
+an edge type key (author__writes__paper), a relation name only one edge type has, or an index into
+the graph's edge types; src is a vertex of the relation's source type, dst of its destination type.
+Only those rows' upstream is computed (typed inference with ids), and each relation's pairs are
+scored from the two types' outputs by the decoder (bound to the relation's row when it is per
+relation; sparkgnn.linkpred.typed). A relation the graph lacks, or an id missing in its type, is
+refused before anything is written.
 """
 
 from __future__ import annotations
@@ -50,6 +58,7 @@ def main(argv=None) -> int:
 def _run(args) -> int:
     from sparkgnn.engine.api import input_paths
     from sparkgnn.engine.session import job_session
+    from sparkgnn.engine.typed import is_typed_source
     from sparkgnn.graph.spark_graph import Graph
     from sparkgnn.linkpred.nodes import node_outputs
     from sparkgnn.linkpred.pairs import PairsError, check_known, check_relations, endpoints, read_pairs
@@ -60,6 +69,8 @@ def _run(args) -> int:
 
     inputs = {**input_paths(args.graph, args.model, args.work_dir), "--pairs file": args.pairs}
     check_output(args.out, inputs, args.overwrite)
+    if is_typed_source(args.graph) or is_typed_source(args.model):
+        return _run_typed(args)
     model = Model.load(args.model)
     try:
         decoder = model_decoder(model)
@@ -86,6 +97,54 @@ def _run(args) -> int:
         work_dir=args.work_dir,
     )
     write_parquet_staged(score_pairs(nodes, pairs, decoder), args.out)
+    rows = spark.read.parquet(args.out).count()
+    print(f"score_edges: wrote {rows} scored pairs to {args.out} in {time.perf_counter() - started:.1f} s")
+    return 0
+
+
+def _run_typed(args) -> int:
+    """Typed graph and typed model: pairs name their relation (sparkgnn.linkpred.typed)."""
+    from sparkgnn.engine.session import job_session
+    from sparkgnn.linkpred.pairs import PairsError, read_pairs
+    from sparkgnn.linkpred.typed import (
+        by_relation,
+        check_typed_known,
+        load_typed_graph,
+        load_typed_model,
+        pair_endpoints,
+        pair_relations,
+        relation_decoder,
+        score_typed_pairs,
+        typed_node_outputs,
+    )
+    from sparkgnn.outputs import write_parquet_staged
+
+    model = load_typed_model(args.graph, args.model)
+    started = time.perf_counter()
+    spark = job_session("sparkgnn-score-edges")
+    graph = load_typed_graph(spark, args.graph, model)
+    what = f"--pairs {args.pairs}"
+    pairs = read_pairs(spark, args.pairs, relation=True)
+    if not pairs.limit(1).count():
+        raise PairsError(f"{what} holds no pairs")
+    relations = pair_relations(pairs, graph.metadata()[1], what)
+    parts = by_relation(pairs, relations)
+    try:
+        decoders = {e: relation_decoder(model, e) for e in parts}
+    except ValueError as e:
+        raise PairsError(f"{what}: {e}; nothing was written") from None
+    check_typed_known(graph, parts, what)
+    nodes = typed_node_outputs(
+        spark,
+        graph,
+        model,
+        ids=pair_endpoints(parts),
+        out=args.out,
+        partitions=args.partitions,
+        strategy=args.strategy,
+        work_dir=args.work_dir,
+    )
+    write_parquet_staged(score_typed_pairs(nodes, parts, decoders), args.out)
     rows = spark.read.parquet(args.out).count()
     print(f"score_edges: wrote {rows} scored pairs to {args.out} in {time.perf_counter() - started:.1f} s")
     return 0

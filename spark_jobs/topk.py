@@ -23,6 +23,15 @@ ranked against every candidate (or --num-negatives sampled ones, seeded by --see
 evaluator ranks it (sparkgnn.linkpred.evaluate), and --out gets one row: positives, negatives,
 mrr, hits@1, hits@10, hits@50. `--report JSON` also writes the recall or the metrics as JSON.
 --out as for batch_inference.py. User errors: one line on stderr, exit 2, nothing written.
+
+Typed graph and typed model: each relation (edge type; `--relation` as a key, a relation name
+only one edge type has, or an index; default: the per-relation decoder's rows, or every relation
+between output types) ranks sources of its source type against candidates of its destination
+type. `--candidates TYPE` keeps the relations into TYPE (a type the graph lacks, or one another
+named relation does not point to, is refused); `--candidates FILE` and `--sources FILE` hold ids
+of those types. The output gains a relation column (the edge type key); `--exclude-edges` leaves
+out the relation's own edges; `--approx` works as above, recall per relation. `--eval` reads a
+relation column and writes one row per relation (sparkgnn.linkpred.typed).
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ import sys
 import time
 
 from sparkgnn.cliargs import non_negative_int, positive_int, require_inputs, run_cli
+from sparkgnn.layers.hetero import edge_key
 from sparkgnn.logs import install_cli_handler
 from sparkgnn.outputs import check_output
 
@@ -72,7 +82,7 @@ def parse_args(argv=None) -> argparse.Namespace:
             "--graph": args.graph,
             "--model": args.model,
             "--sources": args.sources,
-            "--candidates": args.candidates,
+            "--candidates": None if _typed_graph(args.graph) else args.candidates,  # typed: a type or a file
             "--eval": args.eval,
         },
     )
@@ -91,6 +101,15 @@ def parse_args(argv=None) -> argparse.Namespace:
                 "--eval takes its sources from the held-out edges and reports hits@1/10/50; drop --sources/--k"
             )
     return args
+
+
+def _typed_graph(path: str) -> bool:
+    from sparkgnn.graph.typed_io import is_typed_graph_dir
+
+    try:
+        return is_typed_graph_dir(path)
+    except (OSError, ValueError):
+        return False
 
 
 def main(argv=None) -> int:
@@ -114,6 +133,7 @@ def _run(args) -> int:
     from sparkgnn import files
     from sparkgnn.engine.api import input_paths
     from sparkgnn.engine.session import job_session
+    from sparkgnn.engine.typed import is_typed_source
     from sparkgnn.graph.spark_graph import Graph
     from sparkgnn.linkpred.approx import check_approx_decoder
     from sparkgnn.linkpred.nodes import node_outputs
@@ -129,6 +149,8 @@ def _run(args) -> int:
     }
     check_output(args.out, inputs, args.overwrite)
     _check_report(args, inputs)
+    if is_typed_source(args.graph) or is_typed_source(args.model):
+        return _run_typed(args)
     model = Model.load(args.model)
     try:
         decoder = model_decoder(model)
@@ -163,6 +185,190 @@ def _run(args) -> int:
     if args.report:
         files.write_json_atomic(args.report, report, indent=2, sort_keys=True)
     return 0
+
+
+def _run_typed(args) -> int:
+    """Typed graph and typed model: per relation (edge type), sources of its source type ranked
+    against candidates of its destination type (sparkgnn.linkpred.typed)."""
+    from sparkgnn import files
+    from sparkgnn.engine.session import job_session
+    from sparkgnn.linkpred.approx import check_approx_decoder
+    from sparkgnn.linkpred.pairs import PairsError, read_ids, read_pairs
+    from sparkgnn.linkpred.typed import (
+        by_relation,
+        check_typed_known,
+        load_typed_graph,
+        load_typed_model,
+        pair_relations,
+        relation_decoder,
+        typed_node_outputs,
+    )
+
+    model = load_typed_model(args.graph, args.model)
+    if args.approx:
+        try:
+            check_approx_decoder(model.decoder)
+        except ValueError as e:
+            raise PairsError(f"--model {args.model}: {e}") from None
+    if args.eval is not None and args.relation:
+        raise PairsError("--eval takes each held-out edge's relation from its relation column; drop --relation")
+    started = time.perf_counter()
+    spark = job_session("sparkgnn-topk")
+    graph = load_typed_graph(spark, args.graph, model)
+    node_types, edge_types = graph.metadata()
+    cand_type, cand_ids = None, None
+    if args.candidates is not None:
+        if args.candidates in node_types:
+            cand_type = args.candidates
+        elif files.exists(args.candidates):
+            cand_ids = read_ids(spark, args.candidates, "--candidates")
+        else:
+            raise PairsError(
+                f"--candidates {args.candidates} is neither a node type of graph {args.graph} "
+                f"(it has {', '.join(node_types)}) nor a file; nothing was written"
+            )
+    held_out = None
+    if args.eval is not None:
+        held_out = read_pairs(spark, args.eval, "--eval", relation=True)
+        if not held_out.limit(1).count():
+            raise PairsError(f"--eval {args.eval} holds no edges")
+        parts = by_relation(held_out, pair_relations(held_out, edge_types, f"--eval {args.eval}"))
+        check_typed_known(graph, parts, f"--eval {args.eval}")
+        relations = list(parts)
+    else:
+        relations = _typed_relations(args, model, edge_types, cand_type)
+    try:
+        decoders = {e: relation_decoder(model, e) for e in relations}
+    except ValueError as e:
+        raise PairsError(f"--model {args.model}: {e}; nothing was written") from None
+    if cand_type is not None:
+        wrong = [edge_key(e) for e in relations if e[2] != cand_type]
+        if wrong:
+            raise PairsError(
+                f"--candidates {cand_type}: relation(s) {', '.join(wrong)} rank candidates of another type; "
+                "nothing was written"
+            )
+    sources = None
+    if args.sources is not None:
+        sources = read_ids(spark, args.sources, "--sources")
+    for flag, frame, side in (("--sources", sources, 0), ("--candidates", cand_ids, 2)):
+        if frame is not None:
+            for e in relations:
+                _check_typed_ids(frame, graph.vertices[e[side]], f"{flag} {getattr(args, flag[2:])}", e[side])
+    nodes = typed_node_outputs(
+        spark,
+        graph,
+        model,
+        types=sorted({t for e in relations for t in (e[0], e[2])}),
+        out=args.out,
+        partitions=args.partitions,
+        work_dir=args.work_dir,
+    )
+    partitions = args.partitions or max(1, spark.sparkContext.defaultParallelism)
+    common = {"candidates": cand_ids, "partitions": partitions}
+    excludes = {e: graph.edges[e].select("src", "dst") if args.exclude_edges else None for e in relations}
+    if held_out is not None:
+        report = _typed_evaluate(spark, args, nodes, decoders, parts, excludes, common)
+    else:
+        report = _typed_topk(spark, args, nodes, decoders, sources, excludes, common)
+    report["seconds"] = round(time.perf_counter() - started, 3)
+    if args.report:
+        files.write_json_atomic(args.report, report, indent=2, sort_keys=True)
+    return 0
+
+
+def _typed_relations(args, model, edge_types, cand_type) -> list:
+    """The edge types a typed top-k ranks: --relation's, else the per-relation decoder's rows (or,
+    for another decoder, every edge type between output types), kept to those into --candidates TYPE."""
+    from sparkgnn.decoders import RelationalDecoder
+    from sparkgnn.linkpred.pairs import PairsError
+    from sparkgnn.linkpred.typed import resolve_relation
+
+    if args.relation:
+        labels = [int(r) if r.isdigit() else r for r in args.relation]
+        try:
+            return list(dict.fromkeys(resolve_relation(edge_types, label) for label in labels))
+        except ValueError as e:
+            raise PairsError(f"--relation: {e}; nothing was written") from None
+    if isinstance(model.decoder, RelationalDecoder):
+        chosen = [resolve_relation(edge_types, key) for key in model.decoder.relations]
+    else:
+        chosen = [e for e in edge_types if e[0] in model.out_dims and e[2] in model.out_dims]
+    if cand_type is not None:
+        chosen = [e for e in chosen if e[2] == cand_type]
+        if not chosen:
+            raise PairsError(f"--candidates {cand_type}: no relation the model scores ranks candidates of that type")
+    return chosen
+
+
+def _check_typed_ids(ids, vertices, what: str, node_type: str) -> None:
+    from sparkgnn.linkpred.pairs import PairsError, check_known
+
+    try:
+        check_known(ids, vertices, what)
+    except PairsError as e:
+        raise PairsError(f"{e} (node type {node_type!r})") from None
+
+
+def _typed_topk(spark, args, nodes, decoders, sources, excludes, common) -> dict:
+    from sparkgnn.linkpred.approx import IndexParams, recall_at_k, sample_sources
+    from sparkgnn.linkpred.typed import as_candidate, as_source, relation_topk_frame
+    from sparkgnn.outputs import write_parquet_staged
+
+    params = IndexParams(ef_search=args.ef_search)
+    frames = [
+        relation_topk_frame(
+            nodes, e, dec, args.k, sources=sources, exclude=excludes[e], approx=args.approx, params=params, **common
+        )
+        for e, dec in decoders.items()
+    ]
+    result = frames[0]
+    for frame in frames[1:]:
+        result = result.unionByName(frame)
+    write_parquet_staged(result, args.out)
+    written = spark.read.parquet(args.out)
+    rows = written.count()
+    log.info("topk: wrote %d rows (k=%d, %d relation(s)%s) to %s", rows, args.k, len(decoders),
+             ", approximate" if args.approx else "", args.out)  # fmt: skip
+    report: dict = {"k": args.k, "approx": bool(args.approx), "rows": rows, "relations": list(map(edge_key, decoders))}
+    if args.approx and args.recall_sample:
+        recalls = {}
+        for e, dec in decoders.items():
+            pool = sources if sources is not None else nodes[e[0]].select("id")
+            sample = sample_sources(pool, args.recall_sample, args.seed).cache()
+            exact = relation_topk_frame(nodes, e, dec, args.k, sources=sample, exclude=excludes[e], **common)
+            mine = written.where(written["relation"] == edge_key(e)).join(sample.withColumnRenamed("id", "src"), "src")
+            mapped = lambda f: as_candidate(as_source(f, "src"), "dst")  # noqa: E731  (recall_at_k pairs on ids)
+            recall, checked = recall_at_k(mapped(mine), mapped(exact))
+            sample.unpersist()
+            log.info("topk: recall@%d of the approximate top-k for %s = %.4f on %d sampled sources (seed %d)",
+                     args.k, edge_key(e), recall, checked, args.seed)  # fmt: skip
+            recalls[edge_key(e)] = {f"recall@{args.k}": recall, "recall_sources": checked}
+        report.update({"recall": recalls, "seed": args.seed})
+    return report
+
+
+def _typed_evaluate(spark, args, nodes, decoders, parts, excludes, common) -> dict:
+    from sparkgnn.linkpred.evaluate import metrics_of
+    from sparkgnn.linkpred.typed import relation_counts
+    from sparkgnn.outputs import write_parquet_staged
+
+    if args.num_negatives is None:
+        negatives = "all candidates" + (" less known edges" if args.exclude_edges else "")
+    else:
+        negatives = f"{args.num_negatives} sampled (seed {args.seed})"
+    rows = []
+    for e, dec in decoders.items():
+        counts = relation_counts(
+            nodes, e, dec, parts[e], exclude=excludes[e], num_negatives=args.num_negatives, seed=args.seed, **common
+        )
+        metrics = metrics_of(counts)
+        rows.append({"relation": edge_key(e), "negatives": negatives, **metrics})
+        shown = ", ".join(f"{name} {value:.4f}" for name, value in metrics.items() if name != "positives")
+        log.info("topk: eval of %d held-out %s edges vs %s: %s", metrics["positives"], edge_key(e), negatives, shown)
+    columns = ["relation", "negatives", *(name for name in rows[0] if name not in ("relation", "negatives"))]
+    write_parquet_staged(spark.createDataFrame(rows).select(*columns), args.out)
+    return {"relations": {row["relation"]: row for row in rows}}
 
 
 def _relations(args, decoder) -> list:

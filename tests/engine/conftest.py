@@ -42,6 +42,17 @@ def graph_dirs(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def opened_graphs(spark, graph_dirs):
+    """graph_dirs' graphs opened once per session (Graph.load): {name: (Graph, GraphData)}.
+    Opening a directory reads its graph.json and both Parquet schemas (Spark jobs of their own);
+    tests whose subject is the computation, not the opening, pass the opened Graph instead, so
+    each case runs only its job. Opening itself is tested with the directories' paths."""
+    from sparkgnn.graph import Graph
+
+    return {name: (Graph.load(spark, path), data) for name, (path, data) in graph_dirs.items()}
+
+
+@pytest.fixture(scope="session")
 def work_dir(tmp_path_factory):
     """Shared by all executor tests: a graph is prepared once per partition count."""
     return str(tmp_path_factory.mktemp("engine-work"))

@@ -1,6 +1,7 @@
 """Comparison helpers shared by the executor tests."""
 
 import numpy as np
+import pyarrow as pa
 import torch
 
 from sparkgnn.graph import GraphData
@@ -17,7 +18,9 @@ def pyg_reference(module, data: GraphData) -> np.ndarray:
 
 
 def spark_output(result, data: GraphData) -> np.ndarray:
-    table = result.toArrow()
+    """The (id, h) rows of `result` (a DataFrame, or its rows already read as an Arrow table) as an
+    array in `data`'s vertex order; NaN rows for vertices without an output row."""
+    table = result if isinstance(result, pa.Table) else result.toArrow()
     ids = table.column("id").to_numpy()
     h = np.stack(table.column("h").to_numpy(zero_copy_only=False))
     out = np.full((data.num_nodes, h.shape[1]), np.nan, dtype=np.float32)

@@ -182,8 +182,8 @@ MODELS = {"sage_mean": GraphSAGE, "gat": GAT, "gcn": GCN}
 
 @pytest.mark.parametrize("strategy", ["replicate", "combine"])
 @pytest.mark.parametrize("model_name", sorted(MODELS))
-def test_both_exchanges_equal_pyg(spark, graph_dirs, work_dir, model_name, strategy, caplog):
-    path, data = graph_dirs["skewed"]
+def test_both_exchanges_equal_pyg(spark, opened_graphs, work_dir, model_name, strategy, caplog):
+    opened, data = opened_graphs["skewed"]
     torch.manual_seed(3)
     module = MODELS[model_name](data.feature_dim, 12, 2, out_channels=5).eval()
     expected = pyg_reference(module, data)
@@ -192,7 +192,7 @@ def test_both_exchanges_equal_pyg(spark, graph_dirs, work_dir, model_name, strat
         caplog.clear()
         job = infer(
             spark,
-            path,
+            opened,
             Model.from_pyg(module),
             strategy=strategy,
             partitions=3,

@@ -42,11 +42,11 @@ def _models(data):
 
 
 @pytest.mark.parametrize("partitions", [1, 3])
-def test_batched_models_equal_each_model_alone(spark, graph_dirs, work_dir, partitions, caplog):
-    path, data = graph_dirs["skewed"]
+def test_batched_models_equal_each_model_alone(spark, opened_graphs, work_dir, partitions, caplog):
+    opened, data = opened_graphs["skewed"]
     models = _models(data)
     caplog.set_level(logging.INFO, logger="sparkgnn")
-    job = infer(spark, path, models, partitions=partitions, work_dir=work_dir)
+    job = infer(spark, opened, models, partitions=partitions, work_dir=work_dir)
     assert job.names == [f"model_{i}" for i in range(len(models))]
     results = list(job.frames.values())
     # model_0..3 share one job (one report and plan), model_4 runs in a second one
@@ -56,7 +56,7 @@ def test_batched_models_equal_each_model_alone(spark, graph_dirs, work_dir, part
     )
     assert any("model_4 cannot share an edge list" in line for line in caplog.messages), caplog.messages
     for model, result in zip(models, results, strict=True):
-        alone = infer(spark, path, model, partitions=partitions, work_dir=work_dir).frame
+        alone = infer(spark, opened, model, partitions=partitions, work_dir=work_dir).frame
         expected = spark_output(alone, data)
         actual = spark_output(result, data)
         assert not np.isnan(actual).any()

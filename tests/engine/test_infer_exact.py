@@ -55,34 +55,35 @@ GRAPHS = ("cora", "skewed")
 @pytest.mark.parametrize("partitions", PARTITIONS)
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("model_name", sorted(MODELS))
-def test_spark_equals_pyg(spark, graph_dirs, work_dir, model_name, strategy, partitions):
+def test_spark_equals_pyg(spark, opened_graphs, work_dir, model_name, strategy, partitions):
     turn = sorted(MODELS).index(model_name) + STRATEGIES.index(strategy) + PARTITIONS.index(partitions)
     graph_name = GRAPHS[turn % 2]
-    for path, data in (graph_dirs[graph_name],):
+    for opened, data in (opened_graphs[graph_name],):
         module = _module(model_name, data)
         result = infer(
             spark,
-            path,
+            opened,
             Model.from_pyg(module),
             strategy=strategy,
             partitions=partitions,
             work_dir=work_dir,
         ).frame
-        actual = spark_output(result, data)
+        table = result.toArrow()
+        actual = spark_output(table, data)
         expected = pyg_reference(module, data)
         assert not np.isnan(actual).any(), f"{graph_name}: some vertices have no output row"
         assert relative_error(actual, expected) <= 1e-5, (graph_name, relative_error(actual, expected))
-        pred = result.toArrow().column("pred").to_numpy()
+        pred = table.column("pred").to_numpy()
         assert pred.min() >= 0 and pred.max() < expected.shape[1]
 
 
 @pytest.mark.parametrize("model_name", ["sage_mean", "gat", "gcn"])
-def test_three_layers_auto_strategy(spark, graph_dirs, work_dir, model_name):
-    path, data = graph_dirs["skewed"]
+def test_three_layers_auto_strategy(spark, opened_graphs, work_dir, model_name):
+    opened, data = opened_graphs["skewed"]
     torch.manual_seed(5)
     build = {"sage_mean": GraphSAGE, "gat": GAT, "gcn": GCN}[model_name]
     module = build(data.feature_dim, 12, 3, out_channels=6).eval()
-    result = infer(spark, path, Model.from_pyg(module), partitions=3, work_dir=work_dir).frame
+    result = infer(spark, opened, Model.from_pyg(module), partitions=3, work_dir=work_dir).frame
     assert relative_error(spark_output(result, data), pyg_reference(module, data)) <= 1e-5
 
 
@@ -101,11 +102,11 @@ class TracedClass(torch.nn.Module):
         return F.log_softmax(x, dim=1)
 
 
-def test_traced_model_class_equals_pyg(spark, graph_dirs, work_dir):
-    path, data = graph_dirs["skewed"]
+def test_traced_model_class_equals_pyg(spark, opened_graphs, work_dir):
+    opened, data = opened_graphs["skewed"]
     torch.manual_seed(11)
     module = TracedClass(data.feature_dim, 12, int(data.y.max()) + 1).eval()
-    result = infer(spark, path, Model.from_pyg(module), partitions=3, work_dir=work_dir).frame
+    result = infer(spark, opened, Model.from_pyg(module), partitions=3, work_dir=work_dir).frame
     with torch.no_grad():
         expected = module(torch.from_numpy(data.x), data.edge_index_torch(), torch.from_numpy(data.weight)).numpy()
     assert relative_error(spark_output(result, data), expected) <= 1e-5
@@ -128,17 +129,17 @@ def _two_layers(conv, f, c, weighted=False):
     )
 
 
-def _forced_strategy_equals_pyg(spark, graph_dirs, work_dir, table, name, seed, graph="skewed", partitions=3):
+def _forced_strategy_equals_pyg(spark, opened_graphs, work_dir, table, name, seed, graph="skewed", partitions=3):
     """Model `name` of `table` ({name: (strategy, weighted, build(f, c))}), seeded, run on
     `graph` (the skewed one unless told) with P=`partitions` and its strategy forced: every round
     runs that strategy, every vertex has a row and the rows equal the module's eval forward (fed
     the edge weights when `weighted`) to 1e-5 relative."""
-    path, data = graph_dirs[graph]
+    opened, data = opened_graphs[graph]
     strategy, weighted, build = table[name]
     torch.manual_seed(seed)
     module = build(data.feature_dim, int(data.y.max()) + 1).eval()
     model = Model.from_pyg(module)
-    result = infer(spark, path, model, strategy=strategy, partitions=partitions, work_dir=work_dir)
+    result = infer(spark, opened, model, strategy=strategy, partitions=partitions, work_dir=work_dir)
     assert [layer.strategy for layer in result.plan.layers] == [strategy] * model.num_rounds
     x, edge_index = torch.from_numpy(data.x), data.edge_index_torch()
     weights = (torch.from_numpy(data.weight),) if weighted else ()
@@ -159,8 +160,8 @@ DST_READERS = {
 
 
 @pytest.mark.parametrize("model_name", sorted(DST_READERS))
-def test_destination_reading_convs_equal_pyg(spark, graph_dirs, work_dir, model_name):
-    _forced_strategy_equals_pyg(spark, graph_dirs, work_dir, DST_READERS, model_name, seed=11)
+def test_destination_reading_convs_equal_pyg(spark, opened_graphs, work_dir, model_name):
+    _forced_strategy_equals_pyg(spark, opened_graphs, work_dir, DST_READERS, model_name, seed=11)
 
 
 def _lightgcn_head(f, c):
@@ -193,8 +194,8 @@ PROPAGATIONS = {
 
 
 @pytest.mark.parametrize("model_name", sorted(PROPAGATIONS))
-def test_propagation_convs_equal_pyg(spark, graph_dirs, work_dir, model_name):
-    _forced_strategy_equals_pyg(spark, graph_dirs, work_dir, PROPAGATIONS, model_name, seed=13)
+def test_propagation_convs_equal_pyg(spark, opened_graphs, work_dir, model_name):
+    _forced_strategy_equals_pyg(spark, opened_graphs, work_dir, PROPAGATIONS, model_name, seed=13)
 
 
 def _appnp_head(f, c):
@@ -235,11 +236,11 @@ HOPS_AND_EDGES = {
 
 
 @pytest.mark.parametrize("model_name", sorted(HOPS_AND_EDGES))
-def test_multihop_and_edge_convs_equal_pyg(spark, graph_dirs, work_dir, model_name):
+def test_multihop_and_edge_convs_equal_pyg(spark, opened_graphs, work_dir, model_name):
     case, graph, partitions = HOPS_AND_EDGES[model_name]
     table = {model_name: case}
     _forced_strategy_equals_pyg(
-        spark, graph_dirs, work_dir, table, model_name, seed=17, graph=graph, partitions=partitions
+        spark, opened_graphs, work_dir, table, model_name, seed=17, graph=graph, partitions=partitions
     )
 
 
@@ -307,20 +308,20 @@ SKIPS = {
 
 
 @pytest.mark.parametrize("model_name", sorted(SKIPS))
-def test_skip_connections_equal_pyg(spark, graph_dirs, work_dir, model_name):
+def test_skip_connections_equal_pyg(spark, opened_graphs, work_dir, model_name):
     case, graph, partitions = SKIPS[model_name]
     _forced_strategy_equals_pyg(
-        spark, graph_dirs, work_dir, {model_name: case}, model_name, seed=19, graph=graph, partitions=partitions
+        spark, opened_graphs, work_dir, {model_name: case}, model_name, seed=19, graph=graph, partitions=partitions
     )
 
 
 @pytest.mark.parametrize("partitions", [1, 3])
-def test_generic_fallback_conv_equals_pyg_under_replicate(spark, graph_dirs, work_dir, partitions):
+def test_generic_fallback_conv_equals_pyg_under_replicate(spark, opened_graphs, work_dir, partitions):
     """A conv with no native layer (FeaStConv, then MFConv) runs as its own module on each
     partition's in-edge neighbourhoods (layers/generic.py): equal to PyG, on the skewed graph."""
     from torch_geometric.nn import FeaStConv, MFConv
 
-    path, data = graph_dirs["skewed"]
+    opened, data = opened_graphs["skewed"]
     torch.manual_seed(11)
     module = Sequential(
         "x, edge_index",
@@ -331,7 +332,7 @@ def test_generic_fallback_conv_equals_pyg_under_replicate(spark, graph_dirs, wor
         ],
     ).eval()
     model = Model.from_pyg(module, output="embedding")
-    result = infer(spark, path, model, strategy="replicate", partitions=partitions, work_dir=work_dir).frame
+    result = infer(spark, opened, model, strategy="replicate", partitions=partitions, work_dir=work_dir).frame
     actual = spark_output(result, data)
     expected = pyg_reference(module, data)
     assert not np.isnan(actual).any()

@@ -46,13 +46,13 @@ def _check(result, module, data, ids):
 
 
 @pytest.mark.parametrize("model_name", NAMES)
-def test_local_run_equals_pyg_rows(spark, graph_dirs, work_dir, model_name):
-    for graph_name, (path, data) in graph_dirs.items():
+def test_local_run_equals_pyg_rows(spark, opened_graphs, work_dir, model_name):
+    for graph_name, (opened, data) in opened_graphs.items():
         module = _module(model_name, data)
         ids = _request(data, 17, len(model_name))
         job = infer(
             spark,
-            path,
+            opened,
             Model.from_pyg(module),
             ids=ids,
             prune="local",
@@ -73,15 +73,15 @@ COMBOS = [("edge_join", 8), ("replicate", 1), ("combine", 3)]
 
 
 @pytest.mark.parametrize("combo", range(len(COMBOS)))
-def test_pruned_subgraph_equals_pyg_rows_under_every_strategy(spark, graph_dirs, work_dir, combo):
+def test_pruned_subgraph_equals_pyg_rows_under_every_strategy(spark, opened_graphs, work_dir, combo):
     strategy, partitions = COMBOS[combo]
-    path, data = graph_dirs["skewed"]
+    opened, data = opened_graphs["skewed"]
     for model_name in (("gat", "sage_max", "gcn")[combo],):
         module = _module(model_name, data)
         ids = _request(data, 9, combo)
         job = infer(
             spark,
-            path,
+            opened,
             Model.from_pyg(module),
             ids=ids,
             prune="subgraph",
@@ -97,13 +97,13 @@ def test_pruned_subgraph_equals_pyg_rows_under_every_strategy(spark, graph_dirs,
         assert len(plan.pruning["vertices"]) == hops + 1
 
 
-def test_pruned_subgraph_with_pushdown(spark, graph_dirs, work_dir):
-    path, data = graph_dirs["cora"]
+def test_pruned_subgraph_with_pushdown(spark, opened_graphs, work_dir):
+    opened, data = opened_graphs["cora"]
     module = _module("gcn", data)
     ids = _request(data, 12, 3)
     job = infer(
         spark,
-        path,
+        opened,
         Model.from_pyg(module),
         ids=ids,
         prune="subgraph",

@@ -38,14 +38,14 @@ GRAPHS = ("cora", "skewed")
 
 @pytest.mark.parametrize("partitions", PARTITIONS)
 @pytest.mark.parametrize("model_name", sorted(MODELS))
-def test_pushdown_equals_pyg(spark, graph_dirs, work_dir, model_name, partitions, caplog):
+def test_pushdown_equals_pyg(spark, opened_graphs, work_dir, model_name, partitions, caplog):
     caplog.set_level(logging.INFO, logger="sparkgnn")
     graph_name = GRAPHS[(sorted(MODELS).index(model_name) + PARTITIONS.index(partitions)) % 2]
-    for path, data in (graph_dirs[graph_name],):
+    for opened, data in (opened_graphs[graph_name],):
         module = _module(model_name, data)
         job = infer(
             spark,
-            path,
+            opened,
             Model.from_pyg(module),
             strategy="pushdown",
             partitions=partitions,

@@ -7,6 +7,7 @@ relation graphs take fingerprint and counts from the typed graph; a model for ot
 and refresh / the homogeneous serving engines on typed inputs, are refused in one line."""
 
 import os
+import shutil
 import sys
 
 import numpy as np
@@ -191,3 +192,49 @@ def test_mismatched_model_and_homogeneous_jobs_are_refused_in_one_line(spark, ty
     with pytest.raises(UnsupportedModelError, match="^the homogeneous serving engines do not serve a typed model"):
         serving_model(str(tmp_path / "model"))
     assert not os.path.exists(store)
+
+
+def test_missing_relation_folder_other_widths_and_unknown_id_type_are_refused_before_any_data_pass(
+    spark, typed_dir, tmp_path, capsys
+):
+    from sparkgnn.graph import TypedGraph
+
+    path, d = typed_dir
+    broken = tmp_path / "broken"
+    shutil.copytree(path, broken)
+    shutil.rmtree(broken / "edges" / "paper__cites__paper")
+    model = HeteroModel.from_pyg(_ready(to_hetero(_Sage(1), d.metadata()), d), d.metadata())
+    model.save(tmp_path / "model")
+    wider = d.clone()
+    wider["author"].x = torch.randn(6, 5)  # the graph's authors are 4 wide
+    wide = HeteroModel.from_pyg(_ready(to_hetero(_Sage(1), wider.metadata()), wider), wider.metadata())
+    out = tmp_path / "out"
+    argv = ["--model", str(tmp_path / "model"), "--out", str(out), "--work-dir", str(tmp_path / "work")]
+    context = spark.sparkContext
+
+    def jobs(group, call) -> int:
+        """The Spark jobs `call` runs (it runs in a job group of its own)."""
+        context.setJobGroup(group, group)
+        try:
+            call()
+        finally:
+            context.setLocalProperty("spark.jobGroup.id", None)
+        return len(context.statusTracker().getJobIdsForGroup(group))
+
+    opening = jobs("typed-open", lambda: TypedGraph.load(spark, path))  # Parquet schema reads, no data pass
+    assert jobs("typed-missing", lambda: batch_inference.main(["--graph", str(broken), *argv])) == 0
+    assert "edge type paper__cites__paper: no edges/paper__cites__paper/" in capsys.readouterr().err
+    assert jobs("typed-ids", lambda: batch_inference.main(["--graph", path, *argv, "--ids", "venue:1"])) <= opening
+    err = capsys.readouterr().err.strip()
+    assert "ids name node types ['venue'] that graph 'typed-small' does not have" in err and "\n" not in err
+
+    def other_widths():
+        with pytest.raises(UnsupportedModelError) as info:
+            infer(spark, path, wide, out=str(out), work_dir=str(tmp_path / "work"))
+        assert str(info.value) == (
+            "the model does not fit graph 'typed-small''s feature widths: "
+            "node type 'author': the graph's features are 4 wide but the model expects 5"
+        )
+
+    assert jobs("typed-widths", other_widths) <= opening
+    assert not os.path.exists(out)

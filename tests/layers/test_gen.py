@@ -87,3 +87,42 @@ def test_gen_refuses_a_multi_aggregation():
     conv = gnn.GENConv(8, 8, aggr=["mean", "max"])
     with pytest.raises(UnsupportedModelError, match="GENConv.*multi-aggregation"):
         conv_layer(conv, "conv", use_edge_weight=False)
+
+
+def test_a_bare_gen_conv_reads_edge_features_only_where_its_construction_says(synthetic):
+    """PyG's GENConv reads edge_attr only when its call passes them and keeps no edge_dim, so a
+    GENConv converted on its own (no call to read) without lin_edge reads none, as PyG's
+    conv(x, edge_index) does, and edge features of its out width are refused in one line naming
+    the fix (convert it with its call) instead of silently left out; with lin_edge (edge_dim !=
+    out_channels) it reads them; the flag survives the save / load round trip."""
+    from sparkgnn.models import Model
+
+    f, ei = synthetic.num_features, synthetic.edge_index
+    gen = torch.Generator().manual_seed(4)
+    same, other = (torch.randn(ei.shape[1], w, generator=gen) for w in (8, D))
+    for conv in (graphs.randomize(gnn.GENConv(f, 8)), graphs.randomize(gnn.GENConv(f, 8, edge_dim=8))):
+        model = Model.from_pyg(conv, output="embedding")
+        assert model.edge_attr_dim == 0
+        with torch.no_grad():
+            plain = conv(synthetic.x, ei)
+            assert graphs.rel_err(model(synthetic.x, ei, parts=3), plain) <= TOL
+            # edge features of another width: a call passing them would fail in PyG, so none are meant
+            assert graphs.rel_err(model(synthetic.x, ei, parts=3, edge_attr=other), plain) <= TOL
+            with pytest.raises(ValueError, match=r"layer 1 \(gen\) was converted from a GENConv on its own") as info:
+                model(synthetic.x, ei, edge_attr=same)
+        assert "Sequential('x, edge_index, edge_attr'" in str(info.value) and "\n" not in str(info.value)
+        rebuilt = build_conv(model.conv(0).config())
+        assert rebuilt.ambiguous_edge_dim == 8 and rebuilt.edge_attr_dim == 0
+        # converted with its call, as the refusal says: the features are read
+        called = Model.from_pyg(
+            gnn.Sequential("x, edge_index, edge_attr", [(conv, "x, edge_index, edge_attr -> x")]), output="embedding"
+        )
+        assert called.edge_attr_dim == 8
+        with torch.no_grad():
+            want = conv(synthetic.x, ei, same)
+            assert graphs.rel_err(called(synthetic.x, ei, parts=3, edge_attr=same), want) <= TOL
+    explicit = graphs.randomize(gnn.GENConv(f, 8, edge_dim=D))  # lin_edge: the constructor asked for them
+    model = Model.from_pyg(explicit, output="embedding")
+    assert model.edge_attr_dim == D and getattr(model.conv(0), "ambiguous_edge_dim", None) is None
+    with torch.no_grad():
+        assert graphs.rel_err(model(synthetic.x, ei, parts=3, edge_attr=other), explicit(synthetic.x, ei, other)) <= TOL

@@ -133,30 +133,3 @@ def test_laplacian_degree_matches_pyg_get_laplacian(synthetic, weighted):
     ref_w = torch.ones(ref_ei.shape[1]) if ref_w is None else ref_w
     ref = torch.zeros(n).index_add_(0, ref_ei[0], ref_w)
     assert torch.allclose(STATS["laplacian_degree"](ei[0], ei[1], w, n), ref, rtol=1e-6)
-
-
-def test_refresh_refuses_a_model_reading_an_out_edge_statistic(synthetic, tmp_path):
-    """An edge change alters ChebConv's degree at its SOURCE, which a PE store refresh (it
-    recomputes the vertices whose in-edges changed) does not follow: refused in one line."""
-    import torch_geometric.nn as gnn
-
-    from sparkgnn.errors import UnsupportedModelError
-    from sparkgnn.graph.data import GraphData
-    from sparkgnn.layers.stats import require_in_edge_stats
-    from sparkgnn.models import Model
-    from sparkgnn.pe.refresh import refresh_local
-
-    f = synthetic.num_features
-    require_in_edge_stats(Model.from_pyg(gnn.GCNConv(f, 4), output="embedding"), "a PE store refresh")
-    cheb = Model.from_pyg(gnn.ChebConv(f, 4, K=2), output="embedding")
-    with pytest.raises(UnsupportedModelError, match=r"layer 0 \(cheb_round\) reads the out-edge statistic") as info:
-        require_in_edge_stats(cheb, "a PE store refresh")
-    assert "\n" not in str(info.value)
-    graph = GraphData(
-        ids=torch.arange(synthetic.num_nodes).numpy(),
-        x=synthetic.x.numpy(),
-        edge_src=synthetic.edge_index[0].numpy(),
-        edge_dst=synthetic.edge_index[1].numpy(),
-    )
-    with pytest.raises(UnsupportedModelError, match="a PE store refresh recomputes"):
-        refresh_local(graph, None, cheb, str(tmp_path / "store"))

@@ -60,3 +60,20 @@ def test_merge_ranks_within_each_source():
         np.array([2, 1, 2, 2, 1]), np.array([5, 3, 4, 9, 8]), np.array([0.5, 1.0, 0.5, 0.9, 1.0]), 2
     )
     assert list(zip(src, dst, rank, strict=True)) == [(1, 3, 1), (1, 8, 2), (2, 9, 1), (2, 4, 2)]
+
+
+def test_tile_scored_in_row_chunks_equals_brute_force(case, monkeypatch):
+    """A tile whose scores exceed TILE_SCORES is scored a few sources at a time; equal scores at the
+    k-th place still rank by id."""
+    from sparkgnn.linkpred import tiles
+
+    ids, h = case
+    monkeypatch.setattr(tiles, "TILE_SCORES", 700)  # 2 sources of 300 candidates per chunk
+    decoder = build_decoder({"kind": "dot"})
+    best = _brute_force(h[:25] @ h.T, ids[:25], ids, 1)
+    exclude = {(s, c) for s, c, _rank in best}  # each source's best: the exclusions change every answer
+    ex = (np.array([s for s, _ in exclude]), np.array([d for _, d in exclude]))
+    src, dst, _score = tile_topk(decoder, ids[:25], h[:25], ids, h, K, ex)
+    _s, _d, _sc, rank = merge_topk(src, dst, _score, K)
+    expected = _brute_force(h[:25] @ h.T, ids[:25], ids, K, exclude)
+    assert sorted(zip(_s.tolist(), _d.tolist(), rank.tolist(), strict=True)) == sorted(expected)

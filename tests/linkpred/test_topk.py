@@ -65,3 +65,53 @@ def test_topk_per_relation_equals_brute_force(spark, linkpred_case):
             assert rows.dst.tolist() == [c for _, c in ranked]
             assert np.allclose(rows.score.to_numpy(), [-v for v, _ in ranked], rtol=1e-5, atol=1e-5)
     assert set(got.relation) == {"follows", "blocks"}
+
+
+def test_online_answers_equal_the_batch_jobs(spark, linkpred_case, tmp_path):
+    """POST /v1/score and /v1/topk of a service over a PE store of the graph answer a query as
+    score_edges.py and topk.py (no --exclude-edges: the service ranks every vertex) answer it."""
+    import json
+    import urllib.request
+
+    import score_edges
+
+    from sparkgnn.models import Model
+    from sparkgnn.pe.local import precompute_local
+    from sparkgnn.serving.online.config import ServeConfig
+    from sparkgnn.serving.online.server import Server
+
+    root, graph, data, _encoder, models = linkpred_case
+    _decoder, model = models["mlp"]
+    rng = np.random.default_rng(11)
+    pairs = pd.DataFrame({"src": rng.choice(data.ids, 12), "dst": rng.choice(data.ids, 12)})
+    pairs.to_parquet(tmp_path / "pairs.parquet")
+    sources = np.sort(rng.choice(data.ids, 3, replace=False))
+    pd.DataFrame({"id": sources}).to_parquet(tmp_path / "sources.parquet")
+    argv = ["--graph", graph, "--model", model, "--partitions", "2"]
+    assert score_edges.main([*argv, "--pairs", str(tmp_path / "pairs.parquet"), "--out", str(tmp_path / "s")]) == 0
+    topk_argv = ["--k", str(K), "--sources", str(tmp_path / "sources.parquet"), "--out", str(tmp_path / "t")]
+    assert topk.main([*argv, *topk_argv]) == 0
+    scored = pd.read_parquet(tmp_path / "s")
+    ranked = pd.read_parquet(tmp_path / "t").sort_values(["src", "rank"])
+
+    precompute_local(data, Model.load(model), str(tmp_path / "store"))
+    config = ServeConfig(graph=graph, model=model, store=str(tmp_path / "store"))
+
+    def post(url: str, path: str, body: dict) -> dict:
+        req = urllib.request.Request(url + path, json.dumps(body).encode(), {"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as response:
+            return json.loads(response.read())
+
+    with Server(config) as server:
+        score_reply = post(server.http_url, "/v1/score", {"pairs": pairs.to_numpy().tolist()})
+        topk_reply = post(server.http_url, "/v1/topk", {"sources": sources.tolist(), "k": K})
+    online = pd.DataFrame(score_reply["scores"])
+    both = pairs.drop_duplicates().merge(scored, on=["src", "dst"]).merge(online, on=["src", "dst"])
+    assert len(both) == len(pairs.drop_duplicates())
+    np.testing.assert_allclose(both.score_x, both.score_y, rtol=1e-5, atol=1e-6)
+    for entry in topk_reply["topk"]:
+        batch = ranked[ranked.src == entry["src"]]
+        assert [c["dst"] for c in entry["candidates"]] == batch.dst.tolist()
+        assert [c["rank"] for c in entry["candidates"]] == batch["rank"].tolist()
+        np.testing.assert_allclose([c["score"] for c in entry["candidates"]], batch.score, rtol=1e-5, atol=1e-6)
+    assert sorted(e["src"] for e in topk_reply["topk"]) == sources.tolist()

@@ -118,3 +118,44 @@ def test_a_dag_model_stores_each_round_s_row_with_its_carried_columns(graph_data
         np.testing.assert_allclose(store.lookup(data.ids, 3)[0], want, rtol=1e-5, atol=1e-5)
     chain = Model.from_pyg(pyg_model("sage", data.feature_dim, 3, out=3))
     assert precompute_local(data, chain, str(tmp_path / "chain")).manifest["dims"] == [16, 16, 3]
+
+
+def test_a_chebconv_store_holds_pyg_s_output_after_each_conv(graph_data, tmp_path):
+    """ChebConv(K) is K - 1 rounds whose rows carry [T_k | T_{k-1} | running sum]: on a graph with
+    an isolated vertex, a vertex without in-edges, a self loop (get_laplacian drops it) and parallel
+    edges, weighted and not, each round's stored state reproduces its row, and the row after each
+    conv's last round is PyG's output of that conv (ReLU between them), the last the module's."""
+    import dataclasses
+
+    import torch_geometric.nn as gnn
+    from serving_testkit import randomize
+
+    rng = np.random.default_rng(4)
+    weighted = dataclasses.replace(graph_data, weight=rng.uniform(0.25, 2.0, graph_data.num_edges).astype(np.float32))
+    ei = torch.from_numpy(np.stack([graph_data.edge_src, graph_data.edge_dst]))
+    f = graph_data.feature_dim
+    for name, data, norm, K in (("sym", graph_data, "sym", 3), ("rw_weighted", weighted, "rw", 2)):
+        args = "x, edge_index, edge_weight" if data.weight is not None else "x, edge_index"
+        convs = [gnn.ChebConv(f, 6, K=K, normalization=norm), gnn.ChebConv(6, 3, K=K, normalization=norm)]
+        pyg = gnn.Sequential(args, [(convs[0], f"{args} -> x"), torch.nn.ReLU(), (convs[1], f"{args} -> x")])
+        pyg = randomize(pyg, K)
+        model = Model.from_pyg(pyg)
+        assert model.num_rounds == 2 * (K - 1)
+        assert model.conv(0).uses_edge_weight == (data.weight is not None)
+        store = precompute_local(data, model, str(tmp_path / name))
+        w = None if data.weight is None else torch.from_numpy(data.weight)
+        x = torch.from_numpy(data.x)
+        with torch.no_grad():
+            first = convs[0](x, ei, w).relu()
+            want = [first, convs[1](first, ei, w)]
+        h = model.pre(x)
+        for l in range(model.num_rounds):
+            conv = model.conv(l)
+            stats = compute_stats(conv, ei[0], ei[1], w, data.num_nodes)
+            stored, state = store.lookup(data.ids, l + 1, states=True)
+            with torch.no_grad():
+                again = model.post(l, conv.update(h, conv.aggregator.finalize(torch.from_numpy(state)), stats, False))
+                h = torch.from_numpy(stored)
+            np.testing.assert_allclose(again.numpy(), stored, rtol=1e-5, atol=1e-5)
+            if (l + 1) % (K - 1) == 0:  # a conv's last round: its output
+                np.testing.assert_allclose(stored, want[l // (K - 1)].numpy(), rtol=1e-5, atol=1e-5, err_msg=name)

@@ -299,3 +299,54 @@ def test_edge_inserts_with_attributes_refresh_gine_and_gat_edge_dim_exactly(grap
     assert report.layers[0]["delta"] > 0 and report.layers[1]["delta"] == 0
     with pytest.raises(ValueError, match=r"read edge features \(edge_attr, width 3\) but graph .* has none"):
         refresh_local(graph, update, model, str(tmp_path / "other"))
+
+
+def cheb_update(graph, seed: int) -> GraphUpdate:
+    """random_update plus changes to the vertices with the most out-edges (ChebConv normalises by
+    the out-degree, so each changes the coefficient of every out-edge of its source): an edge of
+    the top source deleted, an edge from the second inserted, a self loop inserted on the top
+    source and another vertex's deleted, and a vertex with many out-edges deleted."""
+    import dataclasses
+
+    base = random_update(graph, seed=seed)
+    ids, src, dst = graph.ids, graph.edge_src, graph.edge_dst
+    touched = np.concatenate(
+        [base.edge_insert_src, base.edge_insert_dst, base.edge_delete_src, base.edge_delete_dst, base.vertex_delete_ids]
+    )
+    free = ~np.isin(ids, touched)
+    out_degree = np.bincount(src[src != dst], minlength=graph.num_nodes)
+    top = np.argsort(-out_degree, kind="stable")
+    first, second, gone = (int(r) for r in top[free[top]][:3])
+    edge = np.flatnonzero((src == first) & (dst != first) & free[dst] & (dst != gone))[0]
+    loops = np.flatnonzero((src == dst) & free[src] & (src != first) & (src != second) & (src != gone))
+    deletes = np.array([edge, loops[0]])
+    target = int(np.flatnonzero(free & (np.arange(graph.num_nodes) != gone))[-1])
+    ins_src, ins_dst = ids[[second, first]], ids[[target, first]]
+    return dataclasses.replace(
+        base,
+        edge_insert_src=np.concatenate([base.edge_insert_src, ins_src]),
+        edge_insert_dst=np.concatenate([base.edge_insert_dst, ins_dst]),
+        edge_insert_weight=np.concatenate([base.edge_insert_weight, np.float32([1.5, 0.75])]),
+        edge_delete_src=np.concatenate([base.edge_delete_src, ids[src[deletes]]]),
+        edge_delete_dst=np.concatenate([base.edge_delete_dst, ids[dst[deletes]]]),
+        edge_delete_weight=np.concatenate([base.edge_delete_weight, graph.weight[deletes]]),
+        vertex_delete_ids=np.concatenate([base.vertex_delete_ids, ids[[gone]]]),
+    )
+
+
+@pytest.mark.parametrize("kind", ["chebconv", "chebconv_rw"])
+def test_chebconv_refresh_follows_the_out_degrees_an_update_changes(graph, tmp_path, kind):
+    """ChebConv reads its sources' OUT-degree: an edge change at u rescales every out-edge of u, so
+    u's out-neighbours (and u, whose own factor 'sym' reads) are recomputed, and the refreshed store
+    equals a precompute of the updated graph; layer 1 still touches only part of the graph."""
+    model = model_of(kind, graph.feature_dim, 2)  # 'sym' with K=3, 'rw' with K=2
+    root = str(tmp_path / "store")
+    precompute_local(graph, model, root)
+    update = cheb_update(graph, seed=len(kind))
+    refreshed, report = refresh_local(graph, update, model, root, out_graph=str(tmp_path / "graph2"))
+    from sparkgnn.graph.reader import read_graph_dir
+
+    new_graph = read_graph_dir(str(tmp_path / "graph2"))
+    scratch = precompute_local(new_graph, model, str(tmp_path / "scratch"))
+    assert_same_store(refreshed, scratch, new_graph.ids, model.num_rounds)
+    assert report.layers[0]["targets"] < new_graph.num_nodes and report.layers[0]["delta"] > 0

@@ -52,6 +52,10 @@ def pyg_model(kind: str, in_dim: int, layers: int, out: int = 5, seed: int = 0):
         "sgconv": lambda: gnn.Sequential("x, edge_index", [(gnn.SGConv(in_dim, out, K=layers), "x, edge_index -> x")]),
         "lgconv": lambda: _lgconv_stack(in_dim, hidden, layers, out),
         "tagconv": lambda: _conv_stack(lambda a, b: gnn.TAGConv(a, b, K=2), in_dim, hidden, layers, out),
+        "chebconv": lambda: _conv_stack(lambda a, b: gnn.ChebConv(a, b, K=3), in_dim, hidden, layers, out),
+        "chebconv_rw": lambda: _conv_stack(
+            lambda a, b: gnn.ChebConv(a, b, K=2, normalization="rw"), in_dim, hidden, layers, out
+        ),
         "appnp": lambda: _appnp_stack(in_dim, hidden, layers, out),
         "edgeconv": lambda: _conv_stack(_edgeconv, in_dim, hidden, layers, out),
         "transformer": lambda: _conv_stack(

@@ -187,6 +187,32 @@ def test_skip_connection_models_are_served_from_their_stored_rows(kind, which, l
         assert rel(e["srpe"].answer(r).h, ref_srpe) < 1e-5, (kind, r.request_id)
 
 
+@pytest.mark.parametrize(("kind", "which"), [("chebconv", "skewed"), ("chebconv_rw", "cora")])
+def test_chebconv_exact_follows_the_out_degrees_a_request_changes(kind, which, reuse_setup, request):
+    """ChebConv normalises by its sources' OUT-degree: a request edge leaving a vertex of G
+    changes the coefficient of every out-edge of that vertex. FULL equals the PyG module on
+    G + Q + the request edges, and EXACT (1 and 3 partitions), which recomputes those
+    out-neighbours, equals FULL."""
+    import torch
+    from serving_refs import union_edges
+
+    setup = reuse_setup(request, which, kind, 2)
+    wl, pyg, model, store, full = setup
+    G = wl.graph_G
+    e = engines(setup, exact=("exact", {}), exact_p3=("exact", {"partitions": 3}))
+    leaving = 0
+    for r in wl.requests:
+        leaving += int(G.id_index.lookup(r.src)[1].sum())  # request edges out of a vertex of G
+        ref = full.answer(r)
+        src, dst, _ = union_edges(G, r)
+        with torch.no_grad():
+            pyg_h = pyg(torch.from_numpy(np.concatenate([G.x, r.x])), torch.stack([src, dst]))[G.num_nodes :]
+        assert rel(ref.h, pyg_h.numpy()) < 1e-5, (kind, r.request_id)
+        for name, engine in e.items():
+            assert rel(engine.answer(r).h, ref.h) < 1e-5, (kind, name, r.request_id)
+    assert leaving > 0
+
+
 class _EdgeFeatureNet:
     """GINE -> GAT(edge_dim) and GAT(edge_dim) -> GINE, written as PyG's tutorials write them."""
 

@@ -103,7 +103,10 @@ def check_model_fits(graph, model) -> None:
     so a mismatch is one clear line, not a shape error inside a task)."""
     if graph.feature_dim != model.in_dim:
         raise SparkGNNError(f"the graph's features are {graph.feature_dim} wide but the model expects {model.in_dim}")
-    if model.edge_attr_dim:
+    # also a layer whose edge features its conversion could not tell (models/pyg_convs._gen)
+    convs = model.conv_list() if hasattr(model, "conv_list") else []
+    ambiguous = any(getattr(c, "ambiguous_edge_dim", None) for c in convs)
+    if model.edge_attr_dim or ambiguous:
         try:
             model.check_edge_attr(getattr(graph, "edge_attr_dim", 0) or None, where=f"graph {graph.name!r}")
         except ValueError as e:

@@ -57,6 +57,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
+from sparkgnn.engine.phases import phase
 from sparkgnn.errors import SparkGNNError, UnsupportedModelError
 from sparkgnn.files import absolute
 from sparkgnn.layers.hetero import EdgeType, HeteroRound, edge_key
@@ -155,7 +156,21 @@ def _coerce(spark, graph, model, validate: bool) -> tuple[TypedGraph, HeteroMode
             )
         model = HeteroModel.from_pyg(model, graph.metadata())  # a PyG typed module, for this graph's types
     model.check_metadata(graph.metadata(), where=f"graph {graph.name!r}")
+    _check_widths(graph, model)
     return graph, model
+
+
+def _check_widths(graph: TypedGraph, model: HeteroModel) -> None:
+    """Refuse (UnsupportedModelError, one line) a model that reads other feature widths than the
+    graph's, before any relation runs (graph.json's widths: no Spark job when it vouches for
+    them). A type without features passes: the job gives it the constant column the model reads."""
+    wrong = []
+    for t in graph.metadata()[0]:
+        have, want = _feature_width(graph, t), model.in_dims.get(t)
+        if have and want is not None and have != want:
+            wrong.append(f"node type {t!r}: the graph's features are {have} wide but the model expects {want}")
+    if wrong:
+        raise UnsupportedModelError(f"the model does not fit graph {graph.name!r}'s feature widths: {'; '.join(wrong)}")
 
 
 def needed_types(model: HeteroModel, types: Sequence[str] | None) -> list[set[str]]:
@@ -387,7 +402,8 @@ def infer_typed(
     reads = {t for s, _, d in first.edge_types if d in need[0] for t in (s, d)} | (set(first.keep) & need[0])
     fingerprints = (None if rows is not None else graph.fingerprint, model.fingerprint())
     try:
-        values = _inputs(spark, graph, model, reads, run_dir, rows[0] if rows is not None else None)
+        with phase("typed inputs: features and input ops per type"):
+            values = _inputs(spark, graph, model, reads, run_dir, rows[0] if rows is not None else None)
         widths = {
             t: cast(NodeOpStack, model.pre_ops[t]).out_dim(w) if t in model.pre_ops else w
             for t, w in model.in_dims.items()
@@ -409,7 +425,8 @@ def infer_typed(
                 fingerprints=fingerprints,
             )
             widths = rnd.out_dims(widths, index)
-        frames = _outputs(spark, model, values, outputs, out)
+        with phase("typed outputs: written per type"):
+            frames = _outputs(spark, model, values, outputs, out)
     finally:
         discard(run_dir)
         id_sets.release()
@@ -570,10 +587,12 @@ def _run_round(
             kept = values[t] if rows is None else values[t].join(rows[1][t].frame, "id", "left_semi")
             merged[t] = apply_node_ops(kept, cast(NodeOpStack, stack))
     result = {}
-    for t, frame in merged.items():
-        if t in rnd.post:
-            frame = apply_node_ops(frame, cast(NodeOpStack, rnd.post[t]))
-        result[t] = _persist(spark, frame, f"{run_dir}/round{index}/values/{t}")
+    # the merge runs here (Spark is lazy): its own line in the job's phase table, per round
+    with phase(f"typed round {index}: merge relations per type"):
+        for t, frame in merged.items():
+            if t in rnd.post:
+                frame = apply_node_ops(frame, cast(NodeOpStack, rnd.post[t]))
+            result[t] = _persist(spark, frame, f"{run_dir}/round{index}/values/{t}")
     return result
 
 

@@ -52,7 +52,12 @@ class GENLayer(MergeableConv):
         bias: bool = False,
         msg_norm: bool = False,
         edge_dim: int | None = None,
+        ambiguous_edge_dim: int | None = None,
     ):
+        """`ambiguous_edge_dim`: set (to out_dim) for a layer that reads no edge features although
+        its PyG conv would add edge_attr of that width to its messages if called with them, which
+        its conversion could not see (a bare GENConv without lin_edge); Model.check_edge_attr
+        refuses a graph carrying edge features of that width rather than guess."""
         super().__init__()
         self.in_dim, self.out_dim = int(in_dim), int(out_dim)
         if min(self.in_dim, self.out_dim) < 1:
@@ -65,6 +70,12 @@ class GENLayer(MergeableConv):
         self.eps, self.has_bias, self.msg_norm = float(eps), bool(bias), bool(msg_norm)
         self.edge_dim = None if edge_dim is None else int(edge_dim)
         self.edge_attr_dim = self.edge_dim or 0
+        if ambiguous_edge_dim is not None and (self.edge_dim is not None or int(ambiguous_edge_dim) != self.out_dim):
+            raise ValueError(
+                f"gen: ambiguous_edge_dim is out_dim ({self.out_dim}) on a layer without edge_dim, got "
+                f"{ambiguous_edge_dim} with edge_dim {self.edge_dim}"
+            )
+        self.ambiguous_edge_dim = None if ambiguous_edge_dim is None else int(ambiguous_edge_dim)
         d_in, d_out = self.in_dim, self.out_dim
         # PyG's lin_src / lin_dst exist only when in != out, lin_edge only when edge_dim != out
         self.weight_src = torch.nn.Parameter(torch.zeros(d_out, d_in)) if d_in != d_out else None
@@ -87,7 +98,7 @@ class GENLayer(MergeableConv):
             self.aggregator = get_aggregator(self.aggr, **self.aggr_options)
 
     def config(self) -> dict:
-        return {
+        config = {
             "kind": self.kind,
             "in_dim": self.in_dim,
             "out_dim": self.out_dim,
@@ -99,6 +110,9 @@ class GENLayer(MergeableConv):
             "msg_norm": self.msg_norm,
             "edge_dim": self.edge_dim,
         }
+        if self.ambiguous_edge_dim is not None:  # absent otherwise: earlier models keep their fingerprint
+            config["ambiguous_edge_dim"] = self.ambiguous_edge_dim
+        return config
 
     def src_width(self, pre_transform: bool) -> int:
         return self.out_dim

@@ -32,9 +32,10 @@ types, so their rounds keep none.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import cast
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -52,6 +53,31 @@ def edge_key(edge_type: EdgeType) -> str:
     """`src__rel__dst`: a relation's name as a module / JSON key (PyG's key2str without its
     character replacements, which lose information)."""
     return KEY_SEPARATOR.join(edge_type)
+
+
+def resolve_relation(edge_types: Sequence[EdgeType], label: Any) -> EdgeType:
+    """The edge type `label` names (a key `src__rel__dst`, a relation name only one edge type has,
+    or an index into edge_types); ValueError (one line) naming the graph's relations otherwise."""
+    edge_types = [cast(EdgeType, tuple(e)) for e in edge_types]
+    known = ", ".join(edge_key(e) for e in edge_types)
+    if isinstance(label, (int, np.integer)) and not isinstance(label, bool):
+        if not 0 <= int(label) < len(edge_types):
+            raise ValueError(f"relation index {int(label)} is out of range (the graph has {len(edge_types)}: {known})")
+        return edge_types[int(label)]
+    if not isinstance(label, str) or not label:
+        raise ValueError(f"a relation is an edge type key, a relation name or an index, got {label!r}")
+    if KEY_SEPARATOR in label:
+        wanted = cast(EdgeType, tuple(label.split(KEY_SEPARATOR)))
+        if wanted not in edge_types:
+            raise ValueError(f"the graph has no relation {label!r} (it has {known})")
+        return wanted
+    matches = [e for e in edge_types if e[1] == label]
+    if not matches:
+        raise ValueError(f"the graph has no relation {label!r} (it has {known})")
+    if len(matches) > 1:
+        keys = ", ".join(edge_key(e) for e in matches)
+        raise ValueError(f"relation name {label!r} is ambiguous ({keys}): name the edge type by its key")
+    return matches[0]
 
 
 def check_type_name(name, what: str = "node type") -> str:

@@ -20,23 +20,8 @@ from sparkgnn.registry import Registry
 STATS: Registry[Callable[[Tensor, Tensor, Tensor | None, int], Tensor]] = Registry("node statistic", ValueError)
 _stat = STATS.register
 #: Statistics summed over a vertex's OUT-edges (the others over its in-edges): an edge change alters
-#: its SOURCE's value, which the jobs that follow changes by destination do not track.
+#: its SOURCE's value, so a refresh counts that source as changed (its out-neighbours recompute).
 OUT_EDGE_STATS = frozenset({"laplacian_degree"})
-
-
-def require_in_edge_stats(model, job: str) -> None:
-    """Refuse (UnsupportedModelError, one line) a model with a layer reading an out-edge statistic
-    (OUT_EDGE_STATS) for `job`, a job that recomputes the vertices whose in-edges changed."""
-    from sparkgnn.errors import UnsupportedModelError
-
-    for index, conv in enumerate(model.conv_list()):
-        out = sorted(set(conv.required_stats) & OUT_EDGE_STATS)
-        if out:
-            raise UnsupportedModelError(
-                f"{job} recomputes the vertices whose in-edges changed, but layer {index} ({conv.kind}) reads "
-                f"the out-edge statistic {out[0]!r}, which an edge change alters at its source; run "
-                "sparkgnn.precompute again instead"
-            )
 
 
 def _weighted_in(dst: Tensor, weight: Tensor | None, num_nodes: int) -> Tensor:

@@ -18,6 +18,7 @@ import torch
 from sparkgnn.decoders import Decoder
 
 PAIR_CHUNK = 1 << 16  # pairs per decoder call for decoders that are not an inner product
+TILE_SCORES = 1 << 24  # scores held at once by tile_topk (64 MiB of float32)
 
 
 def pair_scores(decoder: Decoder, sources: np.ndarray, candidates: np.ndarray) -> np.ndarray:
@@ -63,20 +64,37 @@ def tile_topk(
     exclude: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(src, dst, raw score) of each source's k best candidates in this tile (module doc's order).
-    `exclude`: (src, dst) pairs never to return (known edges)."""
+    `exclude`: (src, dst) pairs never to return (known edges).
+
+    WHY row chunks and a threshold rather than sorting each row: a tile's score matrix would grow
+    with sources x candidates (tens of GB for a 100K x 100K tile) and a full sort of each row costs
+    ~100x a top-k selection; each chunk of TILE_SCORES scores keeps, per source, every candidate
+    scoring at least its k-th best (so equal scores at the cut stay), and merge_topk orders those
+    exactly."""
     order = np.argsort(cand_ids, kind="stable")
-    cand_ids, candidates = cand_ids[order], candidates[order]
-    scores = pair_scores(decoder, sources, candidates).astype(np.float32, copy=False)
-    if exclude is not None and len(exclude[0]):
-        rows, cols = locate_pairs(src_ids, cand_ids, exclude[0], exclude[1])
-        scores[rows, cols] = -np.inf
+    cand_ids, candidates = np.asarray(cand_ids, np.int64)[order], candidates[order]
+    src_ids = np.asarray(src_ids, dtype=np.int64)
     keep = min(k, len(cand_ids))
-    # a stable sort of -score keeps the smaller id (earlier column) first among equal scores
-    top = np.argsort(-scores, axis=1, kind="stable")[:, :keep]
-    kept = np.take_along_axis(scores, top, axis=1)
-    valid = kept > -np.inf  # excluded pairs are never returned
-    src = np.repeat(np.asarray(src_ids, dtype=np.int64), keep).reshape(len(src_ids), keep)
-    return src[valid], cand_ids[top][valid], kept[valid]
+    if not keep or not len(src_ids):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32)
+    rows_ex, cols_ex = np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if exclude is not None and len(exclude[0]):
+        rows_ex, cols_ex = locate_pairs(src_ids, cand_ids, exclude[0], exclude[1])
+    step = max(1, TILE_SCORES // len(cand_ids))
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    for start in range(0, len(src_ids), step):
+        stop = min(start + step, len(src_ids))
+        scores = pair_scores(decoder, sources[start:stop], candidates).astype(np.float32, copy=False)
+        if len(rows_ex):
+            inside = (rows_ex >= start) & (rows_ex < stop)
+            scores[rows_ex[inside] - start, cols_ex[inside]] = -np.inf
+        with torch.no_grad():
+            kth = torch.topk(torch.from_numpy(scores), keep, dim=1).values[:, -1:].numpy()
+        rows, cols = np.nonzero((scores >= kth) & (scores > -np.inf))  # excluded pairs are never returned
+        parts.append((src_ids[start:stop][rows], cand_ids[cols], scores[rows, cols]))
+    src, dst, score = (np.concatenate(column) for column in zip(*parts, strict=True))
+    src, dst, score, _rank = merge_topk(src, dst, score, keep)
+    return src, dst, score
 
 
 def merge_topk(

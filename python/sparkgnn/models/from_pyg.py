@@ -113,7 +113,7 @@ def _torch_stack(m, where):
     chain = _Chain()
     for child, path in _flatten(m, where):
         if is_conv(child):
-            chain.add_conv(conv_layer(child, path))
+            chain.add_conv(conv_layer(child, path, call_known=False))
         else:
             chain.add_ops(node_ops(child, path))
     return chain
@@ -168,7 +168,7 @@ def _traced(m, where):
 
 def _single_conv(m, where):
     chain = _Chain()
-    chain.add_conv(conv_layer(m, where))
+    chain.add_conv(conv_layer(m, where, call_known=False))
     return chain
 
 

@@ -31,9 +31,10 @@ from typing import cast
 import torch
 from torch import Tensor
 
+from sparkgnn.decoders.base import Decoder, build_decoder
 from sparkgnn.errors import UnsupportedModelError
 from sparkgnn.layers.base import MergeableConv
-from sparkgnn.layers.hetero import EdgeType, HeteroRound, check_type_name
+from sparkgnn.layers.hetero import EdgeType, HeteroRound, check_type_name, edge_key, resolve_relation
 from sparkgnn.layers.nodeops import NodeOpStack
 
 SPEC_FORMAT = "sparkgnn.HeteroModel"
@@ -129,6 +130,9 @@ class HeteroModel(torch.nn.Module):
         if "out_dims" in spec and {t: int(w) for t, w in spec["out_dims"].items()} != self.out_dims:
             raise ValueError(f"spec out_dims {spec['out_dims']} != computed {self.out_dims}")
         json.dumps(self.spec, allow_nan=False)  # the spec must stay JSON (it is saved and fingerprinted)
+        self.decoder: Decoder | None = None
+        if spec.get("decoder") is not None:
+            self.set_decoder(build_decoder(spec["decoder"]))
         self.float()
         for p in self.parameters():
             p.requires_grad_(False)
@@ -236,16 +240,67 @@ class HeteroModel(torch.nn.Module):
     # -- construction, persistence ---------------------------------------------------------
     @classmethod
     def from_pyg(
-        cls, module: torch.nn.Module, metadata, output: str | None = None, in_dims: Mapping[str, int] | None = None
+        cls,
+        module: torch.nn.Module,
+        metadata,
+        output: str | None = None,
+        in_dims: Mapping[str, int] | None = None,
+        *,
+        decoder: torch.nn.Module | None = None,
+        relations: Sequence[str] | None = None,
     ) -> HeteroModel:
         """A HeteroModel with the weights of a typed PyG model built for `metadata`
         (HeteroData.metadata()): to_hetero's output, a model class stacking HeteroConv, or an
         RGCNConv / FastRGCNConv model run on the graph's homogeneous form (models/from_pyg_hetero.py).
         `in_dims` ({type: feature width}): only needed when a type's rows go first into a conv
-        with lazy in_channels, which does not tell their width."""
+        with lazy in_channels, which does not tell their width. `decoder`, `relations`: a
+        link-prediction decoder, converted as `Model.from_pyg` converts one and attached by
+        `set_decoder` (which states how a per-relation decoder's rows name edge types)."""
         from sparkgnn.models.from_pyg_hetero import convert_hetero
 
-        return convert_hetero(cls, module, metadata, output, in_dims)
+        model = convert_hetero(cls, module, metadata, output, in_dims)
+        if decoder is not None:
+            from sparkgnn.models.pyg_decoders import decoder_from_pyg
+
+            try:
+                model.set_decoder(decoder_from_pyg(decoder, relations=relations))
+            except ValueError as e:
+                raise UnsupportedModelError(str(e)) from None
+        elif relations is not None:
+            raise UnsupportedModelError("relations= names a per-relation decoder's rows; pass decoder= too")
+        return model
+
+    def set_decoder(self, decoder: Decoder) -> None:
+        """Attach a link-prediction decoder (part of the spec, the weights and the fingerprint).
+        It scores a pair of a relation (src type, rel, dst type) from the src type's and the dst
+        type's outputs. A per-relation decoder (DistMult, TransE) holds one row per edge type: its
+        `relations` name them (an edge type key `src__rel__dst`, or a relation name that only one
+        edge type has), stored as keys; without names it needs one row per edge type of the
+        metadata, in its order. ValueError (one line) for a name that is no edge type, a row count
+        that does not match, or output widths the decoder cannot read."""
+        from sparkgnn.decoders import RelationalDecoder
+
+        edge_types = self.metadata[1]
+        scored = list(edge_types)
+        if isinstance(decoder, RelationalDecoder):
+            if decoder.relations is None:
+                if decoder.num_relations != len(edge_types):
+                    raise ValueError(
+                        f"the {decoder.kind} decoder has {decoder.num_relations} relation rows but the model has "
+                        f"{len(edge_types)} edge types: give one row per edge type, or relations= naming each row's"
+                    )
+            else:
+                scored = [resolve_relation(edge_types, name) for name in decoder.relations]
+                if len(set(scored)) != len(scored):
+                    raise ValueError(f"the decoder's relations {list(decoder.relations)} name one edge type twice")
+            decoder = copy.deepcopy(decoder)
+            decoder.relations = tuple(edge_key(e) for e in scored)
+        for s, _, d in scored:
+            for t in (s, d):
+                if t in self.out_dims:
+                    decoder.check_width(self.out_dims[t], where=f"node type {t!r}'s outputs")
+        self.decoder = decoder
+        self.spec["decoder"] = decoder.config()
 
     def save(self, path) -> None:
         from sparkgnn.models.serialization import save_model

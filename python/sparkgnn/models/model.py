@@ -192,6 +192,15 @@ class Model(torch.nn.Module):
                     f"layer {l + 1} ({conv.kind}) reads edge_attr of width {conv.edge_attr_dim} "
                     f"but {where} has width {width}"
                 )
+        for l, conv in enumerate(self.conv_list()):
+            if width is not None and getattr(conv, "ambiguous_edge_dim", None) == width:
+                raise ValueError(
+                    f"layer {l + 1} ({conv.kind}) was converted from a GENConv on its own, which adds "
+                    f"edge_attr of width {width} to its messages only when its call passes them, and {where} "
+                    f"carries edge_attr of width {width}: convert it with its call, e.g. "
+                    "torch_geometric.nn.Sequential('x, edge_index, edge_attr', [(conv, 'x, edge_index, "
+                    "edge_attr -> x')]) to read them or ('x, edge_index', ...) to leave them out"
+                )
 
     # -- execution -------------------------------------------------------------------------
     @staticmethod

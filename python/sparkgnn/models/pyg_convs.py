@@ -56,8 +56,11 @@ def is_conv(module) -> bool:
     return name in CONV_CONVERTERS or name in REJECTED or is_message_passing(module)
 
 
-def conv_layer(conv, where: str, use_edge_weight: bool = True) -> MergeableConv:
-    """The exact class's converter, or UnsupportedModelError naming why there is none."""
+def conv_layer(conv, where: str, use_edge_weight: bool = True, *, call_known: bool = True) -> MergeableConv:
+    """The exact class's converter, or UnsupportedModelError naming why there is none.
+    `call_known`: False for a conv converted without the call that runs it (a bare conv, a
+    torch.nn.Sequential): convs are then taken as called with edge weights, and a GENConv, whose
+    edge features depend only on the call, as _gen says."""
     ensure_registered()
     name = class_name(conv)
     if name in REJECTED:
@@ -74,6 +77,8 @@ def conv_layer(conv, where: str, use_edge_weight: bool = True) -> MergeableConv:
                     f"only the exact classes {supported} are supported",
                 )
         return generic_layer(conv, where)
+    if not call_known and convert is _gen:
+        return _gen(conv, where, use_edge_weight, call_known=False)
     return convert(conv, where, use_edge_weight)
 
 
@@ -622,12 +627,20 @@ def _transformer(conv, where, use_edge_weight):
     return layer
 
 
-def _gen(conv, where, use_edge_weight):
+def _gen(conv, where, use_edge_weight, call_known: bool = True):
     """GEN layer (kind "gen"): softmax (t, learn_t) and power-mean (p, learn_p) aggregations, also
     sum / mean / max / min / var / std; lin_src / lin_dst (in != out), bias, eps, msg_norm
     (MessageNorm, learn_msg_scale), the MLP (Linear, activations, BatchNorm, LayerNorm, Dropout);
     edge features of width edge_dim when the conv is called with edge_attr (through lin_edge, or as
-    they are when edge_dim = out_channels); refuses a multi-aggregation (lin_aggr_out)."""
+    they are when edge_dim = out_channels); converted on its own (no call to read), it reads them
+    only through lin_edge, and refuses a graph carrying edge features of out_channels' width (it
+    cannot tell whether they are meant); refuses a multi-aggregation (lin_aggr_out)."""
+    # WHY a bare conv (`call_known` False) is special: PyG reads edge_attr only when the call passes
+    # it and keeps no edge_dim, so GENConv(i, o) and GENConv(i, o, edge_dim=o) are the same module.
+    # With lin_edge (edge_dim given and != out_channels) the constructor asked for edge features:
+    # they are read. Without, the layer reads none, as PyG's conv(x, edge_index) does, and records
+    # `ambiguous_edge_dim`, so a graph carrying edge features of width out_channels is refused
+    # (Model.check_edge_attr) instead of silently left out.
     _common_checks(conv, where, aggr=None)
     in_dim = in_width(conv.in_channels, where, conv)
     out_dim = int(conv.out_channels)
@@ -638,6 +651,9 @@ def _gen(conv, where, use_edge_weight):
     # PyG keeps no edge_dim: lin_edge's input width, or out_channels when the features are added as
     # they are; called without edge_attr (use_edge_weight False), PyG's message reads none
     edge_dim = (int(lin_edge.weight.shape[1]) if lin_edge is not None else out_dim) if use_edge_weight else None
+    ambiguous = None
+    if not call_known and lin_edge is None:
+        edge_dim, ambiguous = None, out_dim
     lins = [getattr(conv, n) for n in ("lin_src", "lin_dst", "lin_edge") if hasattr(conv, n)]
     mlp_lins = [m for m in conv.mlp.modules() if isinstance(m, torch.nn.Linear)]
     has_bias = any(lin.bias is not None for lin in lins + mlp_lins)
@@ -656,6 +672,7 @@ def _gen(conv, where, use_edge_weight):
         bias=has_bias,
         msg_norm=hasattr(conv, "msg_norm"),
         edge_dim=edge_dim,
+        ambiguous_edge_dim=ambiguous,
     )
     layer.mlp = stack(ops)
     if layer.weight_src is not None:  # built with lin_src / lin_dst exactly when in != out, as PyG

@@ -40,6 +40,10 @@ as a graph directory under the store root and `<store root>/.published/latest.js
 it, so a service following the store (`follow_store`) can swap to it; a restarted follower
 publishes the committed version it starts from.
 
+The follower keeps an EdgeIndex of its graph (pe/edge_index.py: in- and out-edges by vertex,
+built at the first batch, then advanced from each batch's change), which the refresh kernel plans
+from instead of passing over every edge, so a small batch costs O(change), not O(E).
+
 Each batch logs one line (files, update rows, vertices recomputed per layer, batch latency from
 its oldest file's arrival to the batch's end, updates/s, whether a version was committed) and
 keeps it in `history`; `throughput(history)` sums a run (updates/s, latency p50 / p99).
@@ -61,7 +65,9 @@ from sparkgnn import files
 from sparkgnn.errors import SparkGNNError
 
 if TYPE_CHECKING:
+    from sparkgnn.graph.data import GraphData
     from sparkgnn.graph.updates import Applied
+    from sparkgnn.pe.edge_index import EdgeIndex
 
 log = logging.getLogger(__name__)
 
@@ -336,6 +342,7 @@ class RefreshFollower:
         self.published: dict | None = None  # the latest publication (pe/published.py), once published
         self.history: list[FollowProgress] = []
         self._composed_since_commit: Applied | None = None  # set by _replay
+        self._edge_index: tuple[GraphData, EdgeIndex] | None = None  # (graph, its index), built at the first batch
         self._done_names: set[str] = set()  # consumed(): the names of the batches and dead letters in _seen
         self._seen = (0, 0)
         self._stop = False
@@ -538,10 +545,17 @@ class RefreshFollower:
         if composed is not None:
             running = self.running.advance(composed)
             old = self.graph
+            old_index = self.edge_index()
+            new_index = old_index.advance(composed)
             fresh = [
                 (layer.layer, graph.ids[layer.rows], layer.h.numpy(), layer.state.numpy(), stats["targets"])
                 for layer, stats in refreshed_layers(
-                    old, composed, self.model, None, stored=lambda l: _AtGraph(self.live[l], old)
+                    old,
+                    composed,
+                    self.model,
+                    None,
+                    stored=lambda l: _AtGraph(self.live[l], old),
+                    indexes=(old_index, new_index),
                 )
             ]  # every layer computed before any is held: layer l+1 reads layer l's old rows
             deleted_ids = old.ids[composed.new_rows < 0]
@@ -549,7 +563,7 @@ class RefreshFollower:
                 self.live[l].hold(ids, h, state, deleted_ids)
             recomputed = [n for *_rest, n in fresh]
             self._since_commit.counts_by_file.extend(summary.counts_by_file)
-            self.graph, self.running = graph, running
+            self.graph, self.running, self._edge_index = graph, running, (graph, new_index)
         entry = {
             "batch": batch,
             "files": names,
@@ -579,6 +593,16 @@ class RefreshFollower:
         self.history.append(progress)
         log.info(progress.line())
         return progress
+
+    def edge_index(self) -> EdgeIndex:
+        """The EdgeIndex of the current graph (pe/edge_index.py): built once (O(E log E)), then
+        advanced by each batch's change, so planning a batch reads the edges the change touches
+        instead of passing over every edge."""
+        from sparkgnn.pe.edge_index import EdgeIndex
+
+        if self._edge_index is None or self._edge_index[0] is not self.graph:
+            self._edge_index = (self.graph, EdgeIndex.of(self.graph))
+        return self._edge_index[1]
 
     def held_rows(self) -> int:
         """Rows recomputed since the last commit and held in memory (the largest layer's count)."""

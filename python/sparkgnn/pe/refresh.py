@@ -35,7 +35,6 @@ import torch
 
 from sparkgnn.errors import SparkGNNError
 from sparkgnn.layers.generic import require_states
-from sparkgnn.layers.stats import require_in_edge_stats
 from sparkgnn.pe import versions
 from sparkgnn.pe.lookup import SortedTable
 from sparkgnn.pe.refresh_kernel import Side, refresh_layer
@@ -164,12 +163,14 @@ class RefreshedLayer:
 
 
 @torch.no_grad()
-def refreshed_layers(graph, applied, model, store: PEStore | None, *, stored=None):
+def refreshed_layers(graph, applied, model, store: PEStore | None, *, stored=None, indexes=None):
     """Yield (RefreshedLayer, stats dict) of the updated graph for l = 1..k, recomputing only
     what the update reaches (the rows recomputed include every inserted vertex). `stored`: a
     function of l giving layer l of the old version (an object with `values(old_rows, column)`
     and `rows_read`, as StoredLayer), instead of reading `store` (the follower's rows held in
-    memory over the last committed version, pe/follow.py)."""
+    memory over the last committed version, pe/follow.py). `indexes`: (EdgeIndex of `graph`, EdgeIndex
+    of `applied.graph`) (pe/edge_index.py), from which the planning finds the edges of the change
+    instead of passing over every edge (the follower keeps them up to date per batch)."""
     if store is None and stored is None:
         raise ValueError("refreshed_layers reads the old version from a store or from `stored`; neither was given")
     new_graph = applied.graph
@@ -181,8 +182,9 @@ def refreshed_layers(graph, applied, model, store: PEStore | None, *, stored=Non
             new_values = lambda rows: model.pre(_tensor(new_graph.x[rows]))  # noqa: E731
         else:
             old_values, new_values = previous.old_values, previous.new_values
-        old = Side.of(conv, graph, old_values)
-        new = Side.of(conv, new_graph, new_values)
+        old_index, new_index = indexes if indexes is not None else (None, None)
+        old = Side.of(conv, graph, old_values, index=old_index)
+        new = Side.of(conv, new_graph, new_values, index=new_index)
         started = time.perf_counter()
         layer_stored = stored(l) if stored is not None else StoredLayer(store, graph, l)  # type: ignore[arg-type]
         read_seconds = time.perf_counter() - started
@@ -302,7 +304,6 @@ def refresh_local(
 
     model = Model.load(model) if isinstance(model, str) else model
     require_states(model, "a PE store refresh")
-    require_in_edge_stats(model, "a PE store refresh")
     model.check_edge_attr(getattr(graph, "edge_attr_dim", 0) or None, where=f"graph {graph.name!r}")
     if store is None:
         store = PEStore.open(store_root, model=model, graph=graph, verify=verify)

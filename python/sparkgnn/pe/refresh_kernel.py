@@ -6,7 +6,8 @@ MERGED aggregation state in raw message space. After a graph update, vertex t mu
 at layer l iff one of those inputs changed:
 
     src_changed_l  = changed_{l-1} + vertices whose statistics changed + inserted vertices
-                     (everything a vertex's OUT-messages are made of)
+                     (everything a vertex's OUT-messages are made of; a statistic over
+                     OUT-edges, ChebConv's degree, changes at the source of a changed edge)
     targets_l      = src_changed_l + dst of inserted / deleted edges + out(src_changed_l)
 
 A target is recomputed in one of two ways:
@@ -22,7 +23,8 @@ A target is recomputed in one of two ways:
 
 Self-loops under a policy ("remaining", "replace") leave the regular edge logic: the policy keeps
 exactly one loop per vertex, whose message changes when the vertex's own source side changes, so
-a delta target with a changed source side swaps its OLD loop message for its NEW one.
+a delta target with a changed source side swaps its OLD loop message for its NEW one. Under
+"remove" (ChebConv) the graph's loops carry no message at all: they leave the edge logic too.
 
 Edge attributes: a conv with `edge_attr_dim` reads the edges' attribute rows [E, D] where another
 reads weights (layers/base.py), so a Side carries them in its `weight` slot and every edge list
@@ -32,9 +34,11 @@ aggregate with softmax, which takes no delta, so their targets are recomputed fr
 all their in-edges, loops included.
 
 Edges are in the updated graph's layout of graph.updates.apply: kept edges first (position i is
-the old graph's edge `kept_edges[i]`), inserted edges after them. The integer bookkeeping passes
-over all edges (numpy masks, O(E) but far cheaper than messages); message computation, the cost
-that dominates a layer, runs only over the edges named above.
+the old graph's edge `kept_edges[i]`), inserted edges after them. The integer bookkeeping finds
+the edges named above through the sides' EdgeIndex (pe/edge_index.py: a vertex's in- and
+out-edges, kept up to date by the follower from each batch's change alone), or, without one, by
+numpy masks over all edges (O(E), far cheaper than messages, but the whole cost of a small batch
+at millions of edges); message computation runs only over the edges named above.
 """
 
 from __future__ import annotations
@@ -47,22 +51,26 @@ import torch
 
 from sparkgnn.layers.base import compute_stats
 from sparkgnn.layers.selfloops import apply_policy_to_targets, apply_self_loops
+from sparkgnn.pe.edge_index import EdgeIndex
 
 
 @dataclass
 class Side:
     """One graph (old or new) as a layer sees it: edges (dense rows), weights as the conv uses
     them (the [E, D] edge attributes for a conv that reads them), the conv's statistics of every
-    vertex, and a function giving h^(l-1) of rows."""
+    vertex, and a function giving h^(l-1) of rows. `index`: the graph's EdgeIndex
+    (pe/edge_index.py), which the planning reads a vertex's in- and out-edges from instead of
+    passing over every edge (None: it passes over them)."""
 
     src: np.ndarray
     dst: np.ndarray
     weight: np.ndarray | None
     stats: dict
     values: Callable[[np.ndarray], torch.Tensor]  # h^(l-1) of rows
+    index: EdgeIndex | None = None
 
     @classmethod
-    def of(cls, conv, graph, values) -> Side:
+    def of(cls, conv, graph, values, *, index: EdgeIndex | None = None) -> Side:
         def tensor(a):
             return torch.from_numpy(np.require(a, requirements="W"))  # Arrow-backed arrays are read-only
 
@@ -73,7 +81,12 @@ class Side:
             w = getattr(graph, "edge_attr", None)
             if w is None:
                 raise ValueError(f"{conv.kind} reads edge attributes (edge_attr), but graph {graph.name!r} has none")
-        return cls(graph.edge_src, graph.edge_dst, w, stats, values)
+        if index is not None and (index.num_edges != graph.num_edges or index.num_nodes != graph.num_nodes):
+            raise ValueError(
+                f"Side.of: the EdgeIndex given ({index.num_nodes} vertices, {index.num_edges} edges) is not "
+                f"graph {graph.name!r}'s ({graph.num_nodes}, {graph.num_edges})"
+            )
+        return cls(graph.edge_src, graph.edge_dst, w, stats, values, index)
 
     def stats_of(self, rows: np.ndarray) -> dict:
         index = torch.from_numpy(rows)
@@ -124,7 +137,11 @@ def _loop_weights(conv, side: Side, nodes: np.ndarray) -> np.ndarray | None:
     (from their existing loops in `side`), or None for an unweighted conv."""
     if side.weight is None:
         return None
-    loops = np.flatnonzero((side.src == side.dst) & np.isin(side.dst, nodes))
+    if side.index is not None:
+        edges = side.index.in_edges(nodes)
+        loops = edges[side.src[edges] == side.dst[edges]]
+    else:
+        loops = np.flatnonzero((side.src == side.dst) & np.isin(side.dst, nodes))
     local = torch.from_numpy(np.searchsorted(nodes, side.src[loops]))
     weight = torch.from_numpy(np.ascontiguousarray(side.weight[loops], np.float32))
     s, _d, w = apply_self_loops(local, local, weight, len(nodes), conv.self_loops)
@@ -137,8 +154,10 @@ def _loop_weights(conv, side: Side, nodes: np.ndarray) -> np.ndarray | None:
 def _scratch_edges(conv, new: Side, targets: np.ndarray, num_new: int):
     """All in-edges of `targets` in the new graph with the self-loop policy applied: (source row,
     target position, weight or None)."""
-    is_target = _member(num_new, targets)
-    sel = np.flatnonzero(is_target[new.dst])
+    if new.index is not None:
+        sel = new.index.in_edges(targets)
+    else:
+        sel = np.flatnonzero(_member(num_new, targets)[new.dst])
     src, dst = new.src[sel], new.dst[sel]
     w = None if new.weight is None else new.weight[sel]
     tgt = np.searchsorted(targets, dst)
@@ -188,13 +207,20 @@ def plan_layer(conv, old: Side, new: Side, applied, changed_prev: np.ndarray, ow
     kept = len(applied.kept_edges)
     inserted = np.arange(kept, len(new.src), dtype=np.int64)
     removed = np.asarray(applied.removed_edges, np.int64)
-    looped = conv.self_loops != "none"
+    # a policy that keeps one loop per vertex ("remaining", "replace") vs one that drops them
+    # all ("remove": ChebConv): both take the graph's loops out of the regular edge logic
+    looped = conv.self_loops not in ("none", "remove")
+    drops_loops = conv.self_loops != "none"
 
     src_changed = np.union1d(changed_prev, stats_changed(old, new, old_rows))
     src_changed_mask = _member(n_new, src_changed)
     removed_dst = new_rows[old.dst[removed]]
     removed, removed_dst = removed[removed_dst >= 0], removed_dst[removed_dst >= 0]
-    kept_changed = np.flatnonzero(src_changed_mask[new.src[:kept]])
+    if new.index is not None:
+        kept_changed = new.index.out_edges(src_changed)
+        kept_changed = kept_changed[kept_changed < kept]
+    else:
+        kept_changed = np.flatnonzero(src_changed_mask[new.src[:kept]])
     targets = np.unique(np.concatenate([src_changed, new.dst[inserted], removed_dst, new.dst[kept_changed]]))
     if owned is not None:
         targets = targets[owned[targets]]
@@ -220,8 +246,8 @@ def plan_layer(conv, old: Side, new: Side, applied, changed_prev: np.ndarray, ow
 
     def regular(edges: np.ndarray, dst_rows: np.ndarray, src_rows: np.ndarray) -> np.ndarray:
         keep = delta_mask[dst_rows]
-        if looped:
-            keep &= src_rows != dst_rows  # the policy's loops are handled below
+        if drops_loops:
+            keep &= src_rows != dst_rows  # the policy's loops are handled below (none under "remove")
         return edges[keep]
 
     def weights(side: Side, edges: np.ndarray):

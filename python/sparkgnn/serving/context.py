@@ -29,15 +29,16 @@ import torch
 
 from sparkgnn.errors import UnsupportedModelError
 from sparkgnn.layers.base import compute_stats
-from sparkgnn.layers.stats import STATS
+from sparkgnn.layers.stats import OUT_EDGE_STATS, STATS
 from sparkgnn.serving.nodesets import NodeSets
 from sparkgnn.serving.request import Request, RequestError
 
-# Statistics that are sums over a node's in-edges of (weight or 1), with self loops handled
-# inside the statistic. Request edges are never self loops on a vertex of G (every request edge
-# touches a query), so for a vertex of G: stat(G + request) = stat(G) + (number of request
-# in-edges), request edges having weight 1. A stat not listed here cannot be served exactly.
-ADDITIVE_STATS = ("in_degree", "weighted_in_degree", "gcn_degree")
+# Statistics that are sums over a node's in-edges (or, OUT_EDGE_STATS, its out-edges) of (weight
+# or 1), with self loops handled inside the statistic. Request edges are never self loops on a
+# vertex of G (every request edge touches a query), so for a vertex of G: stat(G + request) =
+# stat(G) + (number of request in-edges, or out-edges), request edges having weight 1. A stat not
+# listed here cannot be served exactly.
+ADDITIVE_STATS = ("in_degree", "weighted_in_degree", "gcn_degree", *sorted(OUT_EDGE_STATS))
 
 
 @dataclass
@@ -123,6 +124,10 @@ class ServingContext:
         self.attr_dim = int(getattr(model, "edge_attr_dim", 0) or 0) if model is not None else 0
         if self.attr_dim:
             self.in_attr = np.ascontiguousarray(edge_attr_of(graph, model)[order])
+        elif model is not None and hasattr(model, "check_edge_attr"):  # a layer unsure it reads G's (pyg_convs._gen)
+            model.check_edge_attr(
+                int(getattr(graph, "edge_attr_dim", 0) or 0) or None, where=f"graph {getattr(graph, 'name', 'G')!r}"
+            )
         self._g_stats: dict = {}
         self._out: tuple[np.ndarray, np.ndarray] | None = None
         self._aligned: dict = {}
@@ -277,6 +282,16 @@ class ServingContext:
             self._g_stats[key] = STATS[name](tensor(g.edge_src), tensor(g.edge_dst), w, g.num_nodes)
         return self._g_stats[key]
 
+    def request_stat_changes(self, conv, prep: PreparedRequest) -> np.ndarray:
+        """Sorted G vertices whose statistics of `conv` the request changes: those with request
+        in-edges, and for a statistic over OUT-edges (ChebConv's degree) those with request
+        out-edges; empty for a conv without statistics."""
+        n, parts = self.num_nodes, []
+        for name in conv.required_stats:
+            ends = prep.src if name in OUT_EDGE_STATS else prep.dst
+            parts.append(ends[ends < n])
+        return self.sets.unique(*parts) if parts else np.empty(0, np.int64)
+
     def union_stats(self, conv, prep: PreparedRequest, nodes: np.ndarray) -> dict:
         """conv's statistics for the union vertices `nodes`, as on the WHOLE union graph G + Q +
         request edges (not on a computation subgraph, whose boundary vertices lack in-edges)."""
@@ -290,20 +305,26 @@ class ServingContext:
         n, b = self.num_nodes, prep.batch_size
         is_g = nodes < n
         g_rows = nodes[is_g]
-        # request in-edge counts of G vertices (weight 1 each)
-        into_g = prep.dst[prep.dst < n]
         g_unique, g_inv = self.sets.unique_inverse(g_rows)
-        pos = self.sets.positions(g_unique, into_g)
-        delta = np.bincount(pos[pos >= 0], minlength=len(g_unique)).astype(np.float32)[g_inv]
-        # queries: all their in-edges are request edges; sources that are not queries map to a
-        # dummy row b so in-edge statistics see them as ordinary (non-loop) sources.
-        into_q = prep.dst >= n
-        q_dst = torch.from_numpy(prep.dst[into_q] - n)
-        q_src_rows = prep.src[into_q]
-        q_src = torch.from_numpy(np.where(q_src_rows >= n, q_src_rows - n, b))
         q_pos = nodes[~is_g] - n
+        by_direction = {}
+        # (G end, query end) of the request edges as an in-edge statistic sees them (into the
+        # vertex: dst), and as an out-edge one does (src and dst swapped)
+        for out_edges in sorted({name in OUT_EDGE_STATS for name in conv.required_stats}):
+            near, far = (prep.src, prep.dst) if out_edges else (prep.dst, prep.src)
+            # request edge counts of G vertices at this end (weight 1 each)
+            pos = self.sets.positions(g_unique, near[near < n])
+            delta = np.bincount(pos[pos >= 0], minlength=len(g_unique)).astype(np.float32)[g_inv]
+            # queries: all their edges at this end are request edges; other ends that are not
+            # queries map to a dummy row b, so the statistic sees them as ordinary (non-loop) edges
+            at_q = near >= n
+            q_near = torch.from_numpy(near[at_q] - n)
+            q_far = torch.from_numpy(np.where(far[at_q] >= n, far[at_q] - n, b))
+            edges = (q_near, q_far) if out_edges else (q_far, q_near)  # (src, dst) for STATS
+            by_direction[out_edges] = (delta, edges)
         out = {}
         for name in conv.required_stats:
+            delta, (q_src, q_dst) = by_direction[name in OUT_EDGE_STATS]
             g_part = self.g_stat(name, conv.uses_edge_weight)[torch.from_numpy(g_rows)] + torch.from_numpy(delta)
             q_part = STATS[name](q_src, q_dst, None, b + 1)[torch.from_numpy(q_pos)]
             full = torch.empty(len(nodes), dtype=torch.float32)

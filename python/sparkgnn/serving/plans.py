@@ -9,9 +9,11 @@ SRPE   a set S of existing vertices (chosen by a policy among the candidates) is
 EXACT  FULL's answer. Vertex w's value at layer l CHANGES iff w was changed at l-1 (its own value
        enters update), an in-edge is new (from Q), or an in-edge's message changed: its source
        changed at l-1, or (layers with statistics, e.g. GCN degrees) its source's statistic
-       changed, which happens exactly to the G vertices with request in-edges (D). So
-           changed_1 = D  [+ out(D) with statistics],
-           changed_l = changed_{l-1} + D + out(changed_{l-1})  [+ out(D) with statistics].
+       changed, which happens exactly to the G vertices with request in-edges (D), and for a
+       statistic over OUT-edges (ChebConv's degree) to those with request out-edges; with S_l
+       those vertices for layer l's statistics (their own update reads them too),
+           changed_1 = D  [+ S_1 + out(S_1) with statistics],
+           changed_l = changed_{l-1} + D + out(changed_{l-1})  [+ S_l + out(S_l) with statistics].
        Top-down from T_k = Q, a target w of G at layer l is recomputed as
            stored state  + messages of its new in-edges (from Q)
                          + new messages of its changed in-edges - their old messages,
@@ -90,15 +92,18 @@ def changed_sets(ctx, prep, model) -> list:
     """changed[l] for l = 0..k-1: sorted G vertices whose h^(l) differs from the stored one."""
     n = prep.num_g
     d = ctx.sets.unique(prep.dst[prep.dst < n])
-    out_d = None
+    reached: dict = {}  # S_l -> S_l + out(S_l), per distinct S_l
     changed = [EMPTY]
     for l in range(1, model.num_rounds):
         conv = model.convs[l - 1]
         prev = changed[-1]
         parts = [prev, d, ctx.out_neighbors(prev)]
         if conv.required_stats:
-            out_d = ctx.out_neighbors(d) if out_d is None else out_d
-            parts.append(out_d)
+            s = ctx.request_stat_changes(conv, prep)
+            key = s.tobytes()
+            if key not in reached:
+                reached[key] = ctx.sets.unique(s, ctx.out_neighbors(s))
+            parts.append(reached[key])
         changed.append(ctx.sets.unique(*parts))
     return changed
 
@@ -125,7 +130,6 @@ def exact_works(ctx, prep, model, also: np.ndarray | None = None) -> list:
     q = prep.query_union
     sets = ctx.sets
     changed = changed_sets(ctx, prep, model)
-    d = sets.unique(prep.dst[prep.dst < n])
     works: list[LayerWork | None] = [None] * k
     need = EMPTY
     for l in range(k, 0, -1):
@@ -133,7 +137,9 @@ def exact_works(ctx, prep, model, also: np.ndarray | None = None) -> list:
         g_targets = need
         if also is not None and l < k:
             g_targets = sets.unique(g_targets, sets.intersect(also, changed[l]))
-        changed_src = sets.unique(changed[l - 1], d) if conv.required_stats else changed[l - 1]
+        changed_src = changed[l - 1]
+        if conv.required_stats:  # a source whose statistic changed sends changed messages
+            changed_src = sets.unique(changed_src, ctx.request_stat_changes(conv, prep))
         scratch = _needs_scratch(ctx, prep, conv, g_targets, changed_src, changed[l - 1])
         work = layer_work(ctx, prep, conv, l, np.concatenate([q, g_targets[scratch]]), g_targets[~scratch], changed_src)
         works[l - 1] = work

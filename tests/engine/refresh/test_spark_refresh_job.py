@@ -36,6 +36,15 @@ def graph_dir(tmp_path_factory):
     return graph, path
 
 
+@pytest.fixture(scope="module")
+def shared_work(tmp_path_factory):
+    """One work dir for the refreshes of graph_dir's graph that do not test the pieces cache
+    itself: the graph's pieces at a partition count are built by Spark in the first of them and
+    read from the cache by the rest (the killed-run test keeps its own: it asserts which run built
+    them). A refresh's run directory and the pieces it adopts are keyed per run and per graph."""
+    return str(tmp_path_factory.mktemp("refresh-work"))
+
+
 def _setup(graph, path, tmp_path, kind, layers, seed, metrics=False):
     model = model_of(kind, graph.feature_dim, layers)
     root = str(tmp_path / "store")
@@ -49,13 +58,15 @@ def _setup(graph, path, tmp_path, kind, layers, seed, metrics=False):
     ("kind", "layers", "partitions"),
     [("jk_cat", 2, 3), ("sage", 3, 8), ("sage_max", 2, 1), ("gat", 2, 3)],  # GIN: the crash test; jk_cat: SAGE then GCN
 )
-def test_spark_refresh_equals_a_precompute_of_the_updated_graph(spark, graph_dir, tmp_path, kind, layers, partitions):
+def test_spark_refresh_equals_a_precompute_of_the_updated_graph(
+    spark, graph_dir, shared_work, tmp_path, kind, layers, partitions
+):
     graph, path = graph_dir
     metrics = kind == "sage_max"  # one case: a version with workload metrics keeps them, recomputed
     model, root, old, update, updates = _setup(graph, path, tmp_path, kind, layers, seed=layers, metrics=metrics)
     out = str(tmp_path / "graph2")
     result = refresh(spark, path, model, store=root, updates=updates, out_graph=out, partitions=partitions,
-                     work_dir=str(tmp_path / "work"))  # fmt: skip
+                     work_dir=shared_work)  # fmt: skip
     store, report = result.store, result.report
     new_graph = read_graph_dir(out)
     scratch = precompute_local(new_graph, model, str(tmp_path / "scratch"))
@@ -84,12 +95,12 @@ def test_spark_refresh_equals_a_precompute_of_the_updated_graph(spark, graph_dir
         s["committed"].split()[0] for s in local_report.layers
     ]
     assert any("delta" in s["committed"] for s in report.layers)
-    assert os.listdir(tmp_path / "work" / "refresh") == []  # the run directory is gone
+    assert os.listdir(os.path.join(shared_work, "refresh")) == []  # the run directory is gone
     np.testing.assert_array_equal(PEStore.open(root, model=model, graph=path).lookup(graph.ids, 1)[0],
                                   old.lookup(graph.ids, 1)[0])  # fmt: skip
 
 
-def test_a_bad_update_is_refused_with_its_problems_and_nothing_written(spark, graph_dir, tmp_path):
+def test_a_bad_update_is_refused_with_its_problems_and_nothing_written(spark, graph_dir, shared_work, tmp_path):
     import pyarrow as pa
 
     graph, path = graph_dir
@@ -109,7 +120,7 @@ def test_a_bad_update_is_refused_with_its_problems_and_nothing_written(spark, gr
     updates = GraphUpdate.from_table(table).write(str(tmp_path / "bad"))
     before = sorted(os.listdir(root))
     with pytest.raises(GraphUpdateError) as caught:
-        refresh(spark, path, model, store=root, updates=updates, partitions=3, work_dir=str(tmp_path / "work"))
+        refresh(spark, path, model, store=root, updates=updates, partitions=3, work_dir=shared_work)
     text = str(caught.value)
     for needle in (str(10**12), str(10**12 + 1), "NaN", str(graph.ids[3])):
         assert needle in text, (needle, text)
@@ -186,3 +197,28 @@ def test_edge_attributes_ride_through_the_pieces_and_a_gine_gat_refresh_equals_a
     assert_same_store(result.store, scratch, new_graph.ids, 2)
     assert result.report.graph_fingerprint == scratch.manifest["graph_fingerprint"]
     assert result.report.layers[0]["delta"] > 0 and result.report.layers[1]["delta"] == 0
+
+
+def test_a_chebconv_refresh_routes_the_out_degrees_summed_over_the_pieces(spark, graph_dir, tmp_path):
+    """ChebConv normalises by its sources' OUT-degree, whose edges lie in the pieces of their
+    destinations: the pieces' partial sums are added up and routed to every piece holding the
+    vertex, so an update at high-out-degree sources (and a self loop) refreshes to the store a
+    precompute of the updated graph gives, recomputing what the local refresh recomputes."""
+    from test_refresh import cheb_update
+
+    from sparkgnn.pe.refresh import refresh_local
+
+    graph, path = graph_dir
+    model = model_of("chebconv", graph.feature_dim, 2)  # 'sym', K=3
+    root, local_root = str(tmp_path / "store"), str(tmp_path / "local")
+    precompute_local(graph, model, root)
+    precompute_local(graph, model, local_root)
+    update = cheb_update(graph, seed=3)
+    out = str(tmp_path / "graph2")
+    result = refresh(spark, path, model, store=root, updates=update.write(str(tmp_path / "update")), out_graph=out,
+                     partitions=3, work_dir=str(tmp_path / "work"))  # fmt: skip
+    new_graph = read_graph_dir(out)
+    scratch = precompute_local(new_graph, model, str(tmp_path / "scratch"))
+    assert_same_store(result.store, scratch, new_graph.ids, model.num_rounds)
+    _local, local_report = refresh_local(graph, update, model, local_root)
+    assert [s["targets"] for s in result.report.layers] == [s["targets"] for s in local_report.layers]

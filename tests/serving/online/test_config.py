@@ -34,6 +34,8 @@ def test_save_keeps_the_files_mode_and_a_new_config_is_private(tmp_path):
         ({"tls_cert": "c.pem"}, "needs both tls_cert and tls_key"),
         ({"token": "t", "admin_token": "t"}, "admin_token must differ from token"),
         ({"swap_roots": "/data"}, "swap_roots must be a list"),
+        ({"pools": [{"name": "w", "kind": "workers", "transport": "udp"}]}, "transport must be one of ipc, tcp"),
+        ({"pools": [{"name": "p", "kind": "inprocess", "transport": "tcp"}]}, "transport applies to a 'workers' pool"),
     ],
 )
 def test_out_of_range_bounds_are_one_line(overrides, why):

@@ -66,9 +66,13 @@ def test_in_process_service_equals_query_engine(deployment):
 
 @pytest.mark.slow
 def test_two_worker_processes_equal_query_engine_and_survive_a_killed_worker(deployment):
+    """Over transport "tcp" (loopback ports any local user can reach): the pool's broker and
+    workers run on tcp with the run's CURVE keys (the ipc route is what test_swap's pool takes)."""
     kwargs, G, model, store, wl = deployment
-    pools = [{"name": "workers", "kind": "workers", "width": 2, "threads": 1}]
+    pools = [{"name": "workers", "kind": "workers", "width": 2, "threads": 1, "transport": "tcp"}]
     with Server(ServeConfig(**kwargs, pools=pools)) as server:
+        cluster = server.pools[0].cluster
+        assert cluster.front.startswith("tcp://127.0.0.1:") and cluster.keys_dir is not None
         check_modes(server, G, model, store, wl.requests[:2])
         reference = QueryEngine(G, model, mode="exact", store=store)
         with Client(server.zmq_endpoint, timeout_s=60) as client:

@@ -21,7 +21,8 @@ the update's deleted vertex ids and per-partition summaries are all it collects.
               old version's layer (or written whole: versions.should_compact), by Spark.
 
 Run directory (<work dir>/refresh/<uuid>/, on a filesystem every executor reaches; deleted at
-the end): run.json; in/{update,extra_local,extra_vertices}/; stats/ foreign_stats/;
+the end): run.json; in/{update,extra_local,extra_vertices}/; stats/ foreign_stats/ (out_partials/ out_stats/
+for a model reading an out-edge statistic);
 next/ (the updated graph's pieces: its data, then adopted into the cache);
 layer=<l>/{changed,needs,values,out}/. A crash leaves the old version readable and the
 new one with its committed layers; a rerun recomputes in a fresh run directory (cheap: the
@@ -48,7 +49,6 @@ from sparkgnn.errors import GraphUpdateError
 from sparkgnn.graph.updates import KINDS, UPDATE_SCHEMA
 from sparkgnn.graph.updates.format import EDGE_ATTR_FIELD
 from sparkgnn.layers.generic import require_states
-from sparkgnn.layers.stats import require_in_edge_stats
 from sparkgnn.pe import versions
 from sparkgnn.pe.refresh import RefreshError, RefreshReport, carried_metrics
 from sparkgnn.pe.writer import layer_key
@@ -175,6 +175,22 @@ def _foreign_stats(spark, ctx: RunContext) -> None:
     foreign = _local(spark, ctx).where(F.col("part") != F.expr(partition_expr("id", ctx.partitions)))
     stats = spark.read.parquet(_uri(files.join(ctx.run_dir, "stats")))
     foreign.join(stats, "id").write.partitionBy("part").parquet(_uri(files.join(ctx.run_dir, "foreign_stats")))
+
+
+def _out_stats(spark, ctx: RunContext) -> None:
+    """Out-edge statistics (partition.py): the pieces' partial sums added up by id, the totals
+    routed to every piece that holds the vertex."""
+    from pyspark.sql import functions as F
+
+    partials = spark.read.parquet(_uri(files.join(ctx.run_dir, "out_partials")))
+    names = [f"{k}_{side}" for k in partition.out_stat_keys(ctx.stat_keys) for side in ("old", "new")]
+    totals = partials.groupBy("id").agg(*(F.sum(n).cast("float").alias(n) for n in names))
+    (
+        partials.select("id", "part")
+        .join(totals, "id")
+        .write.partitionBy("part")
+        .parquet(_uri(files.join(ctx.run_dir, "out_stats")))
+    )
 
 
 def _new_graph(spark, run_dir: str, old, built: list[dict], out_graph: str | None):
@@ -307,7 +323,6 @@ def refresh(
     configure(spark)
     old_graph, model = coerce_graph(spark, graph), coerce_model(model)
     require_states(model, "a PE store refresh")
-    require_in_edge_stats(model, "a PE store refresh")
     model.check_edge_attr(old_graph.edge_attr_dim or None, where=f"graph {old_graph.name!r}")
     old_store = PEStore.open(store, model=model, graph=old_graph)
     if not old_store.with_states:
@@ -349,6 +364,8 @@ def refresh(
         deleted = sorted({i for s in built for i in s.get("deleted", [])})
         if ctx.stat_keys:
             _foreign_stats(spark, ctx)
+        if partition.out_stat_keys(ctx.stat_keys):
+            _out_stats(spark, ctx)
         new_graph = _new_graph(spark, run_dir, old_graph, built, out_graph)
         report = RefreshReport(
             store="",

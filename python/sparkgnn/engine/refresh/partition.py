@@ -13,6 +13,12 @@ statistics, and the sources' h^(l-1) and statistics:
 * statistics (GCN degrees ...) depend on a vertex's in-edges, which only its owner holds: each
   owner computes them for its vertices (old and new graph) and the driver joins them to the
   partitions holding the vertex as a foreign one (`foreign_stats`);
+* a statistic over a vertex's OUT-edges (layers.stats.OUT_EDGE_STATS: ChebConv's Laplacian
+  degree) is spread over every piece holding one of those edges: each piece writes its partial
+  sums for every vertex it holds (`out_partials`), the driver sums them by id and routes the
+  totals to every piece holding the vertex (`out_stats`), which replace the piece's own values.
+  A vertex whose out-degree the update changes then counts as a changed source in every piece
+  holding it, so its out-neighbours (and itself, at its owner) are recomputed;
 * `plan_layer(..., owned=)` restricts the targets to owned vertices; the plan says which h^(l-1)
   values (old and new) and stored states the computation reads, the driver fetches exactly those
   from the store and the previous layer (`values`), and the computation runs.
@@ -51,7 +57,7 @@ from sparkgnn.graph.fingerprint import edge_hash_sum, vertex_hash_sum
 from sparkgnn.graph.updates import GraphUpdate, apply
 from sparkgnn.graph.updates.applying import Applied
 from sparkgnn.graph.updates.format import EDGE_ATTR_FIELD
-from sparkgnn.layers.stats import STATS
+from sparkgnn.layers.stats import OUT_EDGE_STATS, STATS
 from sparkgnn.pe.lookup import SortedTable
 from sparkgnn.pe.refresh_kernel import Side, compute_layer, plan_layer
 from sparkgnn.stat_keys import stat_key
@@ -72,6 +78,11 @@ class RunContext:
     model_store: str
     model_fingerprint: str
     stat_keys: tuple  # ((key, stat name, weighted), ...)
+
+
+def out_stat_keys(keys) -> list:
+    """The keys of `keys` (RunContext.stat_keys) that sum over a vertex's OUT-edges."""
+    return [key for key, name, _w in keys if name in OUT_EDGE_STATS]
 
 
 def stat_keys(model) -> tuple:
@@ -287,6 +298,17 @@ def load_piece(ctx: RunContext, part: int) -> Piece:
                 values = foreign.column(f"{k}_{side}").to_numpy(zero_copy_only=False)
                 keep = found & ~np.isnan(values)
                 stats[k][rows[keep]] = values[keep]
+    out_keys = out_stat_keys(ctx.stat_keys)
+    if out_keys:  # every held vertex's total over all pieces replaces the piece's partial sum
+        names = [f"{k}_{side}" for k in out_keys for side in ("old", "new")]
+        schema = pa.schema([("id", pa.int64())] + [(n, pa.float32()) for n in names])
+        totals = read_slice(files.join(ctx.run_dir, "out_stats"), part, schema)
+        tids = totals.column("id").to_numpy()
+        for stats, graph, side in ((piece.stats_old, piece.old, "old"), (piece.stats_new, piece.new, "new")):
+            rows, found = graph.id_index.lookup(tids)
+            for k in out_keys:
+                values = totals.column(f"{k}_{side}").to_numpy(zero_copy_only=False)
+                stats[k][rows[found]] = values[found]
     with _PIECES_LOCK:
         _PIECES[key] = piece
         while len(_PIECES) > CACHED_PIECES:
@@ -326,6 +348,7 @@ def build_task(ctx: RunContext, batches):
                 values[found] = stats[k][rows[found]]
                 columns[f"{k}_{side}"] = pa.array(values)
         write_piece_file(files.join(ctx.run_dir, "stats", f"part={part}.parquet"), pa.table(columns))
+        _write_out_partials(ctx, piece, stats_old, stats_new)
         _write_next_piece(ctx.run_dir, piece)
         rows = np.flatnonzero(piece.owned)
         yield _summary(
@@ -339,6 +362,25 @@ def build_task(ctx: RunContext, batches):
                 "edge_sum": edge_hash_sum(new.ids[new.edge_src], new.ids[new.edge_dst], new.weight, new.edge_attr),
             },
         )
+
+
+def _write_out_partials(ctx: RunContext, piece: Piece, stats_old: dict, stats_new: dict) -> None:
+    """The piece's partial sums of each out-edge statistic (over the edges it holds, each edge
+    held by exactly one piece) for every vertex it holds, old and new graph (0 where the vertex
+    is absent), with the piece's part: the driver sums them into totals (module doc)."""
+    out_keys = out_stat_keys(ctx.stat_keys)
+    if not out_keys:
+        return
+    old, new = piece.old, piece.new
+    ids = np.union1d(old.ids, new.ids)
+    columns = {"id": pa.array(ids), "part": pa.array(np.full(len(ids), piece.part, np.int32))}
+    for k in out_keys:
+        for side, graph, stats in (("old", old, stats_old), ("new", new, stats_new)):
+            rows, found = graph.id_index.lookup(ids)
+            values = np.zeros(len(ids), np.float32)
+            values[found] = stats[k][rows[found]]
+            columns[f"{k}_{side}"] = pa.array(values)
+    write_piece_file(files.join(ctx.run_dir, "out_partials", f"part={piece.part}.parquet"), pa.table(columns))
 
 
 def _write_next_piece(run_dir: str, piece: Piece) -> None:

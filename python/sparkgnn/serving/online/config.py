@@ -283,12 +283,15 @@ POOL_SETTINGS: dict[str, type] = {
     "threads": int,
     "device": str,
     "timeout_s": float,
+    "transport": str,  # a "workers" pool's route to its workers (WorkerPool): "ipc" or "tcp" (CURVE-keyed)
 }
+POOL_TRANSPORTS = ("ipc", "tcp")
 
 
 def _check_pool(spec, where: str) -> None:
     """One pool spec: an object with a name, a known kind, known settings of their types, and
-    width, threads and timeout_s >= 1 (a pool of 0 workers would never answer)."""
+    width, threads and timeout_s >= 1 (a pool of 0 workers would never answer); `transport`, only
+    on a "workers" pool, one of POOL_TRANSPORTS."""
     if not isinstance(spec, dict):
         raise ServeError(f"{where}: a pool is an object {{name, kind, width, ...}}, got {spec!r}")
     unknown = sorted(set(spec) - set(POOL_SETTINGS))
@@ -307,6 +310,13 @@ def _check_pool(spec, where: str) -> None:
             raise ServeError(f"{where}: pool {spec['name']!r}: {key} must be {kind.__name__}, got {value!r}")
         if isinstance(value, int | float) and not (math.isfinite(value) and value >= 1):
             raise ServeError(f"{where}: pool {spec['name']!r}: {key} must be >= 1, got {value!r}")
+    transport = spec.get("transport", "ipc")
+    if transport not in POOL_TRANSPORTS:
+        raise ServeError(
+            f"{where}: pool {spec['name']!r}: transport must be one of {', '.join(POOL_TRANSPORTS)}, got {transport!r}"
+        )
+    if "transport" in spec and spec.get("kind", "inprocess") != "workers":
+        raise ServeError(f"{where}: pool {spec['name']!r}: transport applies to a 'workers' pool only")
     POOL_KINDS.lookup(spec.get("kind", "inprocess"))
 
 

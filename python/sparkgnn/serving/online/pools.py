@@ -5,9 +5,10 @@ A pool runs batches (op "serve_batch", serving.online.batch_op) on `width` slots
              and what the tests use); slots share the GIL, so width 1 is the useful value
   workers    `width` sparkgnn-worker processes behind a messenger broker (messenger.LocalCluster),
              each with its own copy of the deployment in memory and `threads` torch threads; one
-             dealer per slot, so batches run in parallel. A worker that dies mid-batch is noticed
-             by the broker's heartbeats and the batch is re-sent to another worker (the dealer's
-             retries); the pool then starts a replacement.
+             dealer per slot, so batches run in parallel. `transport` "ipc" (default) or "tcp"
+             (loopback ports, every socket CURVE-keyed with the run's keys). A worker that dies
+             mid-batch is noticed by the broker's heartbeats and the batch is re-sent to another
+             worker (the dealer's retries); the pool then starts a replacement.
 
 What a pool's workers serve is registered by the pool, never sent in a batch (serving.served):
 `register(spec)` makes a deployment servable and returns its id, which batches name; `withdraw(id)`
@@ -108,7 +109,19 @@ class InProcessPool:
 
 @POOL_KINDS.register("workers")
 class WorkerPool:
-    def __init__(self, name: str, width: int = 1, threads: int = 1, device: str = "cpu", timeout_s: float = 60.0, **_):
+    def __init__(
+        self,
+        name: str,
+        width: int = 1,
+        threads: int = 1,
+        device: str = "cpu",
+        timeout_s: float = 60.0,
+        transport: str = "ipc",
+        **_,
+    ):
+        """`transport`: "ipc" (sockets in a 0700 folder of this user's: the file system keeps other
+        users out) or "tcp" (loopback ports, which any local user can reach: every socket then
+        authenticates both ends with the run's CURVE keys, messenger.LocalCluster)."""
         from sparkgnn.messenger.local import LocalCluster
         from sparkgnn.serving import served
 
@@ -127,6 +140,7 @@ class WorkerPool:
             threads=int(threads),
             slots=1,
             heartbeat_s=0.5,
+            transport=transport,
         ).start()
         self._timeout_s = float(timeout_s)
         self._dealers = [self.cluster.client(timeout_s=self._timeout_s, retries=3, window=1) for _ in range(self.width)]
