@@ -35,8 +35,9 @@ taken: from the scheduled send time, so the generator's lateness is included):
               alone; and a probe of a "workers" pool after idle gaps, which stalls (see WHAT)
   8 auth      single-query HE throughput held at p99 <= 20 ms and CPU per request, with and
               without authentication (a multi-user deployment's: CURVE on the ZeroMQ front and
-              on a tcp worker pool; HTTPS + bearer token on the HTTP front), same load generator
-              and rate grid (online_experiments.experiment_auth). `--only auth` runs it alone and
+              on a tcp worker pool; HTTPS + bearer token on the HTTP front, and the token without
+              TLS to split the two), same load generator and rate grid, with the generator's own
+              CPU per request (online_experiments.experiment_auth). `--only auth` runs it alone and
               adds its section to the existing result file
 Writes bench/results/online.json (every key described under "what"), online_latency.png,
 online_schedulers.png and online_auth.png. No Spark is started. Timings on a shared 2-core box are noisy: the load
@@ -185,13 +186,17 @@ WHAT = {
     "seconds_total": "wall time of the bench",
     "auth": "authentication cost (experiment_auth; 'workers' pool of width 1, plain over ipc, secured over "
     "tcp + CURVE): per front (variants.zmq: ZeroMQ front plain vs CURVE Ironhouse; variants.http: http:// "
-    "without a token vs HTTPS + bearer token, ZeroMQ front keyed too) `on` (what the secured variant had on), "
-    "plain / secured (one sweep per repeat, as capacity's, plus single_query_rps and cpu_point: a fixed-rate "
+    "without a token vs token: http:// + bearer token with CURVE behind as secured, vs secured: HTTPS + bearer "
+    "token, ZeroMQ front keyed too) `on` / on_token (what the secured / token variant had on), "
+    "plain / token / secured (one sweep per repeat, as capacity's, plus single_query_rps and cpu_point: a fixed-rate "
     "point at cpu_at_rps with cpu_ms_per_request), rps_plain / rps_secured (median over repeats of the "
     "single-query HE rate held with p99 <= slo_ms), auth_cost (1 - secured / plain), capacity_rps_* and "
     "capacity_cost (the same for capacity_rps), cpu_ms_per_request_plain / _secured (median service CPU ms "
-    "per answered request: front end + workers + broker) and cpu_cost (secured / plain - 1), *_repeats (each "
-    "repeat's value: their spread is the run's noise); run (--only "
+    "per answered request: front end + workers + broker) and cpu_cost (secured / plain - 1), "
+    "generator_cpu_ms_per_request_* (the load generator's CPU ms per answered request at the same point: it "
+    "shares the box's 2 cores with the service), http only: token_cost (1 - token / plain held rate), "
+    "tls_cost (1 - secured / token), token_cpu_cost and tls_cpu_cost (the same ratios of service CPU), "
+    "*_repeats (each repeat's value: their spread is the run's noise); run (--only "
     "auth or the whole bench), scale, graph, seconds_per_point, machine, loadavg (os.getloadavg() as it "
     "started), load averages, seconds",
 }
@@ -229,15 +234,21 @@ def _auth_section(b, dep, s, work, run: str, load_start, started) -> dict:
 
 
 def _log_auth(auth: dict) -> None:
-    """The auth section's headline: per front, held rates plain -> secured, cost, CPU per request."""
+    """The auth section's headline: per front, held rates plain (-> token) -> secured, cost, CPU
+    per request of the service and of the load generator."""
     for front, doc in auth["variants"].items():
         if "skipped" in doc:
             log(f"  auth {front}: skipped ({doc['skipped']})")
             continue
+        names = [v for v in ("plain", "token", "secured") if f"rps_{v}" in doc]
+
+        def chain(key: str, fmt: str, names=names, doc=doc) -> str:
+            return " -> ".join(format(doc[key.format(v)], fmt) for v in names)
+
         log(
-            f"  auth {front}: {doc['rps_plain']:.1f} -> {doc['rps_secured']:.1f} req/s (p99 <= {auth['slo_ms']:g} ms), "
-            f"cost {doc['auth_cost']}; service CPU ms/request {doc['cpu_ms_per_request_plain']:.2f} -> "
-            f"{doc['cpu_ms_per_request_secured']:.2f}, cost {doc['cpu_cost']}"
+            f"  auth {front} ({' -> '.join(names)}): {chain('rps_{}', '.1f')} req/s (p99 <= {auth['slo_ms']:g} ms), "
+            f"cost {doc['auth_cost']}; CPU ms/request service {chain('cpu_ms_per_request_{}', '.2f')}, "
+            f"generator {chain('generator_cpu_ms_per_request_{}', '.2f')}"
         )
 
 

@@ -258,6 +258,9 @@ def probe_worker_idle(b: Bench, dep, s) -> dict:
 
 # -- authentication cost -----------------------------------------------------------------------------
 AUTH_SERVER_ROLES = ("front_end", "workers", "brokers")
+# Variants per front, in sweep order (reversed every other repeat). http's "token" is "secured"
+# without TLS, so secured vs token is TLS alone and token vs plain the token check with CURVE behind.
+AUTH_VARIANTS = {"zmq": ("plain", "secured"), "http": ("plain", "token", "secured")}
 
 
 def _tls_pair(folder: str) -> tuple[str, str] | None:
@@ -290,6 +293,11 @@ def _cpu_ms_per_request(point: dict) -> dict:
     }
 
 
+def _cost(rate: float, base: float) -> float | None:
+    """1 - rate / base: the held rate a variant gives up against `base` (None when base held none)."""
+    return 1 - rate / base if base else None
+
+
 def _auth_options(front: str, variant: str, keys: str, token: str, tls) -> tuple[dict, list]:
     """The ServeConfig options of one variant and the list of what it has on."""
     pool = {"name": "w", "kind": "workers", "width": 1, "threads": 1, "timeout_s": WORKER_TIMEOUT_S}
@@ -301,7 +309,10 @@ def _auth_options(front: str, variant: str, keys: str, token: str, tls) -> tuple
         on = ["ZeroMQ front CURVE (Ironhouse: allow-listed client key, pinned server key)", "worker pool tcp + CURVE"]
     if front == "http":
         options["http"] = "127.0.0.1:0"
-        if variant == "secured":
+        if variant == "token":
+            options.update(token=token)
+            on = ["bearer token over plain HTTP (no TLS)", *on]
+        elif variant == "secured":
             options.update(token=token, tls_cert=tls[0], tls_key=tls[1])
             on = ["HTTPS (TLS 1.2+, self-signed certificate)", "bearer token", *on]
     return options, on
@@ -312,7 +323,9 @@ def _target(front: str, variant: str, srv, keys: str, token: str, tls) -> dict |
     if front == "zmq":
         return {"keys_dir": keys} if variant == "secured" else None
     spec = {"url": srv.http_url}
-    if variant == "secured":
+    if variant == "token":
+        spec.update(token=token)
+    elif variant == "secured":
         spec.update(token=token, ca_file=tls[0])
     return {"http": spec}
 
@@ -326,13 +339,16 @@ def experiment_auth(b: Bench, dep, s, work: str, fronts=("zmq", "http"), repeats
     CURVE-keyed (LocalCluster's per-run keys). Per front (_auth_options):
       zmq   plain: no keys | secured: the ZeroMQ front Ironhouse (the generator's client key on
             the allow-list, the server key pinned)
-      http  plain: http://, no token | secured: HTTPS (a self-signed certificate the generator
-            trusts) + bearer token, the ZeroMQ front keyed as well
-    Variants alternate `repeats` times (plain, secured, secured, plain, ...) so drift on the shared
-    box hits both alike; rps_* is the median over repeats of each sweep's held rate (0 when none
-    was held). CPU per request: one fixed-rate point per sweep at 1.5 x the start rate (held by
-    every variant), twice the settings' seconds; the service's CPU seconds per answered request
-    decide throughput on a CPU-bound box, without the p99 criterion's noise."""
+      http  plain: http://, no token | token: http:// + bearer token, CURVE behind as secured |
+            secured: HTTPS (a self-signed certificate the generator trusts) + bearer token, the
+            ZeroMQ front keyed as well
+    Variants alternate `repeats` times (AUTH_VARIANTS' order, reversed every other repeat) so
+    drift on the shared box hits all alike; rps_* is the median over repeats of each sweep's held
+    rate (0 when none was held). CPU per request: one fixed-rate point per sweep at 1.5 x the start
+    rate (held by every variant), twice the settings' seconds; the service's CPU seconds per
+    answered request (cpu_ms_per_request_*) decide throughput on a CPU-bound box, without the p99
+    criterion's noise, and the load generator's (generator_cpu_ms_per_request_*) show what the
+    client's own work (TLS included) takes from the same cores."""
     import os
     import secrets
 
@@ -354,11 +370,13 @@ def experiment_auth(b: Bench, dep, s, work: str, fronts=("zmq", "http"), repeats
         if front == "http" and tls is None:
             out["variants"]["http"] = {"skipped": "openssl is not installed: no certificate for HTTPS"}
             continue
-        runs: dict = {"plain": [], "secured": []}
-        cpu: dict = {"plain": [], "secured": []}
+        variants = AUTH_VARIANTS[front]
+        runs: dict = {v: [] for v in variants}
+        cpu: dict = {v: [] for v in variants}
+        gen_cpu: dict = {v: [] for v in variants}
         on_of: dict = {}
         for rep in range(repeats):
-            order = ("plain", "secured") if rep % 2 == 0 else ("secured", "plain")
+            order = variants if rep % 2 == 0 else variants[::-1]
             for variant in order:
                 options, on = _auth_options(front, variant, keys, token, tls)
                 on_of[variant] = on
@@ -388,36 +406,42 @@ def experiment_auth(b: Bench, dep, s, work: str, fronts=("zmq", "http"), repeats
                 curve["cpu_point"] = point
                 runs[variant].append(curve)
                 cpu[variant].append(point["cpu_ms_per_request"]["service"])
+                gen_cpu[variant].append(point["cpu_ms_per_request"]["generator"])
                 log(
-                    f"  -> held {rate} req/s at p99 <= {HE_SLO_MS:g} ms; service CPU "
-                    f"{point['cpu_ms_per_request']['service']:.2f} ms/request at {1.5 * start:.1f} req/s"
+                    f"  -> held {rate} req/s at p99 <= {HE_SLO_MS:g} ms; CPU ms/request at {1.5 * start:.1f} req/s: "
+                    f"service {point['cpu_ms_per_request']['service']:.2f}, "
+                    f"generator {point['cpu_ms_per_request']['generator']:.2f}"
                 )
         rps = {v: float(np.median([c["single_query_rps"] or 0.0 for c in runs[v]])) for v in runs}
         cap = {v: float(np.median([c["capacity_rps"] or 0.0 for c in runs[v]])) for v in runs}
         cpu_ms = {v: float(np.median(cpu[v])) for v in cpu}
-        out["variants"][front] = {
-            "on": on_of["secured"],
-            "plain": runs["plain"],
-            "secured": runs["secured"],
-            "rps_plain": rps["plain"],
-            "rps_secured": rps["secured"],
-            "rps_plain_repeats": [c["single_query_rps"] for c in runs["plain"]],
-            "rps_secured_repeats": [c["single_query_rps"] for c in runs["secured"]],
-            "cpu_ms_per_request_plain_repeats": cpu["plain"],
-            "cpu_ms_per_request_secured_repeats": cpu["secured"],
-            "auth_cost": 1 - rps["secured"] / rps["plain"] if rps["plain"] else None,
-            "capacity_rps_plain": cap["plain"],
-            "capacity_rps_secured": cap["secured"],
-            "capacity_cost": 1 - cap["secured"] / cap["plain"] if cap["plain"] else None,
-            "cpu_at_rps": 1.5 * start,
-            "cpu_ms_per_request_plain": cpu_ms["plain"],
-            "cpu_ms_per_request_secured": cpu_ms["secured"],
-            "cpu_cost": cpu_ms["secured"] / cpu_ms["plain"] - 1 if cpu_ms["plain"] else None,
-        }
-        doc = out["variants"][front]
+        doc: dict = {"on": on_of["secured"], "cpu_at_rps": 1.5 * start}
+        for v in variants:
+            doc[v] = runs[v]
+            if v == "token":
+                doc["on_token"] = on_of[v]
+            doc[f"rps_{v}"] = rps[v]
+            doc[f"rps_{v}_repeats"] = [c["single_query_rps"] for c in runs[v]]
+            doc[f"capacity_rps_{v}"] = cap[v]
+            doc[f"cpu_ms_per_request_{v}"] = cpu_ms[v]
+            doc[f"cpu_ms_per_request_{v}_repeats"] = cpu[v]
+            doc[f"generator_cpu_ms_per_request_{v}"] = float(np.median(gen_cpu[v]))
+            doc[f"generator_cpu_ms_per_request_{v}_repeats"] = gen_cpu[v]
+        doc["auth_cost"] = _cost(rps["secured"], rps["plain"])
+        doc["capacity_cost"] = _cost(cap["secured"], cap["plain"])
+        doc["cpu_cost"] = cpu_ms["secured"] / cpu_ms["plain"] - 1 if cpu_ms["plain"] else None
+        if "token" in variants:  # the secured drop split: token (with CURVE behind) vs TLS on top of it
+            doc["token_cost"] = _cost(rps["token"], rps["plain"])
+            doc["tls_cost"] = _cost(rps["secured"], rps["token"])
+            doc["token_cpu_cost"] = cpu_ms["token"] / cpu_ms["plain"] - 1 if cpu_ms["plain"] else None
+            doc["tls_cpu_cost"] = cpu_ms["secured"] / cpu_ms["token"] - 1 if cpu_ms["token"] else None
+        out["variants"][front] = doc
         log(
-            f"[auth] {front}: {doc['rps_plain']:.1f} -> {doc['rps_secured']:.1f} req/s held (cost "
-            f"{doc['auth_cost']}), service CPU {cpu_ms['plain']:.2f} -> {cpu_ms['secured']:.2f} ms/request "
-            f"(cost {doc['cpu_cost']})"
+            f"[auth] {front}: held req/s "
+            + " -> ".join(f"{v} {rps[v]:.1f}" for v in variants)
+            + f" (cost {doc['auth_cost']}); CPU ms/request service "
+            + " -> ".join(f"{cpu_ms[v]:.2f}" for v in variants)
+            + ", generator "
+            + " -> ".join(f"{doc[f'generator_cpu_ms_per_request_{v}']:.2f}" for v in variants)
         )
     return out

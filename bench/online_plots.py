@@ -88,14 +88,15 @@ def plot(result: dict, name: str = "online") -> list:
 
 
 def _plot_auth(plt, auth: dict, name: str) -> str:
-    """{name}_auth.png: per front, p99 vs offered load of every plain (solid) and secured
-    (dashed) sweep; last panel, the service's CPU ms per request of each repeat."""
+    """{name}_auth.png: per front, p99 vs offered load of every plain (solid), token (dotted, http
+    only) and secured (dashed) sweep; last panel, the service's CPU ms per request of each repeat
+    (bars) with the load generator's stacked on top (hatched)."""
     fronts = [f for f, d in auth["variants"].items() if "skipped" not in d]
     fig, axes = plt.subplots(1, len(fronts) + 1, figsize=(5 * (len(fronts) + 1), 4.5))
     for ax, front in zip(axes, fronts, strict=False):
         doc = auth["variants"][front]
-        for variant, style in (("plain", "o-"), ("secured", "s--")):
-            for rep, curve in enumerate(doc[variant]):
+        for variant, style in (("plain", "o-"), ("token", "^:"), ("secured", "s--")):
+            for rep, curve in enumerate(doc.get(variant, [])):
                 pts = [p for p in curve["points"] if "latency_p99_ms" in p]
                 ax.plot(
                     [p["offered_rps"] for p in pts],
@@ -108,17 +109,25 @@ def _plot_auth(plt, auth: dict, name: str) -> str:
         ax.set_yscale("log")
         ax.set_xlabel("offered load (requests/s)")
         ax.set_ylabel("p99 latency (ms)")
-        ax.set_title(f"{front}: plain vs secured (cost {doc['auth_cost'] or 0:.0%})", fontsize=9)
+        kinds = " vs ".join(v for v in ("plain", "token", "secured") if v in doc)
+        ax.set_title(f"{front}: {kinds} (cost {doc['auth_cost'] or 0:.0%})", fontsize=9)
         ax.legend(fontsize=7)
     ax = axes[-1]
+    seen: set = set()
     for k, front in enumerate(fronts):
         doc = auth["variants"][front]
-        for j, variant in enumerate(("plain", "secured")):
+        for j, variant in enumerate(("plain", "token", "secured")):
+            if variant not in doc:
+                continue
             vals = doc[f"cpu_ms_per_request_{variant}_repeats"]
-            x = k * 3 + j + np.arange(len(vals)) * 0.2 - 0.1 * (len(vals) - 1)
-            ax.bar(x, vals, 0.18, color="C0" if variant == "plain" else "C1", label=variant if k == 0 else None)
-    ax.set_xticks([k * 3 + 0.5 for k in range(len(fronts))], fronts)
-    ax.set_ylabel("service CPU ms / request")
+            gen = doc.get(f"generator_cpu_ms_per_request_{variant}_repeats", [0.0] * len(vals))
+            x = k * 4 + j + np.arange(len(vals)) * 0.2 - 0.1 * (len(vals) - 1)
+            color = {"plain": "C0", "token": "C2", "secured": "C1"}[variant]
+            ax.bar(x, vals, 0.18, color=color, label=variant if variant not in seen else None)
+            ax.bar(x, gen, 0.18, bottom=vals, color=color, alpha=0.4, hatch="//")
+            seen.add(variant)
+    ax.set_xticks([k * 4 + 1 for k in range(len(fronts))], fronts)
+    ax.set_ylabel("CPU ms / request (hatched: load generator)")
     ax.set_title(f"CPU per request at {auth['variants'][fronts[0]]['cpu_at_rps']:.0f} req/s, each repeat", fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()

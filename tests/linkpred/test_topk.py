@@ -115,3 +115,36 @@ def test_online_answers_equal_the_batch_jobs(spark, linkpred_case, tmp_path):
         assert [c["rank"] for c in entry["candidates"]] == batch["rank"].tolist()
         np.testing.assert_allclose([c["score"] for c in entry["candidates"]], batch.score, rtol=1e-5, atol=1e-6)
     assert sorted(e["src"] for e in topk_reply["topk"]) == sources.tolist()
+
+
+def test_topk_frame_cuts_blocks_by_bytes_and_stays_exact(spark):
+    """A block budget far below the outputs' bytes cuts sources and candidates into many blocks (so
+    no row outgrows it) and the answer, known edges excluded, still equals the brute force."""
+    from sparkgnn.decoders import build_decoder
+    from sparkgnn.linkpred.topk import block_count, topk_frame
+
+    rng = np.random.default_rng(11)
+    h = rng.integers(-2, 3, size=(120, 4)).astype(np.float32)  # coarse: many ties, ordered by id
+    node_ids = rng.permutation(5_000)[:120].astype(np.int64)
+    nodes = spark.createDataFrame(
+        pd.DataFrame({"id": node_ids, "h": [row.tolist() for row in h]}), "id long, h array<float>"
+    )
+    pairs = {(int(node_ids[i]), int(node_ids[j])) for i, j in rng.integers(0, 120, size=(200, 2))}
+    exclude = spark.createDataFrame(pd.DataFrame(sorted(pairs), columns=["src", "dst"]), "src long, dst long")
+    budget = 120 * (8 + 4 * 4) // 10  # about a tenth of the outputs per block
+    assert block_count(nodes, 2, block_bytes=budget) == 10
+    assert block_count(nodes, 16, block_bytes=budget) == 16
+    got = (
+        topk_frame(nodes, build_decoder({"kind": "dot"}), K, exclude=exclude, partitions=2, block_bytes=budget)
+        .toPandas()
+        .sort_values(["src", "rank"])
+    )
+    scores = h @ h.T
+    for i, s in enumerate(node_ids):
+        ranked = sorted((-scores[i, j], int(c)) for j, c in enumerate(node_ids) if (int(s), int(c)) not in pairs)[:K]
+        rows = got[got.src == s]
+        assert rows.dst.tolist() == [c for _, c in ranked]
+        assert rows["rank"].tolist() == list(range(1, K + 1))
+        assert np.allclose(rows.score.to_numpy(), [-v for v, _ in ranked])
+    with pytest.raises(ValueError, match="partitions must be an integer >= 1"):
+        block_count(nodes, 0)

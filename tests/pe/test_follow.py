@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_refresh import assert_same_store, graph, model_of  # noqa: E402, F401
+from test_refresh import assert_same_store, cheb_update, graph, model_of  # noqa: E402, F401
 
 from sparkgnn.deadletter import read_dead_letters  # noqa: E402
 from sparkgnn.errors import StalePEStore  # noqa: E402
@@ -284,3 +284,36 @@ def test_each_committed_version_is_published_with_its_graph(graph, tmp_path):  #
     served = read_graph_dir(record["graph"])
     assert served.fingerprint == g2.fingerprint and np.array_equal(served.ids, g2.ids)
     assert PEStore.open(root, model=model, graph=served).base == record["store"]
+
+
+def test_chebconv_follower_refreshes_the_out_neighbours_of_changed_sources(graph, tmp_path):  # noqa: F811
+    """ChebConv normalises by its sources' OUT-degree, so an edge change at u changes the message
+    of every out-edge of u. The follower plans through its EdgeIndex (pe/edge_index.py): a first
+    batch that deletes and inserts at the vertices with the most out-edges, with a self loop in and
+    one out (the index remapped), then a batch of inserts only out of the new top source, a self
+    loop among them (the index's tail): the store equals a precompute of the updated graph."""
+    model = model_of("chebconv", graph.feature_dim, 2)  # K=3: 4 rounds
+    root, inbox, state = str(tmp_path / "store"), str(tmp_path / "in"), str(tmp_path / "state")
+    os.makedirs(inbox)
+    precompute_local(graph, model, root)
+    first = cheb_update(graph, seed=3)
+    g1 = apply(first, graph).graph
+    out_degree = np.bincount(g1.edge_src[g1.edge_src != g1.edge_dst], minlength=g1.num_nodes)
+    top = int(np.argmax(out_degree))
+    ids = g1.ids
+    second = GraphUpdate(
+        edge_insert_src=ids[[top, top, top]],
+        edge_insert_dst=ids[[top, (top + 1) % g1.num_nodes, (top + 2) % g1.num_nodes]],
+        edge_insert_weight=np.float32([0.5, 1.25, 2.0]),
+    )
+    drop(inbox, "0.parquet", first, 1000)
+    drop(inbox, "1.parquet", second, 1001)
+    follower = RefreshFollower(
+        graph=graph, model=model, store=root, updates=inbox, state=state, max_batch_updates=1, max_latency_s=0
+    )
+    ran = follower.run(idle_timeout_s=0)
+    assert [(p.batch, p.files, p.dead_letters) for p in ran] == [(1, 1, 0), (2, 1, 0)]
+    want_graph = apply(second, g1).graph
+    assert follower.graph.fingerprint == want_graph.fingerprint
+    want = precompute_local(want_graph, model, str(tmp_path / "scratch"))
+    assert_same_store(follower.store, want, want_graph.ids, model.num_rounds)

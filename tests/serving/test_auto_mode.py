@@ -104,6 +104,27 @@ def test_sketch_tracks_measured_sizes(which, kind, reuse_setup, request):
             assert est.estimated and not got.estimated
 
 
+@pytest.mark.parametrize(("which", "kind"), [("skewed", "chebconv"), ("cora", "chebconv_rw")])
+def test_sketch_counts_the_sources_whose_out_degree_a_request_changes(which, kind, reuse_setup, request):
+    """ChebConv normalises by its sources' OUT-degree: every G source of a request edge (all of H1,
+    the queries' in-neighbours) changes its degree, so EXACT recomputes each of them at layer k-1
+    and sends changed messages along all their out-edges (plans.py S_l). The sketch counts them for
+    certain, so its layer k-1 target count is the measured one, and its messages stay within a
+    factor 4 of the measured ones (the 2-hop targets of the deeper layers are left out)."""
+    setup = reuse_setup(request, which, kind, 2)
+    wl, _pyg, model, store, full = setup
+    ctx = full.context
+    exact = QueryEngine(wl.graph_G, model, mode="exact", store=store, context=ctx)
+    k = model.num_rounds
+    for r in wl.requests:
+        prep = ctx.prepare(r)
+        est, got = sketch_exact(ctx, prep, model), exact.mode.counts(ctx, prep)
+        assert est.layers[k - 2].targets == got.layers[k - 2].targets, r.request_id
+        e_est = sum(c.edges + c.old_edges for c in est.layers)
+        e_got = sum(c.edges + c.old_edges for c in got.layers)
+        assert e_got / 4 <= e_est <= 4 * e_got, (r.request_id, e_est, e_got)
+
+
 def test_auto_refusals(reuse_setup, request):
     wl, _pyg, model, _store, full = reuse_setup(request, "cora", "sage", 2)
     with pytest.raises(ModeError, match="store="):

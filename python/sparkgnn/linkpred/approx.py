@@ -2,17 +2,19 @@
 
 The raw score of an inner-product decoder is <v(src), v(dst)> of its search vectors (the outputs
 for dot, the unit-normalised outputs for cosine), so each source's k best candidates are a maximum
-inner-product search. Candidates are hashed into `partitions` shards (topk.blocks); the cross join
-of source blocks and shards is range-partitioned by shard and sorted, so one Spark task holds one
-shard's units in a row: it builds that shard's index once (faiss `IndexHNSWFlat`, inner-product
-metric, one thread) and answers every source block against it. Each answer is re-scored exactly
-from the search vectors, known edges are masked (the index is asked for k plus the most any source
-of the block excludes in that shard), and each source keeps its k best of the shard; the partial
-lists of all shards merge as the exact ones do (topk.merge_partial), so the output has the exact
-job's schema and order (a higher score first, the smaller id among equals). WHY a task streams
-the source blocks past one shard's index rather than taking all sources at once: its memory stays
-one shard's index plus one source block whatever the number of sources; the cross join ships each
-shard once per source block, as the exact path ships each tile.
+inner-product search. Candidates are hashed into shards (topk.blocks; at least `partitions`, more
+where one would hold over topk.BLOCK_BYTES of outputs, as the exact path sizes its tiles, so no row
+outgrows the JVM); the cross join of source blocks and shards is range-partitioned by shard into
+`partitions` tasks and sorted, so a task holds each of its shards' units in a row: it builds that
+shard's index once (faiss `IndexHNSWFlat`, inner-product metric, one thread) and answers every
+source block against it. Each answer is re-scored exactly from the search vectors, known edges are
+masked (the index is asked for k plus the most any source of the block excludes in that shard), and
+each source keeps its k best of the shard; the partial lists of all shards merge as the exact ones
+do (topk.merge_partial), so the output has the exact job's schema and order (a higher score first,
+the smaller id among equals). WHY a task streams the source blocks past one shard's index rather
+than taking all sources at once: its memory stays one shard's index plus one source block whatever
+the number of sources; the cross join ships each shard once per source block, as the exact path
+ships each tile.
 
 WHY faiss HNSW searching inner products directly: in a measurement (the comment at ShardIndex)
 faiss-cpu and usearch reached about the same recall@10, faiss with the smaller dependency set
@@ -37,7 +39,16 @@ from sparkgnn.decoders import Decoder
 from sparkgnn.linkpred.arrays import ids, matrix
 from sparkgnn.linkpred.payload import DecoderPayload
 from sparkgnn.linkpred.tiles import locate_pairs, merge_topk
-from sparkgnn.linkpred.topk import PARTIAL_SCHEMA, blocks, check_k, exclusions, merge_partial
+from sparkgnn.linkpred.topk import (
+    BLOCK_BYTES,
+    PARTIAL_SCHEMA,
+    block_count,
+    blocks,
+    check_k,
+    cross_units,
+    exclusions,
+    merge_partial,
+)
 
 if TYPE_CHECKING:  # pyspark is imported inside functions only (docs/ARCHITECTURE.md)
     from pyspark.sql import DataFrame
@@ -150,20 +161,24 @@ def approx_topk_frame(
     exclude: DataFrame | None = None,
     partitions: int = 2,
     params: IndexParams = IndexParams(),
+    block_bytes: int = BLOCK_BYTES,
 ) -> DataFrame:
-    """Approximate top-k (module doc), with topk_frame's arguments and output; `partitions`: source
-    blocks and candidate shards each (one index per shard) and the merge's partitions."""
+    """Approximate top-k (module doc), with topk_frame's arguments and output; `partitions`: the
+    fewest source blocks and candidate shards each (one index per shard; more where one would
+    exceed `block_bytes`), the tasks that answer the shards and the merge's partitions."""
     k = check_k(k)
     check_approx_decoder(decoder)
     payload = DecoderPayload.of(decoder)
     src_nodes = nodes if sources is None else nodes.join(sources.select("id"), on="id")
     cand_nodes = nodes if candidates is None else nodes.join(candidates.select("id"), on="id")
-    s_blocks = blocks(src_nodes, partitions, "s_")
+    s_count = block_count(src_nodes, partitions, block_bytes=block_bytes)
+    c_count = block_count(cand_nodes, partitions, block_bytes=block_bytes)
+    s_blocks = blocks(src_nodes, s_count, "s_")
     excluding = exclude is not None
     if exclude is not None:
-        s_blocks = s_blocks.join(exclusions(exclude, src_nodes, partitions), on="s_block", how="left")
+        s_blocks = s_blocks.join(exclusions(exclude, src_nodes, s_count), on="s_block", how="left")
     units = (
-        s_blocks.crossJoin(blocks(cand_nodes, partitions, "c_"))
+        cross_units(s_blocks, blocks(cand_nodes, c_count, "c_"))
         .repartitionByRange(partitions, "c_block")
         .sortWithinPartitions("c_block", "s_block")
     )

@@ -202,15 +202,17 @@ def full_counts(
     """(src, dst, greater, at_least) of each distinct positive against every candidate (module doc)."""
     from pyspark.sql import functions as F
 
-    from sparkgnn.linkpred.topk import blocks, exclusions
+    from sparkgnn.linkpred.topk import block_count, blocks, cross_units, exclusions
 
     payload = DecoderPayload.of(decoder)
     positives = positives.select("src", "dst").distinct()
     cand_nodes = nodes if candidates is None else nodes.join(candidates.select("id"), on="id")
     src_nodes = nodes.join(positives.select(F.col("src").alias("id")).distinct(), on="id")
+    s_count = block_count(src_nodes, partitions)  # bounded rows, as topk_frame's (topk.py)
+    c_count = block_count(cand_nodes, partitions)
     pos = (
         positives.join(nodes.select(F.col("id").alias("dst"), F.col("h").alias("h_dst")), on="dst")
-        .withColumn("s_block", F.pmod(F.xxhash64("src"), F.lit(partitions)).cast("int"))
+        .withColumn("s_block", F.pmod(F.xxhash64("src"), F.lit(s_count)).cast("int"))
         .groupBy("s_block")
         .agg(
             F.collect_list("src").alias("p_src"),
@@ -218,11 +220,11 @@ def full_counts(
             F.collect_list("h_dst").alias("p_h"),
         )
     )
-    s_blocks = blocks(src_nodes, partitions, "s_").join(pos, on="s_block")
+    s_blocks = blocks(src_nodes, s_count, "s_").join(pos, on="s_block")
     excluding = exclude is not None
     if exclude is not None:
-        s_blocks = s_blocks.join(exclusions(exclude, src_nodes, partitions), on="s_block", how="left")
-    units = s_blocks.crossJoin(blocks(cand_nodes, partitions, "c_")).repartition(partitions * partitions)
+        s_blocks = s_blocks.join(exclusions(exclude, src_nodes, s_count), on="s_block", how="left")
+    units = cross_units(s_blocks, blocks(cand_nodes, c_count, "c_")).repartition(max(partitions**2, s_count * c_count))
 
     def count_units(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         torch.set_num_threads(1)

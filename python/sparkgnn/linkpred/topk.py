@@ -4,14 +4,20 @@ Sources and candidates are hashed into blocks (collect_list of ids and outputs p
 cross join of source blocks and candidate tiles makes one row per (block, tile) unit of work,
 spread over the partitions; each unit scores its tile and keeps each source's k best
 (tiles.tile_topk), and the partial lists are shuffled by source and merged (tiles.merge_topk:
-exact, see tiles.py). With `exclude` (the graph's edges), a source's known neighbours are never
-returned: each source block carries its own out-edges. Output (src long, dst long, score float,
-rank int), score = the decoder's final score, rank 1 = best. A per-relation decoder ranks once
-per relation (`per_relation_topk_frame`), adding a relation column.
+exact, see tiles.py). WHY `block_count` sizes the blocks by bytes rather than by partitions alone:
+a block is one row, which Spark's aggregation, row sorter and shuffle hold whole in the JVM (the
+driver's heap in local mode), and the cross join ships every tile once per source block; a large
+graph cut into only as many tiles as tasks makes rows of hundreds of MB that exhaust that heap, so
+each side is cut into more blocks until one holds at most about BLOCK_BYTES of outputs. With
+`exclude` (the graph's edges), a source's known neighbours are never returned: each source block
+carries its own out-edges. Output (src long, dst long, score float, rank int), score = the
+decoder's final score, rank 1 = best. A per-relation decoder ranks once per relation
+(`per_relation_topk_frame`), adding a relation column.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
@@ -29,6 +35,7 @@ if TYPE_CHECKING:  # pyspark is imported inside functions only (docs/ARCHITECTUR
 
 PARTIAL_SCHEMA = "src long, dst long, score float"
 TOPK_SCHEMA = "src long, dst long, score float, rank int"
+BLOCK_BYTES = 32 << 20  # outputs (ids and float32 vectors) one source block or candidate tile holds at most, about
 
 
 def check_k(k: int) -> int:
@@ -36,6 +43,28 @@ def check_k(k: int) -> int:
     if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k <= 0:
         raise ValueError(f"k must be an integer >= 1, got {k!r}")
     return int(k)
+
+
+def block_count(nodes: DataFrame, partitions: int, *, block_bytes: int = BLOCK_BYTES) -> int:
+    """How many blocks `blocks` cuts `nodes` (id, h) into: `partitions`, or more where a block would
+    otherwise hold over `block_bytes` of ids and float32 outputs (module doc). One Spark action: a
+    count and the widest output (the node outputs are materialised, so this reads them once)."""
+    from pyspark.sql import functions as F
+
+    if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
+        raise ValueError(f"partitions must be an integer >= 1, got {partitions!r}")
+    if block_bytes < 1:
+        raise ValueError(f"block_bytes must be >= 1, got {block_bytes!r}")
+    rows, width = nodes.agg(F.count(F.lit(1)).alias("rows"), F.max(F.size("h")).alias("width")).collect()[0]
+    rows, width = int(rows), int(width or 0)
+    return max(partitions, math.ceil(rows * (8 + 4 * width) / block_bytes))
+
+
+def cross_units(s_blocks: DataFrame, c_blocks: DataFrame) -> DataFrame:
+    """Every (source block, candidate tile) pair as one row: a cartesian product, never a broadcast.
+    WHY the hint: Spark may otherwise broadcast a side, building every tile of it in the driver at
+    once, which is the unbounded memory that block_count's sizing exists to avoid."""
+    return s_blocks.hint("shuffle_replicate_nl").crossJoin(c_blocks.hint("shuffle_replicate_nl"))
 
 
 def blocks(nodes: DataFrame, count: int, prefix: str) -> DataFrame:
@@ -71,20 +100,24 @@ def topk_frame(
     candidates: DataFrame | None = None,
     exclude: DataFrame | None = None,
     partitions: int = 2,
+    block_bytes: int = BLOCK_BYTES,
 ) -> DataFrame:
     """Exact top-k (module doc). `sources` / `candidates`: `id` frames restricting each side (None:
-    every node); `exclude`: (src, dst) pairs never returned; `partitions`: source blocks and
-    candidate tiles each (so partitions^2 units of work) and the merge's partitions."""
+    every node); `exclude`: (src, dst) pairs never returned; `partitions`: the fewest source blocks
+    and candidate tiles each (more where one would exceed `block_bytes`, see block_count) and the
+    merge's partitions; the units of work (blocks x tiles) spread over at least partitions^2 tasks."""
     k = check_k(k)
     payload = DecoderPayload.of(decoder)
     src_nodes = nodes if sources is None else nodes.join(sources.select("id"), on="id")
     cand_nodes = nodes if candidates is None else nodes.join(candidates.select("id"), on="id")
-    s_blocks = blocks(src_nodes, partitions, "s_")
-    c_blocks = blocks(cand_nodes, partitions, "c_")
+    s_count = block_count(src_nodes, partitions, block_bytes=block_bytes)
+    c_count = block_count(cand_nodes, partitions, block_bytes=block_bytes)
+    s_blocks = blocks(src_nodes, s_count, "s_")
+    c_blocks = blocks(cand_nodes, c_count, "c_")
     excluding = exclude is not None
     if exclude is not None:
-        s_blocks = s_blocks.join(exclusions(exclude, src_nodes, partitions), on="s_block", how="left")
-    units = s_blocks.crossJoin(c_blocks).repartition(partitions * partitions)
+        s_blocks = s_blocks.join(exclusions(exclude, src_nodes, s_count), on="s_block", how="left")
+    units = cross_units(s_blocks, c_blocks).repartition(max(partitions * partitions, s_count * c_count))
 
     def score_units(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         torch.set_num_threads(1)
@@ -129,15 +162,15 @@ def per_relation_topk_frame(
     return result
 
 
-def exclusions(exclude: DataFrame, src_nodes: DataFrame, partitions: int) -> DataFrame:
+def exclusions(exclude: DataFrame, src_nodes: DataFrame, count: int) -> DataFrame:
     """(s_block, ex_src, ex_dst): the (src, dst) pairs of `exclude` whose src is a source, grouped
-    by the source block `blocks(src_nodes, partitions, "s_")` puts that src in."""
+    by the source block `blocks(src_nodes, count, "s_")` puts that src in."""
     from pyspark.sql import functions as F
 
     return (
         exclude.select(F.col("src").cast("long").alias("src"), F.col("dst").cast("long").alias("dst"))
         .join(src_nodes.select(F.col("id").alias("src")), on="src")
-        .withColumn("s_block", F.pmod(F.xxhash64("src"), F.lit(partitions)).cast("int"))
+        .withColumn("s_block", F.pmod(F.xxhash64("src"), F.lit(count)).cast("int"))
         .groupBy("s_block")
         .agg(F.collect_list("src").alias("ex_src"), F.collect_list("dst").alias("ex_dst"))
     )

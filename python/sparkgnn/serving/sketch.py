@@ -20,13 +20,18 @@ number of feature rows (layer 0's vertices) is extrapolated.
              the query points to (clustering), measured once on a few pseudo-requests
 
 EXACT: the top layer (Q's in-edges) is exact; a vertex u of H1 is recomputed below iff it changed:
-certainly when u is in D, else with probability 1 - (1 - s)^in(u), where s = 1 - exp(-closure S / E)
-is the share of in-edges sent by the changed sources and S their out-degree sum (D's when the layer
-has statistics, e.g. GCN degrees; plans.py says which vertices change); each recomputed vertex adds
-its request in-edges and, where sources changed, in(u) s new + as many old messages. Layers
+certainly when u is in D or in a layer's S_l (below), else with probability 1 - (1 - s)^in(u), where
+s = 1 - exp(-closure S / E) is the share of in-edges sent by the changed sources and S their
+out-degree sum; each recomputed vertex adds its request in-edges and, where sources changed,
+in(u) s new + as many old messages. A layer with statistics also changes the messages of S_l, the
+G vertices whose statistic the request changes (plans.py, the same sets through
+ServingContext.request_stat_changes): D for in-edge statistics (GCN degrees), the G sources of
+request edges for out-edge ones (ChebConv's degree: all of H1, so every in-neighbour of a query is
+recomputed), whose out-degree sums count among the changed sources. Layers
 below k-1 reuse the k-1 estimate (the targets of EXACT stay within H1's changed part; the
 bench's recomputed_per_layer shows equal counts; with statistics and k >= 3 the 2-hop sources of
-changed in-edges also become targets below, which the sketch leaves out: an under-estimate).
+changed in-edges also become targets below, which the sketch leaves out: an under-estimate,
+largest for ChebConv, whose K-1 rounds per conv make k large).
 Graph clustering makes real neighbourhoods overlap more than random draws, so FULL's
 far hops are over- rather than under-estimated; tests/serving/test_auto_mode.py checks the
 estimates against measured sizes.
@@ -166,22 +171,40 @@ def sketch_full(ctx, prep, model) -> RequestCounts:
     return RequestCounts("full", "recompute", b, len(prep.src), tuple(layers), estimated=True, detail="sketch")
 
 
-def _reaching_out_sums(gs: GraphSketch, v: _RequestView, model) -> list[float]:
-    """reach[l] (l = 1..k-1): out-degree sum of the vertices whose out-neighbours join changed[l]
-    (plans.changed_sets: changed[l-1], plus D when layer l has statistics; D is in changed[l-1]
-    for l >= 2), and, for the layer below, the out-degree sum of changed[l] itself. Index 0 unused."""
+def _stat_changes(ctx, prep, model) -> list[np.ndarray]:
+    """S_l (l = 1..k; index 0 unused): the G vertices whose statistics of layer l the request
+    changes (ServingContext.request_stat_changes, as plans.changed_sets uses them): D for in-edge
+    statistics (GCN degrees), the G sources of request edges for out-edge ones (ChebConv), empty
+    without statistics. Request-proportional: a pass over the request's edges per layer."""
+    empty = np.empty(0, np.int64)
+    return [empty] + [ctx.request_stat_changes(conv, prep) if conv.required_stats else empty for conv in model.convs]
+
+
+def _reaching_out_sums(
+    ctx, gs: GraphSketch, v: _RequestView, model, stat_sets: list[np.ndarray]
+) -> tuple[list[float], list[np.ndarray]]:
+    """(reach, certain). reach[l] (l = 1..k): out-degree sum of the sources whose messages change
+    at layer l, which are also the vertices whose out-neighbours join changed[l]
+    (plans.changed_sets): changed[l-1] plus S_l (`stat_sets`) for a layer with statistics, S_l's
+    part outside changed[l-1] counted once. certain[l] (l = 1..k-1): the G vertices in changed[l]
+    for certain, D and every S_j (j <= l), whose own values and degrees are known; the rest of
+    changed[l] is extrapolated (out-neighbours reached, kappa out-edges each). Index 0 unused."""
     n = float(gs.num_nodes)
-    out_d = float(gs.out_deg[v.d].sum())
+    sets = ctx.sets
     changed_out, size = 0.0, 0.0
-    reach = [0.0]
-    for l in range(1, model.num_rounds):
-        stats = bool(model.convs[l - 1].required_stats)
-        s_l = changed_out if l >= 2 else (out_d if stats else 0.0)
-        reach.append(s_l)
-        size = min(n, max(size, len(v.d) + gs.distinct_targets(s_l)))
-        changed_out = out_d + max(size - len(v.d), 0.0) * gs.kappa
-    reach.append(changed_out)  # reach[k]: changed[k-1]'s out-degree sum (sources of layer k)
-    return reach
+    prev_certain = np.empty(0, np.int64)  # changed[0] is empty
+    reach, certain = [0.0], [prev_certain]
+    for l in range(1, model.num_rounds + 1):
+        s_new = stat_sets[l][~sets.member(stat_sets[l], prev_certain)] if len(prev_certain) else stat_sets[l]
+        reach.append(changed_out + float(gs.out_deg[s_new].sum()))
+        if l == model.num_rounds:
+            break
+        now = sets.unique(prev_certain, v.d, stat_sets[l])
+        size = min(n, max(size, len(now) + gs.distinct_targets(reach[l])))
+        changed_out = float(gs.out_deg[now].sum()) + max(size - len(now), 0.0) * gs.kappa
+        certain.append(now)
+        prev_certain = now
+    return reach, certain
 
 
 def sketch_exact(ctx, prep, model, partitions: int = 1) -> RequestCounts:
@@ -190,22 +213,19 @@ def sketch_exact(ctx, prep, model, partitions: int = 1) -> RequestCounts:
     v = _RequestView(ctx, prep)
     n, b, k = gs.num_nodes, prep.batch_size, model.num_rounds
     deg_h1 = gs.in_deg[v.h1].astype(np.float64)
-    in_d = ctx.sets.member(v.h1, v.d) if len(v.h1) else np.zeros(0, bool)
-    out_d = float(gs.out_deg[v.d].sum())
-    reach = _reaching_out_sums(gs, v, model)
+    reach, certain = _reaching_out_sums(ctx, gs, v, model, _stat_changes(ctx, prep, model))
     # p[l][u]: probability that H1 vertex u is recomputed at layer l (top-down: within layer
     # l+1's targets and changed at l); layer k recomputes the queries only
     p = {k: np.zeros(len(v.h1))}
     for l in range(k - 1, 0, -1):
-        changed = np.where(in_d, 1.0, 1.0 - (1.0 - gs.share(reach[l])) ** deg_h1)
+        sure = ctx.sets.member(v.h1, certain[l]) if len(v.h1) else np.zeros(0, bool)
+        changed = np.where(sure, 1.0, 1.0 - (1.0 - gs.share(reach[l])) ** deg_h1)
         p[l] = changed if l == k - 1 else np.minimum(changed, p[l + 1])
     p[0] = np.zeros(len(v.h1))
     layers = []
     for l, conv in enumerate(model.convs, start=1):
-        stats = bool(conv.required_stats)
-        # out-degree sum of the sources whose messages changed: changed[l-1] (+ D with statistics)
-        src_out = (reach[l] if l >= 2 else 0.0) + (out_d if stats and l == 1 else 0.0)
-        frac = gs.share(src_out)
+        # out-degree sum of the sources whose messages changed: changed[l-1] (+ S_l with statistics)
+        frac = gs.share(reach[l])
         need = float(p[l].sum())
         all_in = float((p[l] * deg_h1).sum())
         scratch = (not conv.aggregator.invertible and frac > 0) or (conv.needs_dst_in_message and l > 1)
