@@ -33,9 +33,9 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import DATA, RESULTS, ROOT, machine, write_result  # noqa: E402
+from bench_common import DATA, RESULTS, machine, write_result  # noqa: E402
 from bench_generic import max_rel_error, read_sparkgnn_output  # noqa: E402
-from bench_scale import run_cold  # noqa: E402
+from bench_scale import batch_job_cmd, run_cold  # noqa: E402
 from pyg_hetero_cold_job import FEATURELESS_WIDTH, build_model  # noqa: E402
 
 DEFAULT_SIZES = (2_000_000, 8_000_000)
@@ -95,21 +95,7 @@ def _phase_seconds(report: dict, prefix: str) -> float:
 def sparkgnn_job(graph: str, model: str, scratch: str, timeout_s: float) -> dict:
     """One cold typed job on a fresh work dir; its round times from the report (module doc)."""
     report_path = os.path.join(scratch, "report.json")
-    cmd = [
-        sys.executable,
-        os.path.join(ROOT, "spark_jobs", "batch_inference.py"),
-        "--graph",
-        graph,
-        "--model",
-        model,
-        "--out",
-        os.path.join(scratch, "out"),
-        "--work-dir",
-        os.path.join(scratch, "work"),
-        "--report",
-        report_path,
-    ]
-    run = run_cold(cmd, timeout_s)
+    run = run_cold(batch_job_cmd(graph, model, scratch, os.path.join(scratch, "work"), report_path), timeout_s)
     common = {
         "wall_s": round(run["wall_s"], 2),
         "peak_rss_gib": round(run["peak_rss_gib"], 2),

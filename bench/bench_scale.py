@@ -107,6 +107,16 @@ def make_model(path_sparkgnn: str, path_pyg: str) -> None:
     torch.save({"weights": module.state_dict(), "in": DIM, "hidden": HIDDEN, "layers": LAYERS}, path_pyg)
 
 
+def batch_job_cmd(graph: str, model: str, scratch: str, work: str, report: str, extra_args=()) -> list[str]:
+    """The spark-submit-style command line of one batch inference job writing under `scratch`/out."""
+    return [
+        sys.executable,
+        os.path.join(ROOT, "spark_jobs", "batch_inference.py"),
+        *("--graph", graph, "--model", model, "--out", os.path.join(scratch, "out")),
+        *("--work-dir", work, "--report", report, *extra_args),
+    ]
+
+
 def sparkgnn_job(
     graph: str, model: str, scratch: str, timeout_s: float, calibration: str | None = None, extra_args=()
 ) -> dict:
@@ -121,22 +131,7 @@ def sparkgnn_job(
         shutil.copy(calibration, os.path.join(work, "calibration.json"))
         with open(calibration) as fh:
             calibrated_from = sum(len(v) for v in json.load(fh)["by_cores"].values())
-    cmd = [
-        sys.executable,
-        os.path.join(ROOT, "spark_jobs", "batch_inference.py"),
-        "--graph",
-        graph,
-        "--model",
-        model,
-        "--out",
-        os.path.join(scratch, "out"),
-        "--work-dir",
-        work,
-        "--report",
-        report_path,
-        *extra_args,
-    ]
-    run = run_cold(cmd, timeout_s)
+    run = run_cold(batch_job_cmd(graph, model, scratch, work, report_path, extra_args), timeout_s)
     if calibration and os.path.exists(os.path.join(work, "calibration.json")):
         shutil.copy(os.path.join(work, "calibration.json"), calibration)
     if run["rc"] != 0 or not os.path.exists(report_path):
