@@ -19,7 +19,8 @@ from sparkgnn.deadletter import read_dead_letters  # noqa: E402
 from sparkgnn.errors import StalePEStore  # noqa: E402
 from sparkgnn.graph.updates import GraphUpdate, apply  # noqa: E402
 from sparkgnn.pe import PEStore  # noqa: E402
-from sparkgnn.pe.follow import BatchCounts, FollowError, RefreshFollower, RunningFingerprint, compose  # noqa: E402
+from sparkgnn.pe.follow import BatchCounts, RefreshFollower  # noqa: E402
+from sparkgnn.pe.follow_state import FollowError, RunningFingerprint, compose  # noqa: E402
 from sparkgnn.pe.local import precompute_local  # noqa: E402
 from sparkgnn.pe.refresh import refresh_local  # noqa: E402
 
@@ -224,7 +225,7 @@ def test_batches_held_in_memory_commit_as_one_version_and_survive_a_kill(graph, 
 def test_live_layer_holds_rows_by_id_over_the_committed_version(graph, tmp_path):  # noqa: F811
     """Held rows win over the committed ones, a later hold replaces an earlier one, a deleted id
     drops its held row (the committed row shows again: the graph no longer asks for it)."""
-    from sparkgnn.pe.follow import LiveLayer
+    from sparkgnn.pe.follow_state import LiveLayer
 
     model = model_of("sage", graph.feature_dim, 2)
     store = precompute_local(graph, model, str(tmp_path / "store"))

@@ -355,7 +355,7 @@ class APPNPLayer(MultiRoundConv):
         }
 
 
-#: ChebConv's Laplacian normalisations sparkgnn runs (models/pyg_convs.py says why not None).
+#: ChebConv's Laplacian normalisations sparkgnn runs (models/pyg_multihop.py says why not None).
 CHEB_NORMALIZATIONS = ("sym", "rw")
 #: The statistic ChebConv normalises by: get_laplacian's degree (layers/stats.py).
 LAPLACIAN_DEGREE = "laplacian_degree"

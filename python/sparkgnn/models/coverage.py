@@ -48,7 +48,8 @@ def generic_status(cls) -> tuple[str, str]:
     import torch
 
     from sparkgnn.errors import UnsupportedModelError
-    from sparkgnn.models.pyg_convs import UnsizedConv, generic_layer
+    from sparkgnn.models.pyg_convs import generic_layer
+    from sparkgnn.models.pyg_multihop import UnsizedConv
 
     params = list(inspect.signature(cls.__init__).parameters.values())[1:]
     required = [p.name for p in params if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]

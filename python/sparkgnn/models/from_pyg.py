@@ -28,9 +28,9 @@ import torch
 from sparkgnn.errors import UnsupportedModelError
 from sparkgnn.layers.dag import CURRENT, CombineOp, SaveOp, is_dag_op, size_combines
 from sparkgnn.layers.nodeops import ActivationOp, BatchNormOp, LinearOp, NodeOp
-from sparkgnn.models import pyg_convs
-from sparkgnn.models.pyg_common import class_name, is_message_passing, short_name, unsupported
-from sparkgnn.models.pyg_convs import CONV_CONVERTERS, REJECTED, conv_layer, in_width, is_conv
+from sparkgnn.models import pyg_convs, pyg_multihop
+from sparkgnn.models.pyg_common import class_name, in_width, is_message_passing, short_name, unsupported
+from sparkgnn.models.pyg_convs import CONV_CONVERTERS, REJECTED, conv_layer, is_conv
 from sparkgnn.models.pyg_nodeops import NODE_CONVERTERS, node_ops, stack
 from sparkgnn.registry import Registry
 
@@ -218,9 +218,9 @@ def convert(cls, module, output: str | None = None):
         fn = _traced  # any other model class: its forward() traced with torch.fx
     chain = fn(module, where)
     dag = any(is_dag_op(op) for op in chain.pre + [op for post in chain.posts for op in post])
-    if dag and any(isinstance(c, pyg_convs.UnsizedConv) for c in chain.convs):
+    if dag and any(isinstance(c, pyg_multihop.UnsizedConv) for c in chain.convs):
         unsupported(where, module, "a conv without in_channels (LGConv) in a model with skip connections")
-    chain.convs = pyg_convs.size_convs(chain.pre, chain.convs, chain.posts)
+    chain.convs = pyg_multihop.size_convs(chain.pre, chain.convs, chain.posts)
     if not chain.convs:
         unsupported(where, module, "contains no graph convolution")
     in_dim = _infer_in_dim(chain)

@@ -1,4 +1,5 @@
-"""What every PyG converter shares: naming a module, refusing it, copying its weights.
+"""What every PyG converter shares: naming a module, refusing it, copying its weights, the checks
+every conv converter makes (flow, aggregation, input width).
 
 Converters are registered by the *qualified name* of the exact class they convert
 (`class_name(t)`, e.g. "torch_geometric.nn.conv.gcn_conv.GCNConv"), which is one name per class:
@@ -56,3 +57,30 @@ def is_message_passing(module) -> bool:
     from torch_geometric.nn.conv import MessagePassing
 
     return isinstance(module, MessagePassing)
+
+
+def common_checks(conv, where: str, aggr: str | None = "add") -> None:
+    """Refuse what no conv converter runs: a target_to_source flow, an aggregation other than
+    `aggr` (None: the converter checks it), explain mode."""
+    if getattr(conv, "flow", "source_to_target") != "source_to_target":
+        unsupported(where, conv, f"flow={conv.flow!r} (only 'source_to_target')")
+    if aggr is not None and conv.aggr != aggr:
+        unsupported(where, conv, f"aggr={conv.aggr!r} (this layer is only supported with aggr={aggr!r})")
+    if getattr(conv, "explain", None):
+        unsupported(where, conv, "explain mode is on")
+
+
+def in_width(in_channels, where, conv) -> int:
+    """A homogeneous, explicit input width (refusing bipartite and lazy ones)."""
+    if isinstance(in_channels, (tuple, list)):
+        if in_channels[0] != in_channels[1]:
+            unsupported(
+                where,
+                conv,
+                f"bipartite in_channels={tuple(in_channels)}: sparkgnn "
+                f"runs homogeneous graphs (source and destination share features)",
+            )
+        in_channels = in_channels[0]
+    if in_channels is None or int(in_channels) <= 0:
+        unsupported(where, conv, "lazy in_channels=-1; give explicit in_channels")
+    return int(in_channels)

@@ -5,6 +5,8 @@ ResGatedGraphConv, LEConv, ...; by qualified name, see pyg_common) to a converte
 `(conv, where, use_edge_weight) -> MergeableConv`; convs whose forward takes an edge weight
 (GCNConv, LEConv) consume it when the flag is set, the others ignore the flag; convs that read
 edge features (GINEConv, GATConv / GATv2Conv with edge_dim) convert to layers with `edge_attr_dim`.
+The multi-hop and width-less convs (SGConv, TAGConv, ChebConv, APPNP, LGConv) have their converters
+in pyg_multihop, registered here.
 REJECTED maps convs that look close to a supported one but are not (ChebConv) to the reason given.
 SAGE_AGGREGATIONS maps the PyG aggregation modules SAGEConv may use to a sparkgnn aggregator name and options; any other
 aggregation cannot be merged across partitions exactly and is refused.
@@ -31,14 +33,24 @@ from sparkgnn.layers.gen import GENLayer
 from sparkgnn.layers.gin import GINELayer, GINLayer
 from sparkgnn.layers.graphconv import GraphConvLayer
 from sparkgnn.layers.le import LELayer
-from sparkgnn.layers.multihop import CHEB_NORMALIZATIONS, APPNPLayer, ChebLayer, SGLayer, TAGLayer
-from sparkgnn.layers.nodeops import ActivationOp, BatchNormOp, LinearOp
+from sparkgnn.layers.nodeops import ActivationOp
 from sparkgnn.layers.pna import PNALayer
 from sparkgnn.layers.resgated import ResGatedLayer
 from sparkgnn.layers.sage import SAGELayer
 from sparkgnn.layers.transformer import TransformerLayer
-from sparkgnn.models.pyg_common import class_name, copy_into, is_message_passing, short_name, tensor_of, unsupported
-from sparkgnn.models.pyg_nodeops import node_ops, stack
+from sparkgnn.models import pyg_multihop
+from sparkgnn.models.pyg_common import (
+    class_name,
+    common_checks,
+    copy_into,
+    in_width,
+    is_message_passing,
+    short_name,
+    tensor_of,
+    unsupported,
+)
+from sparkgnn.models.pyg_multihop import UnsizedConv
+from sparkgnn.models.pyg_nodeops import input_width, node_ops, stack
 from sparkgnn.registry import Registry
 
 ConvConverter = Callable[..., MergeableConv]
@@ -113,34 +125,9 @@ def generic_layer(conv, where: str) -> MergeableConv:
     return UnsizedConv(lambda width: GenericConv.from_module(conv, width, where), where, conv, False)
 
 
-def _common_checks(conv, where: str, aggr: str | None = "add"):
-    if getattr(conv, "flow", "source_to_target") != "source_to_target":
-        unsupported(where, conv, f"flow={conv.flow!r} (only 'source_to_target')")
-    if aggr is not None and conv.aggr != aggr:
-        unsupported(where, conv, f"aggr={conv.aggr!r} (this layer is only supported with aggr={aggr!r})")
-    if getattr(conv, "explain", None):
-        unsupported(where, conv, "explain mode is on")
-
-
-def in_width(in_channels, where, conv) -> int:
-    """A homogeneous, explicit input width (refusing bipartite and lazy ones)."""
-    if isinstance(in_channels, (tuple, list)):
-        if in_channels[0] != in_channels[1]:
-            unsupported(
-                where,
-                conv,
-                f"bipartite in_channels={tuple(in_channels)}: sparkgnn "
-                f"runs homogeneous graphs (source and destination share features)",
-            )
-        in_channels = in_channels[0]
-    if in_channels is None or int(in_channels) <= 0:
-        unsupported(where, conv, "lazy in_channels=-1; give explicit in_channels")
-    return int(in_channels)
-
-
 def _gcn(conv, where, use_edge_weight):
     """GCN layer (kind "gcn"); edge weights; refuses improved=True."""
-    _common_checks(conv, where)
+    common_checks(conv, where)
     if conv.improved:
         unsupported(where, conv, "improved=True (only improved=False)")
     layer = GCNLayer(
@@ -198,7 +185,7 @@ def _sage(conv, where, use_edge_weight):
     """SAGE layer (kind "sage"): sum, mean, max, min, var, std, power-mean and softmax
     aggregations, project, normalize, root_weight; refuses other aggregations (LSTM, median,
     multi-aggregation, ...)."""
-    _common_checks(conv, where, aggr=None)
+    common_checks(conv, where, aggr=None)
     in_dim = in_width(conv.in_channels, where, conv)
     aggr, opts = _sage_aggr(conv, where)
     layer = SAGELayer(
@@ -221,22 +208,11 @@ def _sage(conv, where, use_edge_weight):
     return layer
 
 
-def _input_width(ops: list) -> int | None:
-    """The row width a node-op stack reads, from its first Linear or BatchNorm; None when neither
-    is in the stack (the ops before it, activations or dropout, keep any width)."""
-    for op in ops:
-        if isinstance(op, LinearOp):
-            return op.in_features
-        if isinstance(op, BatchNormOp):
-            return op.num_features
-    return None
-
-
 def _gin(conv, where, use_edge_weight):
     """GIN layer (kind "gin"): nn of Linear, activations, BatchNorm, Dropout (MLP included)."""
-    _common_checks(conv, where)
+    common_checks(conv, where)
     ops = node_ops(conv.nn, where + ".nn")
-    in_dim = _input_width(ops)
+    in_dim = input_width(ops)
     if in_dim is None:
         unsupported(where, conv, "nn has no Linear/BatchNorm, so its input width is unknown")
     layer = GINLayer(in_dim, [op.config() for op in ops])
@@ -248,9 +224,9 @@ def _gin(conv, where, use_edge_weight):
 def _gine(conv, where, use_edge_weight):
     """GINE layer (kind "gine"): GIN's nn, eps, and edge features added to each source row before
     the ReLU, through lin when edge_dim is given (else of the input width)."""
-    _common_checks(conv, where)
+    common_checks(conv, where)
     ops = node_ops(conv.nn, where + ".nn")
-    in_dim = _input_width(ops)
+    in_dim = input_width(ops)
     if in_dim is None:
         unsupported(where, conv, "nn has no Linear/BatchNorm, so its input width is unknown")
     lin = getattr(conv, "lin", None)
@@ -312,7 +288,7 @@ def _attention_output_into(layer, conv, where) -> None:
 def _gat(conv, where, use_edge_weight):
     """GAT layer (kind "gat"): heads, concat, residual, separate source / destination linears,
     edge_dim (edge features in the attention logits; self-loop fill_value 'mean')."""
-    _common_checks(conv, where)
+    common_checks(conv, where)
     edge_dim = _edge_dim(conv, where)
     in_dim = in_width(conv.in_channels, where, conv)
     separate = conv.lin is None
@@ -356,7 +332,7 @@ def _no_edge_dim(conv, where):
 def _gatv2(conv, where, use_edge_weight):
     """GATv2 layer (kind "gatv2"): heads, concat, negative_slope, self loops, bias, share_weights,
     residual, edge_dim (edge features in the attention; self-loop fill_value 'mean')."""
-    _common_checks(conv, where, aggr=None)
+    common_checks(conv, where, aggr=None)
     if conv.aggr not in ("add", "sum"):  # GATv2Conv's default is MessagePassing's "sum"
         unsupported(where, conv, f"aggr={conv.aggr!r} (this layer is only supported with aggr='add')")
     edge_dim = _edge_dim(conv, where)
@@ -386,7 +362,7 @@ def _gatv2(conv, where, use_edge_weight):
 def _resgated(conv, where, use_edge_weight):
     """ResGated layer (kind "resgated"): any parameter-free activation as act, root_weight, bias;
     refuses edge_dim."""
-    _common_checks(conv, where)
+    common_checks(conv, where)
     _no_edge_dim(conv, where)
     in_dim = in_width(conv.in_channels, where, conv)
     if conv.act is None:
@@ -411,7 +387,7 @@ def _resgated(conv, where, use_edge_weight):
 
 def _le(conv, where, use_edge_weight):
     """LE layer (kind "le"): edge weights, bias."""
-    _common_checks(conv, where)
+    common_checks(conv, where)
     in_dim = in_width(conv.in_channels, where, conv)
     has_bias = conv.lin1.bias is not None
     if (conv.lin3.bias is not None) != has_bias or conv.lin2.bias is not None:
@@ -426,7 +402,7 @@ def _le(conv, where, use_edge_weight):
 def _graphconv(conv, where, use_edge_weight):
     """GraphConv layer (kind "graphconv"): sum, mean, max, min, var, std, power-mean
     aggregation; edge weights; refuses softmax aggregation."""
-    _common_checks(conv, where, aggr=None)
+    common_checks(conv, where, aggr=None)
     in_dim = in_width(conv.in_channels, where, conv)
     aggr, opts = _sage_aggr(conv, where)
     if aggr == "softmax":
@@ -448,145 +424,14 @@ def _graphconv(conv, where, use_edge_weight):
     return layer
 
 
-class UnsizedConv(MergeableConv):
-    """Conversion-time stand-in for a conv that has no channel arguments (LGConv keeps whatever
-    width it is given): `size_convs` replaces it by `build(width)` once the width of the rows
-    reaching it is known from the layers before it."""
-
-    def __init__(self, build: Callable[[int], MergeableConv], where: str, module, uses_edge_weight: bool):
-        super().__init__()
-        self.in_dim = self.out_dim = -1
-        self.build, self.where, self.module = build, where, module
-        self.uses_edge_weight = bool(uses_edge_weight)
-
-
-def size_convs(pre_ops: list, convs: list, posts: list) -> list:
-    """`convs` with every UnsizedConv built at the width of the rows that reach it: the width
-    after the pre ops (known when they start with a Linear or BatchNorm), then each conv's output
-    width through its post ops. An UnsizedConv that no earlier layer gives a width is refused."""
-    if not any(isinstance(c, UnsizedConv) for c in convs):
-        return convs
-    width = _input_width(pre_ops)
-    if width is not None:
-        width = stack(pre_ops).out_dim(width)
-    sized = []
-    for conv, post in zip(convs, posts, strict=True):
-        if isinstance(conv, UnsizedConv):
-            if width is None:
-                unsupported(
-                    conv.where,
-                    conv.module,
-                    "has no in_channels and is the model's first layer, so the input width is unknown: "
-                    "put a Linear (or a conv with in_channels) before it",
-                )
-            conv = conv.build(width)
-        sized.append(conv)
-        width = stack(post).out_dim(conv.out_dim)
-    return sized
-
-
-def _lg(conv, where, use_edge_weight):
-    """A weightless GCN round (kind "gcn", linear=False): normalize on or off; edge weights; its
-    width comes from the layer before it."""
-    _common_checks(conv, where)
-    normalize = bool(conv.normalize)
-
-    def build(width: int) -> MergeableConv:
-        return GCNLayer(
-            width,
-            width,
-            normalize=normalize,
-            add_self_loops=False,
-            bias=False,
-            use_edge_weight=use_edge_weight,
-            linear=False,
-        )
-
-    return UnsizedConv(build, where, conv, use_edge_weight)
-
-
-def _sg(conv, where, use_edge_weight):
-    """K GCN rounds (layers/multihop.py), lin in the first or last; edge weights; refuses cached=True."""
-    _common_checks(conv, where)
-    if conv.cached:
-        unsupported(where, conv, "cached=True (a cached result belongs to one graph; only cached=False)")
-    in_dim = in_width(conv.in_channels, where, conv)
-    layer = SGLayer(
-        in_dim,
-        conv.out_channels,
-        K=conv.K,
-        add_self_loops=bool(conv.add_self_loops),
-        bias=conv.lin.bias is not None,
-        use_edge_weight=use_edge_weight,
-    )
-    lin_round, bias_round = layer.lin_round, layer.bias_round
-    assert lin_round.weight is not None  # the lin round is built linear
-    copy_into(lin_round.weight, conv.lin.weight, where + ".lin", conv)
-    if bias_round.bias is not None:  # built with a bias exactly when conv.lin has one
-        copy_into(bias_round.bias, conv.lin.bias, where + ".lin", conv)
-    return layer
-
-
-def _tag(conv, where, use_edge_weight):
-    """K rounds (layers/multihop.py, TAGRound): x W_0 + sum_k (A^k x) W_k, the running sum kept
-    per vertex; normalize on (gcn_norm without self loops) or off; edge weights; bias; refuses
-    K=0."""
-    _common_checks(conv, where)
-    in_dim = in_width(conv.in_channels, where, conv)
-    if int(conv.K) < 1:
-        unsupported(where, conv, "K=0 propagates nothing (the conv is a Linear: write one instead)")
-    if any(lin.bias is not None for lin in conv.lins):
-        unsupported(where, conv, "a bias on lins (TAGConv's hop linears have none; only its own bias)")
-    layer = TAGLayer(
-        in_dim,
-        conv.out_channels,
-        K=conv.K,
-        bias=conv.bias is not None,
-        normalize=bool(conv.normalize),
-        use_edge_weight=use_edge_weight,
-    )
-    return _copy_hop_weights(layer, layer.tag_rounds(), conv, where)
-
-
-def _copy_hop_weights(layer, rounds, conv, where):
-    """Copy a hop-sum conv's weights (TAGConv, ChebConv: `lins[k]` weighs hop k, one bias) into its
-    rounds (layers/multihop.py HopRound: the first also holds hop 0's weight, the last the bias)
-    and return `layer`."""
-    assert rounds[0].weight_0 is not None  # the first round starts the sum
-    copy_into(rounds[0].weight_0, conv.lins[0].weight, where + ".lins.0", conv)
-    for k, step in enumerate(rounds, start=1):
-        copy_into(step.weight_k, conv.lins[k].weight, f"{where}.lins.{k}", conv)
-    if rounds[-1].bias is not None:  # built with a bias exactly when conv has one
-        copy_into(rounds[-1].bias, conv.bias, where, conv)
-    return layer
-
-
-def _appnp(conv, where, use_edge_weight):
-    """K rounds (layers/multihop.py, APPNPRound): (1 - alpha) A x_k + alpha x_0, x_0 kept per
-    vertex; normalize and add_self_loops on or off; edge weights; dropout (off in eval); its
-    width comes from the layer before it; refuses K=0 and cached=True."""
-    _common_checks(conv, where)
-    if conv.cached:
-        unsupported(where, conv, "cached=True (a cached result belongs to one graph; only cached=False)")
-    if int(conv.K) < 1:
-        unsupported(where, conv, "K=0 propagates nothing (the conv returns its input: leave it out)")
-    K, alpha = int(conv.K), float(conv.alpha)
-    normalize, loops = bool(conv.normalize), bool(conv.add_self_loops)
-
-    def build(width: int) -> MergeableConv:
-        return APPNPLayer(width, K, alpha, add_self_loops=loops, normalize=normalize, use_edge_weight=use_edge_weight)
-
-    return UnsizedConv(build, where, conv, use_edge_weight)
-
-
 def _edgeconv(conv, where, use_edge_weight):
     """EdgeConv layer (kind "edge"): nn of Linear, activations, BatchNorm, Dropout (MLP
     included) over [x_i | x_j - x_i] per edge, aggr max, mean or add."""
-    _common_checks(conv, where, aggr=None)
+    common_checks(conv, where, aggr=None)
     if conv.aggr not in EDGE_AGGRS:
         unsupported(where, conv, f"aggr={conv.aggr!r} (EdgeConv is supported with aggr 'max', 'mean' or 'add')")
     ops = node_ops(conv.nn, where + ".nn")
-    width = _input_width(ops)
+    width = input_width(ops)
     if width is None:
         unsupported(where, conv, "nn has no Linear/BatchNorm, so its input width is unknown")
     if width % 2:
@@ -599,7 +444,7 @@ def _edgeconv(conv, where, use_edge_weight):
 def _transformer(conv, where, use_edge_weight):
     """Transformer layer (kind "transformer"): heads, concat, beta, root_weight, bias, edge_dim
     (lin_edge added to each edge's key and value); softmax attention merged like GAT's."""
-    _common_checks(conv, where)
+    common_checks(conv, where)
     in_dim = in_width(conv.in_channels, where, conv)
     has_bias = conv.lin_key.bias is not None
     lins = (conv.lin_query, conv.lin_value, conv.lin_skip)
@@ -641,7 +486,7 @@ def _gen(conv, where, use_edge_weight, call_known: bool = True):
     # they are read. Without, the layer reads none, as PyG's conv(x, edge_index) does, and records
     # `ambiguous_edge_dim`, so a graph carrying edge features of width out_channels is refused
     # (Model.check_edge_attr) instead of silently left out.
-    _common_checks(conv, where, aggr=None)
+    common_checks(conv, where, aggr=None)
     in_dim = in_width(conv.in_channels, where, conv)
     out_dim = int(conv.out_channels)
     if hasattr(conv, "lin_aggr_out"):
@@ -713,7 +558,7 @@ def _pna(conv, where, use_edge_weight):
     amplification / attenuation / linear / inverse_linear (with the degree averages of the `deg`
     histogram it was built with, trained or not), towers, divide_input, pre / post layers and their
     activation, edge_dim (edge_encoder); the in-degree comes from the engine's statistics."""
-    _common_checks(conv, where, aggr=None)
+    common_checks(conv, where, aggr=None)
     in_dim = in_width(conv.in_channels, where, conv)
     aggregators = _pna_aggregators(conv, where)
     scalers = [str(s) for s in conv.aggr_module.scaler]
@@ -743,37 +588,6 @@ def _pna(conv, where, use_edge_weight):
     return layer
 
 
-def _cheb(conv, where, use_edge_weight):
-    """K - 1 rounds (layers/multihop.py, ChebRound): the Chebyshev recursion over PyG's scaled
-    Laplacian with normalization 'sym' or 'rw' and lambda_max None (then 2, for edge weights >= 0;
-    a negative weight is refused when the layer runs); edge weights; bias. Refuses
-    normalization=None (lambda_max = 2 x the graph's largest degree, a global maximum no vertex
-    can read locally) and K=1."""
-    _common_checks(conv, where)
-    in_dim = in_width(conv.in_channels, where, conv)
-    if conv.normalization not in CHEB_NORMALIZATIONS:
-        unsupported(
-            where,
-            conv,
-            f"normalization={conv.normalization!r}: lambda_max is then 2 x the graph's largest degree, a "
-            "global maximum no vertex can read locally (normalization 'sym' and 'rw' are supported)",
-        )
-    K = len(conv.lins)
-    if K < 2:
-        unsupported(where, conv, "K=1 propagates nothing (the conv is a Linear: write one instead)")
-    if any(lin.bias is not None for lin in conv.lins):
-        unsupported(where, conv, "a bias on lins (ChebConv's hop linears have none; only its own bias)")
-    layer = ChebLayer(
-        in_dim,
-        conv.out_channels,
-        K=K,
-        normalization=conv.normalization,
-        bias=conv.bias is not None,
-        use_edge_weight=use_edge_weight,
-    )
-    return _copy_hop_weights(layer, layer.cheb_rounds(), conv, where)
-
-
 @functools.cache
 def ensure_registered() -> bool:
     """Fill this module's registries (once; imports torch_geometric)."""
@@ -784,14 +598,12 @@ def ensure_registered() -> bool:
         CONV_CONVERTERS.register(class_name(t), convert)
     for t, convert in ((gnn.GATv2Conv, _gatv2), (gnn.ResGatedGraphConv, _resgated), (gnn.LEConv, _le)):
         CONV_CONVERTERS.register(class_name(t), convert)
-    for t, convert in ((gnn.GraphConv, _graphconv), (gnn.LGConv, _lg), (gnn.SGConv, _sg)):
-        CONV_CONVERTERS.register(class_name(t), convert)
-    CONV_CONVERTERS.register(class_name(gnn.GINEConv), _gine)
-    for t, convert in ((gnn.TAGConv, _tag), (gnn.APPNP, _appnp), (gnn.EdgeConv, _edgeconv)):
+    for t, convert in ((gnn.GraphConv, _graphconv), (gnn.GINEConv, _gine), (gnn.EdgeConv, _edgeconv)):
         CONV_CONVERTERS.register(class_name(t), convert)
     for t, convert in ((gnn.TransformerConv, _transformer), (gnn.GENConv, _gen), (gnn.PNAConv, _pna)):
         CONV_CONVERTERS.register(class_name(t), convert)
-    CONV_CONVERTERS.register(class_name(gnn.ChebConv), _cheb)
+    for t, convert in pyg_multihop.converters():
+        CONV_CONVERTERS.register(class_name(t), convert)
     for t, aggr in (
         (A.SumAggregation, _plain("sum")),
         (A.MeanAggregation, _plain("mean")),

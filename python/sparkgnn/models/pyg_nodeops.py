@@ -63,6 +63,17 @@ def stack(ops) -> NodeOpStack:
     return NodeOpStack(ops=list(ops))
 
 
+def input_width(ops: list) -> int | None:
+    """The row width a node-op stack reads, from its first Linear or BatchNorm; None when neither
+    is in the stack (the ops before it, activations or dropout, keep any width)."""
+    for op in ops:
+        if isinstance(op, LinearOp):
+            return op.in_features
+        if isinstance(op, BatchNormOp):
+            return op.num_features
+    return None
+
+
 def _linear(m, where):
     w = m.weight
     tensor_of(w, where, m)
