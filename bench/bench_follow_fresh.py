@@ -7,8 +7,8 @@ its file's arrival to the first answer computed on a version that holds it (answ
 version; a version's graph fingerprint gives the batches it holds, from the follower's checkpoint).
 The follower coalesces what arrived into a batch and commits every --commit-every-s (0.5 s); the
 service checks every --interval-s (0.1 s). Prints freshness p50 / p99, the follower's batch
-latency, the swaps' time and how many loaded as deltas, and the cost of publishing one version's
-graph directory at this size. Runs in under a minute on 2 cores.
+latency, the swaps' time and how many loaded as deltas, and the cost of publishing one version at
+this size as a whole graph directory and as a delta (pe/published.py). Runs in under a minute on 2 cores.
 
     .venv/bin/python bench/bench_follow_fresh.py [--nodes N --edges E --dim F --batch B --period S
                                                   --updates U --commit-every-s S --interval-s S]
@@ -42,19 +42,28 @@ def _model(dim: int):
     return Model.from_pyg(gnn.GraphSAGE(dim, 64, 2, out_channels=16))
 
 
-def publish_cost(graph, work: str, versions: int = 3) -> list[float]:
-    """Seconds to publish each of `versions` successive graphs (one edge more each) of this size."""
+def publish_cost(graph, work: str, versions: int = 3) -> tuple[list[float], list[float]]:
+    """Seconds to publish each of `versions` successive graphs (one edge more each) of this size:
+    as full graph directories, and as deltas over the one before (pe/published.py)."""
     from sparkgnn.graph.updates import GraphUpdate, apply
     from sparkgnn.pe import published
+    from sparkgnn.pe.follow_state import RunningFingerprint
 
-    root, seconds, g = os.path.join(work, "publish_cost"), [], graph
-    for i in range(versions):
-        g = apply(GraphUpdate(edge_insert_src=g.ids[[i]], edge_insert_dst=g.ids[[i + 1]]), g).graph
-        started = time.perf_counter()
-        published.publish(root, g, store_base="-")
-        seconds.append(time.perf_counter() - started)
-    shutil.rmtree(root, ignore_errors=True)
-    return seconds
+    out: tuple[list[float], list[float]] = ([], [])
+    for kind, seconds in zip(("full", "delta"), out, strict=True):
+        root, running = os.path.join(work, f"publish_{kind}"), RunningFingerprint.of(graph)
+        published.publish(root, graph, store_base="-")
+        for i in range(versions):
+            update = GraphUpdate(edge_insert_src=graph.ids[[i]], edge_insert_dst=graph.ids[[i + 1]])
+            path = update.write(os.path.join(work, f"publish_{kind}_{i}.parquet"))
+            before, base = (running.vertex_sum, running.edge_sum), running.graph.fingerprint
+            running = running.advance(apply(update, running.graph))
+            delta = published.Delta(base, before, (running.vertex_sum, running.edge_sum), (path,))
+            started = time.perf_counter()
+            published.publish(root, running.graph, store_base="-", delta=delta if kind == "delta" else None)
+            seconds.append(time.perf_counter() - started)
+        shutil.rmtree(root, ignore_errors=True)
+    return out
 
 
 def run(args) -> dict:
@@ -72,8 +81,11 @@ def run(args) -> dict:
     model = _model(args.dim)
     work = tempfile.mkdtemp(prefix="follow_fresh_")
     try:
-        cost = publish_cost(graph, work)
-        log.info(f"publishing one version's graph ({graph.num_edges} edges): {[round(s, 3) for s in cost]} s")
+        cost, delta_cost = publish_cost(graph, work)
+        log.info(
+            f"publishing one version's graph ({graph.num_edges} edges): whole {[round(s, 3) for s in cost]} s, "
+            f"as a delta {[round(s, 4) for s in delta_cost]} s"
+        )
         g0, root, inbox, state = (os.path.join(work, n) for n in ("g0", "store", "in", "state"))
         model_path = os.path.join(work, "model.pt")
         os.makedirs(inbox)
@@ -172,6 +184,7 @@ def run(args) -> dict:
             "swap_p50_s": round(float(np.percentile(swap_s, 50)), 3) if swap_s else None,
             "follower_batch_latency_p50_s": round(float(np.percentile(latency, 50)), 3) if latency else None,
             "publish_s": [round(s, 3) for s in cost],
+            "publish_delta_s": [round(s, 4) for s in delta_cost],
             "commit_every_s": args.commit_every_s,
             "interval_s": args.interval_s,
         }

@@ -8,6 +8,7 @@ store with a precompute of the final graph. Runs in well under a minute on 2 cor
 
     .venv/bin/python bench/bench_follow_quick.py [--nodes N --edges E --dim F --batches B]
                                                   [--sizes 10 100 1000] [--commit-every-s S] [--check]
+                                                  [--torch-threads N]
 """
 
 from __future__ import annotations
@@ -35,7 +36,30 @@ def _model(dim: int):
 
 
 def run(
-    nodes: int, edges: int, dim: int, batches: int, sizes: tuple, check: bool, commit_every_s: float, seed: int = 0
+    nodes: int,
+    edges: int,
+    dim: int,
+    batches: int,
+    sizes: tuple,
+    check: bool,
+    commit_every_s: float,
+    seed: int = 0,
+    torch_threads: int = 1,
+) -> dict:
+    """Updates/s and batch latency per batch size (module doc), with torch on `torch_threads`
+    intra-op threads as `sparkgnn-refresh follow --torch-threads` sets them (restored after)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(torch_threads)
+    try:
+        return _run(nodes, edges, dim, batches, sizes, check, commit_every_s, seed)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(
+    nodes: int, edges: int, dim: int, batches: int, sizes: tuple, check: bool, commit_every_s: float, seed: int
 ) -> dict:
     from sparkgnn.datasets.synthetic import synthetic_graph
     from sparkgnn.graph.updates import GraphUpdate
@@ -110,10 +134,20 @@ def main(argv=None) -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 1000])
     parser.add_argument("--check", action="store_true", help="compare the final store with a precompute")
     parser.add_argument("--commit-every-s", type=float, default=1.0, help="the follower's store version interval")
+    parser.add_argument("--torch-threads", type=int, default=1, help="as sparkgnn-refresh follow --torch-threads")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logging.getLogger("sparkgnn").setLevel(logging.WARNING)
-    run(args.nodes, args.edges, args.dim, args.batches, tuple(args.sizes), args.check, args.commit_every_s)
+    run(
+        args.nodes,
+        args.edges,
+        args.dim,
+        args.batches,
+        tuple(args.sizes),
+        args.check,
+        args.commit_every_s,
+        torch_threads=args.torch_threads,
+    )
     return 0
 
 

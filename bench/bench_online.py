@@ -85,6 +85,7 @@ from online_experiments import (  # noqa: E402
     experiment_workers,
     probe_worker_idle,
 )
+from online_fronts import experiment_fronts, experiment_idle, experiment_overload  # noqa: E402
 from online_measure import EXACT_SLO_MS, HE_SLO_MS, Bench, LoadGen, slo_rate  # noqa: E402
 from online_plots import plot  # noqa: E402
 from serving_models import load_average  # noqa: E402
@@ -100,6 +101,7 @@ FULL = {
     "calibrate": 40,
     "big_repeats": 5,
     "sched_repeats": 2,
+    "overload_seconds": 5.0,
 }
 QUICK = {
     "nodes": 10_000,
@@ -112,6 +114,17 @@ QUICK = {
     "calibrate": 15,
     "big_repeats": 3,
     "sched_repeats": 1,
+    "overload_seconds": 3.0,
+}
+# fronts / overload / idle (online_fronts.py): the offer over HTTP as a multiple of the one-slot
+# closed-loop rate, the generator's connections, the overload run's deadline, the idle window
+FRONT_SETTINGS = {"fronts_offer": 3.0, "fronts_connections": 64, "overload_deadline_ms": 100.0, "idle_seconds": 5.0}
+ONLY_PARTS = ("auth", "fronts", "overload", "idle")
+FRONT_KEYS = {  # top-level key -> (section, key in it)
+    "two_fronts_over_one": ("fronts", "two_fronts_over_one"),
+    "service_cpu_ms_per_request": ("overload", "service_cpu_ms_per_request"),
+    "overload_goodput_ratio": ("overload", "overload_goodput_ratio"),
+    "idle_cpu_cores": ("idle", "idle_cpu_cores"),
 }
 
 
@@ -196,9 +209,29 @@ WHAT = {
     "generator_cpu_ms_per_request_* (the load generator's CPU ms per answered request at the same point: it "
     "shares the box's 2 cores with the service), http only: token_cost (1 - token / plain held rate), "
     "tls_cost (1 - secured / token), token_cpu_cost and tls_cpu_cost (the same ratios of service CPU), "
-    "*_repeats (each repeat's value: their spread is the run's noise); run (--only "
+    "*_repeats (each repeat's value: their spread is the run's noise); HTTP points' connections_opened (the "
+    "generator's connects + TLS handshakes in that point: its keep-alive connections are kept across the points "
+    "of one service, as a client's pool keeps them; the certificate is ECDSA P-256); run (--only "
     "auth or the whole bench), scale, graph, seconds_per_point, machine, loadavg (os.getloadavg() as it "
     "started), load averages, seconds",
+    "fronts": "online_fronts.experiment_fronts: single-query HE over HTTP with ServeConfig.fronts 1 and 2 "
+    "(keys '1', '2': one point each at offered_rps = offer_factor x the one-slot closed-loop rate, the "
+    "generator's `connections` keep-alive connections, cpu_cores/cpu_seconds with the front processes as "
+    "'fronts', service_cpu_ms_per_request), two_fronts_over_one (answered req/s 2 / 1); run, scale, graph, "
+    "machine, loadavg, load averages, seconds",
+    "overload": "online_fronts.experiment_overload: single-query HE over ZeroMQ with deadline_ms: "
+    "capacity_sweep / capacity_rps (held, as capacity's sweeps), service_cpu_ms_per_request at the highest "
+    "held rate, overload (one point offered 2 x capacity_rps: achieved_rps answered, busy refusals, "
+    "refusal_ms_p50/p99/max from the send, refusal_from_scheduled_ms_p99), overload_goodput_ratio "
+    "(achieved / capacity), every_excess_refused (no error, none lost); run, scale, ...",
+    "idle": "online_fronts.experiment_idle: a warmed service with fronts=2 left idle `seconds`: cpu_cores "
+    "per role (front_end: the service's process, fronts: its front processes, workers), idle_cpu_cores "
+    "(their sum); run, scale, ...",
+    "two_fronts_over_one": "fronts.two_fronts_over_one (the issue asks >= 1.6)",
+    "service_cpu_ms_per_request": "overload.service_cpu_ms_per_request: the service's CPU ms per answered "
+    "single-query HE request at its held capacity (the issue asks <= 0.5)",
+    "overload_goodput_ratio": "overload.overload_goodput_ratio (the issue asks >= 0.9, excess refused fast)",
+    "idle_cpu_cores": "idle.idle_cpu_cores (the issue asks <= 0.05)",
 }
 
 
@@ -252,9 +285,40 @@ def _log_auth(auth: dict) -> None:
         )
 
 
-def _write_auth_only(name: str, fresh: dict, auth: dict, work: str) -> int:
-    """--only auth: the auth section written into the existing result `name` (the rest of it
-    kept as the last whole run left it), or into a new file holding only this run."""
+def _front_sections(b, dep, s, parts: set, run: str) -> dict:
+    """The fronts / overload / idle sections named in `parts` (online_fronts.py), each with how,
+    where and at what scale it ran."""
+    runners = {"fronts": experiment_fronts, "overload": experiment_overload, "idle": experiment_idle}
+    out = {}
+    for part in ("fronts", "overload", "idle"):
+        if part not in parts:
+            continue
+        started, loadavg, load_start = time.perf_counter(), list(os.getloadavg()), load_average()
+        section = runners[part](b, dep, s)
+        section.update(
+            loadavg=loadavg,
+            run=run,
+            scale="quick" if s["quick"] else "full",
+            graph={"vertices": dep["num_vertices"], "edges": dep["num_edges"]},
+            machine=machine(),
+            load_average_start=load_start,
+            load_average_end=load_average(),
+            seconds=time.perf_counter() - started,
+        )
+        out[part] = section
+    return out
+
+
+def _front_headline(result: dict) -> None:
+    """The top-level keys of the fronts / overload / idle sections present in `result`."""
+    for key, (section, inner) in FRONT_KEYS.items():
+        if section in result:
+            result[key] = result[section].get(inner)
+
+
+def _write_only(name: str, fresh: dict, sections: dict, work: str) -> int:
+    """--only: the sections run written into the existing result `name` (the rest of it kept as
+    the last whole run left it), or into a new file holding only this run."""
     import json
 
     from bench_common import RESULTS
@@ -264,13 +328,22 @@ def _write_auth_only(name: str, fresh: dict, auth: dict, work: str) -> int:
     if os.path.exists(path):
         with open(path) as fh:
             result = json.load(fh)
-    result["auth"] = auth
-    result.setdefault("what", {})["auth"] = WHAT["auth"]
+    for part, section in sections.items():
+        result[part] = section
+        result.setdefault("what", {})[part] = WHAT[part]
+    _front_headline(result)
+    for key in FRONT_KEYS:
+        if key in result:
+            result["what"][key] = WHAT[key]
     path = write_result(name, result)
     paths = plot(result, name)
     shutil.rmtree(work, ignore_errors=True)
-    _log_auth(auth)
-    log(f"\nwrote {path} {' '.join(paths)} in {auth['seconds']:.0f} s")
+    if "auth" in sections:
+        _log_auth(sections["auth"])
+    for key in FRONT_KEYS:
+        if any(FRONT_KEYS[key][0] == part for part in sections):
+            log(f"  {key:<40} {result.get(key)}")
+    log(f"\nwrote {path} {' '.join(paths)} in {sum(v['seconds'] for v in sections.values()):.0f} s")
     return 0
 
 
@@ -288,17 +361,23 @@ def main() -> int:
     parser.add_argument("--sched-load", type=float, default=0.85, help="fraction of the mixed capacity")
     parser.add_argument("--sched-repeats", type=int, help="runs per scheduler and arrival process")
     parser.add_argument("--cache-fraction", type=float, default=0.1)
-    parser.add_argument("--skip", default="", help="comma list of: exact, workers, cache, router, auth")
+    parser.add_argument(
+        "--skip", default="", help="comma list of: exact, workers, cache, router, auth, fronts, overload, idle"
+    )
     parser.add_argument(
         "--only",
-        choices=["auth"],
-        help="run this part alone and write its section into the existing result file (a few minutes)",
+        help=f"comma list of {', '.join(ONLY_PARTS)}: run these parts alone and write their sections into the "
+        "existing result file (a few minutes)",
     )
     parser.add_argument("--auth-repeats", type=int, default=2, help="plain/secured sweep pairs per front (auth)")
     parser.add_argument("--build-only", action="store_true", help="build (or find) the deployment and stop")
     parser.add_argument("--name", default=None, help="result stem (default online, online_quick with --quick)")
     args = parser.parse_args()
+    only = {x for x in (args.only or "").split(",") if x}
+    if only - set(ONLY_PARTS):
+        parser.error(f"--only: unknown part(s) {sorted(only - set(ONLY_PARTS))}; known: {', '.join(ONLY_PARTS)}")
     s = dict(QUICK if args.quick else FULL)
+    s.update(FRONT_SETTINGS)
     for key in ("nodes", "edges", "duration", "max_points", "refine", "sched_repeats"):
         if getattr(args, key) is not None:
             s[key] = getattr(args, key)
@@ -370,12 +449,15 @@ def main() -> int:
     }
     lg = LoadGen(work)
     b = Bench(s, lg, pools)
-    if args.only == "auth":
+    if only:
+        sections = {}
         try:
-            auth = _auth_section(b, dep, s, work, "--only auth", load_start, started)
+            if "auth" in only:
+                sections["auth"] = _auth_section(b, dep, s, work, "--only auth", load_start, started)
+            sections.update(_front_sections(b, dep, s, only, f"--only {args.only}"))
         finally:
             lg.close()
-        return _write_auth_only(name, result, auth, work)
+        return _write_only(name, result, sections, work)
     try:
         result["capacity"] = experiment_capacity_and_schedulers(b, dep, s, facts["mixed"])
         he = result["capacity"]["he_single"]
@@ -427,6 +509,8 @@ def main() -> int:
             result["worker_pool_idle_probe"] = probe_worker_idle(b, dep, s)
         if "auth" not in skip:
             result["auth"] = _auth_section(b, dep, s, work, "whole bench", load_average(), time.perf_counter())
+        result.update(_front_sections(b, dep, s, {"fronts", "overload", "idle"} - skip, "whole bench"))
+        _front_headline(result)
     finally:
         lg.close()
     result["load_average_end"] = load_average()
@@ -449,6 +533,7 @@ def main() -> int:
         "two_workers_over_one",
         "cache_hit_rate",
         "router_vs_single_pool_mean_latency",
+        *FRONT_KEYS,
     ):
         v = result.get(key)
         log(f"  {key:<40} {round(v, 3) if isinstance(v, float) else v}")

@@ -24,7 +24,8 @@ burst_factor, on_fraction, on_mean_s. Or "closed": n requests one after the othe
 the previous answered; optional idle "gaps" before each), for the single large-request latencies
 and the calibrations. Or "http": {url, token?, ca_file?, connections?}: the open-loop run POSTs
 JSON bodies to the HTTP front instead (run_open_http), with the bearer token and over HTTPS when
-the url is https://.
+the url is https://, over keep-alive connections kept from one job to the next against the same
+front (_HttpConnections), as a client's connection pool keeps them.
 """
 
 from __future__ import annotations
@@ -249,21 +250,99 @@ def _http_body(request, mode) -> bytes:
     return json.dumps(body).encode()
 
 
+class _HttpConnections:
+    """The generator's keep-alive connections to one HTTP front, kept from one job to the next as
+    a real client's connection pool keeps them: a job against the same url and CA reuses the
+    connections the previous one left open, so a run of points pays one TCP connect and TLS
+    handshake per connection, not one per connection per point (with 16 connections and a few
+    hundred requests per point, fresh handshakes would be a large share of the server's TLS work
+    and of the first requests' latency). New connections are opened, handshake included, before
+    the job's clock starts. `opened` counts the connections made (the job reports it)."""
+
+    def __init__(self, url, ca_file: str | None):
+        import ssl
+        import threading
+
+        self.key = (url.geturl(), ca_file)
+        self.url = url
+        self.context = ssl.create_default_context(cafile=ca_file) if url.scheme == "https" else None
+        self.idle: list = []
+        self.opened = 0
+        self._lock = threading.Lock()
+
+    def connect(self, timeout: float, now: bool = True):
+        """A new connection, connected (and TLS-handshaken) now, or at its first request when
+        not `now` (after a failure: a service that is gone then fails that request, not this)."""
+        import http.client
+
+        if self.context is not None:
+            conn = http.client.HTTPSConnection(self.url.hostname, self.url.port, timeout=timeout, context=self.context)
+        else:
+            conn = http.client.HTTPConnection(self.url.hostname, self.url.port, timeout=timeout)
+        if now:
+            conn.connect()
+        with self._lock:
+            self.opened += 1
+        return conn
+
+    def take(self, n: int, timeout: float) -> list:
+        """`n` open connections: the idle ones still open (the server closes a connection idle
+        past its keep-alive timeout: one readable while idle was closed), new ones for the rest."""
+        import select
+
+        out = []
+        while self.idle and len(out) < n:
+            conn = self.idle.pop()
+            sock = conn.sock
+            if sock is None or select.select([sock], [], [], 0)[0]:
+                conn.close()
+                continue
+            conn.timeout = timeout
+            sock.settimeout(timeout)
+            out.append(conn)
+        out += [self.connect(timeout) for _ in range(n - len(out))]
+        return out
+
+    def give_back(self, conn) -> None:
+        with self._lock:
+            if conn.sock is not None:
+                self.idle.append(conn)
+
+    def close(self) -> None:
+        for conn in self.idle:
+            conn.close()
+        self.idle.clear()
+
+
+_HTTP: list[_HttpConnections] = []  # the pool of the front the last HTTP job ran against
+
+
+def _http_connections(url, ca_file: str | None) -> _HttpConnections:
+    """The kept pool when the job goes to the same url with the same CA, else a new one (the
+    old one's connections closed: its service is gone or not this job's)."""
+    if _HTTP and _HTTP[0].key == (url.geturl(), ca_file):
+        return _HTTP[0]
+    for old in _HTTP:
+        old.close()
+    _HTTP[:] = [_HttpConnections(url, ca_file)]
+    return _HTTP[0]
+
+
 def run_open_http(job: dict) -> dict:
     """One open-loop run against the HTTP front (job["http"]: url, token?, ca_file?): the same
     send times and requests as run_open, POSTed by `connections` sender threads (default 16), each
-    holding one keep-alive connection (HTTPS when the url says so) and sending the next request
+    holding one keep-alive connection (HTTPS when the url says so; _HttpConnections: kept across
+    jobs to the same front, new ones connected before the clock) and sending the next request
     due; a request no thread was free for at its time is sent late, which counts as latency
-    (from the scheduled time) like the ZeroMQ loop's."""
+    (from the scheduled time) like the ZeroMQ loop's. `connections_opened` in the result: the
+    connections (TCP connect + TLS handshake) this job made."""
     import http.client
     import queue
-    import ssl
     import threading
     import urllib.parse
 
     spec = job["http"]
     url = urllib.parse.urlsplit(spec["url"])
-    context = ssl.create_default_context(cafile=spec["ca_file"]) if url.scheme == "https" else None
     headers = {"Content-Type": "application/json"}
     if spec.get("token"):
         headers["Authorization"] = f"Bearer {spec['token']}"
@@ -281,16 +360,13 @@ def run_open_http(job: dict) -> dict:
     for i in range(n):
         todo.put(i)
     lock = threading.Lock()
+    connections = _http_connections(url, spec.get("ca_file"))
+    opened_before = connections.opened
+    held = connections.take(int(spec.get("connections", 16)), drain_s)
     clock = time.perf_counter
     t0 = clock() + 0.05
 
-    def connect():
-        if context is not None:
-            return http.client.HTTPSConnection(url.hostname, url.port, timeout=drain_s, context=context)
-        return http.client.HTTPConnection(url.hostname, url.port, timeout=drain_s)
-
-    def sender() -> None:
-        conn = connect()
+    def sender(conn) -> None:
         try:
             while True:
                 try:
@@ -308,7 +384,7 @@ def run_open_http(job: dict) -> dict:
                     status = response.status
                 except (OSError, http.client.HTTPException, ValueError) as exc:
                     conn.close()
-                    conn = connect()
+                    conn = connections.connect(drain_s, now=False)
                     data, status = {"error": f"{type(exc).__name__}: {exc}"}, 0
                 now = clock() - t0
                 kind = "RESULT" if status == 200 else "BUSY" if status == 503 else "ERROR"
@@ -324,9 +400,9 @@ def run_open_http(job: dict) -> dict:
                     rec.sent[i] = sent
                     rec.record((str(i), header, {}), now)
         finally:
-            conn.close()
+            connections.give_back(conn)
 
-    threads = [threading.Thread(target=sender, daemon=True) for _ in range(int(spec.get("connections", 16)))]
+    threads = [threading.Thread(target=sender, args=(conn,), daemon=True) for conn in held]
     for t in threads:
         t.start()
     for t in threads:
@@ -337,6 +413,7 @@ def run_open_http(job: dict) -> dict:
             "send_lateness_ms_p50": float(np.nanpercentile(lateness, 50) * 1e3) if n else 0.0,
             "send_lateness_ms_p99": float(np.nanpercentile(lateness, 99) * 1e3) if n else 0.0,
             "send_lateness_ms_max": float(np.nanmax(lateness) * 1e3) if n else 0.0,
+            "connections_opened": connections.opened - opened_before,
         }
         return rec.as_json(job, extra)
 

@@ -106,7 +106,7 @@ def summarise(res: dict, srv=None, log_start: int = 0) -> dict:
             batch_requests_mean=float(np.mean(np.array(res["batch_requests"])[ok])),
             batch_requests_max=int(np.max(np.array(res["batch_requests"])[ok])),
         )
-    for key in ("send_lateness_ms_p50", "send_lateness_ms_p99", "send_lateness_ms_max"):
+    for key in ("send_lateness_ms_p50", "send_lateness_ms_p99", "send_lateness_ms_max", "connections_opened"):
         if key in res:
             out[key] = res[key]
     if res.get("errors"):
@@ -173,6 +173,8 @@ def merge_results(results: list) -> dict:
         out[key] = [v for r in results for v in r[key]]
     for key in ("send_lateness_ms_p50", "send_lateness_ms_p99", "send_lateness_ms_max"):
         out[key] = max(r.get(key, 0.0) for r in results)
+    if any("connections_opened" in r for r in results):
+        out["connections_opened"] = sum(r.get("connections_opened", 0) for r in results)
     errors: dict = {}
     for r in results:
         for k, v in (r.get("errors") or {}).items():

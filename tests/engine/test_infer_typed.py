@@ -6,6 +6,7 @@ requested (type, id) pairs read (each relation pruned, --explain one line per re
 relation graphs take fingerprint and counts from the typed graph; a model for other metadata,
 and refresh / the homogeneous serving engines on typed inputs, are refused in one line."""
 
+import logging
 import os
 import shutil
 import sys
@@ -76,8 +77,9 @@ def _rows(frame, node_type: str) -> np.ndarray:
     return np.asarray([h for _, h in rows], np.float32)
 
 
-def test_to_hetero_sage_equals_pyg_at_three_partitions(spark, typed_dir, tmp_path):
+def test_to_hetero_sage_equals_pyg_at_three_partitions(spark, typed_dir, tmp_path, caplog):
     path, d = typed_dir
+    caplog.set_level(logging.INFO, logger="sparkgnn.engine.prepare")
     module = _ready(to_hetero(_Sage(1), d.metadata(), aggr="mean"), d)  # one round: 5 relation runs
     reference = module(d.x_dict, d.edge_index_dict)
     # the PyG module itself: converted for the graph's metadata
@@ -86,6 +88,15 @@ def test_to_hetero_sage_equals_pyg_at_three_partitions(spark, typed_dir, tmp_pat
     for t, ref in reference.items():
         np.testing.assert_allclose(_rows(result.frames[t], t), ref.numpy(), rtol=1e-5, atol=1e-5)
     assert not os.listdir(tmp_path / "work" / "typed_runs")  # the run's intermediate values are removed
+    # the round's relation layouts were prepared side by side on driver threads first, once each,
+    # and every relation job reused its own (a job may still add the combine layouts its plan reads)
+    assert "typed round 0: relation layouts, prepared concurrently" in {p["name"] for p in result.phases["phases"]}
+    prepared = [r for r in caplog.records if r.getMessage().startswith("sparkgnn: prepared graph ")]
+    assert len(prepared) == 5 and all(r.threadName.startswith("sg-prepare") for r in prepared)
+    reused = [r for r in caplog.records if r.getMessage().startswith("sparkgnn: reusing the graph layout")]
+    assert all(r.threadName == "MainThread" for r in reused)
+    fingerprints = {r.getMessage().split()[3] for r in prepared}
+    assert {r.getMessage().split("/prep/")[1].split("/")[0] for r in reused} == fingerprints
 
 
 def test_two_round_hetero_conv_sage_gat_via_batch_inference_equals_pyg(spark, typed_dir, tmp_path, capsys):

@@ -244,10 +244,10 @@ def test_live_layer_holds_rows_by_id_over_the_committed_version(graph, tmp_path)
 
 def test_each_committed_version_is_published_with_its_graph(graph, tmp_path):  # noqa: F811
     """A follower publishes the version it starts from and each version it commits (pe/published.py):
-    the published graph directory is the committed graph and opens the committed store version;
-    batches held in memory are not published; publish=False publishes nothing."""
-    from sparkgnn.graph.reader import read_graph_dir
-    from sparkgnn.pe.published import latest
+    the published graph (a delta over the version published before it) is the committed graph and
+    opens the committed store version; batches held in memory are not published; publish=False
+    publishes nothing."""
+    from sparkgnn.pe.published import is_delta, latest, open_graph
 
     model = model_of("sage", graph.feature_dim, 2)
     root, inbox, state = str(tmp_path / "store"), str(tmp_path / "in"), str(tmp_path / "state")
@@ -273,7 +273,8 @@ def test_each_committed_version_is_published_with_its_graph(graph, tmp_path):  #
     assert latest(root) is None and quiet.published is None
     first = follower()  # publishes the committed version it starts from
     g1 = final_graph(graph, updates[:1])
-    assert latest(root) == first.published and first.published["graph_fingerprint"] == g1.fingerprint
+    start = first.published
+    assert latest(root) == start and start["graph_fingerprint"] == g1.fingerprint and not is_delta(start["graph"])
     drop(inbox, "1.parquet", updates[1], 1001)
     assert first.poll(flush=False) is not None and not first.history[-1].committed
     assert latest(root)["graph_fingerprint"] == g1.fingerprint  # held in memory: not published
@@ -282,7 +283,8 @@ def test_each_committed_version_is_published_with_its_graph(graph, tmp_path):  #
     g2 = final_graph(graph, updates[:2])
     assert record["graph_fingerprint"] == g2.fingerprint and record["sequence"] == 2
     assert record["store"] == first.store.base
-    served = read_graph_dir(record["graph"])
+    assert is_delta(record["graph"])
+    served = open_graph(record["graph"])
     assert served.fingerprint == g2.fingerprint and np.array_equal(served.ids, g2.ids)
     assert PEStore.open(root, model=model, graph=served).base == record["store"]
 

@@ -16,7 +16,19 @@ from sparkgnn.pe.local import precompute_local  # noqa: E402
 from sparkgnn.pe.refresh_cli import main  # noqa: E402
 
 
-def test_follow_until_idle_then_refuse_a_state_of_another_graph(graph, tmp_path, capsys):  # noqa: F811
+def test_follow_until_idle_then_refuse_a_state_of_another_graph(graph, tmp_path, capsys, monkeypatch):  # noqa: F811
+    import torch
+
+    from sparkgnn.pe.follow import RefreshFollower
+
+    threads_seen, run = [], RefreshFollower.run
+
+    def counting_run(self, **kwargs):
+        threads_seen.append(torch.get_num_threads())
+        return run(self, **kwargs)
+
+    monkeypatch.setattr(RefreshFollower, "run", counting_run)
+    threads_before = torch.get_num_threads()
     model = model_of("sage", graph.feature_dim, 2)
     model.save(str(tmp_path / "model"))
     write_graph_dir(graph, str(tmp_path / "g"))
@@ -33,6 +45,8 @@ def test_follow_until_idle_then_refuse_a_state_of_another_graph(graph, tmp_path,
     assert "refresh follow: batch 1: 1 updates from 1 files" in out
     assert "1 batches this run, 1 in all" in out
     assert "1 updates in 1 batches" in out and "batch latency p50" in out  # the run's throughput line
+    # the follower ran on --torch-threads' default of one thread; the caller's setting is restored
+    assert threads_seen == [1] and torch.get_num_threads() == threads_before
     PEStore.open(str(tmp_path / "store"), model=model, graph=apply(update, graph).graph)
     write_graph_dir(apply(update, graph).graph, str(tmp_path / "g2"))
     args[2] = str(tmp_path / "g2")

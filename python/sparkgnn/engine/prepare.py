@@ -41,6 +41,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+import uuid
 from dataclasses import dataclass
 
 from sparkgnn import files
@@ -115,17 +116,22 @@ def _edge_attr_dim(graph) -> int:
 def _vertices_with_degree(graph, edges, partitions: int):
     """Every vertex with its statistics (engine.degrees.PREPARED_STATS, stat_sql): one aggregation
     over the edges and one join (each one more would be another pass over the edges)."""
-    edges.createOrReplaceTempView("_sg_edges")
-    graph.vertices.selectExpr("cast(id as long) as id").createOrReplaceTempView("_sg_vertices")
+    # views of this call's own names: relation layouts of a typed round are prepared from several
+    # driver threads at once (engine.typed_prepare), and a shared name could be replaced in between
+    tag = uuid.uuid4().hex
+    edges_view, vertices_view = f"_sg_edges_{tag}", f"_sg_vertices_{tag}"
+    edges.createOrReplaceTempView(edges_view)
+    graph.vertices.selectExpr("cast(id as long) as id").createOrReplaceTempView(vertices_view)
     spark = graph.vertices.sparkSession
     sql = {key: stat_sql(key) for key in PREPARED_STATS}
     columns = "".join(f",\n cast(coalesce(n.{key}, {empty}) as float) as {key}" for key, (_, empty) in sql.items())
     aggregates = ", ".join(f"{expr} as {key}" for key, (expr, _) in sql.items())
+    # the views are kept: a Spark Connect frame is analysed again, from the names, when it runs
     return spark.sql(
         f"""
         select v.id, cast({partition_expr("v.id", partitions)} as int) as part{columns}
-        from _sg_vertices v
-        left join (select dst, {aggregates} from _sg_edges group by dst) n on n.dst = v.id
+        from {vertices_view} v
+        left join (select dst, {aggregates} from {edges_view} group by dst) n on n.dst = v.id
         """
     )
 

@@ -8,9 +8,11 @@ One typed round is run as, for every relation (src type, relation, dst type) of 
     the relation's model   a homogeneous Model of that relation's conv alone
     the homogeneous engine (`_infer_one`: prepare, planner, executor steps, strategies) over it
 
-then the per-relation outputs of each destination type are merged in Spark with the round's
-cross-relation aggregation (collect the relations' rows per id, fold them elementwise: sum,
-mean over the relations into the type, max, min), and the per-type node ops run row-wise.
+then the per-relation outputs of every destination type are merged with the round's
+cross-relation aggregation (sum, mean over the relations into the type, max, min) and the
+per-type node ops applied, in one pass for the whole round (engine.typed_merge). The relation
+jobs' layouts are prepared beforehand, side by side on driver threads, round 0's while its
+inputs are computed (engine.typed_prepare).
 
 WHY every relation is an ordinary homogeneous job: the conv is the homogeneous layer (the same
 weights, the same exactness tests), so reusing the whole engine keeps every strategy, the cost
@@ -21,12 +23,13 @@ ids to 2*id+1 (disjoint, so a type's ids may overlap the other's; ids must lie w
 the job fails naming the type), with edges only from sources to
 destinations: a destination's aggregate reads its source-type neighbours only and its root term
 its own row, which is the bipartite conv (HeteroRound refuses the layers for which it is not:
-self loops, node statistics, several passes). Each relation's output is written as Parquet in the
-work dir and each round's merged values per type too, so a round's lineage never grows with the
-model's depth.
+self loops, node statistics, several passes). Each relation's output is checkpointed by its job
+and each round's merged values are written as Parquet in the work dir, so a round's lineage never
+grows with the model's depth.
 
 A node type whose table has no features gets a constant column of ones of the width the model
-reads (what PyG users feed such a type: `torch.ones(n, 1)`). `types` restricts the job to the
+reads (what PyG users feed such a type: `torch.ones(n, 1)`), its input ops applied once on the
+driver (engine.typed_merge.constant_rows). `types` restricts the job to the
 rounds' upstream of those output types: a round computes only the destination types a later round
 (or the output) reads. `ids` ({node type: ids}) goes further, to the rows: engine.typed_ids walks
 the rounds back from the requested (type, id) pairs to the rows each round must give, each
@@ -58,6 +61,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from sparkgnn.engine.phases import phase
+from sparkgnn.engine.typed_merge import apply_node_ops, constant_rows, merge_round
+from sparkgnn.engine.typed_prepare import Prepares, prepare_relations, start_prepares
 from sparkgnn.errors import SparkGNNError, UnsupportedModelError
 from sparkgnn.files import absolute
 from sparkgnn.layers.hetero import EdgeType, HeteroRound, edge_key
@@ -75,12 +80,6 @@ log = logging.getLogger(__name__)
 
 #: The folder of the work dir that holds a typed run's per-relation and per-round values.
 RUN_FOLDER = "typed_runs"
-_MERGE = {
-    "sum": "(a, b) -> a + b",
-    "mean": "(a, b) -> a + b",
-    "max": "(a, b) -> greatest(a, b)",
-    "min": "(a, b) -> least(a, b)",
-}
 
 
 def is_typed_source(obj: Any) -> bool:
@@ -201,43 +200,6 @@ def _feature_width(graph: TypedGraph, node_type: str) -> int:
         return int(meta["feature_dim"])
     row = graph.vertices[node_type].where("x IS NOT NULL").selectExpr("size(x) AS f").first()
     return int(row.f) if row else 0
-
-
-def apply_node_ops(frame: DataFrame, stack: NodeOpStack) -> DataFrame:
-    """(id, h) with `stack` applied to every row's h (row-wise node ops, as the model's)."""
-    if len(stack) == 0:
-        return frame
-
-    def run(batches):
-        import numpy as np
-        import pandas as pd
-        import torch
-
-        for pdf in batches:
-            if len(pdf) == 0:
-                continue
-            x = torch.from_numpy(np.stack([np.asarray(v, dtype=np.float32) for v in pdf["h"]]))
-            with torch.no_grad():
-                y = stack(x).numpy().astype(np.float32)
-            yield pd.DataFrame({"id": pdf["id"].to_numpy(), "h": list(y)})
-
-    return frame.mapInPandas(run, "id long, h array<float>")
-
-
-def merge_relations(frames: list[DataFrame], aggr: str) -> DataFrame:
-    """(id, h): the relations' outputs into one destination type merged elementwise with the
-    cross-relation aggregation (mean: over the relations, each of which gives every row)."""
-    from pyspark.sql import functions as F
-
-    if len(frames) == 1:
-        return frames[0]
-    union = frames[0]
-    for other in frames[1:]:
-        union = union.unionByName(other)
-    folded = f"aggregate(slice(hs, 2, size(hs)), hs[0], (acc, x) -> zip_with(acc, x, {_MERGE[aggr]}))"
-    if aggr == "mean":
-        folded = f"transform({folded}, v -> CAST(v / size(hs) AS FLOAT))"
-    return union.groupBy("id").agg(F.collect_list("h").alias("hs")).selectExpr("id", f"{folded} AS h")
 
 
 def _relation_graph(
@@ -401,13 +363,20 @@ def infer_typed(
     first = model.round_list()[0]
     reads = {t for s, _, d in first.edge_types if d in need[0] for t in (s, d)} | (set(first.keep) & need[0])
     fingerprints = (None if rows is not None else graph.fingerprint, model.fingerprint())
+    widths = {
+        t: cast(NodeOpStack, model.pre_ops[t]).out_dim(w) if t in model.pre_ops else w for t, w in model.in_dims.items()
+    }
+    early = Prepares([], 0)
     try:
+        if rows is None:  # round 0's layouts are prepared while its inputs are computed (typed_prepare)
+            ids_only = {t: graph.vertices[t].selectExpr("id", "CAST(NULL AS array<float>) AS h") for t in reads}
+            jobs = _relation_jobs(
+                graph, first, 0, need[0], ids_only, widths, common, rows=None, fingerprints=fingerprints
+            )
+            early = start_prepares(spark, [(job[2], job[3]) for job in jobs], common, 0)
         with phase("typed inputs: features and input ops per type"):
             values = _inputs(spark, graph, model, reads, run_dir, rows[0] if rows is not None else None)
-        widths = {
-            t: cast(NodeOpStack, model.pre_ops[t]).out_dim(w) if t in model.pre_ops else w
-            for t, w in model.in_dims.items()
-        }
+        early.wait()
         for index, rnd in enumerate(model.round_list()):
             values = _run_round(
                 spark,
@@ -428,6 +397,7 @@ def infer_typed(
         with phase("typed outputs: written per type"):
             frames = _outputs(spark, model, values, outputs, out)
     finally:
+        early.close()
         discard(run_dir)
         id_sets.release()
     if explain:
@@ -448,13 +418,14 @@ def _inputs(
         frame = graph.vertices[t].selectExpr("id", "x AS h")
         if rows is not None:
             frame = frame.join(rows[t].frame, "id", "left_semi")
+        stack = cast(NodeOpStack, model.pre_ops[t]) if t in model.pre_ops else None
         if have == 0 and width != 0:
             log.info(f"sparkgnn: node type {t!r} has no features: it is given a constant column of {width} ones")
-            frame = frame.selectExpr("id", f"array_repeat(CAST(1.0 AS FLOAT), {width}) AS h")
+            frame = constant_rows(frame, width, stack)  # its input ops applied once, on the driver
         elif have != width:
             raise SparkGNNError(f"node type {t!r}: the graph's features are {have} wide but the model expects {width}")
-        if t in model.pre_ops:
-            frame = apply_node_ops(frame, cast(NodeOpStack, model.pre_ops[t]))
+        elif stack is not None:
+            frame = apply_node_ops(frame, stack)
         values[t] = _persist(spark, frame, f"{run_dir}/input/{t}")
     return values
 
@@ -526,6 +497,47 @@ def _persist(spark, frame: DataFrame, path: str) -> DataFrame:
     return spark.read.parquet(path)
 
 
+def _relation_jobs(
+    graph: TypedGraph,
+    rnd: HeteroRound,
+    index: int,
+    need: set[str],
+    values: dict[str, DataFrame],
+    widths: dict[str, int],
+    common: dict,
+    *,
+    rows: tuple[dict[str, IdSet], dict[str, IdSet]] | None,
+    fingerprints: tuple[str | None, str],
+) -> list[tuple[EdgeType, Any, Any, Any, dict]]:
+    """Round `index`'s relation jobs, one per relation into a needed type: (edge type, conv,
+    relation graph over `values`, one-conv model, the job's options); arguments as _run_round's."""
+    jobs = []
+    for edge_type, conv in rnd.conv_items():
+        s, _, d = edge_type
+        if d not in need:
+            continue
+        options = dict(common)
+        cut = None
+        fingerprint = relation_fingerprint(fingerprints[0], edge_type) if fingerprints[0] else None
+        if rows is not None:
+            cut = (rows[0][s], rows[1][d])
+            given = cut[1].frame
+            options["ids"] = given.selectExpr(f"{_mapped('id', d, 1)} AS id") if s != d else given
+        counts = relation_counts(graph, edge_type) if cut is None else None
+        rel_graph = _relation_graph(
+            values,
+            graph.edges[edge_type],
+            edge_type,
+            widths[s],
+            graph.name,
+            fingerprint=fingerprint,
+            rows=cut,
+            counts=counts,
+        )
+        jobs.append((edge_type, conv, rel_graph, _relation_model(conv, edge_type, index, fingerprints[1]), options))
+    return jobs
+
+
 def _run_round(
     spark,
     graph: TypedGraph,
@@ -547,52 +559,37 @@ def _run_round(
     `rows` (a pruned run): the rows the round reads and those it gives, per type;
     `fingerprints`: the typed graph's (None in a pruned run) and the typed model's (module doc)."""
     from sparkgnn.engine.api import _infer_one
+    from sparkgnn.engine.spark_compat import default_parallelism
 
+    jobs = _relation_jobs(graph, rnd, index, need, values, widths, common, rows=rows, fingerprints=fingerprints)
+    if rows is None:
+        prepare_relations(spark, [(g, m) for _, _, g, m, _ in jobs], common, index)
     by_type: dict[str, list[DataFrame]] = {}
-    for edge_type, conv in rnd.conv_items():
+    for edge_type, conv, rel_graph, rel_model, options in jobs:
         s, _, d = edge_type
-        if d not in need:
-            continue
         key = f"{index}:{edge_key(edge_type)}"
         log.info(f"sparkgnn: typed round {index}, relation {edge_key(edge_type)} ({conv.kind})")
-        options = dict(common)
-        cut = None
-        fingerprint = relation_fingerprint(fingerprints[0], edge_type) if fingerprints[0] else None
-        if rows is not None:
-            cut = (rows[0][s], rows[1][d])
-            given = cut[1].frame
-            options["ids"] = given.selectExpr(f"{_mapped('id', d, 1)} AS id") if s != d else given
-        counts = relation_counts(graph, edge_type) if cut is None else None
-        rel_graph = _relation_graph(
-            values,
-            graph.edges[edge_type],
-            edge_type,
-            widths[s],
-            graph.name,
-            fingerprint=fingerprint,
-            rows=cut,
-            counts=counts,
-        )
         # out=None: the engine keeps the relation's rows (localCheckpoint); the merged values
         # are what this module writes to the run folder
-        frame, reports[key], plans[key] = _infer_one(
-            spark, rel_graph, _relation_model(conv, edge_type, index, fingerprints[1]), **options
-        )
+        frame, reports[key], plans[key] = _infer_one(spark, rel_graph, rel_model, **options)
         if s != d:  # the destination type's rows, back to their own ids
             frame = frame.where("pmod(id, 2) = 1").selectExpr("(id - 1) div 2 AS id", "h")
         by_type.setdefault(d, []).append(frame.select("id", "h"))
-    merged: dict[str, DataFrame] = {t: merge_relations(frames, rnd.relation_aggr.name) for t, frames in by_type.items()}
-    for t, stack in rnd.keep.items():
-        if t in need:
-            kept = values[t] if rows is None else values[t].join(rows[1][t].frame, "id", "left_semi")
-            merged[t] = apply_node_ops(kept, cast(NodeOpStack, stack))
-    result = {}
     # the merge runs here (Spark is lazy): its own line in the job's phase table, per round
     with phase(f"typed round {index}: merge relations per type"):
-        for t, frame in merged.items():
-            if t in rnd.post:
-                frame = apply_node_ops(frame, cast(NodeOpStack, rnd.post[t]))
-            result[t] = _persist(spark, frame, f"{run_dir}/round{index}/values/{t}")
+        relation_parts = [plans[k].partitions for k in plans if k.startswith(f"{index}:")]
+        partitions = max([default_parallelism(spark), *relation_parts])
+        post = {t: cast(NodeOpStack, stack) for t, stack in rnd.post.items()}
+        result = merge_round(
+            spark, by_type, rnd.relation_aggr.name, post, f"{run_dir}/round{index}/merged", partitions=partitions
+        )
+        for t, stack in rnd.keep.items():  # a type no relation of the round points into
+            if t in need:
+                kept = values[t] if rows is None else values[t].join(rows[1][t].frame, "id", "left_semi")
+                frame = apply_node_ops(kept, cast(NodeOpStack, stack))
+                if t in rnd.post:
+                    frame = apply_node_ops(frame, cast(NodeOpStack, rnd.post[t]))
+                result[t] = _persist(spark, frame, f"{run_dir}/round{index}/values/{t}")
     return result
 
 
@@ -601,7 +598,6 @@ __all__ = [
     "is_typed_source",
     "refuse_typed_job",
     "needed_types",
-    "merge_relations",
     "relation_fingerprint",
     "explain_relations",
 ]

@@ -37,10 +37,11 @@ redoes a pending batch from its log, so no file is applied twice or lost. A malf
 that does not apply to the graph as of its turn, is dead-lettered with the reason and the stream
 moves on.
 
-Every committed version is PUBLISHED (pe/published.py, unless `publish=False`): its graph written
-as a graph directory under the store root and `<store root>/.published/latest.json` pointed at
-it, so a service following the store (`follow_store`) can swap to it; a restarted follower
-publishes the committed version it starts from.
+Every committed version is PUBLISHED (pe/published.py, unless `publish=False`): as a delta over the
+previous publication (the update files the commit covers, checked by fingerprint), or every so
+many deltas as a whole graph directory, under the store root, and `<store root>/.published/
+latest.json` pointed at it, so a service following the store (`follow_store`) can swap to it; a
+restarted follower publishes the committed version it starts from.
 
 The follower keeps an EdgeIndex of its graph (pe/edge_index.py: in- and out-edges by vertex,
 built at the first batch, then advanced from each batch's change), which the refresh kernel plans
@@ -71,6 +72,7 @@ if TYPE_CHECKING:
     from sparkgnn.graph.data import GraphData
     from sparkgnn.graph.updates import Applied
     from sparkgnn.pe.edge_index import EdgeIndex
+    from sparkgnn.pe.published import Delta
 
 log = logging.getLogger(__name__)
 
@@ -253,6 +255,7 @@ class RefreshFollower:
     def _mark_committed(self) -> None:
         self.checkpoint["committed"] = self.batches_done
         self.committed_graph = self.graph
+        self._committed_sums = (self.running.vertex_sum, self.running.edge_sum)
         self._since_commit = BatchCounts()
         self._composed_since_commit = None
         self._last_commit = time.monotonic()
@@ -290,6 +293,7 @@ class RefreshFollower:
 
         self.running = RunningFingerprint.of(self.graph)
         self.committed_graph, self._since_commit, self._composed_since_commit = self.graph, BatchCounts(), None
+        self._committed_sums = (self.running.vertex_sum, self.running.edge_sum)
         self._last_commit = time.monotonic()
         for done, batch in enumerate(self.checkpoint["batches"], start=1):
             for name in batch["applied"]:
@@ -305,6 +309,7 @@ class RefreshFollower:
                     )
             if done == self.committed_batches:
                 self.committed_graph = self.graph
+                self._committed_sums = (self.running.vertex_sum, self.running.edge_sum)
         want = self.checkpoint["batches"][-1]["graph_fingerprint"] if self.checkpoint["batches"] else None
         if want is not None and self.graph.fingerprint != want:
             raise FollowError(
@@ -480,6 +485,7 @@ class RefreshFollower:
             return False
         started = time.perf_counter()
         new, old, over = self.graph, self.committed_graph, self.store
+        delta = self._delta_since_commit()
         old_pos, in_old = old.id_index.lookup(new.ids)
         old_rows = np.where(in_old, old_pos, -1)
         deleted_ids = old.ids[~new.id_index.lookup(old.ids)[1]]
@@ -528,15 +534,34 @@ class RefreshFollower:
             f"({', '.join(str(s.get('committed', 'earlier')) for s in report.layers)}) in "
             f"{time.perf_counter() - started:.3f}s"
         )
-        self._publish()
+        self._publish(delta)
         return True
 
-    def _publish(self) -> None:
-        """Publish the committed version's graph (pe/published.py), when publishing."""
+    def _delta_since_commit(self) -> Delta:
+        """The change from the committed graph to the current one as pe/published.py publishes it:
+        the logged update files of the batches done since the last commit (applied ones, in
+        order) and the fingerprint's running sums before and after."""
+        from sparkgnn.pe.published import Delta
+
+        paths = [
+            self._logged(batch["batch"], name)
+            for batch in self.checkpoint["batches"][self.committed_batches :]
+            for name in batch["applied"]
+        ]
+        return Delta(
+            base_fingerprint=self.committed_graph.fingerprint,
+            base_sums=self._committed_sums,
+            sums=(self.running.vertex_sum, self.running.edge_sum),
+            updates=tuple(paths),
+        )
+
+    def _publish(self, delta: Delta | None = None) -> None:
+        """Publish the committed version's graph (pe/published.py), when publishing: as `delta`
+        over the latest publication where it applies, else whole."""
         from sparkgnn.pe.published import publish
 
         if self.publish:
-            self.published = publish(self.store_root, self.committed_graph, self.store.base)
+            self.published = publish(self.store_root, self.committed_graph, self.store.base, delta=delta)
 
     def _dead_letter(self, name: str, path: str, reason: str, batch: int) -> None:
         with open(path, "rb") as fh:

@@ -1,20 +1,36 @@
-"""Published versions of a followed PE store: the graph each committed store version reflects, as a
-graph directory the online service opens like any other, and a pointer to the latest one.
+"""Published versions of a followed PE store: the graph each committed store version reflects --
+as a full graph directory, or as a checked delta over the previous publication -- and a pointer to
+the latest one.
 
-    <store root>/.published/latest.json           the latest version: {"graph": <graph dir>,
-                                                  "graph_fingerprint", "store": <version dir>,
-                                                  "sequence": n, "published_at": unix seconds}
-    <store root>/.published/graphs/<graph fp>/   a graph directory (graph/writer.py) of that version
+    <store root>/.published/latest.json           the latest version: {"graph": <graph dir or delta
+                                                  dir>, "graph_fingerprint", "store": <version dir>,
+                                                  "sequence": n, "published_at": unix seconds,
+                                                  "full": <the full graph dir its chain starts from>,
+                                                  "chain": [{"dir", "graph_fingerprint", "bytes"}]}
+    <store root>/.published/graphs/<graph fp>/   a graph directory (graph/writer.py) of a version
+    <store root>/.published/deltas/<seq>-<fp>/   a delta: delta.json and the update files (graph.updates
+                                                  Parquet) that turn its base graph into its graph
+
+A delta's `delta.json` names its base and result graph fingerprints, the fingerprint's running
+sums before and after (follow_state.RunningFingerprint), each update file's size and SHA-256, the
+full graph directory its chain starts from and the chain itself (every delta from that directory
+up to this one). `open_graph` reads either kind: a delta is applied to a held graph that is in its
+chain (the service's previous version), each file checked and the result's fingerprint compared
+to the recorded one; a held graph outside the chain (a gap) or a delta that does not check out
+falls back, logged, to the full directory and the chain replayed from it. The publisher writes a
+full directory instead of a delta every `compact_every` deltas or `compact_bytes` of update files
+(compaction), so a cold reader never replays an unbounded chain.
 
 `sparkgnn-refresh follow` (pe/follow.py) publishes after each store version it commits; a service
 with `follow_store` (serving/online/store_follow.py) reads `latest.json` and swaps to it.
 
-WHY a whole graph directory per commit rather than an edge log over the base graph: every reader
-of a version needs the whole graph in memory anyway (a worker's serving context, the front end's
-graph facts), so a log would move the O(E) cost from the follower to each reader and grow with
-every commit until compacted; the directory is written once, read by each reader as any graph is,
-and needs no new reader. It costs the follower one pass over the graph per COMMIT, not per batch
-(the follower commits every `commit_every_s`; docs/ARCHITECTURE.md gives the measured cost).
+WHY deltas rather than a graph directory per commit: writing the whole graph costs the follower a
+pass over every edge per commit, and re-reading it costs every reader the same per swap, while a
+reader that serves the previous version already holds all but the change in memory. A delta costs
+the follower a copy of the update files it applied; a reader holding its base applies them
+(graph.updates.apply: the follower's own semantics, so the result is the follower's graph, which
+the fingerprint check proves). Graphs with edge attributes are published whole (their fingerprint
+is not kept as running sums).
 
 WHY under the store root: a service following a store needs nothing but the store's root to find
 what to serve next. Entries starting with "." are not store versions (PEStore ignores them).
@@ -23,16 +39,19 @@ Crash safety: a graph directory is written into a hidden folder and renamed to i
 name when complete (a reader never sees a partial one), and the pointer is replaced atomically
 after it, so `latest.json` only ever names a complete graph whose store version is committed.
 The newest KEEP_GRAPHS directories are kept (a service still swapping to an older one finds it);
-older ones are removed.
+older ones are removed, with the deltas whose chain starts from one of them. Only entries this
+module writes under `.published/` are ever removed.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import shutil
 import time
 import uuid
+from dataclasses import dataclass
 
 from sparkgnn import files
 from sparkgnn.errors import SparkGNNError
@@ -42,7 +61,12 @@ log = logging.getLogger(__name__)
 PUBLISHED_DIR = ".published"
 LATEST_FILE = "latest.json"
 GRAPHS_DIR = "graphs"
+DELTAS_DIR = "deltas"
+DELTA_FILE = "delta.json"
+DELTA_FORMAT = 1
 KEEP_GRAPHS = 8
+COMPACT_EVERY = 16  # deltas published after a full graph directory before the next full one
+COMPACT_BYTES = 64 << 20  # update bytes in one chain before the next full graph directory
 _TMP_PREFIX = ".tmp-"
 
 
@@ -86,32 +110,241 @@ def latest(store_root: str) -> dict | None:
     return record
 
 
-def publish(store_root: str, graph, store_base: str, *, keep: int = KEEP_GRAPHS) -> dict:
+@dataclass(frozen=True)
+class Delta:
+    """What turns the latest publication's graph into the one being published: the update files
+    applied to it, in order (`updates`: paths), and the graph fingerprint's running sums
+    (vertex sum, edge sum; follow_state.RunningFingerprint) of the base graph and of the result."""
+
+    base_fingerprint: str
+    base_sums: tuple[int, int]
+    sums: tuple[int, int]
+    updates: tuple[str, ...]
+
+
+def publish(
+    store_root: str,
+    graph,
+    store_base: str,
+    *,
+    keep: int = KEEP_GRAPHS,
+    delta: Delta | None = None,
+    compact_every: int = COMPACT_EVERY,
+    compact_bytes: int = COMPACT_BYTES,
+) -> dict:
     """Publish `graph` (a GraphData) as the latest version of `store_root`, whose committed store
-    version for it is `store_base`: write its graph directory (unless one is there already),
-    then point `latest.json` at it, then remove all but the newest `keep` graph directories.
-    Returns the publication; publishing the version already latest returns it unchanged."""
-    if keep < 1:
-        raise ValueError(f"keep must be >= 1 (the latest graph is always kept), got {keep}")
+    version for it is `store_base`: as a delta over the latest publication when `delta` is given
+    and applies to it (its base is the latest graph, the chain is shorter than `compact_every`
+    deltas and `compact_bytes`), else as a full graph directory (unless one is there already);
+    then point `latest.json` at it, then remove all but the newest `keep` graph directories (and
+    the deltas over them). Returns the publication; publishing the version already latest
+    returns it unchanged."""
+    if keep < 1 or compact_every < 0 or compact_bytes < 0:
+        raise ValueError(
+            f"keep must be >= 1 (the latest graph is always kept) and compact_every, compact_bytes >= 0; got "
+            f"{keep}, {compact_every}, {compact_bytes}"
+        )
     fp = str(graph.fingerprint)
     current = latest(store_root)
     if current is not None and current["graph_fingerprint"] == fp and os.path.isdir(current["graph"]):
         return current
     started = time.perf_counter()
-    folder = graph_dir(store_root, fp)
-    if not os.path.isdir(folder):
-        _write_graph(graph, folder)
-    record = {
+    sequence = int((current or {}).get("sequence", 0)) + 1
+    why_full = _why_full(current, graph, delta, compact_every, compact_bytes)
+    if why_full is None:
+        assert current is not None and delta is not None  # _why_full says so
+        record = _write_delta(store_root, graph, store_base, current, delta, sequence)
+    else:
+        folder = graph_dir(store_root, fp)
+        if not os.path.isdir(folder):
+            _write_graph(graph, folder)
+        record = {"graph": folder, "graph_fingerprint": fp, "full": folder, "full_graph_fingerprint": fp, "chain": []}
+    record.update(store=str(store_base), sequence=sequence, published_at=time.time())
+    files.write_json_atomic(os.path.join(published_dir(store_root), LATEST_FILE), record)
+    if why_full is not None:
+        _prune(os.path.dirname(record["full"]), keep, fp)
+    kind = f"delta {len(record['chain'])} of its chain" if why_full is None else f"whole ({why_full})"
+    log.info(f"published graph {fp[:12]} of {store_root}: {kind} ({time.perf_counter() - started:.3f}s)")
+    return record
+
+
+def _why_full(current: dict | None, graph, delta: Delta | None, compact_every: int, compact_bytes: int) -> str | None:
+    """Why `graph` is published as a full directory rather than `delta`, in a few words; None
+    when the delta applies to the latest publication and its chain has room."""
+    if delta is None:
+        return "no delta given"
+    if graph.edge_attr is not None:
+        return "a graph with edge attributes"
+    if current is None or not current.get("full"):
+        return "no earlier publication to apply a delta to"
+    if current["graph_fingerprint"] != delta.base_fingerprint:
+        return f"the latest publication is graph {current['graph_fingerprint'][:12]}, not the delta's base"
+    chain = current.get("chain") or []
+    if len(chain) >= compact_every:
+        return f"compaction after {len(chain)} deltas"
+    size = sum(int(link["bytes"]) for link in chain) + sum(os.path.getsize(p) for p in delta.updates)
+    if size > compact_bytes:
+        return f"compaction: the chain's update files would hold {size} bytes"
+    return None
+
+
+def _write_delta(store_root: str, graph, store_base: str, current: dict, delta: Delta, sequence: int) -> dict:
+    """Write `delta` (over the latest publication `current`) as a delta folder, renamed into place
+    when complete; returns its publication record (without store, sequence and time)."""
+    fp = str(graph.fingerprint)
+    parent = os.path.join(published_dir(store_root), DELTAS_DIR)
+    folder = os.path.join(parent, f"{sequence:08d}-{fp[:16]}")
+    os.makedirs(parent, exist_ok=True)
+    staging = os.path.join(parent, f"{_TMP_PREFIX}{uuid.uuid4().hex}")
+    os.makedirs(staging)
+    try:
+        updates, size = [], 0
+        for i, path in enumerate(delta.updates):
+            name = f"{i:06d}.parquet"
+            with open(path, "rb") as fh:
+                content = fh.read()
+            with open(os.path.join(staging, name), "wb") as fh:
+                fh.write(content)
+            updates.append({"file": name, "bytes": len(content), "sha256": hashlib.sha256(content).hexdigest()})
+            size += len(content)
+        chain = [*(current.get("chain") or []), {"dir": folder, "graph_fingerprint": fp, "bytes": size}]
+        meta = {
+            "format": DELTA_FORMAT,
+            "base_graph_fingerprint": delta.base_fingerprint,
+            "graph_fingerprint": fp,
+            "base_sums": [int(v) for v in delta.base_sums],
+            "sums": [int(v) for v in delta.sums],
+            "updates": updates,
+            "store": str(store_base),
+            "full": current["full"],
+            "full_graph_fingerprint": current["full_graph_fingerprint"],
+            "chain": chain,
+        }
+        files.write_json_atomic(os.path.join(staging, DELTA_FILE), meta)
+        os.rename(staging, folder)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return {
         "graph": folder,
         "graph_fingerprint": fp,
-        "store": str(store_base),
-        "sequence": int((current or {}).get("sequence", 0)) + 1,
-        "published_at": time.time(),
+        "full": current["full"],
+        "full_graph_fingerprint": current["full_graph_fingerprint"],
+        "chain": chain,
     }
-    files.write_json_atomic(os.path.join(published_dir(store_root), LATEST_FILE), record)
-    _prune(os.path.dirname(folder), keep, fp)
-    log.info(f"published graph {fp[:12]} of {store_root} ({time.perf_counter() - started:.3f}s)")
-    return record
+
+
+def is_delta(ref: str) -> bool:
+    """Whether `ref` (what a publication's "graph" names) is a delta folder, not a graph directory."""
+    return os.path.isfile(os.path.join(str(ref), DELTA_FILE))
+
+
+def open_graph(ref: str, *, held=None):
+    """The graph `ref` names: a graph directory read whole, or a delta folder (module doc)
+    applied to `held` (a GraphData) when `held` is in its chain, else -- logged -- to its full
+    graph directory with the chain replayed. PublishError when the chain does not check out
+    from the full directory either (a file changed or missing, a fingerprint that differs), and
+    for a delta naming a directory outside the `.published` folder it lies in (a swap asked over
+    the wire may name a delta folder: it reads nothing beyond that folder)."""
+    from sparkgnn.graph.reader import read_graph_dir
+
+    ref = str(ref)
+    if not is_delta(ref):
+        return read_graph_dir(ref)
+    meta = _read_delta_meta(ref)
+    chain = meta["chain"]
+    home = os.path.dirname(os.path.dirname(os.path.realpath(ref)))  # the .published folder it lies in
+    for path in (meta["full"], *(str(link.get("dir")) for link in chain)):
+        if os.path.dirname(os.path.dirname(os.path.realpath(path))) != home:
+            raise PublishError(f"delta {ref} names {path}, outside the publications {home} it lies in")
+    if held is not None:
+        at = [meta["full_graph_fingerprint"], *(link["graph_fingerprint"] for link in chain)]
+        if held.fingerprint in at:
+            try:
+                return _replay(held, chain[at.index(held.fingerprint) :])
+            except PublishError as exc:
+                log.warning(f"delta {ref}: {exc}; reading the full publication {meta['full']} instead")
+        else:
+            log.warning(
+                f"delta {ref}: the held graph {str(held.fingerprint)[:12]} is not in its chain (a gap); reading the "
+                f"full publication {meta['full']} and {len(chain)} deltas instead"
+            )
+    graph = read_graph_dir(meta["full"])
+    if graph.fingerprint != meta["full_graph_fingerprint"]:
+        raise PublishError(
+            f"delta {ref}: its full graph {meta['full']} has fingerprint {str(graph.fingerprint)[:12]}, not "
+            f"{meta['full_graph_fingerprint'][:12]}"
+        )
+    return _replay(graph, chain)
+
+
+def _read_delta_meta(folder: str) -> dict:
+    path = os.path.join(folder, DELTA_FILE)
+    try:
+        meta = files.read_json(path)
+    except (OSError, ValueError) as exc:
+        raise PublishError(f"{path} cannot be read: {exc}") from None
+    keys = ("base_graph_fingerprint", "graph_fingerprint", "full", "full_graph_fingerprint")
+    if (
+        not isinstance(meta, dict)
+        or meta.get("format") != DELTA_FORMAT
+        or not all(isinstance(meta.get(k), str) for k in keys)
+        or not all(isinstance(meta.get(k), list) for k in ("base_sums", "sums", "updates", "chain"))
+    ):
+        raise PublishError(f"{path} is not a delta of format {DELTA_FORMAT}")
+    return meta
+
+
+def _replay(graph, chain: list[dict]):
+    """`graph` with every delta of `chain` applied in order, each checked (`_apply_delta`)."""
+    for link in chain:
+        graph = _apply_delta(graph, str(link["dir"]))
+    return graph
+
+
+def _apply_delta(graph, folder: str):
+    """The delta in `folder` applied to `graph`, its base: each update file checked against its
+    recorded size and SHA-256, applied (graph.updates.apply), and the result's fingerprint,
+    advanced from the recorded base sums by the rows each file removes and adds, compared to the
+    recorded one. PublishError when anything differs."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from sparkgnn.graph.fingerprint import FingerprintAccumulator
+    from sparkgnn.graph.updates import GraphUpdate, apply
+    from sparkgnn.pe.follow_state import RunningFingerprint
+
+    meta = _read_delta_meta(folder)
+    if meta["base_graph_fingerprint"] != graph.fingerprint:
+        raise PublishError(
+            f"delta {folder} is over graph {meta['base_graph_fingerprint'][:12]}, not {str(graph.fingerprint)[:12]}"
+        )
+    vertex_sum, edge_sum = (int(v) for v in meta["base_sums"])
+    acc = FingerprintAccumulator(graph.feature_dim, graph.weight is not None)
+    acc.add_partial(graph.num_nodes, vertex_sum, graph.num_edges, edge_sum)
+    if graph.edge_attr is not None or acc.hexdigest() != graph.fingerprint:
+        raise PublishError(f"delta {folder}: its base sums are not those of graph {str(graph.fingerprint)[:12]}")
+    running = RunningFingerprint(graph, vertex_sum, edge_sum)
+    for entry in meta["updates"]:
+        path = os.path.join(folder, str(entry["file"]))
+        try:
+            with open(path, "rb") as fh:
+                content = fh.read()
+        except OSError as exc:
+            raise PublishError(f"delta {folder}: {exc}") from None
+        if len(content) != entry["bytes"] or hashlib.sha256(content).hexdigest() != entry["sha256"]:
+            raise PublishError(f"delta {folder}: {entry['file']} is not the file published (size or SHA-256)")
+        try:
+            update = GraphUpdate.from_table(pq.read_table(pa.BufferReader(content)), source=path)
+            running = running.advance(apply(update, running.graph))
+        except (SparkGNNError, pa.ArrowException) as exc:
+            raise PublishError(f"delta {folder}: {entry['file']} does not apply: {exc}") from None
+    if running.graph.fingerprint != meta["graph_fingerprint"]:
+        raise PublishError(
+            f"delta {folder} gives graph {str(running.graph.fingerprint)[:12]}, not the recorded "
+            f"{meta['graph_fingerprint'][:12]}"
+        )
+    return running.graph
 
 
 def _write_graph(graph, folder: str) -> None:
@@ -148,7 +381,8 @@ def _write_graph(graph, folder: str) -> None:
 
 def _prune(graphs: str, keep: int, latest_fp: str) -> None:
     """Remove all but the newest `keep` published graph directories (the latest always stays),
-    and hidden folders a killed publisher left (one follower publishes to a store at a time)."""
+    the deltas whose chain starts from a removed one, and hidden folders a killed publisher left
+    (one follower publishes to a store at a time)."""
     for entry in os.scandir(graphs):
         if entry.name.startswith(_TMP_PREFIX):
             shutil.rmtree(entry.path, ignore_errors=True)
@@ -157,3 +391,16 @@ def _prune(graphs: str, keep: int, latest_fp: str) -> None:
     for entry in entries[keep:]:
         if entry.name != latest_fp:
             shutil.rmtree(entry.path, ignore_errors=True)
+    deltas = os.path.join(os.path.dirname(graphs), DELTAS_DIR)
+    if not os.path.isdir(deltas):
+        return
+    for entry in os.scandir(deltas):
+        if entry.name.startswith(_TMP_PREFIX):
+            shutil.rmtree(entry.path, ignore_errors=True)
+        elif entry.is_dir() and is_delta(entry.path):
+            try:
+                full = _read_delta_meta(entry.path)["full"]
+            except PublishError:
+                continue  # not ours to judge: left as found
+            if not os.path.isdir(full):
+                shutil.rmtree(entry.path, ignore_errors=True)

@@ -4,6 +4,7 @@
                             [--max-batch-updates N] [--max-latency-s S] [--poll-s S]
                             [--max-batches N] [--idle-timeout-s S] [--verify sizes|checksums]
                             [--commit-every-s S] [--commit-rows N] [--no-publish]
+                            [--torch-threads N]
 
 Runs pe/follow.RefreshFollower until --max-batches batches ran, nothing arrived for
 --idle-timeout-s, or SIGTERM / SIGINT (the batch in progress finishes first; a kill at any point
@@ -14,6 +15,11 @@ under the store root for a `sparkgnn-serve --follow-store` service (pe/published
 --no-publish. One progress line per batch on
 stdout, and at the end the run's updates/s, batch latency p50 / p99 and vertices recomputed per
 layer; a user error (a state folder of another graph, a stale store): one line on stderr, exit 2.
+
+--torch-threads (default 1) sets torch's intra-op threads for the process. WHY one: a batch's
+kernels are small (a few thousand rows), so a second thread gains little, and while other work
+shares the cores OpenMP's threads wait on each other at every op (on the 2-core box under load,
+100-edge batches ran an order of magnitude slower with two threads than with one).
 """
 
 from __future__ import annotations
@@ -58,6 +64,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         action="store_true",
         help="do not publish each version's graph under the store root (what a --follow-store service swaps to)",
     )
+    follow.add_argument(
+        "--torch-threads", type=positive_int, default=1, help="torch intra-op threads (small batches: 1)"
+    )
     args = parser.parse_args(argv)
     require_inputs(parser, {"--graph": args.graph, "--model": args.model, "--store": args.store,
                             "--updates": args.updates})  # fmt: skip
@@ -65,6 +74,17 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def _follow(args: argparse.Namespace) -> int:
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(args.torch_threads)
+    try:
+        return _follow_on(args)
+    finally:  # an in-process caller (a test, a notebook) gets its setting back
+        torch.set_num_threads(threads)
+
+
+def _follow_on(args: argparse.Namespace) -> int:
     from sparkgnn.pe.follow import RefreshFollower
 
     follower = RefreshFollower(

@@ -148,3 +148,12 @@ def test_follow_store_flags_set_the_deployment_and_need_a_store():
     assert got.follow_store and got.follow_interval_s == 0.2
     with pytest.raises(ServeError, match="follow_store needs a PE store"):
         config("--follow-store")
+
+
+def test_fronts_flag_sets_the_deployment_and_needs_the_http_front():
+    def config(*flags):
+        return config_from(build_parser().parse_args(["serve", "--graph", "g", "--model", "m", *flags]))
+
+    assert config().fronts == 1 and config("--fronts", "2").fronts == 2
+    with pytest.raises(ServeError, match="fronts=2 needs the HTTP front"):
+        config("--fronts", "2", "--http", "")

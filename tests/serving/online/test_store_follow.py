@@ -14,9 +14,9 @@ import pytest
 from serving_testkit import pyg_model
 
 from sparkgnn.graph import write_graph_dir
-from sparkgnn.graph.reader import read_graph_dir
 from sparkgnn.graph.updates import GraphUpdate
 from sparkgnn.models import Model
+from sparkgnn.pe import published
 from sparkgnn.pe.follow import RefreshFollower
 from sparkgnn.pe.local import precompute_local
 from sparkgnn.pe.store import PEStore
@@ -119,8 +119,11 @@ def test_answers_follow_the_published_versions_each_whole(skewed, tmp_path):
         graphs = {1: (G, g1)}
         for entry in server.swap_log:
             if entry.get("changed"):
-                graphs[entry["version"]] = (read_graph_dir(entry["graph"]), entry["graph"])
+                graphs[entry["version"]] = (published.open_graph(entry["graph"]), entry["graph"])
+                assert entry["load"] == "delta", entry  # each worker patched its held version
     assert sorted(graphs) == [1, 2, 3, 4]
+    # versions 2-4 came as deltas over the full directory the follower published at its start
+    assert [published.is_delta(path) for _g, path in graphs.values()] == [False, True, True, True]
     assert graphs[4][0].fingerprint == follower.graph.fingerprint
     engines = {}
     for number, (graph, _path) in graphs.items():
@@ -132,6 +135,10 @@ def test_answers_follow_the_published_versions_each_whole(skewed, tmp_path):
     # the versions differ where the updates reached: a mixed answer would equal none of them
     r = requests[0]
     assert not close(engines[1].answer(r).h, engines[4].answer(r).h)
+    # and the last version's answers equal FULL on the updated graph, read from no store
+    full = QueryEngine(graphs[4][0], model, mode="full")
+    last = [(r, h) for version, r, h in replies if version == 4]
+    assert last and all(close(h, full.answer(r).h) for r, h in last)
 
 
 def test_follow_store_needs_a_store_and_a_positive_interval(tmp_path):

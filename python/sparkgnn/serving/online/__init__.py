@@ -18,7 +18,9 @@ stats       ServiceMetrics (/metrics, the status line) and Tally (outcomes count
 zmq_front   the ZeroMQ front (messenger frames); http_front: the HTTP/JSON front (aiohttp)
 wire        requests, batches and answers as Arrow tables; BatchAnswers: a batch's answer in numpy, per request
 costs       GraphFacts: what the front end knows of G (ids, in-degrees, PSGS)
-pools       POOL_KINDS (inprocess, workers) and ROUTERS (first, psgs: Quiver)
+pools       POOL_KINDS (inprocess, workers, sharded) and ROUTERS (first, psgs: Quiver)
+sharded     pool kind "sharded": S workers each holding one shard of the PE store, answered by CGP;
+            sharded_engine: the service-side deployment whose engines fan out to them
 batch_op    op "serve_batch": a worker's deployment and its answer to a batch; "serve_evict";
             DeploymentCache: the deployments a worker holds
 hotcache    CACHE_POLICIES (off, degree, fap) and HotRows: the hot stored rows

@@ -63,8 +63,8 @@ class Deployment:
     def __init__(self, spec: dict, *, parts: dict | None = None):
         """Load `spec`'s graph, model and store; `parts` (a delta swap, serving.online.delta) hands
         over "graph", "model", "store" and "context" already built for this spec instead."""
-        from sparkgnn.graph.reader import read_graph_dir
         from sparkgnn.models import Model
+        from sparkgnn.pe.published import open_graph
         from sparkgnn.pe.store import PEStore
 
         started = time.perf_counter()
@@ -72,7 +72,7 @@ class Deployment:
         if parts is not None:
             self.graph, self.model, self.store = parts["graph"], parts["model"], parts["store"]
         else:
-            self.graph = read_graph_dir(spec["graph"])
+            self.graph = open_graph(spec["graph"])  # a graph directory, or a published delta (pe/published.py)
             self.model = Model.load(spec["model"])
             self.store = PEStore.open(spec["store"], model=self.model, graph=self.graph) if spec.get("store") else None
         self.engines: dict = {}

@@ -91,6 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--follow-interval-s", type=positive_float, help="how often a followed store is checked (default 0.5)"
     )
+    serve.add_argument(
+        "--fronts",
+        type=positive_int,
+        help="HTTP front processes sharing --http's port (SO_REUSEPORT), one per core; default 1",
+    )
     serve.add_argument("--report-s", type=positive_float, default=10.0)
     tune.add_argument("--requests", required=True, help="folder of request Parquet files to replay")
     tune.add_argument("--rate", type=positive_float, default=200.0, help="requests per second offered")
@@ -163,6 +168,7 @@ def config_from(args) -> ServeConfig:
         "swap_roots",
         "follow_store",
         "follow_interval_s",
+        "fronts",
     ):
         if getattr(args, name, None) is not None:
             base[name] = getattr(args, name)

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 
 from sparkgnn.serving.online.pools import POOL_KINDS, ROUTERS, ServeError
 from sparkgnn.serving.online.scheduler import SCHEDULERS
+from sparkgnn.serving.online.sharded import SHARD_TRANSPORTS, sharded_problem
 
 CHEAP_MODES = ("he", "srpe")  # the reuse modes a deployment serves unless it lists others
 
@@ -68,6 +69,9 @@ class ServeConfig:
     metrics_auth: str = "inference"  # GET /metrics needs: "inference" (as /v1/health) or "admin" (the admin token)
     batch_timeout_s: float = 120.0  # a batch's pool call: its requests are answered "timeout" after it
     http_idle_timeout_s: float = 30.0
+    # HTTP front processes: the service's own plus fronts - 1 processes on the same port (SO_REUSEPORT),
+    # each parsing and answering in its own GIL and relaying requests to the service (fronts.py)
+    fronts: int = 1
 
     @classmethod
     def load(cls, path: str) -> ServeConfig:
@@ -112,6 +116,7 @@ class ServeConfig:
             "queue_bytes",
             "parse_threads",
             "parse_queue",
+            "fronts",
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -154,8 +159,13 @@ class ServeConfig:
             raise ServeError(f"{where}: pools must be a non-empty list of pool specs, got {self.pools!r}")
         for spec in self.pools:
             _check_pool(spec, where)
+        problem = sharded_problem(self)
+        if problem:
+            raise ServeError(f"{where}: {problem}")
         if self.http:
             split_http_bind(self.http)
+        elif self.fronts > 1:
+            raise ServeError(f"{where}: fronts={self.fronts} needs the HTTP front (http): the extra fronts serve HTTP")
         for name in ("swap_roots", "swap_schemes"):
             value = getattr(self, name)
             if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
@@ -284,14 +294,18 @@ POOL_SETTINGS: dict[str, type] = {
     "device": str,
     "timeout_s": float,
     "transport": str,  # a "workers" pool's route to its workers (WorkerPool): "ipc" or "tcp" (CURVE-keyed)
+    "shards": int,  # a "sharded" pool's shard workers (serving.online.sharded)
+    "memory_budget_bytes": int,  # a "sharded" pool's bytes of shard rows per worker at most
 }
 POOL_TRANSPORTS = ("ipc", "tcp")
+SHARDED_ONLY = ("shards", "memory_budget_bytes")
 
 
 def _check_pool(spec, where: str) -> None:
     """One pool spec: an object with a name, a known kind, known settings of their types, and
     width, threads and timeout_s >= 1 (a pool of 0 workers would never answer); `transport`, only
-    on a "workers" pool, one of POOL_TRANSPORTS."""
+    on a "workers" pool (one of POOL_TRANSPORTS) or a "sharded" one (sharded.SHARD_TRANSPORTS);
+    `shards` (required) and `memory_budget_bytes` only on a "sharded" pool."""
     if not isinstance(spec, dict):
         raise ServeError(f"{where}: a pool is an object {{name, kind, width, ...}}, got {spec!r}")
     unknown = sorted(set(spec) - set(POOL_SETTINGS))
@@ -310,13 +324,22 @@ def _check_pool(spec, where: str) -> None:
             raise ServeError(f"{where}: pool {spec['name']!r}: {key} must be {kind.__name__}, got {value!r}")
         if isinstance(value, int | float) and not (math.isfinite(value) and value >= 1):
             raise ServeError(f"{where}: pool {spec['name']!r}: {key} must be >= 1, got {value!r}")
+    kind = spec.get("kind", "inprocess")
+    transports = SHARD_TRANSPORTS if kind == "sharded" else POOL_TRANSPORTS
     transport = spec.get("transport", "ipc")
-    if transport not in POOL_TRANSPORTS:
+    if transport not in transports:
         raise ServeError(
-            f"{where}: pool {spec['name']!r}: transport must be one of {', '.join(POOL_TRANSPORTS)}, got {transport!r}"
+            f"{where}: pool {spec['name']!r}: transport must be one of {', '.join(transports)}, got {transport!r}"
         )
-    if "transport" in spec and spec.get("kind", "inprocess") != "workers":
-        raise ServeError(f"{where}: pool {spec['name']!r}: transport applies to a 'workers' pool only")
+    if "transport" in spec and kind not in ("workers", "sharded"):
+        raise ServeError(
+            f"{where}: pool {spec['name']!r}: transport applies to a 'workers' pool or a 'sharded' one only"
+        )
+    for key in SHARDED_ONLY:
+        if key in spec and kind != "sharded":
+            raise ServeError(f"{where}: pool {spec['name']!r}: {key} applies to a 'sharded' pool only")
+    if kind == "sharded" and "shards" not in spec:
+        raise ServeError(f"{where}: pool {spec['name']!r}: a 'sharded' pool needs shards (its shard workers, >= 1)")
     POOL_KINDS.lookup(spec.get("kind", "inprocess"))
 
 

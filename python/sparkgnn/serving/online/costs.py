@@ -55,7 +55,20 @@ class GraphFacts:
         dst = ds.dataset(os.path.join(base, layout.EDGES_DIR), format="parquet").to_table(columns=["dst"])
         index = IdIndex(ids)
         rows, _ = index.lookup(dst.column("dst").to_numpy())
-        in_degree = np.bincount(rows, minlength=len(ids)).astype(np.float64)
+        return cls._with_psgs(index, rows, width, store, num_layers)
+
+    @classmethod
+    def of_graph(cls, graph, store=None, num_layers: int = 2) -> GraphFacts:
+        """The facts of a graph held in memory (a GraphData: a followed version built from a
+        published delta, pe/published.py), as `load` reads them from a directory."""
+        return cls._with_psgs(graph.id_index, graph.edge_dst, graph.feature_dim, store, num_layers)
+
+    @classmethod
+    def _with_psgs(cls, index, dst_rows: np.ndarray, width: int, store, num_layers: int) -> GraphFacts:
+        """The facts from G's id index and its edges' destination rows; PSGS from the store's
+        metrics when it has them, else 1 + in-degree."""
+        ids = index.ids
+        in_degree = np.bincount(dst_rows, minlength=len(ids)).astype(np.float64)
         psgs = 1.0 + in_degree
         if store is not None and "psgs" in (store.manifest.get("metric_tables") or []):
             table = store.metrics_table("psgs")

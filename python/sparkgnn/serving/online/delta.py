@@ -15,7 +15,9 @@ WHAT is patched and what is rebuilt: the aligned arrays (serving.stored.StoredLa
 states, rows in G's dense order) are new arrays, gathered from the held version's rows for the
 vertices both graphs have and overwritten with the delta's rows, so the held version's arrays are
 never written: batches still running on it (and a later swap back to it) see it unchanged. The
-new graph is read from its directory and gets its own ServingContext (CSC index, statistics): its
+new graph is read from its directory -- or, when the follower published it as a delta over the
+held version's graph (pe/published.py), built from that graph by applying the delta -- and gets
+its own ServingContext (CSC index, statistics): its
 structure changed with the update, and a context shared between versions would mix them. What
 is saved is the store's cost: reading every layer whole (every segment merged), checksumming every
 segment, and aligning N ids per layer; the new version's own files are checksummed, its base
@@ -56,8 +58,8 @@ def patched_deployment(previous, spec: dict):
 
 
 def _patch(previous, spec: dict):
-    from sparkgnn.graph.reader import read_graph_dir
     from sparkgnn.pe import layout, versions
+    from sparkgnn.pe.published import PublishError, open_graph
     from sparkgnn.pe.store import PEStore
     from sparkgnn.serving.context import ServingContext
     from sparkgnn.serving.online.batch_op import Deployment
@@ -77,7 +79,10 @@ def _patch(previous, spec: dict):
         raise _NoDelta("the held version has no aligned store to patch (no stored mode served yet)")
     model = previous.model
     k = model.num_rounds
-    graph = read_graph_dir(spec["graph"])
+    try:  # a published delta (pe/published.py) applies to the held version's graph
+        graph = open_graph(spec["graph"], held=previous.graph)
+    except PublishError as exc:
+        raise _NoDelta(f"its graph does not open: {exc}") from exc
     try:
         store = PEStore.open(spec["store"], model=model, graph=graph, verify="sizes")
     except Exception as exc:  # noqa: BLE001 - the whole load names the problem in its own words

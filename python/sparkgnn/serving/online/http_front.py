@@ -110,10 +110,15 @@ class HttpFront:
         parse_queue: int = 64,
         metrics_auth: str = "inference",
         parse_pool: ParsePool | None = None,
+        reuse_port: bool = False,
+        unix_path: str | None = None,
     ):
         """`parse_pool`: the threads that decode and validate bodies (the Server shares its own
         with the ZeroMQ front, and shuts it down); None: one of `parse_threads` threads and
-        `parse_queue` waiting of the front's own, shut down by stop()."""
+        `parse_queue` waiting of the front's own, shut down by stop(). `reuse_port`: bind with
+        SO_REUSEPORT, beside the front processes (fronts.py) listening on the same port;
+        `unix_path`: also serve on this Unix socket, where those processes pass the paths they
+        do not serve themselves."""
         from sparkgnn.serving.online.config import split_http_bind
 
         host, port = split_http_bind(bind)
@@ -123,6 +128,7 @@ class HttpFront:
         self.max_body_bytes = max_body_bytes
         self.idle_timeout_s = float(idle_timeout_s)
         self.ssl_context = server_ssl_context(*tls) if tls else None
+        self.reuse_port, self.unix_path = reuse_port, unix_path
         self._owns_pool = parse_pool is None
         self.parse_pool = parse_pool if parse_pool is not None else ParsePool(int(parse_threads), int(parse_queue))
         self.resets = ResetLog(RESET_LOG_EVERY_S)
@@ -173,8 +179,12 @@ class HttpFront:
         )
         await runner.setup()
         self._runner = runner
-        site = web.TCPSite(runner, self.host, self.port, ssl_context=self.ssl_context)
+        site = web.TCPSite(
+            runner, self.host, self.port, ssl_context=self.ssl_context, reuse_port=self.reuse_port or None
+        )
         await site.start()
+        if self.unix_path:
+            await web.UnixSite(runner, self.unix_path).start()
         port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]  # the bound port (0 = any)
         self.url = f"{'https' if self.ssl_context else 'http'}://{self.host}:{port}"
 

@@ -3,6 +3,8 @@
 A pool runs batches (op "serve_batch", serving.online.batch_op) on `width` slots at once:
   inprocess  the front end's own process (one process with all shards: the small deployment,
              and what the tests use); slots share the GIL, so width 1 is the useful value
+  sharded    S shard workers, each holding only its shard of the PE store; a batch runs as
+             computation graph parallelism over them (serving.online.sharded)
   workers    `width` sparkgnn-worker processes behind a messenger broker (messenger.LocalCluster),
              each with its own copy of the deployment in memory and `threads` torch threads; one
              dealer per slot, so batches run in parallel. `transport` "ipc" (default) or "tcp"
@@ -264,3 +266,7 @@ def route_psgs(psgs: float, threshold: float | None, pools: list) -> int:
     if threshold is None or len(pools) < 2:
         return 0
     return 0 if psgs < threshold else len(pools) - 1
+
+
+# pool kind "sharded" registers itself (it imports POOL_KINDS from here)
+from sparkgnn.serving.online import sharded as _sharded  # noqa: E402, F401

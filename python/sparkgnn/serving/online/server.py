@@ -39,6 +39,7 @@ WHY this shape:
 
 from __future__ import annotations
 
+import os
 import threading
 from concurrent.futures import Future
 from typing import Any
@@ -58,6 +59,7 @@ from sparkgnn.serving.online.dispatch import BatchDeadline, Dispatcher
 from sparkgnn.serving.online.intake import Intake, Outcome, Ticket, request_bytes
 from sparkgnn.serving.online.pools import ServeError, make_pool
 from sparkgnn.serving.online.scheduler import SCHEDULERS, ServiceModel
+from sparkgnn.serving.online.sharded import check_budgets
 from sparkgnn.serving.online.stats import ServiceMetrics, Tally, service_stats
 from sparkgnn.serving.online.store_follow import StoreFollower
 from sparkgnn.serving.online.versions import VersionManager
@@ -89,6 +91,7 @@ class Server:
         problems = deployment_problems(config.modes, config.mode_options, config.cache, store)
         if problems:
             raise ServeError(f"deployment of graph {config.graph} with PE store {config.store}: {problems}")
+        check_budgets(config, model, store)  # sharded pools' shards vs their memory budget, before any worker starts
         facts = GraphFacts.load(config.graph, store, model.num_rounds)
         fingerprint = fingerprint_of(config.graph, compute=False) or (store.manifest if store else {}).get(
             "graph_fingerprint"
@@ -114,9 +117,16 @@ class Server:
             config.t_d,
             {mode: self.scheduler.group_limit(mode) for mode in config.modes},
         )
-        self.pools = [make_pool(spec) for spec in config.pools] if start_pools else []
-        for pool in self.pools:  # what the workers serve is registered, never sent (serving.served)
-            pool.register(first.spec)
+        self.pools = []
+        try:
+            for spec in config.pools if start_pools else []:
+                self.pools.append(make_pool(spec))
+            for pool in self.pools:  # what the workers serve is registered, never sent (serving.served)
+                pool.register(first.spec)
+        except BaseException:  # a pool that cannot start: the ones started are stopped again
+            for pool in self.pools:
+                pool.close()
+            raise
         self.metrics = ServiceMetrics(config.modes, self.metrics_state)  # /metrics, the status line
         self.tally = Tally(self.stats, self._lock, self.metrics)
         self.versions = VersionManager(
@@ -147,6 +157,9 @@ class Server:
         self.zmq_endpoint: str | None = None
         self.http_url: str | None = None
         self._http: object | None = None
+        self._relay: Any = None  # the ZmqFront the front processes relay to (fronts.py), once started
+        self.front_processes: Any = None  # fronts.FrontProcesses, when config.fronts > 1
+        self._fronts_folder: str | None = None
 
     @property
     def facts(self) -> GraphFacts:
@@ -171,6 +184,13 @@ class Server:
     # -- lifecycle --------------------------------------------------------------------------
     def _check_binds(self) -> None:
         from sparkgnn.messenger.endpoints import check_bind, is_loopback
+
+        if self.config.fronts > 1:
+            from sparkgnn.serving.online import fronts
+
+            why = fronts.reuse_port_refusal()
+            if why:
+                raise ServeError(f"fronts={self.config.fronts} needs SO_REUSEPORT to share the HTTP port, but {why}")
 
         check_bind(self.config.bind, self.config.curve_keys, bind_any=True)
         if self.config.curve_keys:
@@ -213,6 +233,11 @@ class Server:
         if self.config.http:
             from sparkgnn.serving.online.http_front import HttpFront
 
+            several = self.config.fronts > 1
+            if several:
+                from sparkgnn.serving.online.fronts import PROXY_NAME, fronts_folder
+
+                self._fronts_folder = fronts_folder()
             http = HttpFront(
                 self,
                 self.config.http,
@@ -225,9 +250,46 @@ class Server:
                 else None,
                 parse_pool=self._parse_pool,
                 metrics_auth=self.config.metrics_auth,
+                reuse_port=several,
+                unix_path=os.path.join(self._fronts_folder, PROXY_NAME) if self._fronts_folder else None,
             ).start()
             self._http, self.http_url = http, http.url
+            if several:
+                self._start_front_processes(http)
         return self
+
+    def _start_front_processes(self, http) -> None:
+        """config.fronts - 1 HTTP front processes on the HTTP front's port (fronts.py), relaying to
+        a ZmqFront on an ipc socket in the 0700 fronts folder."""
+        from sparkgnn.serving.online.fronts import PROXY_NAME, RELAY_NAME, FrontProcesses, FrontSettings
+        from sparkgnn.serving.online.zmq_front import ZmqFront
+
+        folder = self._fronts_folder
+        assert folder is not None
+        relay = self._relay = ZmqFront(self, f"ipc://{folder}/{RELAY_NAME}", None, parse_pool=self._parse_pool)
+        ready = threading.Event()
+        self._spawn("relay", relay.run, ready, self._stop)
+        if not ready.wait(10.0):
+            raise ServeError("the front processes' relay did not start within 10 s")
+        _scheme, address = http.url.split("://", 1)
+        _host, port = split_http_bind(address)
+        settings = [
+            FrontSettings(
+                index=i,
+                host=http.host,
+                port=port,
+                relay=str(relay.endpoint),
+                proxy=os.path.join(folder, PROXY_NAME),
+                token=self.config.token,
+                tls_cert=self.config.tls_cert,
+                tls_key=self.config.tls_key,
+                max_body_bytes=self.config.max_body_bytes,
+                idle_timeout_s=self.config.http_idle_timeout_s,
+                reply_timeout_s=self.config.request_timeout_s + self.config.batch_timeout_s + 5.0,
+            )
+            for i in range(1, self.config.fronts)
+        ]
+        self.front_processes = FrontProcesses(settings, stats=self.stats, lock=self._lock).start()
 
     def _spawn(self, name: str, target, *args) -> threading.Thread:
         thread = threading.Thread(target=target, args=args, name=f"sparkgnn-serve-{name}", daemon=True)
@@ -244,10 +306,18 @@ class Server:
         left = self.scheduler.close()  # wakes the batcher if it waits for a request
         self.intake.dequeued(left)
         self.dispatcher.close_batcher(left)  # queued, never started: answered, not dropped
+        if self.front_processes is not None:
+            self.front_processes.stop()
         if self._zmq is not None:
             self._zmq.wake()
+        if self._relay is not None:
+            self._relay.wake()
         if self._http is not None:
             self._http.stop()  # type: ignore[attr-defined]  # an HttpFront
+        if self._fronts_folder is not None:
+            from sparkgnn.serving.online.fronts import remove_folder
+
+            remove_folder(self._fronts_folder)
         for thread in self._threads:
             thread.join(timeout=5.0)
         if self._parse_pool is not None:

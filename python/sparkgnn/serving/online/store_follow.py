@@ -4,7 +4,9 @@
 Every `follow_interval_s` the follower thread reads the root's latest publication; when it names
 a graph other than the one served, it swaps to it (VersionManager.swap: the version is loaded on
 every worker -- patched from the served one when its store is a small row-level delta,
-serving.online.delta, else read whole -- and switched to between batches), so an answer is
+serving.online.delta, else read whole -- and switched to between batches; a graph published as a
+delta is applied to the served version's graph in memory, at the front end and in each worker,
+pe/published.open_graph), so an answer is
 computed wholly on one committed version and names it (`Reply.version`). Versions published
 while a swap runs are skipped: the next check goes straight to the latest one. A refused swap (a
 graph directory pruned before the workers read it, a worker past the timeout) is logged, and

@@ -90,6 +90,10 @@ class VersionManager:
         self._stats = stats
         self._stop = stop
         self.swap_log: list[dict] = []
+        # the graph of the version served when it was built from a published delta (the next delta
+        # applies to it), and that of the version being opened by a swap (held once it switches)
+        self._held_graph = None
+        self._opened_graph = None
 
     @property
     def current(self) -> Version:
@@ -132,6 +136,7 @@ class VersionManager:
                 raise
             with self._lock:  # the switch: every batch dispatched from here on takes `new`
                 self._version = new
+                self._held_graph = self._opened_graph
                 self.config.graph, self.config.store = new.graph, new.store
                 old.replaced = True
                 in_flight = old.in_flight
@@ -186,14 +191,23 @@ class VersionManager:
         """The new version as the front end holds it, after PEStore.open has checked that the
         store is this graph's and this model's (file sizes: each worker checks checksums when
         it loads the store)."""
+        from sparkgnn.pe.published import is_delta, open_graph
         from sparkgnn.pe.store import PEStore
 
         try:
-            opened = PEStore.open(store, model=self._model, graph=graph, verify="sizes") if store else None
-            facts = GraphFacts.load(graph, opened, self._model.num_rounds)
-            fingerprint = str(opened.manifest["graph_fingerprint"] if opened else fingerprint_of(graph))
+            # a published delta (pe/published.py) is applied to the graph held for the version served
+            data = open_graph(graph, held=self._held_graph) if is_delta(graph) else None
+            pair = graph if data is None else data
+            opened = PEStore.open(store, model=self._model, graph=pair, verify="sizes") if store else None
+            if data is not None:
+                facts = GraphFacts.of_graph(data, opened, self._model.num_rounds)
+                fingerprint = str(data.fingerprint)
+            else:
+                facts = GraphFacts.load(graph, opened, self._model.num_rounds)
+                fingerprint = str(opened.manifest["graph_fingerprint"] if opened else fingerprint_of(graph))
         except Exception as exc:  # noqa: BLE001 - an operator's input: every failure is a refusal
             raise self._refusal(old, graph, store, f"{type(exc).__name__}: {exc}") from exc
+        self._opened_graph = data
         if facts.feature_dim != old.facts.feature_dim:
             raise self._refusal(
                 old, graph, store, f"its features are {facts.feature_dim} wide, the model takes {old.facts.feature_dim}"

@@ -193,6 +193,7 @@ class ZmqFront:
         kind = {"ok": "RESULT", "busy": "BUSY", "timeout": "BUSY", "stopping": "BUSY"}.get(outcome.kind, "ERROR")
         header = {
             "kind": kind,
+            "status": outcome.kind,  # the Outcome's own kind: a front process maps it to HTTP (fronts.py)
             "request_id": outcome.request_id,
             "tag": tag,
             "queue_ms": outcome.queue_s * 1e3,
