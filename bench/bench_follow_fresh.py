@@ -6,9 +6,13 @@ service with `follow_store` answering a one-vertex EXACT request in a loop. Upda
 its file's arrival to the first answer computed on a version that holds it (answers name their
 version; a version's graph fingerprint gives the batches it holds, from the follower's checkpoint).
 The follower coalesces what arrived into a batch and commits every --commit-every-s (0.5 s); the
-service checks every --interval-s (0.1 s). Prints freshness p50 / p99, the follower's batch
-latency, the swaps' time and how many loaded as deltas, and the cost of publishing one version at
-this size as a whole graph directory and as a delta (pe/published.py). Runs in under a minute on 2 cores.
+service checks every --interval-s (0.1 s); `make bench-follow` runs it at 0.05 s / 0.02 s. Prints
+freshness p50 / p99, the median of each phase of an update's way (`phases_p50_ms`: its batch
+applied -- with the commit when one is due --, the wait to its publication, the service's check,
+the swap, the first answer after it), the answers' latency, the follower's batch latency and
+commit time, the swaps' time, how many loaded as deltas and why the others loaded whole, and the
+cost of publishing one version at this size as a whole graph directory and as a delta
+(pe/published.py). Runs in under a minute on 2 cores.
 
     .venv/bin/python bench/bench_follow_fresh.py [--nodes N --edges E --dim F --batch B --period S
                                                   --updates U --commit-every-s S --interval-s S]
@@ -26,6 +30,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 
 import numpy as np
 
@@ -63,6 +68,57 @@ def publish_cost(graph, work: str, versions: int = 3) -> tuple[list[float], list
             published.publish(root, running.graph, store_base="-", delta=delta if kind == "delta" else None)
             seconds.append(time.perf_counter() - started)
         shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
+def _published_times(root: str) -> dict[str, float]:
+    """{graph fingerprint: when its publication was written} for the deltas still under `root`
+    (the delta.json's modification time: written just before the folder is renamed in place)."""
+    from sparkgnn.pe import published
+
+    folder = os.path.join(published.published_dir(root), published.DELTAS_DIR)
+    out = {}
+    for name in os.listdir(folder) if os.path.isdir(folder) else []:
+        meta = os.path.join(folder, name, published.DELTA_FILE)
+        if not name.startswith(".") and os.path.exists(meta):
+            out[json.load(open(meta))["graph_fingerprint"]] = os.path.getmtime(meta)
+    return out
+
+
+def _phases(checkpoint, arrivals, latency, published_at, swapped, holds, batch_of_fp) -> dict:
+    """Median milliseconds of each phase of an update's way from its file's arrival to the first
+    answer on a version holding it: its batch applied in memory (pick-up and refresh), its
+    version committed and published (the wait for the commit interval and the commit), the
+    service's check finding it (the check interval), the swap (front end and workers), the
+    first answer after the switch; "slowest": the phases of the three slowest updates."""
+    batches = checkpoint["batches"]
+    done = {}  # batch number -> when it was applied (its oldest file's arrival + its latency)
+    for k, (b, lat) in enumerate(zip(batches, latency, strict=False), start=1):
+        times = [arrivals[n] for n in b["files"] if n in arrivals]
+        if times:
+            done[k] = min(times) + lat
+    spans: dict[str, list[float]] = {k: [] for k in ("batch", "commit_publish", "check", "swap", "answer")}
+    for k, b in enumerate(batches, start=1):
+        swap = next(((s, e, fp) for s, e, fp in swapped if batch_of_fp.get(fp, 0) >= k), None)
+        if k not in done or swap is None or swap[2] not in published_at:
+            continue
+        first = next((t for t, held in holds if t >= swap[1] and held >= k), None)
+        version_fp = next(
+            (v["graph_fingerprint"] for v in batches[k - 1 :] if v["graph_fingerprint"] in published_at), None
+        )
+        if first is None or version_fp is None:
+            continue
+        for name in b["files"]:
+            if name in arrivals:
+                spans["batch"].append(done[k] - arrivals[name])
+                spans["commit_publish"].append(published_at[version_fp] - done[k])
+                spans["check"].append(swap[0] - published_at[version_fp])
+                spans["swap"].append(swap[1] - swap[0])
+                spans["answer"].append(first - swap[1])
+    out: dict = {k: round(1000 * float(np.median(v)), 1) if v else None for k, v in spans.items()}
+    totals = [sum(values) for values in zip(*spans.values(), strict=True)]
+    slowest = sorted(range(len(totals)), key=totals.__getitem__)[-3:]  # the tail, phase by phase
+    out["slowest"] = [{k: round(1000 * v[i], 1) for k, v in spans.items()} for i in reversed(slowest)]
     return out
 
 
@@ -115,6 +171,7 @@ def run(args) -> dict:
             graph.ids[:4], np.full(4, qid),
         )  # fmt: skip
         answers: list[tuple[float, int]] = []
+        answer_s: list[float] = []
         stop = threading.Event()
         arrivals: dict[str, float] = {}
         with Server(config) as server:
@@ -122,7 +179,10 @@ def run(args) -> dict:
             def ask() -> None:
                 with Client(server.zmq_endpoint) as client:
                     while not stop.is_set():
-                        answers.append((time.time(), client.answer(probe, mode="exact").version))
+                        asked = time.time()
+                        version = client.answer(probe, mode="exact").version
+                        answers.append((time.time(), version))
+                        answer_s.append(answers[-1][0] - asked)
                         time.sleep(0.005)
 
             asking = threading.Thread(target=ask, daemon=True)
@@ -157,6 +217,14 @@ def run(args) -> dict:
             versions.update({e["version"]: e["graph_fingerprint"] for e in server.swap_log if e.get("changed")})
             loads = [e.get("load") for e in server.swap_log if e.get("changed")]
             swap_s = [e["seconds"] for e in server.swap_log if e.get("changed")]
+            swap_entries = [e for e in server.swap_log if e.get("changed")]
+            why_whole = Counter(  # why a worker loaded a version whole instead of patching it
+                str(w.get("why_not_delta", "no held version"))[:80]
+                for e in swap_entries
+                for pool in (e.get("loaded") or {}).values()
+                for w in pool.values()
+                if w.get("how") != "delta"
+            )
         follower.terminate()
         follower.wait(timeout=60)
         checkpoint = json.load(open(os.path.join(state, "checkpoint.json")))
@@ -164,6 +232,9 @@ def run(args) -> dict:
         latency = [
             float(x.split("latency ")[1].split("s")[0]) for x in log_lines if ": batch " in x and "latency " in x
         ]
+        commit_s = [float(x.split(" in ")[-1].rstrip("s")) for x in log_lines if ": committed version " in x]
+        published_at = _published_times(root)
+        swapped = [(e["at"] - e["seconds"], e["at"], e["graph_fingerprint"]) for e in swap_entries]
         batch_of_fp = {b["graph_fingerprint"]: k for k, b in enumerate(checkpoint["batches"], start=1)}
         batch_of_file = {n: k for k, b in enumerate(checkpoint["batches"], start=1) for n in b["applied"]}
         holds = [(t, batch_of_fp.get(versions[v], 0)) for t, v in answers]  # (answer time, batches it holds)
@@ -172,6 +243,7 @@ def run(args) -> dict:
             first = next((t for t, k in holds if t >= arrived and k >= batch_of_file.get(name, 1 << 30)), None)
             if first is not None:
                 fresh.append(first - arrived)
+        phases = _phases(checkpoint, arrivals, latency, published_at, swapped, holds, batch_of_fp)
         out = {
             "edges": graph.num_edges,
             "batch_edges": args.batch,
@@ -181,8 +253,12 @@ def run(args) -> dict:
             "freshness_p99_ms": round(1000 * float(np.percentile(fresh, 99)), 1) if fresh else None,
             "swaps": len(loads),
             "delta_swaps": loads.count("delta"),
+            "whole_loads_why": dict(why_whole),
             "swap_p50_s": round(float(np.percentile(swap_s, 50)), 3) if swap_s else None,
             "follower_batch_latency_p50_s": round(float(np.percentile(latency, 50)), 3) if latency else None,
+            "follower_commit_p50_s": round(float(np.percentile(commit_s, 50)), 3) if commit_s else None,
+            "phases_p50_ms": phases,
+            "answer_ms": [round(1000 * float(np.percentile(answer_s, q)), 1) for q in (50, 99, 100)],
             "publish_s": [round(s, 3) for s in cost],
             "publish_delta_s": [round(s, 4) for s in delta_cost],
             "commit_every_s": args.commit_every_s,

@@ -39,6 +39,8 @@ taken: from the scheduled send time, so the generator's lateness is included):
               TLS to split the two), same load generator and rate grid, with the generator's own
               CPU per request (online_experiments.experiment_auth). `--only auth` runs it alone and
               adds its section to the existing result file
+  9 sharded   replicated ("workers", width 2) vs sharded pools of 2 and 4 shards, HE and EXACT:
+              p50/p99 at one fixed rate, saturation throughput, RSS per worker (online_sharded.py)
 Writes bench/results/online.json (every key described under "what"), online_latency.png,
 online_schedulers.png and online_auth.png. No Spark is started. Timings on a shared 2-core box are noisy: the load
 average at start and end is recorded.
@@ -88,6 +90,8 @@ from online_experiments import (  # noqa: E402
 from online_fronts import experiment_fronts, experiment_idle, experiment_overload  # noqa: E402
 from online_measure import EXACT_SLO_MS, HE_SLO_MS, Bench, LoadGen, slo_rate  # noqa: E402
 from online_plots import plot  # noqa: E402
+from online_sharded import SETTINGS as SHARDED_SETTINGS  # noqa: E402
+from online_sharded import experiment_sharded  # noqa: E402
 from serving_models import load_average  # noqa: E402
 
 FULL = {
@@ -119,7 +123,7 @@ QUICK = {
 # fronts / overload / idle (online_fronts.py): the offer over HTTP as a multiple of the one-slot
 # closed-loop rate, the generator's connections, the overload run's deadline, the idle window
 FRONT_SETTINGS = {"fronts_offer": 3.0, "fronts_connections": 64, "overload_deadline_ms": 100.0, "idle_seconds": 5.0}
-ONLY_PARTS = ("auth", "fronts", "overload", "idle")
+ONLY_PARTS = ("auth", "fronts", "overload", "idle", "sharded")
 FRONT_KEYS = {  # top-level key -> (section, key in it)
     "two_fronts_over_one": ("fronts", "two_fronts_over_one"),
     "service_cpu_ms_per_request": ("overload", "service_cpu_ms_per_request"),
@@ -232,6 +236,15 @@ WHAT = {
     "single-query HE request at its held capacity (the issue asks <= 0.5)",
     "overload_goodput_ratio": "overload.overload_goodput_ratio (the issue asks >= 0.9, excess refused fast)",
     "idle_cpu_cores": "idle.idle_cpu_cores (the issue asks <= 0.05)",
+    "sharded": "online_sharded.experiment_sharded: SAGE single-query HE and EXACT over ZeroMQ served by layouts "
+    "replicated ('workers' pool, width 2, whole store per worker), sharded_2 and sharded_4 (sharded pools, one "
+    "worker per shard): per layout and mode calibrated_rps (one slot, closed loop), fixed_point at "
+    "fixed_rate_rps (sharded_load x sharded_4's calibrated rate, the same for every layout; at least "
+    "sharded_fixed_requests requests) with its latency_p50_ms/latency_p99_ms, saturation_point offered "
+    "sharded_saturation_offer x calibrated x width and its answered saturation_rps; memory: per worker pid, "
+    "VmRSS, RssAnon (private pages) and rows_bytes (store rows it holds: sharded.shard_bytes); row: the "
+    "table (p50/p99/saturation per mode, worker RSS, worker_rss_anon_over_replicated); run, scale, graph, "
+    "machine, loadavg, load averages, seconds",
 }
 
 
@@ -286,11 +299,16 @@ def _log_auth(auth: dict) -> None:
 
 
 def _front_sections(b, dep, s, parts: set, run: str) -> dict:
-    """The fronts / overload / idle sections named in `parts` (online_fronts.py), each with how,
-    where and at what scale it ran."""
-    runners = {"fronts": experiment_fronts, "overload": experiment_overload, "idle": experiment_idle}
+    """The fronts / overload / idle (online_fronts.py) and sharded (online_sharded.py) sections
+    named in `parts`, each with how, where and at what scale it ran."""
+    runners = {
+        "fronts": experiment_fronts,
+        "overload": experiment_overload,
+        "idle": experiment_idle,
+        "sharded": experiment_sharded,
+    }
     out = {}
-    for part in ("fronts", "overload", "idle"):
+    for part in ("fronts", "overload", "idle", "sharded"):
         if part not in parts:
             continue
         started, loadavg, load_start = time.perf_counter(), list(os.getloadavg()), load_average()
@@ -362,7 +380,7 @@ def main() -> int:
     parser.add_argument("--sched-repeats", type=int, help="runs per scheduler and arrival process")
     parser.add_argument("--cache-fraction", type=float, default=0.1)
     parser.add_argument(
-        "--skip", default="", help="comma list of: exact, workers, cache, router, auth, fronts, overload, idle"
+        "--skip", default="", help="comma list of: exact, workers, cache, router, auth, fronts, overload, idle, sharded"
     )
     parser.add_argument(
         "--only",
@@ -377,7 +395,7 @@ def main() -> int:
     if only - set(ONLY_PARTS):
         parser.error(f"--only: unknown part(s) {sorted(only - set(ONLY_PARTS))}; known: {', '.join(ONLY_PARTS)}")
     s = dict(QUICK if args.quick else FULL)
-    s.update(FRONT_SETTINGS)
+    s.update(FRONT_SETTINGS, **SHARDED_SETTINGS)
     for key in ("nodes", "edges", "duration", "max_points", "refine", "sched_repeats"):
         if getattr(args, key) is not None:
             s[key] = getattr(args, key)
@@ -509,7 +527,7 @@ def main() -> int:
             result["worker_pool_idle_probe"] = probe_worker_idle(b, dep, s)
         if "auth" not in skip:
             result["auth"] = _auth_section(b, dep, s, work, "whole bench", load_average(), time.perf_counter())
-        result.update(_front_sections(b, dep, s, {"fronts", "overload", "idle"} - skip, "whole bench"))
+        result.update(_front_sections(b, dep, s, {"fronts", "overload", "idle", "sharded"} - skip, "whole bench"))
         _front_headline(result)
     finally:
         lg.close()

@@ -134,11 +134,11 @@ def _cpu_seconds(pid: int) -> float | None:
 
 def process_groups(srv, lg) -> dict:
     """pid lists by role: the bench process (front end + inprocess pools), the load generator,
-    the workers and brokers of "workers" pools."""
+    the workers and brokers of "workers" and "sharded" pools."""
     groups: dict = {"front_end": [os.getpid()], "generator": [lg.proc.pid], "workers": [], "brokers": []}
-    for pool in srv.pools:
-        cluster = getattr(pool, "cluster", None)
-        if cluster is not None:
+    for pool in srv.pools:  # a "workers" pool has one cluster, a sharded pool one per shard
+        clusters = [getattr(pool, "cluster", None), *getattr(pool, "clusters", [])]
+        for cluster in (c for c in clusters if c is not None):
             groups["workers"] += [w.pid for w in cluster.workers]
             groups["brokers"] += [cluster.broker.pid] if cluster.broker is not None else []
     return groups

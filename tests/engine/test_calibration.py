@@ -52,3 +52,25 @@ def test_an_unreadable_file_is_reported_and_left_alone(tmp_path, caplog):
     assert all("calibration.json is unreadable" in line for line in caplog.messages) and len(caplog.messages) == 2
     with open(path) as fh:
         assert fh.read() == "{not json"
+
+
+def test_jobs_recording_side_by_side_keep_every_observation(tmp_path, monkeypatch):
+    # a typed round's relation jobs finish on several driver threads: each read-extend-replace of
+    # the file runs in turn (a slow read widens the window in which one could drop another's)
+    import threading
+    import time
+
+    work, slow_read = str(tmp_path), calibration._read
+
+    def read(path):
+        time.sleep(0.01)
+        return slow_read(path)
+
+    monkeypatch.setattr(calibration, "_read", read)
+    threads = [threading.Thread(target=calibration.record, args=(work, 2, _plan(EST), {0: 10.0 + i})) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    with open(os.path.join(work, calibration.CALIBRATION_FILE)) as fh:
+        assert len(json.load(fh)["by_cores"]["2"]) == 6

@@ -94,7 +94,11 @@ def test_to_hetero_sage_equals_pyg_at_three_partitions(spark, typed_dir, tmp_pat
     prepared = [r for r in caplog.records if r.getMessage().startswith("sparkgnn: prepared graph ")]
     assert len(prepared) == 5 and all(r.threadName.startswith("sg-prepare") for r in prepared)
     reused = [r for r in caplog.records if r.getMessage().startswith("sparkgnn: reusing the graph layout")]
-    assert all(r.threadName == "MainThread" for r in reused)
+    # then the relation jobs ran side by side on driver threads of their own (engine.typed_jobs),
+    # their phases kept as the detail of the round's "relation jobs" phase
+    assert reused and all(r.threadName.startswith("sg-relation") for r in reused)
+    inside = {row["name"]: row["calls"] for row in result.phases["inside"]["typed round 0: relation jobs"]}
+    assert inside["model store"] == 5  # one per relation job
     fingerprints = {r.getMessage().split()[3] for r in prepared}
     assert {r.getMessage().split("/prep/")[1].split("/")[0] for r in reused} == fingerprints
 

@@ -86,3 +86,49 @@ def test_a_phase_needs_a_name_of_its_own(name):
 
 def test_process_start_time_is_in_the_past():
     assert phases.process_start_time() <= time.time()
+
+
+def test_threads_keep_their_own_open_phases_on_one_clock():
+    # thread b opens its phase while a's is open and closes it after a's: with one shared stack
+    # a's exit would close b's phase and b's would close a's, so b would be charged half its time
+    import threading
+
+    clock = PhaseClock()
+    a_open, b_open = threading.Event(), threading.Event()
+
+    def a() -> None:
+        with clock.phase("a", quiet=True):
+            a_open.set()
+            b_open.wait(5)
+            time.sleep(0.1)
+
+    def b() -> None:
+        a_open.wait(5)
+        with clock.phase("b", quiet=True):
+            b_open.set()
+            time.sleep(0.2)
+
+    threads = [threading.Thread(target=a), threading.Thread(target=b)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    rows = _by_name(clock.summary())
+    assert 0.09 <= rows["a"]["seconds"] < 0.18
+    assert rows["b"]["seconds"] >= 0.19
+
+
+def test_forks_are_kept_as_the_detail_of_the_phase_they_ran_in():
+    clock = PhaseClock()
+    with clock.phase("round", quiet=True):
+        forks = [clock.fork() for _ in range(2)]
+        for fork in forks:
+            with phases.activate(fork), phases.phase("plan", quiet=True):
+                time.sleep(0.02)
+        clock.absorb("round", forks)
+    doc = clock.summary()
+    # the forks' seconds are the round's detail, not rows of the table: it still adds up
+    assert set(_by_name(doc)) == {"round"}
+    assert abs(doc["accounted_s"] + doc["unaccounted_s"] - doc["wall_s"]) < 1e-6
+    (plan,) = doc["inside"]["round"]
+    assert plan["name"] == "plan" and plan["calls"] == 2 and plan["seconds"] >= 0.04

@@ -247,3 +247,29 @@ def test_frame_of_a_layer_committed_as_a_delta_merges_its_segments(spark, graph_
         assert sorted(rows) == sorted(want.column("id").to_pylist()) and 99 not in rows and 500 in rows
         for i, h in zip(want.column("id").to_pylist(), want.column("h").to_pylist(), strict=True):
             np.testing.assert_array_equal(np.asarray(rows[i], np.float32), np.asarray(h, np.float32))
+
+
+def test_one_commit_writes_the_manifest_once_at_finish(graph_data, model, tmp_path, monkeypatch):
+    from sparkgnn.pe import layout
+
+    dims = model_identity(model).dims
+    ids = graph_data.ids
+    rng = np.random.default_rng(4)
+    saved = []
+    real_write = layout.write_manifest
+    monkeypatch.setattr(
+        layout, "write_manifest", lambda base, m: saved.append(sorted(m["layers_complete"])) or real_write(base, m)
+    )
+    w = PEWriter(tmp_path, graph_data, model, with_states=True, one_commit=True)
+    values = {}
+    for l in range(1, len(dims) + 1):
+        h = rng.standard_normal((len(ids), dims[l - 1])).astype(np.float32)
+        s = rng.standard_normal((len(ids), STATE_W)).astype(np.float32)
+        w.commit_layer_arrays(l, ids, h, s)
+        values[l] = h
+        assert layout.read_manifest(w.base) is None  # nothing committed before finish
+    w.finish()
+    assert saved == [list(range(1, len(dims) + 1))]  # one manifest write, every layer in it
+    store = PEStore.open(tmp_path, model=model, graph=graph_data)
+    for l, h in values.items():
+        assert np.array_equal(store.lookup(ids, l)[0], h)

@@ -15,6 +15,7 @@ nothing here overwrites what it did not write.
 from __future__ import annotations
 
 import logging
+import threading
 
 from sparkgnn import files
 from sparkgnn.planner import CostModel
@@ -24,6 +25,9 @@ CALIBRATION_FILE = "calibration.json"
 MAX_OBSERVATIONS = 64
 VERSION = 1
 log = logging.getLogger(__name__)
+# record() reads, extends and replaces the file: jobs finishing side by side on driver threads (a
+# typed round's relation jobs) take turns, so none drops another's observations.
+_RECORDING = threading.Lock()
 
 # The constants a plan starts from before this work dir has measured anything, by exchange. Files:
 # the "shuffle" term is an IPC write plus a memory-mapped read, the pipe term placing rows by id
@@ -89,7 +93,8 @@ def load(
 def record(work_dir: str, cores: int, plan, seconds_by_layer: dict[int, float], exchange: str = "shuffle") -> int:
     """Append this run's layers (planner quantities + measured seconds) and return how many
     observations the key now holds. Written atomically (files.write_json_atomic: temp file + rename
-    in the work dir, one put on an object store)."""
+    in the work dir, one put on an object store); the read and the write under a process-wide lock
+    (jobs on several driver threads of one process record in turn)."""
     fresh = [
         Observation.from_estimates(layer.estimates, seconds_by_layer[index])
         for index, layer in enumerate(plan.layers)
@@ -97,16 +102,17 @@ def record(work_dir: str, cores: int, plan, seconds_by_layer: dict[int, float], 
     ]
     if not fresh:
         return 0
-    try:
-        stored = _read(work_dir)
-    except ValueError as exc:
-        log.warning(f"sparkgnn: {exc}; this run's timings are not recorded")
-        return 0
-    key = _key(cores, exchange)
-    stored[key] = (stored.get(key, []) + fresh)[-MAX_OBSERVATIONS:]
-    content = {"version": VERSION, "by_cores": {k: [o.to_dict() for o in v] for k, v in stored.items()}}
-    files.write_json_atomic(_path(work_dir), content)
-    return len(stored[key])
+    with _RECORDING:
+        try:
+            stored = _read(work_dir)
+        except ValueError as exc:
+            log.warning(f"sparkgnn: {exc}; this run's timings are not recorded")
+            return 0
+        key = _key(cores, exchange)
+        stored[key] = (stored.get(key, []) + fresh)[-MAX_OBSERVATIONS:]
+        content = {"version": VERSION, "by_cores": {k: [o.to_dict() for o in v] for k, v in stored.items()}}
+        files.write_json_atomic(_path(work_dir), content)
+        return len(stored[key])
 
 
 def summary(model: CostModel, observations: int, work_dir: str) -> str:

@@ -16,6 +16,12 @@ caller's active clock or starts one for the call, so its result always carries t
 A job script starts its clock at the process's start (`process_start_time`), so the
 interpreter's start and the imports are its first phase.
 
+Thread safety: each thread has its own stack of open phases and the tables are updated under a
+lock. Jobs that run side by side on driver threads (a typed round's relation jobs, engine.typed)
+each charge a `fork` of the clock, and the caller `absorb`s the forks into the phase it ran them
+in: their seconds overlap each other and that phase's wall time, so they are kept as that phase's
+detail (summary()["inside"]) and not added to the table, which still adds up to the wall time.
+
 Each phase that ends logs one progress line (INFO; under 0.05 s at DEBUG) unless it is `quiet`
 (the steps, which print a richer line of their own); `lines()` is the table a job prints at the end.
 """
@@ -25,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -63,10 +70,21 @@ class PhaseClock:
         self._last = self._origin  # where the time nothing has charged yet begins (claim)
         self._seconds: dict[str, float] = {}
         self._calls: dict[str, int] = {}
-        self._open: list[_Open] = []
+        self._lock = threading.Lock()
+        self._stacks = threading.local()  # each thread's open phases
+        self._main: list[_Open] = self._stack  # the creating thread's: summary() reports its open phase
+        self._inside: dict[str, dict[str, list[float]]] = {}  # absorbed forks: phase -> name -> [s, calls]
+
+    @property
+    def _stack(self) -> list[_Open]:
+        stack = getattr(self._stacks, "open", None)
+        if stack is None:
+            stack = self._stacks.open = []
+        return stack
 
     def _charge(self, name: str, seconds: float) -> None:
-        self._seconds[name] = self._seconds.get(name, 0.0) + max(seconds, 0.0)
+        with self._lock:
+            self._seconds[name] = self._seconds.get(name, 0.0) + max(seconds, 0.0)
 
     @contextlib.contextmanager
     def phase(self, name: str, *, quiet: bool = False) -> Iterator[None]:
@@ -75,21 +93,23 @@ class PhaseClock:
         if not name or name == UNACCOUNTED:
             raise ValueError(f"a phase needs a name other than {UNACCOUNTED!r}, got {name!r}")
         now = time.perf_counter()
-        if self._open:  # pause the enclosing phase
-            outer = self._open[-1]
+        stack = self._stack
+        if stack:  # pause the enclosing phase
+            outer = stack[-1]
             self._charge(outer.name, now - outer.resumed)
             outer.own += now - outer.resumed
-        self._calls[name] = self._calls.get(name, 0) + 1
-        self._seconds.setdefault(name, 0.0)
-        self._open.append(_Open(name, now, now, quiet))
+        with self._lock:
+            self._calls[name] = self._calls.get(name, 0) + 1
+            self._seconds.setdefault(name, 0.0)
+        stack.append(_Open(name, now, now, quiet))
         try:
             yield
         finally:
             end = time.perf_counter()
-            entry = self._open.pop()
+            entry = stack.pop()
             self._charge(entry.name, end - entry.resumed)
-            if self._open:
-                self._open[-1].resumed = end
+            if stack:
+                stack[-1].resumed = end
             self._last = end
             if not entry.quiet:
                 took = end - entry.entered
@@ -103,14 +123,35 @@ class PhaseClock:
         """Charge to `name` the time since the clock started or its last phase ended, which no
         phase covered (a job script's interpreter start and imports, measured from the process's
         start); returns those seconds. Only between phases: an open phase owns that time."""
-        if self._open:
-            raise RuntimeError(f"claim({name!r}) inside phase {self._open[-1].name!r}: that time is the phase's")
+        stack = self._stack
+        if stack:
+            raise RuntimeError(f"claim({name!r}) inside phase {stack[-1].name!r}: that time is the phase's")
         now = time.perf_counter()
         seconds = now - self._last
-        self._calls[name] = self._calls.get(name, 0) + 1
+        with self._lock:
+            self._calls[name] = self._calls.get(name, 0) + 1
         self._charge(name, seconds)
         self._last = now
         return seconds
+
+    def fork(self) -> PhaseClock:
+        """A clock for a job run on another thread inside one of this clock's phases: activate it
+        there, then `absorb` it into that phase."""
+        return PhaseClock()
+
+    def absorb(self, into: str, forks: list[PhaseClock]) -> None:
+        """Keep the tables of `forks` (clocks of jobs that ran side by side inside phase `into`)
+        as `into`'s detail: summary()["inside"][into], seconds and calls summed over the forks.
+        Not added to the table (module doc: they overlap `into`'s wall time and each other)."""
+        with self._lock:
+            detail = self._inside.setdefault(into, {})
+            for fork in forks:
+                with fork._lock:
+                    rows = [(name, value, fork._calls.get(name, 0)) for name, value in fork._seconds.items()]
+                for name, value, calls in rows:
+                    entry = detail.setdefault(name, [0.0, 0])
+                    entry[0] += value
+                    entry[1] += calls
 
     def seconds(self, name: str) -> float:
         """The seconds charged to `name` so far (0.0 for a phase that never ran)."""
@@ -119,23 +160,34 @@ class PhaseClock:
     def summary(self) -> dict:
         """The table as JSON: `wall_s` (start to now), `phases` ([{name, seconds, calls}] in the
         order they first ran, open phases up to now), `accounted_s`, `unaccounted_s` (wall less
-        the phases, so the rounded figures add up exactly) and `unaccounted_fraction`."""
+        the phases, so the rounded figures add up exactly) and `unaccounted_fraction`; with
+        absorbed forks, `inside` ({phase: [{name, seconds, calls}]}, the forks' phases summed over
+        them: thread seconds, not part of the wall time's split)."""
         now = time.perf_counter()
-        seconds = dict(self._seconds)
-        for entry in self._open[-1:]:  # only the innermost open phase is charging now
+        with self._lock:
+            seconds = dict(self._seconds)
+            calls = dict(self._calls)
+            inside = {k: dict(v) for k, v in self._inside.items()}
+        for entry in self._main[-1:]:  # only the innermost open phase is charging now
             seconds[entry.name] = seconds.get(entry.name, 0.0) + now - entry.resumed
         wall = round(now - self._origin, 3)
         rounded = {name: round(value, 3) for name, value in seconds.items()}
-        rows = [{"name": name, "seconds": value, "calls": self._calls[name]} for name, value in rounded.items()]
+        rows = [{"name": name, "seconds": value, "calls": calls[name]} for name, value in rounded.items()]
         accounted = round(sum(rounded.values()), 3)
         unaccounted = round(max(wall - accounted, 0.0), 3)
-        return {
+        doc: dict = {
             "wall_s": wall,
             "phases": rows,
             "accounted_s": accounted,
             "unaccounted_s": unaccounted,
             "unaccounted_fraction": round(unaccounted / wall, 4) if wall > 0 else 0.0,
         }
+        if inside:
+            doc["inside"] = {
+                into: [{"name": n, "seconds": round(v[0], 3), "calls": v[1]} for n, v in detail.items()]
+                for into, detail in inside.items()
+            }
+        return doc
 
     def lines(self, title: str = "job") -> list[str]:
         """The table as progress lines: one per phase (seconds, share of the wall time), then the

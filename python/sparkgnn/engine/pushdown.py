@@ -19,6 +19,7 @@ once per (prepared graph, policy): later layers and later jobs of the session jo
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -130,21 +131,34 @@ def _expr(sql: str):
     return functions.expr(sql)
 
 
+# Held while a pushdown plan runs with its own spark.sql.shuffle.partitions (shuffle_partitions).
+_SHUFFLE_CONF = threading.RLock()
+
+
 @contextlib.contextmanager
 def shuffle_partitions(spark, plan):
     """While a plan with pushdown layers runs, Spark's aggregate shuffles into P partitions (the
     plan's), not spark.sql.shuffle.partitions (200 by default under spark-submit: 200 tiny tasks
-    per layer on a small cluster). The session's own value is restored afterwards."""
+    per layer on a small cluster). The session's own value is restored afterwards.
+
+    The setting is the session's, not the thread's: jobs run side by side on driver threads (a
+    typed round's relation jobs, engine.typed) hold a process-wide lock through it, so two
+    pushdown jobs never set it under each other and the value restored is the session's own. A
+    job of another strategy running meanwhile may plan its implicit shuffles with this P: only
+    their task count changes, since every shuffle whose partition index matters (routing,
+    ownership) names its partition count explicitly. The pushdown jobs' persisted edges
+    (cached_edges, a small LRU) are used only under that lock, so none evicts another's in use."""
     if not any(layer.strategy == "pushdown" for layer in plan.layers):
         yield
         return
     key = "spark.sql.shuffle.partitions"
-    before = spark.conf.get(key, None)
-    spark.conf.set(key, str(plan.partitions))
-    try:
-        yield
-    finally:
-        if before is None:
-            spark.conf.unset(key)
-        else:
-            spark.conf.set(key, before)
+    with _SHUFFLE_CONF:
+        before = spark.conf.get(key, None)
+        spark.conf.set(key, str(plan.partitions))
+        try:
+            yield
+        finally:
+            if before is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, before)

@@ -12,7 +12,8 @@ then the per-relation outputs of every destination type are merged with the roun
 cross-relation aggregation (sum, mean over the relations into the type, max, min) and the
 per-type node ops applied, in one pass for the whole round (engine.typed_merge). The relation
 jobs' layouts are prepared beforehand, side by side on driver threads, round 0's while its
-inputs are computed (engine.typed_prepare).
+inputs are computed (engine.typed_prepare), and the jobs themselves then run side by side on
+driver threads too, their outputs taken in the relation order (engine.typed_jobs).
 
 WHY every relation is an ordinary homogeneous job: the conv is the homogeneous layer (the same
 weights, the same exactness tests), so reusing the whole engine keeps every strategy, the cost
@@ -61,6 +62,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from sparkgnn.engine.phases import phase
+from sparkgnn.engine.typed_jobs import run_relation_jobs
 from sparkgnn.engine.typed_merge import apply_node_ops, constant_rows, merge_round
 from sparkgnn.engine.typed_prepare import Prepares, prepare_relations, start_prepares
 from sparkgnn.errors import SparkGNNError, UnsupportedModelError
@@ -564,14 +566,29 @@ def _run_round(
     jobs = _relation_jobs(graph, rnd, index, need, values, widths, common, rows=rows, fingerprints=fingerprints)
     if rows is None:
         prepare_relations(spark, [(g, m) for _, _, g, m, _ in jobs], common, index)
+
+    def job(edge_type: EdgeType, conv, rel_graph, rel_model, options: dict):
+        def run():
+            log.info(f"sparkgnn: typed round {index}, relation {edge_key(edge_type)} ({conv.kind})")
+            # out=None: the engine keeps the relation's rows (localCheckpoint); the merged
+            # values are what this module writes to the run folder
+            return _infer_one(spark, rel_graph, rel_model, **options)
+
+        return run
+
+    # side by side on driver threads (engine.typed_jobs) when the layers run in Spark's own
+    # Python workers; a worker cluster of the caller's serves one job at a time
+    results = run_relation_jobs(
+        spark,
+        [(edge_key(j[0]), job(*j)) for j in jobs],
+        index,
+        concurrent=common.get("workers", "inprocess") == "inprocess",
+    )
     by_type: dict[str, list[DataFrame]] = {}
-    for edge_type, conv, rel_graph, rel_model, options in jobs:
+    for (edge_type, *_), (frame, report, plan) in zip(jobs, results, strict=True):
         s, _, d = edge_type
         key = f"{index}:{edge_key(edge_type)}"
-        log.info(f"sparkgnn: typed round {index}, relation {edge_key(edge_type)} ({conv.kind})")
-        # out=None: the engine keeps the relation's rows (localCheckpoint); the merged values
-        # are what this module writes to the run folder
-        frame, reports[key], plans[key] = _infer_one(spark, rel_graph, rel_model, **options)
+        reports[key], plans[key] = report, plan
         if s != d:  # the destination type's rows, back to their own ids
             frame = frame.where("pmod(id, 2) = 1").selectExpr("(id - 1) div 2 AS id", "h")
         by_type.setdefault(d, []).append(frame.select("id", "h"))

@@ -500,7 +500,7 @@ class RefreshFollower:
             self._hold_nothing()
             self._write_checkpoint()
             return False
-        writer = PEWriter(self.store_root, new, self.model, with_states=True)
+        writer = PEWriter(self.store_root, new, self.model, with_states=True, one_commit=True)  # one manifest write
         done = set(writer.completed_layers())
         for l, live in self.live.items():
             rows = new.id_index.lookup(live.ids)[0]

@@ -103,6 +103,9 @@ def _follow_on(args: argparse.Namespace) -> int:
     )
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: follower.stop())
+    from sparkgnn.procgc import freeze_startup_objects
+
+    freeze_startup_objects()  # Python's own full collections then skip the modules' objects (procgc)
     ran = follower.run(max_batches=args.max_batches, idle_timeout_s=args.idle_timeout_s)
     report = follower.report()
     print(

@@ -70,7 +70,15 @@ def _holder(lease: dict | None) -> str:
 
 
 class PEWriter:
-    def __init__(self, store_root, graph, model, with_states: bool, force: bool = False):
+    """Writes one store version under `store_root` for (`graph`, `model`) by the protocol above.
+    `one_commit`: the version is committed by `finish` alone -- layers and metrics go into the
+    in-memory manifest and step 5 waits for it -- so a writer that commits a small version in
+    one go (the refresh follower, pe/follow.py) writes the manifest once instead of once per
+    layer; a crash before `finish` leaves the previous manifest and nothing of this version."""
+
+    def __init__(self, store_root, graph, model, with_states: bool, force: bool = False, *, one_commit: bool = False):
+        self.one_commit = bool(one_commit)
+        self._unclean: list[str] = []  # keys whose step 5 waits for finish (one_commit)
         self.model = model_identity(model)
         self.graph_fingerprint = graph_fingerprint(graph)
         self.with_states = bool(with_states)
@@ -198,8 +206,11 @@ class PEWriter:
             layout.PATHS_KEY: {},
         }
 
-    def _save(self, what: str = "writing the manifest") -> None:
-        """Commit point: the whole manifest in one atomic write, after the ownership check."""
+    def _save(self, what: str = "writing the manifest", *, final: bool = False) -> None:
+        """Commit point: the whole manifest in one atomic write, after the ownership check (with
+        `one_commit`, only the `final` one, from finish)."""
+        if self.one_commit and not final:
+            return
         self._check_owner(what)
         self.manifest["updated"] = layout.now()
         self.manifest[COMMIT_KEY] = uuid.uuid4().hex
@@ -299,7 +310,15 @@ class PEWriter:
         self.manifest["rows"][str(l)] = written if rows is None else int(rows)
         self.manifest["layers_complete"] = sorted(set(self.manifest["layers_complete"]) | {l})
         self._save(f"committing layer {l}")
-        self._clean(layer_key(l))
+        self._clean_after_commit(layer_key(l))
+
+    def _clean_after_commit(self, key: str) -> None:
+        """Step 5 for `key`: now, or after finish's manifest write with one_commit (the manifest
+        on disk still names the attempt this would delete)."""
+        if self.one_commit:
+            self._unclean.append(key)
+        else:
+            self._clean(key)
 
     def commit_layer_arrays(self, l: int, ids, h, state=None) -> None:
         """Same commit as `commit_layer`, from in-memory arrays (ids int64 [n], h float32 [n, w],
@@ -443,7 +462,7 @@ class PEWriter:
         self.manifest["metrics"] = {**(self.manifest.get("metrics") or {}), **values} or None
         self._save("committing the metrics")
         for name in written:
-            self._clean(metrics_key(name))
+            self._clean_after_commit(metrics_key(name))
 
     def finish(self, sizes: dict | None = None) -> dict:
         """Record sizes (caller's timings/bytes merged with the store's own per-layer bytes) and
@@ -451,6 +470,9 @@ class PEWriter:
         from sparkgnn.pe.sizes import size_report
 
         self.manifest["sizes"] = {**size_report(self.base, self.manifest), **(sizes or {})}
-        self._save("recording sizes")
+        self._save("recording sizes", final=True)
+        for key in self._unclean:
+            self._clean(key)
+        self._unclean.clear()
         files.write_json_atomic(self._lease_path(), {**self._lease, "released": layout.now()})
         return dict(self.manifest)

@@ -93,6 +93,27 @@ def _shard(cfg: dict, p: int) -> Shard:
     return shard
 
 
+def idle_partition(job: dict, p: int) -> dict | None:
+    """What `partition_task(p, cfg, job)` returns when partition p has nothing to do for `job`,
+    or None when it has work: it owns no target whose stored input is read and, for a "partials"
+    job, no edge's source and no target merged from its stored state. A caller skips sending such
+    a job (a single query's layer touches few of the shards). A job with no targets is the warm-up
+    (loading every shard) and is never idle."""
+    owner = job["target_owner"]
+    if not len(owner):
+        return None
+    own = owner == p
+    if (own & job["target_stored_input"]).any():
+        return None
+    out: dict[str, object] = {"p": p, "input_rows": np.zeros(0, np.int64), "input": None}
+    if job["kind"] == "fetch":
+        return out
+    if (job["edge_owner"] == p).any() or (own & job["from_state"]).any():
+        return None
+    out.update(states=[], index=[], partial_bytes=0)
+    return out
+
+
 @torch.no_grad()
 def partition_task(p: int, cfg: dict, job: dict) -> dict:
     """Runs inside a Spark task or messenger worker. job["kind"] is "fetch" (stored input values

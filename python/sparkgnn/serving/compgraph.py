@@ -105,7 +105,9 @@ def input_features(ctx: ServingContext, prep: PreparedRequest, cg: CompGraph, me
     with meter.timer("fetch_s"):
         xg = ctx.fetch_features(cg.nodes[b:], meter)
         x = np.concatenate([prep.request.x, xg]) if len(xg) else prep.request.x
-    return torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    # a request decoded from the wire is a read-only view of its message; torch must not share it
+    return torch.from_numpy(x if x.flags.writeable else x.copy())
 
 
 StatsFn = Callable[[int, object], dict]

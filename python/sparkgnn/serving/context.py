@@ -104,24 +104,77 @@ def range_gather(indptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.n
     return offsets + np.arange(total, dtype=np.int64), counts
 
 
+def _appended_edges(previous: ServingContext, graph) -> int | None:
+    """How many edges `graph` appends to `previous`'s graph when that is all that differs in its
+    structure -- the same vertices in the same rows, every earlier edge (and weight) in place,
+    the new ones after them, as graph.updates.apply lays out an update without vertex changes or
+    edge deletes -- else None (the index is then built from scratch)."""
+    old = previous.graph
+    e = old.num_edges
+    if old.num_nodes != graph.num_nodes or graph.num_edges < e or not np.array_equal(old.ids, graph.ids):
+        return None
+    if (old.weight is None) != (graph.weight is None) or getattr(graph, "edge_attr", None) is not None:
+        return None
+    if not (np.array_equal(old.edge_dst, graph.edge_dst[:e]) and np.array_equal(old.edge_src, graph.edge_src[:e])):
+        return None
+    if old.weight is not None and not np.array_equal(old.weight, graph.weight[:e]):
+        return None
+    return graph.num_edges - e
+
+
+def _inserted_csr(indptr, values, weight, graph, appended: int, key: np.ndarray, other: np.ndarray):
+    """(indptr, values, weight) of the index grouping `graph`'s edges by `key` (edge_dst: the
+    CSC in-index, edge_src: the out-index), from the index over all but its last `appended`
+    edges: each appended edge goes after its group's existing entries, the appended ones in
+    edge order -- what a stable argsort of the whole key column gives."""
+    e = graph.num_edges - appended
+    order = np.argsort(key[e:], kind="stable")
+    groups = key[e:][order]
+    at = indptr[groups + 1]
+    grown = np.array(indptr, copy=True)
+    grown[1:] += np.cumsum(np.bincount(groups, minlength=len(indptr) - 1))
+    new_values = np.insert(values, at, other[e:][order])
+    new_weight = None if weight is None else np.insert(weight, at, graph.weight[e:][order])
+    return grown, new_values, new_weight
+
+
 class ServingContext:
     """G (a GraphData), the model, G's CSC index and G's layer statistics. `store` is reserved
-    for the PE store of the modes that reuse embeddings (HE, SRPE, EXACT); FULL and NS ignore it."""
+    for the PE store of the modes that reuse embeddings (HE, SRPE, EXACT); FULL and NS ignore it.
+    `previous`: the context of an earlier version of G (a delta swap, serving.online.delta); when
+    G only appends edges to that version's graph, its CSC (and out-) index is patched from that
+    context's instead of sorted again (the same arrays either way)."""
 
-    def __init__(self, graph, model, store=None, validate: bool = True):
+    def __init__(self, graph, model, store=None, validate: bool = True, *, previous: ServingContext | None = None):
         self.graph = graph
         self.model = model
         self.store = store
         self.validate = bool(validate)
         n = graph.num_nodes
-        order = np.argsort(graph.edge_dst, kind="stable")  # stable: a node's in-edges keep G's order
-        self.indptr = np.zeros(n + 1, np.int64)
-        np.cumsum(np.bincount(graph.edge_dst, minlength=n), out=self.indptr[1:])
-        self.in_src = np.ascontiguousarray(graph.edge_src[order])
-        self.in_weight: np.ndarray | None = None if graph.weight is None else np.ascontiguousarray(graph.weight[order])
+        self.attr_dim = int(getattr(model, "edge_attr_dim", 0) or 0) if model is not None else 0
+        grown = _appended_edges(previous, graph) if previous is not None and not self.attr_dim else None
+        self._out: tuple[np.ndarray, np.ndarray] | None = None
+        self.indptr: np.ndarray
+        self.in_src: np.ndarray
+        self.in_weight: np.ndarray | None
+        if previous is not None and grown is not None:  # `previous`'s index with the appended edges inserted
+            self.indptr, self.in_src, self.in_weight = _inserted_csr(
+                previous.indptr, previous.in_src, previous.in_weight, graph, grown, graph.edge_dst, graph.edge_src
+            )
+            if previous._out is not None:
+                out_indptr, out_dst = previous._out
+                out_indptr, out_dst, _ = _inserted_csr(
+                    out_indptr, out_dst, None, graph, grown, graph.edge_src, graph.edge_dst
+                )
+                self._out = (out_indptr, out_dst)
+        else:
+            order = np.argsort(graph.edge_dst, kind="stable")  # stable: a node's in-edges keep G's order
+            self.indptr = np.zeros(n + 1, np.int64)
+            np.cumsum(np.bincount(graph.edge_dst, minlength=n), out=self.indptr[1:])
+            self.in_src = np.ascontiguousarray(graph.edge_src[order])
+            self.in_weight = None if graph.weight is None else np.ascontiguousarray(graph.weight[order])
         # G's edge attributes in CSC order when the model reads them (module doc), else None
         self.in_attr: np.ndarray | None = None
-        self.attr_dim = int(getattr(model, "edge_attr_dim", 0) or 0) if model is not None else 0
         if self.attr_dim:
             self.in_attr = np.ascontiguousarray(edge_attr_of(graph, model)[order])
         elif model is not None and hasattr(model, "check_edge_attr"):  # a layer unsure it reads G's (pyg_convs._gen)
@@ -129,7 +182,6 @@ class ServingContext:
                 int(getattr(graph, "edge_attr_dim", 0) or 0) or None, where=f"graph {getattr(graph, 'name', 'G')!r}"
             )
         self._g_stats: dict = {}
-        self._out: tuple[np.ndarray, np.ndarray] | None = None
         self._aligned: dict = {}
         self._cache: dict = {}
         self.sets = NodeSets(n + 1024)  # reusable marks over union indices (nodesets.py)

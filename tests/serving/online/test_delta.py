@@ -142,3 +142,41 @@ def test_a_large_change_and_a_swap_back_load_whole(setup, monkeypatch):
         assert "not a row-level delta" in entry["why_not_delta"]
         for rid, reply in answers(server, s.requests, "exact").items():
             assert reply.version == 3 and close(reply.h, s.want1[rid])
+
+
+def test_a_layer_compacted_for_its_chain_length_still_patches(skewed, tmp_path):
+    from sparkgnn.graph.updates import GraphUpdate
+    from sparkgnn.pe import versions
+
+    G = skewed
+    model = Model.from_pyg(pyg_model("sage", G.feature_dim, 2, seed=3))
+    model_path, root = str(tmp_path / "model.pt"), str(tmp_path / "store")
+    model.save(model_path)
+    precompute_local(G, model, root)
+    rng = np.random.default_rng(11)
+    graphs, stores = [], []
+    while not stores or versions.bases(stores[-1].manifest, "layer=1"):  # until a refresh compacts
+        update = GraphUpdate(
+            edge_insert_src=rng.choice(G.ids, 3),
+            edge_insert_dst=rng.choice(G.ids, 3),
+            edge_insert_weight=np.ones(3, np.float32),
+        )
+        out = str(tmp_path / f"g{len(graphs)}")
+        store, _ = refresh_local(G, update, model, root, out_graph=out)
+        G = read_graph_dir(out)
+        graphs.append(out)
+        stores.append(store)
+        assert len(stores) <= versions.MAX_SEGMENTS  # the chain's bound compacts by then
+    assert len(versions.bases(stores[-2].manifest, "layer=1")) + 2 > versions.MAX_SEGMENTS
+    qid = int(G.ids.max()) + 100
+    x = rng.standard_normal((1, G.feature_dim)).astype(np.float32)
+    request = Request("c", np.array([qid]), x, np.concatenate([G.ids[:3], [qid]]), np.array([qid, qid, qid, G.ids[0]]))
+    config = ServeConfig(graph=graphs[-2], model=model_path, store=root, mode="exact", modes=["exact"], http=None)
+    with Server(config) as server:
+        answers(server, [request], "exact")  # the held version aligns its store
+        report = server.swap(graphs[-1])
+        assert report["load"] == "delta", report["loaded"]
+        want = QueryEngine(G, model, mode="exact", store=stores[-1]).answer(request).h
+        reply = answers(server, [request], "exact")["c"]
+        assert reply.version == 2 and close(reply.h, want)
+        assert close(want, QueryEngine(G, model, mode="full").answer(request).h)

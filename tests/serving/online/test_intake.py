@@ -76,3 +76,29 @@ def test_the_byte_budget_and_the_deadline_shed_with_busy():
     shed = front.submit(request("c"), deadline_ms=100.0).result(timeout=1)
     assert shed.kind == "busy" and shed.retry_after_s is not None and shed.retry_after_s >= 1
     assert stats["busy"] == 2 and stats["shed"] == 1
+
+
+def test_the_deadline_counts_from_receipt_and_an_early_refusal_counts_the_requests_ahead():
+    """A request received 300 ms before it was parsed cannot meet a 100 ms deadline even on an
+    idle service; refuse_early (header only) refuses when the queue, with the requests still
+    being parsed ahead, passes the deadline, answers like submit's refusal, and lets a request
+    it cannot judge (a mode not served, a bad deadline) through to submit."""
+    import time
+
+    front, stats = intake()
+    late = front.submit(request("late"), deadline_ms=100.0, received=time.monotonic() - 0.3).result(timeout=1)
+    assert late.kind == "busy" and "deadline of 100 ms" in late.error and stats["shed"] == 1
+    assert not front.submit(request("fresh"), deadline_ms=100.0, received=time.monotonic()).done()
+    for cost in (10.0, 1000.0) * 20:  # 40 ms a batch, whatever its cost
+        front.admission.observe("he", cost, 0.04)
+    got: list = []
+    assert not front.refuse_early("a", None, got.append, deadline_ms=100.0)  # 1 queued: 40 + 40 ms
+    assert not front.refuse_early("b", "full", got.append, deadline_ms=1.0)  # not served: submit says so
+    assert not front.refuse_early("c", "he", got.append, deadline_ms=-5)  # bad deadline: submit says so
+    assert got == [] and stats["requests"] == 2
+    assert not front.refuse_early("d", "he", got.append, deadline_ms=100.0, ahead=2)  # one batch of 3: 40 + 40
+    assert front.refuse_early("d", "he", got.append, deadline_ms=100.0, ahead=70)  # batches of 64: 80 + 40 ms
+    assert front.refuse_early("e", "he", got.append, deadline_ms=100.0, ahead_s=0.07)  # 40 + 70 + 40 ms
+    assert [o.kind for o in got] == ["busy", "busy"] and all(o.retry_after_s >= 1 for o in got)
+    assert "deadline of 100 ms" in got[0].error and stats["requests"] == 4 and stats["shed"] == 3
+    assert len(front.scheduler) == 1  # nothing refused early was queued

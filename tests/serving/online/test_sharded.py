@@ -25,6 +25,7 @@ from sparkgnn.serving.online.deployments import SwapRefused
 from sparkgnn.serving.online.pools import ServeError
 from sparkgnn.serving.online.server import Server
 from sparkgnn.serving.online.sharded import SHARDED_MODES, ShardedPool, graph_ids, shard_bytes
+from sparkgnn.serving.request import Request
 
 
 @pytest.fixture(scope="module")
@@ -89,6 +90,60 @@ def test_sharded_answers_equal_the_whole_store_for_every_mode_cgp_serves(deploym
             pool.register(spec_of(kwargs, he={"seed": 1}))
     finally:
         pool.close()
+
+
+def test_a_shard_with_nothing_to_do_is_not_sent_the_job_and_answers_stay_exact(deployment, monkeypatch):
+    """Single-query batches over 4 shards: a layer's job skips the shards that own none of its
+    edge sources or read targets (cgp_worker.idle_partition), the result built for a skipped shard
+    is the one partition_task returns for it, and every answer equals the whole store's."""
+    from sparkgnn.serving import cgp_wire, cgp_worker
+    from sparkgnn.serving.spark_cgp import edges_of_partition
+
+    kwargs, G, model, store, wl = deployment
+    skipped, sent = [], [0]
+    idle, handle = cgp_worker.idle_partition, cgp_wire.handle
+
+    def recording_idle(job, p):
+        out = idle(job, p)
+        if out is not None:
+            skipped.append((job, p, out))
+        return out
+
+    def counting_handle(header, tables):
+        sent[0] += 1
+        return handle(header, tables)
+
+    monkeypatch.setattr(cgp_worker, "idle_partition", recording_idle)
+    monkeypatch.setattr(cgp_wire, "handle", counting_handle)
+    base = int(G.ids.max()) + 1  # one query attached both ways to one G vertex: few shards own its edges
+    requests = [Request(f"one{v}", [base], G.x[v : v + 1], [G.ids[v], base], [base, G.ids[v]]) for v in (0, 7, 19)]
+    pool = ShardedPool("shards", shards=4, transport="inprocess")
+    try:
+        key = pool.register(spec_of(kwargs))
+        for mode in ("he", "exact"):
+            reference = QueryEngine(G, model, mode=mode, store=store)
+            for r in requests:
+                header = {"op": BATCH_OP, "deployment": key, "mode": mode, "requests": [r.request_id]}
+                tables = pool.call(0, header, wire.batch_tables([r]))
+                assert not wire.read_meta(tables)["errors"]
+                _, h, _ = wire.BatchAnswers(tables["answer"], 1).rows(0).arrays()
+                assert close(h, reference.answer(r).h), (mode, r.request_id)
+    finally:
+        pool.close()
+    assert skipped and sent[0] > 0  # some shards were spared a job, others ran theirs
+    cfg = {
+        "store_base": store.base,
+        "graph_dir": os.path.abspath(kwargs["graph"]),
+        "model_path": os.path.abspath(kwargs["model"]),
+        "parts": 4,
+        "states": True,
+    }
+    for job, p, out in skipped[:20]:
+        ran = cgp_worker.partition_task(p, cfg, edges_of_partition(job, p))
+        assert sorted(ran) == sorted(out) and ran["input"] is None, (job["kind"], p)
+        np.testing.assert_array_equal(ran["input_rows"], out["input_rows"])
+        assert [len(ran.get(k, ())) for k in ("states", "index")] == [len(out.get(k, ())) for k in ("states", "index")]
+        assert ran.get("partial_bytes") == out.get("partial_bytes")
 
 
 @pytest.mark.slow

@@ -5,6 +5,7 @@ the service reaches the last version the follower published. Also the option's c
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -184,3 +185,26 @@ def test_a_refused_publication_is_retried_only_after_a_while(skewed, tmp_path, m
     assert follower.check()["changed"] and follower.check() is None  # served now: nothing more to do
     assert swapping.calls == [published.graph_dir(root, skewed.fingerprint)] and follower.swaps == 1
     assert StoreFollower(swapping, str(tmp_path / "none"), 0.01, threading.Event()).check() is None
+
+
+def test_an_unchanged_publication_is_not_read_again(skewed, tmp_path, monkeypatch):
+    from sparkgnn.pe import published
+    from sparkgnn.serving.online import store_follow  # noqa: F401 - the module whose reads are counted
+
+    root = str(tmp_path / "store")
+    published.publish(root, skewed, store_base=os.path.join(root, "v"))
+    versions = _Versions(skewed.fingerprint, refuse=False)  # serves the published graph already
+    follower = StoreFollower(versions, root, 0.01, threading.Event())
+    reads = []
+    real_latest = published.latest
+    monkeypatch.setattr(published, "latest", lambda r: reads.append(r) or real_latest(r))
+    assert follower.check() is None and follower.check() is None and follower.check() is None
+    assert len(reads) == 1  # the first check read it; the file is unchanged since
+    versions.current.graph_fingerprint = "f" * 16  # swapped away by hand: read again, swapped back
+    assert follower.check()["changed"] and len(reads) == 2
+    latest_path = os.path.join(published.published_dir(root), published.LATEST_FILE)
+    record = published.latest(root)
+    os.replace(latest_path, latest_path + ".old")  # a new publication: a new file (inode)
+    with open(latest_path, "w") as fh:
+        json.dump(dict(record, graph_fingerprint="e" * 16, graph=os.path.join(root, "e" * 16)), fh)
+    assert follower.check()["changed"] and versions.calls[-1] == os.path.join(root, "e" * 16)

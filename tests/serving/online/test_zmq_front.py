@@ -101,6 +101,9 @@ class _RefusingServer:
     def count_refusal(self) -> None:
         self.refusals += 1
 
+    def refuse_early(self, *_args, **_kwargs) -> bool:
+        return False  # no queue: nothing is refused before it is read
+
 
 def test_a_keyed_front_answers_listed_clients_only(tmp_path):
     keys = security.make_full_set(tmp_path / "keys")
@@ -263,3 +266,68 @@ def test_a_bug_while_reading_a_request_is_one_error_line_without_the_traceback(s
         thread.join(5)
     assert reply["kind"] == "ERROR" and reply["error"] == "the request could not be read"
     assert server.refusals == 1 and "/srv/secret" in caplog.text  # the traceback stays in the log
+
+
+def test_past_its_deadline_a_request_is_refused_from_its_header_before_any_slot_frees(deployed):
+    """The only slot holds a batch and two requests queue behind it (one batch = 50 ms, taught):
+    every later request with a 120 ms deadline (100 ms queued + 50 ms of its own) is answered
+    BUSY by the socket thread from its header, never parsed nor submitted, and every refusal
+    arrives while the slot is still held (an ordering, not a timing). Released, the held and the
+    queued requests are answered."""
+    server, request, reference = deployed
+    pool, mode = server.pools[0], server.config.mode
+    for cost in (10.0, 1000.0) * 200:  # seconds = 0.05 + 0 * cost per batch (older batches decayed away)
+        server.admission.observe(mode, cost, 0.05)
+    real_call, entered, release = pool.call, threading.Event(), threading.Event()
+    real_submit, submitted = server.intake.submit, []
+
+    def held(*args):
+        entered.set()
+        release.wait(30)
+        return real_call(*args)
+
+    def counted(*args, **kwargs):
+        submitted.append(args[0].request_id)
+        return real_submit(*args, **kwargs)
+
+    pool.call, server.intake.submit = held, counted
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(server.zmq_endpoint)
+    tables = wire.request_tables(request)
+
+    def send(rid: str, deadline_ms: float = 120.0) -> None:
+        header = {"kind": "TASK", "op": "answer", "request_id": rid, "deadline_ms": deadline_ms, "tag": rid}
+        sock.send_multipart(protocol.encode(header, tables))
+
+    def reply() -> dict:
+        assert sock.poll(30_000), "no reply"
+        return protocol.decode(sock.recv_multipart())[0]
+
+    try:
+        send("held", 60_000.0)  # the first three may wait as long as the test holds the slot
+        assert entered.wait(30)  # the slot is taken
+        send("q1", 60_000.0)
+        send("q2", 60_000.0)
+        for _ in range(3000):  # queued once parsed (a loaded test machine may take seconds)
+            if len(server.scheduler) == 2:
+                break
+            threading.Event().wait(0.01)
+        assert len(server.scheduler) == 2
+        for i in range(15):
+            send(f"late{i}")
+        refusals = [reply() for _ in range(15)]
+        still_held = not release.is_set()
+        release.set()
+        answers = {h["request_id"]: h for h in (reply() for _ in range(3))}
+    finally:
+        release.set()
+        pool.call, server.intake.submit = real_call, real_submit
+        sock.close(0)
+    assert still_held and all(h["kind"] == "BUSY" and h["status"] == "busy" for h in refusals)
+    assert sorted(h["tag"] for h in refusals) == sorted(f"late{i}" for i in range(15))
+    assert all("deadline of 120 ms" in h["error"] and h["retry_after_s"] >= 1 for h in refusals)
+    # the refused ones were never parsed nor submitted (q1 and q2 are parsed side by side: either order)
+    assert submitted[0] == "held" and sorted(submitted[1:]) == ["q1", "q2"] and len(submitted) == 3
+    assert {rid: h["kind"] for rid, h in answers.items()} == {"held": "RESULT", "q1": "RESULT", "q2": "RESULT"}
+    still_answers(server, request, reference)

@@ -234,6 +234,15 @@ class DeploymentCache:
     in-process pool), so two workers in one process never share or clear each other's copies."""
 
     def __init__(self, max_bytes: Callable[[], int] = served.cache_bytes):
+        import pyarrow  # noqa: F401 - imported before the freeze: its objects are then frozen
+        import torch  # noqa: F401
+
+        from sparkgnn.procgc import freeze_startup_objects
+        from sparkgnn.serving import engine  # noqa: F401
+
+        # before the first deployment loads: the collection after each eviction (_free_memory)
+        # then walks the deployments, not every object torch and pyarrow hold (procgc)
+        freeze_startup_objects()
         self._max_bytes = max_bytes
         self._deployments: dict[str, Deployment] = {}  # id -> the loaded deployment, least recent first
         self._sizes: dict[str, int] = {}  # id -> its estimated bytes (the LRU's weight)

@@ -5,9 +5,11 @@ whole.
 WHEN: the new deployment has the same model, mode options and hot-cache setting as one the
 worker holds, and every layer of its PE store is committed as a delta directly over that held
 version's layer (pe.versions.delta_over: what `refresh_local` and `sparkgnn-refresh follow`
-commit for a small change), and the rows it changed (recomputed, inserted, tombstoned) are at
-most DELTA_MAX_FRACTION of the new graph's vertices in every layer. Anything else -- another
-model, a store written whole (a compaction, a large refresh), a hot cache (its device rows are
+commit for a small change) -- or written whole where a delta would have made the layer's chain
+too long (`_chain_compacted`: its rows overwrite every held row) --, and the rows it changed
+(recomputed, inserted, tombstoned) are at most DELTA_MAX_FRACTION of the new graph's vertices in
+every delta layer. Anything else -- another
+model, a store written whole (a large refresh, a compaction the store chose), a hot cache (its device rows are
 placed by the whole store's metrics), a held version that never aligned its store (no served mode
 reads it yet) -- loads whole, as before; the reason is in the warm-up reply (`loaded`).
 
@@ -18,7 +20,9 @@ never written: batches still running on it (and a later swap back to it) see it 
 new graph is read from its directory -- or, when the follower published it as a delta over the
 held version's graph (pe/published.py), built from that graph by applying the delta -- and gets
 its own ServingContext (CSC index, statistics): its
-structure changed with the update, and a context shared between versions would mix them. What
+structure changed with the update, and a context shared between versions would mix them; when the
+update only inserted edges, the new context's CSC index is patched from the held one's
+(ServingContext's `previous`) instead of sorting every edge again. What
 is saved is the store's cost: reading every layer whole (every segment merged), checksumming every
 segment, and aligning N ids per layer; the new version's own files are checksummed, its base
 segments (the held version's files, checksummed when that version was loaded) are checked by
@@ -92,7 +96,8 @@ def _patch(previous, spec: dict):
     if versions.version_dir(store.base, str(previous.store.manifest["graph_fingerprint"])) != previous.store.base:
         raise _NoDelta("its store lies under another root than the held version's")
     keys = [layout.layer_key(l) for l in range(1, k + 1)]
-    if not all(versions.delta_over(previous.store.manifest, store.manifest, key) for key in keys):
+    compacted = {key for key in keys if _chain_compacted(previous.store.manifest, store.manifest, key)}
+    if not all(key in compacted or versions.delta_over(previous.store.manifest, store.manifest, key) for key in keys):
         raise _NoDelta("its store is not a row-level delta over the held version's")
     damage = _own_damage(store, keys)
     if damage:
@@ -103,12 +108,12 @@ def _patch(previous, spec: dict):
     deltas = {}
     for l in range(1, k):
         table = versions.own_rows(store.base, store.manifest, layout.layer_key(l), columns)
-        if table.num_rows > limit:
+        if table.num_rows > limit and layout.layer_key(l) not in compacted:
             raise _NoDelta(
                 f"layer {l} changed {table.num_rows} rows, over {DELTA_MAX_FRACTION:g} of {graph.num_nodes} vertices"
             )
         deltas[l] = table
-    new_context = ServingContext(graph, model, store=store, validate=context.validate)
+    new_context = ServingContext(graph, model, store=store, validate=context.validate, previous=context)
     old_pos, in_old = previous.graph.id_index.lookup(graph.ids)
     patched_rows = 0
     for (_base, _fp, with_states), layers in mine.items():
@@ -137,6 +142,22 @@ def _patch(previous, spec: dict):
     }
     log.info(f"delta swap: {store.base} patched over {previous.store.base} ({dep.loaded['seconds']} s)")
     return dep
+
+
+def _chain_compacted(previous: dict, manifest: dict, key: str) -> bool:
+    """Whether `manifest` writes layer `key` whole only because a delta over `previous`'s layer
+    would have made its chain too long (pe.versions.should_compact's first reason: what the
+    follower does about every MAX_SEGMENTS versions, however small the change). Its own rows are
+    then every row of the layer, which the patch lays over the held arrays like a delta's (every
+    row overwritten); a layer written whole for a large change still loads whole."""
+    from sparkgnn.pe import versions
+
+    refresh = manifest.get("refresh") or {}
+    return (
+        not versions.bases(manifest, key)
+        and refresh.get("previous_graph_fingerprint") == previous.get("graph_fingerprint")
+        and len(versions.bases(previous, key)) + 2 > versions.MAX_SEGMENTS
+    )
 
 
 def _own_damage(store, keys: list[str]) -> str:

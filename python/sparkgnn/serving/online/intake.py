@@ -6,7 +6,8 @@ A request is refused before it costs the workers anything, each with one line: a
 `deadline_ms`; over the size caps (`max_queries`, `max_edges`: "too_large", HTTP 413); a mode
 the deployment does not serve, or ids, features or edges GraphFacts finds wrong ("error"); a
 predicted cost (GraphFacts.pending, the in-degree sum GSM's scheduler uses) over `max_cost`
-("too_large"); a predicted completion past its deadline (admission.py: "busy" with Retry-After);
+("too_large"); a predicted completion past its deadline (admission.py: "busy" with Retry-After;
+`refuse_early` decides it from a request's header alone when the queue is already too long);
 a queue whose byte budget (`queue_bytes`) or request count (`capacity`) it would pass ("busy").
 
 WHY its own object: every check runs on the fronts' threads against one version's GraphFacts,
@@ -24,7 +25,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sparkgnn.serving.online.admission import Admission
+from sparkgnn.serving.online.admission import Admission, Estimate
 from sparkgnn.serving.online.config import ServeConfig, over_caps
 from sparkgnn.serving.online.costs import GraphFacts
 from sparkgnn.serving.online.scheduler import QueueFull, SchedulerError
@@ -105,9 +106,12 @@ class Intake:
         deliver: Callable[[Outcome], None] | None = None,
         *,
         deadline_ms: float | None = None,
+        received: float | None = None,
     ) -> Future:
         """Queue a request; the Future resolves to its Outcome (`deliver`, when given, gets it
-        instead). Refusals (module doc) resolve it at once."""
+        instead). Refusals (module doc) resolve it at once. `received`: the time.monotonic() a
+        front received it (default now): its deadline and queue time count from then, so the
+        time it waited to be parsed is part of its predicted wait."""
         future: Future = Future()
         deliver = deliver or future.set_result
         mode = mode or self.config.mode
@@ -130,7 +134,9 @@ class Intake:
         if problems:
             finish(deliver, Outcome(request.request_id, "error", error=problems), mode)
             return future
-        ticket = Ticket(request, mode, time.monotonic(), 0.0, deliver, nbytes=request_bytes(request))
+        now = time.monotonic()
+        arrived = now if received is None else min(float(received), now)
+        ticket = Ticket(request, mode, arrived, 0.0, deliver, nbytes=request_bytes(request))
         pending, ticket.psgs = facts.pending(request, ticket, mode, ticket.arrived)
         ticket.cost = pending.cost
         if pending.cost > self.config.max_cost:
@@ -142,13 +148,9 @@ class Intake:
             finish(deliver, Outcome(request.request_id, "too_large", error=error), mode)
             return future
         deadline_s = self.config.deadline_s(deadline_ms)
-        estimate = self.admission.estimate(self.scheduler.backlog(), mode, pending.cost)
-        refused = self.admission.refusal(estimate, deadline_s)
-        if refused:
-            self._tally.add("shed")
-            self._tally.metrics.shed(mode)
-            retry = float(max(1, math.ceil(estimate.wait_s)))
-            finish(deliver, Outcome(request.request_id, "busy", error=refused, retry_after_s=retry), mode)
+        found = self.admission.estimate(self.scheduler.backlog(), mode, pending.cost)
+        estimate = Estimate(found.wait_s + (now - arrived), found.service_s)  # waited already, and to come
+        if self._shed(request.request_id, mode, estimate, deadline_s, deliver):
             return future
         ticket.deadline = ticket.arrived + deadline_s
         with self._lock:
@@ -169,6 +171,62 @@ class Intake:
             kind = "busy" if isinstance(exc, QueueFull) else "stopping"
             finish(deliver, Outcome(request.request_id, kind, error=str(exc)), mode)
         return future
+
+    def refuse_early(
+        self,
+        request_id: str,
+        mode: object,
+        deliver: Callable[[Outcome], None],
+        *,
+        deadline_ms: object = None,
+        ahead: int = 0,
+        ahead_s: float = 0.0,
+    ) -> bool:
+        """Refuse a request BUSY before its body is read when the work already queued passes its
+        deadline whatever the request costs; True when it was refused (counted, and its Outcome
+        handed to `deliver`). `ahead`: requests the front received before this one and has not
+        submitted yet (being parsed), `ahead_s`: the seconds their parsing still takes; they are
+        counted as queued requests of `mode` at the backlog's mean cost. The prediction (the
+        backlog's wait plus the cheapest service) is at most what `submit` would predict once
+        they are queued, so a request refused here would be refused there. O(modes), no parsing:
+        a front calls it on its intake thread with the request's header only, so that past
+        capacity a refusal costs microseconds and does not wait behind the requests being
+        parsed. A mode not served or a bad deadline: False (`submit` refuses those naming the
+        problem)."""
+        mode = mode or self.config.mode
+        if not isinstance(mode, str) or mode not in self.config.modes:
+            return False
+        if deadline_ms is not None and (
+            isinstance(deadline_ms, bool)
+            or not isinstance(deadline_ms, int | float)
+            or not (math.isfinite(deadline_ms) and deadline_ms > 0)
+        ):
+            return False
+        backlog = self.scheduler.backlog()
+        if not backlog and ahead <= 0:  # nothing queued ahead: submit judges the request's own service
+            return False
+        if ahead > 0:
+            queued, cost = backlog.get(mode, (0, 0.0))
+            backlog[mode] = (queued + ahead, cost + ahead * (cost / queued if queued else 0.0))
+        found = self.admission.estimate(backlog, mode, 0.0)
+        estimate = Estimate(found.wait_s + max(0.0, ahead_s), found.service_s)
+        if estimate.total_s <= self.config.deadline_s(deadline_ms):
+            return False
+        self._tally.add("requests")
+        return self._shed(request_id, mode, estimate, self.config.deadline_s(deadline_ms), deliver)
+
+    def _shed(
+        self, request_id: str, mode: str, estimate: Estimate, deadline_s: float, deliver: Callable[[Outcome], None]
+    ) -> bool:
+        """Refuse BUSY with Retry-After (the predicted wait) when `estimate` passes `deadline_s`."""
+        refused = self.admission.refusal(estimate, deadline_s)
+        if not refused:
+            return False
+        self._tally.add("shed")
+        self._tally.metrics.shed(mode)
+        retry = float(max(1, math.ceil(estimate.wait_s)))
+        self._tally.finish(deliver, Outcome(request_id, "busy", error=refused, retry_after_s=retry), mode)
+        return True
 
     def dequeued(self, pendings: Iterable) -> None:
         """Requests left the scheduler's queue (scheduler.Pending, keyed by their Ticket): their

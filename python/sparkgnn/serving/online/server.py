@@ -334,14 +334,39 @@ class Server:
 
     # -- intake -----------------------------------------------------------------------------
     def submit(
-        self, request: Request, mode: str | None = None, deliver=None, *, deadline_ms: float | None = None
+        self,
+        request: Request,
+        mode: str | None = None,
+        deliver=None,
+        *,
+        deadline_ms: float | None = None,
+        received: float | None = None,
     ) -> Future:
         """Queue a request (in-process API; the ZeroMQ and HTTP fronts call this too). The
         Future resolves to an Outcome; validation errors, requests over the caps (size, cost) and
         BUSY (the queue's request count or byte budget, or a predicted completion past the
-        request's deadline: `deadline_ms`, default the deployment's, admission.py) resolve it at
-        once (intake.Intake.submit)."""
-        return self.intake.submit(request, mode, deliver, deadline_ms=deadline_ms)
+        request's deadline: `deadline_ms`, default the deployment's, counted from `received`,
+        the time.monotonic() a front got it, else now; admission.py) resolve it at once
+        (intake.Intake.submit)."""
+        return self.intake.submit(request, mode, deliver, deadline_ms=deadline_ms, received=received)
+
+    def refuse_early(
+        self,
+        request_id: str,
+        mode: object,
+        deliver,
+        *,
+        deadline_ms: object = None,
+        ahead: int = 0,
+        ahead_s: float = 0.0,
+    ) -> bool:
+        """Refuse BUSY from a request's header alone when the queue (and the `ahead` requests a
+        front holds unparsed, `ahead_s` of parsing) already passes its deadline
+        (Intake.refuse_early: a front's intake thread calls it before the body is parsed); True
+        when refused, its Outcome handed to `deliver`."""
+        return self.intake.refuse_early(
+            request_id, mode, deliver, deadline_ms=deadline_ms, ahead=ahead, ahead_s=ahead_s
+        )
 
     def oversize(self, request: Request) -> str | None:
         """Why `request` is over this service's size limits (max_queries, max_edges), or None."""

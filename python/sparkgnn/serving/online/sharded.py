@@ -320,26 +320,34 @@ class ShardedPool:
         return run(header, tables, self.cache)
 
     def fan_out(self, job: dict) -> list[dict]:
-        """One CGP job to every shard owner at once (each gets only the edges whose source it
-        owns: spark_cgp.edges_of_partition); their results in partition order."""
+        """One CGP job to every shard owner with work in it at once (each gets only the edges
+        whose source it owns: spark_cgp.edges_of_partition); their results in partition order.
+        A shard with nothing to do for the job (cgp_worker.idle_partition: no owned edge source
+        or target read) is not sent it: its empty result is built here, sparing a round trip."""
         from sparkgnn.serving.cgp_wire import handle, request_frames, result_from_tables
+        from sparkgnn.serving.cgp_worker import idle_partition
         from sparkgnn.serving.spark_cgp import edges_of_partition
 
         if self._shard_key is None:
             raise ServeError(f"pool {self.name!r} has no deployment registered")
-        frames = [
-            request_frames(p, self._shard_key, self.shards, self._states, edges_of_partition(job, p))
-            for p in range(self.shards)
-        ]
+        results: list[Any] = [idle_partition(job, p) for p in range(self.shards)]
+        busy = [p for p, r in enumerate(results) if r is None]
+        frames = {
+            p: request_frames(p, self._shard_key, self.shards, self._states, edges_of_partition(job, p)) for p in busy
+        }
         if self._calls is None:  # transport "inprocess"
-            return [result_from_tables(handle(header, tables)) for header, tables in frames]
-        futures = [self._calls.submit(self._call_shard, p, h, t) for p, (h, t) in enumerate(frames)]
-        pending = set(futures)
+            for p, (header, tables) in frames.items():
+                results[p] = result_from_tables(handle(header, tables))
+            return results
+        futures = {p: self._calls.submit(self._call_shard, p, h, t) for p, (h, t) in frames.items()}
+        pending = set(futures.values())
         while pending:
             _, pending = wait(pending, timeout=_WATCH_S)
             if pending:  # a shard slow to answer may have lost its worker: replace it
                 self._replace_dead_workers()
-        return [result_from_tables(f.result()) for f in futures]
+        for p, future in futures.items():
+            results[p] = result_from_tables(future.result())
+        return results
 
     def _call_shard(self, p: int, header: dict, tables: dict) -> dict:
         dealers = self._dealers[p]

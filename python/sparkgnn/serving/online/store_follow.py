@@ -1,7 +1,8 @@
 """Following a PE store (`follow_store`): the service swaps to each version that
 `sparkgnn-refresh follow` commits and publishes under the store's root (pe/published.py).
 
-Every `follow_interval_s` the follower thread reads the root's latest publication; when it names
+Every `follow_interval_s` the follower thread reads the root's latest publication (a stat of
+`latest.json` first: unchanged since it named the version served, nothing is read); when it names
 a graph other than the one served, it swaps to it (VersionManager.swap: the version is loaded on
 every worker -- patched from the served one when its store is a small row-level delta,
 serving.online.delta, else read whole -- and switched to between batches; a graph published as a
@@ -42,6 +43,10 @@ class StoreFollower:
         self.interval_s = float(interval_s)
         self._stop = stop
         self._refused: tuple[str, float] | None = None  # (graph fingerprint, when) of the last refusal
+        # (latest.json's (inode, mtime, size), the graph served) when it last named the version
+        # served: a check finding both the same reads nothing (the publisher replaces the file
+        # whole: a new inode; a swap by hand changes the graph served)
+        self._served_stat: tuple | None = None
         self.checks = 0
         self.swaps = 0
         self.refusals = 0
@@ -53,6 +58,9 @@ class StoreFollower:
         from sparkgnn.pe.published import PublishError, latest
 
         self.checks += 1
+        stat = self._stat()
+        if stat is not None and (stat, self.versions.current.graph_fingerprint) == self._served_stat:
+            return None
         try:
             record = latest(self.store_root)
         except (OSError, PublishError) as exc:
@@ -62,6 +70,7 @@ class StoreFollower:
             return None
         fp = record["graph_fingerprint"]
         if fp == self.versions.current.graph_fingerprint:
+            self._served_stat = (stat, fp)
             return None
         if self._refused is not None and self._refused[0] == fp and time.monotonic() - self._refused[1] < RETRY_S:
             return None
@@ -80,6 +89,19 @@ class StoreFollower:
                 f"{report.get('seconds')} s)"
             )
         return report
+
+    def _stat(self) -> tuple[int, int, int] | None:
+        """latest.json's (inode, mtime ns, size), None when it cannot be read (the check then
+        reads the file and reports why)."""
+        import os
+
+        from sparkgnn.pe.published import LATEST_FILE, PublishError, published_dir
+
+        try:
+            st = os.stat(os.path.join(published_dir(self.store_root), LATEST_FILE))
+        except (OSError, PublishError):
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
 
     def _note_error(self, why: str) -> None:
         self.last_error = why

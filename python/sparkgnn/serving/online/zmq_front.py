@@ -3,11 +3,16 @@ Arrow tables `nodes`/`edges`, serving.online.wire), feeding `Server.submit`.
 
 WHY one thread owns the socket: ZeroMQ sockets are not thread-safe, and answers are produced by
 the dispatch threads. Each of those gets its own PUSH socket into an inproc pipe that this
-thread drains into the ROUTER, so no lock sits on the reply path. Refusals made here (frames
-that are not the protocol, a table without the columns a request needs) take the same pipe.
+thread drains into the ROUTER, so no lock sits on the reply path. Refusals made on the parse
+threads (frames that are not the protocol, a table without the columns a request needs) take
+the same pipe; the socket thread's own replies go straight to the ROUTER (it never waits on the
+pipe it drains).
 Requests may carry a `tag` the reply echoes (the load generator uses it).
 
-The socket thread only receives and sends: each message is decoded and validated (header,
+Past capacity a request is refused on the socket thread from its header alone (a few
+microseconds, no body parsed: Server.refuse_early) when the queue, with the messages this front
+holds unparsed, already passes its deadline; so a refusal does not wait behind the parse queue.
+Otherwise the socket thread only receives and sends: each message is decoded and validated (header,
 Arrow tables, Server.submit's checks) on the service's parse pool (serving.online.parsing, the
 threads the HTTP front parses on), so one large request does not stall the other clients. When
 that pool's threads and queue are all taken, the message is answered BUSY at once (retry
@@ -24,6 +29,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+import time
 
 import zmq
 
@@ -47,6 +53,7 @@ REQUEST_KEYS: dict[str, tuple[type, ...]] = {
 }
 REQUEST_TABLES = ("nodes", "edges")
 BUSY_RETRY_AFTER_S = 1.0  # a BUSY for a full parse pool: the HTTP front's Retry-After for it
+PARSE_S_WEIGHT = 0.05  # of the latest message in the moving average of the seconds one takes to parse
 
 
 def check_header(header: dict, tables: dict) -> None:
@@ -85,6 +92,13 @@ class ZmqFront:
         self._pushers = threading.local()
         self._ids = itertools.count()
         self._auth: ServerAuth | None = None  # the allow-list (ZAP) of the CURVE front, closed with it
+        self._sock: zmq.Socket | None = None  # the ROUTER, used by the socket thread only
+        self._socket_thread: int | None = None
+        # messages handed to the parse pool and not yet submitted, and the seconds one takes to
+        # parse and submit (moving average): what an early refusal counts ahead of a request
+        self._parsing = 0
+        self._parsing_lock = threading.Lock()
+        self.parse_s = 0.0
 
     def run(self, ready: threading.Event, stop: threading.Event) -> None:
         sock = self.context.socket(zmq.ROUTER)
@@ -104,6 +118,7 @@ class ZmqFront:
                 self._auth.close()
                 self._auth = None
             raise
+        self._sock, self._socket_thread = sock, threading.get_ident()
         replies = self.context.socket(zmq.PULL)
         replies.bind(self._reply_endpoint)
         poller = zmq.Poller()
@@ -133,15 +148,25 @@ class ZmqFront:
         push.send(b"")
 
     def _on_message(self, frames) -> None:
-        """On the socket thread: hand the message to the parse pool, or answer BUSY at once when
-        the pool is full."""
+        """On the socket thread: answer BUSY at once, from the header alone, when the queue
+        already passes the request's deadline (Intake.refuse_early); else hand the message to the
+        parse pool, or answer BUSY when that pool is full."""
         identity, body = frames[0], frames[1:]
         if body and len(body[0]) == 0:  # a REQ-style empty delimiter
             body = body[1:]
-        if self.parse_pool.try_submit(self._parse_and_submit, identity, body) is not None:
+        header = _header_or_empty(body)  # capped at MAX_HEADER_BYTES: microseconds
+        try:
+            if self._refused_early(identity, header):
+                return
+        except Exception:  # noqa: BLE001 - never the socket thread's end: the parse path decides instead
+            log.exception("sparkgnn-serve: the early admission check failed; the request goes on to be parsed")
+        with self._parsing_lock:
+            self._parsing += 1
+        if self.parse_pool.try_submit(self._parse_and_submit, identity, body, time.monotonic()) is not None:
             return
+        with self._parsing_lock:
+            self._parsing -= 1
         self.server.count_refusal()
-        header = _header_or_empty(body)
         given, tag = header.get("request_id"), header.get("tag")
         reply = {
             "kind": "BUSY",
@@ -153,18 +178,41 @@ class ZmqFront:
             reply["tag"] = tag
         self._send(identity, reply, {})
 
-    def _parse_and_submit(self, identity, body: list) -> None:
+    def _refused_early(self, identity, header: dict) -> bool:
+        """On the socket thread: True when the queue already passes this request's deadline
+        (Server.refuse_early, from its header alone), its BUSY sent from here at once."""
+        if header.get("kind") != "TASK":
+            return False
+        given, tag = header.get("request_id"), header.get("tag")
+        request_id = given if isinstance(given, str) and given else f"r{next(self._ids)}"
+        if isinstance(tag, bool) or not isinstance(tag, str | int | float):
+            tag = None
+        return self.server.refuse_early(
+            request_id,
+            header.get("mode"),
+            lambda outcome: self._send_outcome(identity, outcome, tag),
+            deadline_ms=header.get("deadline_ms"),
+            ahead=self._parsing,
+            ahead_s=self._parsing * self.parse_s / self.parse_pool.threads,
+        )
+
+    def _parse_and_submit(self, identity, body: list, received: float) -> None:
         """On a parse thread: decode and check the message, then Server.submit it (its Outcome
         is sent from the dispatch thread that makes it); a refusal is an ERROR reply naming
         what is wrong, and an unexpected failure one without the traceback (which is logged)."""
+        started = time.perf_counter()
         try:
-            self._decode_and_submit(identity, body)
+            self._decode_and_submit(identity, body, received)
         except Exception:  # noqa: BLE001 - the peer gets one line; the traceback stays in the log
             log.exception("sparkgnn-serve: a ZeroMQ request could not be read")
             self.server.count_refusal()
             self._send(identity, {"kind": "ERROR", "request_id": None, "error": "the request could not be read"}, {})
+        finally:
+            self.parse_s += PARSE_S_WEIGHT * (time.perf_counter() - started - self.parse_s)
+            with self._parsing_lock:
+                self._parsing -= 1
 
-    def _decode_and_submit(self, identity, body: list) -> None:
+    def _decode_and_submit(self, identity, body: list, received: float) -> None:
         header: dict = {}
         refusals: tuple[type[Exception], ...] = (protocol.ProtocolError, ValueError, KeyError, RecursionError)
         try:
@@ -186,9 +234,15 @@ class ZmqFront:
             header.get("mode"),
             lambda outcome: self._send_outcome(identity, outcome, tag),
             deadline_ms=header.get("deadline_ms"),
+            received=received,
         )
 
     def _send_outcome(self, identity, outcome, tag) -> None:
+        self._send_frames([identity, *self._outcome_frames(outcome, tag)])
+
+    @staticmethod
+    def _outcome_frames(outcome, tag) -> list:
+        """The reply frames of an Outcome (a RESULT with its answer table, else BUSY or ERROR)."""
         # the server's own limits (queue full, waited too long, stopping) are BUSY: retry later
         kind = {"ok": "RESULT", "busy": "BUSY", "timeout": "BUSY", "stopping": "BUSY"}.get(outcome.kind, "ERROR")
         header = {
@@ -207,7 +261,7 @@ class ZmqFront:
         if getattr(outcome, "retry_after_s", None):
             header["retry_after_s"] = outcome.retry_after_s
         tables = {"answer": outcome.answer.table()} if outcome.answer is not None else {}
-        self._send(identity, header, tables)
+        return protocol.encode(header, tables)
 
     def _push(self):
         """This thread's PUSH socket into the reply pipe."""
@@ -219,7 +273,16 @@ class ZmqFront:
         return push
 
     def _send(self, identity, header: dict, tables: dict) -> None:
-        self._push().send_multipart([identity, *protocol.encode(header, tables)], copy=False)
+        self._send_frames([identity, *protocol.encode(header, tables)])
+
+    def _send_frames(self, frames: list) -> None:
+        """Send a reply: on the ROUTER itself from the socket thread (which drains the reply pipe,
+        so it must never wait on it), through this thread's PUSH into the pipe from any other."""
+        sock = self._sock
+        if sock is not None and threading.get_ident() == self._socket_thread:
+            sock.send_multipart(frames, copy=False)
+        else:
+            self._push().send_multipart(frames, copy=False)
 
 
 def _header_or_empty(body: list) -> dict:
