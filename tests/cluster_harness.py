@@ -290,10 +290,17 @@ class SharedCluster:
             self.jobs.close()  # the server's loop ends; spark-submit stops the cluster
             self.jobs = None
         if self.app is not None:
-            if self.app.poll() is None:
-                try:
-                    self.app.wait(60)
-                except subprocess.TimeoutExpired:
-                    pass
+            # read what the application writes while it stops (its shutdown logs share the pipe with
+            # stdout): a full pipe would block its exit until the deadline below
+            reader = _READERS.setdefault(self.app.pid, _Lines(self.app.stdout))
+            deadline = time.monotonic() + 60
+            while self.app.poll() is None and time.monotonic() < deadline:
+                if reader.eof:
+                    try:
+                        self.app.wait(max(0.1, deadline - time.monotonic()))
+                    except subprocess.TimeoutExpired:
+                        pass
+                else:
+                    reader.next(timeout_s=0.5)
             self._kill(self.app)
             self.app = None

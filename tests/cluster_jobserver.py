@@ -64,7 +64,7 @@ def main() -> int:
     sys.path.insert(0, os.path.join(REPO, "spark_jobs"))
     from pyspark.sql import SparkSession
 
-    SparkSession.builder.appName("sparkgnn-cluster-tests").getOrCreate()
+    spark = SparkSession.builder.appName("sparkgnn-cluster-tests").getOrCreate()
     print(READY, flush=True)
     modules: dict = {}
     with open(sys.argv[1]) as jobs:  # blocks until the harness opens the pipe's other end
@@ -75,6 +75,7 @@ def main() -> int:
             os.chdir(job["cwd"])
             status = _run(_load(job["script"], modules), list(job["args"]))
             print(f"{DONE} {status}", flush=True)
+    (SparkSession.getActiveSession() or spark).stop()  # a job may have replaced the session: stop the live one
     return 0
 
 

@@ -52,8 +52,28 @@ POOL_KINDS: Registry = Registry("worker pool kind", ServeError)
 ROUTERS: Registry = Registry("router", ServeError)
 
 
+class FrontAnswered:
+    """A pool whose batches are answered in the front end's own process (the in-process pool, and
+    the sharded pool, whose front runs CGP over its shard owners): a warm-up is one call, and a
+    broadcast reaches that one process."""
+
+    def call(self, slot: int, header: dict, tables: dict) -> dict:
+        raise NotImplementedError
+
+    def warm_up(self, header: dict, tables: dict) -> None:
+        self.call(0, header, tables)
+
+    def broadcast(
+        self, header: dict, tables: dict, timeout_s: float, reached: set | None = None, call_timeout_s=None
+    ) -> tuple[dict[int, dict], list[int]]:
+        """The front end's own process: ({pid: result}, [])."""
+        if reached and os.getpid() in reached:
+            return {}, []
+        return {os.getpid(): self.call(0, header, tables)}, []
+
+
 @POOL_KINDS.register("inprocess")
-class InProcessPool:
+class InProcessPool(FrontAnswered):
     def __init__(self, name: str, width: int = 1, threads: int = 1, **_):
         import torch
 
@@ -88,17 +108,6 @@ class InProcessPool:
 
         run = batch_op.serve_evict if header.get("op") == batch_op.EVICT_OP else batch_op.serve_batch
         return run(header, tables, self.cache)
-
-    def warm_up(self, header: dict, tables: dict) -> None:
-        self.call(0, header, tables)
-
-    def broadcast(
-        self, header: dict, tables: dict, timeout_s: float, reached: set | None = None, call_timeout_s=None
-    ) -> tuple[dict[int, dict], list[int]]:
-        """The one process of this pool: ({pid: result}, [])."""
-        if reached and os.getpid() in reached:
-            return {}, []
-        return {os.getpid(): self.call(0, header, tables)}, []
 
     def worker_pids(self) -> list[int]:
         return [os.getpid()]

@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from sparkgnn.serving.online.pools import POOL_KINDS, ServeError
+from sparkgnn.serving.online.pools import POOL_KINDS, FrontAnswered, ServeError
 
 log = logging.getLogger(__name__)
 
@@ -153,8 +153,9 @@ def sharded_problem(config) -> str | None:
 
 
 @POOL_KINDS.register("sharded")
-class ShardedPool:
-    """S shard workers and the front-side deployment answering batches over them (module doc)."""
+class ShardedPool(FrontAnswered):
+    """S shard workers and the front-side deployment answering batches over them (module doc); a
+    warm-up loads every shard (the engine's executor warms them) and answers the probe."""
 
     def __init__(
         self,
@@ -367,18 +368,6 @@ class ShardedPool:
                     cluster.workers.pop()
                     cluster.workers[0] = replacement
                     self.replaced += 1
-
-    def warm_up(self, header: dict, tables: dict) -> None:
-        """Every shard loaded (the engine's executor warms them) and the probe answered."""
-        self.call(0, header, tables)
-
-    def broadcast(
-        self, header: dict, tables: dict, timeout_s: float, reached: set | None = None, call_timeout_s=None
-    ) -> tuple[dict[int, dict], list[int]]:
-        """The front process holds the deployment the batches name: ({pid: result}, [])."""
-        if reached and os.getpid() in reached:
-            return {}, []
-        return {os.getpid(): self.call(0, header, tables)}, []
 
     def worker_pids(self) -> list[int]:
         """The live shard workers (the front's own pid for transport "inprocess")."""
