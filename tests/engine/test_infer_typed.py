@@ -142,7 +142,7 @@ def test_typed_ids_via_batch_inference_equal_pyg_rows_and_explain_each_relation(
 def test_relation_graphs_take_their_fingerprint_and_counts_from_the_typed_graph():
     from types import SimpleNamespace
 
-    from sparkgnn.engine.typed import relation_counts, relation_fingerprint
+    from sparkgnn.engine.typed_relations import relation_counts, relation_fingerprint
 
     writes, cites = ("author", "writes", "paper"), ("paper", "cites", "paper")
     fp = relation_fingerprint("ab" * 16, writes)

@@ -54,7 +54,6 @@ relation of a pruned (`ids`) run keeps its content fingerprint: its rows depend 
 
 from __future__ import annotations
 
-import copy
 import logging
 import os
 import uuid
@@ -65,6 +64,7 @@ from sparkgnn.engine.phases import phase
 from sparkgnn.engine.typed_jobs import run_relation_jobs
 from sparkgnn.engine.typed_merge import apply_node_ops, constant_rows, merge_round
 from sparkgnn.engine.typed_prepare import Prepares, prepare_relations, start_prepares
+from sparkgnn.engine.typed_relations import relation_jobs
 from sparkgnn.errors import SparkGNNError, UnsupportedModelError
 from sparkgnn.files import absolute
 from sparkgnn.layers.hetero import EdgeType, HeteroRound, edge_key
@@ -204,95 +204,6 @@ def _feature_width(graph: TypedGraph, node_type: str) -> int:
     return int(row.f) if row else 0
 
 
-def _relation_graph(
-    values: dict[str, DataFrame],
-    edges: DataFrame,
-    edge_type: EdgeType,
-    width: int,
-    name: str,
-    *,
-    fingerprint: str | None = None,
-    rows: tuple[IdSet, IdSet] | None = None,
-    counts: dict[str, int] | None = None,
-):
-    """The homogeneous graph one relation's conv runs over (module doc); `rows`: (the source-side
-    rows read, the destination rows given) of a pruned run, to which the edges are cut; `counts`:
-    its vertex and edge counts when the typed graph's graph.json vouches for them (relation_counts)."""
-    from sparkgnn.engine.khop import semi_join
-    from sparkgnn.graph import Graph
-
-    s, r, d = edge_type
-    edges = edges.select("src", "dst")
-    if rows is not None:
-        # within one type: the edges among the rows read (a multi-hop conv reads in-edges of
-        # rows it does not give); between two: the in-edges of the rows given (their sources
-        # are among the rows read, engine.typed_ids)
-        read, given = rows
-        edges = semi_join(edges, read.frame if s == d else given.frame, read.size if s == d else given.size)
-        if s == d:
-            edges = edges.join(read.frame.withColumnRenamed("id", "src"), "src", "left_semi")
-    if s == d:
-        vertices = values[s].selectExpr("id", "h AS x")
-    else:
-        vertices = (
-            values[s]
-            .selectExpr(f"{_mapped('id', s, 0)} AS id", "h AS x")
-            .unionByName(values[d].selectExpr(f"{_mapped('id', d, 1)} AS id", "h AS x"))
-        )
-        edges = edges.selectExpr(f"{_mapped('src', s, 0)} AS src", f"{_mapped('dst', d, 1)} AS dst")
-    label = f"{name}/{edge_key(edge_type)}"
-    meta = {"validated": True, "feature_dim": width, "name": label}
-    if fingerprint is not None:
-        meta["fingerprint"] = fingerprint
-    if counts:
-        meta.update(counts, num_classes=0)
-    return Graph(vertices, edges, name=label, meta=meta)
-
-
-def relation_counts(graph: TypedGraph, edge_type: EdgeType) -> dict[str, int]:
-    """{num_vertices, num_edges} of a whole-graph relation's graph from the typed graph's trusted
-    graph.json (the source and destination types' rows, the relation's edges), so the relation
-    job does not count them in Spark; {} when graph.json does not give them."""
-    s, _, d = edge_type
-    types = graph.meta.get("types") or {}
-    relation = (graph.meta.get("relations") or {}).get(edge_key(edge_type), {})
-    sizes = [types.get(t, {}).get("num_vertices") for t in dict.fromkeys((s, d))]
-    if "num_edges" not in relation or any(n is None for n in sizes):
-        return {}
-    return {"num_vertices": int(sum(sizes)), "num_edges": int(relation["num_edges"])}
-
-
-def relation_fingerprint(graph_fingerprint: str, edge_type: EdgeType) -> str:
-    """The fingerprint a whole-graph relation job's graph carries (module doc): 32 hex digits, like
-    a content fingerprint, naming the typed graph and the relation (its ids and edges)."""
-    import hashlib
-
-    text = f"sparkgnn-typed-relation|1|{graph_fingerprint}|{edge_key(edge_type)}"
-    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
-
-
-def _mapped(column: str, node_type: str, side: int) -> str:
-    """SQL for `2 * column + side`, failing the job with a clear message for an id beyond
-    +-2^62, where the doubled id would not fit a long (whatever spark.sql.ansi.enabled says)."""
-    message = f"node type {node_type}: id beyond +-2^62 cannot be mapped for a relation between two types"
-    return f"CASE WHEN abs({column}) < {1 << 62} THEN {column} * 2 + {side} ELSE raise_error('{message}') END"
-
-
-def _relation_model(conv, edge_type: EdgeType, index: int, model_fingerprint: str):
-    """The relation's conv as a one-conv Model whose spec names the typed model and the round
-    (module doc: its fingerprint keys the run)."""
-    from sparkgnn.models import Model
-
-    spec = {
-        "format": "sparkgnn.Model",
-        "version": 1,
-        "source": f"typed relation {edge_key(edge_type)}, round {index} of typed model {model_fingerprint}",
-        "output": "embedding",
-        "in_dim": conv.in_dim,
-    }
-    return Model(spec, _modules=(NodeOpStack(), [copy.deepcopy(conv)], [NodeOpStack()]))
-
-
 def infer_typed(
     spark: SparkSession,
     graph: Any,
@@ -372,7 +283,7 @@ def infer_typed(
     try:
         if rows is None:  # round 0's layouts are prepared while its inputs are computed (typed_prepare)
             ids_only = {t: graph.vertices[t].selectExpr("id", "CAST(NULL AS array<float>) AS h") for t in reads}
-            jobs = _relation_jobs(
+            jobs = relation_jobs(
                 graph, first, 0, need[0], ids_only, widths, common, rows=None, fingerprints=fingerprints
             )
             early = start_prepares(spark, [(job[2], job[3]) for job in jobs], common, 0)
@@ -499,47 +410,6 @@ def _persist(spark, frame: DataFrame, path: str) -> DataFrame:
     return spark.read.parquet(path)
 
 
-def _relation_jobs(
-    graph: TypedGraph,
-    rnd: HeteroRound,
-    index: int,
-    need: set[str],
-    values: dict[str, DataFrame],
-    widths: dict[str, int],
-    common: dict,
-    *,
-    rows: tuple[dict[str, IdSet], dict[str, IdSet]] | None,
-    fingerprints: tuple[str | None, str],
-) -> list[tuple[EdgeType, Any, Any, Any, dict]]:
-    """Round `index`'s relation jobs, one per relation into a needed type: (edge type, conv,
-    relation graph over `values`, one-conv model, the job's options); arguments as _run_round's."""
-    jobs = []
-    for edge_type, conv in rnd.conv_items():
-        s, _, d = edge_type
-        if d not in need:
-            continue
-        options = dict(common)
-        cut = None
-        fingerprint = relation_fingerprint(fingerprints[0], edge_type) if fingerprints[0] else None
-        if rows is not None:
-            cut = (rows[0][s], rows[1][d])
-            given = cut[1].frame
-            options["ids"] = given.selectExpr(f"{_mapped('id', d, 1)} AS id") if s != d else given
-        counts = relation_counts(graph, edge_type) if cut is None else None
-        rel_graph = _relation_graph(
-            values,
-            graph.edges[edge_type],
-            edge_type,
-            widths[s],
-            graph.name,
-            fingerprint=fingerprint,
-            rows=cut,
-            counts=counts,
-        )
-        jobs.append((edge_type, conv, rel_graph, _relation_model(conv, edge_type, index, fingerprints[1]), options))
-    return jobs
-
-
 def _run_round(
     spark,
     graph: TypedGraph,
@@ -563,7 +433,7 @@ def _run_round(
     from sparkgnn.engine.api import _infer_one
     from sparkgnn.engine.spark_compat import default_parallelism
 
-    jobs = _relation_jobs(graph, rnd, index, need, values, widths, common, rows=rows, fingerprints=fingerprints)
+    jobs = relation_jobs(graph, rnd, index, need, values, widths, common, rows=rows, fingerprints=fingerprints)
     if rows is None:
         prepare_relations(spark, [(g, m) for _, _, g, m, _ in jobs], common, index)
 
@@ -615,6 +485,5 @@ __all__ = [
     "is_typed_source",
     "refuse_typed_job",
     "needed_types",
-    "relation_fingerprint",
     "explain_relations",
 ]
