@@ -131,6 +131,7 @@ def run_timed(cmd: list[str], timeout_s: float) -> dict:
 # engine line before the job's own end line (node outputs done), the end line. Phases are the gaps.
 JVM_UP = re.compile(r"^Setting default log level")
 ENGINE = re.compile(r"^sparkgnn")
+JOB_LINE = re.compile(r"^(score_edges|topk): ")  # the job's own lines (choices, its end line)
 SECONDS = re.compile(r"(\d+(?:\.\d+)?) s\b")
 
 
@@ -166,7 +167,9 @@ def spark_job(script: str, argv: list[str], scratch: str, timeout_s: float, end:
     result = {k: run[k] for k in ("wall_s", "peak_rss_gib", "peak_private_gib")}
     result["ok"] = run["rc"] == 0
     result["phases"] = phases(run["lines"], run["wall_s"], re.compile(end))
-    result["progress"] = [f"{t:7.2f} {line}" for t, line in run["lines"] if ENGINE.search(line) or re.search(end, line)]
+    result["progress"] = [
+        f"{t:7.2f} {line}" for t, line in run["lines"] if ENGINE.search(line) or JOB_LINE.search(line)
+    ]
     if not result["ok"]:
         result["tail"] = [line for _t, line in run["lines"][-30:]]
         result["errors"] = [
@@ -211,6 +214,8 @@ def measure(edges: int, models: dict, args) -> dict:
         pairs = pairs_file(graph, ids, args.pairs)
         point["pairs"] = args.pairs
         for name, (spark_model, pyg_model) in models.items():
+            if "score" not in args.parts or name not in args.decoders:
+                continue
             print(f"linkpred {edges:,} edges: score {args.pairs:,} pairs, {name} decoder ...", flush=True)
             s = spark_job(
                 "score_edges.py",
@@ -226,6 +231,8 @@ def measure(edges: int, models: dict, args) -> dict:
                 entry["job_ratio_vs_pyg"] = round(s["wall_s"] / p["wall_s"], 2)
             point[f"score_{name}"] = entry
             print(f"  sparkgnn {s['wall_s']} s {s['phases']}; PyG {p['wall_s']} s", flush=True)
+        if "topk" not in args.parts:
+            return point
         sources = sources_file(scratch, ids, args.topk_sources)
         point["topk_sources"] = len(ids) if not args.topk_sources else min(args.topk_sources, len(ids))
         spark_model, pyg_model = models["dot"]
@@ -302,7 +309,7 @@ def plot(result: dict, path: str) -> None:
                 for p in points
                 for v in ("exact", "approx")
             ],
-            f"top-{K} over every node, {points[0]['topk_sources']:,} sampled sources, cold jobs",
+            f"top-{K} over every node, {points[0].get('topk_sources', 0):,} sampled sources, cold jobs",
         ),
     ):
         bottom = [0.0] * len(rows)
@@ -347,7 +354,15 @@ def main() -> int:
     parser.add_argument("--timeout-s", type=float, default=1800.0, help="per cold job")
     parser.add_argument("--results", default=RESULTS, help="where linkpred.json and linkpred.png go")
     parser.add_argument("--note", default=None, help="recorded in the JSON (why a run is smaller than the default)")
+    parser.add_argument(
+        "--parts", default="score,topk", help="what to measure: score, topk or both (with --merge, the rest is kept)"
+    )
+    parser.add_argument("--decoders", default="dot,mlp", help="score: the decoders to measure (dot, mlp)")
     args = parser.parse_args()
+    args.parts = {s.strip() for s in args.parts.split(",") if s.strip()}
+    args.decoders = {s.strip() for s in args.decoders.split(",") if s.strip()}
+    if not args.parts or not args.parts <= {"score", "topk"} or not args.decoders <= {"dot", "mlp"}:
+        parser.error("--parts takes score and/or topk, --decoders dot and/or mlp")
     loadavg = os.getloadavg()
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     os.makedirs(DATA, exist_ok=True)
@@ -365,8 +380,12 @@ def run_sizes(args, sizes: list[int], models: dict, loadavg: tuple) -> int:
         with open(args.merge) as fh:
             earlier = json.load(fh)
     points = [p for p in earlier["points"] if p["edges"] not in sizes]
+    before = {p["edges"]: p for p in earlier["points"]}
     for edges in sizes:
-        points = sorted([*points, measure(edges, models, args)], key=lambda p: p["edges"])
+        point = {**before.get(edges, {}), **measure(edges, models, args)}  # what was not measured is kept
+        if "topk" not in args.parts and "loadavg" in before.get(edges, {}):
+            point["loadavg_of_kept_topk"] = before[edges].get("loadavg_of_kept_topk", before[edges]["loadavg"])
+        points = sorted([*points, point], key=lambda p: p["edges"])
         result = {
             "what": "cold score_edges.py / topk.py jobs vs cold PyG scripts (pyg_linkpred_job.py), per graph size",
             "graph": f"synthetic Zipf, nodes = edges/10, {DIM}-d, seed 0",

@@ -5,13 +5,16 @@
 
 PAIRS: Parquet with src and dst columns (vertex ids), and a relation column (an integer index or
 a relation name) when the decoder is per-relation (DistMult, TransE); relations the decoder lacks
-are refused. The model must carry a decoder (Model.from_pyg(encoder, decoder=module)). Only the
-pairs' endpoints' k-hop neighbourhoods are computed (sparkgnn.infer with ids), their outputs
-joined onto the pairs and scored in Arrow batches (sparkgnn.linkpred.scoring). Output Parquet
+are refused. The model must carry a decoder (Model.from_pyg(encoder, decoder=module)). When the
+pairs name at least half the vertices (an approximate distinct count) every vertex's output is
+computed; otherwise only the pairs' endpoints' k-hop neighbourhoods (sparkgnn.infer with ids).
+The outputs are broadcast to the tasks and gathered by position into each Arrow batch of pairs,
+or joined onto the pairs when too large to broadcast (sparkgnn.linkpred.scoring). Output Parquet
 under --out: src (long), dst (long), the relation as given (per-relation decoders), score
-(float). Pairs naming ids the graph lacks are refused before anything is written; --out as for
-batch_inference.py (refused when non-empty unless --overwrite; staged, then swapped in). User
-errors: one line on stderr, exit 2.
+(float). Pairs with a null id or naming ids the graph lacks are refused with nothing written
+(found by the scoring pass: fewer rows scored than pairs read); --out as for batch_inference.py
+(refused when non-empty unless --overwrite; staged, then swapped in). User errors: one line on
+stderr, exit 2.
 
 Typed graph and typed model (HeteroModel.from_pyg(..., decoder=)): every pair names its relation,
 an edge type key (author__writes__paper), a relation name only one edge type has, or an index into
@@ -59,13 +62,13 @@ def _run(args) -> int:
     from sparkgnn.engine.api import input_paths
     from sparkgnn.engine.session import job_session
     from sparkgnn.engine.typed import is_typed_source
+    from sparkgnn.errors import GraphValidationError
     from sparkgnn.graph.spark_graph import Graph
-    from sparkgnn.linkpred.nodes import node_outputs
-    from sparkgnn.linkpred.pairs import PairsError, check_known, check_relations, endpoints, read_pairs
+    from sparkgnn.linkpred.nodes import node_outputs, pairs_cover_graph
+    from sparkgnn.linkpred.pairs import PairsError, check_relations, endpoints, read_pairs, refuse_bad_pairs
     from sparkgnn.linkpred.payload import model_decoder
-    from sparkgnn.linkpred.scoring import score_pairs
+    from sparkgnn.linkpred.scoring import write_scores
     from sparkgnn.models.model import Model
-    from sparkgnn.outputs import write_parquet_staged
 
     inputs = {**input_paths(args.graph, args.model, args.work_dir), "--pairs file": args.pairs}
     check_output(args.out, inputs, args.overwrite)
@@ -79,25 +82,43 @@ def _run(args) -> int:
     started = time.perf_counter()
     spark = job_session("sparkgnn-score-edges")
     graph = Graph.load(spark, args.graph)
-    pairs = read_pairs(spark, args.pairs, relation=decoder.relational)
-    ends = endpoints(pairs)
-    if not ends.limit(1).count():
-        raise PairsError(f"--pairs {args.pairs} holds no pairs")
-    check_known(ends, graph.vertices, f"--pairs {args.pairs}")
+    what = f"--pairs {args.pairs}"
+    # null and unknown ids are found by the scoring pass itself (write_scores), not a scan of their own
+    pairs = read_pairs(spark, args.pairs, relation=decoder.relational, check_nulls=False)
+    pair_count = pairs.count()
+    if not pair_count:
+        raise PairsError(f"{what} holds no pairs")
     if decoder.relational:
-        check_relations(pairs, decoder, f"--pairs {args.pairs}")
-    nodes = node_outputs(
+        check_relations(pairs, decoder, what)
+    num_vertices = graph.stats()["num_vertices"]
+    ends = None if pairs_cover_graph(pairs, pair_count=pair_count, num_vertices=num_vertices) else endpoints(pairs)
+    try:
+        nodes = node_outputs(
+            spark,
+            graph,
+            model,
+            ids=ends,
+            out=args.out,
+            partitions=args.partitions,
+            strategy=args.strategy,
+            work_dir=args.work_dir,
+        )
+    except GraphValidationError:
+        if ends is not None:  # infer refused ids the graph lacks: name them as the pairs' fault
+            refuse_bad_pairs(pairs, graph.vertices, what)
+        raise
+    node_count = num_vertices if ends is None else nodes.count()
+    rows = write_scores(
         spark,
-        graph,
-        model,
-        ids=ends,
-        out=args.out,
-        partitions=args.partitions,
-        strategy=args.strategy,
-        work_dir=args.work_dir,
+        nodes,
+        pairs,
+        decoder,
+        args.out,
+        pair_count=pair_count,
+        node_count=node_count,
+        vertices=graph.vertices,
+        what=what,
     )
-    write_parquet_staged(score_pairs(nodes, pairs, decoder), args.out)
-    rows = spark.read.parquet(args.out).count()
     print(f"score_edges: wrote {rows} scored pairs to {args.out} in {time.perf_counter() - started:.1f} s")
     return 0
 

@@ -156,6 +156,28 @@ def test_relation_graphs_take_their_fingerprint_and_counts_from_the_typed_graph(
     assert relation_counts(SimpleNamespace(meta={"types": types}), cites) == {}  # not vouched: counted in Spark
 
 
+def test_first_round_inputs_run_no_spark_job_and_are_the_pre_ops_of_the_features(spark, typed_dir):
+    from sparkgnn.engine.typed import _inputs
+    from sparkgnn.graph.typed_spark import TypedGraph
+
+    path, d = typed_dir
+    module = _ready(_Mixed(d.metadata(), "sum"), d)
+    model = HeteroModel.from_pyg(module, d.metadata())
+    graph = TypedGraph.load(spark, path)
+    group = "typed-inputs-test"
+    spark.sparkContext.setJobGroup(group, "typed inputs")
+    try:
+        values = _inputs(graph, model, set(model.in_dims), None)
+        # lazy: the input ops run in the relation jobs' tasks that read the rows (module doc)
+        assert list(spark.sparkContext.statusTracker().getJobIdsForGroup(group)) == []
+    finally:
+        spark.sparkContext.setJobGroup("", "")
+    with torch.no_grad():
+        want = {t: module.lin[t](x).relu() for t, x in d.x_dict.items()}
+    for t in ("paper", "author", "field"):  # field: no features, a literal column of ones through its ops
+        np.testing.assert_allclose(_rows(values[t], t), want[t].numpy(), rtol=1e-6, atol=1e-6)
+
+
 def test_needed_types_walk_the_rounds_back_from_the_requested_types():
     from sparkgnn.engine.typed import needed_types
 

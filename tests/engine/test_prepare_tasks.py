@@ -49,12 +49,18 @@ def test_tasks_write_the_layouts_spark_writes(spark, graph_dirs, tmp_path, graph
 
 
 def test_a_rerun_after_an_interrupted_preparation_replaces_its_files(spark, graph_dirs, tmp_path):
+    from sparkgnn.engine.phases import PhaseClock, activate
+
     path, _ = graph_dirs["skewed"]
     graph = Graph.load(spark, path)
-    first = prepare(spark, graph, 3, str(tmp_path / "work"), writer="tasks")
-    os.remove(os.path.join(first.path, "prepared.json"))  # as if the job died before the marker
-    again = prepare(spark, graph, 3, str(tmp_path / "work"), writer="tasks")
+    with activate(PhaseClock()) as clock:
+        first = prepare(spark, graph, 3, str(tmp_path / "work"), writer="tasks")
+        os.remove(os.path.join(first.path, "prepared.json"))  # as if the job died before the marker
+        again = prepare(spark, graph, 3, str(tmp_path / "work"), writer="tasks")
     assert again.stats == first.stats and not again.reused
+    # each preparation's two Spark jobs are lines of the job's time table
+    calls = {row["name"]: row["calls"] for row in clock.summary()["phases"]}
+    assert calls == {"prepare: edges by partition (tasks)": 2, "prepare: vertices, mirrors and counts (tasks)": 2}
     files = [f for root, _, names in os.walk(os.path.join(again.path, "in_edges")) for f in names]
     assert len({f.split("-")[1] for f in files}) == 1  # one preparation's files only
 

@@ -48,3 +48,26 @@ def test_fold_equals_a_per_key_reduction_then_the_types_post_ops_whatever_the_ba
             want = np.maximum(want, 0)
         got = out[(out["t"] == t) & (out["id"] == i)]["h"].iloc[0]
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
+def test_node_ops_batches_apply_the_stack_to_each_batch_as_one_matrix_keeping_the_ids():
+    from sparkgnn.engine.typed_merge import node_ops_batches
+
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((7, 5)).astype(np.float32)
+    ids = np.array([9, -2, 4, 0, 11, 3, 5], dtype=np.int64)
+    table = pa.table({"id": pa.array(ids), "h": pa.array([v.tolist() for v in x], pa.list_(pa.float32()))})
+    batches = table.to_batches()[0]
+    stack = NodeOpStack([{"op": "linear", "in_dim": 5, "out_dim": 3}, {"op": "activation", "name": "relu"}])
+    torch.manual_seed(0)
+    for parameter in stack.parameters():  # built with zero weights
+        torch.nn.init.normal_(parameter)
+    parts = [batches.slice(0, 3), batches.slice(3, 0), batches.slice(3, 4)]  # an empty batch is skipped
+    out = list(node_ops_batches(stack)(iter(parts)))
+    assert [b.num_rows for b in out] == [3, 4]
+    got = pa.Table.from_batches(out)
+    assert got.column("id").to_pylist() == ids.tolist()
+    with torch.no_grad():
+        want = stack(torch.from_numpy(x)).numpy()
+    np.testing.assert_array_equal(np.asarray(got.column("h").to_pylist(), np.float32), want)

@@ -320,3 +320,45 @@ def test_chebconv_follower_refreshes_the_out_neighbours_of_changed_sources(graph
     assert follower.graph.fingerprint == want_graph.fingerprint
     want = precompute_local(want_graph, model, str(tmp_path / "scratch"))
     assert_same_store(follower.store, want, want_graph.ids, model.num_rounds)
+
+
+def test_chains_are_compacted_in_the_background_and_stay_deltas(graph, tmp_path, monkeypatch):  # noqa: F811
+    """With short chain bounds, a follower committing a version per batch never writes a layer
+    whole on its commit path: a compacted segment written by its background job is what the later
+    deltas lie on (each still a delta over the version before it, as a delta-patching service
+    needs), the chains stay bounded, the published chain is rebased on a full directory written
+    beside, and the store equals a precompute of the final graph."""
+    from sparkgnn.pe import follow, published, versions
+
+    monkeypatch.setattr(versions, "MAX_SEGMENTS", 4)  # background compaction from 2 segments
+    monkeypatch.setattr(follow, "MAX_SEGMENTS", 4)  # ... and the synchronous fallback past 4
+    model = model_of("sage", graph.feature_dim, 2)
+    root, inbox, state = str(tmp_path / "store"), str(tmp_path / "in"), str(tmp_path / "state")
+    os.makedirs(inbox)
+    precompute_local(graph, model, root)
+    f = RefreshFollower(graph=graph, model=model, store=root, updates=inbox, state=state, commit_every_s=0)
+    rng = np.random.default_rng(3)
+    manifests, records = [f.store.manifest], []
+    for i in range(10):
+        u = GraphUpdate(
+            edge_insert_src=rng.choice(graph.ids, 3),
+            edge_insert_dst=rng.choice(graph.ids, 3),
+            edge_insert_weight=np.ones(3, np.float32),
+        )
+        drop(inbox, f"{i}.parquet", u, 1000 + i)
+        assert f.poll(flush=True).committed
+        assert f.close(timeout_s=60)  # the background job done before the next commit (deterministic)
+        manifests.append(f.store.manifest)
+        records.append(f.published)
+    for key in ("layer=1", "layer=2"):
+        lengths = [len(versions.bases(m, key)) for m in manifests[1:]]
+        assert all(0 < n < 4 for n in lengths), lengths  # never whole, never past the bound
+        assert all(versions.delta_over(a, b, key) for a, b in zip(manifests[:-1], manifests[1:], strict=True))
+        assert any(versions.bases(m, key)[0].get("compacted") for m in manifests[1:])
+    assert any(r["full"] != records[0]["full"] for r in records) and all(
+        published.is_delta(r["graph"]) for r in records
+    )
+    assert max(len(r["chain"]) for r in records) < 2 * published.COMPACT_EVERY
+    want = precompute_local(f.graph, model, str(tmp_path / "scratch"))
+    assert_same_store(PEStore.open(root, model=model, graph=f.graph), want, f.graph.ids, 2)
+    assert published.open_graph(records[-1]["graph"]).fingerprint == f.graph.fingerprint

@@ -3,8 +3,9 @@ graph it was published from (same fingerprint, ids, features, edges), the pointe
 latest publication, publishing the latest again changes nothing, only the newest directories are
 kept, and a malformed pointer or a non-local store is refused in one line. Deltas: a chain of them
 opened from a held graph or cold equals the graph published whole, a full directory is written
-again at compaction, a held graph outside the chain falls back to the full publication (logged),
-and a changed update file or a delta naming paths outside its publications is refused."""
+again at compaction (or, written beside, rebases the chain), a held graph outside the chain falls
+back to the full publication (logged), and a changed update file or a delta naming paths
+outside its publications is refused."""
 
 import json
 import os
@@ -59,6 +60,26 @@ def test_only_the_newest_graphs_are_kept(graph, tmp_path):  # noqa: F811
     assert left == sorted(g.fingerprint for g in gs[-2:])
     with pytest.raises(ValueError, match="keep must be >= 1"):
         published.publish(root, graph, store_base="v", keep=0)
+
+
+def test_pruning_keeps_a_live_writers_staging_and_removes_a_dead_ones(graph, tmp_path):  # noqa: F811
+    """A hidden folder being written by a running process (the follower's background full
+    directory) survives a publication's pruning; one left by a process that is gone does not."""
+    import subprocess
+
+    root = str(tmp_path / "store")
+    gs = versions_of(graph, 3)
+    published.publish(root, gs[0], store_base="v0")
+    graphs = os.path.dirname(published.graph_dir(root, "x"))
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    live = os.path.join(graphs, published._staging_name())  # this process's name
+    left = os.path.join(graphs, f"{published._TMP_PREFIX}{gone.pid}-abc")
+    older = os.path.join(graphs, f"{published._TMP_PREFIX}0123abcd")  # no pid: an older release's
+    for folder in (live, left, older):
+        os.makedirs(folder)
+    published.publish(root, gs[1], store_base="v1", keep=1)  # a whole publication prunes
+    assert os.path.isdir(live) and not os.path.exists(left) and not os.path.exists(older)
 
 
 def test_a_malformed_pointer_and_a_remote_store_are_refused(graph, tmp_path):  # noqa: F811
@@ -163,3 +184,29 @@ def test_a_broken_chain_falls_back_to_the_full_publication_or_is_refused(graph, 
         json.dump({**meta, "full": str(tmp_path)}, fh)
     with pytest.raises(published.PublishError, match="outside the publications"):
         published.open_graph(record["graph"])
+
+
+def test_a_full_directory_written_beside_rebases_the_chain(graph, tmp_path):  # noqa: F811
+    """A full directory written off the publishing path (write_full) of a graph in the latest
+    chain is what the next delta's chain starts from (the links after it), read back equal cold
+    and from a held graph; a directory of a graph outside the chain is not used."""
+    root = str(tmp_path / "store")
+    graphs, deltas = delta_chain(graph, tmp_path, 4)
+    records = [published.publish(root, graphs[0], store_base="v0")]
+    for i in (1, 2):
+        records.append(published.publish(root, graphs[i], store_base=f"v{i}", delta=deltas[i - 1]))
+    assert published.compaction_due(records[2], compact_every=4) and not published.compaction_due(records[0])
+    full = published.write_full(root, graphs[1])  # written beside, not published
+    assert published.latest(root)["graph_fingerprint"] == graphs[2].fingerprint
+    third = published.publish(root, graphs[3], store_base="v3", delta=deltas[2], full=full)
+    assert third["full"] == full and [link["graph_fingerprint"] for link in third["chain"]] == [
+        graphs[2].fingerprint,
+        graphs[3].fingerprint,
+    ]
+    assert published.is_delta(third["graph"])
+    assert same_graph(published.open_graph(third["graph"]), graphs[3])
+    assert same_graph(published.open_graph(third["graph"], held=graphs[2]), graphs[3])
+    outside = published.write_full(root, graphs[0])  # not in the latest chain any more
+    _more, extra = delta_chain(graphs[3], tmp_path / "more", 1)
+    fourth = published.publish(root, _more[1], store_base="v4", delta=extra[0], full=outside)
+    assert fourth["full"] == full and len(fourth["chain"]) == 3

@@ -68,7 +68,7 @@ def precompute_typed(
         common = dict(strategy=strategy, partitions=partitions, workers=workers, explain=False, work_dir=root)
         common.update(validate=False, model_store=None, exchange=exchange, materialise=materialise)
         try:
-            values = _inputs(spark, graph, model, set(model.in_dims), run_dir, None)
+            values = _inputs(graph, model, set(model.in_dims), None)
             fingerprints = (graph.fingerprint, model.fingerprint())
             widths = {
                 t: cast(NodeOpStack, model.pre_ops[t]).out_dim(w) if t in model.pre_ops else w

@@ -42,6 +42,7 @@ from sparkgnn.arrowvec import to_fixed_list, to_numpy_matrix
 from sparkgnn.engine import static
 from sparkgnn.engine.degrees import PREPARED_STATS, is_out_stat, out_stat_sums, stat_values
 from sparkgnn.engine.exchange import check_reports, control_partition, control_rows, summary_row
+from sparkgnn.engine.phases import phase
 from sparkgnn.engine.routing import FILES_SCHEMA_DDL, owner_partition
 from sparkgnn.files import data_files, filesystem, join, parquet_batches
 from sparkgnn.graph.layout import EDGE_ATTR
@@ -175,9 +176,13 @@ def prepare_in_tasks(spark, graph, partitions: int, path: str) -> dict:
     has_weight = "weight" in graph.edges.columns
     attr_dim = int(getattr(graph, "edge_attr_dim", 0) or 0)
     edges = functools.partial(_edges_task, path, edge_files, partitions, token, has_weight, attr_dim)
-    check_reports(control.mapInArrow(edges, FILES_SCHEMA_DDL).collect(), partitions)
+    # two Spark jobs, each its own line in the job's time table (engine.phases); in a cold job the
+    # first also starts the Python workers the later steps reuse
+    with phase("prepare: edges by partition (tasks)"):
+        check_reports(control.mapInArrow(edges, FILES_SCHEMA_DDL).collect(), partitions)
     parts = functools.partial(_partition_task, path, vertex_files, partitions, token)
-    reports = control.mapInArrow(parts, STATS_SCHEMA_DDL).collect()
+    with phase("prepare: vertices, mirrors and counts (tasks)"):
+        reports = control.mapInArrow(parts, STATS_SCHEMA_DDL).collect()
     check_reports(reports, partitions)
     partials = sum(int(r["partials"]) for r in reports)
     return {

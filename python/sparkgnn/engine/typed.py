@@ -30,7 +30,15 @@ grows with the model's depth.
 
 A node type whose table has no features gets a constant column of ones of the width the model
 reads (what PyG users feed such a type: `torch.ones(n, 1)`), its input ops applied once on the
-driver (engine.typed_merge.constant_rows). `types` restricts the job to the
+driver (engine.typed_merge.constant_rows).
+
+Input ops: WHY a type's input ops (a per-type Linear, ...) run inside the relation jobs: the first
+round's input values are left lazy (no Spark job per type computes and writes them), so the ops
+run in the tasks of each relation job's first step that read the type's rows, on the rows they
+read (engine.typed_merge.apply_node_ops), and a featureless type's constant is a literal column
+Spark fills in while it reads the ids. A type read by k relations has its ops applied k times:
+row-wise ops on rows a task reads anyway, against a separate job per type that reads, converts
+and writes every row and is read back by those k jobs. `types` restricts the job to the
 rounds' upstream of those output types: a round computes only the destination types a later round
 (or the output) reads. `ids` ({node type: ids}) goes further, to the rows: engine.typed_ids walks
 the rounds back from the requested (type, id) pairs to the rows each round must give, each
@@ -288,7 +296,7 @@ def infer_typed(
             )
             early = start_prepares(spark, [(job[2], job[3]) for job in jobs], common, 0)
         with phase("typed inputs: features and input ops per type"):
-            values = _inputs(spark, graph, model, reads, run_dir, rows[0] if rows is not None else None)
+            values = _inputs(graph, model, reads, rows[0] if rows is not None else None)
         early.wait()
         for index, rnd in enumerate(model.round_list()):
             values = _run_round(
@@ -319,11 +327,11 @@ def infer_typed(
 
 
 def _inputs(
-    spark, graph: TypedGraph, model: HeteroModel, reads: set[str], run_dir: str, rows: dict[str, IdSet] | None
+    graph: TypedGraph, model: HeteroModel, reads: set[str], rows: dict[str, IdSet] | None
 ) -> dict[str, DataFrame]:
     """The first round's input rows per type it reads: the graph's features (ones for a type
-    without features, module doc) through the type's pre ops, persisted; with `rows` (a pruned
-    run), only those rows of each type."""
+    without features, module doc) through the type's pre ops; with `rows` (a pruned run), only
+    those rows of each type. Lazy, no Spark job here (module doc, "Input ops")."""
     values: dict[str, DataFrame] = {}
     for t in sorted(reads):
         width = model.in_dims[t]
@@ -338,8 +346,8 @@ def _inputs(
         elif have != width:
             raise SparkGNNError(f"node type {t!r}: the graph's features are {have} wide but the model expects {width}")
         elif stack is not None:
-            frame = apply_node_ops(frame, stack)
-        values[t] = _persist(spark, frame, f"{run_dir}/input/{t}")
+            frame = apply_node_ops(frame, stack)  # in the tasks of the relation jobs that read it
+        values[t] = frame
     return values
 
 

@@ -39,24 +39,35 @@ _TYPE_COLUMN = "t"
 
 
 def apply_node_ops(frame: DataFrame, stack: NodeOpStack) -> DataFrame:
-    """(id, h) with `stack` applied to every row's h (row-wise node ops, as the model's)."""
+    """(id, h) with `stack` applied to every row's h (row-wise node ops, as the model's), lazily:
+    the ops run in the tasks of whichever Spark job reads the frame (engine.typed: a type's input
+    ops in the relation jobs' tasks that read its features), batch by batch (node_ops_batches)."""
     if len(stack) == 0:
-        return frame
+        return frame.select("id", "h")
+    return frame.select("id", "h").mapInArrow(node_ops_batches(stack), "id long, h array<float>")
+
+
+def node_ops_batches(stack: NodeOpStack):
+    """The mapInArrow function of apply_node_ops: (id, h) record batches in, the same ids with
+    `stack` applied to h out, each batch's vectors read as one float32 matrix (no per-row Python)."""
 
     def run(batches):
         import numpy as np
-        import pandas as pd
+        import pyarrow as pa
         import torch
 
-        for pdf in batches:
-            if len(pdf) == 0:
-                continue
-            x = torch.from_numpy(np.stack([np.asarray(v, dtype=np.float32) for v in pdf["h"]]))
-            with torch.no_grad():
-                y = stack(x).numpy().astype(np.float32)
-            yield pd.DataFrame({"id": pdf["id"].to_numpy(), "h": list(y)})
+        from sparkgnn.arrowvec import to_list, to_numpy_matrix
 
-    return frame.mapInPandas(run, "id long, h array<float>")
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            x = to_numpy_matrix(batch.column(batch.schema.get_field_index("h")))
+            with torch.no_grad():  # a read-only Arrow view is copied: torch tensors are writable
+                y = stack(torch.from_numpy(x if x.flags.writeable else x.copy())).numpy()
+            ids = batch.column(batch.schema.get_field_index("id"))
+            yield pa.RecordBatch.from_arrays([ids, to_list(y.astype(np.float32, copy=False))], names=["id", "h"])
+
+    return run
 
 
 def constant_rows(frame: DataFrame, width: int, stack: NodeOpStack | None) -> DataFrame:
@@ -188,4 +199,4 @@ def _fold_rows(batch, aggr: str, stacks: Mapping[int, NodeOpStack]):
         yield pa.RecordBatch.from_arrays(columns, names=[_TYPE_COLUMN, "id", "h"])
 
 
-__all__ = ["AGGREGATIONS", "apply_node_ops", "constant_rows", "merge_round"]
+__all__ = ["AGGREGATIONS", "apply_node_ops", "constant_rows", "merge_round", "node_ops_batches"]

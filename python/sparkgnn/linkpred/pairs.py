@@ -25,11 +25,14 @@ class PairsError(SparkGNNError, ValueError):
     """The pairs (or an id file) cannot be used: missing columns, nulls, ids the graph lacks."""
 
 
-def read_pairs(spark: SparkSession, path: str, flag: str = "--pairs", *, relation: bool = False) -> DataFrame:
+def read_pairs(
+    spark: SparkSession, path: str, flag: str = "--pairs", *, relation: bool = False, check_nulls: bool = True
+) -> DataFrame:
     """(src long, dst long) from the Parquet at `path`; PairsError for missing columns or nulls.
     `relation`: also keep its RELATION column (an integer index, as long, or a relation name, as
     string), required and null-free; without it a relation column is refused, since the decoder
-    would score the pairs ignoring it."""
+    would score the pairs ignoring it. `check_nulls=False` leaves out the scan for null src / dst
+    (a job whose later pass finds them, as score_edges' write_scores does, with refuse_bad_pairs)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import IntegralType, StringType
 
@@ -48,12 +51,26 @@ def read_pairs(spark: SparkSession, path: str, flag: str = "--pairs", *, relatio
             raise PairsError(f"{flag} {path}: column {RELATION} must hold integer indices or names, not {kind}")
         columns.append(F.col(RELATION).cast("long" if isinstance(kind, IntegralType) else "string").alias(RELATION))
     frame = frame.select(*columns)
-    nulls = frame.where(F.col("src").isNull() | F.col("dst").isNull()).limit(1).count()
-    if nulls:
-        raise PairsError(f"{flag} {path} has rows with a null (or non-integer) src or dst")
+    if check_nulls:
+        _refuse_null_ids(frame, f"{flag} {path}")
     if relation and frame.where(F.col(RELATION).isNull()).limit(1).count():
         raise PairsError(f"{flag} {path} has rows with a null {RELATION}")
     return frame
+
+
+def _refuse_null_ids(pairs: DataFrame, what: str) -> None:
+    from pyspark.sql import functions as F
+
+    if pairs.where(F.col("src").isNull() | F.col("dst").isNull()).limit(1).count():
+        raise PairsError(f"{what} has rows with a null (or non-integer) src or dst")
+
+
+def refuse_bad_pairs(pairs: DataFrame, vertices: DataFrame, what: str) -> None:
+    """Refuse (PairsError, one line) pairs with a null src or dst, then pairs naming ids that are
+    not vertices; returns when there are neither. For a job that found fewer scorable pairs than
+    pairs (so only a failing job pays for these scans)."""
+    _refuse_null_ids(pairs, what)
+    check_known(endpoints(pairs), vertices, what)
 
 
 def check_relations(pairs: DataFrame, decoder, what: str) -> None:

@@ -43,6 +43,14 @@ many deltas as a whole graph directory, under the store root, and `<store root>/
 latest.json` pointed at it, so a service following the store (`follow_store`) can swap to it; a
 restarted follower publishes the committed version it starts from.
 
+Compaction happens off the commit path: a background job (pe/background.py, one in flight)
+writes a compacted segment of each store layer whose chain grew long (versions.write_compacted)
+and the published graph's full directory (published.write_full); later commits lay their deltas
+on them (versions.rebased, publish(full=)), so every version stays a small delta the service
+patches. Only a chain past MAX_SEGMENTS (the job fell behind) is written whole on the commit
+path. The job changes no content and is not in the checkpoint: a follower killed during it
+resumes as before (the job is simply started again when due).
+
 The follower keeps an EdgeIndex of its graph (pe/edge_index.py: in- and out-edges by vertex,
 built at the first batch, then advanced from each batch's change), which the refresh kernel plans
 from instead of passing over every edge, so a small batch costs O(change), not O(E).
@@ -66,6 +74,7 @@ import numpy as np
 
 from sparkgnn import files
 from sparkgnn.errors import SparkGNNError
+from sparkgnn.pe.background import BackgroundJob
 from sparkgnn.pe.follow_state import FollowError, LiveLayer, RunningFingerprint, compose
 
 if TYPE_CHECKING:
@@ -80,6 +89,13 @@ CHECKPOINT_FILE = "checkpoint.json"
 LOG_DIR = "log"
 DEAD_DIR = "dead"
 FORMAT = 1
+# the longest chain of segments a follower's delta may lie on while its background compaction
+# runs (versions.MAX_SEGMENTS bounds the chains refresh_local writes): past it the layer is
+# written whole on the commit path, the fallback when the background job falls behind
+MAX_SEGMENTS = 16
+# likewise for the published graph's chain of deltas (published.COMPACT_EVERY / COMPACT_BYTES
+# bound what a publisher without a background compaction writes)
+PUBLISH_COMPACT_FACTOR = 2
 
 
 class _AtGraph:
@@ -194,6 +210,9 @@ class RefreshFollower:
         self._done_names: set[str] = set()  # consumed(): the names of the batches and dead letters in _seen
         self._seen = (0, 0)
         self._stop = False
+        self._background = BackgroundJob("refresh follow compaction")
+        self._compacted: dict[str, dict] = {}  # layer key -> compacted segment (versions.write_compacted)
+        self._full_ready: str | None = None  # a published graph's full directory written beside
         os.makedirs(os.path.join(self.state, LOG_DIR), exist_ok=True)
         self.dead = DeadLetter(os.path.join(self.state, DEAD_DIR))
         base_fp = self.graph.fingerprint
@@ -475,7 +494,7 @@ class RefreshFollower:
         import torch
 
         from sparkgnn.pe.local import local_metrics
-        from sparkgnn.pe.refresh import RefreshedLayer, RefreshReport, carried_metrics, commit_layer
+        from sparkgnn.pe.refresh import RefreshedLayer, RefreshReport, carried_metrics
         from sparkgnn.pe.store import PEStore
         from sparkgnn.pe.writer import PEWriter
 
@@ -484,6 +503,7 @@ class RefreshFollower:
                 self._write_checkpoint()  # batches done since the last write (dead letters only)
             return False
         started = time.perf_counter()
+        self._take_compaction()
         new, old, over = self.graph, self.committed_graph, self.store
         delta = self._delta_since_commit()
         old_pos, in_old = old.id_index.lookup(new.ids)
@@ -515,7 +535,7 @@ class RefreshFollower:
                 torch.from_numpy(live.values_of["state"][order]),
             )
             if l not in done:
-                commit_layer(writer, over, layer, new.ids, deleted_ids, stats)
+                self._commit_layer(writer, over, layer, new.ids, deleted_ids, stats)
             report.layers.append(stats)
         chain = list((over.manifest.get("refresh") or {}).get("chain") or [over.manifest["graph_fingerprint"]])
         report.seconds = round(time.perf_counter() - started, 3)
@@ -535,7 +555,78 @@ class RefreshFollower:
             f"{time.perf_counter() - started:.3f}s"
         )
         self._publish(delta)
+        self._start_compaction()
         return True
+
+    def _commit_layer(self, writer, over, layer, ids: np.ndarray, deleted_ids: np.ndarray, stats: dict) -> None:
+        """Commit a refreshed layer as a delta over `over`'s -- its chain rebased on a compacted
+        segment the background job wrote (versions.rebased) when there is one -- or whole where
+        the change is large or the chain would pass MAX_SEGMENTS even rebased (the background
+        job did not deliver in time: the synchronous fallback)."""
+        from sparkgnn.pe import versions
+        from sparkgnn.pe.refresh import commit_layer
+        from sparkgnn.pe.writer import layer_key
+
+        key = layer_key(layer.layer)
+        chain = versions.chain_over(over.manifest, key)
+        segment = self._compacted.get(key)
+        bases = (versions.rebased(chain, segment) if segment is not None else None) or chain
+        changed = len(layer.rows) + len(deleted_ids)
+        large = changed >= versions.COMPACT_FRACTION * max(len(ids), 1)
+        if large or len(bases) + 1 > MAX_SEGMENTS:
+            commit_layer(writer, over, layer, ids, deleted_ids, stats)  # whole (versions.should_compact)
+            return
+        writer.commit_layer_delta(
+            layer.layer, over, ids[layer.rows], layer.h.numpy(), layer.state.numpy(), deleted_ids, len(ids), bases=bases
+        )
+        on = (
+            ""
+            if bases is chain or segment is None
+            else f", rebased on a compacted segment of {segment['version'][:12]}"
+        )
+        stats["committed"] = f"as a delta ({len(layer.rows)} rows, {len(deleted_ids)} tombstones{on})"
+
+    def _start_compaction(self) -> None:
+        """Start the background job (pe/background.py) that shortens the chains of the version
+        just committed and published, when one is due and none runs: a compacted segment of each
+        store layer whose chain reached half versions.MAX_SEGMENTS (versions.write_compacted), and
+        the published graph's full directory when published.compaction_due. The next commits
+        lay their deltas on them (`_commit_layer`, `_publish`); nothing waits for it."""
+        from sparkgnn.pe import published, versions
+        from sparkgnn.pe.writer import layer_key
+
+        if self._background.busy:
+            return
+        base, manifest, graph = self.store.base, self.store.manifest, self.committed_graph
+        keys = [
+            layer_key(l)
+            for l in self.live
+            if len(versions.bases(manifest, layer_key(l))) + 1 >= max(versions.MAX_SEGMENTS // 2, 1)
+        ]
+        full = self.publish and self.published is not None and published.compaction_due(self.published)
+        if not keys and not full:
+            return
+        root = self.store_root
+
+        def work() -> dict:
+            out: dict = {"segments": {key: versions.write_compacted(base, manifest, key) for key in keys}}
+            if full:
+                out["full"] = published.write_full(root, graph)
+            return out
+
+        self._background.start(base, work)
+
+    def _take_compaction(self) -> None:
+        """Adopt what the background job finished since the last commit (`_start_compaction`)."""
+        done = self._background.take()
+        if done is not None:
+            self._compacted.update(done[1]["segments"])
+            self._full_ready = done[1].get("full") or self._full_ready
+
+    def close(self, timeout_s: float = 60.0) -> bool:
+        """Wait up to `timeout_s` for the background compaction running, if any (run() does when
+        it returns); whether none runs afterwards. The follower's state never depends on it."""
+        return self._background.join(timeout_s)
 
     def _delta_since_commit(self) -> Delta:
         """The change from the committed graph to the current one as pe/published.py publishes it:
@@ -558,10 +649,19 @@ class RefreshFollower:
     def _publish(self, delta: Delta | None = None) -> None:
         """Publish the committed version's graph (pe/published.py), when publishing: as `delta`
         over the latest publication where it applies, else whole."""
-        from sparkgnn.pe.published import publish
+        from sparkgnn.pe.published import COMPACT_BYTES, COMPACT_EVERY, publish
 
         if self.publish:
-            self.published = publish(self.store_root, self.committed_graph, self.store.base, delta=delta)
+            full, self._full_ready = self._full_ready, None
+            self.published = publish(
+                self.store_root,
+                self.committed_graph,
+                self.store.base,
+                delta=delta,
+                full=full,
+                compact_every=PUBLISH_COMPACT_FACTOR * COMPACT_EVERY,
+                compact_bytes=PUBLISH_COMPACT_FACTOR * COMPACT_BYTES,
+            )
 
     def _dead_letter(self, name: str, path: str, reason: str, batch: int) -> None:
         with open(path, "rb") as fh:
@@ -605,6 +705,7 @@ class RefreshFollower:
             if progress is None:
                 time.sleep(self.poll_s)
         self.commit()  # what is held in memory reaches the store before run() returns
+        self.close()
         return ran
 
     def report(self) -> dict:

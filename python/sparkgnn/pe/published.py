@@ -19,7 +19,12 @@ chain (the service's previous version), each file checked and the result's finge
 to the recorded one; a held graph outside the chain (a gap) or a delta that does not check out
 falls back, logged, to the full directory and the chain replayed from it. The publisher writes a
 full directory instead of a delta every `compact_every` deltas or `compact_bytes` of update files
-(compaction), so a cold reader never replays an unbounded chain.
+(compaction), so a cold reader never replays an unbounded chain. The follower does that off its
+publishing path: from `compaction_due` (half those bounds) on it writes a version's full
+directory on a background thread (`write_full`), and hands it to a later `publish` (`full=`),
+which REBASES the chain on it -- the delta published over the latest graph as before, its chain
+starting from that directory (the links after its graph) -- so publishing stays a delta and the
+synchronous compaction at the bound is only a fallback.
 
 `sparkgnn-refresh follow` (pe/follow.py) publishes after each store version it commits; a service
 with `follow_store` (serving/online/store_follow.py) reads `latest.json` and swaps to it.
@@ -131,14 +136,17 @@ def publish(
     delta: Delta | None = None,
     compact_every: int = COMPACT_EVERY,
     compact_bytes: int = COMPACT_BYTES,
+    full: str | None = None,
 ) -> dict:
     """Publish `graph` (a GraphData) as the latest version of `store_root`, whose committed store
     version for it is `store_base`: as a delta over the latest publication when `delta` is given
     and applies to it (its base is the latest graph, the chain is shorter than `compact_every`
     deltas and `compact_bytes`), else as a full graph directory (unless one is there already);
     then point `latest.json` at it, then remove all but the newest `keep` graph directories (and
-    the deltas over them). Returns the publication; publishing the version already latest
-    returns it unchanged."""
+    the deltas over them). `full`: a complete graph directory of this root (`write_full`) of a
+    graph in the latest publication's chain: the delta's chain is rebased to start from it
+    (module doc; ignored, logged, when that graph is not in the chain). Returns the publication;
+    publishing the version already latest returns it unchanged."""
     if keep < 1 or compact_every < 0 or compact_bytes < 0:
         raise ValueError(
             f"keep must be >= 1 (the latest graph is always kept) and compact_every, compact_bytes >= 0; got "
@@ -150,6 +158,8 @@ def publish(
         return current
     started = time.perf_counter()
     sequence = int((current or {}).get("sequence", 0)) + 1
+    rebased = _rebase(store_root, current, full) if full is not None and delta is not None else None
+    current = rebased or current
     why_full = _why_full(current, graph, delta, compact_every, compact_bytes)
     if why_full is None:
         assert current is not None and delta is not None  # _why_full says so
@@ -161,11 +171,47 @@ def publish(
         record = {"graph": folder, "graph_fingerprint": fp, "full": folder, "full_graph_fingerprint": fp, "chain": []}
     record.update(store=str(store_base), sequence=sequence, published_at=time.time())
     files.write_json_atomic(os.path.join(published_dir(store_root), LATEST_FILE), record)
-    if why_full is not None:
-        _prune(os.path.dirname(record["full"]), keep, fp)
+    if why_full is not None or rebased is not None:
+        _prune(os.path.dirname(record["full"]), keep, str(record["full_graph_fingerprint"]))
     kind = f"delta {len(record['chain'])} of its chain" if why_full is None else f"whole ({why_full})"
+    kind += ", rebased on a full directory written beside" if why_full is None and rebased is not None else ""
     log.info(f"published graph {fp[:12]} of {store_root}: {kind} ({time.perf_counter() - started:.3f}s)")
     return record
+
+
+def compaction_due(record: dict, *, compact_every: int = COMPACT_EVERY, compact_bytes: int = COMPACT_BYTES) -> bool:
+    """Whether a full directory of the publication `record`'s graph should be written beside the
+    publisher now (`write_full`): its chain holds half the deltas or bytes that force `publish`
+    to write one itself."""
+    chain = record.get("chain") or []
+    size = sum(int(link["bytes"]) for link in chain)
+    return bool(chain) and (len(chain) >= max(compact_every // 2, 1) or size > compact_bytes // 2)
+
+
+def write_full(store_root: str, graph) -> str:
+    """Write `graph`'s full graph directory under `store_root`'s publications (unless it is there
+    already) without publishing it, and return it: what a later `publish(..., full=)` rebases a
+    chain on. Safe beside `publish` of later versions (a hidden folder renamed into place)."""
+    folder = graph_dir(store_root, str(graph.fingerprint))
+    if not os.path.isdir(folder):
+        _write_graph(graph, folder)
+    return folder
+
+
+def _rebase(store_root: str, current: dict | None, full: str) -> dict | None:
+    """`current` (the latest publication) with its chain starting from the full directory `full`
+    of one of its graphs (the links after that graph); None, logged, when it is not one of them."""
+    fp = os.path.basename(os.path.normpath(full))
+    if current is None or not current.get("full") or full != graph_dir(store_root, fp) or not os.path.isdir(full):
+        log.info(f"publish: {full} is not a full graph directory of {store_root} to rebase on; not used")
+        return None
+    chain = list(current.get("chain") or [])
+    at = [str(current.get("full_graph_fingerprint")), *(str(link["graph_fingerprint"]) for link in chain)]
+    if fp not in at:
+        log.info(f"publish: graph {fp[:12]} is not in the latest publication's chain; {full} not used")
+        return None
+    i = len(at) - 1 - at[::-1].index(fp)
+    return {**current, "full": full, "full_graph_fingerprint": fp, "chain": chain[i:]}
 
 
 def _why_full(current: dict | None, graph, delta: Delta | None, compact_every: int, compact_bytes: int) -> str | None:
@@ -195,7 +241,7 @@ def _write_delta(store_root: str, graph, store_base: str, current: dict, delta: 
     parent = os.path.join(published_dir(store_root), DELTAS_DIR)
     folder = os.path.join(parent, f"{sequence:08d}-{fp[:16]}")
     os.makedirs(parent, exist_ok=True)
-    staging = os.path.join(parent, f"{_TMP_PREFIX}{uuid.uuid4().hex}")
+    staging = os.path.join(parent, _staging_name())
     os.makedirs(staging)
     try:
         updates, size = [], 0
@@ -354,7 +400,7 @@ def _write_graph(graph, folder: str) -> None:
 
     parent = os.path.dirname(folder)
     os.makedirs(parent, exist_ok=True)
-    staging = os.path.join(parent, f"{_TMP_PREFIX}{uuid.uuid4().hex}")
+    staging = os.path.join(parent, _staging_name())
     try:
         with GraphDirWriter(
             staging,
@@ -379,12 +425,34 @@ def _write_graph(graph, folder: str) -> None:
         raise
 
 
+def _staging_name() -> str:
+    """A hidden folder's name for a write in progress, with the writing process's id: _prune
+    removes only those of processes no longer running (a live one may be writing it, e.g. the
+    follower's background full directory while its loop publishes)."""
+    return f"{_TMP_PREFIX}{os.getpid()}-{uuid.uuid4().hex}"
+
+
+def _left_by_a_dead_writer(name: str) -> bool:
+    """Whether the hidden staging folder `name` was left by a process that is gone (a killed
+    publisher); a name without a process id (an older release's) counts as left."""
+    pid_text = name[len(_TMP_PREFIX) :].split("-", 1)[0]
+    if not name.startswith(_TMP_PREFIX) or "-" not in name[len(_TMP_PREFIX) :] or not pid_text.isdigit():
+        return name.startswith(_TMP_PREFIX)
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, another user's
+        return False
+    return False
+
+
 def _prune(graphs: str, keep: int, latest_fp: str) -> None:
     """Remove all but the newest `keep` published graph directories (the latest always stays),
     the deltas whose chain starts from a removed one, and hidden folders a killed publisher left
-    (one follower publishes to a store at a time)."""
+    (one follower publishes to a store at a time; a live process's staging is its own to finish)."""
     for entry in os.scandir(graphs):
-        if entry.name.startswith(_TMP_PREFIX):
+        if _left_by_a_dead_writer(entry.name):
             shutil.rmtree(entry.path, ignore_errors=True)
     entries = [e for e in os.scandir(graphs) if e.is_dir() and not e.name.startswith(".")]
     entries.sort(key=lambda e: e.stat().st_mtime, reverse=True)
@@ -396,7 +464,8 @@ def _prune(graphs: str, keep: int, latest_fp: str) -> None:
         return
     for entry in os.scandir(deltas):
         if entry.name.startswith(_TMP_PREFIX):
-            shutil.rmtree(entry.path, ignore_errors=True)
+            if _left_by_a_dead_writer(entry.name):
+                shutil.rmtree(entry.path, ignore_errors=True)
         elif entry.is_dir() and is_delta(entry.path):
             try:
                 full = _read_delta_meta(entry.path)["full"]

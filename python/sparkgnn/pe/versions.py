@@ -25,6 +25,15 @@ read as a silent mix.
 A chain is bounded: a refresh writes the layer whole again ("compacts") when the chain would pass
 MAX_SEGMENTS, or when the changed rows are at least COMPACT_FRACTION of the layer (a delta that
 large saves little write and costs every later read a merge).
+
+A chain may also be shortened without writing a version whole (what `sparkgnn-refresh follow`
+does, off its commit path): `write_compacted` writes the merged rows of a committed version V's
+layer once more, as a COMPACTED segment in V's folder (`_compacted/<key>/<id>`, with its own file
+record and row file, marked "compacted"), and a later delta whose chain holds V's segment lies on
+`rebased` bases: the compacted segment, then only the segments after V's. Its rows are the same
+(the compacted segment holds exactly V's merged rows) and `delta_over` still recognises it as a
+delta over the version before it. WHY: writing a layer whole costs a commit many times a small
+delta's; done beside the follower, the versions it publishes stay small deltas.
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ from sparkgnn.pe.rowfile import ROW_FILES_KEY
 BASES_KEY = "bases"
 MAX_SEGMENTS = 8
 COMPACT_FRACTION = 0.5
+COMPACTED_DIR = "_compacted"  # a version folder's compacted segments (write_compacted)
 
 
 @dataclass(frozen=True)
@@ -190,11 +200,62 @@ def should_compact(manifest: dict, key: str, changed_rows: int, total_rows: int)
 
 def delta_over(previous: dict, manifest: dict, key: str) -> bool:
     """Whether `manifest` commits layer `key` as a delta directly over `previous`'s layer: its
-    base segments are exactly `previous`'s chain plus `previous`'s own committed attempt. Then the
-    layer's rows are `previous`'s rows with the rows of its own attempt (own_rows) laid on top."""
-    want = [(b["version"], b["path"]) for b in chain_over(previous, key)]
+    base segments are exactly `previous`'s chain plus `previous`'s own committed attempt, or that
+    chain rebased on a compacted segment of one of its versions (`rebased`). Then the layer's
+    rows are `previous`'s rows with the rows of its own attempt (own_rows) laid on top."""
+    chain = chain_over(previous, key)
+    want = [(b["version"], b["path"]) for b in chain]
     have = [(b.get("version"), b.get("path")) for b in bases(manifest, key)]
-    return bool(have) and have == want
+    if not have:
+        return False
+    if have == want:
+        return True
+    first = bases(manifest, key)[0]
+    if not first.get("compacted"):
+        return False
+    at = [i for i, b in enumerate(chain) if b["version"] == first.get("version") and not b.get("compacted")]
+    return bool(at) and have[1:] == want[at[-1] + 1 :]
+
+
+def write_compacted(base: str, manifest: dict, key: str) -> dict:
+    """Write the merged rows of the committed layer `key` of the store version `base` (whose
+    manifest is `manifest`) as one compacted segment in that version's folder (module doc), and
+    return its `bases` entry. Reads only committed files and writes a fresh folder, so it may run
+    beside a writer of later versions; a crash leaves an unreferenced folder, never a changed one."""
+    import uuid
+
+    import pyarrow.parquet as pq
+
+    table = read(base, manifest, key)
+    rel = f"{COMPACTED_DIR}/{key}/{uuid.uuid4().hex}"
+    folder = files.join(base, rel)
+    files.makedirs(folder)
+    fs, inner = files.filesystem(files.join(folder, "part-00000.parquet"))
+    with fs.open_output_stream(inner) as sink:
+        pq.write_table(table, sink)
+    recorded = integrity.record(folder)
+    columns = {c: _vectors(table.column(c)) for c in ("h", "state") if c in table.column_names}
+    version = str(manifest["graph_fingerprint"])
+    row_file = rowfile.write(folder, table.column("id").to_numpy(), columns, key=key, version=version, parquet=recorded)
+    return {"version": version, "path": rel, "files": recorded, "row_file": row_file, "compacted": True}
+
+
+def _vectors(column) -> np.ndarray:
+    """A column of equal-length float vectors (fixed or variable list) as float32 [n, w]."""
+    chunks = column.combine_chunks() if hasattr(column, "combine_chunks") else column
+    flat = chunks.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
+    return flat.reshape(len(chunks), -1) if len(chunks) else flat.reshape(0, 0)
+
+
+def rebased(chain: list[dict], compacted: dict) -> list[dict] | None:
+    """`chain` (a delta's bases, oldest first) rebased on the compacted segment `compacted` of
+    one of its versions: that segment, then the segments after that version's own; None when
+    the version is not in the chain (or the result would not be shorter)."""
+    at = [i for i, b in enumerate(chain) if b.get("version") == compacted["version"] and not b.get("compacted")]
+    if not at:
+        return None
+    out = [compacted, *chain[at[-1] + 1 :]]
+    return out if len(out) < len(chain) else None
 
 
 def own_rows(base: str, manifest: dict, key: str, columns=None):

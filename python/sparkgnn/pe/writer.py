@@ -364,11 +364,14 @@ class PEWriter:
         write = functools.partial(self._commit_dir_write, df, columns=columns, rows=rows)
         self._record(l, write, state_width, bases=versions.chain_over(over.manifest, key), rows=rows)
 
-    def commit_layer_delta(self, l: int, over, ids, h, state, deleted_ids, rows: int) -> None:
+    def commit_layer_delta(
+        self, l: int, over, ids, h, state, deleted_ids, rows: int, *, bases: list | None = None
+    ) -> None:
         """Commit layer l as a DELTA over the same layer of the committed store `over` (a PEStore
         of an earlier version of this model under the same root; versions.py): only the rows of
         `ids` (changed or inserted vertices) and a tombstone for each of `deleted_ids` are
-        written. `rows`: the layer's row count once merged."""
+        written. `rows`: the layer's row count once merged. `bases`: `over`'s chain rebased on a
+        compacted segment (versions.rebased), instead of `over`'s chain itself."""
         import numpy as np
         import pyarrow as pa
 
@@ -399,7 +402,8 @@ class PEWriter:
             "columns": values,
             "alive": np.arange(len(ids) + len(deleted)) < len(ids),
         }
-        bases = versions.chain_over(over.manifest, key)
+        if bases is None:
+            bases = versions.chain_over(over.manifest, key)
         self._record(l, write, state_width, bases=bases, rows=rows, row_values=row_values)
 
     def commit_layer(self, l: int, df, width: int, state_width: int | None = None) -> None:

@@ -4,7 +4,16 @@ the same requests, edge attributes included (a column only when some request car
 import numpy as np
 import pytest
 
-from sparkgnn.serving.online.wire import batch_tables, request_from_tables, request_tables, requests_from_batch
+from sparkgnn.serving.online.wire import (
+    batch_tables,
+    pack_answer,
+    pack_request,
+    request_from_tables,
+    request_tables,
+    requests_from_batch,
+    unpack_answer,
+    unpack_request,
+)
 from sparkgnn.serving.request import Request, RequestError
 
 
@@ -37,6 +46,24 @@ def test_requests_with_and_without_edge_attributes_cross_the_wire_unchanged():
     assert "edge_attr" not in batch_tables([_request("bb", 2, False)])["edges"].column_names
     for r in batch:
         _same(r, request_from_tables(r.request_id, request_tables(r)))
+
+
+def test_packed_requests_and_answers_come_back_equal_and_a_wrong_size_is_refused():
+    for r in (_request("a", 3, True), _request("bb", 2, False), _request("ccc", 0, False)):
+        counts, payload = pack_request(r)
+        _same(r, unpack_request(r.request_id, counts, payload))
+        with pytest.raises(RequestError, match="the packed payload holds"):
+            unpack_request(r.request_id, counts, payload + b"\0" * 8)
+    with pytest.raises(RequestError, match=r"packed.width must be an integer in \[0, 2\*\*40\]"):
+        unpack_request("a", {"queries": 1, "edges": 0, "width": 2**60, "attr_width": 0}, b"")
+    with pytest.raises(RequestError, match="must be an object"):
+        unpack_request("a", [1, 2], b"")
+    h = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for pred in (np.array([4, 5]), None):
+        node, got_h, got_pred = unpack_answer(*pack_answer(np.array([7, 8]), h, pred))
+        np.testing.assert_array_equal(node, [7, 8])
+        np.testing.assert_array_equal(got_h, h)
+        assert (got_pred is None) == (pred is None) and (pred is None or np.array_equal(got_pred, pred))
 
 
 def test_a_request_whose_edges_carry_attributes_partly_is_refused():

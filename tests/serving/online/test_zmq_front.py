@@ -64,7 +64,31 @@ def test_an_unknown_header_key_is_refused_naming_it(deployed):
     header = {"kind": "TASK", "op": "answer", "request_id": "r1", "mdoe": "ns"}
     reply = exchange(server, protocol.encode(header, wire.request_tables(request)))
     assert reply["kind"] == "ERROR" and reply["request_id"] == "r1"
-    assert "unknown header key 'mdoe'; expected one of: deadline_ms, mode, op, request_id, tag" in reply["error"]
+    expected = "unknown header key 'mdoe'; expected one of: deadline_ms, mode, op, packed, request_id, tag"
+    assert expected in reply["error"]
+    still_answers(server, request, reference)
+
+
+def test_packed_and_arrow_requests_get_the_same_answers_and_a_bad_packed_payload_is_one_error(deployed):
+    server, request, reference = deployed
+    want = reference.answer(request)
+    for packed in (True, False):
+        with Client(server.zmq_endpoint, packed=packed) as client:
+            got = client.answer(request)
+        np.testing.assert_array_equal(got.nodes, want.qid)
+        np.testing.assert_allclose(got.h, want.h, rtol=1e-4, atol=1e-5)
+    header = {"kind": "TASK", "op": "answer", "request_id": "p1"}
+    counts, payload = wire.pack_request(request)
+    frames = wire.packed_frames(header, "TASK", counts, payload)
+    tampered = bytearray(payload)
+    tampered[0] ^= 1
+    reply = exchange(server, [frames[0], bytes(tampered)])
+    assert reply["kind"] == "ERROR" and "payload hash mismatch" in reply["error"]
+    short = wire.packed_frames(header, "TASK", counts, payload[:-4])
+    reply = exchange(server, short)
+    assert reply["kind"] == "ERROR" and f"holds {len(payload) - 4} bytes" in reply["error"]
+    reply = exchange(server, wire.packed_frames(header, "TASK", {**counts, "edges": -1}, payload))
+    assert reply["kind"] == "ERROR" and "packed.edges must be an integer" in reply["error"]
     still_answers(server, request, reference)
 
 

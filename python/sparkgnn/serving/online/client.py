@@ -1,8 +1,9 @@
 """sparkgnn.serving.Client: ask a running service (serving.online.server) over ZeroMQ or HTTP.
 
 ZeroMQ (`tcp://...`): one DEALER socket; requests go out as the messenger's frames (JSON header
-+ Arrow tables, serving.online.wire) and may be many in flight (`send` / `receive`, what the load
-generator uses); `answer` is the blocking one-request form. HTTP (`http://...`): JSON, one
++ one packed buffer, or Arrow tables with `packed=False`: serving.online.wire) and may be many
+in flight (`send` / `receive`, what the load generator uses); `answer` is the blocking
+one-request form. HTTP (`http://...`): JSON, one
 request per call, through the standard library's urllib (a client needs no extra package).
 Every wait has a timeout (`timeout_s`): a silent service is an error, not a hang.
 """
@@ -56,12 +57,16 @@ class Client:
         *,
         ca_file: str | None = None,
         keys_dir: str | None = None,
+        packed: bool = True,
     ):
         """`ca_file`: PEM certificates an https:// service's certificate must chain to (a
         self-signed one: itself); default: the system's trusted ones. `keys_dir`: this client's
         CURVE keys for a keyed ZeroMQ front (client.key_secret, listed in the service's
-        authorized_clients/, and server.key, pinned unless `curve_server_key` is given)."""
+        authorized_clients/, and server.key, pinned unless `curve_server_key` is given). `packed`:
+        ZeroMQ requests as one packed buffer (wire.pack_request; the service answers in kind, the
+        cheaper layout for it to read), else as Arrow tables."""
         self.endpoint, self.timeout_s, self.token = endpoint, float(timeout_s), token
+        self.packed = bool(packed)
         self._ssl = None
         if endpoint.startswith("https://"):
             import ssl
@@ -96,14 +101,26 @@ class Client:
         if mode:
             header["mode"] = mode
         assert self._sock is not None, "send/receive need a ZeroMQ endpoint"
-        self._sock.send_multipart(protocol.encode(header, wire.request_tables(request)), copy=False)
+        if self.packed:
+            frames = wire.packed_frames(header, "TASK", *wire.pack_request(request))
+        else:
+            frames = protocol.encode(header, wire.request_tables(request))
+        self._sock.send_multipart(frames, copy=False)
 
     def receive(self, timeout_s: float) -> tuple | None:
-        """(request_id, header, tables) of the next reply, or None after timeout_s."""
+        """(request_id, header, tables) of the next reply, or None after timeout_s. A packed
+        answer is given as the Arrow table an unpacked one is (`answer`: node, h, pred)."""
         assert self._sock is not None, "send/receive need a ZeroMQ endpoint"
         if not self._sock.poll(max(0, int(timeout_s * 1000))):
             return None
-        header, tables = protocol.decode(self._sock.recv_multipart(copy=False))
+        frames = self._sock.recv_multipart(copy=False)
+        header = protocol.peek_header(frames)
+        packed = header.get(wire.PACKED)
+        if packed is None:
+            header, tables = protocol.decode(frames)
+        else:
+            node, h, pred = wire.unpack_answer(packed, wire.packed_payload(header, frames[1:]))
+            tables = {"answer": wire.client_answer_table(node, h, pred)}
         return str(header.get("request_id")), header, tables
 
     def _answer_http(self, request: Request, mode: str | None) -> Reply:

@@ -3,15 +3,17 @@
     clients --HTTP--> port P (SO_REUSEPORT: the kernel spreads connections over every listener)
                         |-- the service process's own HttpFront ------------------> Server.submit
                         |-- front process 1..N-1: HTTP, JSON, validation, answer JSON
-                              --ZeroMQ DEALER, Arrow frames--> relay ZmqFront --> Server.submit
+                              --ZeroMQ DEALER, packed frames--> relay ZmqFront --> Server.submit
 
 WHY processes: a front spends most of a small request's time in Python (HTTP parsing, JSON,
 building the Request, writing the answer's JSON); in one process that work shares one GIL with
 the scheduler and dispatch threads, so intake caps the service's rate whatever the pools could
 do. Each extra front does that work in its own interpreter and hands the service only what the
-ZeroMQ front already reads: the messenger's frames (JSON header + Arrow tables, wire.py; never
-pickle). The service process keeps scheduling, admission and the pools, so a request is queued,
-admitted, capped (max_queries, max_edges, max_cost) and answered exactly as through its own front.
+ZeroMQ front already reads: the messenger's frames, a JSON header and the request packed as one
+buffer (wire.pack_request: the service takes numpy views of it, no Arrow stream to read per
+request; never pickle), answered packed the same way. The service process keeps scheduling,
+admission and the pools, so a request is queued, admitted, capped (max_queries, max_edges,
+max_cost) and answered exactly as through its own front.
 
 The channel between them is local and authenticated by the file system: the relay's ipc socket
 and the service front's Unix socket lie in a folder only the service's user can enter (0700,
@@ -236,7 +238,9 @@ class RelayedOutcome:
     """A relayed reply read back as intake.Outcome's fields, so http_front.outcome_response writes
     the same JSON, status and Retry-After as the service's own front."""
 
-    def __init__(self, header: dict, tables: dict):
+    def __init__(self, header: dict, tables: dict, packed_answer: tuple | None = None):
+        """`tables`: the reply's Arrow tables (its `answer`), or `packed_answer`: the (node ids, h,
+        pred) arrays of a packed reply (wire.unpack_answer)."""
         from sparkgnn.serving.online import wire
 
         self.request_id = header.get("request_id")
@@ -249,7 +253,10 @@ class RelayedOutcome:
         self.version = header.get("version") or 0
         self.retry_after_s = header.get("retry_after_s")
         table = tables.get("answer")
-        self.answer = None if table is None else _Answer(wire.answer_arrays(table))
+        if packed_answer is not None:
+            self.answer: _Answer | None = _Answer(packed_answer)
+        else:
+            self.answer = None if table is None else _Answer(wire.answer_arrays(table))
 
 
 class _Answer:
@@ -305,13 +312,19 @@ class FrontApp:
         """The relay's replies, each handed to the request awaiting its tag; a reply that cannot be
         read is logged and its request answered 500 (the reader goes on)."""
         from sparkgnn.messenger import protocol
+        from sparkgnn.serving.online import wire
 
         while True:
             frames = await self._sock.recv_multipart(copy=False)
             header: dict = {}
             try:
                 header = protocol.peek_header(frames)
-                outcome = RelayedOutcome(*protocol.decode(frames))
+                packed = header.get(wire.PACKED)
+                if packed is None:
+                    outcome = RelayedOutcome(*protocol.decode(frames))
+                else:
+                    arrays = wire.unpack_answer(packed, wire.packed_payload(header, frames[1:]))
+                    outcome = RelayedOutcome(header, {}, arrays)
             except Exception as exc:  # noqa: BLE001 - one bad reply must not end the reader
                 log.error("sparkgnn-serve front %d: an unreadable relay reply (%s)", self.settings.index, exc)
                 outcome = RelayedOutcome({"status": "failed", "error": "the service's reply could not be read"}, {})
@@ -321,7 +334,6 @@ class FrontApp:
 
     async def _answer(self, request):
         from sparkgnn.errors import USER_ERRORS
-        from sparkgnn.messenger import protocol
         from sparkgnn.serving.online import wire
         from sparkgnn.serving.online.bodies import decode_answer, request_of
         from sparkgnn.serving.online.http_front import json_reply, outcome_response
@@ -346,7 +358,7 @@ class FrontApp:
         try:
             parsed = decode_answer(body)
             req = request_of(parsed)
-            tables = wire.request_tables(req)
+            counts, payload = wire.pack_request(req)
         except USER_ERRORS as exc:
             return json_reply({"status": "error", "error": str(exc)}, status=400, headers=headers)
         tag = next(self._tags)
@@ -358,7 +370,7 @@ class FrontApp:
         if parsed.deadline_ms is not None:
             header["deadline_ms"] = parsed.deadline_ms
         waiting = self._waiting[tag] = asyncio.get_running_loop().create_future()
-        await self._sock.send_multipart([b"", *protocol.encode(header, tables)], copy=False)
+        await self._sock.send_multipart([b"", *wire.packed_frames(header, "TASK", counts, payload)], copy=False)
         try:
             outcome = await asyncio.wait_for(waiting, self.settings.reply_timeout_s)
         except asyncio.TimeoutError:

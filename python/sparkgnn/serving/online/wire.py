@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from sparkgnn.arrowvec import to_list, to_numpy_matrix
+from sparkgnn.messenger import protocol
 from sparkgnn.serving.request import EDGE_ATTR_FIELD, Request, RequestError, edge_attr_rows
 
 META = "meta"
@@ -161,6 +162,11 @@ def answer_table(req: np.ndarray, node: np.ndarray, h: np.ndarray, pred: np.ndar
     )
 
 
+def client_answer_table(node: np.ndarray, h: np.ndarray, pred: np.ndarray | None) -> pa.Table:
+    """One request's answer as the service sends it unpacked (node, h, pred; no `req`)."""
+    return answer_table(np.zeros(len(node), np.int32), node, h, pred).drop_columns(["req"])
+
+
 def meta_table(meta: dict) -> pa.Table:
     return pa.table({"v": pa.array([json.dumps(meta)])})
 
@@ -238,3 +244,122 @@ def answer_arrays(table: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray |
         to_numpy_matrix(table.column("h")) if table.num_rows else np.zeros((0, 0), np.float32),
         None if pred.null_count == len(pred) else pred.to_numpy(),
     )
+
+
+# -- the packed layout: one request or answer as ONE contiguous buffer -----------------------------
+#
+# WHY a second layout beside the Arrow tables: a single-query request is a few hundred bytes, and
+# reading two Arrow IPC streams (schemas, validation, list offsets) and converting them back to
+# numpy costs the service more CPU than answering the request. Packed, the arrays lie end to end
+# at offsets the header's `packed` field fixes (counts only, each bounded), so the service checks
+# one size, hashes the frame as the messenger does, and takes numpy views: no per-request Arrow
+# framing, nothing unpickled or evaluated. Clients and the front processes send this layout; the
+# Arrow tables stay accepted. An answer to a packed request is packed the same way.
+#
+#   request  packed = {"queries": B, "edges": E, "width": F, "attr_width": D}
+#            bytes  = qid int64[B] | src int64[E] | dst int64[E] | x float32[B*F] | edge_attr float32[E*D]
+#            (D = 0: no edge attributes)
+#   answer   packed = {"rows": R, "width": W, "pred": bool}
+#            bytes  = node int64[R] | h float32[R*W] | pred int64[R] (when pred)
+
+PACKED = "packed"  # the header field that marks a packed message and gives its counts
+REQUEST_COUNTS = ("queries", "edges", "width", "attr_width")
+ANSWER_COUNTS = ("rows", "width")
+MAX_PACKED_COUNT = 2**40  # any count past this is refused before it is multiplied
+
+
+def _counts(packed: object, names: tuple[str, ...], what: str) -> list[int]:
+    """The named non-negative integer counts of a `packed` header field (RequestError otherwise)."""
+    if not isinstance(packed, dict):
+        raise RequestError(f"{what}: header {PACKED!r} must be an object, got {type(packed).__name__}")
+    out = []
+    for name in names:
+        value = packed.get(name)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_PACKED_COUNT:
+            raise RequestError(f"{what}: {PACKED}.{name} must be an integer in [0, 2**40], got {value!r}")
+        out.append(value)
+    return out
+
+
+def pack_request(request: Request) -> tuple[dict, bytes]:
+    """A Request as (the header's `packed` field, its one payload buffer): layout above."""
+    b, e = request.batch_size, request.num_edges
+    width = int(request.x.shape[1]) if request.x.ndim == 2 else 0
+    attr = request.edge_attr
+    attr_width = int(attr.shape[1]) if attr is not None and attr.ndim == 2 and len(attr) == e else 0
+    if attr is not None and attr_width == 0 and e and attr.size:
+        raise RequestError(
+            f"request {request.request_id!r}: edge_attr has shape {attr.shape}, expected [{e}, D] (one row per edge)"
+        )
+    if request.x.size != b * width:
+        raise RequestError(f"request {request.request_id!r}: x has shape {request.x.shape}, expected [{b}, F]")
+    parts = [request.qid, request.src, request.dst, request.x]
+    if attr is not None and attr_width:
+        parts.append(attr)
+    payload = b"".join(np.ascontiguousarray(p).tobytes() for p in parts)
+    return {"queries": b, "edges": e, "width": width, "attr_width": attr_width}, payload
+
+
+def unpack_request(request_id: str, packed: object, payload) -> Request:
+    """The Request a packed payload holds (numpy views of it, read-only); RequestError when the
+    counts are malformed or the payload is not exactly their size."""
+    b, e, width, attr_width = _counts(packed, REQUEST_COUNTS, f"request {request_id!r}")
+    sizes = (8 * b, 8 * e, 8 * e, 4 * b * width, 4 * e * attr_width)
+    view = memoryview(payload).cast("B")
+    if len(view) != sum(sizes):
+        raise RequestError(
+            f"request {request_id!r}: the packed payload holds {len(view)} bytes; its counts {packed} need {sum(sizes)}"
+        )
+    bounds = np.cumsum((0, *sizes)).tolist()
+    qid, src, dst = (np.frombuffer(view[bounds[i] : bounds[i + 1]], np.int64) for i in range(3))
+    x = np.frombuffer(view[bounds[3] : bounds[4]], np.float32).reshape(b, width)
+    attr = np.frombuffer(view[bounds[4] : bounds[5]], np.float32).reshape(e, attr_width) if attr_width else None
+    return Request(request_id, qid, x, src, dst, attr)
+
+
+def pack_answer(node: np.ndarray, h: np.ndarray, pred: np.ndarray | None) -> tuple[dict, bytes]:
+    """One request's answer arrays as (the header's `packed` field, its one payload buffer)."""
+    rows = len(node)
+    width = int(h.shape[1]) if h.ndim == 2 and rows else 0
+    parts = [np.asarray(node, np.int64), np.asarray(h, np.float32)]
+    if pred is not None:
+        parts.append(np.asarray(pred, np.int64))
+    payload = b"".join(np.ascontiguousarray(p).tobytes() for p in parts)
+    return {"rows": rows, "width": width, "pred": pred is not None}, payload
+
+
+def unpack_answer(packed: object, payload) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """(node ids, h [R, W], pred or None) of a packed answer, as answer_arrays gives them;
+    RequestError when the counts are malformed or the payload is not exactly their size."""
+    rows, width = _counts(packed, ANSWER_COUNTS, "answer")
+    has_pred = bool(packed.get("pred")) if isinstance(packed, dict) else False
+    sizes = (8 * rows, 4 * rows * width, 8 * rows if has_pred else 0)
+    view = memoryview(payload).cast("B")
+    if len(view) != sum(sizes):
+        raise RequestError(f"answer: the packed payload holds {len(view)} bytes; its counts {packed} need {sum(sizes)}")
+    node = np.frombuffer(view[: sizes[0]], np.int64)
+    h = np.frombuffer(view[sizes[0] : sizes[0] + sizes[1]], np.float32).reshape(rows, width)
+    if not rows:
+        h = np.zeros((0, 0), np.float32)
+    pred = np.frombuffer(view[sizes[0] + sizes[1] :], np.int64) if has_pred else None
+    return node, h, pred
+
+
+def packed_frames(header: dict, kind: str, packed: dict, payload: bytes) -> list:
+    """The messenger frames of a packed message: the header (stamped by protocol.stamp: no tables,
+    the payload's hash) with its `packed` counts, then the payload as one frame."""
+    stamped = protocol.stamp({**header, PACKED: packed}, kind, {}, [payload])
+    return [protocol.encode_header(stamped), payload]
+
+
+def packed_payload(header: dict, payload_frames: list) -> pa.Buffer:
+    """The one payload frame of a packed message whose header is already read, checked against the
+    header's hash (protocol.ProtocolError) and frame count (RequestError)."""
+    if len(payload_frames) != 1 or header.get("tables"):
+        raise RequestError(
+            f"a packed message is its header and ONE payload frame with no tables, got {len(payload_frames)} "
+            f"payload frame(s) and tables {header.get('tables')!r}"
+        )
+    buffer = protocol.frame_buffer(payload_frames[0])
+    protocol.check_payload_hash(header, [buffer])
+    return buffer

@@ -50,6 +50,7 @@ REQUEST_KEYS: dict[str, tuple[type, ...]] = {
     "mode": (str,),
     "tag": (str, int, float),
     "deadline_ms": (int, float),
+    wire.PACKED: (dict,),  # the packed layout's counts (wire.py): one payload frame, no tables
 }
 REQUEST_TABLES = ("nodes", "edges")
 BUSY_RETRY_AFTER_S = 1.0  # a BUSY for a full parse pool: the HTTP front's Retry-After for it
@@ -162,7 +163,7 @@ class ZmqFront:
             log.exception("sparkgnn-serve: the early admission check failed; the request goes on to be parsed")
         with self._parsing_lock:
             self._parsing += 1
-        if self.parse_pool.try_submit(self._parse_and_submit, identity, body, time.monotonic()) is not None:
+        if self.parse_pool.try_submit(self._parse_and_submit, identity, body, header, time.monotonic()) is not None:
             return
         with self._parsing_lock:
             self._parsing -= 1
@@ -196,13 +197,13 @@ class ZmqFront:
             ahead_s=self._parsing * self.parse_s / self.parse_pool.threads,
         )
 
-    def _parse_and_submit(self, identity, body: list, received: float) -> None:
+    def _parse_and_submit(self, identity, body: list, header: dict, received: float) -> None:
         """On a parse thread: decode and check the message, then Server.submit it (its Outcome
         is sent from the dispatch thread that makes it); a refusal is an ERROR reply naming
         what is wrong, and an unexpected failure one without the traceback (which is logged)."""
         started = time.perf_counter()
         try:
-            self._decode_and_submit(identity, body, received)
+            self._decode_and_submit(identity, body, header, received)
         except Exception:  # noqa: BLE001 - the peer gets one line; the traceback stays in the log
             log.exception("sparkgnn-serve: a ZeroMQ request could not be read")
             self.server.count_refusal()
@@ -212,14 +213,29 @@ class ZmqFront:
             with self._parsing_lock:
                 self._parsing -= 1
 
-    def _decode_and_submit(self, identity, body: list, received: float) -> None:
+    def _decode_and_submit(self, identity, body: list, peeked: dict, received: float) -> None:
+        """`peeked`: the header the socket thread read (size and header checked: protocol.peek_header),
+        {} when it could not be read; the payload is then read without parsing the header again,
+        as one packed buffer (wire.py) or as Arrow tables."""
         header: dict = {}
         refusals: tuple[type[Exception], ...] = (protocol.ProtocolError, ValueError, KeyError, RecursionError)
         try:
-            header, tables = protocol.decode(body)
-            check_header(header, tables)
-            request_id = str(header.get("request_id") or f"r{next(self._ids)}")
-            request = wire.request_from_tables(request_id, tables)
+            if peeked:
+                header = peeked
+                if header.get("shm") is not None:
+                    raise protocol.ProtocolError("message refers to shared memory; this receiver takes frames only")
+            else:
+                header = protocol.peek_header(body)  # raises: names what is wrong with it
+            packed = header.get(wire.PACKED)
+            if packed is not None:
+                check_header(header, {})
+                request_id = str(header.get("request_id") or f"r{next(self._ids)}")
+                request = wire.unpack_request(request_id, packed, wire.packed_payload(header, body[1:]))
+            else:
+                header, tables = protocol.decode_payload(header, [protocol.frame_buffer(f) for f in body[1:]])
+                check_header(header, tables)
+                request_id = str(header.get("request_id") or f"r{next(self._ids)}")
+                request = wire.request_from_tables(request_id, tables)
         except (*refusals, *USER_ERRORS) as exc:
             self.server.count_refusal()
             error = "the header nests too deeply" if isinstance(exc, RecursionError) else str(exc)
@@ -228,21 +244,23 @@ class ZmqFront:
                 identity, {"kind": "ERROR", "request_id": given if isinstance(given, str) else None, "error": error}, {}
             )
             return
-        tag = header.get("tag")
+        tag, reply_packed = header.get("tag"), packed is not None
         self.server.submit(
             request,
             header.get("mode"),
-            lambda outcome: self._send_outcome(identity, outcome, tag),
+            lambda outcome: self._send_outcome(identity, outcome, tag, reply_packed),
             deadline_ms=header.get("deadline_ms"),
             received=received,
         )
 
-    def _send_outcome(self, identity, outcome, tag) -> None:
-        self._send_frames([identity, *self._outcome_frames(outcome, tag)])
+    def _send_outcome(self, identity, outcome, tag, packed: bool = False) -> None:
+        self._send_frames([identity, *self._outcome_frames(outcome, tag, packed)])
 
     @staticmethod
-    def _outcome_frames(outcome, tag) -> list:
-        """The reply frames of an Outcome (a RESULT with its answer table, else BUSY or ERROR)."""
+    def _outcome_frames(outcome, tag, packed: bool = False) -> list:
+        """The reply frames of an Outcome (a RESULT with its answer, else BUSY or ERROR); `packed`
+        (the request came packed): the answer as one packed buffer (wire.pack_answer), else as
+        an Arrow table."""
         # the server's own limits (queue full, waited too long, stopping) are BUSY: retry later
         kind = {"ok": "RESULT", "busy": "BUSY", "timeout": "BUSY", "stopping": "BUSY"}.get(outcome.kind, "ERROR")
         header = {
@@ -260,8 +278,12 @@ class ZmqFront:
             header["error"] = outcome.error
         if getattr(outcome, "retry_after_s", None):
             header["retry_after_s"] = outcome.retry_after_s
-        tables = {"answer": outcome.answer.table()} if outcome.answer is not None else {}
-        return protocol.encode(header, tables)
+        if outcome.answer is None:
+            return protocol.encode(header, {})
+        if packed:
+            counts, payload = wire.pack_answer(*outcome.answer.arrays())
+            return wire.packed_frames(header, kind, counts, payload)
+        return protocol.encode(header, {"answer": outcome.answer.table()})
 
     def _push(self):
         """This thread's PUSH socket into the reply pipe."""
