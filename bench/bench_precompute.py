@@ -15,7 +15,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import DATA, RESULTS, graph_arguments, logged_lines, machine, synthetic_dir, write_result  # noqa: E402
+from bench_common import DATA, RESULTS, ROOT, graph_arguments, logged_lines, machine, synthetic_dir, write_result  # noqa: E402
 
 
 def _timed_precompute(spark, graph_dir, model, store, states, metrics, work_dir):
@@ -73,9 +73,92 @@ def plot(result: dict, path: str) -> None:
     fig.savefig(path, dpi=110)
 
 
+def _cold_jobs(edges: int, dim: int, timeout_s: float) -> dict:
+    """One cold batch inference job and one cold precompute job (each its own process, fresh work
+    dir and store) on the synthetic graph of `edges` edges (nodes = edges / 10) with the same
+    2-layer SAGE-mean model: wall seconds and each job's phase table."""
+    import json
+
+    from bench_scale import batch_job_cmd, run_cold
+    from torch_geometric.nn import GraphSAGE
+
+    from sparkgnn.models import Model
+
+    graph = synthetic_dir(edges // 10, edges, dim)
+    scratch = os.path.join(DATA, "precompute_cold", str(edges))
+    shutil.rmtree(scratch, ignore_errors=True)
+    os.makedirs(scratch)
+    model = os.path.join(scratch, "model")
+    torch.manual_seed(0)
+    Model.from_pyg(GraphSAGE(dim, 128, 2, aggr="mean").eval(), output="embedding").save(model)
+    jobs = {}
+    for name in ("batch", "precompute"):
+        here = os.path.join(scratch, name)
+        report = os.path.join(here, "report.json")
+        if name == "batch":
+            cmd = batch_job_cmd(graph, model, here, os.path.join(here, "work"), report)
+        else:
+            cmd = [sys.executable, os.path.join(ROOT, "spark_jobs", "precompute_pe.py"), "--graph", graph]
+            cmd += ["--model", model, "--store", os.path.join(here, "store"), "--work-dir", os.path.join(here, "work")]
+            cmd += ["--report", report]
+        run = run_cold(cmd, timeout_s)
+        if run["rc"] != 0 or not os.path.exists(report):
+            raise SystemExit(f"cold {name} job failed (rc {run['rc']}): {run['output'][-2000:]}")
+        with open(report) as fh:
+            doc = json.load(fh)
+        jobs[name] = {
+            "wall_s": round(run["wall_s"], 2),
+            "peak_rss_gib": round(run["peak_rss_gib"], 2),
+            "phases": doc.get("phases"),
+            "unaccounted_fraction": doc.get("unaccounted_fraction"),
+            "exchange": doc.get("exchange"),
+            "steps": [{"label": s["label"], "seconds": s["seconds"]} for s in doc.get("steps", [])],
+            "progress": [line for line in run["output"].splitlines() if line.startswith(("sparkgnn", "precompute_pe"))],
+        }
+        print(f"cold {name} at {edges / 1e6:g}M edges: {run['wall_s']:.1f} s", flush=True)
+    metrics_s = sum(row["seconds"] for row in jobs["precompute"]["phases"] or [] if row["name"] == "workload metrics")
+    jobs["precompute"]["metrics_s"] = metrics_s
+    jobs["precompute_over_batch_job"] = jobs["precompute"]["wall_s"] / jobs["batch"]["wall_s"]
+    jobs["metrics_fraction"] = metrics_s / jobs["precompute"]["wall_s"]
+    shutil.rmtree(scratch, ignore_errors=True)
+    return jobs
+
+
+def cold_main(args) -> int:
+    """--cold: cold precompute vs cold batch job per size, merged into precompute.json (the warm
+    mode's keys are kept)."""
+    import json
+
+    path = os.path.join(RESULTS, "precompute.json")
+    result = {}
+    if os.path.exists(path):
+        with open(path) as fh:
+            result = json.load(fh)
+    cold = result.setdefault("cold", {})
+    cold["what"] = (
+        "cold spark_jobs/precompute_pe.py (states + metrics) vs cold spark_jobs/batch_inference.py, same graph "
+        "and model, each its own process on a fresh work dir; ratio of wall seconds"
+    )
+    cold["loadavg"] = os.getloadavg()
+    for millions in args.cold_sizes:
+        jobs = _cold_jobs(int(millions * 1_000_000), args.dim, args.timeout)
+        key = f"{millions:g}m"
+        cold[key] = jobs
+        result[f"precompute_over_batch_job_{key}"] = round(jobs["precompute_over_batch_job"], 3)
+        result[f"metrics_fraction_of_precompute_{key}"] = round(jobs["metrics_fraction"], 3)
+        print(f"{key}: precompute / batch job {jobs['precompute_over_batch_job']:.2f}", flush=True)
+    print(f"wrote {write_result('precompute', result)}")
+    return 0
+
+
 def main() -> int:
     parser = graph_arguments(argparse.ArgumentParser(description=__doc__.split("\n\n")[0]))
+    parser.add_argument("--cold", action="store_true", help="cold jobs (own processes) instead of the warm mode")
+    parser.add_argument("--cold-sizes", type=lambda v: [float(x) for x in v.split(",")], default=[2.0, 8.0])
+    parser.add_argument("--timeout", type=float, default=1200.0, help="seconds per cold job")
     args = parser.parse_args()
+    if args.cold:
+        return cold_main(args)
     from torch_geometric.nn import GraphSAGE
 
     from sparkgnn import infer

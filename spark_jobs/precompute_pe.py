@@ -10,10 +10,13 @@ Layers commit atomically; a rerun resumes after the last committed layer (--forc
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 import time
 
 from sparkgnn.cliargs import int_list, positive_int, require_inputs, run_cli
+from sparkgnn.engine.phases import PhaseClock, activate, phase, process_start_time
 from sparkgnn.logs import install_cli_handler
 from sparkgnn.planner import STRATEGIES
 
@@ -33,24 +36,38 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--partitions", type=positive_int, default=None)
     parser.add_argument("--work-dir", default=None)
     parser.add_argument("--force", action="store_true", help="recompute every layer even if committed")
+    parser.add_argument(
+        "--report",
+        default=None,
+        help="write a JSON report of where the job's time went (the phase table, each step, the metrics)",
+    )
     args = parser.parse_args(argv)
     require_inputs(parser, {"--graph": args.graph, "--model": args.model})
     return args
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
+def main(argv=None, *, started_at: float | None = None) -> int:
+    """Run the job; `started_at` (epoch seconds, the process's start when run as a script) is
+    where its time table begins, so the interpreter's start and the imports are in it."""
+    clock = PhaseClock(started_at=started_at)
+    clock.claim("python start and imports")
+    with clock.phase("argument checks"):
+        args = parse_args(argv)
     install_cli_handler()  # the job's progress lines (sparkgnn loggers) on stdout
-    return run_cli("precompute_pe", lambda: _run(args))
+    with activate(clock):
+        return run_cli("precompute_pe", lambda: _run(args, clock))
 
 
-def _run(args) -> int:
-    from sparkgnn.engine.precompute import precompute
-    from sparkgnn.engine.session import job_session
+def _run(args, clock: PhaseClock) -> int:
+    with phase("imports (pyspark, torch, sparkgnn)"):
+        from sparkgnn.engine.precompute import precompute
+        from sparkgnn.engine.session import active_session, job_session
 
     started = time.perf_counter()
-    spark = job_session("sparkgnn-precompute-pe")
-    store = precompute(
+    owned = active_session() is None  # a session this job starts, it also stops
+    with phase("JVM and session start"):
+        spark = job_session("sparkgnn-precompute-pe")
+    result = precompute(
         spark,
         args.graph,
         args.model,
@@ -63,13 +80,32 @@ def _run(args) -> int:
         partitions=args.partitions,
         work_dir=args.work_dir,
         fanouts=args.fanouts,
-    ).store
-    print(
-        f"precompute_pe: store complete ({len(store.layers)} layers, verified) at {args.store} "
-        f"in {time.perf_counter() - started:.1f} s"
     )
+    if owned:
+        with phase("shutdown (stop the session)"):
+            spark.stop()
+    total_s = time.perf_counter() - started
+    print(
+        f"precompute_pe: store complete ({len(result.store.layers)} layers, verified) at {args.store} "
+        f"in {total_s:.1f} s"
+    )
+    if args.report:
+        _write_report(args.report, result, total_s, clock.summary())
+    clock.log_table("precompute_pe")
     return 0
 
 
+def _write_report(path: str, result, total_s: float, timing: dict) -> None:
+    """The job's cost as a user paid it (cold JVM included), written atomically: the engine's
+    steps (none when every layer was already committed) and the whole process's phase table."""
+    doc = {"total_s": round(total_s, 3), "layers": list(result.store.layers)}
+    if result.report is not None:
+        doc.update(partitions=result.plan.partitions, **result.report.to_json())
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as fh:
+        json.dump({**doc, **timing}, fh, indent=2)
+    os.replace(tmp, path)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(started_at=process_start_time()))

@@ -118,6 +118,7 @@ def test_store_for_other_weights_is_refused(spark, graph_dirs, work_dir, tmp_pat
 
 
 def test_precompute_job_with_metrics(spark, graph_dirs, work_dir, tmp_path, capsys):
+    import json
     import os
     import sys
 
@@ -128,14 +129,16 @@ def test_precompute_job_with_metrics(spark, graph_dirs, work_dir, tmp_path, caps
     torch.manual_seed(6)
     model_path = str(tmp_path / "model")
     Model.from_pyg(GraphSAGE(data.feature_dim, 8, 2).eval()).save(model_path)
-    root = str(tmp_path / "store")
-    assert (
-        precompute_pe.main(
-            ["--graph", path, "--model", model_path, "--store", root, "--work-dir", work_dir, "--fanouts", "5,3"]
-        )
-        == 0
-    )
+    root, report = str(tmp_path / "store"), str(tmp_path / "report.json")
+    argv = ["--graph", path, "--model", model_path, "--store", root, "--work-dir", work_dir, "--fanouts", "5,3"]
+    assert precompute_pe.main([*argv, "--report", report]) == 0
     assert "store complete" in capsys.readouterr().out
+    with open(report) as fh:
+        doc = json.load(fh)
+    assert {"workload metrics", "layer commits", "prepare"} <= {row["name"] for row in doc["phases"]} and doc[
+        "layers"
+    ] == [1, 2]
+    assert doc["unaccounted_s"] >= 0 and len(doc["steps"]) >= 2
     store = PEStore.open(root, model=model_path, graph=path)
     assert store.layers == [1, 2] and store.with_states
     summary = store.manifest["metrics"]["summary"]

@@ -91,3 +91,53 @@ def test_fap_given_seeds(spark, spark_graph, graph_data):
     want = sum(np.linalg.matrix_power(a.T, k) @ p0 for k in range(3))
     got = _as_map(fap(spark_graph, 2, seeds=seeds), "fap")
     np.testing.assert_allclose([got[int(i)] for i in ids], want, rtol=1e-12, atol=1e-15)
+
+
+def _metric_columns(tables) -> dict:
+    """{(table, column): {id: value}} of the degrees/psgs/fap tables (Arrow tables or DataFrames)."""
+    out = {}
+    for name, columns in (("degrees", ("in_degree", "out_degree")), ("psgs", ("psgs",)), ("fap", ("fap",))):
+        frame = tables[name]
+        rows = frame.to_pylist() if hasattr(frame, "to_pylist") else [r.asDict() for r in frame.collect()]
+        for column in columns:
+            out[(name, column)] = {int(r["id"]): float(r[column]) for r in rows}
+    return out
+
+
+def test_one_pass_metrics_equal_the_spark_frames(spark, spark_graph, tmp_path):
+    """The precompute's one-pass metrics (read once on the driver, numpy products) hold the values
+    and summary of the Spark joins' frames, for a graph given as DataFrames and as a directory."""
+    from sparkgnn.graph import Graph
+    from sparkgnn.pe.metrics import compute_metrics, one_pass_metrics
+
+    want = compute_metrics(spark_graph, [3, 2], 3)
+    spark_graph.save(str(tmp_path / "g"))
+    for graph in (spark_graph, Graph.load(spark, str(tmp_path / "g"), validate=False)):
+        got = one_pass_metrics(graph, [3, 2], 3)
+        assert all(hasattr(got[name], "to_pylist") for name in ("degrees", "psgs", "fap"))  # no Spark job
+        expected, actual = _metric_columns(want), _metric_columns(got)
+        assert actual.keys() == expected.keys()
+        for key, values in expected.items():
+            assert actual[key].keys() == values.keys(), key
+            for i, value in values.items():
+                assert actual[key][i] == pytest.approx(value, rel=1e-12, abs=1e-15), (key, i)
+        assert _close(got["summary"], want["summary"]), (got["summary"], want["summary"])
+
+
+def _close(a, b) -> bool:
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
+    if isinstance(a, float) or isinstance(b, float):
+        return a == pytest.approx(b, rel=1e-12, abs=1e-15)
+    return a == b
+
+
+def test_one_pass_metrics_leave_unknown_endpoints_to_spark(spark):
+    """An edge naming an id that is not a vertex: the driver arrays are refused (None), so the
+    metrics come from the Spark frames, whose joins decide what such an edge counts for."""
+    from sparkgnn.graph import Graph
+    from sparkgnn.pe.metrics import _read_edge_arrays
+
+    vertices = spark.createDataFrame([(1, [0.0]), (2, [1.0])], "id long, x array<float>")
+    edges = spark.createDataFrame([(1, 2), (2, 7)], "src long, dst long")
+    assert _read_edge_arrays(Graph(vertices, edges)) is None

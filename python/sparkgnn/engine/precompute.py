@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparkgnn.arrowvec import to_list, to_numpy_matrix
+from sparkgnn.engine import phases
 from sparkgnn.engine.api import load_job_inputs, plan_for, resolve_work_dir
 from sparkgnn.engine.exchange import ShuffleExchange
 from sparkgnn.engine.executor import execute
@@ -145,12 +146,14 @@ def precompute(
     from sparkgnn.dl.model_store import register
     from sparkgnn.pe import PEStore, PEWriter
 
-    check_workers(workers)  # a typo fails in a second, not after preparing the graph
+    with phases.phase("input checks"):
+        check_workers(workers)  # a typo fails in a second, not after preparing the graph
     graph, model = load_job_inputs(spark, graph, model, validate=validate)
     require_states(model, "the PE precompute")
     # convs reading edge features run as in infer (load_job_inputs checked the graph's edge_attr);
     # refresh and serving refuse such a store's model (their edge rows carry no attributes yet)
-    writer = PEWriter(store, graph, model, with_states=states, force=force)
+    with phases.phase("store: open the writer"):
+        writer = PEWriter(store, graph, model, with_states=states, force=force)
     start = _contiguous(writer.completed_layers())
     num_layers = model.num_rounds
     if start:
@@ -162,26 +165,29 @@ def precompute(
             for layer in plan.layers:  # canonical raw-space states (module doc)
                 layer.pre_transform = False
         model_store = os.path.join(root, "models")
-        fingerprint = register(model, model_store)
+        with phases.phase("model store"):
+            fingerprint = register(model, model_store)
         needs_dst = [bool(info["needs_dst_in_message"]) for info in model.plan_info()]
         resume = (start, writer.layer_frame(spark, start)) if start else None
 
         def commit(layer: int, rows) -> None:
             started = time.perf_counter()
             width, state_width = _widths(model, plan, layer)
-            writer.commit_layer(layer, pe_frame(rows, states), width, state_width if states else None)
+            with phases.phase("layer commits", quiet=True):
+                writer.commit_layer(layer, pe_frame(rows, states), width, state_width if states else None)
             log.info(
                 f"sparkgnn precompute: committed layer {layer}/{num_layers} ({time.perf_counter() - started:.1f} s)"
             )
             if on_layer_committed is not None:
                 on_layer_committed(layer)
 
-        runners = workers_for(workers, model_store)
+        with phases.phase("workers start"):
+            runners = workers_for(workers, model_store)
         # on a cluster each step is kept as Parquet in the work dir (a lost executor costs only its
         # tasks); a rerun resumes from the store's committed layers, so the steps are never kept
         route = ShuffleExchange(root, plan.partitions, materialise=materialise_kind(spark, materialise))
         try:
-            with shuffle_partitions(spark, plan):
+            with shuffle_partitions(spark, plan), phases.phase("steps: driver between steps"):
                 _rows, report, *_ = execute(
                     spark,
                     prepared,
@@ -197,14 +203,17 @@ def precompute(
                     stats=stat_keys(model.conv_list()),
                 )
         finally:
-            route.close(keep=False)
-            runners.close()
+            with phases.phase("cleanup (exchange files, workers)"):
+                route.close(keep=False)
+                runners.close()
     if metrics and not writer.has_metrics():
-        from sparkgnn.pe.metrics import compute_metrics
+        from sparkgnn.pe.metrics import one_pass_metrics
 
         started = time.perf_counter()
-        writer.commit_metrics(compute_metrics(graph, list(fanouts), hops or num_layers))
+        with phases.phase("workload metrics", quiet=True):
+            writer.commit_metrics(one_pass_metrics(graph, list(fanouts), hops or num_layers))
         log.info(f"sparkgnn precompute: workload metrics in {time.perf_counter() - started:.1f} s")
-    writer.finish()
-    opened = PEStore.open(store, model=model, graph=graph)
+    with phases.phase("store: finish and verify"):
+        writer.finish()
+        opened = PEStore.open(store, model=model, graph=graph)
     return opened if _legacy else StoreResult(opened, report, plan)  # type: ignore[return-value]

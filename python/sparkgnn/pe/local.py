@@ -10,7 +10,7 @@ input), and the state of layer l is the MERGED aggregation state over all of a n
 (self-loop policy applied), in RAW message space (pre_transform=False), with G's statistics.
 
 With `metrics=True` it also commits Quiver's workload metrics ("degrees", "psgs", "fap" tables and
-the manifest's "summary"), computed by `local_metrics` with scipy sparse products under exactly
+the manifest's "summary"), computed by `local_metrics` with numpy products under exactly
 the definitions of sparkgnn.pe.metrics (read its module doc), so a local store carries what a
 Spark-written one does (the serving hot cache ranks vertices by them).
 """
@@ -18,11 +18,9 @@ Spark-written one does (the serving hot cache ranks vertices by them).
 from __future__ import annotations
 
 import logging
-import math
 import time
 
 import numpy as np
-import pyarrow as pa
 import torch
 
 from sparkgnn.layers.base import aggregate_state, compute_stats
@@ -54,75 +52,17 @@ def layer_outputs(graph, model, states: bool = True):
         yield l + 1, h, (state if states else None)
 
 
-def _transition_matrix(graph):
-    """Quiver's A as a scipy CSR matrix: A[i][j] = (#edges j->i) / in_degree(i) (dense indices;
-    parallel edges add up, a vertex without in-edges has an all-zero row) -- metrics._transitions."""
-    import scipy.sparse as sp
-
-    n = graph.num_nodes
-    ind = np.bincount(graph.edge_dst, minlength=n).astype(np.float64)
-    p = 1.0 / ind[graph.edge_dst] if graph.num_edges else np.zeros(0)
-    return sp.csr_matrix((p, (graph.edge_dst, graph.edge_src)), shape=(n, n)), ind
-
-
 def local_metrics(graph, fanouts, hops: int, seeds=None, top_fractions=(0.01, 0.1)) -> dict:
-    """Quiver's metrics of the GraphData `graph` in numpy/scipy: {"degrees", "psgs", "fap":
-    pyarrow Tables (id + columns of the same names and types as sparkgnn.pe.metrics writes),
-    "summary": the same JSON-able dict as compute_metrics}; PEWriter.commit_metrics takes it as
-    is. `seeds`: FAP's p_0 per vertex (array in G's order, used as given), default uniform 1/|V|.
-    Same recurrences (Horner's rule) as the Spark version, so values agree up to float summation
-    order."""
-    fanouts = [int(f) for f in fanouts]
-    if not fanouts or min(fanouts) < 0:
-        raise ValueError(f"fanouts must be a non-empty list of non-negative ints, got {fanouts}")
-    hops = int(hops)
-    if hops < 0:
-        raise ValueError(f"hops must be >= 0, got {hops}")
-    n = graph.num_nodes
-    ids = np.asarray(graph.ids, dtype=np.int64)
-    in_deg = graph.in_degree().astype(np.int64)
-    out_deg = graph.out_degree().astype(np.int64)
-    a, ind = _transition_matrix(graph)
-    # PSGS: Q - 1 = c_1 + A (c_2 + A (c_3 + ...)), c_k = min(deg, l_k)
-    r = np.minimum(ind, fanouts[-1])
-    for l in reversed(fanouts[:-1]):
-        r = np.minimum(ind, l) + a @ r
-    q = r + 1.0
-    # FAP: P = p_0 + A^T (p_0 + A^T (...)), `hops` products
-    p0 = np.full(n, 1.0 / max(n, 1)) if seeds is None else np.asarray(seeds, dtype=np.float64)
-    if p0.shape != (n,):
-        raise ValueError(f"seeds must hold one probability per vertex ({n}), got shape {p0.shape}")
-    at = a.T.tocsr()
-    p = p0.copy()
-    for _ in range(hops):
-        p = p0 + at @ p
-    total = float(p.sum())
-    ranked = np.sort(p)[::-1]
-    top = {}
-    for frac in top_fractions:
-        k = max(1, math.ceil(frac * n)) if n else 0
-        mass = float(ranked[:k].sum()) if k else 0.0
-        top[f"top_{frac:g}"] = {"nodes": k, "fap_share": (mass / total) if total else 0.0}
+    """Quiver's metrics of the GraphData `graph` in numpy: {"degrees", "psgs", "fap": pyarrow
+    Tables (id + columns of the same names and types as sparkgnn.pe.metrics writes), "summary":
+    the same JSON-able dict as compute_metrics}; PEWriter.commit_metrics takes it as is. `seeds`:
+    FAP's p_0 per vertex (array in G's order, used as given), default uniform 1/|V|. The products
+    are sparkgnn.pe.metrics.metrics_from_arrays' (the Spark precompute's one-pass metrics)."""
+    from sparkgnn.pe.metrics import metrics_from_arrays
 
-    def mean(v) -> float:
-        return float(v.mean()) if n else 0.0
-
-    summary = {
-        "fanouts": fanouts,
-        "hops": hops,
-        "seeds": "uniform" if seeds is None else "given",
-        "num_vertices": n,
-        "in_degree": {"mean": mean(in_deg), "max": int(in_deg.max()) if n else 0},
-        "out_degree": {"mean": mean(out_deg), "max": int(out_deg.max()) if n else 0},
-        "psgs": {"mean": mean(q), "max": float(q.max()) if n else 0.0},
-        "fap": {"total": total, "top_mass": top},
-    }
-    return {
-        "degrees": pa.table({"id": ids, "in_degree": in_deg, "out_degree": out_deg}),
-        "psgs": pa.table({"id": ids, "psgs": q.astype(np.float64)}),
-        "fap": pa.table({"id": ids, "fap": p.astype(np.float64)}),
-        "summary": summary,
-    }
+    return metrics_from_arrays(
+        graph.ids, graph.edge_src, graph.edge_dst, fanouts, hops, seeds=seeds, top_fractions=top_fractions
+    )
 
 
 def precompute_local(

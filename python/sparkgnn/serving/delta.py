@@ -68,6 +68,11 @@ def edges_into(ctx: ServingContext, prep: PreparedRequest, targets: np.ndarray, 
     )
 
 
+def _float32(t: torch.Tensor) -> torch.Tensor:
+    """`t` as float32 (itself when it is: a gather made it a copy already)."""
+    return t if t.dtype == torch.float32 else t.to(torch.float32)
+
+
 class LayerExecutor:
     """Evaluates a list of LayerWork bottom-up (module doc). `stored` is a StoredLayers."""
 
@@ -79,6 +84,8 @@ class LayerExecutor:
         self, layer_prev: int, nodes: np.ndarray, prev_targets, prev_h, x_query, prep, meter: Meter
     ) -> torch.Tensor:
         """Current value at layer `layer_prev` of union vertices `nodes` (see module doc)."""
+        # WHY integer row indices and whole-array fast paths: a request's layers call this a few
+        # times each, on a few rows; boolean-mask assignment (a nonzero per mask) was most of it
         n = self.ctx.num_nodes
         if prev_targets is not None and len(prev_targets):
             pos = self.ctx.sets.positions(prev_targets, nodes)
@@ -86,19 +93,31 @@ class LayerExecutor:
             pos = np.full(len(nodes), -1, np.int64)
         hit = pos >= 0
         is_q = nodes >= n
-        width = prev_h.shape[1] if prev_h is not None else x_query.shape[1]
-        out = torch.empty(len(nodes), width, dtype=torch.float32)
-        if hit.any():
-            out[torch.from_numpy(hit)] = prev_h[torch.from_numpy(pos[hit])]
         q_only = is_q & ~hit
-        if q_only.any():
-            if layer_prev != 0:
-                raise AssertionError("a query's value must come from the previous layer's targets")
-            out[torch.from_numpy(q_only)] = x_query[torch.from_numpy(nodes[q_only] - n)]
+        if q_only.any() and layer_prev != 0:
+            raise AssertionError("a query's value must come from the previous layer's targets")
         rest = ~hit & ~is_q
-        if rest.any():
+        width = prev_h.shape[1] if prev_h is not None else x_query.shape[1]
+        if not len(nodes):
+            return torch.empty(0, width, dtype=torch.float32)
+        if hit.all():  # every row computed one layer down (a copy: indexing gathers)
+            return _float32(prev_h[torch.from_numpy(pos)])
+        if q_only.all():
+            return _float32(x_query[torch.from_numpy(nodes - n)])
+        if rest.all():
             with meter.timer("fetch_s"):
-                out[torch.from_numpy(rest)] = self.stored.value(layer_prev, nodes[rest], meter)
+                return self.stored.value(layer_prev, nodes, meter).to(torch.float32, copy=True)
+        out = torch.empty(len(nodes), width, dtype=torch.float32)
+        rows = np.flatnonzero(hit)
+        if len(rows):
+            out[torch.from_numpy(rows)] = prev_h[torch.from_numpy(pos[rows])]
+        rows = np.flatnonzero(q_only)
+        if len(rows):
+            out[torch.from_numpy(rows)] = x_query[torch.from_numpy(nodes[rows] - n)]
+        rows = np.flatnonzero(rest)
+        if len(rows):
+            with meter.timer("fetch_s"):
+                out[torch.from_numpy(rows)] = self.stored.value(layer_prev, nodes[rows], meter)
         return out
 
     def _stats(self, conv, prep, nodes: np.ndarray, old: bool) -> dict:

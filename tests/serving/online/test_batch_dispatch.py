@@ -43,6 +43,7 @@ class FakeVersions:
         self.in_flight = 0
         self.number = 1
         self.key = "ab" * 32
+        self.facts = object()  # the version's GraphFacts (dispatch compares them by identity)
 
     def take(self):
         self.in_flight += 1
@@ -152,4 +153,30 @@ def test_each_request_of_a_batch_gets_its_own_rows_and_an_erring_one_its_error()
     np.testing.assert_array_equal(got[2].answer.arrays()[0], [11, 12])
     np.testing.assert_array_equal(got[2].answer.arrays()[1], h[1:])
     assert all(o.batch_requests == 3 for o in got) and stats["batches"] == 1
+    d.stop_dispatch()
+
+
+class InProcessFake(FakePool):
+    """A pool answered in this process: dispatch hands it the Request objects and says whether
+    intake checked them against the batch's version."""
+
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.checked: list[bool] = []
+
+    def call_requests(self, slot: int, header: dict, requests: list, *, checked: bool = False) -> dict:
+        self.checked.append(checked)
+        raise RuntimeError("answered nothing")
+
+
+def test_an_in_process_batch_is_validated_again_unless_intake_checked_every_request_against_its_version():
+    got: list[Outcome] = []
+    pool = InProcessFake("main")
+    d, _, versions = dispatcher([pool])
+    same, other = ticket("a", got), ticket("b", got)
+    same.facts, other.facts = versions.facts, object()  # `other`: checked against a version since replaced
+    d.run_batch(pool, 0, [same])
+    d.run_batch(pool, 0, [same, other])
+    d.run_batch(pool, 0, [ticket("c", got)])  # never checked by intake
+    assert pool.checked == [True, False, False] and pool.calls == 0  # no Arrow tables were built
     d.stop_dispatch()

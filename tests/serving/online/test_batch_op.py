@@ -68,3 +68,40 @@ def test_two_workers_of_one_process_hold_separate_caches(key):
     assert first.cache.keys() == [key]
     first.registry().lookup(batch_op.EVICT_OP)(None, header, {})
     assert first.cache.keys() == []
+
+
+def test_a_batch_checked_against_the_deployment_graph_is_not_validated_again():
+    import numpy as np
+
+    from sparkgnn.serving.modes import Answer
+    from sparkgnn.serving.online.costs import GraphFacts
+    from sparkgnn.serving.request import Request
+
+    class Engine:  # answers every query with its own id as the embedding
+        def answer(self, request):
+            h = request.qid.astype(np.float32)[:, None]
+            return Answer(request.qid, h, None, {"calls": 1})
+
+    dep = batch_op.Deployment.__new__(batch_op.Deployment)  # a loaded deployment without files
+    dep.graph = GraphFacts(np.arange(5), np.zeros(5), np.ones(5), feature_dim=2, num_layers=2)
+    dep.engines, dep.fresh_base = {"exact": Engine()}, 5
+    unknown = Request("bad", np.array([7]), np.ones((1, 2), np.float32), np.array([99]), np.array([7]))
+    results, _ = dep.answer("exact", [unknown])
+    assert results[0][0] is None and "neither a query nor a vertex" in results[0][1]
+    results, breakdown = dep.answer("exact", [unknown], checked=True)  # the caller vouches: no second check
+    assert results[0][1] is None and results[0][0].qid.tolist() == [7] and breakdown == {"calls": 1}
+
+
+def test_fused_requests_get_fresh_query_ids_each_and_keep_their_graph_endpoints():
+    import numpy as np
+
+    from sparkgnn.serving.request import Request
+
+    dep = batch_op.Deployment.__new__(batch_op.Deployment)
+    dep.fresh_base = 100
+    x = np.ones((2, 1), np.float32)
+    a = Request("a", np.array([7, 5]), x, np.array([5, 1, 7]), np.array([7, 5, 2]))  # 7 <- 5 <- 1, 7 -> 2
+    b = Request("b", np.array([5]), x[:1], np.array([3]), np.array([5]))  # the same query id as a's, apart
+    fused = dep._fused([a, b])
+    assert fused.qid.tolist() == [100, 101, 102]
+    assert fused.src.tolist() == [101, 1, 100, 3] and fused.dst.tolist() == [100, 101, 2, 102]

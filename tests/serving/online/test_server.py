@@ -244,17 +244,17 @@ def test_a_batch_past_its_deadline_is_answered_timeout_and_the_service_goes_on(d
     kwargs, G, model, store, wl = deployment
     with Server(ServeConfig(**kwargs, batch_timeout_s=0.2, http=None)) as server:
         pool = server.pools[0]
-        real_call, release = pool.call, threading.Event()
+        real_call, release = pool.call_requests, threading.Event()  # dispatch's entry into an in-process pool
 
-        def stuck(*args):
+        def stuck(*args, **kwargs):
             release.wait(30)  # a call that hangs until the test lets it go
-            return real_call(*args)
+            return real_call(*args, **kwargs)
 
-        pool.call = stuck
+        pool.call_requests = stuck
         outcome = server.submit(wl.requests[0]).result(timeout=30)
         assert outcome.kind == "timeout" and "batch deadline of 0.2 s" in outcome.error
         assert server.stats["batch_timeouts"] == 1
-        pool.call = real_call
+        pool.call_requests = real_call
         release.set()  # the stuck call returns; its slot serves again
         again = server.submit(wl.requests[0]).result(timeout=30)
         assert again.kind == "ok", again.error
@@ -269,14 +269,14 @@ def test_stop_ends_every_dispatch_thread_of_a_pool_wider_than_eight(deployment):
     pools = [{"name": "wide", "kind": "inprocess", "width": 10}]
     server = Server(ServeConfig(**kwargs, pools=pools, http=None)).start()
     pool = server.pools[0]
-    real_call, entered, release = pool.call, threading.Event(), threading.Event()
+    real_call, entered, release = pool.call_requests, threading.Event(), threading.Event()
 
-    def held(*args):
+    def held(*args, **kwargs):
         entered.set()
         release.wait(30)
-        return real_call(*args)
+        return real_call(*args, **kwargs)
 
-    pool.call = held
+    pool.call_requests = held
     running = server.submit(wl.requests[0])
     assert entered.wait(30)  # one slot holds a call, nine wait for batches
     stopper = threading.Thread(target=server.stop)

@@ -302,19 +302,19 @@ def test_past_its_deadline_a_request_is_refused_from_its_header_before_any_slot_
     pool, mode = server.pools[0], server.config.mode
     for cost in (10.0, 1000.0) * 200:  # seconds = 0.05 + 0 * cost per batch (older batches decayed away)
         server.admission.observe(mode, cost, 0.05)
-    real_call, entered, release = pool.call, threading.Event(), threading.Event()
+    real_call, entered, release = pool.call_requests, threading.Event(), threading.Event()
     real_submit, submitted = server.intake.submit, []
 
-    def held(*args):
+    def held(*args, **kwargs):
         entered.set()
         release.wait(30)
-        return real_call(*args)
+        return real_call(*args, **kwargs)
 
     def counted(*args, **kwargs):
         submitted.append(args[0].request_id)
         return real_submit(*args, **kwargs)
 
-    pool.call, server.intake.submit = held, counted
+    pool.call_requests, server.intake.submit = held, counted
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     sock.connect(server.zmq_endpoint)
@@ -346,7 +346,7 @@ def test_past_its_deadline_a_request_is_refused_from_its_header_before_any_slot_
         answers = {h["request_id"]: h for h in (reply() for _ in range(3))}
     finally:
         release.set()
-        pool.call, server.intake.submit = real_call, real_submit
+        pool.call_requests, server.intake.submit = real_call, real_submit
         sock.close(0)
     assert still_held and all(h["kind"] == "BUSY" and h["status"] == "busy" for h in refusals)
     assert sorted(h["tag"] for h in refusals) == sorted(f"late{i}" for i in range(15))

@@ -58,6 +58,9 @@ class Admission:
 
     def model(self, mode: str) -> ServiceModel:
         """The service model of `mode` (created with the prior on first use)."""
+        found = self._models.get(mode)  # models are only ever added: a hit needs no lock
+        if found is not None:
+            return found
         with self._lock:
             found = self._models.get(mode)
             if found is None:

@@ -46,7 +46,6 @@ from typing import Any
 import numpy as np
 
 from sparkgnn.errors import USER_ERRORS
-from sparkgnn.graph.index import IdIndex
 from sparkgnn.serving import served
 from sparkgnn.serving.online import wire
 from sparkgnn.serving.request import Request
@@ -89,7 +88,9 @@ class Deployment:
         if found is None:
             from sparkgnn.serving.engine import QueryEngine
 
-            options = (self.spec.get("options") or {}).get(mode, {})
+            # validate=False: `answer` validates each request (or its caller did) before the engine
+            # sees it, and a fused request is valid by construction; the engine would check again
+            options = {"validate": False, **((self.spec.get("options") or {}).get(mode, {}))}
             found = QueryEngine(self.graph, self.model, mode=mode, store=self.store, context=self.context, **options)
             self.context = found.context
             self.engines[mode] = found
@@ -130,14 +131,18 @@ class Deployment:
 
         return cache_stats(self._cached_stores[0])
 
-    def answer(self, mode: str, requests: list[Request]) -> tuple[list, dict]:
-        """[(answer | None, error message | None)] per request, plus the summed breakdown."""
+    def answer(self, mode: str, requests: list[Request], *, checked: bool = False) -> tuple[list, dict]:
+        """[(answer | None, error message | None)] per request, plus the summed breakdown.
+        `checked`: the caller validated every request against this deployment's graph already
+        (the in-process pool, for a batch whose version is the one intake checked it against), so
+        they are not validated twice; requests from anywhere else are always validated here."""
         results: list = [None] * len(requests)
         breakdown: dict = {}
         valid = []
         for i, r in enumerate(requests):
             try:
-                r.validate(self.graph)
+                if not checked:
+                    r.validate(self.graph)
                 valid.append(i)
             except USER_ERRORS as exc:
                 results[i] = (None, f"{type(exc).__name__}: {exc}")
@@ -189,17 +194,23 @@ class Deployment:
         for r in requests:
             fresh = np.arange(next_id, next_id + r.batch_size, dtype=np.int64)
             next_id += r.batch_size
-            queries = IdIndex(r.qid)
-
-            def renumber(ids, queries=queries, fresh=fresh):
-                rows, is_query = queries.lookup(ids)
-                return np.where(is_query, fresh[rows], ids)
-
             qids.append(fresh)
             xs.append(r.x)
-            srcs.append(renumber(r.src))
-            dsts.append(renumber(r.dst))
+            srcs.append(_renumber(r.src, r.qid, fresh))
+            dsts.append(_renumber(r.dst, r.qid, fresh))
         return Request("fused", np.concatenate(qids), np.concatenate(xs), np.concatenate(srcs), np.concatenate(dsts))
+
+
+def _renumber(ids: np.ndarray, qid: np.ndarray, fresh: np.ndarray) -> np.ndarray:
+    """`ids` with each of a request's query ids `qid` replaced by its `fresh` id (same position);
+    other ids (G's vertices) unchanged. WHY not an IdIndex: building one per request of a batch
+    (sort, identity check, table) cost more than the few comparisons a small request needs."""
+    if len(qid) <= 1:
+        return np.where(ids == qid[0], fresh[0], ids) if len(qid) else ids
+    order = np.argsort(qid, kind="stable")
+    ranked = qid[order]
+    pos = np.minimum(np.searchsorted(ranked, ids), len(ranked) - 1)
+    return np.where(ranked[pos] == ids, fresh[order[pos]], ids)
 
 
 def _split(answer, sizes: list[int]) -> list:
@@ -391,6 +402,24 @@ def serve_batch(header: dict, tables: dict, deployments: DeploymentCache) -> dic
     options, or an unknown id, is refused (one line)."""
     started = time.perf_counter()
     served.check_header(header)
+    requests = wire.requests_from_batch([str(r) for r in header["requests"]], tables)
+    return serve_requests(header, requests, deployments, started=started)
+
+
+def serve_requests(
+    header: dict,
+    requests: list[Request],
+    deployments: DeploymentCache,
+    *,
+    checked: bool = False,
+    started: float | None = None,
+) -> dict:
+    """`serve_batch` for requests already in memory (the in-process pool hands over the front's
+    Request objects: no Arrow round trip). `checked`: they were validated against the graph of
+    the deployment the header names (Deployment.answer then does not validate them again);
+    `started`: the time.perf_counter() the batch's work began (default now)."""
+    started = time.perf_counter() if started is None else started
+    served.check_header(header)
     key = served.check_id(header.get("deployment"))
     warm_errors = {}
     with deployments.using(key) as dep:
@@ -399,9 +428,7 @@ def serve_batch(header: dict, tables: dict, deployments: DeploymentCache) -> dic
                 dep.engine(str(mode))
             except USER_ERRORS as exc:  # that mode cannot be served from this store (reported)
                 warm_errors[str(mode)] = f"{type(exc).__name__}: {exc}"
-        request_ids = [str(r) for r in header["requests"]]
-        requests = wire.requests_from_batch(request_ids, tables)
-        results, breakdown = dep.answer(str(header["mode"]), requests)
+        results, breakdown = dep.answer(str(header["mode"]), requests, checked=checked)
         cache = dep.cache_stats()
     reqs, nodes, hs, preds, errors = [], [], [], [], {}
     for i, (answer, error) in enumerate(results):

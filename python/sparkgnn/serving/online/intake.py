@@ -12,7 +12,9 @@ a queue whose byte budget (`queue_bytes`) or request count (`capacity`) it would
 
 WHY its own object: every check runs on the fronts' threads against one version's GraphFacts,
 and the queue's byte budget is intake's own state (freed by `dequeued` when the batcher takes
-requests out); dispatch never validates again (workers do, against their own graph).
+requests out); dispatch never validates again. Workers do, against their own graph, except the
+in-process pool for a batch whose version is the one intake checked every request against (the
+Ticket keeps those facts): the same sentences against the same ids would only be paid twice.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ class Ticket:
     cost: float = 0.0
     nbytes: int = 0  # the request's arrays, counted against the queue's byte budget
     deadline: float = math.inf  # time.monotonic() past which its answer is no use (not started: "timeout")
+    facts: GraphFacts | None = None  # what intake validated it against (one version's: dispatch compares)
 
 
 def request_bytes(request: Request) -> int:
@@ -136,7 +139,7 @@ class Intake:
             return future
         now = time.monotonic()
         arrived = now if received is None else min(float(received), now)
-        ticket = Ticket(request, mode, arrived, 0.0, deliver, nbytes=request_bytes(request))
+        ticket = Ticket(request, mode, arrived, 0.0, deliver, nbytes=request_bytes(request), facts=facts)
         pending, ticket.psgs = facts.pending(request, ticket, mode, ticket.arrived)
         ticket.cost = pending.cost
         if pending.cost > self.config.max_cost:

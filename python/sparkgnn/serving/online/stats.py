@@ -105,6 +105,10 @@ class ServiceMetrics:
             "sparkgnn_serve_batch_requests", "Requests per batch served", buckets=BATCH_BUCKETS, registry=self.registry
         )
         self.registry.register(_StateCollector(state))
+        # labelled children by their labels: .labels() takes the metric's lock and builds a key
+        # per call; the label sets are bounded (served modes + "other", the Outcome kinds)
+        self._counted: dict[tuple[str, str], Any] = {}
+        self._timed: dict[str, Any] = {}
 
     def label(self, mode: Any) -> str:
         return mode if isinstance(mode, str) and mode in self.modes else OTHER_MODE
@@ -112,9 +116,15 @@ class ServiceMetrics:
     def outcome(self, mode: Any, kind: str, seconds: float | None = None) -> None:
         """Count one request's outcome; `seconds`: its latency when answered."""
         label = self.label(mode)
-        self.requests.labels(label, kind).inc()
+        counter = self._counted.get((label, kind))
+        if counter is None:
+            counter = self._counted[(label, kind)] = self.requests.labels(label, kind)
+        counter.inc()
         if seconds is not None:
-            self.latency.labels(label).observe(seconds)
+            timer = self._timed.get(label)
+            if timer is None:
+                timer = self._timed[label] = self.latency.labels(label)
+            timer.observe(seconds)
 
     def shed(self, mode: Any) -> None:
         """A request refused at intake for a deadline it could not meet (its outcome, busy, is
