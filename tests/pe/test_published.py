@@ -155,6 +155,21 @@ def test_a_delta_chain_applied_equals_the_full_publication_and_compacts(graph, t
     assert same_graph(published.open_graph(records[3]["graph"]), graphs[3])
 
 
+def test_a_delta_opened_again_over_the_same_graph_is_not_replayed(graph, tmp_path):  # noqa: F811
+    """The front end and an in-process worker both open each followed delta: the second open
+    returns the graph the first built, without reading its update files again."""
+    root = str(tmp_path / "store")
+    graphs, deltas = delta_chain(graph, tmp_path, 1)
+    published.publish(root, graphs[0], store_base="v0")
+    record = published.publish(root, graphs[1], store_base="v1", delta=deltas[0])
+    first = published.open_graph(record["graph"], held=graphs[0])
+    assert same_graph(first, graphs[1])
+    os.remove(os.path.join(record["graph"], "000000.parquet"))  # a replay would fail now
+    assert published.open_graph(record["graph"], held=graphs[0]) is first
+    with pytest.raises(published.PublishError, match="No such file"):
+        published.open_graph(record["graph"])  # cold: the chain replayed from the full directory
+
+
 def test_a_broken_chain_falls_back_to_the_full_publication_or_is_refused(graph, tmp_path, caplog):  # noqa: F811
     root = str(tmp_path / "store")
     graphs, deltas = delta_chain(graph, tmp_path, 2)

@@ -71,7 +71,7 @@ def small_update(graph, seed: int) -> GraphUpdate:
     )
 
 
-def test_a_small_refresh_writes_only_the_changed_rows_and_reads_back_whole(graph, tmp_path):
+def test_a_small_refresh_writes_only_the_changed_rows_and_reads_back_whole(graph, tmp_path, monkeypatch):
     model = model_of("sage", graph.feature_dim, 2)
     root = str(tmp_path / "store")
     old = precompute_local(graph, model, root)
@@ -85,6 +85,9 @@ def test_a_small_refresh_writes_only_the_changed_rows_and_reads_back_whole(graph
     # own_rows reads the same delta attempt through the manifest's segments; delta_over holds
     # over the version refreshed from only (not the other way round, not over itself)
     assert versions.own_rows(store.base, store.manifest, key, ()).equals(own.select(["id", "h"]))
+    with monkeypatch.context() as patched:  # the dataset reader (large segments) reads the same rows
+        patched.setattr(versions, "SMALL_SEGMENT_BYTES", -1)
+        assert versions.own_rows(store.base, store.manifest, key, ()).equals(own.select(["id", "h"]))
     assert versions.delta_over(old.manifest, store.manifest, key)
     assert not versions.delta_over(store.manifest, old.manifest, key)
     assert not versions.delta_over(store.manifest, store.manifest, key)
@@ -105,6 +108,9 @@ def test_deleting_the_version_a_delta_lies_on_is_reported_by_name(graph, tmp_pat
     shutil.rmtree(old.base)
     with pytest.raises(DamagedPEStore, match=r"base segment of version " + old.manifest["graph_fingerprint"][:12]):
         PEStore.open(root, model=model, graph=apply(update, graph).graph)
+    # a store opened earlier vouches for its own segments (a delta swap's held version): not listed again
+    trusted = PEStore.open(root, model=model, graph=apply(update, graph).graph, verify="sizes", trusted_from=old)
+    assert trusted.manifest["graph_fingerprint"] == apply(update, graph).graph.fingerprint
 
 
 def test_a_chain_of_refreshes_is_compacted_before_it_passes_the_bound(graph, tmp_path, monkeypatch):

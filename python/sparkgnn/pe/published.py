@@ -54,6 +54,7 @@ import hashlib
 import logging
 import os
 import shutil
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -73,6 +74,13 @@ KEEP_GRAPHS = 8
 COMPACT_EVERY = 16  # deltas published after a full graph directory before the next full one
 COMPACT_BYTES = 64 << 20  # update bytes in one chain before the next full graph directory
 _TMP_PREFIX = ".tmp-"
+
+# the last graph `open_graph` built from a delta over a held graph in this process: (delta folder,
+# its graph fingerprint, the held graph's fingerprint) -> the graph. A service with an in-process
+# pool opens each followed delta twice (the front end's version, then the worker's deployment):
+# the second open returns the graph the first built and checked. One entry: the next delta replaces it.
+_LAST_OPENED: dict[tuple[str, str, str], object] = {}
+_LAST_OPENED_LOCK = threading.Lock()
 
 
 class PublishError(SparkGNNError, ValueError):
@@ -291,7 +299,9 @@ def open_graph(ref: str, *, held=None):
     graph directory with the chain replayed. PublishError when the chain does not check out
     from the full directory either (a file changed or missing, a fingerprint that differs), and
     for a delta naming a directory outside the `.published` folder it lies in (a swap asked over
-    the wire may name a delta folder: it reads nothing beyond that folder)."""
+    the wire may name a delta folder: it reads nothing beyond that folder). The last delta built
+    over a held graph in this process is remembered: opening it again over a graph of the same
+    fingerprint returns that graph (`_LAST_OPENED`; graphs are never written once built)."""
     from sparkgnn.graph.reader import read_graph_dir
 
     ref = str(ref)
@@ -299,7 +309,13 @@ def open_graph(ref: str, *, held=None):
         return read_graph_dir(ref)
     meta = _read_delta_meta(ref)
     chain = meta["chain"]
-    home = os.path.dirname(os.path.dirname(os.path.realpath(ref)))  # the .published folder it lies in
+    real = os.path.realpath(ref)
+    key = (real, str(meta["graph_fingerprint"]), "" if held is None else str(held.fingerprint))
+    with _LAST_OPENED_LOCK:
+        found = _LAST_OPENED.get(key) if held is not None else None
+    if found is not None:  # this delta over this graph, built and checked by an earlier call
+        return found
+    home = os.path.dirname(os.path.dirname(real))  # the .published folder it lies in
     for path in (meta["full"], *(str(link.get("dir")) for link in chain)):
         if os.path.dirname(os.path.dirname(os.path.realpath(path))) != home:
             raise PublishError(f"delta {ref} names {path}, outside the publications {home} it lies in")
@@ -307,9 +323,14 @@ def open_graph(ref: str, *, held=None):
         at = [meta["full_graph_fingerprint"], *(link["graph_fingerprint"] for link in chain)]
         if held.fingerprint in at:
             try:
-                return _replay(held, chain[at.index(held.fingerprint) :])
+                graph = _replay(held, chain[at.index(held.fingerprint) :])
             except PublishError as exc:
                 log.warning(f"delta {ref}: {exc}; reading the full publication {meta['full']} instead")
+            else:
+                with _LAST_OPENED_LOCK:
+                    _LAST_OPENED.clear()
+                    _LAST_OPENED[key] = graph
+                return graph
         else:
             log.warning(
                 f"delta {ref}: the held graph {str(held.fingerprint)[:12]} is not in its chain (a gap); reading the "
@@ -381,7 +402,9 @@ def _apply_delta(graph, folder: str):
         if len(content) != entry["bytes"] or hashlib.sha256(content).hexdigest() != entry["sha256"]:
             raise PublishError(f"delta {folder}: {entry['file']} is not the file published (size or SHA-256)")
         try:
-            update = GraphUpdate.from_table(pq.read_table(pa.BufferReader(content)), source=path)
+            # one small file: read directly, without the dataset layer's thread pool (read_table)
+            table = pq.ParquetFile(pa.BufferReader(content)).read(use_threads=False)
+            update = GraphUpdate.from_table(table, source=path)
             running = running.advance(apply(update, running.graph))
         except (SparkGNNError, pa.ArrowException) as exc:
             raise PublishError(f"delta {folder}: {entry['file']} does not apply: {exc}") from None

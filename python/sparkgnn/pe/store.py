@@ -101,9 +101,9 @@ def manifest_problems(manifest: dict, graph_fp: str, model) -> list[str]:
     return problems
 
 
-def damaged_parts(base: str, manifest: dict, verify: str = "checksums") -> list[str]:
+def damaged_parts(base: str, manifest: dict, verify: str = "checksums", trusted=frozenset()) -> list[str]:
     """'layer=2: 1 file(s) missing: ...' for every committed directory whose files differ from
-    the manifest's record."""
+    the manifest's record (base segments in `trusted` not listed again: versions.base_problems)."""
     recorded = manifest.get(integrity.FILES_KEY) or {}
     columns: tuple[str, ...] = ("id", "h", "state") if manifest.get("with_states") else ("id", "h")
     keys = [(layer_key(l), columns) for l in sorted(manifest["layers_complete"])]
@@ -112,10 +112,18 @@ def damaged_parts(base: str, manifest: dict, verify: str = "checksums") -> list[
     for key, cols in keys:
         directory = layout.committed_dir(base, manifest, key)
         problems = integrity.problems(directory, recorded.get(key), verify, cols)
-        problems += versions.base_problems(base, manifest, key, verify, cols)
+        problems += versions.base_problems(base, manifest, key, verify, cols, trusted)
         if problems:
             found.append(f"{key}: " + ", ".join(problems))
     return found
+
+
+def _segment_folders(store: PEStore | None) -> frozenset[str]:
+    """The folders of every segment of every committed layer of `store` (none for None)."""
+    if store is None:
+        return frozenset()
+    keys = [layer_key(l) for l in store.manifest.get("layers_complete") or []]
+    return frozenset(s.folder for key in keys for s in versions.segments(store.base, store.manifest, key))
 
 
 class PEStore:
@@ -128,11 +136,13 @@ class PEStore:
         self._rows: dict = {}
 
     @classmethod
-    def open(cls, path, *, model, graph, verify: str = "checksums") -> PEStore:
+    def open(cls, path, *, model, graph, verify: str = "checksums", trusted_from: PEStore | None = None) -> PEStore:
         """`path`: the store root (or a <root>/<graph fp>/<model fp> directory). `model`: a Model
         or saved-model path. `graph`: a Graph or graph directory. Raises StalePEStore naming
         what differs, and DamagedPEStore naming every committed layer or metrics table whose
-        files differ from their commit record (`verify`: "checksums" or "sizes", integrity.py)."""
+        files differ from their commit record (`verify`: "checksums" or "sizes", integrity.py).
+        `trusted_from`: a store opened (checked) earlier whose segments this one may lie on: those
+        are not listed again (a delta swap opens each successor of the version it holds)."""
         ident = model_identity(model)
         graph_fp = graph_fingerprint(graph)
         root = layout.normal_path(path)
@@ -148,7 +158,7 @@ class PEStore:
         problems = manifest_problems(manifest, graph_fp, ident)
         if problems:
             raise StalePEStore(f"PE store {base} is stale or incomplete: " + "; ".join(problems))
-        damage = damaged_parts(base, manifest, verify)
+        damage = damaged_parts(base, manifest, verify, _segment_folders(trusted_from))
         if damage:
             raise DamagedPEStore(
                 f"PE store {base} is damaged: "

@@ -208,3 +208,19 @@ def test_an_unchanged_publication_is_not_read_again(skewed, tmp_path, monkeypatc
     with open(latest_path, "w") as fh:
         json.dump(dict(record, graph_fingerprint="e" * 16, graph=os.path.join(root, "e" * 16)), fh)
     assert follower.check()["changed"] and versions.calls[-1] == os.path.join(root, "e" * 16)
+
+
+def test_checks_come_at_once_after_a_swap_then_fast_for_a_while_then_at_the_interval(monkeypatch):
+    from sparkgnn.serving.online import store_follow
+
+    follower = StoreFollower(_Versions("0" * 16, refuse=False), "unused", 0.5, threading.Event())
+    assert follower.next_wait(swapped=False) == 0.5  # nothing swapped yet: the interval
+    follower._changed_at = time.monotonic()
+    assert follower.next_wait(swapped=True) == 0.0  # a version published while it swapped
+    assert follower.next_wait(swapped=False) == store_follow.FAST_S  # a stream of publications
+    monkeypatch.setattr(store_follow, "FAST_FOR_S", 0.0)
+    assert follower.next_wait(swapped=False) == 0.5  # a quiet window: back to the interval
+    fast = StoreFollower(_Versions("0" * 16, refuse=False), "unused", 0.001, threading.Event())
+    fast._changed_at = time.monotonic()
+    monkeypatch.setattr(store_follow, "FAST_FOR_S", 60.0)
+    assert fast.next_wait(swapped=False) == 0.001  # never slower than the configured interval

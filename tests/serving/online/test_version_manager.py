@@ -7,6 +7,7 @@ over the wire without `swap_roots` are refused."""
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -110,3 +111,31 @@ def test_swaps_over_the_wire_need_swap_roots(manager):
     with pytest.raises(SwapRefused, match="lists no `swap_roots`; still serving version 1"):
         versions.check_swap_paths("/etc", None)
     assert stats["swaps_refused"] == 1
+
+
+class SlowPool(FakePool):
+    """A FakePool whose load takes `seconds` and records when it ran."""
+
+    def __init__(self, name: str, seconds: float):
+        super().__init__()
+        self.name, self.seconds, self.ran = name, seconds, None
+
+    def broadcast(self, header, tables, timeout_s, reached=None, call_timeout_s=None):
+        started = time.monotonic()
+        time.sleep(self.seconds if header["op"] == BATCH_OP else 0.0)
+        self.ran = (started, time.monotonic())
+        return super().broadcast(header, tables, timeout_s, reached, call_timeout_s)
+
+
+def test_every_pool_loads_a_new_version_at_once():
+    pools = [SlowPool("cpu", 0.3), SlowPool("wide", 0.3)]
+    config = ServeConfig(graph="g1", model="m", http=None)
+    versions = VersionManager(
+        config, None, pools, version(1, "g1"), lock=threading.Lock(), stats=service_stats(1, "fp-g1"),
+        stop=threading.Event(),
+    )  # fmt: skip
+    versions._open_version = lambda old, graph, store: version(old.number + 1, graph)  # type: ignore[method-assign]
+    report = versions.swap("g2")
+    assert report["changed"] and sorted(report["warmed"]) == ["cpu", "wide"]
+    (a0, a1), (b0, b1) = pools[0].ran, pools[1].ran
+    assert a0 < b1 and b0 < a1  # the loads overlapped: the swap waits for the slowest, not the sum

@@ -25,8 +25,8 @@ update only inserted edges, the new context's CSC index is patched from the held
 (ServingContext's `previous`) instead of sorting every edge again. What
 is saved is the store's cost: reading every layer whole (every segment merged), checksumming every
 segment, and aligning N ids per layer; the new version's own files are checksummed, its base
-segments (the held version's files, checksummed when that version was loaded) are checked by
-size.
+segments that are the held version's (checked when that version was loaded) are not listed again
+(PEStore.open's `trusted_from`), any other base segment (a compacted one) is checked by size.
 
 A patch that cannot be proven complete (a vertex of the new graph that neither the held version
 nor the delta has a row for, a delta row for a vertex outside the new graph, a tombstone on a
@@ -88,7 +88,7 @@ def _patch(previous, spec: dict):
     except PublishError as exc:
         raise _NoDelta(f"its graph does not open: {exc}") from exc
     try:
-        store = PEStore.open(spec["store"], model=model, graph=graph, verify="sizes")
+        store = PEStore.open(spec["store"], model=model, graph=graph, verify="sizes", trusted_from=previous.store)
     except Exception as exc:  # noqa: BLE001 - the whole load names the problem in its own words
         raise _NoDelta(f"its store does not open ({type(exc).__name__})") from exc
     if store.base == previous.store.base:

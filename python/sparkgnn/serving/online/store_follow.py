@@ -1,7 +1,9 @@
 """Following a PE store (`follow_store`): the service swaps to each version that
 `sparkgnn-refresh follow` commits and publishes under the store's root (pe/published.py).
 
-Every `follow_interval_s` the follower thread reads the root's latest publication (a stat of
+Every `follow_interval_s` -- at once after a swap, and every FAST_S for FAST_FOR_S after it, so a
+stream of publications is seen within milliseconds while an idle store costs one stat per
+interval -- the follower thread reads the root's latest publication (a stat of
 `latest.json` first: unchanged since it named the version served, nothing is read); when it names
 a graph other than the one served, it swaps to it (VersionManager.swap: the version is loaded on
 every worker -- patched from the served one when its store is a small row-level delta,
@@ -14,7 +16,8 @@ graph directory pruned before the workers read it, a worker past the timeout) is
 retried at the next publication, or after RETRY_S for the same one.
 
 Freshness, from an update's arrival to an answer reflecting it: the follower's batch latency and
-commit interval, then up to `follow_interval_s`, then the swap's load.
+commit interval, then up to FAST_S (a stream) or `follow_interval_s` (the first version after
+a quiet second), then the swap's load.
 """
 
 from __future__ import annotations
@@ -28,6 +31,12 @@ from sparkgnn.serving.online.deployments import SwapRefused
 log = logging.getLogger(__name__)
 
 RETRY_S = 5.0  # a publication whose swap was refused is tried again after this long
+# after a swap, the next check comes at once (a version published while it ran), then every
+# FAST_S (when shorter than the interval) until FAST_FOR_S passed without a new publication:
+# a follower publishing a stream of versions is seen within FAST_S, an idle one costs one stat
+# per interval
+FAST_S = 0.005
+FAST_FOR_S = 1.0
 SWAP_TIMEOUT_S = 120.0  # for every worker to load a followed version
 
 
@@ -47,6 +56,7 @@ class StoreFollower:
         # served: a check finding both the same reads nothing (the publisher replaces the file
         # whole: a new inode; a swap by hand changes the graph served)
         self._served_stat: tuple | None = None
+        self._changed_at: float | None = None  # monotonic time of the last swap (the fast checks' window)
         self.checks = 0
         self.swaps = 0
         self.refusals = 0
@@ -83,6 +93,7 @@ class StoreFollower:
             return None
         self._refused = None
         if report.get("changed"):
+            self._changed_at = time.monotonic()
             self.swaps += 1
             log.info(
                 f"follow store: serving version {report['version']} (graph {fp[:12]}, load {report.get('load')}, "
@@ -107,13 +118,24 @@ class StoreFollower:
         self.last_error = why
         log.warning(f"follow store {self.store_root}: {why}")
 
+    def next_wait(self, swapped: bool) -> float:
+        """Seconds until the next check: none right after a swap, FAST_S within FAST_FOR_S of
+        the last swap, else `interval_s` (module constants)."""
+        if swapped:
+            return 0.0
+        recent = self._changed_at is not None and time.monotonic() - self._changed_at < FAST_FOR_S
+        return min(self.interval_s, FAST_S) if recent else self.interval_s
+
     def loop(self) -> None:
-        """The follower thread: check every `interval_s` until stop."""
-        while not self._stop.wait(self.interval_s):
+        """The follower thread: check until stop, waiting `next_wait` between checks."""
+        wait = self.interval_s
+        while not self._stop.wait(wait):
+            report = None
             try:
-                self.check()
+                report = self.check()
             except Exception as exc:  # noqa: BLE001 - the thread must outlive one bad check
                 self._note_error(f"{type(exc).__name__}: {exc}")
+            wait = self.next_wait(bool(report and report.get("changed")))
 
     def info(self) -> dict:
         """What the thread did: checks, swaps, refusals, the last error."""

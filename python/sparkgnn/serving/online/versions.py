@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from sparkgnn.serving.online import wire
 from sparkgnn.serving.online.batch_op import EVICT_OP
@@ -51,6 +52,9 @@ from sparkgnn.serving.online.deployments import (
 )
 from sparkgnn.serving.online.pools import ServeError
 
+if TYPE_CHECKING:
+    from sparkgnn.pe.store import PEStore
+
 SWAP_LOG_ENTRIES = 100  # swap_log keeps the latest this many
 
 
@@ -59,6 +63,28 @@ def _load_kind(loaded: dict) -> str:
     version it served, "whole" when every worker read it whole, else "mixed" (serving.online.delta)."""
     kinds = {entry.get("how") for pool in loaded.values() for entry in pool.values()}
     return kinds.pop() if len(kinds) == 1 else ("mixed" if kinds else "whole")
+
+
+def _broadcast_all(pools: list, header: dict, tables: dict, deadline: float) -> list:
+    """Each pool's `broadcast(header, tables)` before `deadline` (monotonic), all pools at once
+    (one thread per pool beyond the first: a swap waits for the slowest pool, not their sum);
+    per pool, in order, (results, missing) or the exception it raised."""
+
+    def one(i: int) -> None:
+        try:
+            out[i] = pools[i].broadcast(header, tables, max(0.0, deadline - time.monotonic()))
+        except Exception as exc:  # noqa: BLE001 - returned to the caller, which refuses the swap
+            out[i] = exc
+
+    out: list = [None] * len(pools)
+    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(1, len(pools))]
+    for t in threads:
+        t.start()
+    if pools:
+        one(0)
+    for t in threads:
+        t.join()
+    return out
 
 
 class VersionManager:
@@ -94,6 +120,10 @@ class VersionManager:
         # applies to it), and that of the version being opened by a swap (held once it switches)
         self._held_graph = None
         self._opened_graph = None
+        # the PE store opened (checked) for the version served, and for the one being opened: the
+        # next version's open does not list the segments it shares with it again (PEStore.open)
+        self._held_store: PEStore | None = None
+        self._opened_store: PEStore | None = None
 
     @property
     def current(self) -> Version:
@@ -137,6 +167,7 @@ class VersionManager:
             with self._lock:  # the switch: every batch dispatched from here on takes `new`
                 self._version = new
                 self._held_graph = self._opened_graph
+                self._held_store = self._opened_store
                 self.config.graph, self.config.store = new.graph, new.store
                 old.replaced = True
                 in_flight = old.in_flight
@@ -198,7 +229,11 @@ class VersionManager:
             # a published delta (pe/published.py) is applied to the graph held for the version served
             data = open_graph(graph, held=self._held_graph) if is_delta(graph) else None
             pair = graph if data is None else data
-            opened = PEStore.open(store, model=self._model, graph=pair, verify="sizes") if store else None
+            opened = (
+                PEStore.open(store, model=self._model, graph=pair, verify="sizes", trusted_from=self._held_store)
+                if store
+                else None
+            )
             if data is not None:
                 facts = GraphFacts.of_graph(data, opened, self._model.num_rounds)
                 fingerprint = str(data.fingerprint)
@@ -207,7 +242,7 @@ class VersionManager:
                 fingerprint = str(opened.manifest["graph_fingerprint"] if opened else fingerprint_of(graph))
         except Exception as exc:  # noqa: BLE001 - an operator's input: every failure is a refusal
             raise self._refusal(old, graph, store, f"{type(exc).__name__}: {exc}") from exc
-        self._opened_graph = data
+        self._opened_graph, self._opened_store = data, opened
         if facts.feature_dim != old.facts.feature_dim:
             raise self._refusal(
                 old, graph, store, f"its features are {facts.feature_dim} wide, the model takes {old.facts.feature_dim}"
@@ -233,13 +268,12 @@ class VersionManager:
         warm_errors: dict = {}
         loaded: dict = {}
         try:
-            for pool in self.pools:
-                try:
-                    results, missing = pool.broadcast(header, tables, max(0.0, deadline - time.monotonic()))
-                except Exception as exc:  # noqa: BLE001 - the worker's error, named in the refusal
+            for pool, outcome in zip(self.pools, _broadcast_all(self.pools, header, tables, deadline), strict=True):
+                if isinstance(outcome, Exception):  # the worker's error, named in the refusal
                     raise self._refusal(
-                        old, new.graph, new.store, f"a worker of pool {pool.name!r} failed to load it: {exc}"
-                    ) from exc
+                        old, new.graph, new.store, f"a worker of pool {pool.name!r} failed to load it: {outcome}"
+                    ) from outcome
+                results, missing = outcome
                 if missing:
                     raise self._refusal(
                         old,
