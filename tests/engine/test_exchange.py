@@ -338,28 +338,3 @@ def test_tasks_serving_several_partitions_in_turn_equal_pyg(spark, graph_dirs, w
         line.startswith("tasks: 1 at once, 3 partition(s) each") for line in "\n".join(caplog.messages).splitlines()
     )
     assert relative_error(spark_output(result, data), pyg_reference(module, data)) <= 1e-5
-
-
-def test_scan_file_maps_ids_applies_ops_or_gives_the_constant_and_refuses_ids_it_cannot_map(tmp_path):
-    import pyarrow.parquet as pq
-
-    from sparkgnn.layers.nodeops import NodeOpStack
-
-    path = str(tmp_path / "part-0.parquet")
-    x = np.arange(12, dtype=np.float32).reshape(4, 3) - 5
-    pq.write_table(pa.table({"id": pa.array([7, 0, 3, 9], pa.int64()), "x": [list(r) for r in x]}), path)
-    stack = NodeOpStack([{"op": "linear", "in_dim": 3, "out_dim": 2}, {"op": "activation", "name": "relu"}])
-    torch.manual_seed(0)
-    for p in stack.parameters():
-        torch.nn.init.normal_(p)
-    ((ids, got),) = exchange.ScanFile(path, ops=stack, scale=2, offset=1).read(100)
-    assert ids.tolist() == [15, 1, 7, 19]  # 2 * id + 1: a relation's destination side
-    np.testing.assert_allclose(got, stack(torch.from_numpy(x)).detach().numpy(), rtol=1e-6)
-    ((ids, got),) = exchange.ScanFile(path, column=None, constant=(1.5, -2.0)).read(100)
-    assert ids.tolist() == [7, 0, 3, 9] and got.tolist() == [[1.5, -2.0]] * 4
-    with pytest.raises(ValueError, match="exactly one of"):
-        exchange.ScanFile(path, column="x", constant=(1.0,))
-    big = str(tmp_path / "big.parquet")
-    pq.write_table(pa.table({"id": pa.array([1 << 62], pa.int64()), "x": [[1.0]]}), big)
-    with pytest.raises(SparkGNNError, match="node type author: id beyond"):
-        list(exchange.ScanFile(big, scale=2, node_type="author").read(10))

@@ -38,7 +38,10 @@ run in the tasks of each relation job's first step that read the type's rows, on
 read (engine.typed_merge.apply_node_ops), and a featureless type's constant is a literal column
 Spark fills in while it reads the ids. A type read by k relations has its ops applied k times:
 row-wise ops on rows a task reads anyway, against a separate job per type that reads, converts
-and writes every row and is read back by those k jobs. `types` restricts the job to the
+and writes every row and is read back by those k jobs. Nor do the relation jobs read their types'
+files by the files exchange's feature scan (as a homogeneous graph directory's are): that is one
+more Spark job in each of a round's relation jobs, and a type stored as one file is read by one
+task, so the first round came out slower than through Spark's rows. `types` restricts the job to the
 rounds' upstream of those output types: a round computes only the destination types a later round
 (or the output) reads. `ids` ({node type: ids}) goes further, to the rows: engine.typed_ids walks
 the rounds back from the requested (type, id) pairs to the rows each round must give, each
