@@ -111,7 +111,9 @@ def test_precompute_survives_an_executor_lost_mid_layer(cluster, graph_dirs, tmp
     model.save(str(tmp_path / "model"))
     args = ["--graph", "graph", "--model", "model", "--store", "store", "--work-dir", "work", "--partitions", "4",
             "--no-metrics"]  # fmt: skip
-    mid_layer = Kill(path="work/runs/*/step=1/attempt=*")
+    # the exchange the batch job takes here (files: the executors share this disk); the kill comes
+    # once one task of layer 1 has written its rows into the store's staged attempt
+    mid_layer = Kill(path="store/*/*/layer=1/attempt=*/part-*.parquet")
     run = cluster.run("precompute_pe.py", args, tmp_path, [mid_layer])
     assert run.returncode == 0, run.output()[-4000:]
     assert mid_layer.fired_at, "the kill never fired"

@@ -41,7 +41,7 @@ def test_layers_and_states_reproduce_the_model(spark, graph_dirs, work_dir, tmp_
     path, data = graph_dirs["skewed"]
     torch.manual_seed(11)
     model = Model.from_pyg(build(data.feature_dim, 12, 2, out_channels=5).eval())
-    store = precompute(
+    result = precompute(
         spark,
         path,
         model,
@@ -50,7 +50,14 @@ def test_layers_and_states_reproduce_the_model(spark, graph_dirs, work_dir, tmp_
         partitions=3,
         work_dir=work_dir,
         metrics=False,
-    ).store
+    )
+    store = result.store
+    # the exchange the batch job takes here: files on one machine, Spark's rows for pushdown's joins;
+    # either way the tasks wrote each layer's files themselves (no Spark-written part names)
+    assert result.report.exchange == ("shuffle" if strategy == "pushdown" else "files")
+    written = sorted(p.name for p in (tmp_path / "store").rglob("part-*.parquet"))
+    assert written and all(name.startswith("part-0") and name.endswith(".parquet") for name in written)
+    assert not any(".snappy." in name for name in written)
     inputs, outputs = _layers_in_memory(model, data)
     src, dst = (torch.from_numpy(a) for a in (data.edge_src, data.edge_dst))
     weight = torch.from_numpy(data.weight) if data.weight is not None else None

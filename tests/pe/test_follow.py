@@ -222,6 +222,47 @@ def test_batches_held_in_memory_commit_as_one_version_and_survive_a_kill(graph, 
     assert applied == ["0.parquet", "1.parquet", "2.parquet", "3.parquet"]
 
 
+def test_a_torn_pending_checkpoint_falls_back_to_the_synced_one(graph, tmp_path):  # noqa: F811
+    """The per-batch checkpoint write is not synced (checkpoint.pending.json): one torn by a
+    machine crash is ignored, and the files it named since the last synced checkpoint (a commit)
+    are applied again from the update folder -- each once, the store equal to a precompute."""
+    from sparkgnn.pe.follow import CHECKPOINT_FILE, PENDING_FILE
+
+    model = model_of("sage", graph.feature_dim, 2)
+    root, inbox, state = str(tmp_path / "store"), str(tmp_path / "in"), str(tmp_path / "state")
+    os.makedirs(inbox)
+    precompute_local(graph, model, root)
+    updates = updates_in_order(graph)
+
+    def follower():
+        return RefreshFollower(
+            graph=graph, model=model, store=root, updates=inbox, state=state, max_batch_updates=1, commit_every_s=3600
+        )
+
+    first = follower()
+    for i, u in enumerate(updates):
+        drop(inbox, f"{i}.parquet", u, 1000 + i)
+        assert first.poll() is not None
+        if i == 1:
+            assert first.commit()  # synced: batches 1-2
+    with open(os.path.join(state, PENDING_FILE)) as fh, open(os.path.join(state, CHECKPOINT_FILE)) as synced:
+        pending, synced_seq = json.load(fh), json.load(synced)["seq"]
+    assert pending["pending"]["files"] == ["3.parquet"] and pending["seq"] > synced_seq
+    with open(os.path.join(state, PENDING_FILE), "r+b") as fh:
+        fh.truncate(os.path.getsize(os.path.join(state, PENDING_FILE)) // 2)  # torn
+    del first
+    second = follower()
+    assert second.committed_batches == 2 and second.batches_done == 2
+    second.run(idle_timeout_s=0)
+    want_graph = final_graph(graph, updates)
+    assert second.graph.fingerprint == want_graph.fingerprint
+    with open(os.path.join(state, CHECKPOINT_FILE)) as fh:
+        applied = [name for b in json.load(fh)["batches"] for name in b["applied"]]
+    assert applied == ["0.parquet", "1.parquet", "2.parquet", "3.parquet"]
+    want = precompute_local(want_graph, model, str(tmp_path / "scratch"))
+    assert_same_store(PEStore.open(root, model=model, graph=want_graph), want, want_graph.ids, 2)
+
+
 def test_live_layer_holds_rows_by_id_over_the_committed_version(graph, tmp_path):  # noqa: F811
     """Held rows win over the committed ones, a later hold replaces an earlier one, a deleted id
     drops its held row (the committed row shows again: the graph no longer asks for it)."""
@@ -240,6 +281,36 @@ def test_live_layer_holds_rows_by_id_over_the_committed_version(graph, tmp_path)
     assert np.all(live.read(ids, "state")[1:] == [[4], [8]])
     live.hold(np.zeros(0, np.int64), np.zeros((0, w), np.float32), np.zeros((0, sw), np.float32), graph.ids[[9]])
     assert list(live.ids) == [graph.ids[1]] and np.array_equal(live.read(ids[2:], "h"), committed[0][2:])
+
+
+def test_live_layer_patched_in_place_matches_a_reference_over_many_holds(graph, tmp_path):  # noqa: F811
+    """Random holds (new ids, ids held before, the same id twice in a row) and deletes, past the
+    buffers' first growth: ids, values_of and read equal a dict of the last row held per id."""
+    from sparkgnn.pe.follow_state import LiveLayer
+
+    model = model_of("sage", graph.feature_dim, 2)
+    store = precompute_local(graph, model, str(tmp_path / "store"))
+    live = LiveLayer(store, 1)
+    w, sw = store.width(1), store.state_width(1)
+    rng = np.random.default_rng(3)
+    want: dict[int, float] = {}
+    for step in range(60):
+        ids = rng.choice(graph.ids, int(rng.integers(0, 60)), replace=False)
+        gone = rng.choice(graph.ids, int(rng.integers(0, 4)), replace=False) if step % 3 == 0 else np.zeros(0)
+        gone = np.setdiff1d(gone, ids).astype(np.int64)
+        values = step + rng.random(len(ids)).astype(np.float32)
+        live.hold(ids, np.repeat(values[:, None], w, 1), np.repeat(-values[:, None], sw, 1), gone)
+        for i in gone.tolist():
+            want.pop(i, None)
+        want.update(zip(ids.tolist(), values.tolist(), strict=True))
+    keys = np.array(sorted(want), np.int64)
+    assert len(keys) > 256  # more rows held than the buffers' first capacity: they grew on the way
+    assert np.array_equal(live.ids, keys)
+    expect = np.array([want[i] for i in keys.tolist()], np.float32)
+    assert np.array_equal(live.values_of["h"][:, 0], expect) and np.array_equal(live.values_of["state"][:, -1], -expect)
+    assert np.array_equal(live.read(keys[::-1], "h")[:, -1], expect[::-1])
+    others = np.setdiff1d(graph.ids, keys)[:5]
+    assert np.array_equal(live.read(others, "h"), store.lookup(others, 1, states=True)[0])
 
 
 def test_each_committed_version_is_published_with_its_graph(graph, tmp_path):  # noqa: F811

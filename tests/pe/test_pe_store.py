@@ -273,3 +273,44 @@ def test_one_commit_writes_the_manifest_once_at_finish(graph_data, model, tmp_pa
     store = PEStore.open(tmp_path, model=model, graph=graph_data)
     for l, h in values.items():
         assert np.array_equal(store.lookup(ids, l)[0], h)
+
+
+def test_layers_written_by_tasks_commit_and_a_missing_part_is_refused(tmp_path, graph_data, model):
+    """The Spark precompute's path without Spark: each 'task' writes its partition's rows into the
+    staged attempt (step_outputs.write_pe_part), commit_staged_layer records and commits them; a
+    partition's file missing (rows != vertices) is refused and the layer stays uncommitted."""
+    from sparkgnn.arrowvec import to_list
+    from sparkgnn.engine.step_outputs import write_pe_part
+
+    root = str(tmp_path / "store")
+    writer = PEWriter(root, graph_data, model, with_states=True)
+    dims = model_identity(model).dims
+    rng = np.random.default_rng(5)
+    ids = np.asarray(graph_data.ids, dtype=np.int64)
+    halves = np.array_split(np.arange(len(ids))[::-1], 2)  # unsorted ids: the part sorts them
+    written = {}
+    for l, width in enumerate(dims, start=1):
+        h = rng.standard_normal((len(ids), width)).astype(np.float32)
+        s = rng.standard_normal((len(ids), STATE_W)).astype(np.float32)
+        folder = writer.stage_layer(l)
+        for part, rows in enumerate(halves):
+            result = {"own": pa.table({"h": to_list(h[rows])}), "state": pa.table({"s": to_list(s[rows])})}
+            assert write_pe_part(folder, ids[rows], result, part) == len(rows)
+        writer.commit_staged_layer(l, width, STATE_W)
+        written[l] = (h, s)
+    folder = writer.stage_layer(1)  # a recompute of layer 1 that lost its second partition's file
+    result = {
+        "own": pa.table({"h": to_list(written[1][0][halves[0]])}),
+        "state": pa.table({"s": to_list(written[1][1][halves[0]])}),
+    }
+    write_pe_part(folder, ids[halves[0]], result, 0)
+    with pytest.raises(ValueError, match=f"wrote {len(halves[0])} rows, the graph has {len(ids)} vertices"):
+        writer.commit_staged_layer(1, dims[0], STATE_W)
+    with pytest.raises(ValueError, match="was not staged"):
+        writer.commit_staged_layer(2, dims[1], STATE_W)
+    writer.finish()
+    store = PEStore.open(root, model=model, graph=graph_data)
+    for l, (h, s) in written.items():
+        got_h, got_s = store.lookup(ids, l, states=True)
+        np.testing.assert_array_equal(got_h, h)
+        np.testing.assert_array_equal(got_s, s)

@@ -236,6 +236,7 @@ def execute(
     write_to: str | None = None,
     exchange=None,
     stats: tuple = (),
+    stage_layer=None,
 ):
     """Run all steps; returns (final DataFrame (id, h[, pred]) not yet materialised, RunReport, ...).
 
@@ -246,9 +247,12 @@ def execute(
     there themselves (step_outputs.outputs_final_files) and the final DataFrame holds one row per
     partition (pt, rows, bytes); `finish(..., staged=write_to)` then commits it. `exchange`
     (engine.exchange, default the shuffle) carries the routed rows between steps; the caller
-    closes it after finish. `stats` are the statistic keys the model's convs read
-    (sparkgnn.stat_keys.stat_keys), which every own table carries (the out-edge ones written
-    beforehand by engine.prepare.ensure_out_stats)."""
+    closes it after finish. `stage_layer(l) -> folder` (PE precomputation): the tasks of the step
+    that completes layer l write its rows (id, h, state) into that folder themselves
+    (step_outputs.write_pe_part) and `on_layer(l, rows)` commits them; without it the rows come
+    back through Spark, which only the shuffle exchange carries. `stats` are the statistic keys
+    the model's convs read (sparkgnn.stat_keys.stat_keys), which every own table carries (the
+    out-edge ones written beforehand by engine.prepare.ensure_out_stats)."""
     unknown = sorted(set(stats) - set(STAT_KEYS))
     if unknown:
         raise SparkGNNError(
@@ -260,6 +264,8 @@ def execute(
         raise SparkGNNError(
             f"out-edge statistics {absent} were not computed for this layout (prepare.ensure_out_stats)"
         )
+    if on_layer is not None and stage_layer is None and exchange is not None and exchange.name != "shuffle":
+        raise SparkGNNError(f"a PE precomputation through the {exchange.name} exchange needs stage_layer")
     partitions = plan.partitions
     with phases.phase("routing keys"):
         keys = partition_keys(spark, partitions)
@@ -333,6 +339,8 @@ def execute(
             continue
         last = index == len(steps) - 1
         ends_job = last and on_layer is None  # the step whose output is the job's result
+        completes = on_layer is not None and INPUT_STAGE[step.inputs] in AGGREGATING_STAGES
+        pe_dir = stage_layer(step.layer + 1) if completes and stage_layer is not None else None
         exchange_in, exchange_out = exchange.paths(index, ends_job)
         cfg = StepConfig(
             prep_dir=prepared.path,
@@ -350,6 +358,7 @@ def execute(
             with_state=on_layer is not None,
             stats=tuple(stats),
             out_dir=write_to if step.outputs == "final_files" else None,
+            pe_dir=pe_dir,
             exchange_in=exchange_in,
             exchange_out=exchange_out,
             retain_bytes=retain,
@@ -383,9 +392,10 @@ def execute(
             StepReport(step.label, seconds, shuffle, _read(timers), step.layer, _peak(timers), exchanged)
         )
         log.info(_progress(report.steps[-1]))
-        if on_layer is not None and INPUT_STAGE[step.inputs] in AGGREGATING_STAGES:
+        if completes:
             on_layer(step.layer + 1, rows)
-            rows = rows.where(f"kind != {PE_STATE}")
+            if pe_dir is None:
+                rows = rows.where(f"kind != {PE_STATE}")
     report.final_layer = steps[-1].layer
     return final_df, report, meter, steps[-1].label, final_timers
 

@@ -1,9 +1,11 @@
 """`sparkgnn.precompute`: offline per-layer embeddings (PEs) with their aggregation states, plus
 workload metrics, into a PE store (docs/ARCHITECTURE.md "PE store"; OMEGA/Reforge PEs, Quiver metrics).
 
-It is batch inference with a hook: every step that completes a layer hands its materialised rows to
-the store, which commits the layer atomically. A rerun resumes after the last committed layer (the
-executor starts from the stored h^(l) instead of x); force recomputes.
+It is batch inference with a hook, through the exchange and prepared layout the batch job takes on
+the same graph: the tasks of every step that completes a layer write its rows (h and states) into a
+staged attempt of the store themselves, and the store then commits the layer atomically. A rerun
+resumes after the last committed layer (the executor starts from the stored h^(l) instead of x);
+force recomputes.
 States are stored in the layer's raw message space (no transform-then-propagate for a store with
 states), so a node can later be recomputed from its stored state plus its changed in-edges with the
 plain layer contract: state' = merge(state, partial(new messages)); h = update(h_prev, finalize(state')).
@@ -11,26 +13,19 @@ plain layer contract: state' = merge(state, partial(new messages)); h = update(h
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-
-from sparkgnn.arrowvec import to_list, to_numpy_matrix
 from sparkgnn.engine import phases
-from sparkgnn.engine.api import load_job_inputs, plan_for, resolve_work_dir
-from sparkgnn.engine.exchange import ShuffleExchange
+from sparkgnn.engine.api import _exchange_for, _usable_exchange, load_job_inputs, plan_for, resolve_work_dir
+from sparkgnn.engine.exchange import EXCHANGES
 from sparkgnn.engine.executor import execute
 from sparkgnn.engine.materialise import materialise_kind
 from sparkgnn.engine.pushdown import shuffle_partitions
 from sparkgnn.engine.result import StoreResult, legacy_positional
-from sparkgnn.engine.routing import OWN, PE_STATE
 from sparkgnn.layers.generic import require_states
 from sparkgnn.runners import check_workers, workers_for
 from sparkgnn.stat_keys import stat_keys
@@ -42,39 +37,6 @@ if TYPE_CHECKING:
     from sparkgnn.messenger.local import LocalCluster
 
 log = logging.getLogger(__name__)
-
-PE_SCHEMA = "id long, h array<float>"
-PE_STATE_SCHEMA = "id long, h array<float>, state array<float>"
-
-
-def _pair_rows(batches, with_states: bool):
-    """Own rows (h) and state rows of the same vertices sit in the same partition (the task that
-    computed them emitted both): pair them by id without a shuffle."""
-    batches = [b for b in batches if b.num_rows]
-    if not batches:
-        return
-    rows = pa.Table.from_batches(batches)
-    kinds = rows.column("kind")
-    own = rows.filter(pc.equal(kinds, OWN))
-    ids = own.column("id").to_numpy()
-    order = np.argsort(ids, kind="stable")
-    columns = {"id": pa.array(ids[order]), "h": to_list(to_numpy_matrix(own.column("v"))[order])}
-    if with_states:
-        states = rows.filter(pc.equal(kinds, PE_STATE))
-        state_ids = states.column("id").to_numpy()
-        state_order = np.argsort(state_ids, kind="stable")
-        if not np.array_equal(state_ids[state_order], columns["id"].to_numpy()):
-            raise ValueError(f"state rows do not match own rows in a partition ({len(state_ids)} vs {len(ids)})")
-        columns["state"] = to_list(to_numpy_matrix(states.column("v"))[state_order])
-    yield pa.RecordBatch.from_pydict(columns)
-
-
-def pe_frame(rows, with_states: bool):
-    """Materialised step rows -> DataFrame(id, h[, state]) with float lists."""
-    kinds = f"({OWN}, {PE_STATE})" if with_states else f"({OWN})"
-    return rows.where(f"kind in {kinds}").mapInArrow(
-        functools.partial(_pair_rows, with_states=with_states), PE_STATE_SCHEMA if with_states else PE_SCHEMA
-    )
 
 
 def _widths(model, plan, layer: int) -> tuple[int, int]:
@@ -160,7 +122,19 @@ def precompute(
         log.info(f"sparkgnn precompute: layers 1..{start} already committed in {store}; resuming")
     if start < num_layers:
         root = resolve_work_dir(spark, None, work_dir)
-        prepared, plan = plan_for(spark, graph, model, strategy, partitions, work_dir=root, keep_states=states)
+        # the exchange and prepared layout the batch job takes on this graph (engine.api.infer)
+        kind = _exchange_for(spark, "auto", strategy, root)
+        mapped = kind == "files" and workers == "inprocess"
+        prepared, plan = plan_for(
+            spark, graph, model, strategy, partitions, work_dir=root, exchange=kind, keep_states=states,
+            mapped_payloads=mapped,
+        )  # fmt: skip
+        usable = _usable_exchange(kind, "auto", plan, root)
+        if usable != kind and mapped:  # P was chosen for payloads in files: plan again for the shuffle
+            prepared, plan = plan_for(
+                spark, graph, model, strategy, partitions, work_dir=root, exchange=usable, keep_states=states
+            )
+        kind = usable
         if states:
             for layer in plan.layers:  # canonical raw-space states (module doc)
                 layer.pre_transform = False
@@ -170,11 +144,12 @@ def precompute(
         needs_dst = [bool(info["needs_dst_in_message"]) for info in model.plan_info()]
         resume = (start, writer.layer_frame(spark, start)) if start else None
 
-        def commit(layer: int, rows) -> None:
+        def commit(layer: int, _rows) -> None:
+            """The step's tasks wrote the layer's rows into its staged attempt: record and commit it."""
             started = time.perf_counter()
             width, state_width = _widths(model, plan, layer)
             with phases.phase("layer commits", quiet=True):
-                writer.commit_layer(layer, pe_frame(rows, states), width, state_width if states else None)
+                writer.commit_staged_layer(layer, width, state_width if states else None)
             log.info(
                 f"sparkgnn precompute: committed layer {layer}/{num_layers} ({time.perf_counter() - started:.1f} s)"
             )
@@ -183,9 +158,10 @@ def precompute(
 
         with phases.phase("workers start"):
             runners = workers_for(workers, model_store)
-        # on a cluster each step is kept as Parquet in the work dir (a lost executor costs only its
-        # tasks); a rerun resumes from the store's committed layers, so the steps are never kept
-        route = ShuffleExchange(root, plan.partitions, materialise=materialise_kind(spark, materialise))
+        # through the shuffle on a cluster each step is kept as Parquet in the work dir (a lost
+        # executor costs only its tasks); a rerun resumes from the store's committed layers, so the
+        # steps are never kept
+        route = EXCHANGES[kind](root, plan.partitions, plan.concurrent_tasks, materialise_kind(spark, materialise))
         try:
             with shuffle_partitions(spark, plan), phases.phase("steps: driver between steps"):
                 _rows, report, *_ = execute(
@@ -201,6 +177,7 @@ def precompute(
                     resume=resume,
                     exchange=route,
                     stats=stat_keys(model.conv_list()),
+                    stage_layer=writer.stage_layer,
                 )
         finally:
             with phases.phase("cleanup (exchange files, workers)"):

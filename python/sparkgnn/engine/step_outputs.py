@@ -59,21 +59,43 @@ def outputs_final_files(cfg, result, part, header):
     writes the same file from the buffers the DL step returned. The file is written under a hidden
     temporary name and renamed, so a retried or speculative attempt replaces it whole and readers
     (Spark and pyarrow skip dot files) never see a partial part."""
+    batch = _output_batch(cfg, result, part)
+    size = _write_part(cfg.out_dir, part, pa.Table.from_batches([batch]))
+    yield exchange.summary_row(part, batch.num_rows, size)
+
+
+def _write_part(out_dir: str, part: int, table: pa.Table) -> int:
+    """`table` as `part-<p>.parquet` in `out_dir`, written under a hidden temporary name and
+    renamed (a retried attempt replaces the file whole; readers skip dot files); returns its bytes."""
     import uuid
 
     import pyarrow.parquet as pq
 
     from sparkgnn.files import filesystem
 
-    batch = _output_batch(cfg, result, part)
-    fs, directory = filesystem(cfg.out_dir)
+    fs, directory = filesystem(out_dir)
     name = f"part-{part:05d}.parquet"
     temporary = f"{directory}/.{name}.tmp-{uuid.uuid4().hex}"
     with fs.open_output_stream(temporary) as sink:
-        pq.write_table(pa.Table.from_batches([batch]), sink, compression="snappy")
+        pq.write_table(table, sink, compression="snappy")
     fs.move(temporary, f"{directory}/{name}")
-    size = fs.get_file_info(f"{directory}/{name}").size
-    yield exchange.summary_row(part, batch.num_rows, size)
+    return int(fs.get_file_info(f"{directory}/{name}").size)
+
+
+def write_pe_part(pe_dir: str, ids: np.ndarray, result: dict, part: int) -> int:
+    """PE precompute: this partition's rows of the layer the step completed -- id, h and, when
+    the DL step returned them, the merged states -- as one Parquet file in the PE store's attempt
+    folder `pe_dir` (pe.writer.PEWriter.stage_layer), sorted by id, in the store's format (id
+    long, h array<float>[, state array<float>]). Why: handing every vector back to Spark to be
+    paired and written by a separate commit job cost as much as the layer; the task already holds
+    them. Returns the rows written."""
+    order = np.argsort(ids, kind="stable")
+    columns = {"id": pa.array(np.asarray(ids, dtype=np.int64)[order])}
+    columns["h"] = to_list(to_numpy_matrix(result["own"].column("h"))[order])
+    if "state" in result:
+        columns["state"] = to_list(to_numpy_matrix(result["state"].column("s"))[order])
+    _write_part(pe_dir, part, pa.table(columns))
+    return len(order)
 
 
 def _own_and_targeted(cfg, result, part, targets_table: str, kind: int, payload_column):
@@ -128,8 +150,10 @@ def outputs_dst_payloads(cfg, result, part, header):
 
 
 def outputs_own_only(cfg, result, part, header):
-    """Last step of a PE precomputation: h^(k) as routed own rows (no output schema, no routing)."""
-    yield from _own_rows(cfg, result, static.owned(cfg.prep_dir, part), part)
+    """Last step of a PE precomputation: h^(k) as routed own rows (no output schema, no routing);
+    nothing when the task writes the layer's rows into the store itself (cfg.pe_dir)."""
+    if cfg.pe_dir is None:
+        yield from _own_rows(cfg, result, static.owned(cfg.prep_dir, part), part)
 
 
 OUTPUTS = {

@@ -27,7 +27,7 @@ from sparkgnn.engine import exchange, static
 from sparkgnn.engine.received import Placement, Received, vector_column
 from sparkgnn.engine.routing import DST, EDGE, OWN, PE_STATE, SRC, STATE, make_rows, split_batches
 from sparkgnn.engine.static import EDGE_ATTR_COLUMN
-from sparkgnn.engine.step_outputs import OUTPUT_STAGE, OUTPUTS
+from sparkgnn.engine.step_outputs import OUTPUT_STAGE, OUTPUTS, write_pe_part
 from sparkgnn.errors import USER_ERRORS, SparkGNNError
 from sparkgnn.heap import release_retained_memory, retain_freed_memory
 from sparkgnn.planner.partitions import CACHED_PARTITIONS
@@ -56,6 +56,9 @@ class StepConfig:
     # column of static.STAT_COLUMNS)
     stats: tuple = ()
     out_dir: str | None = None  # outputs "final_files": where each task writes its Parquet part
+    # PE precompute: the store's attempt folder where each task writes its partition's rows of the
+    # layer this step completes (id, h[, state]; step_outputs.write_pe_part) instead of routing them
+    pe_dir: str | None = None
     exchange_in: str | None = None  # files exchange: the previous step's directory (engine.exchange)
     exchange_out: str | None = None  # files exchange: where this step writes its routed rows
     # a worker keeps freed memory for reuse up to this many resident bytes (None: no bound); more is
@@ -417,7 +420,9 @@ def run_partition(cfg: StepConfig, collector, timers: dict | None = None):
     clock = time.perf_counter()
     for batch in OUTPUTS[cfg.outputs](cfg, result, part, header):
         yield from split_batches(batch)
-    if "state" in result:
+    if cfg.pe_dir is not None:
+        write_pe_part(cfg.pe_dir, static.owned(cfg.prep_dir, part).ids, result, part)
+    elif "state" in result:
         owned = static.owned(cfg.prep_dir, part)
         state = to_numpy_matrix(result["state"].column("s"))
         yield from split_batches(

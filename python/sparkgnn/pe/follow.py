@@ -18,6 +18,7 @@ Exactly once, by a checkpoint written atomically in the state folder:
 
     <state>/checkpoint.json     batches done, the current graph fingerprint and store version, every
                                 file consumed (applied or dead-lettered), and the batch in flight
+    <state>/checkpoint.pending.json  the same, as of the latest batch started since (not synced)
     <state>/log/<batch>/<file>  the bytes of every file of a batch, copied before it is applied
     <state>/dead/               malformed files and files the graph refuses (streaming.DeadLetter)
 
@@ -52,7 +53,7 @@ path. The job changes no content and is not in the checkpoint: a follower killed
 resumes as before (the job is simply started again when due).
 
 The follower keeps an EdgeIndex of its graph (pe/edge_index.py: in- and out-edges by vertex,
-built at the first batch, then advanced from each batch's change), which the refresh kernel plans
+built on start, then advanced from each batch's change), which the refresh kernel plans
 from instead of passing over every edge, so a small batch costs O(change), not O(E).
 
 Each batch logs one line (files, update rows, vertices recomputed per layer, batch latency from
@@ -62,6 +63,7 @@ keeps it in `history`; `throughput(history)` sums a run (updates/s, latency p50 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -86,6 +88,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CHECKPOINT_FILE = "checkpoint.json"
+PENDING_FILE = "checkpoint.pending.json"  # the checkpoint as of the batch in flight, not synced
 LOG_DIR = "log"
 DEAD_DIR = "dead"
 FORMAT = 1
@@ -206,9 +209,10 @@ class RefreshFollower:
         self.published: dict | None = None  # the latest publication (pe/published.py), once published
         self.history: list[FollowProgress] = []
         self._composed_since_commit: Applied | None = None  # set by _replay
-        self._edge_index: tuple[GraphData, EdgeIndex] | None = None  # (graph, its index), built at the first batch
+        self._edge_index: tuple[GraphData, EdgeIndex] | None = None  # (graph, its index), built on start
         self._done_names: set[str] = set()  # consumed(): the names of the batches and dead letters in _seen
         self._seen = (0, 0)
+        self._row_counts: dict[str, tuple[float, int]] = {}  # file waiting for its batch -> (arrival, rows)
         self._stop = False
         self._background = BackgroundJob("refresh follow compaction")
         self._compacted: dict[str, dict] = {}  # layer key -> compacted segment (versions.write_compacted)
@@ -254,17 +258,44 @@ class RefreshFollower:
             self._run_batch(self.checkpoint["pending"]["files"], self.checkpoint["pending"]["batch"], time.time())
             self.commit()
         self._publish()  # the committed version, unless already published (a restart after a commit)
+        self.edge_index()  # built at start (O(E log E), once), not inside the first batch's latency
 
     # -- checkpoint ----------------------------------------------------------------------------
     def _read_checkpoint(self) -> dict | None:
+        """The latest checkpoint: the pending file's where it parses and is newer (`seq`) than the
+        synced one's (`_write_checkpoint`), else the synced one; None when there is neither."""
         try:
-            return files.read_json(os.path.join(self.state, CHECKPOINT_FILE))
+            synced = files.read_json(os.path.join(self.state, CHECKPOINT_FILE))
         except FileNotFoundError:
-            return None
+            synced = None
+        try:
+            pending = files.read_json(os.path.join(self.state, PENDING_FILE))
+        except (FileNotFoundError, ValueError):  # none, or torn by a machine crash: the synced one holds
+            pending = None
+        if pending is not None and (synced is None or int(pending.get("seq", 0)) > int(synced.get("seq", 0))):
+            return pending
+        return synced
 
     def _write_checkpoint(self) -> None:
+        """Write the checkpoint: with a batch pending, to the pending file without an fsync (renamed
+        into place: a killed process leaves the old or the new one whole); otherwise synced, to
+        checkpoint.json. WHY: the pending write happens per batch and its fsync cost more than the
+        refresh of a small batch; what it records needs no fsync, because a pending write lost
+        to a machine crash leaves an older checkpoint whose later files are still in the update
+        folder (the follower never removes them), unconsumed, and are applied again from there --
+        none twice, since the rows held in memory went with the crash. Commits (what the store
+        holds) stay synced."""
+        self.checkpoint["seq"] = int(self.checkpoint.get("seq", 0)) + 1
         # compact: json's C encoder runs only without `indent`, and the checkpoint grows by a batch each time
-        files.write_json_atomic(os.path.join(self.state, CHECKPOINT_FILE), self.checkpoint)
+        data = json.dumps(self.checkpoint).encode()
+        if self.checkpoint["pending"] is None:
+            files.write_bytes_atomic(os.path.join(self.state, CHECKPOINT_FILE), data)
+            return
+        path = os.path.join(self.state, PENDING_FILE)
+        temporary = f"{path}.{os.getpid()}.tmp"
+        with open(temporary, "wb") as fh:
+            fh.write(data)
+        os.replace(temporary, path)
 
     @property
     def committed_batches(self) -> int:
@@ -350,14 +381,20 @@ class RefreshFollower:
             out.append((entry.name, entry.stat().st_mtime))
         return sorted(out, key=lambda item: (item[1], item[0]))
 
-    def _rows(self, name: str) -> int:
-        """Update rows of a file (its Parquet footer; 1 for a file that cannot be read)."""
+    def _rows(self, name: str, arrival: float) -> int:
+        """Update rows of a file (its Parquet footer, read once per file and arrival time while
+        it waits for its batch; 1 for a file that cannot be read)."""
         import pyarrow.parquet as pq
 
+        known = self._row_counts.get(name)
+        if known is not None and known[0] == arrival:
+            return known[1]
         try:
-            return int(pq.read_metadata(os.path.join(self.updates, name)).num_rows)
+            rows = int(pq.read_metadata(os.path.join(self.updates, name)).num_rows)
         except Exception:  # noqa: BLE001 - a malformed file is dead-lettered when its batch runs
-            return 1
+            rows = 1
+        self._row_counts[name] = (arrival, rows)
+        return rows
 
     def poll(self, now: float | None = None, flush: bool = False) -> FollowProgress | None:
         """Apply one batch if one is due (max_batch_updates rows arrived, or the oldest file
@@ -370,9 +407,9 @@ class RefreshFollower:
                 self.commit()
             return None
         chosen, rows = [], 0
-        for name, _ts in arrived:
+        for name, ts in arrived:
             chosen.append(name)
-            rows += self._rows(name)
+            rows += self._rows(name, ts)
             if rows >= self.max_batch_updates:
                 break
         oldest = arrived[0][1]
@@ -382,6 +419,7 @@ class RefreshFollower:
             return None
         batch = self.batches_done + 1
         for name in chosen:
+            self._row_counts.pop(name, None)
             os.makedirs(os.path.dirname(self._logged(batch, name)), exist_ok=True)
             shutil.copyfile(os.path.join(self.updates, name), self._logged(batch, name))
         self.checkpoint["pending"] = {"batch": batch, "files": chosen, "oldest_arrival": oldest}

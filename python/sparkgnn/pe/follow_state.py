@@ -87,23 +87,31 @@ class LiveLayer:
         if "state" not in columns:
             raise FollowError(f"{self.what} has no stored states")
         self.ids = np.zeros(0, np.int64)  # sorted ids recomputed since the commit
-        self.values_of = {  # "h" / "state" -> float32 [len(ids), w]
+        self._slots = np.zeros(0, np.int64)  # slot in the buffers of each of `ids`
+        self._used = 0  # buffer slots taken (a replaced or deleted row's slot is not reused)
+        self._buffers = {  # "h" / "state" -> float32 [capacity, w], grown by doubling
             "h": np.zeros((0, store.width(layer)), np.float32),
             "state": np.zeros((0, store.state_width(layer) or 0), np.float32),
         }
+
+    @property
+    def values_of(self) -> dict[str, np.ndarray]:
+        """The held rows in `ids` order (a copy): column name (h, state) -> float32 [len(ids), w]."""
+        return {column: buffer[self._slots] for column, buffer in self._buffers.items()}
 
     def read(self, ids: np.ndarray, column: str) -> np.ndarray:
         """`column` of `ids` (float32 [n, w]): the held row where there is one, else the committed one."""
         ids = np.asarray(ids, np.int64)
         at = np.minimum(np.searchsorted(self.ids, ids), max(len(self.ids) - 1, 0))
         held = (self.ids[at] == ids) if len(self.ids) else np.zeros(len(ids), bool)
+        buffer = self._buffers[column]
         if held.all() and len(ids):
-            return self.values_of[column][at]
+            return buffer[self._slots[at]]
         committed = self._committed(ids[~held], column)
         out = np.empty((len(ids), committed.shape[1]), np.float32)
         out[~held] = committed
         if held.any():
-            out[held] = self.values_of[column][at[held]]
+            out[held] = buffer[self._slots[at[held]]]
         return out
 
     def _committed(self, ids: np.ndarray, column: str) -> np.ndarray:
@@ -118,15 +126,43 @@ class LiveLayer:
             raise FollowError(f"{self.what} lacks vertices of the followed graph: {exc}") from exc
 
     def hold(self, ids: np.ndarray, h: np.ndarray, state: np.ndarray, deleted_ids: np.ndarray) -> None:
-        """Hold the recomputed rows of `ids` (replacing older ones) and drop `deleted_ids`."""
+        """Hold the recomputed rows of `ids` (replacing older ones) and drop `deleted_ids`.
+
+        WHY patched, not rebuilt: the rows held grow with every batch until the next commit, and
+        copying all of them per batch would cost O(held) values; the values of a held id are
+        overwritten in its slot, new ones appended (buffers grown by doubling), and only the
+        sorted id and slot arrays (8 bytes a row each) are merged."""
         ids = np.asarray(ids, np.int64)
-        drop = np.isin(self.ids, np.concatenate([ids, np.asarray(deleted_ids, np.int64)]))
-        keep = np.flatnonzero(~drop)
-        merged = np.concatenate([self.ids[keep], ids])
-        order = np.argsort(merged, kind="stable")
-        fresh = {"h": h, "state": state}
-        self.values_of = {c: np.concatenate([self.values_of[c][keep], fresh[c]])[order] for c in ("h", "state")}
-        self.ids = merged[order]
+        fresh = {"h": np.asarray(h, np.float32), "state": np.asarray(state, np.float32)}
+        deleted = np.asarray(deleted_ids, np.int64)
+        if len(deleted) and len(self.ids):
+            keep = ~np.isin(self.ids, deleted)
+            self.ids, self._slots = self.ids[keep], self._slots[keep]
+        at = np.minimum(np.searchsorted(self.ids, ids), max(len(self.ids) - 1, 0))
+        held = (self.ids[at] == ids) if len(self.ids) else np.zeros(len(ids), bool)
+        slots = np.empty(len(ids), np.int64)
+        slots[held] = self._slots[at[held]]
+        new = np.flatnonzero(~held)
+        slots[new] = self._used + np.arange(len(new))
+        self._reserve(self._used + len(new))
+        self._used += len(new)
+        for column, buffer in self._buffers.items():
+            buffer[slots] = fresh[column]
+        if len(new):
+            merged = np.concatenate([self.ids, ids[new]])
+            order = np.argsort(merged, kind="stable")
+            self.ids, self._slots = merged[order], np.concatenate([self._slots, slots[new]])[order]
+
+    def _reserve(self, rows: int) -> None:
+        """Grow the buffers (doubling) to hold at least `rows` slots."""
+        capacity = len(self._buffers["h"])
+        if rows <= capacity:
+            return
+        capacity = max(rows, 2 * capacity, 256)
+        for column, buffer in self._buffers.items():
+            grown = np.empty((capacity, buffer.shape[1]), np.float32)
+            grown[: self._used] = buffer[: self._used]
+            self._buffers[column] = grown
 
     @property
     def rows_read(self) -> int | None:

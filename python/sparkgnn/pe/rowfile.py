@@ -110,9 +110,9 @@ def _groups(keys: np.ndarray):
         return
     order = np.argsort(keys, kind="stable")
     sorted_keys = keys[order]
-    starts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
-    ends = np.r_[starts[1:], len(keys)]
-    for start, end in zip(starts, ends, strict=True):
+    starts = np.flatnonzero(sorted_keys[1:] != sorted_keys[:-1]) + 1
+    bounds = [0, *starts.tolist(), len(keys)]  # plain ints: the loop below runs per distinct key
+    for start, end in zip(bounds[:-1], bounds[1:], strict=True):
         yield int(sorted_keys[start]), order[start:end]
 
 

@@ -56,6 +56,13 @@ def metrics_key(name: str) -> str:
     return layout.metrics_key(name)
 
 
+def _float_list(kind) -> bool:
+    """Whether the Arrow type `kind` is a (fixed-size) list of floats, e.g. an h or state column."""
+    import pyarrow as pa
+
+    return (pa.types.is_list(kind) or pa.types.is_fixed_size_list(kind)) and pa.types.is_floating(kind.value_type)
+
+
 def _token(manifest: dict | None):
     return (manifest or {}).get(COMMIT_KEY)
 
@@ -79,6 +86,7 @@ class PEWriter:
     def __init__(self, store_root, graph, model, with_states: bool, force: bool = False, *, one_commit: bool = False):
         self.one_commit = bool(one_commit)
         self._unclean: list[str] = []  # keys whose step 5 waits for finish (one_commit)
+        self._staged: dict[str, str] = {}  # key -> attempt (relative) that tasks write into (stage_layer)
         self.model = model_identity(model)
         self.graph_fingerprint = graph_fingerprint(graph)
         self.with_states = bool(with_states)
@@ -238,7 +246,7 @@ class PEWriter:
         (rowfile.py), written beside the Parquet files and recorded under "row_files"; None: the
         attempt has none (its readers read it whole)."""
         self._check_owner(f"writing {key}")
-        rel = layout.new_attempt(key)
+        rel = self._staged.pop(key, None) or layout.new_attempt(key)
         folder = files.join(self.base, rel)
         rows = write(folder)
         recorded = integrity.record(folder)
@@ -415,6 +423,55 @@ class PEWriter:
             columns.append("CAST(state AS ARRAY<FLOAT>) AS state")
         self._record(l, lambda folder: self._commit_dir_write(df, folder, columns), state_width)
 
+    def stage_layer(self, l: int) -> str:
+        """Protocol step 2 for tasks that write layer l themselves: a fresh, empty attempt folder
+        (absolute) for them to write their Parquet parts into (one `part-<p>.parquet` per
+        partition, columns id, h[, state]); `commit_staged_layer` then records and commits it. A
+        crash in between leaves an attempt nobody reads, as for any other attempt."""
+        k = self.model.num_layers
+        if not 1 <= int(l) <= k:
+            raise ValueError(f"layer {l} out of range 1..{k}")
+        self._check_owner(f"staging layer {l}")
+        rel = layout.new_attempt(layer_key(int(l)))
+        folder = files.join(self.base, rel)
+        files.makedirs(folder)
+        self._staged[layer_key(int(l))] = rel
+        return folder
+
+    def commit_staged_layer(self, l: int, width: int, state_width: int | None = None) -> None:
+        """Commit layer l from the files tasks wrote into its `stage_layer` folder (steps 3-5 of the
+        protocol, the same record and manifest as `commit_layer`). Refused when the folder's rows
+        are not one per vertex of the graph (a partition's file missing) or lack the store's columns."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        key = layer_key(int(l))
+        rel = self._staged.get(key)
+        if rel is None:
+            raise ValueError(f"layer {l} was not staged (stage_layer) by this writer")
+        folder = files.join(self.base, rel)
+        parts = [f.rel for f in files.data_files(folder)]
+        fields = [("id", pa.int64()), ("h", pa.list_(pa.float32()))]
+        if self.with_states:
+            fields.append(("state", pa.list_(pa.float32())))
+        if not parts:  # a graph without vertices: one empty file, so the layer reads back
+            self._arrow_write(pa.schema(fields).empty_table(), folder)
+            parts = [f.rel for f in files.data_files(folder)]
+        rows, names = 0, [name for name, _ in fields]
+        for part in parts:
+            fs, inner = files.filesystem(files.join(folder, part))
+            with fs.open_input_file(inner) as source:
+                meta = pq.ParquetFile(source).metadata
+            rows += meta.num_rows
+            lacking = [name for name in names if name not in meta.schema.to_arrow_schema().names]
+            if lacking:
+                raise ValueError(f"layer {l}: {part} lacks column(s) {', '.join(lacking)}")
+        expected = (self.manifest.get("graph") or {}).get("num_vertices")
+        if expected is not None and rows != int(expected):
+            raise ValueError(f"layer {l}: the tasks wrote {rows} rows, the graph has {expected} vertices")
+        l = self._check_commit(l, width, state_width, self.with_states)
+        self._record(l, lambda _folder: rows, state_width)
+
     def has_metrics(self) -> bool:
         """Whether workload metrics were committed (a resumed run need not recompute them)."""
         return bool(self.manifest.get("metrics") or self.manifest.get("metric_tables"))
@@ -433,8 +490,11 @@ class PEWriter:
 
         files.makedirs(folder)
         fs, inner = files.filesystem(files.join(folder, "part-00000.parquet"))
+        # no dictionary for float list columns (embeddings, states): their values hardly repeat, so
+        # the dictionary pass is wasted work (several times the rest of the write) and falls back
+        dictionary = [f.name for f in table.schema if not _float_list(f.type)]
         with fs.open_output_stream(inner) as sink:
-            pq.write_table(table, sink)
+            pq.write_table(table, sink, use_dictionary=dictionary)
         return int(table.num_rows)
 
     def commit_metrics(self, metrics: dict) -> None:

@@ -282,7 +282,9 @@ class GraphUpdate:
         ):
             raise GraphUpdateError(f"graph update folder {path} holds no Parquet files")
         try:
-            table = pq.read_table(path)
+            # one file read directly, without the dataset discovery read_table runs (several times
+            # the read of a small update file) and without waking arrow's thread pool
+            table = pq.read_table(path) if os.path.isdir(path) else pq.ParquetFile(path).read(use_threads=False)
         except (pa.ArrowException, OSError) as error:
             raise GraphUpdateError(f"cannot read graph update {path}: {error}") from error
         return cls.from_table(table, source=f"graph update {path}")
