@@ -9,8 +9,9 @@
 FILE: Parquet with an `id` column (default: every vertex). Node outputs come from the batch path
 (sparkgnn.infer). Exact (default): tiles of sources x candidates across Spark tasks with a
 per-source top-k merge (sparkgnn.linkpred.topk). `--approx` (dot and cosine decoders): an HNSW
-index per candidate shard (sparkgnn.linkpred.approx); the job then also runs the exact top-k for a
-seeded sample of sources (--recall-sample, --seed) and logs recall@k. Ties rank the smaller
+index per candidate shard (sparkgnn.linkpred.approx), built only where that costs less than exact
+scoring unless `--index always` (else the answer is exact); the job then also runs the exact top-k
+for a seeded sample of sources (--recall-sample, --seed) and logs recall@k. Ties rank the smaller
 candidate id first. `--exclude-edges` never returns a candidate the source already has an edge to.
 Output Parquet under --out: src, dst, score, rank (1 = best). A per-relation decoder (DistMult,
 TransE) ranks each source's candidates once per relation: `--relation R` (repeatable; an index or
@@ -63,6 +64,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument("--approx", action="store_true", help="approximate top-k through a vector index")
     parser.add_argument("--ef-search", type=positive_int, default=128, help="--approx: HNSW search list length")
+    parser.add_argument(
+        "--index",
+        choices=("auto", "always"),
+        default="auto",
+        help="--approx: build the index only where it beats exact scoring (auto), or always",
+    )
     parser.add_argument(
         "--recall-sample", type=non_negative_int, default=100, help="--approx: sources checked exactly (0: none)"
     )
@@ -315,7 +322,7 @@ def _typed_topk(spark, args, nodes, decoders, sources, excludes, common) -> dict
     from sparkgnn.linkpred.typed import as_candidate, as_source, relation_topk_frame
     from sparkgnn.outputs import write_parquet_staged
 
-    params = IndexParams(ef_search=args.ef_search)
+    params = IndexParams(ef_search=args.ef_search, when=args.index)
     frames = [
         relation_topk_frame(
             nodes, e, dec, args.k, sources=sources, exclude=excludes[e], approx=args.approx, params=params, **common
@@ -401,7 +408,7 @@ def _topk(spark, args, nodes, decoder, sides, exclude, partitions, relations) ->
     if relations:
         result = per_relation_topk_frame(nodes, decoder, args.k, relations, **options)
     elif args.approx:
-        params = IndexParams(ef_search=args.ef_search)
+        params = IndexParams(ef_search=args.ef_search, when=args.index)
         result = approx_topk_frame(nodes, decoder, args.k, params=params, **options)
     else:
         result = topk_frame(nodes, decoder, args.k, **options)

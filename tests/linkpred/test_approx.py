@@ -13,7 +13,14 @@ import pytest
 import topk
 
 from sparkgnn.decoders import build_decoder
-from sparkgnn.linkpred.approx import IndexParams, ShardIndex, check_approx_decoder, search_vectors, shard_topk
+from sparkgnn.linkpred.approx import (
+    IndexParams,
+    ShardIndex,
+    check_approx_decoder,
+    index_pays,
+    search_vectors,
+    shard_topk,
+)
 from sparkgnn.linkpred.tiles import merge_topk
 
 K = 10
@@ -51,6 +58,14 @@ def test_sharded_index_recall_and_exclusion(kind):
     assert hits / (K * len(src)) >= 0.95
 
 
+def test_index_pays_only_for_many_sources():
+    assert not index_pays(5_000, 200_000, 2)  # the build alone outweighs 5K x 200K exact scores
+    assert index_pays(200_000, 200_000, 2)
+    assert not index_pays(200_000, 200_000, 2, IndexParams(ef_construction=800))
+    with pytest.raises(ValueError, match="index when must be 'auto' or 'always'"):
+        IndexParams(when="never")
+
+
 def test_only_inner_product_decoders_and_sane_params():
     check_approx_decoder(build_decoder({"kind": "dot"}))
     with pytest.raises(ValueError, match="--approx needs a dot or cosine decoder"):
@@ -62,7 +77,18 @@ def test_only_inner_product_decoders_and_sane_params():
 def test_topk_approx_job(spark, linkpred_case, capsys, caplog):
     root, graph, data, _encoder, models = linkpred_case
     out, report = str(root / "approx"), str(root / "approx.json")
-    argv = ["--graph", graph, "--model", models["dot"][1], "--k", str(K), "--approx", "--exclude-edges"]
+    argv = [
+        "--graph",
+        graph,
+        "--model",
+        models["dot"][1],
+        "--k",
+        str(K),
+        "--approx",
+        "--exclude-edges",
+        "--index",
+        "always",
+    ]
     with caplog.at_level("INFO", logger="sparkgnn"):
         assert topk.main([*argv, "--out", out, "--partitions", "3", "--report", report, "--recall-sample", "40"]) == 0
     assert "recall@10 of the approximate top-k" in caplog.text

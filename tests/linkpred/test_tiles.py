@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from sparkgnn.decoders import build_decoder
-from sparkgnn.linkpred.tiles import merge_topk, pair_scores, tile_topk
+from sparkgnn.linkpred.tiles import merge_topk, pair_scores, table_topk, tile_topk
 
 K = 10
 
@@ -43,6 +43,24 @@ def test_tiles_merged_equal_brute_force(case, parts):
     src, dst, _score, rank = merge_topk(*(np.concatenate(c) for c in zip(*partial, strict=True)), K)
     expected = _brute_force(sources @ h.T, src_ids, ids, K, exclude)
     assert sorted(zip(src.tolist(), dst.tolist(), rank.tolist(), strict=True)) == sorted(expected)
+
+
+@pytest.mark.parametrize("tile_scores", [1, 60 * 7, 1 << 20])
+def test_table_topk_walks_candidate_tiles_exactly(case, tile_scores):
+    """Every candidate in tiles of tile_scores / sources rows (1 row, 7 rows, all at once) with a
+    running merge: the brute force's answer, ties by id and known pairs excluded."""
+    ids, h = case
+    order = np.argsort(ids)
+    src_ids, sources = ids[:60], h[:60]
+    exclude = {(int(src_ids[i]), int(ids[(11 * i) % 300])) for i in range(60)}
+    ex = (np.array([s for s, _ in exclude]), np.array([d for _, d in exclude]))
+    src, dst, _score, rank = table_topk(
+        build_decoder({"kind": "dot"}), src_ids, sources, ids[order], h[order], K, ex, tile_scores=tile_scores
+    )
+    expected = _brute_force(sources @ h.T, src_ids, ids, K, exclude)
+    assert sorted(zip(src.tolist(), dst.tolist(), rank.tolist(), strict=True)) == sorted(expected)
+    with pytest.raises(ValueError, match="tile_scores must be >= 1"):
+        table_topk(build_decoder({"kind": "dot"}), src_ids, sources, ids[order], h[order], K, tile_scores=0)
 
 
 def test_pair_scores_match_the_decoder_row_by_row():

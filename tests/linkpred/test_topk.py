@@ -135,7 +135,15 @@ def test_topk_frame_cuts_blocks_by_bytes_and_stays_exact(spark):
     assert block_count(nodes, 2, block_bytes=budget) == 10
     assert block_count(nodes, 16, block_bytes=budget) == 16
     got = (
-        topk_frame(nodes, build_decoder({"kind": "dot"}), K, exclude=exclude, partitions=2, block_bytes=budget)
+        topk_frame(
+            nodes,
+            build_decoder({"kind": "dot"}),
+            K,
+            exclude=exclude,
+            partitions=2,
+            block_bytes=budget,
+            broadcast_bytes=0,
+        )
         .toPandas()
         .sort_values(["src", "rank"])
     )

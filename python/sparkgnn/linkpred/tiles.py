@@ -72,7 +72,22 @@ def tile_topk(
     scoring at least its k-th best (so equal scores at the cut stay), and merge_topk orders those
     exactly."""
     order = np.argsort(cand_ids, kind="stable")
-    cand_ids, candidates = np.asarray(cand_ids, np.int64)[order], candidates[order]
+    return sorted_tile_topk(
+        decoder, src_ids, sources, np.asarray(cand_ids, np.int64)[order], candidates[order], k, exclude
+    )
+
+
+def sorted_tile_topk(
+    decoder: Decoder,
+    src_ids: np.ndarray,
+    sources: np.ndarray,
+    cand_ids: np.ndarray,
+    candidates: np.ndarray,
+    k: int,
+    exclude: tuple[np.ndarray, np.ndarray] | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """tile_topk of candidates whose `cand_ids` are already ascending (no reordering copy)."""
+    cand_ids = np.asarray(cand_ids, np.int64)
     src_ids = np.asarray(src_ids, dtype=np.int64)
     keep = min(k, len(cand_ids))
     if not keep or not len(src_ids):
@@ -95,6 +110,39 @@ def tile_topk(
     src, dst, score = (np.concatenate(column) for column in zip(*parts, strict=True))
     src, dst, score, _rank = merge_topk(src, dst, score, keep)
     return src, dst, score
+
+
+def table_topk(
+    decoder: Decoder,
+    src_ids: np.ndarray,
+    sources: np.ndarray,
+    cand_ids: np.ndarray,
+    candidates: np.ndarray,
+    k: int,
+    exclude: tuple[np.ndarray, np.ndarray] | None = None,
+    *,
+    tile_scores: int = TILE_SCORES,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(src, dst, raw score, rank) of each source's k best among ALL `candidates` (`cand_ids`
+    ascending), sorted by source then rank: the candidates are walked in tiles of about
+    `tile_scores` / len(sources) rows, each tile's per-source k best kept (sorted_tile_topk) and
+    the partial lists merged (merge_topk, exact by the module doc). WHY tiles of the candidates
+    and not only of the sources: a product of a few source rows with every candidate re-reads the
+    whole candidate matrix per few sources (memory-bound); a tile that stays in cache is reused
+    by every source of the batch."""
+    if tile_scores < 1:
+        raise ValueError(f"tile_scores must be >= 1, got {tile_scores!r}")
+    cand_ids = np.asarray(cand_ids, np.int64)
+    rows = max(1, tile_scores // max(1, len(src_ids)))
+    parts = [
+        sorted_tile_topk(decoder, src_ids, sources, cand_ids[lo : lo + rows], candidates[lo : lo + rows], k, exclude)
+        for lo in range(0, len(cand_ids), rows)
+    ]
+    if not parts:
+        empty = np.zeros(0, np.int64)
+        return empty, empty, np.zeros(0, np.float32), np.zeros(0, np.int32)
+    src, dst, score = (np.concatenate(column) for column in zip(*parts, strict=True))
+    return merge_topk(src, dst, score, k)
 
 
 def merge_topk(

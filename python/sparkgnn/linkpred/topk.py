@@ -1,23 +1,34 @@
 """Top-k candidates per source node across Spark tasks (exact), from the node outputs (id, h).
 
-Sources and candidates are hashed into blocks (collect_list of ids and outputs per block); the
-cross join of source blocks and candidate tiles makes one row per (block, tile) unit of work,
-spread over the partitions; each unit scores its tile and keeps each source's k best
-(tiles.tile_topk), and the partial lists are shuffled by source and merged (tiles.merge_topk:
-exact, see tiles.py). WHY `block_count` sizes the blocks by bytes rather than by partitions alone:
-a block is one row, which Spark's aggregation, row sorter and shuffle hold whole in the JVM (the
-driver's heap in local mode), and the cross join ships every tile once per source block; a large
-graph cut into only as many tiles as tasks makes rows of hundreds of MB that exhaust that heap, so
-each side is cut into more blocks until one holds at most about BLOCK_BYTES of outputs. With
-`exclude` (the graph's edges), a source's known neighbours are never returned: each source block
-carries its own out-edges. Output (src long, dst long, score float, rank int), score = the
-decoder's final score, rank 1 = best. A per-relation decoder ranks once per relation
-(`per_relation_topk_frame`), adding a relation column.
+When the candidates' outputs fit in scoring.BROADCAST_BYTES (and the session has broadcast
+variables), they are collected once as a NodeTable and broadcast; each task streams its sources'
+Arrow batches past every candidate in cache-sized tiles with a running per-source top-k
+(`broadcast_topk`, tiles.table_topk), so a source's final list is made in one task: no cross join,
+no partial lists, no merge shuffle, no row larger than one source's output and exclusion list.
+WHY not the blocks below at that size: they make each candidate tile one Spark row that travels,
+once per source block, through the driver JVM's row sorter (local mode), which ran out of heap at
+800K 128-d candidates whatever the partition count.
+
+Otherwise (outputs over the budget, or Spark Connect) sources and candidates are hashed into blocks
+(collect_list of ids and outputs per block); the cross join of source blocks and candidate tiles
+makes one row per (block, tile) unit of work, spread over the partitions; each unit scores its tile
+and keeps each source's k best (tiles.tile_topk), and the partial lists are shuffled by source and
+merged (tiles.merge_topk: exact, see tiles.py). WHY `block_count` sizes the blocks by bytes rather
+than by partitions alone: a block is one row, which Spark's aggregation, row sorter and shuffle
+hold whole in the JVM (the driver's heap in local mode), and the cross join ships every tile once
+per source block; a large graph cut into only as many tiles as tasks makes rows of hundreds of MB
+that exhaust that heap, so each side is cut into more blocks until one holds at most about
+BLOCK_BYTES of outputs. With `exclude` (the graph's edges), a source's known neighbours are never
+returned: each source block carries its own out-edges. Output (src long, dst long, score float,
+rank int), score = the decoder's final score, rank 1 = best. A per-relation decoder ranks once per
+relation (`per_relation_topk_frame`), adding a relation column.
 """
 
 from __future__ import annotations
 
+import logging
 import math
+import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
@@ -28,13 +39,19 @@ import torch
 from sparkgnn.decoders import Decoder, RelationalDecoder
 from sparkgnn.linkpred.arrays import ids, matrix
 from sparkgnn.linkpred.payload import DecoderPayload
-from sparkgnn.linkpred.tiles import merge_topk, tile_topk
+from sparkgnn.linkpred.scoring import BROADCAST_BYTES
+from sparkgnn.linkpred.tiles import merge_topk, table_topk, tile_topk
 
 if TYPE_CHECKING:  # pyspark is imported inside functions only (docs/ARCHITECTURE.md)
+    from pyspark.broadcast import Broadcast
     from pyspark.sql import DataFrame
+
+log = logging.getLogger(__name__)
 
 PARTIAL_SCHEMA = "src long, dst long, score float"
 TOPK_SCHEMA = "src long, dst long, score float, rank int"
+COLLECT_BYTES = 64 << 20  # node outputs one collect of share_outputs brings to the driver at most
+SOURCE_ROWS = 512  # sources scored together against each candidate tile on the broadcast path
 BLOCK_BYTES = 32 << 20  # outputs (ids and float32 vectors) one source block or candidate tile holds at most, about
 
 
@@ -49,15 +66,103 @@ def block_count(nodes: DataFrame, partitions: int, *, block_bytes: int = BLOCK_B
     """How many blocks `blocks` cuts `nodes` (id, h) into: `partitions`, or more where a block would
     otherwise hold over `block_bytes` of ids and float32 outputs (module doc). One Spark action: a
     count and the widest output (the node outputs are materialised, so this reads them once)."""
-    from pyspark.sql import functions as F
-
     if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
         raise ValueError(f"partitions must be an integer >= 1, got {partitions!r}")
     if block_bytes < 1:
         raise ValueError(f"block_bytes must be >= 1, got {block_bytes!r}")
+    return blocks_for(output_shape(nodes), partitions, block_bytes=block_bytes)
+
+
+def restricted(nodes: DataFrame, wanted: DataFrame | None) -> DataFrame:
+    """`nodes` (id, h) whose id is in `wanted` (an `id` frame; None: all). WHY the ids are the
+    broadcast side, hinted: Spark may otherwise broadcast the node outputs themselves (their
+    materialised size can look small to it), holding every output in the driver JVM next to the
+    candidate table's broadcast."""
+    from pyspark.sql import functions as F
+
+    if wanted is None:
+        return nodes
+    return nodes.join(F.broadcast(wanted.select("id")), on="id", how="left_semi")
+
+
+def output_shape(nodes: DataFrame) -> tuple[int, int]:
+    """(rows, widest output) of `nodes` (id, h): one Spark action."""
+    from pyspark.sql import functions as F
+
     rows, width = nodes.agg(F.count(F.lit(1)).alias("rows"), F.max(F.size("h")).alias("width")).collect()[0]
-    rows, width = int(rows), int(width or 0)
+    return int(rows), int(width or 0)
+
+
+def blocks_for(shape: tuple[int, int], partitions: int, *, block_bytes: int = BLOCK_BYTES) -> int:
+    """block_count of outputs of `shape` (rows, width) already measured."""
+    if block_bytes < 1:
+        raise ValueError(f"block_bytes must be >= 1, got {block_bytes!r}")
+    rows, width = shape
     return max(partitions, math.ceil(rows * (8 + 4 * width) / block_bytes))
+
+
+def outputs_bytes(shape: tuple[int, int]) -> int:
+    """Bytes of (rows, width) node outputs as a NodeTable holds them (int64 id, float32 vector)."""
+    return shape[0] * (8 + 4 * shape[1])
+
+
+def share_outputs(
+    nodes: DataFrame, shape: tuple[int, int], *, broadcast_bytes: int = BROADCAST_BYTES
+) -> Broadcast | None:
+    """`nodes` (id, h) collected as a NodeTable and broadcast when its `shape` fits in
+    `broadcast_bytes` and the session has broadcast variables (not Spark Connect); None otherwise.
+    WHY collected in pieces of about COLLECT_BYTES: a collect holds every task's result in the
+    driver JVM at once, next to the broadcast's own copy there."""
+    from sparkgnn.engine.spark_compat import has_jvm
+    from sparkgnn.linkpred.scoring import NodeTable
+
+    spark = nodes.sparkSession
+    if not has_jvm(spark) or outputs_bytes(shape) > broadcast_bytes:
+        return None
+    started = time.perf_counter()
+    from pyspark.sql import functions as F
+
+    pieces = max(1, math.ceil(outputs_bytes(shape) / COLLECT_BYTES))
+    piece = F.pmod(F.xxhash64("id"), F.lit(pieces))
+    arrow = pa.concat_tables([nodes.where(piece == j).select("id", "h").toArrow() for j in range(pieces)])
+    table = NodeTable.from_arrow(arrow)
+    del arrow
+    shared = spark.sparkContext.broadcast(table)
+    log.info(
+        f"topk: {len(table.ids):,} candidate outputs ({table.h.nbytes / 2**20:.0f} MiB) collected and broadcast "
+        f"in {time.perf_counter() - started:.1f} s"
+    )
+    return shared
+
+
+def source_rows(src_nodes: DataFrame, exclude: DataFrame | None, partitions: int) -> DataFrame:
+    """(id, h[, ex_dst]) of the sources, each with the dsts of its `exclude` pairs (null: none),
+    in at least `partitions` partitions (hash by id where the input has fewer)."""
+    from pyspark.sql import functions as F
+
+    rows = src_nodes.select("id", "h")
+    if exclude is not None:
+        ex = (
+            exclude.select(F.col("src").cast("long").alias("id"), F.col("dst").cast("long").alias("dst"))
+            .join(src_nodes.select("id"), on="id", how="left_semi")
+            .groupBy("id")
+            .agg(F.collect_list("dst").alias("ex_dst"))
+        )
+        rows = rows.join(ex, on="id", how="left")
+    if rows.rdd.getNumPartitions() < partitions:
+        rows = rows.repartition(partitions, "id")
+    return rows
+
+
+def batch_exclusions(batch: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray] | None:
+    """(src, dst) pairs a source_rows batch excludes (its ex_dst lists), None when none."""
+    if "ex_dst" not in batch.schema.names:
+        return None
+    lists = batch.column("ex_dst")
+    counts = lists.value_lengths().fill_null(0).to_numpy(zero_copy_only=False)
+    if not counts.sum():
+        return None
+    return np.repeat(ids(batch.column("id")), counts), ids(lists.flatten())
 
 
 def cross_units(s_blocks: DataFrame, c_blocks: DataFrame) -> DataFrame:
@@ -101,17 +206,29 @@ def topk_frame(
     exclude: DataFrame | None = None,
     partitions: int = 2,
     block_bytes: int = BLOCK_BYTES,
+    broadcast_bytes: int = BROADCAST_BYTES,
 ) -> DataFrame:
     """Exact top-k (module doc). `sources` / `candidates`: `id` frames restricting each side (None:
     every node); `exclude`: (src, dst) pairs never returned; `partitions`: the fewest source blocks
     and candidate tiles each (more where one would exceed `block_bytes`, see block_count) and the
-    merge's partitions; the units of work (blocks x tiles) spread over at least partitions^2 tasks."""
+    merge's partitions; the units of work (blocks x tiles) spread over at least partitions^2 tasks.
+    Candidates of at most `broadcast_bytes` take the broadcast path instead (module doc), the
+    sources then in at least `partitions` tasks."""
     k = check_k(k)
+    if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
+        raise ValueError(f"partitions must be an integer >= 1, got {partitions!r}")
     payload = DecoderPayload.of(decoder)
-    src_nodes = nodes if sources is None else nodes.join(sources.select("id"), on="id")
-    cand_nodes = nodes if candidates is None else nodes.join(candidates.select("id"), on="id")
+    src_nodes, cand_nodes = restricted(nodes, sources), restricted(nodes, candidates)
+    c_shape = output_shape(cand_nodes)
+    shared = share_outputs(cand_nodes, c_shape, broadcast_bytes=broadcast_bytes)
+    if shared is not None:
+        return broadcast_topk(shared, source_rows(src_nodes, exclude, partitions), payload, k)
+    log.info(
+        f"topk: {c_shape[0]:,} candidate outputs ({outputs_bytes(c_shape) >> 20} MiB) exceed the broadcast budget "
+        f"({broadcast_bytes >> 20} MiB) or the session has no broadcast: source blocks x candidate tiles"
+    )
     s_count = block_count(src_nodes, partitions, block_bytes=block_bytes)
-    c_count = block_count(cand_nodes, partitions, block_bytes=block_bytes)
+    c_count = blocks_for(c_shape, partitions, block_bytes=block_bytes)
     s_blocks = blocks(src_nodes, s_count, "s_")
     c_blocks = blocks(cand_nodes, c_count, "c_")
     excluding = exclude is not None
@@ -131,6 +248,32 @@ def topk_frame(
                 )
 
     return merge_partial(units.mapInArrow(score_units, PARTIAL_SCHEMA), payload, k, partitions)
+
+
+def broadcast_topk(shared: Broadcast, rows: DataFrame, payload: DecoderPayload, k: int) -> DataFrame:
+    """TOPK_SCHEMA of every source in `rows` (source_rows) against every candidate of the broadcast
+    NodeTable `shared`: each task streams its sources' Arrow batches, SOURCE_ROWS at a time, past
+    the candidates (tiles.table_topk), so a source's final list is made in one task (no partial
+    lists, no merge shuffle) and nothing larger than one Arrow batch of sources moves in Spark."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        torch.set_num_threads(1)
+        built = payload.build()
+        table = shared.value
+        for batch in batches:
+            for start in range(0, len(batch), SOURCE_ROWS):
+                part = batch.slice(start, SOURCE_ROWS)
+                src, dst, raw, rank = table_topk(
+                    built, ids(part.column("id")), matrix(part.column("h")), table.ids, table.h, k,
+                    batch_exclusions(part),
+                )  # fmt: skip
+                score = built.apply_final(torch.from_numpy(raw)).numpy().astype(np.float32)
+                yield pa.RecordBatch.from_arrays(
+                    [pa.array(src), pa.array(dst), pa.array(score, pa.float32()), pa.array(rank, pa.int32())],
+                    names=["src", "dst", "score", "rank"],
+                )
+
+    return rows.mapInArrow(run, TOPK_SCHEMA)
 
 
 def per_relation_topk_frame(
