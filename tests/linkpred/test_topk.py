@@ -131,8 +131,8 @@ def test_topk_frame_cuts_blocks_by_bytes_and_stays_exact(spark):
     )
     pairs = {(int(node_ids[i]), int(node_ids[j])) for i, j in rng.integers(0, 120, size=(200, 2))}
     exclude = spark.createDataFrame(pd.DataFrame(sorted(pairs), columns=["src", "dst"]), "src long, dst long")
-    budget = 120 * (8 + 4 * 4) // 10  # about a tenth of the outputs per block
-    assert block_count(nodes, 2, block_bytes=budget) == 10
+    budget = 120 * (8 + 4 * 4) // 4  # a quarter of the outputs per block: 4 x 4 (source, candidate) blocks
+    assert block_count(nodes, 2, block_bytes=budget) == 4
     assert block_count(nodes, 16, block_bytes=budget) == 16
     got = (
         topk_frame(

@@ -402,6 +402,7 @@ def serve_batch(header: dict, tables: dict, deployments: DeploymentCache) -> dic
     options, or an unknown id, is refused (one line)."""
     started = time.perf_counter()
     served.check_header(header)
+    served.lookup(header.get("deployment"))  # a malformed or unserved id is refused before any table is read
     requests = wire.requests_from_batch([str(r) for r in header["requests"]], tables)
     return serve_requests(header, requests, deployments, started=started)
 
