@@ -399,10 +399,10 @@ def test_chains_are_compacted_in_the_background_and_stay_deltas(graph, tmp_path,
     deltas lie on (each still a delta over the version before it, as a delta-patching service
     needs), the chains stay bounded, the published chain is rebased on a full directory written
     beside, and the store equals a precompute of the final graph."""
-    from sparkgnn.pe import follow, published, versions
+    from sparkgnn.pe import follow_compact, published, versions
 
     monkeypatch.setattr(versions, "MAX_SEGMENTS", 4)  # background compaction from 2 segments
-    monkeypatch.setattr(follow, "MAX_SEGMENTS", 4)  # ... and the synchronous fallback past 4
+    monkeypatch.setattr(follow_compact, "MAX_SEGMENTS", 4)  # ... and the synchronous fallback past 4
     model = model_of("sage", graph.feature_dim, 2)
     root, inbox, state = str(tmp_path / "store"), str(tmp_path / "in"), str(tmp_path / "state")
     os.makedirs(inbox)
