@@ -34,6 +34,8 @@ from collections import Counter
 
 import numpy as np
 
+from sparkgnn.pe.follow_checkpoint import read_checkpoint
+
 log = logging.getLogger("bench_follow_fresh")
 
 
@@ -205,7 +207,7 @@ def run(args) -> dict:
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:  # until the last update is answered
                 time.sleep(0.2)
-                checkpoint = json.load(open(os.path.join(state, "checkpoint.json")))
+                checkpoint = read_checkpoint(state)
                 done = {n for b in checkpoint["batches"][: checkpoint["committed"]] for n in b["applied"]}
                 fp = server.versions.current.graph_fingerprint
                 if len(done) == args.updates and fp == checkpoint["batches"][-1]["graph_fingerprint"]:
@@ -227,7 +229,7 @@ def run(args) -> dict:
             )
         follower.terminate()
         follower.wait(timeout=60)
-        checkpoint = json.load(open(os.path.join(state, "checkpoint.json")))
+        checkpoint = read_checkpoint(state)
         log_lines = open(os.path.join(work, "follower.log")).read().splitlines()
         latency = [
             float(x.split("latency ")[1].split("s")[0]) for x in log_lines if ": batch " in x and "latency " in x

@@ -20,6 +20,7 @@ from sparkgnn.errors import StalePEStore  # noqa: E402
 from sparkgnn.graph.updates import GraphUpdate, apply  # noqa: E402
 from sparkgnn.pe import PEStore  # noqa: E402
 from sparkgnn.pe.follow import BatchCounts, RefreshFollower  # noqa: E402
+from sparkgnn.pe.follow_checkpoint import CHECKPOINT_FILE, JOURNAL_FILE, PENDING_FILE, read_checkpoint  # noqa: E402
 from sparkgnn.pe.follow_state import FollowError, RunningFingerprint, compose  # noqa: E402
 from sparkgnn.pe.local import precompute_local  # noqa: E402
 from sparkgnn.pe.refresh import refresh_local  # noqa: E402
@@ -155,8 +156,7 @@ def test_batches_dead_letters_and_resumes_apply_every_file_once(graph, tmp_path,
     assert store.base == third.store.base
     want = precompute_local(want_graph, model, str(tmp_path / "scratch"))
     assert_same_store(store, want, want_graph.ids, 2)
-    with open(os.path.join(state, "checkpoint.json")) as fh:
-        applied = [name for b in json.load(fh)["batches"] for name in b["applied"]]
+    applied = [name for b in read_checkpoint(state)["batches"] for name in b["applied"]]
     assert applied == ["a.parquet", "c.parquet", "d.parquet", "f.parquet"]  # each once, in order
     # a fourth start replays the log to the same version and finds nothing to do
     fourth = follower()
@@ -217,17 +217,17 @@ def test_batches_held_in_memory_commit_as_one_version_and_survive_a_kill(graph, 
     assert third.store.base == PEStore.open(root, model=model, graph=want_graph).base
     want = precompute_local(want_graph, model, str(tmp_path / "scratch"))
     assert_same_store(third.store, want, want_graph.ids, 2)
-    with open(os.path.join(state, "checkpoint.json")) as fh:
-        applied = [name for b in json.load(fh)["batches"] for name in b["applied"]]
+    applied = [name for b in read_checkpoint(state)["batches"] for name in b["applied"]]
     assert applied == ["0.parquet", "1.parquet", "2.parquet", "3.parquet"]
 
 
-def test_a_torn_pending_checkpoint_falls_back_to_the_synced_one(graph, tmp_path):  # noqa: F811
-    """The per-batch checkpoint write is not synced (checkpoint.pending.json): one torn by a
-    machine crash is ignored, and the files it named since the last synced checkpoint (a commit)
-    are applied again from the update folder -- each once, the store equal to a precompute."""
-    from sparkgnn.pe.follow import CHECKPOINT_FILE, PENDING_FILE
-
+@pytest.mark.parametrize("torn", [PENDING_FILE, JOURNAL_FILE])
+def test_a_torn_pending_checkpoint_falls_back_to_the_synced_one(graph, tmp_path, torn):  # noqa: F811
+    """The per-batch checkpoint writes are not synced (checkpoint.pending.json and the journal's
+    new line): either torn by a machine crash, the synced checkpoint (a commit) holds, the
+    journal's lines past it are cut off, and the files named since are applied again from the
+    update folder -- each once, the store equal to a precompute. The document a batch writes
+    keeps its size (the batches are journal lines, one per batch)."""
     model = model_of("sage", graph.feature_dim, 2)
     root, inbox, state = str(tmp_path / "store"), str(tmp_path / "in"), str(tmp_path / "state")
     os.makedirs(inbox)
@@ -239,25 +239,34 @@ def test_a_torn_pending_checkpoint_falls_back_to_the_synced_one(graph, tmp_path)
             graph=graph, model=model, store=root, updates=inbox, state=state, max_batch_updates=1, commit_every_s=3600
         )
 
+    def journal_lines():
+        with open(os.path.join(state, JOURNAL_FILE), "rb") as fh:
+            return fh.read().count(b"\n")
+
     first = follower()
+    sizes = []
     for i, u in enumerate(updates):
         drop(inbox, f"{i}.parquet", u, 1000 + i)
         assert first.poll() is not None
         if i == 1:
             assert first.commit()  # synced: batches 1-2
+        else:
+            sizes.append(os.path.getsize(os.path.join(state, PENDING_FILE)))
+        assert journal_lines() == i + (i == 1)  # batch i+1 is journaled by the next write
+    assert abs(sizes[2] - sizes[1]) <= 2  # batches 3 and 4 (after the commit): no list grows
     with open(os.path.join(state, PENDING_FILE)) as fh, open(os.path.join(state, CHECKPOINT_FILE)) as synced:
         pending, synced_seq = json.load(fh), json.load(synced)["seq"]
     assert pending["pending"]["files"] == ["3.parquet"] and pending["seq"] > synced_seq
-    with open(os.path.join(state, PENDING_FILE), "r+b") as fh:
-        fh.truncate(os.path.getsize(os.path.join(state, PENDING_FILE)) // 2)  # torn
+    assert pending["batches_done"] == 3 and "batches" not in pending
+    with open(os.path.join(state, torn), "r+b") as fh:
+        fh.truncate(os.path.getsize(os.path.join(state, torn)) - 5)  # torn
     del first
     second = follower()
-    assert second.committed_batches == 2 and second.batches_done == 2
+    assert second.committed_batches == 2 and second.batches_done == 2 and journal_lines() == 2
     second.run(idle_timeout_s=0)
     want_graph = final_graph(graph, updates)
     assert second.graph.fingerprint == want_graph.fingerprint
-    with open(os.path.join(state, CHECKPOINT_FILE)) as fh:
-        applied = [name for b in json.load(fh)["batches"] for name in b["applied"]]
+    applied = [name for b in read_checkpoint(state)["batches"] for name in b["applied"]]
     assert applied == ["0.parquet", "1.parquet", "2.parquet", "3.parquet"]
     want = precompute_local(want_graph, model, str(tmp_path / "scratch"))
     assert_same_store(PEStore.open(root, model=model, graph=want_graph), want, want_graph.ids, 2)

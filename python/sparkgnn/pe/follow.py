@@ -14,11 +14,13 @@ is applied in arrival order (graph.updates.apply) and the row and edge mappings 
 (`follow_state.compose`) into the one Applied the kernel takes: the old version's graph to the
 batch's last.
 
-Exactly once, by a checkpoint written atomically in the state folder:
+Exactly once, by a checkpoint in the state folder (pe/follow_checkpoint.py: a document of constant
+size written atomically per batch, and a journal the batches are appended to):
 
-    <state>/checkpoint.json     batches done, the current graph fingerprint and store version, every
-                                file consumed (applied or dead-lettered), and the batch in flight
+    <state>/checkpoint.json     counts, the base graph, the store, the batch in flight (synced)
     <state>/checkpoint.pending.json  the same, as of the latest batch started since (not synced)
+    <state>/batches.jsonl       every batch done: its files (applied or dead-lettered), the graph
+                                fingerprint after it
     <state>/log/<batch>/<file>  the bytes of every file of a batch, copied before it is applied
     <state>/dead/               malformed files and files the graph refuses (streaming.DeadLetter)
 
@@ -63,7 +65,6 @@ keeps it in `history`; `throughput(history)` sums a run (updates/s, latency p50 
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -74,9 +75,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sparkgnn import files
 from sparkgnn.errors import SparkGNNError
 from sparkgnn.pe.background import BackgroundJob
+from sparkgnn.pe.follow_checkpoint import CheckpointFiles
 from sparkgnn.pe.follow_compact import FollowerCompaction
 from sparkgnn.pe.follow_state import FollowError, LiveLayer, RunningFingerprint, compose
 
@@ -87,11 +88,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_FILE = "checkpoint.json"
-PENDING_FILE = "checkpoint.pending.json"  # the checkpoint as of the batch in flight, not synced
 LOG_DIR = "log"
 DEAD_DIR = "dead"
-FORMAT = 1
 
 
 class _AtGraph:
@@ -213,8 +211,8 @@ class RefreshFollower(FollowerCompaction):
         os.makedirs(os.path.join(self.state, LOG_DIR), exist_ok=True)
         self.dead = DeadLetter(os.path.join(self.state, DEAD_DIR))
         base_fp = self.graph.fingerprint
-        self.checkpoint = self._read_checkpoint() or {
-            "format": FORMAT,
+        found, self._checkpoint_files = CheckpointFiles.load(self.state)
+        self.checkpoint = found or {
             "base_graph_fingerprint": base_fp,
             "store": self.store_root,
             "batches": [],
@@ -222,7 +220,6 @@ class RefreshFollower(FollowerCompaction):
             "pending": None,
             "committed": 0,
         }
-        self.checkpoint.setdefault("committed", len(self.checkpoint["batches"]))  # a checkpoint of before
         started_from = str(self.checkpoint.get("base_graph_fingerprint"))
         if self.checkpoint.get("store") != self.store_root:
             raise FollowError(
@@ -254,41 +251,10 @@ class RefreshFollower(FollowerCompaction):
         self.edge_index()  # built at start (O(E log E), once), not inside the first batch's latency
 
     # -- checkpoint ----------------------------------------------------------------------------
-    def _read_checkpoint(self) -> dict | None:
-        """The latest checkpoint: the pending file's where it parses and is newer (`seq`) than the
-        synced one's (`_write_checkpoint`), else the synced one; None when there is neither."""
-        try:
-            synced = files.read_json(os.path.join(self.state, CHECKPOINT_FILE))
-        except FileNotFoundError:
-            synced = None
-        try:
-            pending = files.read_json(os.path.join(self.state, PENDING_FILE))
-        except (FileNotFoundError, ValueError):  # none, or torn by a machine crash: the synced one holds
-            pending = None
-        if pending is not None and (synced is None or int(pending.get("seq", 0)) > int(synced.get("seq", 0))):
-            return pending
-        return synced
-
     def _write_checkpoint(self) -> None:
-        """Write the checkpoint: with a batch pending, to the pending file without an fsync (renamed
-        into place: a killed process leaves the old or the new one whole); otherwise synced, to
-        checkpoint.json. WHY: the pending write happens per batch and its fsync cost more than the
-        refresh of a small batch; what it records needs no fsync, because a pending write lost
-        to a machine crash leaves an older checkpoint whose later files are still in the update
-        folder (the follower never removes them), unconsumed, and are applied again from there --
-        none twice, since the rows held in memory went with the crash. Commits (what the store
-        holds) stay synced."""
-        self.checkpoint["seq"] = int(self.checkpoint.get("seq", 0)) + 1
-        # compact: json's C encoder runs only without `indent`, and the checkpoint grows by a batch each time
-        data = json.dumps(self.checkpoint).encode()
-        if self.checkpoint["pending"] is None:
-            files.write_bytes_atomic(os.path.join(self.state, CHECKPOINT_FILE), data)
-            return
-        path = os.path.join(self.state, PENDING_FILE)
-        temporary = f"{path}.{os.getpid()}.tmp"
-        with open(temporary, "wb") as fh:
-            fh.write(data)
-        os.replace(temporary, path)
+        """Record the checkpoint (follow_checkpoint.CheckpointFiles.write: synced when no batch is
+        pending)."""
+        self._checkpoint_files.write(self.checkpoint)
 
     @property
     def committed_batches(self) -> int:
@@ -469,8 +435,8 @@ class RefreshFollower(FollowerCompaction):
             "batch": batch,
             "files": names,
             "applied": applied_names,
+            "dead": dead,
             "graph_fingerprint": self.graph.fingerprint,
-            "store": self.store.base,
         }
         self.checkpoint["batches"].append(entry)
         self.checkpoint["dead"].extend(dead)
@@ -578,7 +544,7 @@ class RefreshFollower(FollowerCompaction):
         self.store = PEStore.open(self.store_root, model=self.model, graph=new, verify=self.verify)
         self._mark_committed()
         self._hold_nothing()
-        self.checkpoint["batches"][-1]["store"] = self.store.base
+        self.checkpoint["store_version"] = self.store.base
         self._write_checkpoint()
         log.info(
             f"refresh follow: committed version {new.fingerprint[:12]} at {self.store.base} "
