@@ -1,8 +1,9 @@
 """Pool kind "sharded" (serving.online.sharded): S shard owners, each holding only its shard of
 the PE store, answer every mode CGP serves exactly as the whole store in one process does
-(S = 2, 3, 4); a service mixing a sharded and a replicated pool survives a shard worker killed
-mid-stream with exact answers; shards over the memory budget refuse the start naming the
-numbers; modes and settings a sharded pool cannot serve are refused at config time."""
+(S = 2, 3, 4); a service mixing a sharded and a replicated pool survives shard workers killed
+mid-stream (a hot shard's replica and a lone shard worker) with exact answers; shards over the
+memory budget refuse the start naming the numbers; modes and settings a sharded pool cannot
+serve are refused at config time."""
 
 from __future__ import annotations
 
@@ -148,23 +149,25 @@ def test_a_shard_with_nothing_to_do_is_not_sent_the_job_and_answers_stay_exact(d
 
 @pytest.mark.slow
 def test_mixed_pools_stay_exact_when_a_shard_worker_is_killed_mid_stream(deployment):
-    """Two shard workers (each its own broker) next to a replicated in-process pool: requests
-    stream in, one shard worker is SIGKILLed; every answer is exact, the shard is reloaded by a
-    replacement worker and the sharded pool answers again."""
+    """Two shards (each its own broker), shard 0 hot with two replicas, next to a replicated
+    in-process pool: requests stream in, one replica of shard 0 and the lone worker of shard 1
+    are SIGKILLed; every answer is exact, each dead worker is replaced (shard 1's reloads its
+    shard) and the sharded pool answers again."""
     kwargs, G, model, store, wl = deployment
     pools = [
-        {"name": "shards", "kind": "sharded", "shards": 2, "memory_budget_bytes": 1 << 30},
+        {"name": "shards", "kind": "sharded", "shards": 2, "memory_budget_bytes": 1 << 30, "replicas": [2, 1]},
         {"name": "replica", "kind": "inprocess"},
     ]
     config = ServeConfig(**kwargs, modes=["exact", "he"], mode="exact", pools=pools, http=None)
     reference = QueryEngine(G, model, mode="exact", store=store)
     with Server(config) as server:
         sharded = server.pools[0]
-        assert len(sharded.worker_pids()) == 2
+        assert [len(c.workers) for c in sharded.clusters] == [2, 1] and len(sharded.worker_pids()) == 3
         with Client(server.zmq_endpoint, timeout_s=60) as client:
             for r in wl.requests:
                 client.send(r, "exact")
-            os.kill(sharded.clusters[0].workers[0].pid, signal.SIGKILL)  # mid-stream
+            os.kill(sharded.clusters[0].workers[0].pid, signal.SIGKILL)  # mid-stream: a replica of shard 0
+            os.kill(sharded.clusters[1].workers[0].pid, signal.SIGKILL)  # and shard 1's only worker
             replies = {}
             while len(replies) < len(wl.requests):
                 got = client.receive(60)
@@ -174,7 +177,7 @@ def test_mixed_pools_stay_exact_when_a_shard_worker_is_killed_mid_stream(deploym
                 assert close(replies[r.request_id].h, reference.answer(r).h), r.request_id
             again = client.answer(wl.requests[0], mode="exact")  # the idle sharded pool takes it
             assert close(again.h, reference.answer(wl.requests[0]).h)
-        assert sharded.replaced >= 1 and len(sharded.worker_pids()) == 2
+        assert sharded.replaced >= 2 and len(sharded.worker_pids()) == 3
         assert {b["pool"] for b in server.batch_log} >= {"shards"}
 
 
@@ -219,6 +222,10 @@ def test_what_a_sharded_pool_cannot_serve_is_refused_at_config(deployment, setti
         ({"name": "w", "kind": "workers", "transport": "inprocess"}, "transport must be one of ipc, tcp"),
         ({"name": "s", "kind": "sharded", "shards": 2, "transport": "udp"}, "ipc, tcp, inprocess"),
         ({"name": "s", "kind": "sharded", "shards": 0}, "shards must be >= 1"),
+        ({"name": "w", "kind": "workers", "replicas": 2}, "replicas applies to a 'sharded' pool only"),
+        ({"name": "s", "kind": "sharded", "shards": 2, "replicas": [2]}, "a list of one such per shard (2 shards)"),
+        ({"name": "s", "kind": "sharded", "shards": 2, "replicas": 0}, "replicas must be an integer in 1..64"),
+        ({"name": "s", "kind": "sharded", "shards": 2, "replicas": [1, "2"]}, "got [1, '2']"),
     ],
 )
 def test_malformed_sharded_pool_settings_are_refused(deployment, pool, why):

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 
 from sparkgnn.serving.online.pools import POOL_KINDS, ROUTERS, ServeError
 from sparkgnn.serving.online.scheduler import SCHEDULERS
-from sparkgnn.serving.online.sharded import SHARD_TRANSPORTS, sharded_problem
+from sparkgnn.serving.online.sharded import SHARD_TRANSPORTS, replicas_of, sharded_problem
 
 CHEAP_MODES = ("he", "srpe")  # the reuse modes a deployment serves unless it lists others
 
@@ -296,16 +296,17 @@ POOL_SETTINGS: dict[str, type] = {
     "transport": str,  # a "workers" pool's route to its workers (WorkerPool): "ipc" or "tcp" (CURVE-keyed)
     "shards": int,  # a "sharded" pool's shard workers (serving.online.sharded)
     "memory_budget_bytes": int,  # a "sharded" pool's bytes of shard rows per worker at most
+    "replicas": list,  # a "sharded" pool's workers per shard: an int for all, or one per shard (replicas_of)
 }
 POOL_TRANSPORTS = ("ipc", "tcp")
-SHARDED_ONLY = ("shards", "memory_budget_bytes")
+SHARDED_ONLY = ("shards", "memory_budget_bytes", "replicas")
 
 
 def _check_pool(spec, where: str) -> None:
     """One pool spec: an object with a name, a known kind, known settings of their types, and
     width, threads and timeout_s >= 1 (a pool of 0 workers would never answer); `transport`, only
     on a "workers" pool (one of POOL_TRANSPORTS) or a "sharded" one (sharded.SHARD_TRANSPORTS);
-    `shards` (required) and `memory_budget_bytes` only on a "sharded" pool."""
+    `shards` (required), `memory_budget_bytes` and `replicas` only on a "sharded" pool."""
     if not isinstance(spec, dict):
         raise ServeError(f"{where}: a pool is an object {{name, kind, width, ...}}, got {spec!r}")
     unknown = sorted(set(spec) - set(POOL_SETTINGS))
@@ -317,7 +318,7 @@ def _check_pool(spec, where: str) -> None:
         raise ServeError(f'{where}: every pool needs a "name", got {spec!r}')
     for key, kind in POOL_SETTINGS.items():
         value = spec.get(key)
-        if value is None:
+        if value is None or key == "replicas":  # an int or a list: checked below, by replicas_of
             continue
         types = (int, float) if kind is float else (kind,)
         if isinstance(value, bool) or not isinstance(value, types):
@@ -340,6 +341,11 @@ def _check_pool(spec, where: str) -> None:
             raise ServeError(f"{where}: pool {spec['name']!r}: {key} applies to a 'sharded' pool only")
     if kind == "sharded" and "shards" not in spec:
         raise ServeError(f"{where}: pool {spec['name']!r}: a 'sharded' pool needs shards (its shard workers, >= 1)")
+    if "replicas" in spec and kind == "sharded":
+        try:
+            replicas_of(spec["replicas"], spec["shards"], spec["name"])
+        except ServeError as exc:
+            raise ServeError(f"{where}: {exc}") from None
     POOL_KINDS.lookup(spec.get("kind", "inprocess"))
 
 

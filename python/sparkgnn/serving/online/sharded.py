@@ -2,13 +2,13 @@
 only its shard, answered by computation graph parallelism (OMEGA's CGP, serving/cgp_kernel.py).
 
     {"name": "shards", "kind": "sharded", "shards": 4, "memory_budget_bytes": 2000000000,
-     "transport": "ipc", "width": 1, "threads": 1, "timeout_s": 60}
+     "transport": "ipc", "width": 2, "replicas": [2, 1, 1, 1], "threads": 1, "timeout_s": 60}
 
 Shard p of S holds the G vertices whose original id mod S == p: their features after the model's
 `pre` ops, their stored h^(1..k-1) and, for a store with states, their states (cgp_worker.Shard).
-Each shard has its own messenger broker and ONE sparkgnn-worker (messenger.LocalCluster), so a
-shard's rows never land in another worker (one broker over S workers would hand a partition to
-whichever worker is free). The front process holds G and the model; per batch it runs the
+Each shard has its own messenger broker and its own sparkgnn-workers (messenger.LocalCluster), so a
+shard's rows never land in another shard's worker (one broker over S workers would hand a partition
+to whichever worker is free). The front process holds G and the model; per batch it runs the
 reuse-mode engine whose executor (sharded_engine.ShardedLayerExecutor) sends each layer's job to
 the S owners at once (only the edges whose source each owns) and merges their partial states
 exactly (cgp_kernel.merge_partials): answers equal a replicated pool's up to float summation order.
@@ -25,6 +25,13 @@ Memory budget: `memory_budget_bytes` bounds the rows each shard worker holds for
 store's manifest before any worker starts, equal to what the worker then loads); a shard over it
 refuses the start, naming each shard's bytes, the budget and the smallest shard count that fits.
 The budget does not cover the interpreter and torch (a few hundred MB per worker).
+
+Hot shards replicated: `replicas` (an int for every shard, or a list of S ints, default 1) starts
+that many workers on a shard's broker, each holding the shard; the broker leases each job to a
+free one, so a shard that most requests touch (a hub's owner) answers up to `replicas` batches at
+once instead of queueing them -- the pool runs `width` batches at once, so give it width >= the
+largest replica count -- and a killed replica leaves the others answering while it is replaced.
+Replicated pools ("workers", "inprocess") and sharded ones mix in one deployment.
 
 A killed worker: its call waits in its shard's broker (which requeues the lease when the worker's
 heartbeats stop); the pool, which watches its workers while a fan-out is in flight and before
@@ -58,6 +65,7 @@ from sparkgnn.serving.online.pools import POOL_KINDS, FrontAnswered, ServeError
 log = logging.getLogger(__name__)
 
 SHARDED_MODES = ("he", "srpe", "exact")
+MAX_REPLICAS = 64
 SHARD_TRANSPORTS = ("ipc", "tcp", "inprocess")
 MAX_SHARDS = 4096
 _WATCH_S = 0.25  # how often a fan-out in flight checks its shard workers
@@ -81,6 +89,25 @@ def shard_bytes(ids: np.ndarray, model, store, shards: int, states: bool) -> lis
         if states:
             per_row += 4 * int(store.state_width(layer) or 0)
     return [int(r) * per_row for r in rows]
+
+
+def replicas_of(replicas: Any, shards: Any, name: str) -> list[int]:
+    """Workers per shard for pool `name`'s `replicas` setting (module doc): an int for every shard
+    or a list of `shards` ints, each in 1..MAX_REPLICAS; ServeError naming what is wrong otherwise."""
+    count = shards if isinstance(shards, int) and not isinstance(shards, bool) else 0
+    if replicas is None:
+        return [1] * count
+    per_shard = [replicas] * count if isinstance(replicas, int) and not isinstance(replicas, bool) else replicas
+    if (
+        not isinstance(per_shard, list)
+        or len(per_shard) != count
+        or not all(isinstance(r, int) and not isinstance(r, bool) and 1 <= r <= MAX_REPLICAS for r in per_shard)
+    ):
+        raise ServeError(
+            f"pool {name!r}: replicas must be an integer in 1..{MAX_REPLICAS} or a list of one such per shard "
+            f"({count} shards), got {replicas!r}"
+        )
+    return list(per_shard)
 
 
 def budget_problem(name: str, ids: np.ndarray, model, store, shards: int, budget: int | None) -> str | None:
@@ -166,6 +193,7 @@ class ShardedPool(FrontAnswered):
         timeout_s: float = 60.0,
         transport: str = "ipc",
         memory_budget_bytes: int | None = None,
+        replicas: int | list[int] | None = None,
         **_,
     ):
         """Starts nothing: `register` (the deployment's first spec) checks the budget, then starts
@@ -177,6 +205,7 @@ class ShardedPool(FrontAnswered):
                 f"pool {name!r}: transport must be one of {', '.join(SHARD_TRANSPORTS)}, got {transport!r}"
             )
         self.name, self.width, self.shards = name, int(width), int(shards)
+        self.replicas = replicas_of(replicas, self.shards, name)
         self.transport = transport
         self.memory_budget_bytes = memory_budget_bytes
         self.shard_bytes: list[int] = []  # per shard, once registered
@@ -186,7 +215,7 @@ class ShardedPool(FrontAnswered):
         self._shard_key: str | None = None  # what the shard workers serve (graph, model, store base)
         self._states = False
         self.cache: Any = None  # sharded_engine.ShardedDeploymentCache, once registered
-        self.clusters: list = []  # one messenger.LocalCluster (broker + one worker) per shard
+        self.clusters: list = []  # one messenger.LocalCluster (broker + `replicas` workers) per shard
         self._dealers: list[queue.Queue] = []  # per shard: `width` dealers
         self._calls: ThreadPoolExecutor | None = None
         self._dir: str | None = None
@@ -247,18 +276,19 @@ class ShardedPool(FrontAnswered):
         served.register(spec)  # the front's deployment cache answers batches naming it
         self.cache = ShardedDeploymentCache(shards=self.shards, states=self._states, fan_out=self.fan_out)
         log.info(
-            "pool %r: %d shards of PE store %s over %s, bytes per shard %s (budget %s)",
+            "pool %r: %d shards of PE store %s over %s, bytes per shard %s (budget %s), workers per shard %s",
             self.name,
             self.shards,
             store.base,
             self.transport,
             self.shard_bytes,
             self.memory_budget_bytes,
+            self.replicas,
         )
 
     def _start_workers(self, shard_spec: dict) -> None:
-        """One broker and one worker per shard, started at once, all serving `shard_spec` from a
-        deployments file in this pool's 0700 folder."""
+        """One broker and `replicas` workers per shard, started at once, all serving `shard_spec`
+        from a deployments file in this pool's 0700 folder."""
         from sparkgnn.messenger.local import LocalCluster
         from sparkgnn.serving import served
 
@@ -269,7 +299,7 @@ class ShardedPool(FrontAnswered):
         served.write_file(deployments, [shard_spec])
         self.clusters = [
             LocalCluster(
-                1,
+                replicas,
                 model_store=models,
                 deployments=deployments,
                 threads=self._threads,
@@ -277,7 +307,7 @@ class ShardedPool(FrontAnswered):
                 heartbeat_s=0.5,
                 transport=self.transport,
             )
-            for _ in range(self.shards)
+            for replicas in self.replicas
         ]
         errors: list[BaseException] = []
 
@@ -362,18 +392,20 @@ class ShardedPool(FrontAnswered):
     def _replace_dead_workers(self) -> None:
         with self._lock:
             for p, cluster in enumerate(self.clusters):
-                if cluster.workers and cluster.workers[0].poll() is not None:
-                    log.warning("pool %r: the worker of shard %d died; starting a replacement", self.name, p)
+                for i, worker in enumerate(cluster.workers):
+                    if worker.poll() is None:
+                        continue
+                    log.warning("pool %r: worker %d of shard %d died; starting a replacement", self.name, i, p)
                     replacement = cluster.add_worker()  # appended; it takes the dead one's place
                     cluster.workers.pop()
-                    cluster.workers[0] = replacement
+                    cluster.workers[i] = replacement
                     self.replaced += 1
 
     def worker_pids(self) -> list[int]:
-        """The live shard workers (the front's own pid for transport "inprocess")."""
+        """The live shard workers, shard by shard (the front's own pid for transport "inprocess")."""
         if self.transport == "inprocess":
             return [os.getpid()]
-        return [c.workers[0].pid for c in self.clusters if c.workers and c.workers[0].poll() is None]
+        return [w.pid for c in self.clusters for w in c.workers if w.poll() is None]
 
     def close(self) -> None:
         from sparkgnn.serving import served
