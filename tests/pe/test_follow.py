@@ -369,6 +369,49 @@ def test_each_committed_version_is_published_with_its_graph(graph, tmp_path):  #
     assert PEStore.open(root, model=model, graph=served).base == record["store"]
 
 
+def test_a_restart_replays_only_the_batches_after_the_newest_published_full_graph(graph, tmp_path, monkeypatch):  # noqa: F811
+    """A restarted follower reads the newest full graph directory it published at or before its
+    last commit (here the one a compaction writes after batch 2) instead of replaying the log from
+    the base graph: it reads only the later batches' logged files and reaches the same graph; a
+    directory that is not the graph it is named for is not used (the log is replayed instead)."""
+    from sparkgnn.pe import published
+
+    model = model_of("sage", graph.feature_dim, 2)
+    root, inbox, state = str(tmp_path / "store"), str(tmp_path / "in"), str(tmp_path / "state")
+    os.makedirs(inbox)
+    precompute_local(graph, model, root)
+    updates = updates_in_order(graph)
+
+    def follower():
+        return RefreshFollower(
+            graph=graph, model=model, store=root, updates=inbox, state=state, max_batch_updates=1, commit_every_s=3600
+        )
+
+    first = follower()
+    for i, u in enumerate(updates):
+        drop(inbox, f"{i}.parquet", u, 1000 + i)
+        assert first.poll(flush=False) is not None
+        if i == 1:
+            assert first.commit()
+            full = published.write_full(root, first.committed_graph)  # what the compaction job writes
+    assert first.commit() and first.committed_batches == 4
+    read = []
+    real_read = GraphUpdate.read
+    monkeypatch.setattr(GraphUpdate, "read", staticmethod(lambda path: read.append(path) or real_read(path)))
+    second = follower()
+    want = final_graph(graph, updates)
+    assert second.replayed_from == 2 and second.graph.fingerprint == want.fingerprint
+    assert [os.path.basename(p) for p in read] == ["2.parquet", "3.parquet"]
+    assert second.poll(flush=True) is None
+    g2 = final_graph(graph, updates[:2])
+    other = published.graph_dir(root, g2.fingerprint)
+    os.rename(full, full + ".moved")
+    os.rename(published.graph_dir(root, graph.fingerprint), other)  # the base graph under g2's name
+    read.clear()
+    third = follower()
+    assert third.replayed_from == 0 and third.graph.fingerprint == want.fingerprint and len(read) == 4
+
+
 def test_chebconv_follower_refreshes_the_out_neighbours_of_changed_sources(graph, tmp_path):  # noqa: F811
     """ChebConv normalises by its sources' OUT-degree, so an edge change at u changes the message
     of every out-edge of u. The follower plans through its EdgeIndex (pe/edge_index.py): a first

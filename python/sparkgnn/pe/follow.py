@@ -32,13 +32,14 @@ committed as ONE row-level store version of the current graph (`commit`: a delta
 committed version, pe/versions.py) and the checkpoint records the batches the store holds
 (`committed`). WHY: a store version per batch (writer attempt, Parquet and row files, fsyncs,
 manifest, every 8th version a whole layer) costs several times the refresh of a small batch. A
-follower killed at any point restarts from the base graph, replays the logged batches in memory
-(graph.updates.apply, no refresh), checks that it reached the checkpoint's graph fingerprint,
-commits the batches done since the last commit (one refresh_local of them composed, from the
-committed graph: exact, and a version already (partly) written commits only its missing layers), and
-redoes a pending batch from its log, so no file is applied twice or lost. A malformed file, or one
-that does not apply to the graph as of its turn, is dead-lettered with the reason and the stream
-moves on.
+follower killed at any point restarts from the newest graph it published whole at or before its
+last commit (a full graph directory under the store root; else the base graph), replays the logged
+batches after it in memory (graph.updates.apply, no refresh), checks that it reached the
+checkpoint's graph fingerprint, commits the batches done since the last commit (one refresh_local
+of them composed, from the committed graph: exact, and a version already (partly) written commits
+only its missing layers), and redoes a pending batch from its log, so no file is applied twice or
+lost. A malformed file, or one that does not apply to the graph as of its turn, is dead-lettered
+with the reason and the stream moves on.
 
 Every committed version is PUBLISHED (pe/published.py, unless `publish=False`): as a delta over the
 previous publication (the update files the commit covers, checked by fingerprint), or every so
@@ -199,6 +200,7 @@ class RefreshFollower(FollowerCompaction):
         self.publish = bool(publish)
         self.published: dict | None = None  # the latest publication (pe/published.py), once published
         self.history: list[FollowProgress] = []
+        self.replayed_from = 0  # done batches the restart read from a published graph, not the log
         self._composed_since_commit: Applied | None = None  # set by _replay
         self._edge_index: tuple[GraphData, EdgeIndex] | None = None  # (graph, its index), built on start
         self._done_names: set[str] = set()  # consumed(): the names of the batches and dead letters in _seen
@@ -293,18 +295,48 @@ class RefreshFollower(FollowerCompaction):
         self._seen = (len(batches), len(dead))
         return self._done_names
 
+    def _replay_start(self) -> int:
+        """How many done batches the replay can skip: the latest batch at or before the last
+        commit whose graph this store root published as a full graph directory (pe/published.py:
+        the first publication and each compaction write one) is read from it instead of applying
+        the log up to it, so a restart replays the batches since that directory, not every batch
+        since the follow began; 0 (replay from the base graph) when there is none."""
+        from sparkgnn.graph.reader import read_graph_dir
+        from sparkgnn.pe.published import graph_dir
+
+        batches = self.checkpoint["batches"]
+        for k in range(self.committed_batches, 0, -1) if self.publish else ():
+            want = str(batches[k - 1]["graph_fingerprint"])
+            folder = graph_dir(self.store_root, want)
+            if not os.path.isdir(folder):
+                continue
+            try:
+                graph = read_graph_dir(folder)
+            except (SparkGNNError, OSError) as exc:
+                log.warning(f"refresh follow: published graph {folder} not read ({exc}); replaying the log instead")
+                continue
+            if graph.fingerprint != want:
+                log.warning(f"refresh follow: published graph {folder} is not graph {want[:12]}; not used")
+                continue
+            self.graph = graph
+            return k
+        return 0
+
     def _replay(self) -> None:
         """Bring the in-memory graph to the checkpoint's version: the logged files of every
-        done batch applied again, in order (no refresh). `committed_graph`: the graph as of the
-        last batch the store holds; the batches after it (held in memory when the follower
-        stopped) are composed into `_composed_since_commit` for __init__ to commit."""
+        done batch after `_replay_start` applied again, in order (no refresh). `committed_graph`:
+        the graph as of the last batch the store holds; the batches after it (held in memory
+        when the follower stopped) are composed into `_composed_since_commit` for __init__ to
+        commit."""
         from sparkgnn.graph.updates import GraphUpdate, apply
 
+        self.replayed_from = self._replay_start()
         self.running = RunningFingerprint.of(self.graph)
         self.committed_graph, self._since_commit, self._composed_since_commit = self.graph, BatchCounts(), None
         self._committed_sums = (self.running.vertex_sum, self.running.edge_sum)
         self._last_commit = time.monotonic()
-        for done, batch in enumerate(self.checkpoint["batches"], start=1):
+        batches = self.checkpoint["batches"]
+        for done, batch in enumerate(batches[self.replayed_from :], start=self.replayed_from + 1):
             for name in batch["applied"]:
                 update = GraphUpdate.read(self._logged(batch["batch"], name))
                 step = apply(update, self.graph)
