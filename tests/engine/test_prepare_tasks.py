@@ -138,3 +138,63 @@ def test_a_chebconv_run_after_a_plain_prepare_adds_its_statistic_without_prepari
     with torch.no_grad():
         expected = module(torch.from_numpy(data.x), data.edge_index_torch(), torch.from_numpy(data.weight)).numpy()
     assert relative_error(spark_output(result.frame, data), expected) <= 1e-5
+
+
+def _unvouched_copy(source: str, target) -> str:
+    """The graph's data files without graph.json: a directory another tool wrote."""
+    import shutil
+
+    for folder in ("vertices", "edges"):
+        shutil.copytree(os.path.join(source, folder), target / folder)
+    return str(target)
+
+
+def test_an_unvouched_graph_is_validated_and_fingerprinted_in_prepares_own_two_jobs(spark, graph_dirs, tmp_path):
+    from sparkgnn import files
+    from sparkgnn.graph import facts_cache
+
+    source, data = graph_dirs["skewed"]
+    vouched = Graph.load(spark, source)
+    path = _unvouched_copy(source, tmp_path / "g")
+    graph = Graph.load(spark, path, validate=False)
+    assert graph.unvouched and graph.sizes() == {"num_vertices": data.num_nodes, "num_edges": data.num_edges}
+    work = str(tmp_path / "work")
+    context = spark.sparkContext
+    context.setJobGroup("scan", "scan")
+    try:
+        prepared = prepare(spark, graph, 3, work, writer="tasks")
+        jobs = len(context.statusTracker().getJobIdsForGroup("scan"))
+    finally:
+        context.setJobGroup("", "")
+    assert jobs == 2  # the two passes: no validation or fingerprint job of their own
+    assert graph.known_fingerprint == vouched.fingerprint and not graph.unvouched
+    assert prepared.path == files.join(work, "prep", vouched.fingerprint, "P=3") and not prepared.reused
+    assert {k: graph.stats()[k] for k in facts_cache.COUNT_KEYS} == {
+        k: vouched.stats()[k] for k in facts_cache.COUNT_KEYS
+    }
+    assert prepared.stats == prepare(spark, vouched, 3, str(tmp_path / "other"), writer="tasks").stats
+    assert sorted(os.listdir(os.path.join(work, "prep"))) == [vouched.fingerprint]  # the scan's folder renamed
+    assert facts_cache.recall(work, path, graph.data_stamp)["fingerprint"] == vouched.fingerprint
+
+
+def test_an_unvouched_graph_with_a_dangling_edge_is_refused_as_validation_words_it(spark, graph_dirs, tmp_path):
+    from sparkgnn.errors import GraphValidationError
+
+    source, data = graph_dirs["skewed"]
+    path = _unvouched_copy(source, tmp_path / "g")
+    extra = {"src": pa.array([int(data.ids[0])]), "dst": pa.array([-5]), "weight": pa.array([1.0], pa.float32())}
+    pq.write_table(pa.table(extra), os.path.join(path, "edges", "zz-extra.parquet"))
+    with pytest.raises(GraphValidationError) as expected:
+        Graph.load(spark, path, validate=False).validate()
+    from torch_geometric.nn import SAGEConv
+
+    from sparkgnn import infer
+    from sparkgnn.models import Model
+
+    work, out = tmp_path / "work", tmp_path / "out"
+    model = Model.from_pyg(SAGEConv(data.feature_dim, 4).eval())
+    with pytest.raises(GraphValidationError) as refused:  # validation deferred to prepare's tasks
+        infer(spark, path, model, out=str(out), partitions=3, work_dir=str(work), exchange="files")
+    assert str(refused.value) == str(expected.value)
+    assert "1 edges have a dst that is not a vertex id" in str(refused.value) and "-5" in str(refused.value)
+    assert not out.exists() and not any((work / "prep").glob(".scan-*"))  # nothing written, the scan folder gone

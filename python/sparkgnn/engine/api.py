@@ -16,7 +16,14 @@ from sparkgnn.engine.executor import estimate_lines, estimate_vs_actual, execute
 from sparkgnn.engine.failures import step_failures
 from sparkgnn.engine.jvm import why_unavailable
 from sparkgnn.engine.materialise import materialise_kind
-from sparkgnn.engine.prepare import ensure_layouts, ensure_out_stats, is_prepared, layout_writer, prepare
+from sparkgnn.engine.prepare import (
+    ensure_layouts,
+    ensure_out_stats,
+    is_prepared,
+    layout_writer,
+    prepare,
+    scans_in_tasks,
+)
 from sparkgnn.engine.pushdown import NEEDS_SPARK_ROWS, shuffle_partitions
 from sparkgnn.engine.result import JobResult, legacy_positional, model_name, warn_return_report
 from sparkgnn.engine.session import configure, mapped_memory_budget, memory_per_task
@@ -120,22 +127,31 @@ def load_job_inputs(
     *,
     validate: bool = True,
     work_dir: str | None = None,
+    defer_validation: bool = False,
 ) -> tuple[Graph, Model]:
     """The setup `infer` and `precompute` start from: the session configured, the graph and the
     model loaded, the graph validated (unless `validate` is False; a directory always unless its
     graph.json, or a record an earlier job left in `work_dir`, vouches for it) and the model
     checked to read the graph's feature width, all before any costly Spark job, so bad input fails
-    in one line."""
+    in one line. `defer_validation`: a directory nothing vouches for (Graph.unvouched) is left
+    unvalidated here, for prepare's tasks to validate and fingerprint in their own passes
+    (engine.prepare.scans_in_tasks), or for the first step that needs it to validate as before."""
     configure(spark)
     with phases.phase("graph open"):
         loaded_graph = coerce_graph(spark, graph, work_dir=work_dir, validate=False)
     with phases.phase("model load"):
         loaded_model = coerce_model(model)
-    if validate or isinstance(graph, (str, os.PathLike)):  # a directory: Graph.load's rule
+    deferred = defer_validation and loaded_graph.unvouched
+    if (validate or isinstance(graph, (str, os.PathLike))) and not deferred:  # a directory: Graph.load's rule
         with phases.phase("graph validation"):
             loaded_graph.validate()
     with phases.phase("graph facts"):  # the feature width: graph.json's, validation's, or one row read
-        check_model_fits(loaded_graph, loaded_model)
+        try:
+            check_model_fits(loaded_graph, loaded_model)
+        except SparkGNNError:
+            if deferred:  # a malformed graph is refused for what is wrong with it, as without deferral
+                loaded_graph.validate()
+            raise
     return loaded_graph, loaded_model
 
 
@@ -192,8 +208,8 @@ def plan_for(
     from sparkgnn import planner
 
     layers = model.plan_info()
-    with phases.phase("graph statistics"):  # graph.json's or validation's counts, else a count
-        stats = graph.stats()
+    with phases.phase("graph statistics"):  # graph.json's or validation's counts, else the footers' or a count
+        stats = graph.sizes()
     if keep_states:  # states are kept in the raw space (pe module doc): no transform-then-propagate either,
         # so every width the plan's operators name (pushdown's native aggregate reads it) is the raw one
         layers = [dict(layer, range_wise=False, can_pre_transform=False) for layer in layers]
@@ -224,11 +240,16 @@ def plan_for(
         with phases.phase("out-degree histogram"):
             histogram = out_degree_histogram(graph, root)
         num_partitions, tasks = layout_with(histogram)
-    with phases.phase("graph fingerprint"):  # graph.json's, an earlier job's, or one pass over the graph
-        graph.fingerprint  # noqa: B018 - computed here so prepare's phase holds prepare alone
-        graph.remember_facts(root)  # a directory graph.json does not vouch for: the next job skips both
+    writer = layout_writer(graph, exchange)
+    if not scans_in_tasks(graph, writer):  # else prepare's tasks validate and fingerprint it as they read it
+        if getattr(graph, "unvouched", False):  # load_job_inputs deferred it
+            with phases.phase("graph validation"):
+                graph.validate()
+        with phases.phase("graph fingerprint"):  # graph.json's, an earlier job's, or one pass over the graph
+            graph.fingerprint  # noqa: B018 - computed here so prepare's phase holds prepare alone
+            graph.remember_facts(root)  # a directory graph.json does not vouch for: the next job skips both
     with phases.phase("prepare"):
-        prepared = prepare(spark, graph, num_partitions, root, writer=layout_writer(graph, exchange))
+        prepared = prepare(spark, graph, num_partitions, root, writer=writer)
     graph_stats = dict(prepared.stats, feature_dim=graph.feature_dim)
     task = {
         "strategy": strategy,
@@ -465,7 +486,8 @@ def _infer_one(
         root = resolve_work_dir(spark, out, work_dir)
         if out:
             check_output(out, input_paths(graph, model, root), overwrite)
-    graph, model = load_job_inputs(spark, graph, model, validate=validate, work_dir=root)
+    # without ids, a directory nothing vouches for is validated by prepare's own tasks (plan_for)
+    graph, model = load_job_inputs(spark, graph, model, validate=validate, work_dir=root, defer_validation=ids is None)
     with phases.phase("requested ids"):
         ids_df = checked_ids(spark, graph, ids) if ids is not None else None
     kind = _exchange_for(spark, exchange, strategy, root)

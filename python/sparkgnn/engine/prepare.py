@@ -228,7 +228,18 @@ def _current(marker: str) -> bool:
         return False
 
 
+def scans_in_tasks(graph, writer: str) -> bool:
+    """Whether prepare's tasks validate and fingerprint `graph` as they read it (graph.scan_facts):
+    an unvouched directory (Graph.unvouched) without edge attributes, prepared by the tasks."""
+    return writer == "tasks" and bool(getattr(graph, "unvouched", False)) and "edge_attr" not in graph.edges.columns
+
+
 def prepare(spark, graph, partitions: int, work_dir: str, writer: str = "spark") -> PreparedGraph:
+    """The base layouts and statistics of `graph` for `partitions` under `work_dir`, reused when an
+    earlier job prepared the same fingerprint and P. For an unvouched directory the tasks writer
+    also validates and fingerprints it in the same passes (_prepare_scanning)."""
+    if scans_in_tasks(graph, writer):
+        return _prepare_scanning(spark, graph, partitions, work_dir)
     fingerprint = graph.fingerprint
     path = _prepared_path(work_dir, fingerprint, partitions)
     marker = files.join(path, MARKER)
@@ -249,6 +260,54 @@ def prepare(spark, graph, partitions: int, work_dir: str, writer: str = "spark")
     log.info(
         f"sparkgnn: prepared graph {fingerprint} for {partitions} partitions in {seconds:.1f} s "
         f"(R_f = {1 + stats['mirror_rows'] / max(stats['num_vertices'], 1):.2f})"
+    )
+    return PreparedGraph(path=path, partitions=partitions, stats=stats, seconds=seconds)
+
+
+def _prepare_scanning(spark, graph, partitions: int, work_dir: str) -> PreparedGraph:
+    """prepare for an unvouched directory (scans_in_tasks). Its fingerprint, the layout's key, is
+    known only once the tasks have read every row, so they write into a hidden folder of this
+    attempt (`prep/.scan-<token>/`), which is renamed to `prep/<fingerprint>/P=<n>` once the scan
+    vouches for the graph (or dropped when an earlier job prepared that fingerprint already). A
+    defect stops the tasks after the pass that counts it; the folder is removed and
+    Graph.validate words the refusal, the same line a validation on its own gives."""
+    from sparkgnn.engine.prepare_tasks import prepare_and_scan_in_tasks
+    from sparkgnn.graph.scan_facts import ScanFoundDefects
+
+    started = time.perf_counter()
+    staging = files.join(work_dir, "prep", f".scan-{uuid.uuid4().hex[:12]}")
+    set_job_description(spark, f"sparkgnn prepare: validate, fingerprint and partition graph into {partitions}")
+    try:
+        stats, totals = prepare_and_scan_in_tasks(spark, graph, partitions, files.join(staging, f"P={partitions}"))
+    except ScanFoundDefects:
+        files.delete(staging)
+        graph.validate(force=True)  # raises with the defects' counts and first offenders
+        log.warning("sparkgnn: prepare's tasks counted a defect that validation does not find; preparing again")
+        return prepare(spark, graph, partitions, work_dir, writer="tasks")
+    except BaseException:
+        files.delete(staging)
+        raise
+    graph.adopt_scanned(totals.facts(), totals.fingerprint())
+    graph.remember_facts(work_dir)  # the next job on these files reads neither again (graph.facts_cache)
+    fingerprint = graph.fingerprint
+    path = _prepared_path(work_dir, fingerprint, partitions)
+    marker = files.join(path, MARKER)
+    if _current(marker):  # the same content prepared before (another path, or files touched since)
+        files.delete(staging)
+        log.info(f"sparkgnn: reusing the graph layout prepared for {partitions} partitions ({path})")
+        return PreparedGraph(path, partitions, files.read_json(marker)["stats"], time.perf_counter() - started, True)
+    files.delete(path)  # an interrupted attempt's files, without a marker
+    files.makedirs(files.parent(path))
+    fs, inner = files.filesystem(path)
+    fs.move(files.filesystem(files.join(staging, f"P={partitions}"))[1], inner)
+    files.delete(staging)
+    _write_marker(
+        marker, {"fingerprint": fingerprint, "partitions": partitions, "layout": LAYOUT_VERSION, "stats": stats}
+    )
+    seconds = time.perf_counter() - started
+    log.info(
+        f"sparkgnn: validated, fingerprinted ({fingerprint}) and prepared graph {graph.path} for {partitions} "
+        f"partitions in {seconds:.1f} s (R_f = {1 + stats['mirror_rows'] / max(stats['num_vertices'], 1):.2f})"
     )
     return PreparedGraph(path=path, partitions=partitions, stats=stats, seconds=seconds)
 

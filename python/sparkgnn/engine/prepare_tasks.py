@@ -17,6 +17,11 @@ from two passes of numpy over the edge files, with ownership from the same hash
    (vertices, edges, mirror rows, combine's partial rows); it also derives and saves the slice's
    local indexes (engine.static) that every first layer loads.
 
+For a graph directory nothing vouches for yet (prepare_and_scan_in_tasks), the same two passes
+also validate and fingerprint it (graph.scan_facts): pass 1's readers check and hash the rows they
+read, pass 2's tasks count duplicate ids and dangling endpoints; the driver stops after the pass
+whose totals show a defect.
+
 An out-edge statistic (engine.degrees.OUT_STATS) is not part of these passes: a run that reads
 one has it written on demand (engine.prepare.ensure_out_stats) by out_stat_in_tasks, one pass over
 the in_edges slices: task q sums the statistic by source over its slice and writes the partial
@@ -45,7 +50,9 @@ from sparkgnn.engine.exchange import check_reports, control_partition, control_r
 from sparkgnn.engine.phases import phase
 from sparkgnn.engine.routing import FILES_SCHEMA_DDL, owner_partition
 from sparkgnn.files import data_files, filesystem, join, parquet_batches
+from sparkgnn.graph import scan_facts
 from sparkgnn.graph.layout import EDGE_ATTR
+from sparkgnn.graph.scan_facts import ScanPartial, ScanTotals
 
 READ_BATCH_ROWS = 1 << 20
 STATS_SCHEMA_DDL = "pt int, rows long, bytes long, vertices long, edges long, mirror_rows long, partials long"
@@ -64,21 +71,28 @@ def _write_piece(directory: str, name: str, table: pa.Table) -> int:
     return fs.get_file_info(join(inner, name)).size
 
 
-def _edges_task(prep_dir, files, partitions, token, has_weight, attr_dim, batches):
+def _edges_task(prep_dir, files, partitions, token, has_weight, attr_dim, scan, batches):
     """Pass 1, reader i: in_edges slices by destination owner (with the edges' attribute vectors
-    as column `a` when the graph has `attr_dim` > 0)."""
+    as column `a` when the graph has `attr_dim` > 0). With `scan` (the vertex files and their
+    columns to read), it also checks and hashes the edges it reads and its share of the vertex
+    files (_vertex_share; graph.scan_facts) and reports them next to its summary (ScanPartial.ddl)."""
     reader = control_partition(batches)
     columns = ["src", "dst"] + (["weight"] if has_weight else []) + ([EDGE_ATTR] if attr_dim else [])
     pieces: dict[int, list[tuple]] = {q: [] for q in range(partitions)}
+    partial = ScanPartial() if scan else None
     for path in files[reader::partitions]:
         for batch in parquet_batches(path, columns, READ_BATCH_ROWS):
+            if partial is not None and partial.null_endpoints(batch):
+                continue  # counted; the graph is refused before anything reads these slices
             src = batch.column("src").to_numpy().astype(np.int64, copy=False)
             dst = batch.column("dst").to_numpy().astype(np.int64, copy=False)
             w = (
-                batch.column("weight").to_numpy().astype(np.float32, copy=False)
+                batch.column("weight").to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
                 if has_weight
                 else np.ones(len(src), np.float32)
             )
+            if partial is not None:
+                partial.add_edges(src, dst, w if has_weight else None)
             attr = to_numpy_matrix(batch.column(EDGE_ATTR), attr_dim) if attr_dim else None
             pd = owner_partition(dst, partitions)
             order = np.argsort(pd, kind="stable")
@@ -101,7 +115,27 @@ def _edges_task(prep_dir, files, partitions, token, has_weight, attr_dim, batche
         )
         rows += table.num_rows
         written += _write_piece(join(prep_dir, "in_edges", f"part={q}"), f"part-{token}-r{reader}.parquet", table)
-    yield summary_row(reader, rows, written)
+    summary = summary_row(reader, rows, written)
+    if partial is None:
+        yield summary
+        return
+    vertex_files, vertex_columns = scan
+    for path in _vertex_share(vertex_files, reader, partitions):
+        for batch in parquet_batches(path, vertex_columns, READ_BATCH_ROWS):
+            partial.add_vertices(batch)
+    yield _with_scan(summary, partial)
+
+
+def _vertex_share(vertex_files: list[str], reader: int, partitions: int) -> list[str]:
+    """The vertex files reader `reader` scans: dealt from the last reader backwards, so a graph of
+    fewer files than readers has its edge files and its vertex files read by different tasks."""
+    return [path for j, path in enumerate(vertex_files) if (partitions - 1 - j) % partitions == reader]
+
+
+def _with_scan(report: pa.RecordBatch, partial: ScanPartial) -> pa.RecordBatch:
+    """A task's report row with its scan partial's columns appended (ScanPartial.ddl)."""
+    columns = {name: report.column(name) for name in report.schema.names}
+    return pa.RecordBatch.from_pydict({**columns, **partial.arrays()})
 
 
 def _read_slice(prep_dir: str, part: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -117,20 +151,34 @@ def _read_slice(prep_dir: str, part: int) -> tuple[np.ndarray, np.ndarray, np.nd
     )
 
 
-def _owned_ids(vertex_files: list[str], part: int, partitions: int) -> np.ndarray:
+def _owned_ids(vertex_files: list[str], part: int | None, partitions: int) -> np.ndarray:
+    """The vertex ids partition `part` owns, ascending (`part` None: every id)."""
     found = []
     for path in vertex_files:
         for batch in parquet_batches(path, ["id"], READ_BATCH_ROWS):
             ids = batch.column("id").to_numpy().astype(np.int64, copy=False)
-            found.append(ids[owner_partition(ids, partitions) == part])
+            found.append(ids if part is None else ids[owner_partition(ids, partitions) == part])
     return np.sort(np.concatenate(found)) if found else np.zeros(0, np.int64)
 
 
-def _partition_task(prep_dir, vertex_files, partitions, token, batches):
-    """Pass 2, partition q: vertices, the out_targets rows naming q, and q's statistics."""
+def _partition_task(prep_dir, vertex_files, partitions, token, scan, batches):
+    """Pass 2, partition q: vertices, the out_targets rows naming q, and q's statistics. With
+    `scan`, it also counts q's duplicate ids and the edges of its slice whose endpoints are not
+    vertex ids (graph.scan_facts), and reports them next to its statistics."""
     part = control_partition(batches)
     src, dst, w = _read_slice(prep_dir, part)
-    ids = _owned_ids(vertex_files, part, partitions)
+    partial = ScanPartial() if scan else None
+    if partial is None:
+        ids = _owned_ids(vertex_files, part, partitions)
+    else:  # every id: an edge's source may be owned elsewhere (duplicates share an owner)
+        every = _owned_ids(vertex_files, None, partitions)
+        ids = every[owner_partition(every, partitions) == part]
+        partial.duplicate_ids = scan_facts.repeated(ids)
+        partial.dangling_dst = scan_facts.missing(ids, dst)
+        partial.dangling_src = scan_facts.missing(every, src)
+        if partial.duplicate_ids or partial.dangling_dst or partial.dangling_src:  # refused: write nothing
+            yield _with_scan(_partition_report((part, len(ids), 0, len(ids), len(src), 0, 0)), partial)
+            return
     written = _write_piece(
         join(prep_dir, "vertices", f"part={part}"),
         f"part-{token}-t{part}.parquet",
@@ -152,10 +200,20 @@ def _partition_task(prep_dir, vertex_files, partitions, token, batches):
     # The slice's local indexes (engine.static), saved next to the layout while its files are warm:
     # every later job's first layer loads them instead of deriving them. Content is a function of
     # the graph fingerprint and P (the folder's key), so a process-cached copy is never stale.
-    static.in_edges(prep_dir, part)
-    stats = (part, len(ids), written, len(ids), len(src), len(sources), partials)
+    if partial is None:
+        static.in_edges(prep_dir, part)
+    else:  # saved, not kept: this folder is renamed under the graph's fingerprint once every task
+        # is done (engine.prepare), and the steps load the saved arrays from there
+        static.in_edges.__wrapped__(prep_dir, part)
+        static.owned.cache_clear()
+    report = _partition_report((part, len(ids), written, len(ids), len(src), len(sources), partials))
+    yield report if partial is None else _with_scan(report, partial)
+
+
+def _partition_report(stats: tuple) -> pa.RecordBatch:
+    """Pass 2's report row (STATS_SCHEMA_DDL) of (pt, rows, bytes, vertices, edges, mirror_rows, partials)."""
     names = ["pt", "rows", "bytes", "vertices", "edges", "mirror_rows", "partials"]
-    yield pa.RecordBatch.from_arrays(
+    return pa.RecordBatch.from_arrays(
         [pa.array([stats[0]], pa.int32())] + [pa.array([v], pa.int64()) for v in stats[1:]], names=names
     )
 
@@ -164,6 +222,22 @@ def prepare_in_tasks(spark, graph, partitions: int, path: str) -> dict:
     """Write the base layouts under `path` with the two passes above; returns the statistics
     engine.prepare's marker records. `path`'s layout folders are this preparation's (the marker
     is missing: an interrupted attempt's files are replaced, as Spark's overwrite would)."""
+    stats, _totals = _two_passes(spark, graph, partitions, path, scan=False)
+    return stats
+
+
+def prepare_and_scan_in_tasks(spark, graph, partitions: int, path: str) -> tuple[dict, ScanTotals]:
+    """prepare_in_tasks for a graph directory nothing vouches for yet (Graph.unvouched), whose
+    tasks also validate and fingerprint what they read (graph.scan_facts): (the statistics, the
+    scan's totals). Raises scan_facts.ScanFoundDefects as soon as a pass's totals show a defect
+    (after pass 1 for the row checks, before pass 2 writes anything), for the caller to clean
+    `path` up and let Graph.validate word the refusal. Not for edges with edge_attr."""
+    if "edge_attr" in graph.edges.columns:
+        raise ValueError("the prepare tasks' scan does not check edge attributes: validate the graph first")
+    return _two_passes(spark, graph, partitions, path, scan=True)
+
+
+def _two_passes(spark, graph, partitions: int, path: str, *, scan: bool) -> tuple[dict, ScanTotals]:
     from sparkgnn.graph.layout import EDGES_DIR, VERTICES_DIR
 
     for name in ("vertices", "in_edges", "out_targets"):  # each exists, empty or not, as Spark's writer leaves it
@@ -174,18 +248,25 @@ def prepare_in_tasks(spark, graph, partitions: int, path: str) -> dict:
     vertex_files = [join(vertex_dir, f.rel) for f in data_files(vertex_dir)]
     control = control_rows(spark, partitions)
     has_weight = "weight" in graph.edges.columns
-    attr_dim = int(getattr(graph, "edge_attr_dim", 0) or 0)
-    edges = functools.partial(_edges_task, path, edge_files, partitions, token, has_weight, attr_dim)
+    attr_dim = 0 if scan else int(getattr(graph, "edge_attr_dim", 0) or 0)
+    totals = ScanTotals(has_weight)
+    vertex_columns = ["id", "x"] + [c for c in ("y", "split") if c in graph.vertices.columns]
+    scanned = (vertex_files, vertex_columns) if scan else None
+    edges = functools.partial(_edges_task, path, edge_files, partitions, token, has_weight, attr_dim, scanned)
+    extra = (", " + ScanPartial.ddl()) if scan else ""
     # two Spark jobs, each its own line in the job's time table (engine.phases); in a cold job the
     # first also starts the Python workers the later steps reuse
     with phase("prepare: edges by partition (tasks)"):
-        check_reports(control.mapInArrow(edges, FILES_SCHEMA_DDL).collect(), partitions)
-    parts = functools.partial(_partition_task, path, vertex_files, partitions, token)
-    with phase("prepare: vertices, mirrors and counts (tasks)"):
-        reports = control.mapInArrow(parts, STATS_SCHEMA_DDL).collect()
+        reports = control.mapInArrow(edges, FILES_SCHEMA_DDL + extra).collect()
     check_reports(reports, partitions)
+    _add_scans(totals, reports, scan)
+    parts = functools.partial(_partition_task, path, vertex_files, partitions, token, scan)
+    with phase("prepare: vertices, mirrors and counts (tasks)"):
+        reports = control.mapInArrow(parts, STATS_SCHEMA_DDL + extra).collect()
+    check_reports(reports, partitions)
+    _add_scans(totals, reports, scan)
     partials = sum(int(r["partials"]) for r in reports)
-    return {
+    stats = {
         "num_vertices": sum(int(r["vertices"]) for r in reports),
         "num_edges": sum(int(r["edges"]) for r in reports),
         "partitions": partitions,
@@ -194,6 +275,17 @@ def prepare_in_tasks(spark, graph, partitions: int, path: str) -> dict:
         "combine_rows": partials,
         "max_partition_edges": max((int(r["edges"]) for r in reports), default=0),
     }
+    return stats, totals
+
+
+def _add_scans(totals: ScanTotals, reports, scan: bool) -> None:
+    """Add a pass's scan partials to `totals`; a defect stops the preparation (ScanFoundDefects)."""
+    if not scan:
+        return
+    for row in reports:
+        totals.add(ScanPartial.from_row(row))
+    if totals.has_defect:
+        raise scan_facts.ScanFoundDefects("the prepare tasks found a defect in the graph's rows")
 
 
 def _fresh_dir(path: str) -> None:

@@ -19,11 +19,12 @@ from functools import partial
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from sparkgnn import files
 from sparkgnn.errors import GraphValidationError
 from sparkgnn.graph import checks, dirfacts, layout, spark_checks
-from sparkgnn.graph.fingerprint import FingerprintAccumulator, edge_hash_sum, vertex_hash_sum
+from sparkgnn.graph.fingerprint import FingerprintAccumulator, check_fingerprint, edge_hash_sum, vertex_hash_sum
 from sparkgnn.graph.problems import raise_if_any, schema_problems
 from sparkgnn.graph.typed import is_typed_meta
 
@@ -86,6 +87,17 @@ def _edge_partials(has_weight: bool, edge_attr_dim: int, batches):
         rows += len(src)
         total = (total + edge_hash_sum(src, dst, weight, attr)) & _MASK
     yield pa.RecordBatch.from_pydict({"n": [rows], "h": [_signed(total)]})
+
+
+def _first_width(folder: str) -> int:
+    """The length of the first non-null x vector in a vertex folder's files (0: none), read on the
+    driver: what the model is checked against before prepare's tasks validate every row."""
+    for found in files.data_files(folder):
+        for batch in files.parquet_batches(_join(folder, found.rel), ["x"], 4096):
+            lengths = pc.list_value_length(batch.column("x")).drop_null()
+            if len(lengths):
+                return int(lengths[0].as_py())
+    return 0
 
 
 def _join(path: str, child: str) -> str:
@@ -222,6 +234,9 @@ class Graph:
         for source in (self.meta or {}, self._facts, self._stats or {}):
             if "feature_dim" in source:
                 return int(source["feature_dim"])
+        if self.path is not None and self.unvouched and files.is_local(self.path):
+            self._facts["feature_dim"] = _first_width(_join(self.path, layout.VERTICES_DIR))  # no Spark job
+            return self._facts["feature_dim"]
         row = self.vertices.where("x IS NOT NULL").selectExpr("size(x) AS f").first()
         self._facts["feature_dim"] = int(row.f) if row else 0
         return self._facts["feature_dim"]
@@ -244,6 +259,40 @@ class Graph:
                 acc.add_partial(edges=row.n, edge_sum=row.h & _MASK)
             self._fingerprint = acc.hexdigest()
         return self._fingerprint
+
+    @property
+    def unvouched(self) -> bool:
+        """Whether this is a graph directory whose validity and fingerprint nothing vouches for
+        yet (graph.json's data stamp, an earlier job's record, a validation in this job): the
+        case in which prepare's tasks establish them while they read its files (graph.scan_facts)."""
+        return (
+            self.path is not None and self.data_stamp is not None and not self._validated and self._fingerprint is None
+        )
+
+    def adopt_scanned(self, facts: dict, fingerprint: str) -> None:
+        """Take what prepare's tasks learnt from every row of this unvouched directory
+        (graph.scan_facts: no defect, its counts, its fingerprint) as validation would have."""
+        if not self.unvouched:
+            raise ValueError(f"graph {self.name!r} is not an unvouched directory: its facts are known")
+        self._facts.update(facts)
+        self._fingerprint = check_fingerprint(fingerprint)
+        self._validated = True
+
+    def sizes(self) -> dict:
+        """{num_vertices, num_edges}: stats()' when known, else, for an unvouched directory, the
+        row counts in its Parquet footers (no Spark job, no data read: the planner sizes the job
+        before prepare's tasks validate it), else stats()'."""
+        keys = ("num_vertices", "num_edges")
+        for known in (self._stats or {}, self.meta or {}, self._facts):
+            if all(k in known for k in keys):
+                return {k: int(known[k]) for k in keys}
+        if self.path is not None and self.unvouched and files.is_local(self.path):
+            return {
+                "num_vertices": files.parquet_rows(_join(self.path, layout.VERTICES_DIR)),
+                "num_edges": files.parquet_rows(_join(self.path, layout.EDGES_DIR)),
+            }
+        stats = self.stats()
+        return {k: int(stats[k]) for k in keys}
 
     @property
     def known_fingerprint(self) -> str | None:
