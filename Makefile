@@ -187,3 +187,12 @@ HETERO_RESULTS ?= bench/results
 .PHONY: bench-hetero
 bench-hetero: venv
 	$(PY) bench/bench_hetero.py --sizes $(HETERO_SIZES) --results $(HETERO_RESULTS)
+
+# What only a GPU shows (bench/bench_gpu.py): the batch job's DL step on the CPU vs CUDA (cold, warm,
+# error vs PyG) at 2M and 8M edges per partition, PyG in memory on the same GPU, sparkgnn-worker
+# --device cuda vs cpu over the messenger, the serving hot cache's gather on CUDA:
+# bench/results/gpu.json + gpu.png (about 4 minutes; without CUDA the CPU parts run and `gpu` is null;
+# QUICK=1: tiny sizes, written as gpu_quick.*).
+.PHONY: bench-gpu
+bench-gpu: venv
+	$(PY) bench/bench_gpu.py --out bench/results $(if $(QUICK),--quick,)

@@ -52,6 +52,18 @@ def test_a_staged_step_equals_the_unstaged_one_bit_for_bit():
     assert got.equals(expected)
 
 
+def test_the_host_buffer_made_inside_a_step_takes_a_stage_outside_one():
+    """The reused host buffer is first made inside a step (under torch.inference_mode); a later
+    stage outside inference mode still writes into it."""
+    staging._HOST.pop("cpu", None)
+    tables = _tables(seed=3)
+    with torch.inference_mode():
+        staging.stage(tables, "cpu", pin=False)
+    lookup = staging.stage(tables, "cpu", pin=False)
+    for values in staging.input_arrays(tables):
+        np.testing.assert_array_equal(lookup[staging._key(values)].numpy(), values)
+
+
 def test_results_come_back_as_they_are_on_the_cpu():
     h, rows = torch.randn(5, 3), torch.arange(4)
     back = staging.to_host([h, rows])

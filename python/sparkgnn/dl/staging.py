@@ -5,8 +5,15 @@ edge src/dst/weight, node statistics) and writes two or three (h, the next layer
 state). Copied one by one from pageable memory, each column pays its own transfer set-up and the
 driver's bounce through a pinned staging area; packed into one page-locked buffer (reused and
 grown across batches, never freed: pinning is the expensive part), they go over in one
-`non_blocking` copy, and the results come back the same way. On the CPU nothing is staged: the
-step's tensors are views of the Arrow buffers (dl/tensors.py).
+`non_blocking` copy, and the results come back the same way, into page-locked memory too. On the
+CPU nothing is staged: the step's tensors are views of the Arrow buffers (dl/tensors.py).
+
+A large step on a GPU is bound by these host copies, not by its kernels (docs/ARCHITECTURE.md,
+"the DL step on a GPU"): results copied into pageable memory go through the driver's own small
+pinned bounce buffer and fault in every page of their fresh destination, and one thread packing
+the inputs moves a few GB/s. So the results land in a page-locked block of torch's caching host
+allocator (given back to it when the step's result tables are dropped, and reused by the next
+step), and the inputs are packed by torch's copy, which runs on every intra-op thread.
 
 How the step finds its staged columns without every call site knowing: `staged(tables, device)`
 makes a lookup from each input array's (address, bytes, dtype, shape) to its device view, and
@@ -18,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import warnings
 from collections.abc import Iterator
 
 import numpy as np
@@ -77,7 +85,10 @@ def host_buffer(nbytes: int, device: str, pin: bool) -> torch.Tensor:
     reused across batches (grown, never shrunk)."""
     held = _HOST.get(device)
     if held is None or held.numel() < nbytes:
-        held = torch.empty(max(nbytes, 1), dtype=torch.uint8, pin_memory=pin)
+        # a normal tensor even when first asked for inside a step's inference_mode: one made there
+        # could not be written outside it (stage copies into it in and out of inference mode)
+        with torch.inference_mode(False):
+            held = torch.empty(max(nbytes, 1), dtype=torch.uint8, pin_memory=pin)
         _HOST[device] = held
     return held
 
@@ -93,9 +104,10 @@ def stage(tables: dict[str, pa.Table], device: str, pin: bool | None = None) -> 
     arrays = input_arrays(tables)
     offsets, total = _offsets([values.nbytes for values in arrays])
     host = host_buffer(total, str(device), pin)
-    packed = host[:total].numpy()
-    for values, start in zip(arrays, offsets, strict=True):
-        packed[start : start + values.nbytes] = values.reshape(-1).view(np.uint8)
+    with warnings.catch_warnings():  # Arrow buffers are read-only; they are only read here
+        warnings.simplefilter("ignore", UserWarning)
+        for values, start in zip(arrays, offsets, strict=True):
+            host[start : start + values.nbytes].copy_(torch.from_numpy(values.reshape(-1).view(np.uint8)))
     on_device = host[:total].to(device, non_blocking=pin) if str(device) != "cpu" else host[:total]
     return {
         _key(values): _typed(on_device[start : start + values.nbytes], values.dtype, values.shape)
@@ -124,8 +136,9 @@ def lookup(values: np.ndarray) -> torch.Tensor | None:
 
 
 def to_host(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Device tensors back on the host with one transfer (packed into one device buffer first);
-    tensors already on the CPU are returned as they are."""
+    """Device tensors back on the host with one transfer (packed into one device buffer first) into
+    page-locked memory (module doc; the views returned keep it alive); tensors already on the CPU
+    are returned as they are."""
     if not tensors or all(t.device.type == "cpu" for t in tensors):
         return [t.detach().to("cpu") for t in tensors]
     flat = [t.detach().contiguous().reshape(-1).view(torch.uint8) for t in tensors]
@@ -133,7 +146,8 @@ def to_host(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     packed = torch.empty(total, dtype=torch.uint8, device=tensors[0].device)
     for block, start in zip(flat, offsets, strict=True):
         packed[start : start + block.numel()] = block
-    host = packed.to("cpu")
+    host = torch.empty(total, dtype=torch.uint8, pin_memory=packed.device.type == "cuda")
+    host.copy_(packed)  # blocking: the step's results are read as soon as this returns
     return [
         host[start : start + block.numel()].view(t.dtype).view(t.shape)
         for t, block, start in zip(tensors, flat, offsets, strict=True)
