@@ -87,7 +87,7 @@ def test_examples_run_through_the_batch_job_equal_to_pyg(spark, converted, tmp_p
     for graph, names in by_graph.items():
         out = tmp_path / f"out-{len(names)}-{names[0]}"
         models = [arg for name in names for arg in ("--model", converted[name][1])]
-        argv = ["--graph", graph, *models, "--out", str(out), "--work-dir", str(tmp_path / "work"), "--partitions", "3"]
+        argv = ["--graph", graph, *models, "--out", str(out), "--work-dir", str(tmp_path / "work"), "--partitions", "1"]
         assert main(argv) == 0
         data = read_graph_dir(graph)
         x, edge_index = torch.from_numpy(data.x), data.edge_index_torch()

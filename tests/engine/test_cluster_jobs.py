@@ -1,7 +1,8 @@
 """sparkgnn's Spark jobs on a multi-process cluster (`local-cluster[2,1,1024]`: two executor JVMs, as
 on a real cluster), with executors SIGKILLed in the middle of their work. The jobs share one
 application (cluster_harness.SharedCluster: its JVMs start once for the module), except the run
-whose driver is killed, which needs an application of its own.
+whose driver is killed, which needs an application of its own; the batch jobs share Cora's
+prepared layout (cora_prep).
 
 - Batch inference: executors killed during prepare, in the middle of a layer and between layers;
   the whole job killed after its first layer and run again. Every run ends with an output equal to
@@ -53,10 +54,20 @@ def cluster(tmp_path_factory):
     shared.close()
 
 
+@pytest.fixture(scope="module")
+def cora_prep(tmp_path_factory):
+    """The `prep` folder of the batch jobs' work dirs (Cora's layout for 4 partitions), shared: the
+    files exchange test prepares it (killing an executor meanwhile), the reliable shuffle test's
+    killed job reuses it and starts at its first layer, whose kills it is about."""
+    return tmp_path_factory.mktemp("cora-prep")
+
+
 @pytest.fixture()
-def job_dir(graph_dirs, tmp_path):
+def job_dir(graph_dirs, cora_prep, tmp_path):
     path, data = graph_dirs["cora"]
     os.symlink(path, tmp_path / "graph")
+    os.mkdir(tmp_path / "work")
+    os.symlink(cora_prep, tmp_path / "work" / "prep")
     torch.manual_seed(5)
     module = GraphSAGE(data.feature_dim, 16, 2, out_channels=7).eval()
     Model.from_pyg(module).save(str(tmp_path / "model"))
@@ -83,6 +94,7 @@ def test_files_exchange_survives_executors_lost_during_prepare_mid_layer_and_bet
     run = cluster.run("batch_inference.py", ARGS + ["--exchange", "files"], tmp_path, kills)
     assert run.returncode == 0, run.output()[-4000:]
     assert all(kill.fired_at for kill in kills), [kill.fired_at for kill in kills]
+    assert "prepared graph" in run.output()  # this job prepared the layout: the first kill hit it
     _check_output(tmp_path, module, data)
     assert os.listdir(tmp_path / "work" / RUNS_DIR) == []  # a finished run keeps nothing
 

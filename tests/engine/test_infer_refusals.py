@@ -151,6 +151,24 @@ def test_changed_graph_is_not_served_from_the_prepared_cache(spark, small, tmp_p
     assert relative_error(spark_output(second, new), pyg_reference(module, new)) < 1e-5
 
 
+@pytest.fixture(scope="module")
+def edgeless(tmp_path_factory):
+    """A graph directory without edges and a work dir its layer-type cases share (the graph is
+    validated and prepared by the first case; what each case checks is its layer type's answer)."""
+    root = tmp_path_factory.mktemp("no-edges")
+    rng = np.random.default_rng(1)
+    data = GraphData(
+        ids=np.arange(30) * 3,
+        x=rng.normal(size=(30, 5)).astype(np.float32),
+        edge_src=np.zeros(0, np.int64),
+        edge_dst=np.zeros(0, np.int64),
+        name="no-edges",
+    )
+    path = str(root / "g")
+    write_graph_dir(data, path)
+    return path, data, str(root / "w")
+
+
 @pytest.mark.parametrize(
     "make",
     [
@@ -161,20 +179,11 @@ def test_changed_graph_is_not_served_from_the_prepared_cache(spark, small, tmp_p
     ],
     ids=["gcn", "sage", "gin", "gat"],
 )
-def test_graph_without_edges_equals_pyg(spark, tmp_path, make):
-    rng = np.random.default_rng(1)
-    data = GraphData(
-        ids=np.arange(30) * 3,
-        x=rng.normal(size=(30, 5)).astype(np.float32),
-        edge_src=np.zeros(0, np.int64),
-        edge_dst=np.zeros(0, np.int64),
-        name="no-edges",
-    )
-    path = str(tmp_path / "g")
-    write_graph_dir(data, path)
+def test_graph_without_edges_equals_pyg(spark, edgeless, make):
+    path, data, work = edgeless
     torch.manual_seed(0)
     module = make().eval()
-    result = infer(spark, path, Model.from_pyg(module), partitions=2, work_dir=str(tmp_path / "w")).frame
+    result = infer(spark, path, Model.from_pyg(module), partitions=2, work_dir=work).frame
     assert relative_error(spark_output(result, data), pyg_reference(module, data)) < 1e-5
 
 

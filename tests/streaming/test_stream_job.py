@@ -1,8 +1,8 @@
 """The streaming job end to end on Spark: in-process (session fixture) answers equal
 QueryEngine.answer with dead letters and error rows; a batch whose commit never reached the
-checkpoint is replayed without duplicates; SIGKILL mid-stream + restart answers every request
-exactly once (subprocess); a stale PE store, a missing store, an unknown mode and an output of
-another checkpoint are refused before Spark starts."""
+checkpoint is replayed without duplicates; a job process SIGKILLed mid-stream and restarted from
+its checkpoint answers every request exactly once; a stale PE store, a missing store, an unknown
+mode and an output of another checkpoint are refused before Spark starts."""
 
 import logging
 import os
@@ -96,7 +96,10 @@ def test_stream_in_process_equals_engine_survives_bad_input_and_replays_once(spa
         run(config(setup, tmp_path, checkpoint=str(tmp_path / "ck-new")), spark)
 
 
-def test_sigkill_mid_stream_then_restart_answers_every_request_exactly_once(setup, engine, tmp_path):
+def test_sigkill_mid_stream_then_restart_answers_every_request_exactly_once(spark, setup, engine, tmp_path):
+    """The job runs as its own process (stream_queries.py), SIGKILLed once it has committed two
+    batches; the restart runs on the test's session (streaming.job.run, which the script calls)
+    from the same checkpoint and output, with the script's defaults for the options not given."""
     requests = setup.requests + copies(setup.requests, "b")
     write_one_per_file(str(tmp_path / "in"), requests)
     out, ck = str(tmp_path / "out"), str(tmp_path / "ck")
@@ -123,8 +126,8 @@ def test_sigkill_mid_stream_then_restart_answers_every_request_exactly_once(setu
     answered = read_answers(out).num_rows
     assert 2 <= answered < len(requests), "the kill must land mid-stream"
 
-    done = subprocess.run(cmd + ["--available-now"], capture_output=True, text=True, env=job_env(), timeout=240)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    done = run(config(setup, tmp_path), spark)  # the same requests, out and checkpoint as cmd
+    assert done.stopped_by == "finished" and done.batches >= 1
     t = read_answers(out)
     ids = t.column("request_id").to_pylist()
     assert sorted(ids) == sorted(r.request_id for r in requests)  # each exactly once
