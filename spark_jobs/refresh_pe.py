@@ -17,11 +17,23 @@ store and its root, the model, the update file, the work dir), so the graph's pa
 the model's directory is refused, and --report never writes over an input file. An existing
 --out-graph or --report is replaced only with --overwrite; the updated graph is written into a
 staging sibling and swapped into place when the refresh has succeeded, the report atomically.
+
+A typed graph directory (with its typed model and typed store) runs with `--engine local` only:
+--updates is then a typed update folder (graph/updates/typed.py: vertices/<node type>/ and
+edges/<src>__<relation>__<dst>/), applied by pe/typed_refresh.refresh_typed_local under the same
+output rules, report and summary line; --out-graph receives the updated typed graph. WHY local
+only: the Spark refresh job merges stored aggregation states, which a typed store does not keep
+(engine/api.py refuses typed stores), so the default engine refuses a typed graph in one line
+naming `--engine local`, before any Spark session starts. A typed input the typed refresh cannot
+take (an update naming an unknown type or relation, a model for other metadata, a store of
+another graph, a relation needing GCN's degrees or several passes) is refused in one line naming
+the type or relation, nothing written.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -34,7 +46,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--store", required=True, help="PE store root directory (the old version is read from it)")
     parser.add_argument("--graph", required=True, help="the graph directory the store was computed for")
     parser.add_argument("--model", required=True, help="the model the store was computed with (Model.save)")
-    parser.add_argument("--updates", required=True, help="graph update: a Parquet file or folder (graph.updates)")
+    parser.add_argument(
+        "--updates", required=True, help="graph update: Parquet file or folder (graph.updates); typed: a folder"
+    )
     parser.add_argument("--out-graph", default=None, help="write the updated graph here (serving needs it)")
     parser.add_argument("--engine", default="spark", choices=sorted(ENGINES), help="spark (default) or local")
     parser.add_argument("--partitions", type=positive_int, default=None, help="pieces of the graph (spark)")
@@ -58,12 +72,63 @@ def _spark(args):
 
 
 def _local(args):
+    if args.typed:
+        return _local_typed(args)
     from sparkgnn.graph.reader import read_graph_dir
     from sparkgnn.graph.updates import GraphUpdate
     from sparkgnn.pe.refresh import refresh_local
 
     graph = read_graph_dir(args.graph)
     return refresh_local(graph, GraphUpdate.read(args.updates), args.model, args.store, out_graph=args.out_graph)
+
+
+def _local_typed(args):
+    """--engine local on a typed graph or model: the typed update folder applied to the typed
+    store by refresh_typed_local (module doc)."""
+    from sparkgnn.engine.typed import is_typed_source
+    from sparkgnn.errors import UnsupportedModelError
+    from sparkgnn.graph.typed_io import is_typed_graph_dir, read_typed_graph_dir
+    from sparkgnn.graph.updates import TypedGraphUpdate
+    from sparkgnn.pe.typed_refresh import refresh_typed_local
+
+    if not is_typed_graph_dir(args.graph):  # engine.typed's wording for the same mismatch
+        raise UnsupportedModelError(
+            f"graph directory {args.graph} is homogeneous but the model is typed (node and edge types)"
+        )
+    if not is_typed_source(args.model):
+        raise UnsupportedModelError(f"model {args.model} is homogeneous but the graph is typed")
+    graph = read_typed_graph_dir(args.graph)
+    update = TypedGraphUpdate.read(args.updates)
+    return refresh_typed_local(graph, update, args.model, args.store, out_graph=args.out_graph)
+
+
+def _is_typed_update(path: str) -> bool:
+    """Whether `path` is laid out as a typed update folder (vertices/ or edges/ inside)."""
+    from sparkgnn.graph import layout
+
+    root = layout.strip_scheme(path)
+    return os.path.isdir(root) and any(os.path.isdir(os.path.join(root, n)) for n in ("vertices", "edges"))
+
+
+def check_typed(args) -> bool:
+    """Whether the refresh is typed (a typed graph directory or typed model, engine.typed's test);
+    refuse (UnsupportedModelError / GraphUpdateError, one line) a typed one on the Spark engine and
+    a typed update folder for a homogeneous graph, before any work."""
+    from sparkgnn.engine.typed import is_typed_source
+    from sparkgnn.errors import GraphUpdateError, UnsupportedModelError
+
+    typed = is_typed_source(args.graph) or is_typed_source(args.model)
+    if typed and args.engine != "local":
+        raise UnsupportedModelError(
+            f"{args.graph}: the Spark refresh job runs homogeneous graphs only; a typed store is refreshed on one "
+            "machine: rerun with --engine local"
+        )
+    if not typed and _is_typed_update(args.updates):
+        raise GraphUpdateError(
+            f"--updates {args.updates} is a typed update (vertices/<node type>/, edges/<src>__<relation>__<dst>/) "
+            f"but graph {args.graph} has one vertex type"
+        )
+    return typed
 
 
 ENGINES = {"spark": _spark, "local": _local}
@@ -98,10 +163,11 @@ def _run(args) -> int:
     from sparkgnn.outputs import discard, staging_path, swap_into_place
 
     started = time.perf_counter()
+    typed = check_typed(args)
     check_outputs(args)
     staged = staging_path(args.out_graph) if args.out_graph else None
     try:
-        store, report = ENGINES[args.engine](argparse.Namespace(**{**vars(args), "out_graph": staged}))
+        store, report = ENGINES[args.engine](argparse.Namespace(**{**vars(args), "out_graph": staged, "typed": typed}))
     except BaseException:
         if staged:
             discard(staged)

@@ -1,5 +1,6 @@
 """`sparkgnn-refresh follow` (pe/refresh_cli.py): follows a folder until idle, printing one line per
-batch and a summary; a state folder started from another graph is refused in one line, exit 2."""
+batch and a summary; a state folder started from another graph is refused in one line, exit 2;
+so is a typed graph (typed stores are refreshed by the one-shot mode), before anything is written."""
 
 import os
 import sys
@@ -53,3 +54,23 @@ def test_follow_until_idle_then_refuse_a_state_of_another_graph(graph, tmp_path,
     assert main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "follows from graph" in err[0]
+
+
+def test_follow_refuses_a_typed_graph_pointing_to_the_one_shot_mode(tmp_path, capsys):
+    from typed_testkit import pyg_data, to_hetero_sage, typed_graph
+
+    from sparkgnn.graph.typed_io import write_typed_graph_dir
+
+    data = pyg_data()
+    write_typed_graph_dir(typed_graph(data), str(tmp_path / "g"))
+    to_hetero_sage(data, layers=2)[1].save(str(tmp_path / "model"))
+    os.makedirs(tmp_path / "store")
+    os.makedirs(tmp_path / "in")
+    args = ["follow", "--graph", str(tmp_path / "g"), "--model", str(tmp_path / "model"), "--store",
+            str(tmp_path / "store"), "--updates", str(tmp_path / "in"), "--state", str(tmp_path / "state"),
+            "--idle-timeout-s", "0.05"]  # fmt: skip
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is a typed graph; typed stores are refreshed one update at a time" in err[0]
+    assert "refresh_pe.py --engine local" in err[0]
+    assert not os.path.exists(tmp_path / "state") and os.listdir(tmp_path / "store") == []

@@ -15,6 +15,8 @@ under the store root for a `sparkgnn-serve --follow-store` service (pe/published
 --no-publish. One progress line per batch on
 stdout, and at the end the run's updates/s, batch latency p50 / p99 and vertices recomputed per
 layer; a user error (a state folder of another graph, a stale store): one line on stderr, exit 2.
+A typed graph is refused in one line: typed stores are refreshed one update at a time by
+`spark_jobs/refresh_pe.py --engine local`.
 
 --torch-threads (default 1) sets torch's intra-op threads for the process. WHY one: a batch's
 kernels are small (a few thousand rows), so a second thread gains little, and while other work
@@ -73,9 +75,25 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+def refuse_typed(args: argparse.Namespace) -> None:
+    """Refuse (UnsupportedModelError, one line) a typed graph directory: a typed store has no
+    follower; each typed update is applied by the one-shot refresh (spark_jobs/refresh_pe.py
+    --engine local, pe/typed_refresh.py)."""
+    from sparkgnn.errors import UnsupportedModelError
+    from sparkgnn.graph.typed_io import is_typed_graph_dir
+
+    if is_typed_graph_dir(args.graph):
+        raise UnsupportedModelError(
+            f"follow: {args.graph} is a typed graph; typed stores are refreshed one update at a time with the "
+            "one-shot mode: python spark_jobs/refresh_pe.py --engine local --graph G --model M --store S "
+            "--updates TYPED_UPDATE_DIR"
+        )
+
+
 def _follow(args: argparse.Namespace) -> int:
     import torch
 
+    refuse_typed(args)
     threads = torch.get_num_threads()
     torch.set_num_threads(args.torch_threads)
     try:
