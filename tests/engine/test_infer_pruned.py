@@ -186,3 +186,21 @@ def test_a_subgraph_priced_from_the_collected_frontier_finds_its_sets_in_spark(
     result, plan = job.frame, job.plan
     _check(result, module, data, ids)
     assert plan.pruning["mode"] == "subgraph"
+
+
+def test_a_subgraph_fingerprint_names_its_parent_ids_and_hops():
+    """The pruned subgraph's fingerprint (its layout's key, no pass over it) is the same for the
+    same set of ids in any order, and differs with the parent, the ids and the hops."""
+    from sparkgnn.engine.pruned import subgraph_fingerprint
+    from sparkgnn.graph.fingerprint import check_fingerprint
+
+    parent, other = "0" * 32, "1" * 32
+    key = subgraph_fingerprint(parent, np.array([5, 3, 9]), 2)
+    assert check_fingerprint(key) == key
+    assert subgraph_fingerprint(parent, np.array([9, 5, 3, 3]), 2) == key
+    changed = [
+        subgraph_fingerprint(other, np.array([5, 3, 9]), 2),
+        subgraph_fingerprint(parent, np.array([5, 3]), 2),
+        subgraph_fingerprint(parent, np.array([5, 3, 9]), 3),
+    ]
+    assert len({key, *changed}) == 4

@@ -13,6 +13,8 @@ in Spark), prices the registered modes and picks one; `RUNS` then runs it:
             in-edges and its statistic is the whole graph's): exact for the ids under every
             strategy and partitioning, since h^l is right on D_(k-l) by induction. Not offered to
             a model that reads a statistic over OUT-edges (ChebConv's): the subgraph lacks them.
+            Cut from a graph whose fingerprint is known, it is not validated, fingerprinted or
+            counted again (valid by construction; `subgraph_fingerprint` keys its layout).
   whole     the caller's normal path over the whole graph, the output filtered to the ids.
 
 Why the driver may hold a local run: it is bounded (planner.pruning.LOCAL_BUDGET_BYTES, the
@@ -22,6 +24,7 @@ runs in a Spark task, so no task depends on the driver's disk or memory.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -236,6 +239,21 @@ def run_local(ctx: PruningContext, out: str | None, **_):
     return result, report, plan
 
 
+SUBGRAPH_KEY = "sparkgnn pruned subgraph v1"  # changes with how run_subgraph selects its rows
+
+
+def subgraph_fingerprint(parent: str, ids: np.ndarray, hops: int) -> str:
+    """The fingerprint of the pruned subgraph of the graph fingerprinted `parent` around `ids` at
+    `hops` hops: a hash of what determines its content (the parent's content, the set of ids, the
+    hops, the selection's version), so its prepared layout is keyed and reused like a graph's
+    without a pass over it. It is not the content hash Graph.fingerprint would compute for the
+    same rows: a cache keyed by one never serves the other."""
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(f"{SUBGRAPH_KEY}:{parent}:{int(hops)}:".encode())
+    digest.update(np.unique(np.asarray(ids, dtype=np.int64)).astype("<i8").tobytes())
+    return digest.hexdigest()
+
+
 @RUNS.register(SUBGRAPH)
 def run_subgraph(ctx: PruningContext, out: str | None, infer=None, infer_kwargs=None, **_):
     """The engine over the pruned subgraph (module doc), its output filtered to the ids."""
@@ -250,6 +268,16 @@ def run_subgraph(ctx: PruningContext, out: str | None, infer=None, infer_kwargs=
     sub = Graph(
         vertices.withColumnRenamed("dst", "id"), edges, name=f"{ctx.graph.name}[{len(ctx.ids)} ids, {hops} hops]"
     )
+    parent = ctx.graph.known_fingerprint
+    if parent is not None:  # no pass over the subgraph to validate, fingerprint or count it
+        sub.vouch_derived(
+            subgraph_fingerprint(parent, ctx.ids, hops),
+            {
+                "num_vertices": int(frontier.sizes[hops]),
+                "num_edges": int(frontier.in_edges[hops - 1]),
+                "feature_dim": int(ctx.graph.feature_dim),
+            },
+        )
     log.info(
         f"sparkgnn: running the pruned subgraph {sub.name}: {frontier.sizes[hops]:,} vertices, "
         f"{frontier.in_edges[hops - 1]:,} edges"

@@ -278,6 +278,15 @@ class Graph:
         self._fingerprint = check_fingerprint(fingerprint)
         self._validated = True
 
+    def vouch_derived(self, fingerprint: str, facts: dict) -> None:
+        """Take `fingerprint` and `facts` for this graph without a pass over it, and treat it as
+        validated: for a graph cut from a validated one by a deterministic selection (the pruned
+        subgraph, engine.pruned), whose content the parent's fingerprint and the selection name,
+        and whose validity its construction guarantees (every edge kept has both endpoints kept)."""
+        self._fingerprint = check_fingerprint(fingerprint)
+        self._facts.update(facts)
+        self._validated = True
+
     def sizes(self) -> dict:
         """{num_vertices, num_edges}: stats()' when known, else, for an unvouched directory, the
         row counts in its Parquet footers (no Spark job, no data read: the planner sizes the job
