@@ -146,6 +146,7 @@ def _run(args) -> int:
     from sparkgnn.linkpred.nodes import node_outputs
     from sparkgnn.linkpred.pairs import PairsError, check_known, endpoints, read_ids, read_pairs
     from sparkgnn.linkpred.payload import model_decoder
+    from sparkgnn.linkpred.topk import broadcast_scope
     from sparkgnn.models.model import Model
 
     inputs = {
@@ -184,10 +185,11 @@ def _run(args) -> int:
     nodes = node_outputs(spark, graph, model, out=args.out, partitions=args.partitions, work_dir=args.work_dir)
     partitions = args.partitions or max(1, spark.sparkContext.defaultParallelism)
     exclude = graph.edges.select("src", "dst") if args.exclude_edges else None
-    if held_out is not None:
-        report = _evaluate(spark, args, nodes, decoder, held_out, sides, exclude, partitions)
-    else:
-        report = _topk(spark, args, nodes, decoder, sides, exclude, partitions, relations)
+    with broadcast_scope():  # the candidates' broadcast goes once the output is written
+        if held_out is not None:
+            report = _evaluate(spark, args, nodes, decoder, held_out, sides, exclude, partitions)
+        else:
+            report = _topk(spark, args, nodes, decoder, sides, exclude, partitions, relations)
     report["seconds"] = round(time.perf_counter() - started, 3)
     if args.report:
         files.write_json_atomic(args.report, report, indent=2, sort_keys=True)
@@ -201,6 +203,7 @@ def _run_typed(args) -> int:
     from sparkgnn.engine.session import job_session
     from sparkgnn.linkpred.approx import check_approx_decoder
     from sparkgnn.linkpred.pairs import PairsError, read_ids, read_pairs
+    from sparkgnn.linkpred.topk import broadcast_scope
     from sparkgnn.linkpred.typed import (
         by_relation,
         check_typed_known,
@@ -274,10 +277,11 @@ def _run_typed(args) -> int:
     partitions = args.partitions or max(1, spark.sparkContext.defaultParallelism)
     common = {"candidates": cand_ids, "partitions": partitions}
     excludes = {e: graph.edges[e].select("src", "dst") if args.exclude_edges else None for e in relations}
-    if held_out is not None:
-        report = _typed_evaluate(spark, args, nodes, decoders, parts, excludes, common)
-    else:
-        report = _typed_topk(spark, args, nodes, decoders, sources, excludes, common)
+    with broadcast_scope():  # each relation's candidate broadcast goes once the output is written
+        if held_out is not None:
+            report = _typed_evaluate(spark, args, nodes, decoders, parts, excludes, common)
+        else:
+            report = _typed_topk(spark, args, nodes, decoders, sources, excludes, common)
     report["seconds"] = round(time.perf_counter() - started, 3)
     if args.report:
         files.write_json_atomic(args.report, report, indent=2, sort_keys=True)

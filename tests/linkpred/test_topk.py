@@ -156,3 +156,24 @@ def test_topk_frame_cuts_blocks_by_bytes_and_stays_exact(spark):
         assert np.allclose(rows.score.to_numpy(), [-v for v, _ in ranked])
     with pytest.raises(ValueError, match="partitions must be an integer >= 1"):
         block_count(nodes, 0)
+
+
+def test_broadcasts_made_inside_a_scope_are_destroyed_when_it_exits(spark):
+    """The candidates' broadcast of the top-k path lives as long as the caller needs its frames:
+    inside broadcast_scope the frame is answered from it; when the block exits it is destroyed
+    (outside any scope it is left to the session)."""
+    from sparkgnn.decoders import build_decoder
+    from sparkgnn.linkpred.topk import broadcast_scope, share_outputs, topk_frame
+
+    h = np.arange(24, dtype=np.float32).reshape(6, 4)
+    nodes = spark.createDataFrame(
+        pd.DataFrame({"id": np.arange(6, dtype=np.int64), "h": [row.tolist() for row in h]}), "id long, h array<float>"
+    )
+    with broadcast_scope():
+        shared = share_outputs(nodes, (6, 4))
+        got = topk_frame(nodes, build_decoder({"kind": "dot"}), 2, partitions=2).toPandas()
+        assert shared._jbroadcast.isValid()
+    assert len(got) == 12 and not shared._jbroadcast.isValid()
+    outside = share_outputs(nodes, (6, 4))
+    assert outside._jbroadcast.isValid()
+    outside.destroy()

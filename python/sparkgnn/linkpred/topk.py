@@ -22,10 +22,17 @@ BLOCK_BYTES of outputs. With `exclude` (the graph's edges), a source's known nei
 returned: each source block carries its own out-edges. Output (src long, dst long, score float,
 rank int), score = the decoder's final score, rank 1 = best. A per-relation decoder ranks once per
 relation (`per_relation_topk_frame`), adding a relation column.
+
+The broadcast's lifetime is the caller's: the frames returned read it lazily, whenever they are
+written or collected, so it cannot be released when they are made. Inside `broadcast_scope()`
+every broadcast share_outputs makes is destroyed when the block exits (the jobs write their
+output inside one); outside it a broadcast lives until the session stops.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 import math
 import time
@@ -53,6 +60,21 @@ TOPK_SCHEMA = "src long, dst long, score float, rank int"
 COLLECT_BYTES = 64 << 20  # node outputs one collect of share_outputs brings to the driver at most
 SOURCE_ROWS = 512  # sources scored together against each candidate tile on the broadcast path
 BLOCK_BYTES = 32 << 20  # outputs (ids and float32 vectors) one source block or candidate tile holds at most, about
+_SCOPE: contextvars.ContextVar[list | None] = contextvars.ContextVar("sparkgnn_linkpred_broadcasts", default=None)
+
+
+@contextlib.contextmanager
+def broadcast_scope() -> Iterator[None]:
+    """Destroy, when the block exits, every broadcast share_outputs makes inside it (module doc):
+    write or collect the frames that read them inside the block."""
+    owned: list = []
+    token = _SCOPE.set(owned)
+    try:
+        yield
+    finally:
+        _SCOPE.reset(token)
+        for shared in owned:
+            shared.destroy()
 
 
 def check_k(k: int) -> int:
@@ -128,6 +150,9 @@ def share_outputs(
     table = NodeTable.from_arrow(arrow)
     del arrow
     shared = spark.sparkContext.broadcast(table)
+    scope = _SCOPE.get()
+    if scope is not None:
+        scope.append(shared)
     log.info(
         f"topk: {len(table.ids):,} candidate outputs ({table.h.nbytes / 2**20:.0f} MiB) collected and broadcast "
         f"in {time.perf_counter() - started:.1f} s"
