@@ -180,6 +180,9 @@ class Worker:
             raise
         pipe = self._context.socket(zmq.PAIR)
         pipe.linger = 0
+        # a PAIR send blocks while its peer is gone: the control thread drains the pipe every
+        # 100 ms, so a send still waiting after a few heartbeats means that thread has stopped
+        pipe.sndtimeo = int(1000 * max(1.0, 5 * self.heartbeat_s))
         pipe.bind(self._pipe_name)
         halt = threading.Event()
         control_thread = threading.Thread(
@@ -216,7 +219,10 @@ class Worker:
         except zmq.ZMQError:
             pass
         if lease is not None:
-            pipe.send_multipart(control(Kind.DONE, lease=lease))
+            try:
+                pipe.send_multipart(control(Kind.DONE, lease=lease))
+            except zmq.Again:  # the control thread stopped (the worker is stopping): the lease expires
+                log.warning(f"worker: DONE for lease {lease} not passed on: the control thread is not reading")
 
     def _answer(self, body) -> tuple[list, object]:
         """(reply frames, lease to report DONE for)."""
