@@ -7,6 +7,9 @@ request, restartable from a checkpoint (Spark Structured Streaming, foreachBatch
         [--max-file-decompressed-bytes B] [--max-queries N] [--max-edges N]
     python spark_jobs/stream_queries.py ...             (creates a local session)
 
+A typed graph directory with a typed model is detected: its request files are typed
+(serving/typed_request.py) and rows carry each query's node type (qtype).
+
 Output: <out>/batch_id=<id>/part-00000.parquet, one row per request (request_id, qid, h, pred,
 error, arrival/queue/service/latency seconds, ...); malformed files, and files over the
 --max-file-* caps (checked on the file's size and Parquet footer before it is collected to the
@@ -36,12 +39,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--graph", required=True, help="G's graph directory (edges and features; the store is verified against it)"
     )
-    p.add_argument("--model", required=True, help="model saved with sparkgnn Model.save")
-    p.add_argument("--store", default=None, help="PE store root (required except for modes full and ns)")
+    p.add_argument("--model", required=True, help="model saved with sparkgnn Model.save (HeteroModel.save: typed)")
+    p.add_argument(
+        "--store", default=None, help="PE store root (required except for modes full and ns; typed: for exact)"
+    )
     p.add_argument("--requests", required=True, help="directory watched for request files (*.parquet)")
     p.add_argument("--out", required=True, help="answers: <out>/batch_id=<id>/")
     p.add_argument("--checkpoint", required=True, help="Spark checkpoint directory (restart with the same one)")
-    p.add_argument("--mode", default="full", help="serving mode (full, ns, he, srpe, exact; default full)")
+    p.add_argument(
+        "--mode", default="full", help="serving mode (full, ns, he, srpe, exact; typed: full, exact; default full)"
+    )
     p.add_argument("--gamma", type=gamma_type, default=None, help="SRPE recomputation budget, in (0, 1]")
     p.add_argument("--policy", default=None, help="SRPE policy (qer, is, random, ae)")
     p.add_argument("--partitions", type=positive_int, default=None, help="CGP partitions (reuse modes)")

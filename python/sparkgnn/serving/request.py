@@ -56,6 +56,10 @@ SCHEMA = pa.schema(
 )
 
 
+# The columns a typed request file adds (serving/typed_request.py): a homogeneous reader refuses
+# such a file rather than answer its queries with their types dropped.
+TYPED_COLUMNS = ("type", "relation")
+
 # The optional edge attribute column (module doc): not part of SCHEMA, so files without it and
 # the readers of the base schema stay as they are.
 EDGE_ATTR_FIELD = pa.field("edge_attr", pa.list_(pa.float32()))
@@ -383,7 +387,12 @@ def write_requests(path: str, requests) -> str:
     streaming file source never reads half a batch. The temp name is hidden (a file source skips
     it), unique and created exclusively: in a drop folder other writers share, two writers never
     collide, and a link planted under a predictable name cannot redirect the write."""
-    table = requests_table(requests)
+    return write_request_table(path, requests_table(requests))
+
+
+def write_request_table(path: str, table: pa.Table) -> str:
+    """Write one request file's table to `path` atomically (write_requests; the typed request
+    files of serving.typed_request too). Returns the path."""
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     tmp = os.path.join(folder, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
@@ -524,6 +533,12 @@ def parse_request_bytes(content: bytes | None, name: str = "<bytes>") -> list[Re
     missing = [f.name for f in SCHEMA if f.name not in table.column_names]
     if missing:
         raise RequestError(f"{name}: lacks column(s) {missing}; a request file has {SCHEMA.names}")
+    typed = [c for c in TYPED_COLUMNS if c in table.column_names]
+    if typed:
+        raise RequestError(
+            f"{name}: a typed request file (column(s) {typed}); the graph served here is homogeneous, "
+            "its request files have no node types or relations"
+        )
     if table.num_rows == 0:
         raise RequestError(f"{name}: no rows (a request file holds at least one request)")
     schema = pa.schema([*SCHEMA, EDGE_ATTR_FIELD]) if "edge_attr" in table.column_names else SCHEMA

@@ -55,7 +55,10 @@ TYPED_MODES = ("full", "exact")
 
 
 class TypedRequestError(SparkGNNError, ValueError):
-    """A typed serving request is malformed (module doc); the message names the type or relation."""
+    """A typed serving request is malformed (module doc); the message names the type or relation,
+    `problem` is the message without the request's id."""
+
+    problem: str = ""
 
 
 @dataclass
@@ -68,6 +71,37 @@ class TypedRequest:
     nodes: Mapping[str, tuple[Any, Any]]
     edges: Mapping[tuple[str, str, str], tuple[Any, Any]] = field(default_factory=dict)
     request_id: str = "request"
+
+    # What the streaming job's handler reads of every request, as of a homogeneous Request.
+    @property
+    def qid(self) -> np.ndarray:
+        """Every query id, type after type in `nodes` order (the order of `qtype`)."""
+        parts = [np.asarray(ids, dtype=np.int64).reshape(-1) for ids, _ in self.nodes.values()]
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+    @property
+    def qtype(self) -> list[str]:
+        """The node type of each entry of `qid`."""
+        return [t for t, (ids, _) in self.nodes.items() for _ in range(np.asarray(ids).size)]
+
+    @property
+    def batch_size(self) -> int:
+        return int(sum(np.asarray(ids).size for ids, _ in self.nodes.values()))
+
+    @property
+    def num_edges(self) -> int:
+        return int(sum(np.asarray(src).size for src, _ in self.edges.values()))
+
+    def problems(self, graph: TypedGraphData) -> list[str]:
+        """The request's first problem against G as one sentence (empty when valid): the checks of
+        TypedQueryEngine.prepare with G's feature widths, so an answerable request passes both."""
+        widths = {t: max(n.feature_dim, 1) for t, n in graph.nodes.items()}
+        sizes = {t: n.num_nodes for t, n in graph.nodes.items()}
+        try:
+            union_rows(graph, self, widths, sizes)
+        except TypedRequestError as exc:
+            return [exc.problem]
+        return []
 
 
 @dataclass
@@ -82,7 +116,76 @@ class TypedAnswer:
 
 
 def _fail(request: TypedRequest, what: str) -> TypedRequestError:
-    return TypedRequestError(f"typed request {request.request_id!r}: {what}")
+    error = TypedRequestError(f"typed request {request.request_id!r}: {what}")
+    error.problem = what
+    return error
+
+
+def union_rows(
+    graph: TypedGraphData, request: TypedRequest, widths: Mapping[str, int], sizes: Mapping[str, int]
+) -> UnionRows:
+    """The request checked against G (module doc; TypedRequestError naming the first problem) and
+    mapped to union rows: a query of type T gets row sizes[T] + its position, its features the
+    width widths[T] (a type without features in G: a column of ones of that width)."""
+    known = ", ".join(graph.node_types)
+    queries: dict[str, np.ndarray] = {}
+    xs: dict[str, torch.Tensor] = {}
+    lookups: dict[str, dict[int, int]] = {}
+    for t, (ids, x) in request.nodes.items():
+        if t not in graph.nodes:
+            raise _fail(request, f"node type {t!r} is unknown (node types: {known})")
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        if len(np.unique(ids)) != len(ids):
+            raise _fail(request, f"node type {t!r}: query ids repeat")
+        clash = ids[graph.nodes[t].id_index.lookup(ids)[1]]
+        if len(clash):
+            raise _fail(request, f"node type {t!r}: query ids {clash[:5].tolist()} name vertices of G")
+        width, has = widths[t], graph.nodes[t].feature_dim
+        if has == 0:
+            if x is not None:
+                raise _fail(request, f"node type {t!r} has no features in G; its queries carry none (x=None)")
+            feats = torch.ones(len(ids), width)
+        elif x is None:
+            raise _fail(request, f"node type {t!r}: its queries carry no features, expected [{len(ids)}, {width}]")
+        else:
+            feats = torch.as_tensor(np.asarray(x, dtype=np.float32))
+            if feats.dim() != 2 or feats.shape != (len(ids), width):
+                raise _fail(
+                    request, f"node type {t!r}: x has shape {tuple(feats.shape)}, expected [{len(ids)}, {width}]"
+                )
+            if not torch.isfinite(feats).all():
+                raise _fail(request, f"node type {t!r}: x holds NaN or Inf")
+        n = sizes[t]
+        queries[t] = np.arange(n, n + len(ids), dtype=np.int64)
+        xs[t] = feats
+        lookups[t] = {int(i): n + k for k, i in enumerate(ids)}
+    if not any(len(q) for q in queries.values()):
+        raise _fail(request, "no query node")
+    edges: dict[EdgeType, tuple[np.ndarray, np.ndarray]] = {}
+    for et, (src, dst) in request.edges.items():
+        et = cast("EdgeType", tuple(et))
+        if et not in graph.edges:
+            raise _fail(request, f"relation {et} is unknown (relations: {graph.edge_types})")
+        rows = []
+        for t, ids in ((et[0], src), (et[2], dst)):
+            ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+            g_rows, found = graph.nodes[t].id_index.lookup(ids)
+            q = lookups.get(t, {})
+            mapped = np.asarray([q.get(int(i), -1) for i in ids], dtype=np.int64).reshape(-1)
+            unknown = ids[(mapped < 0) & ~found]
+            if len(unknown):
+                raise _fail(
+                    request,
+                    f"relation {et}: endpoints {unknown[:5].tolist()} are neither queries nor {t!r} vertices",
+                )
+            rows.append(np.where(mapped >= 0, mapped, g_rows).astype(np.int64))
+        if len(rows[0]) != len(rows[1]):
+            raise _fail(request, f"relation {et}: {len(rows[0])} sources but {len(rows[1])} destinations")
+        inside = (rows[0] < sizes[et[0]]) & (rows[1] < sizes[et[2]])
+        if inside.any():
+            raise _fail(request, f"relation {et}: edges between two vertices of G are a graph update, not a query")
+        edges[et] = (rows[0], rows[1])
+    return UnionRows(queries, xs, edges)
 
 
 class TypedQueryEngine(TypedRounds):
@@ -126,67 +229,15 @@ class TypedQueryEngine(TypedRounds):
         super().__init__(graph, model, store)
         self.mode = mode
 
+    @property
+    def mode_name(self) -> str:
+        """The mode's name, as QueryEngine.mode_name gives it (the streaming job's rows carry it)."""
+        return self.mode
+
     # -- requests --------------------------------------------------------------------------------
     def prepare(self, request: TypedRequest) -> UnionRows:
         """The request checked (module doc) and mapped to union rows."""
-        graph, model = self.graph, self.model
-        known = ", ".join(graph.node_types)
-        queries: dict[str, np.ndarray] = {}
-        xs: dict[str, torch.Tensor] = {}
-        lookups: dict[str, dict[int, int]] = {}
-        for t, (ids, x) in request.nodes.items():
-            if t not in graph.nodes:
-                raise _fail(request, f"node type {t!r} is unknown (node types: {known})")
-            ids = np.asarray(ids, dtype=np.int64).reshape(-1)
-            if len(np.unique(ids)) != len(ids):
-                raise _fail(request, f"node type {t!r}: query ids repeat")
-            clash = ids[graph.nodes[t].id_index.lookup(ids)[1]]
-            if len(clash):
-                raise _fail(request, f"node type {t!r}: query ids {clash[:5].tolist()} name vertices of G")
-            width, has = model.in_dims[t], graph.nodes[t].feature_dim
-            if has == 0:
-                if x is not None:
-                    raise _fail(request, f"node type {t!r} has no features in G; its queries carry none (x=None)")
-                feats = torch.ones(len(ids), width)
-            else:
-                feats = torch.as_tensor(np.asarray(x, dtype=np.float32))
-                if feats.dim() != 2 or feats.shape != (len(ids), width):
-                    raise _fail(
-                        request, f"node type {t!r}: x has shape {tuple(feats.shape)}, expected [{len(ids)}, {width}]"
-                    )
-                if not torch.isfinite(feats).all():
-                    raise _fail(request, f"node type {t!r}: x holds NaN or Inf")
-            n = self._sizes[t]
-            queries[t] = np.arange(n, n + len(ids), dtype=np.int64)
-            xs[t] = feats
-            lookups[t] = {int(i): n + k for k, i in enumerate(ids)}
-        if not any(len(q) for q in queries.values()):
-            raise _fail(request, "no query node")
-        edges: dict[EdgeType, tuple[np.ndarray, np.ndarray]] = {}
-        for et, (src, dst) in request.edges.items():
-            et = cast("EdgeType", tuple(et))
-            if et not in graph.edges:
-                raise _fail(request, f"relation {et} is unknown (relations: {graph.edge_types})")
-            rows = []
-            for t, ids in ((et[0], src), (et[2], dst)):
-                ids = np.asarray(ids, dtype=np.int64).reshape(-1)
-                g_rows, found = graph.nodes[t].id_index.lookup(ids)
-                q = lookups.get(t, {})
-                mapped = np.asarray([q.get(int(i), -1) for i in ids], dtype=np.int64).reshape(-1)
-                unknown = ids[(mapped < 0) & ~found]
-                if len(unknown):
-                    raise _fail(
-                        request,
-                        f"relation {et}: endpoints {unknown[:5].tolist()} are neither queries nor {t!r} vertices",
-                    )
-                rows.append(np.where(mapped >= 0, mapped, g_rows).astype(np.int64))
-            if len(rows[0]) != len(rows[1]):
-                raise _fail(request, f"relation {et}: {len(rows[0])} sources but {len(rows[1])} destinations")
-            inside = (rows[0] < self._sizes[et[0]]) & (rows[1] < self._sizes[et[2]])
-            if inside.any():
-                raise _fail(request, f"relation {et}: edges between two vertices of G are a graph update, not a query")
-            edges[et] = (rows[0], rows[1])
-        return UnionRows(queries, xs, edges)
+        return union_rows(self.graph, request, self.model.in_dims, self._sizes)
 
     # -- answering -------------------------------------------------------------------------------
     def answer(self, request: TypedRequest) -> TypedAnswer:
@@ -235,4 +286,4 @@ def _check_store(store: TypedPEStore, graph: TypedGraphData, model: HeteroModel)
         )
 
 
-__all__ = ["TypedAnswer", "TypedQueryEngine", "TypedRequest", "TypedRequestError", "TYPED_MODES"]
+__all__ = ["TypedAnswer", "TypedQueryEngine", "TypedRequest", "TypedRequestError", "TYPED_MODES", "union_rows"]

@@ -27,7 +27,8 @@ in-neighbourhood). So the estimate is
 i.e. the number of in-edges of the 2-hop computation graph, counted with multiplicity and without
 the deeper hops. It is the GSM predictor applied one hop further, costs O(M) per request from G's
 in-degree array (computed once), and needs no sampling, which GSM rejects as too expensive.
-Unknown ids (requests that will be answered with an error row) contribute nothing.
+Unknown ids (requests that will be answered with an error row) contribute nothing. On a typed
+graph (TypedRequestCost) a source's in-degree counts its in-edges of every relation.
 """
 
 from __future__ import annotations
@@ -81,6 +82,37 @@ class RequestCost:
         idx, in_g = self.graph.id_index.lookup(src)
         second_hop = int(self.in_degree[np.asarray(idx)[in_g]].sum()) if len(src) else 0
         return float(request.batch_size + int(into_q.sum()) + second_hop)
+
+
+class TypedRequestCost:
+    """RequestCost on a typed graph (serving.typed.TypedRequest against a TypedGraphData): the
+    same sum, with each request edge s -> q into a query counted with the in-degree of s in G
+    over every relation into the type of s."""
+
+    def __init__(self, graph):
+        self.graph = graph
+        self.in_degree = {t: np.zeros(n.num_nodes, np.int64) for t, n in graph.nodes.items()}
+        for et in graph.edge_types:
+            _, dst = graph.edge_index(et)
+            self.in_degree[et[2]] += np.bincount(dst, minlength=graph.nodes[et[2]].num_nodes).astype(np.int64)
+
+    def __call__(self, request) -> float:
+        cost = request.batch_size
+        for (src_type, _, dst_type), (src, dst) in request.edges.items():
+            queries = request.nodes.get(dst_type)
+            if queries is None or src_type not in self.graph.nodes:
+                continue
+            into_q = np.isin(np.asarray(dst, np.int64), np.asarray(queries[0], np.int64))
+            idx, in_g = self.graph.nodes[src_type].id_index.lookup(np.asarray(src, np.int64)[into_q])
+            cost += int(into_q.sum()) + int(self.in_degree[src_type][np.asarray(idx)[in_g]].sum())
+        return float(cost)
+
+
+def request_cost(graph) -> RequestCost | TypedRequestCost:
+    """The cost estimate for requests against `graph`: TypedRequestCost on a typed graph."""
+    from sparkgnn.graph.typed import TypedGraphData
+
+    return TypedRequestCost(graph) if isinstance(graph, TypedGraphData) else RequestCost(graph)
 
 
 class GroupingPolicy:

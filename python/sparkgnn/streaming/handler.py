@@ -16,6 +16,11 @@ request, and propagates: the query stops without committing the batch, and a res
 checkpoint runs it again. Turning such an exception into an error row would commit a wrong answer
 exactly once, which is worse.
 
+On a typed graph (a TypedGraphData G) the same steps read typed request files
+(serving/typed_request.py) into TypedRequests, which the engine, a TypedQueryEngine, answers; a
+row's `qtype` names the node type of each of its queries, and h / pred hold one entry per query,
+null for a query of a type the model gives no output (typed_outputs).
+
 `handle(files, batch_id)` is the whole logic on plain Python values, so tests drive it without
 Spark; `__call__(df, batch_id)` is the foreachBatch adapter: it lists path, modification time and
 length of the micro-batch's files, collects the content only of those within the limits' byte
@@ -37,8 +42,9 @@ import numpy as np
 import pyarrow as pa
 
 from sparkgnn.errors import USER_ERRORS
+from sparkgnn.graph.typed import TypedGraphData
 from sparkgnn.serving.online.config import over_caps
-from sparkgnn.streaming.grouping import RequestCost, run_schedule
+from sparkgnn.streaming.grouping import request_cost, run_schedule
 from sparkgnn.streaming.intake import (
     FileLimits,
     IncomingFile,
@@ -69,6 +75,22 @@ def _json_safe(value):
     if isinstance(value, np.ndarray):
         return value.tolist()
     return value
+
+
+def typed_outputs(request, answer) -> tuple[list, list | None]:
+    """A TypedAnswer as one output row per query of the request (its `qid` order): h[i] and
+    pred[i] are the query's output and argmax, None for a query of a type the model gives no
+    output; pred is None for a model that outputs no logits."""
+    h: list = []
+    pred: list | None = None if answer.pred is None else []
+    for t, (ids, _) in request.nodes.items():
+        n = int(np.asarray(ids).size)
+        rows = answer.h.get(t)
+        h += [None] * n if rows is None else list(rows.numpy())
+        if pred is not None:
+            p = answer.pred.get(t)
+            pred += [None] * n if p is None else p.tolist()
+    return h, pred
 
 
 def read_logged(entry: LoggedFile, max_bytes: int | None = None) -> IncomingFile:
@@ -105,7 +127,8 @@ class MicroBatchHandler:
         self.sink = sink
         self.dead_letter = dead_letter
         self.clock = clock
-        self.cost = RequestCost(graph)
+        self.cost = request_cost(graph)
+        self.typed = isinstance(graph, TypedGraphData)  # typed request files, TypedRequests
         self.mode = getattr(engine, "mode_name", "?")
         self.batches_handled = 0
         self.requests_handled = 0
@@ -199,7 +222,7 @@ class MicroBatchHandler:
                     )
                 if f.content is None and f.length is not None:
                     raise MalformedRequestFile(oversize_reason(f.name, f.length, self.limits))
-                requests = parse_request_file(f.content, f.name, self.limits)
+                requests = parse_request_file(f.content, f.name, self.limits, typed=self.typed)
             except MalformedRequestFile as exc:
                 reason = str(exc)
                 oversize = f.length if f.content is None else len(f.content)
@@ -241,17 +264,19 @@ class MicroBatchHandler:
                 p.cost = self.cost(p.request)
 
     def _row(self, batch_id, p: Pending, answer, error, start, done, group_index, order, grouping):
-        breakdown = None
+        breakdown = h = pred = None
         if answer is not None:
             breakdown = json.dumps({k: _json_safe(v) for k, v in answer.breakdown.items()}, sort_keys=True)
+            h, pred = typed_outputs(p.request, answer) if self.typed else (answer.h, answer.pred)
         return {
             "batch_id": batch_id,
             "request_id": p.request_id,
             "file": p.file,
             "num_queries": p.request.batch_size,
             "qid": p.request.qid,
-            "h": None if answer is None else answer.h,
-            "pred": None if answer is None else answer.pred,
+            "qtype": getattr(p.request, "qtype", None),  # TypedRequest's; None on a homogeneous row
+            "h": h,
+            "pred": pred,
             "error": error,
             "arrival_ts": p.arrival_ts,
             "start_ts": start,

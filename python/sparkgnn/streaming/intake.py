@@ -15,7 +15,8 @@ an invalid REQUEST (unknown ids, wrong width, NaN) is not malformed: that reques
 with an error row naming the problem (handler.py), because the fault is the request's, not the
 file's, and a client reading the answers should learn about it under its request id; so is a
 request over the online service's caps (max_queries query nodes, max_edges edges:
-serving.online.config.over_caps).
+serving.online.config.over_caps). On a typed graph the files are typed request files, read into
+TypedRequests (serving/typed_request.py says what is malformed there, a homogeneous file too).
 
 Oversize files (FileLimits) are refused too, before anything decodes them: a file longer than
 `max_bytes` is never collected to the driver (handler.py filters on the source's `length` column,
@@ -32,9 +33,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from sparkgnn.errors import SparkGNNError
 from sparkgnn.serving.request import Request, RequestError, parse_request_bytes
+
+if TYPE_CHECKING:
+    from sparkgnn.serving.typed import TypedRequest
 
 
 class MalformedRequestFile(SparkGNNError, ValueError):
@@ -62,7 +67,7 @@ class Pending:
     (file arrival time, then file path, then position in the file); `cost` is the grouping
     policy's estimate; `problems` are Request.problems(G) (empty: answerable)."""
 
-    request: Request
+    request: Request | TypedRequest
     file: str
     arrival_ts: float
     seq: int
@@ -139,15 +144,22 @@ def check_footer(content: bytes, name: str, limits: FileLimits) -> None:
         )
 
 
-def parse_request_file(content: bytes | None, path: str = "<bytes>", limits: FileLimits | None = None) -> list[Request]:
+def parse_request_file(
+    content: bytes | None, path: str = "<bytes>", limits: FileLimits | None = None, *, typed: bool = False
+) -> list[Request] | list[TypedRequest]:
     """The requests of one file in SCHEMA, in file order; MalformedRequestFile says why not (the
     same checks and words as serving.request.read_requests: parse_request_bytes), or why the
-    file is over `limits` (its bytes, or its footer's rows or uncompressed bytes)."""
+    file is over `limits` (its bytes, or its footer's rows or uncompressed bytes). `typed`: the
+    file is a typed request file (serving.typed_request) and its requests TypedRequests."""
     if limits is not None and content:
         if len(content) > limits.max_bytes:
             raise MalformedRequestFile(oversize_reason(path, len(content), limits))
         check_footer(content, path, limits)
     try:
+        if typed:
+            from sparkgnn.serving.typed_request import parse_typed_request_bytes
+
+            return parse_typed_request_bytes(content, path)
         return parse_request_bytes(content, path)
     except RequestError as exc:
         raise MalformedRequestFile(str(exc)) from None

@@ -9,6 +9,10 @@ Start-up order (cheap refusals before the ~10 s SparkSession start):
   4. the output directory is checked against the checkpoint (sink.py: one output per checkpoint);
   5. only then the SparkSession and the query.
 
+A typed graph or model (engine.typed.is_typed_source) gets ONE TypedQueryEngine instead
+(build_typed_engine: modes full and exact, in process; a typed PE store for exact), and the
+handler reads typed request files (serving/typed_request.py).
+
 Source: Spark's `binaryFile` file source over the request directory (path, modificationTime,
 content per file; the schema must be given for a stream). Files are picked up by name glob
 (*.parquet); hidden and temp names (leading '.' or '_') are never listed, which is why request
@@ -121,13 +125,18 @@ class RunResult:
 
 
 def build_engine(cfg: StreamConfig):
-    """Steps 1-3 of the module doc. Returns (graph G, QueryEngine)."""
+    """Steps 1-3 of the module doc. Returns (graph G, QueryEngine), or on a typed graph or model
+    (TypedGraphData G, TypedQueryEngine): build_typed_engine."""
     from sparkgnn.graph import read_graph_dir
     from sparkgnn.models import Model
     from sparkgnn.pe import PEStore
     from sparkgnn.serving import MODES, QueryEngine
 
     MODES.lookup(cfg.mode)  # an unknown mode is a ModeError naming the known ones
+    from sparkgnn.engine.typed import is_typed_source
+
+    if is_typed_source(cfg.graph) or is_typed_source(cfg.model):
+        return build_typed_engine(cfg)
     if cfg.store is None and cfg.mode not in STORELESS_MODES:
         raise StreamStartError(
             f"mode {cfg.mode!r} reuses precomputed embeddings: --store is required "
@@ -172,6 +181,69 @@ def build_engine(cfg: StreamConfig):
         f"{len(graph.edge_src)} edges{', store ' + cfg.store if cfg.store else ''}"
     )
     return graph, engine
+
+
+def build_typed_engine(cfg: StreamConfig):
+    """Steps 1-3 of the module doc on a typed graph or model: (TypedGraphData G, ONE
+    TypedQueryEngine). Modes full and exact only, in process; what else the job offers
+    homogeneous graphs (other modes, their options, CGP workers, a remote service) is refused in
+    one line, before anything is loaded."""
+    from sparkgnn.graph.typed_io import read_typed_graph_dir
+    from sparkgnn.models.hetero import HeteroModel
+    from sparkgnn.pe.typed import TypedPEStore
+    from sparkgnn.serving.typed import TYPED_MODES, TypedQueryEngine
+
+    modes = " and ".join(TYPED_MODES)
+    if cfg.mode not in TYPED_MODES:
+        raise StreamStartError(f"a typed graph is served in modes {modes}, not {cfg.mode!r}")
+    refused = [
+        what
+        for what, given in (
+            (f"mode options {sorted(cfg.mode_options)}", cfg.mode_options),
+            (f"--workers {cfg.workers}", cfg.workers not in (None, "", "inprocess")),
+            (f"--engine {cfg.engine}", cfg.engine),
+        )
+        if given
+    ]
+    if refused:
+        raise StreamStartError(
+            f"a typed graph is served in process in modes {modes}, which take none of: {', '.join(refused)}"
+        )
+    if cfg.mode == "exact" and cfg.store is None:
+        raise StreamStartError("mode 'exact' reuses precomputed embeddings: --store is required (a typed PE store)")
+    started = time.perf_counter()
+    graph = read_typed_graph_dir(cfg.graph)
+    model = HeteroModel.load(cfg.model)
+    store = TypedPEStore.open(cfg.store, model=model, graph=graph) if cfg.mode == "exact" else None
+    engine = TypedQueryEngine(graph, model, mode=cfg.mode, store=store)
+    if cfg.warmup:
+        engine.answer(typed_warmup_request(graph, model))
+    log.info(
+        f"stream: typed engine ready in {time.perf_counter() - started:.1f} s: mode {engine.mode_name}, G "
+        f"{len(graph.node_types)} node types / {len(graph.edge_types)} relations, {graph.num_nodes} vertices / "
+        f"{graph.num_edges} edges{f', store {cfg.store}' if store is not None else ''}"
+    )
+    return graph, engine
+
+
+def typed_warmup_request(graph, model):
+    """warmup_request on a typed graph: one query of the model's first output type (an id its type
+    does not have, zero features) with one in-edge from a vertex of G, through the first relation
+    into that type that has a source vertex; output discarded."""
+    import numpy as np
+
+    from sparkgnn.serving.typed import TypedRequest
+
+    node_type = next(t for t in model.outputs if t in graph.nodes)
+    table = graph.nodes[node_type]
+    q = int(table.ids.max()) + 1 if table.num_nodes else 0
+    x = np.zeros((1, table.feature_dim), np.float32) if table.feature_dim else None
+    edges = {}
+    for et in graph.edge_types:
+        if et[2] == node_type and graph.nodes[et[0]].num_nodes:
+            edges[et] = (graph.nodes[et[0]].ids[:1].copy(), np.array([q]))
+            break
+    return TypedRequest({node_type: (np.array([q]), x)}, edges, request_id="__warmup__")
 
 
 def warmup_request(graph):

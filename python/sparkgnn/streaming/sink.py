@@ -47,7 +47,10 @@ ANSWER_SCHEMA = pa.schema(
         ("file", pa.string()),  # the request file, as the source reported its path
         ("num_queries", pa.int64()),
         ("qid", pa.list_(pa.int64())),  # request order; null when the request could not be parsed
-        ("h", pa.list_(pa.list_(pa.float32()))),  # [B][out]; null for error rows
+        # typed graphs: the node type of each qid (null on a homogeneous graph's rows)
+        ("qtype", pa.list_(pa.string())),
+        # [B][out]; null for error rows; typed: a query of a type the model gives no output has a null row
+        ("h", pa.list_(pa.list_(pa.float32()))),
         ("pred", pa.list_(pa.int64())),  # argmax per query (logits models); null otherwise
         ("error", pa.string()),  # null when answered; else what is wrong
         ("arrival_ts", pa.float64()),  # file modification time (epoch s): when the request arrived
@@ -91,20 +94,33 @@ def _fsync_dir(path: str) -> None:
 
 
 def answers_table(rows: list[dict]) -> pa.Table:
-    """Rows (dicts with ANSWER_SCHEMA's keys; qid/h/pred as numpy arrays or None) -> a table."""
+    """Rows (dicts with ANSWER_SCHEMA's keys; qid/h/pred as numpy arrays or None) -> a table. A
+    typed graph's rows carry h and pred as lists with one entry per query, None for a query the
+    model gives no output (typed rows are converted value by value; homogeneous ones stay
+    vectorised)."""
     cols: dict[str, list] = {f.name: [] for f in ANSWER_SCHEMA}
     for r in rows:
         for name in cols:
             cols[name].append(r.get(name))
+    typed = any(v is not None for v in cols["qtype"])
     arrays = []
     for f in ANSWER_SCHEMA:
-        if f.name == "h":
+        if typed and f.name in ("h", "pred"):
+            arrays.append(pa.array([_plain(v) for v in cols[f.name]], type=f.type))
+        elif f.name == "h":
             arrays.append(_matrix_list(cols["h"]))
         elif f.name in ("qid", "pred"):
             arrays.append(_vector_list(cols[f.name], pa.int64()))
         else:
             arrays.append(pa.array(cols[f.name], type=f.type))
     return pa.Table.from_arrays(arrays, schema=ANSWER_SCHEMA)
+
+
+def _plain(value):
+    """A typed row's h or pred as Python lists (numpy rows and scalars converted; None kept)."""
+    if value is None:
+        return None
+    return [None if v is None else np.asarray(v).tolist() for v in value]
 
 
 def _vector_list(values: list, value_type) -> pa.Array:
