@@ -253,15 +253,7 @@ def prepare(spark, graph, partitions: int, work_dir: str, writer: str = "spark")
     stats = LAYOUT_WRITERS[writer](spark, graph, partitions, path)
     if _edge_attr_dim(graph):
         stats["edge_attr_dim"] = _edge_attr_dim(graph)
-    _write_marker(
-        marker, {"fingerprint": fingerprint, "partitions": partitions, "layout": LAYOUT_VERSION, "stats": stats}
-    )
-    seconds = time.perf_counter() - started
-    log.info(
-        f"sparkgnn: prepared graph {fingerprint} for {partitions} partitions in {seconds:.1f} s "
-        f"(R_f = {1 + stats['mirror_rows'] / max(stats['num_vertices'], 1):.2f})"
-    )
-    return PreparedGraph(path=path, partitions=partitions, stats=stats, seconds=seconds)
+    return _finished(marker, path, fingerprint, partitions, stats, started, f"prepared graph {fingerprint}")
 
 
 def _prepare_scanning(spark, graph, partitions: int, work_dir: str) -> PreparedGraph:
@@ -301,13 +293,20 @@ def _prepare_scanning(spark, graph, partitions: int, work_dir: str) -> PreparedG
     fs, inner = files.filesystem(path)
     fs.move(files.filesystem(files.join(staging, f"P={partitions}"))[1], inner)
     files.delete(staging)
+    what = f"validated, fingerprinted ({fingerprint}) and prepared graph {graph.path}"
+    return _finished(marker, path, fingerprint, partitions, stats, started, what)
+
+
+def _finished(marker: str, path: str, fingerprint: str, partitions: int, stats: dict, started: float, what: str):
+    """Write the layout's marker (it is complete from then on) and log `what` was done; the
+    PreparedGraph of it."""
     _write_marker(
         marker, {"fingerprint": fingerprint, "partitions": partitions, "layout": LAYOUT_VERSION, "stats": stats}
     )
     seconds = time.perf_counter() - started
     log.info(
-        f"sparkgnn: validated, fingerprinted ({fingerprint}) and prepared graph {graph.path} for {partitions} "
-        f"partitions in {seconds:.1f} s (R_f = {1 + stats['mirror_rows'] / max(stats['num_vertices'], 1):.2f})"
+        f"sparkgnn: {what} for {partitions} partitions in {seconds:.1f} s "
+        f"(R_f = {1 + stats['mirror_rows'] / max(stats['num_vertices'], 1):.2f})"
     )
     return PreparedGraph(path=path, partitions=partitions, stats=stats, seconds=seconds)
 

@@ -513,16 +513,15 @@ def _read_file(path: str) -> list[Request]:
     return parse_request_bytes(content, path)
 
 
-def parse_request_bytes(content: bytes | None, name: str = "<bytes>") -> list[Request]:
-    """The requests of one request file's bytes, in file order. RequestError, starting with
-    `name`, says why the file is unusable: empty, not (or truncated) Parquet, a column of SCHEMA
-    missing or of a type that cannot be cast, no row, or rows requests_from_table refuses.
-    Shared by read_requests and the streaming intake, so both refuse the same files in the same
-    words."""
+def request_file_table(
+    content: bytes | None, name: str, schema: pa.Schema, what: str = "a request file", hint: str = ""
+) -> pa.Table:
+    """The Parquet table of one request file's bytes (`what`: how the refusals name the file's
+    kind), holding every column of `schema`; RequestError, starting with `name`, when the file is
+    empty, not (or truncated) Parquet, or lacks a column (`hint` precedes the columns it should
+    have). Shared by the homogeneous and typed parsers, so both refuse in the same words."""
     if not content:
-        raise RequestError(
-            f"{name}: empty file (0 bytes); a request file is a Parquet file with columns {SCHEMA.names}"
-        )
+        raise RequestError(f"{name}: empty file (0 bytes); {what} is a Parquet file with columns {schema.names}")
     try:
         table = pq.read_table(pa.BufferReader(content))
     except Exception as exc:  # noqa: BLE001  (any failure to decode the bytes means: not Parquet)
@@ -530,9 +529,19 @@ def parse_request_bytes(content: bytes | None, name: str = "<bytes>") -> list[Re
             f"{name}: not a readable Parquet file, truncated or of another format "
             f"({len(content)} bytes; {type(exc).__name__}: {_one_line(exc)})"
         ) from None
-    missing = [f.name for f in SCHEMA if f.name not in table.column_names]
+    missing = [f.name for f in schema if f.name not in table.column_names]
     if missing:
-        raise RequestError(f"{name}: lacks column(s) {missing}; a request file has {SCHEMA.names}")
+        raise RequestError(f"{name}: lacks column(s) {missing}; {hint}{what} has {schema.names}")
+    return table
+
+
+def parse_request_bytes(content: bytes | None, name: str = "<bytes>") -> list[Request]:
+    """The requests of one request file's bytes, in file order. RequestError, starting with
+    `name`, says why the file is unusable: empty, not (or truncated) Parquet, a column of SCHEMA
+    missing or of a type that cannot be cast, no row, or rows requests_from_table refuses.
+    Shared by read_requests and the streaming intake, so both refuse the same files in the same
+    words."""
+    table = request_file_table(content, name, SCHEMA)
     typed = [c for c in TYPED_COLUMNS if c in table.column_names]
     if typed:
         raise RequestError(

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from sparkgnn.graph.typed import edge_key, parse_edge_key
 from sparkgnn.serving.request import (
@@ -38,6 +37,7 @@ from sparkgnn.serving.request import (
     _examples,
     _non_null_int,
     _one_line,
+    request_file_table,
     write_request_table,
 )
 from sparkgnn.serving.typed import TypedRequest
@@ -86,23 +86,9 @@ def write_typed_requests(path: str, requests) -> str:
 def parse_typed_request_bytes(content: bytes | None, name: str = "<bytes>") -> list[TypedRequest]:
     """The typed requests of one typed request file's bytes, in file order; RequestError, starting
     with `name`, says why the file is unusable (module doc)."""
-    if not content:
-        raise RequestError(
-            f"{name}: empty file (0 bytes); a typed request file is a Parquet file with columns {TYPED_SCHEMA.names}"
-        )
-    try:
-        table = pq.read_table(pa.BufferReader(content))
-    except Exception as exc:  # noqa: BLE001  (any failure to decode the bytes means: not Parquet)
-        raise RequestError(
-            f"{name}: not a readable Parquet file, truncated or of another format "
-            f"({len(content)} bytes; {type(exc).__name__}: {_one_line(exc)})"
-        ) from None
-    missing = [f.name for f in TYPED_SCHEMA if f.name not in table.column_names]
-    if missing:
-        raise RequestError(
-            f"{name}: lacks column(s) {missing}; the graph served here is typed: a typed request file has "
-            f"{TYPED_SCHEMA.names}"
-        )
+    table = request_file_table(
+        content, name, TYPED_SCHEMA, what="a typed request file", hint="the graph served here is typed: "
+    )
     if "edge_attr" in table.column_names:
         raise RequestError(f"{name}: has an edge_attr column; typed requests carry no edge attributes")
     if table.num_rows == 0:
