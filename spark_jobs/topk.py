@@ -289,9 +289,10 @@ def _run_typed(args) -> int:
 
 
 def _typed_relations(args, model, edge_types, cand_type) -> list:
-    """The edge types a typed top-k ranks: --relation's, else the per-relation decoder's rows (or,
-    for another decoder, every edge type between output types), kept to those into --candidates TYPE."""
-    from sparkgnn.decoders import RelationalDecoder
+    """The edge types a typed top-k ranks: --relation's, else the per-relation decoder's rows or
+    members (or, for another decoder, every edge type between output types), kept to those into
+    --candidates TYPE."""
+    from sparkgnn.decoders import PerRelationDecoder, RelationalDecoder
     from sparkgnn.linkpred.pairs import PairsError
     from sparkgnn.linkpred.typed import resolve_relation
 
@@ -301,7 +302,7 @@ def _typed_relations(args, model, edge_types, cand_type) -> list:
             return list(dict.fromkeys(resolve_relation(edge_types, label) for label in labels))
         except ValueError as e:
             raise PairsError(f"--relation: {e}; nothing was written") from None
-    if isinstance(model.decoder, RelationalDecoder):
+    if isinstance(model.decoder, (RelationalDecoder, PerRelationDecoder)):
         chosen = [resolve_relation(edge_types, key) for key in model.decoder.relations]
     else:
         chosen = [e for e in edge_types if e[0] in model.out_dims and e[2] in model.out_dims]

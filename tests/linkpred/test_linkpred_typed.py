@@ -77,6 +77,63 @@ def test_hetero_model_decoder_rows_name_edge_types(tmp_path):
         HeteroModel.from_pyg(module, d.metadata(), decoder=TypedDistMult(1, 4), relations=["writes"])
 
 
+class ConcatMLP(torch.nn.Module):
+    def __init__(self, width: int, seed: int):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.lin1, self.lin2 = torch.nn.Linear(2 * width, 4), torch.nn.Linear(4, 1)
+
+    def forward(self, h_src, h_dst):
+        return self.lin2(self.lin1(torch.cat([h_src, h_dst], dim=-1)).relu()).squeeze(-1)
+
+
+def _per_relation() -> torch.nn.ModuleDict:
+    """One PyG decoder module per edge type of authors_and_papers (to_hetero's ModuleDict keys)."""
+    return torch.nn.ModuleDict({"author__writes__paper": ConcatMLP(3, 1), "paper__written_by__author": ConcatMLP(3, 2)})
+
+
+def test_hetero_model_per_relation_decoders_equal_pyg_and_save(tmp_path):
+    from sparkgnn.linkpred.typed import relation_decoder
+
+    d = authors_and_papers()
+    module, _ = to_hetero_sage(d, layers=1)
+    with torch.no_grad():
+        z = module(d.x_dict, d.edge_index_dict)
+    pyg = _per_relation()
+    model = HeteroModel.from_pyg(module, d.metadata(), decoder=pyg)
+    assert model.spec["decoder"]["kind"] == "per_relation"
+    model.save(tmp_path / "m")
+    loaded = HeteroModel.load(tmp_path / "m")
+    assert loaded.fingerprint() == model.fingerprint()
+    for key, member in pyg.items():
+        s, _, t = key.split("__")
+        with torch.no_grad():
+            expected = member(z[s][:6], z[t][:6])
+        for m in (model, loaded):
+            assert rel_err(relation_decoder(m, tuple(key.split("__")))(z[s][:6], z[t][:6]), expected) < 1e-5
+    # keyed by relation name / edge type: stored by key; the weights are part of the fingerprint
+    by_name = HeteroModel.from_pyg(
+        module, d.metadata(), decoder={"writes": ConcatMLP(3, 1), WRITTEN_BY: ConcatMLP(3, 5)}
+    )
+    assert by_name.decoder.relations == ("author__writes__paper", "paper__written_by__author")
+    assert by_name.fingerprint() != model.fingerprint()
+    only = HeteroModel.from_pyg(module, d.metadata(), decoder={"writes": Dot()})
+    with pytest.raises(ValueError, match="no member for relation paper__written_by__author"):
+        relation_decoder(only, WRITTEN_BY)
+    with pytest.raises(UnsupportedModelError, match="member 'cites': the graph has no relation 'cites'"):
+        HeteroModel.from_pyg(module, d.metadata(), decoder={"cites": Dot()})
+    with pytest.raises(UnsupportedModelError, match="width 4 but node type 'author'"):
+        HeteroModel.from_pyg(module, d.metadata(), decoder={"writes": ConcatMLP(4, 1)})
+    with pytest.raises(UnsupportedModelError, match="members name edge type author__writes__paper twice"):
+        HeteroModel.from_pyg(module, d.metadata(), decoder={"writes": Dot(), WRITES: Dot()})
+    from torch_geometric.nn import GraphSAGE
+
+    from sparkgnn.models.model import Model
+
+    with pytest.raises(UnsupportedModelError, match="per_relation decoder .* is for typed models"):
+        Model.from_pyg(GraphSAGE(3, 4, num_layers=1), output="embedding", decoder={"writes": Dot()})
+
+
 @pytest.fixture(scope="module")
 def typed_case(tmp_path_factory):
     """(root, graph dir, PyG embeddings {type: [N, 3]}, {name: (PyG decoder, model dir)}) on the
@@ -88,7 +145,7 @@ def typed_case(tmp_path_factory):
     with torch.no_grad():
         z = module(d.x_dict, d.edge_index_dict)
     models = {}
-    for name, decoder in (("distmult", TypedDistMult(2, 3)), ("dot", Dot())):
+    for name, decoder in (("distmult", TypedDistMult(2, 3)), ("dot", Dot()), ("per_relation", _per_relation())):
         path = str(root / f"model_{name}")
         HeteroModel.from_pyg(module, d.metadata(), decoder=decoder).save(path)
         models[name] = (decoder, path)
@@ -134,6 +191,29 @@ def test_score_edges_typed_equals_pyg_and_refuses_bad_pairs(spark, typed_case, c
         assert score_edges.main(argv) == 2
         assert message in capsys.readouterr().err
         assert not os.path.exists(fresh)
+
+
+def test_score_edges_typed_per_relation_decoders_equal_each_pyg_module(spark, typed_case):
+    root, graph, z, models = typed_case
+    pyg, model = models["per_relation"]
+    rng = np.random.default_rng(5)
+    writes = pd.DataFrame(
+        {"src": rng.choice(IDS["author"], 7), "dst": rng.choice(IDS["paper"], 7), "relation": "writes"}
+    )
+    back = pd.DataFrame({"src": rng.choice(IDS["paper"], 5), "dst": rng.choice(IDS["author"], 5)})
+    back["relation"] = "paper__written_by__author"
+    pd.concat([writes, back], ignore_index=True).to_parquet(root / "pairs_per_relation.parquet")
+    out = str(root / "scores_per_relation")
+    argv = ["--graph", graph, "--model", model, "--pairs", str(root / "pairs_per_relation.parquet"), "--out", out]
+    assert score_edges.main(argv) == 0
+    got = pd.read_parquet(out)
+    assert len(got) == 12
+    for relation, edge_type in (("writes", WRITES), ("paper__written_by__author", WRITTEN_BY)):
+        s, _, t = edge_type
+        part = got[got.relation == relation]
+        with torch.no_grad():
+            expected = pyg["__".join(edge_type)](z[s][_rows(s, part.src)], z[t][_rows(t, part.dst)])
+        assert len(part) and rel_err(torch.tensor(part.score.to_numpy()), expected) < 1e-5
 
 
 def _brute_topk(z_src, z_dst, src_ids, dst_ids, k, known):

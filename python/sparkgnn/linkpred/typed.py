@@ -6,7 +6,8 @@ edge types (graph.json's order). The pair's src is a vertex of the relation's so
 dst one of the destination type (ids are per type), so its score reads the typed model's output
 of the src type for src and of the dst type for dst; the model's decoder scores it, bound to the
 relation when it is per relation (DistMult, TransE: one row per edge type, models/hetero.py
-`set_decoder`), the same decoder for every relation otherwise.
+`set_decoder`), the relation's own member decoder for a per_relation container (one decoder
+module per edge type, decoders/per_relation.py), the same decoder for every relation otherwise.
 
 Node outputs come from the typed batch path (engine/typed.py): `ids={type: ids}` for scoring
 (only the pairs' endpoints and what they read are computed), `types=` for top-k and evaluation.
@@ -30,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from sparkgnn.decoders import Decoder, RelationalDecoder
+from sparkgnn.decoders import Decoder, PerRelationDecoder, RelationalDecoder
 from sparkgnn.layers.hetero import EdgeType, edge_key, resolve_relation
 from sparkgnn.linkpred.arrays import ids, matrix
 from sparkgnn.linkpred.pairs import MAX_RELATIONS, RELATION, SHOWN, PairsError
@@ -80,8 +81,9 @@ def load_typed_graph(spark: SparkSession, path: str, model: HeteroModel) -> Type
 
 
 def relation_decoder(model: HeteroModel, edge_type: EdgeType) -> Decoder:
-    """The model's decoder for pairs of `edge_type`: bound to its row when per relation; ValueError
-    (one line) when the model has no decoder, no outputs of either end's type, or no row for it."""
+    """The model's decoder for pairs of `edge_type`: bound to its row when per relation, its
+    member for a per_relation container; ValueError (one line) when the model has no decoder, no
+    outputs of either end's type, or no row / member for it."""
     decoder = model.decoder
     key = edge_key(edge_type)
     if decoder is None:
@@ -91,6 +93,8 @@ def relation_decoder(model: HeteroModel, edge_type: EdgeType) -> Decoder:
     missing = [t for t in (edge_type[0], edge_type[2]) if t not in model.out_dims]
     if missing:
         raise ValueError(f"relation {key}: the model gives no outputs for node type(s) {missing}")
+    if isinstance(decoder, PerRelationDecoder):
+        return decoder.member(key)
     if isinstance(decoder, RelationalDecoder):
         if decoder.relations is None or key not in decoder.relations:
             raise ValueError(f"the {decoder.kind} decoder has no row for relation {key} (it has {decoder.relations})")

@@ -246,7 +246,7 @@ class HeteroModel(torch.nn.Module):
         output: str | None = None,
         in_dims: Mapping[str, int] | None = None,
         *,
-        decoder: torch.nn.Module | None = None,
+        decoder: torch.nn.Module | Mapping[object, torch.nn.Module] | None = None,
         relations: Sequence[str] | None = None,
     ) -> HeteroModel:
         """A HeteroModel with the weights of a typed PyG model built for `metadata`
@@ -255,7 +255,9 @@ class HeteroModel(torch.nn.Module):
         `in_dims` ({type: feature width}): only needed when a type's rows go first into a conv
         with lazy in_channels, which does not tell their width. `decoder`, `relations`: a
         link-prediction decoder, converted as `Model.from_pyg` converts one and attached by
-        `set_decoder` (which states how a per-relation decoder's rows name edge types)."""
+        `set_decoder` (which states how a per-relation decoder's rows name edge types); a dict or
+        torch.nn.ModuleDict {edge type or key or relation name: decoder module} gives one decoder
+        per relation (a per_relation decoder)."""
         from sparkgnn.models.from_pyg_hetero import convert_hetero
 
         model = convert_hetero(cls, module, metadata, output, in_dims)
@@ -276,12 +278,17 @@ class HeteroModel(torch.nn.Module):
         type's outputs. A per-relation decoder (DistMult, TransE) holds one row per edge type: its
         `relations` name them (an edge type key `src__rel__dst`, or a relation name that only one
         edge type has), stored as keys; without names it needs one row per edge type of the
-        metadata, in its order. ValueError (one line) for a name that is no edge type, a row count
-        that does not match, or output widths the decoder cannot read."""
-        from sparkgnn.decoders import RelationalDecoder
+        metadata, in its order. A per_relation decoder (decoders/per_relation.py) holds one member
+        decoder per relation it scores, keyed the same way and stored by key; each member must read
+        the outputs of both its relation's end types. ValueError (one line) for a name that is no
+        edge type, a row count that does not match, or output widths the decoder cannot read."""
+        from sparkgnn.decoders import PerRelationDecoder, RelationalDecoder
 
         edge_types = self.metadata[1]
         scored = list(edge_types)
+        if isinstance(decoder, PerRelationDecoder):
+            self._set_per_relation(decoder)
+            return
         if isinstance(decoder, RelationalDecoder):
             if decoder.relations is None:
                 if decoder.num_relations != len(edge_types):
@@ -301,6 +308,35 @@ class HeteroModel(torch.nn.Module):
                     decoder.check_width(self.out_dims[t], where=f"node type {t!r}'s outputs")
         self.decoder = decoder
         self.spec["decoder"] = decoder.config()
+
+    def _set_per_relation(self, decoder) -> None:
+        """set_decoder of a per_relation decoder: members re-keyed by edge type key, widths checked."""
+        from sparkgnn.decoders import PerRelationDecoder
+
+        members = {}
+        for name, member in decoder.members.items():
+            try:
+                edge_type = resolve_relation(self.metadata[1], name)
+            except ValueError as e:
+                raise ValueError(f"per_relation decoder member {name!r}: {e}") from None
+            key = edge_key(edge_type)
+            if key in members:
+                raise ValueError(f"the per_relation decoder's members name edge type {key} twice")
+            for t in dict.fromkeys((edge_type[0], edge_type[2])):
+                if t not in self.out_dims:
+                    raise ValueError(
+                        f"per_relation decoder member {key}: the model gives no outputs for node type {t!r}"
+                    )
+                member.check_width(self.out_dims[t], where=f"node type {t!r}'s outputs (relation {key})")
+            widths = (self.out_dims[edge_type[0]], self.out_dims[edge_type[2]])
+            if widths[0] != widths[1]:
+                raise ValueError(
+                    f"per_relation decoder member {key}: its end types' outputs have widths {widths[0]} and "
+                    f"{widths[1]}; a decoder reads two node outputs of one width"
+                )
+            members[key] = copy.deepcopy(member)
+        self.decoder = PerRelationDecoder(members=members)
+        self.spec["decoder"] = self.decoder.config()
 
     def save(self, path) -> None:
         from sparkgnn.models.serialization import save_model

@@ -290,7 +290,13 @@ class Model(torch.nn.Module):
 
     def set_decoder(self, decoder: Decoder) -> None:
         """Attach a link-prediction decoder (part of the spec, the weights and the fingerprint);
-        ValueError (one line) when its input width is not the model's output width."""
+        ValueError (one line) when its input width is not the model's output width, or for a
+        per_relation decoder (one per edge type: typed models only)."""
+        if decoder.kind == "per_relation":
+            raise ValueError(
+                "a per_relation decoder (one decoder per edge type) is for typed models: "
+                "HeteroModel.from_pyg(module, metadata, decoder={edge_type: decoder})"
+            )
         decoder.check_width(self.out_dim, where=f"the model's outputs (out_dim {self.out_dim})")
         self.decoder = decoder
         self.spec["decoder"] = decoder.config()

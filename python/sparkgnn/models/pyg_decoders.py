@@ -18,7 +18,9 @@ nothing else: the result must be one of the decoder kinds (decoders/base.py) so 
 and scores pairs anywhere; anything else (a transform of one side before combining, a bilinear
 form, a second output) is refused with UnsupportedModelError naming the source line, never
 approximated. A sparkgnn Decoder is accepted as is (a copy). A forward with three inputs is a
-per-relation decoder (DistMult, TransE), walked by models/pyg_relational.py.
+per-relation decoder (DistMult, TransE), walked by models/pyg_relational.py. A dict or
+torch.nn.ModuleDict {edge type or its key: decoder module} (one decoder per edge type, as PyG's
+hetero link-prediction models train) becomes a per_relation decoder, each member converted alone.
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ from __future__ import annotations
 import copy
 import inspect
 import operator
-from collections.abc import Sequence
-from typing import NoReturn
+from collections.abc import Mapping, Sequence
+from typing import Any, NoReturn
 
 import torch
 import torch.fx
@@ -37,6 +39,7 @@ from sparkgnn.decoders.base import Decoder
 from sparkgnn.decoders.cosine import CosineDecoder
 from sparkgnn.decoders.dot import DotDecoder
 from sparkgnn.decoders.mlp import MLPDecoder
+from sparkgnn.decoders.per_relation import PerRelationDecoder, member_key
 from sparkgnn.decoders.relational import RelationalDecoder, check_relation_names
 from sparkgnn.errors import UnsupportedModelError
 from sparkgnn.layers.nodeops import ActivationOp, NodeOp, NodeOpStack
@@ -50,13 +53,19 @@ _FLATTEN = ("squeeze", "view", "reshape", "flatten")
 
 
 def decoder_from_pyg(
-    module: torch.nn.Module, where: str = "decoder", *, relations: Sequence[str] | None = None
+    module: torch.nn.Module | Mapping[Any, torch.nn.Module],
+    where: str = "decoder",
+    *,
+    relations: Sequence[str] | None = None,
 ) -> Decoder:
     """The sparkgnn decoder equal to `module(h_src, h_dst)` (module doc), or to a per-relation
     `module(z, edge_index, edge_type)` / `module(h_src, h_dst, edge_type)` (DistMult, TransE:
     models/pyg_relational.py), weights copied in float32; UnsupportedModelError (one line, naming
-    the source line) for anything else. `relations`: names of a per-relation decoder's relations
+    the source line) for anything else; a dict / ModuleDict of such modules keyed by relation is
+    a per_relation decoder (module doc). `relations`: names of a per-relation decoder's relations
     (its table's rows, in order), so pairs can name them; refused for the other kinds."""
+    if isinstance(module, (Mapping, torch.nn.ModuleDict)):
+        return _per_relation_from_pyg(module, where, relations)
     if isinstance(module, Decoder):
         decoder = copy.deepcopy(module).float().train(False)
         if relations is not None:
@@ -96,6 +105,28 @@ def decoder_from_pyg(
     concrete = {n: params[n].default for n in names[2:]}
     graph = _trace(module, head, concrete)
     return _DecoderWalk(module, graph, head).run()
+
+
+def _per_relation_from_pyg(
+    modules: Mapping | torch.nn.ModuleDict, where: str, relations: Sequence[str] | None
+) -> PerRelationDecoder:
+    """A per_relation decoder of {relation: decoder module} (decoders/per_relation.py), each
+    member converted by `decoder_from_pyg`."""
+    if relations is not None:
+        raise UnsupportedModelError(
+            f"{where}: relations= names a per-relation table's rows; a dict of decoders names its own"
+        )
+    members = {}
+    for key, member in modules.items():
+        try:
+            name = member_key(key)
+        except ValueError as e:
+            raise UnsupportedModelError(f"{where}: {e}") from None
+        members[name] = decoder_from_pyg(member, f"{where}[{name!r}]")
+    try:
+        return PerRelationDecoder(members=members)
+    except ValueError as e:
+        raise UnsupportedModelError(f"{where}: {e}") from None
 
 
 def _trace(module, head: str, concrete: dict) -> torch.fx.Graph:
