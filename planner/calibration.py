@@ -89,6 +89,40 @@ def size_weight(edges: float, target_edges: float | None) -> float:
     return min(edges, target_edges) / max(edges, target_edges)
 
 
+def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """argmin ||a x - b|| subject to x >= 0 (Lawson and Hanson's active-set method), for the
+    calibration's few unknowns. WHY not scipy.optimize.nnls: importing scipy.optimize costs a job
+    script about as much as a small graph's layer, for a problem of five unknowns. The fit's
+    problem has full column rank (the ridge rows), so its solution is unique and equal to
+    scipy's to rounding."""
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    if a.ndim != 2 or b.shape != (a.shape[0],):
+        raise ValueError(f"nnls needs a 2-d matrix and a vector of its rows' length; got {a.shape} and {b.shape}")
+    n = a.shape[1]
+    x = np.zeros(n)
+    passive = np.zeros(n, dtype=bool)
+    tol = 10 * np.finfo(np.float64).eps * max(a.shape) * max(np.abs(a).sum(axis=0).max(initial=0.0), 1.0)
+    gradient = a.T @ (b - a @ x)
+    for _ in range(3 * n + 1):
+        free = ~passive & (gradient > tol)
+        if not free.any():
+            return x
+        passive[np.argmax(np.where(free, gradient, -np.inf))] = True
+        for _ in range(3 * n + 1):
+            z = np.zeros(n)
+            z[passive] = np.linalg.lstsq(a[:, passive], b, rcond=None)[0]
+            blocking = passive & (z <= 0)
+            if not blocking.any():
+                break
+            alpha = np.min(x[blocking] / (x[blocking] - z[blocking]))
+            x = x + alpha * (z - x)
+            passive &= x > tol
+        x = z
+        gradient = a.T @ (b - a @ x)
+    raise RuntimeError(f"nnls did not converge in {3 * n + 1} iterations")
+
+
 def fit(
     observations: list[Observation], prior: CostModel | None = None, target_edges: float | None = None
 ) -> CostModel:
@@ -98,8 +132,6 @@ def fit(
     prior = prior if prior is not None else CostModel()
     if not observations:
         return prior
-    from scipy.optimize import nnls
-
     p = _coefficients(prior)
     # Unknowns are u_j = c_j / p_j (all of order 1, so the ridge treats every term alike).
     rows = [
@@ -111,6 +143,6 @@ def fit(
     weight = math.sqrt(PRIOR_WEIGHT * min(1.0, PRIOR_OBSERVATIONS / len(observations)))
     a = np.vstack([*rows, weight * np.eye(len(TERMS))])
     b = np.concatenate([[size_weight(o.edges, target_edges) for o in observations], weight * np.ones(len(TERMS))])
-    u, _ = nnls(a, b)
+    u = nnls(a, b)
     u = np.clip(u, 1 / MAX_FACTOR, MAX_FACTOR)
     return _model(u * p)

@@ -1,6 +1,6 @@
 """Prepare's layouts written by the Python tasks (engine.prepare_tasks) equal the Spark SQL ones,
-row for row and statistic for statistic; the out-edge statistics are written on demand, by either
-writer, only for runs that read them."""
+row for row and statistic for statistic, combine's on-demand layouts included; the out-edge
+statistics are written on demand, by either writer, only for runs that read them."""
 
 import os
 
@@ -10,10 +10,16 @@ import pyarrow.parquet as pq
 import pytest
 
 from sparkgnn.engine.degrees import PREPARED_STATS
-from sparkgnn.engine.prepare import prepare
+from sparkgnn.engine.prepare import ensure_layouts, prepare
 from sparkgnn.graph import Graph
 
-SORT_KEYS = {"vertices": ["id"], "in_edges": ["src", "dst", "w"], "out_targets": ["id", "pt"]}
+SORT_KEYS = {
+    "vertices": ["id"],
+    "in_edges": ["src", "dst", "w"],
+    "out_targets": ["id", "pt"],
+    "out_edges": ["src", "dst", "w"],
+    "in_targets": ["id", "pt"],
+}
 
 
 def _slice(prep_dir, layout, part):
@@ -32,6 +38,8 @@ def test_tasks_write_the_layouts_spark_writes(spark, graph_dirs, tmp_path, graph
     by_spark = prepare(spark, graph, partitions, str(tmp_path / "spark"), writer="spark")
     by_tasks = prepare(spark, graph, partitions, str(tmp_path / "tasks"), writer="tasks")
     assert by_tasks.stats == by_spark.stats
+    by_spark = ensure_layouts(spark, graph, by_spark, ["combine"], writer="spark")
+    by_tasks = ensure_layouts(spark, graph, by_tasks, ["combine"], writer="tasks")
     for layout in SORT_KEYS:
         for part in range(partitions):
             expected, actual = _slice(by_spark.path, layout, part), _slice(by_tasks.path, layout, part)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from sparkgnn.planner import CostModel, PlanError
-from sparkgnn.planner.calibration import MAX_FACTOR, Observation, fit
+from sparkgnn.planner.calibration import MAX_FACTOR, Observation, fit, nnls
 
 
 def relative_errors(model: CostModel, observations: list[Observation]) -> list[float]:
@@ -101,3 +101,19 @@ def test_observation_from_a_plan_layers_estimates():
         "seconds": 0.1,
     }
     assert Observation.from_estimates(estimates, 2.0) == Observation(10, 7, 1, 50, 2.0)
+
+
+def test_nnls_equals_scipys_on_ridge_problems_and_keeps_every_unknown_non_negative():
+    from scipy.optimize import nnls as scipy_nnls
+
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        rows, unknowns = int(rng.integers(1, 25)), int(rng.integers(1, 7))
+        a = np.vstack([rng.normal(size=(rows, unknowns)) * rng.choice([1e-3, 1.0, 1e3]), np.eye(unknowns)])
+        b = np.concatenate([rng.normal(size=rows), np.ones(unknowns)])
+        expected, _ = scipy_nnls(a, b)
+        actual = nnls(a, b)
+        assert (actual >= 0).all()
+        np.testing.assert_allclose(actual, expected, rtol=1e-9, atol=1e-12)
+    with pytest.raises(ValueError, match="2-d matrix"):
+        nnls(np.ones(3), np.ones(3))

@@ -11,7 +11,13 @@ from typing import TYPE_CHECKING, Any, cast
 
 from sparkgnn.engine import calibration, phases, pruned
 from sparkgnn.engine.degrees import out_degree_histogram
-from sparkgnn.engine.exchange import EXCHANGES, exchange_kind, executors_share_this_disk, fits_on_disk
+from sparkgnn.engine.exchange import (
+    EXCHANGES,
+    exchange_kind,
+    executors_share_this_disk,
+    files_reach_every_task,
+    fits_on_disk,
+)
 from sparkgnn.engine.executor import estimate_lines, estimate_vs_actual, execute, finish, staged_output
 from sparkgnn.engine.failures import step_failures
 from sparkgnn.engine.jvm import why_unavailable
@@ -240,7 +246,7 @@ def plan_for(
         with phases.phase("out-degree histogram"):
             histogram = out_degree_histogram(graph, root)
         num_partitions, tasks = layout_with(histogram)
-    writer = layout_writer(graph, exchange)
+    writer = layout_writer(graph, exchange, shared_disk=files_reach_every_task(spark, root))
     if not scans_in_tasks(graph, writer):  # else prepare's tasks validate and fingerprint it as they read it
         if getattr(graph, "unvouched", False):  # load_job_inputs deferred it
             with phases.phase("graph validation"):
@@ -267,10 +273,10 @@ def plan_for(
         log.info(calibration.summary(cost_model, observations, root))
         plan = planner.compile(layers, graph_stats, task, cost_model)
     with phases.phase("prepare"):
-        prepared = ensure_layouts(spark, graph, prepared, [layer.strategy for layer in plan.layers])
+        prepared = ensure_layouts(spark, graph, prepared, [layer.strategy for layer in plan.layers], writer=writer)
         # the out-edge statistics the convs read, on demand (engine.prepare's module doc)
         keys = stat_keys(model.conv_list())
-        prepared = ensure_out_stats(spark, prepared, keys, writer=layout_writer(graph, exchange))
+        prepared = ensure_out_stats(spark, prepared, keys, writer=writer)
     return prepared, plan
 
 

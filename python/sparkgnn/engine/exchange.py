@@ -273,17 +273,17 @@ class FileExchange:
         return RESUMED_FROM_FILES
 
     def scan_features(self, spark, files: list[str], keys, column: str = "x") -> tuple[int, int]:
-        """Run the feature scan as its own Spark job over P control rows (task i reads
+        """Run the feature scan as its own Spark job over P control rows (reader i reads
         files[i::P], scan_vertex_files) instead of Spark reading x as array<float>, shuffling it
         to the owners and handing it to Python: the first step then reads files like every other.
-        Returns (rows, bytes) written."""
+        The readers run in the steps' `tasks` tasks (control_rows), a task serving its run of
+        readers one after another: a Python task has a fixed cost, which P tasks on fewer cores
+        pay P / cores times over for nothing. Returns (rows, bytes) written."""
         directory = self._make_step(-1)
         task = functools.partial(
             _scan_task, directory, list(files), self.partitions, tuple(int(k) for k in keys), column
         )
-        written = check_reports(
-            control_rows(spark, self.partitions).mapInArrow(task, FILES_SCHEMA_DDL).collect(), self.partitions
-        )
+        written = check_reports(self.control(spark).mapInArrow(task, FILES_SCHEMA_DDL).collect(), self.partitions)
         self.scanned = True
         return written
 
@@ -321,12 +321,13 @@ RESUMED_FROM_FILES = "files"
 def _scan_task(step_dir, files, partitions, keys, column, batches):
     from sparkgnn.heap import release_retained_memory
 
-    reader = control_partition(batches)
-    yield from scan_vertex_files(step_dir, files, partitions, np.asarray(keys, dtype=np.int64), reader, column)
-    # the scan's buffers (decoded Parquet batches, packed rows) are not what the layer steps reuse:
-    # a worker that kept them (2 GiB each at 100M edges) would hold them idle while fewer tasks
-    # than cores run the steps
-    release_retained_memory(0)
+    keys = np.asarray(keys, dtype=np.int64)
+    for reader in control_partitions(batches):
+        yield from scan_vertex_files(step_dir, files, partitions, keys, reader, column)
+        # the scan's buffers (decoded Parquet batches, packed rows) are not what the layer steps
+        # reuse: a worker that kept them (2 GiB each at 100M edges) would hold them idle while
+        # fewer tasks than cores run the steps, or the next reader of this task runs
+        release_retained_memory(0)
 
 
 EXCHANGES = {"shuffle": ShuffleExchange, "files": FileExchange}

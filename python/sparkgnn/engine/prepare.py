@@ -200,13 +200,16 @@ def _write_in_tasks(spark, graph, partitions: int, path: str) -> dict:
 LAYOUT_WRITERS = {"spark": _write_with_spark, "tasks": _write_in_tasks}
 
 
-def layout_writer(graph, exchange: str) -> str:
-    """The Python tasks write the layouts where they also exchange rows through files (every
-    executor shares the disk) and the graph is a directory on it; Spark SQL elsewhere."""
+def layout_writer(graph, exchange: str, *, shared_disk: bool = False) -> str:
+    """The Python tasks write the layouts where every executor shares the work dir's disk (they
+    exchange rows through files, or `shared_disk`: engine.exchange.files_reach_every_task) and the
+    graph is a directory on it; Spark SQL elsewhere. WHY also under the shuffle exchange (edge_join,
+    pushdown, --exchange shuffle): the layouts are equal, and the tasks write them in two Spark
+    jobs where the SQL prepare runs a score of them, each a fixed cost a small graph pays in full."""
     from sparkgnn.files import is_local
 
     path = getattr(graph, "path", None)
-    return "tasks" if exchange == "files" and path and is_local(path) else "spark"
+    return "tasks" if (exchange == "files" or shared_disk) and path and is_local(path) else "spark"
 
 
 def _prepared_path(work_dir: str, fingerprint: str, partitions: int) -> str:
@@ -311,18 +314,27 @@ def _finished(marker: str, path: str, fingerprint: str, partitions: int, stats: 
     return PreparedGraph(path=path, partitions=partitions, stats=stats, seconds=seconds)
 
 
-def ensure_layouts(spark, graph, prepared: PreparedGraph, strategies) -> PreparedGraph:
-    """Write the on-demand layouts when one of `strategies` reads them and an earlier job has not;
-    the time is added to prepared.seconds (a reused layout stays reused only if nothing was written)."""
+def ensure_layouts(spark, graph, prepared: PreparedGraph, strategies, writer: str = "spark") -> PreparedGraph:
+    """Write the on-demand layouts when one of `strategies` reads them and an earlier job has not,
+    with Spark SQL or, for `writer` "tasks" (layout_writer), from the prepared in_edges slices in
+    one job (prepare_tasks.combine_layouts_in_tasks); the time is added to prepared.seconds (a
+    reused layout stays reused only if nothing was written)."""
+    if writer not in LAYOUT_WRITERS:
+        raise ValueError(f"unknown layout writer {writer!r}; known: {', '.join(LAYOUT_WRITERS)}")
     marker = files.join(prepared.path, ON_DEMAND_MARKER)
     if not ON_DEMAND_FOR.intersection(strategies) or files.exists(marker):
         return prepared
     started = time.perf_counter()
     set_job_description(spark, f"sparkgnn prepare: combine layouts for {prepared.partitions}")
-    edges = _edges_with_parts(graph, prepared.partitions)
-    for name, df in _on_demand_layouts(edges).items():
-        _write(df, os.path.join(prepared.path, name), prepared.partitions, "part")
-    _write_marker(marker, {"layouts": sorted(_on_demand_layouts(edges))})
+    if writer == "tasks":
+        from sparkgnn.engine.prepare_tasks import combine_layouts_in_tasks
+
+        combine_layouts_in_tasks(spark, prepared.path, prepared.partitions)
+    else:
+        edges = _edges_with_parts(graph, prepared.partitions)
+        for name, df in _on_demand_layouts(edges).items():
+            _write(df, os.path.join(prepared.path, name), prepared.partitions, "part")
+    _write_marker(marker, {"layouts": ["in_targets", "out_edges"]})
     seconds = time.perf_counter() - started
     log.info(f"sparkgnn: wrote the combine layouts (out_edges, in_targets) in {seconds:.1f} s")
     return PreparedGraph(prepared.path, prepared.partitions, prepared.stats, prepared.seconds + seconds, reused=False)

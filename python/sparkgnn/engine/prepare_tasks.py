@@ -17,6 +17,13 @@ from two passes of numpy over the edge files, with ownership from the same hash
    (vertices, edges, mirror rows, combine's partial rows); it also derives and saves the slice's
    local indexes (engine.static) that every first layer loads.
 
+Combine's on-demand layouts (engine.prepare.ensure_layouts) come from one more pass over the
+in_edges slices (combine_layouts_in_tasks): task q writes its slice's edges as out_edges rows of
+each source's owner and its in_targets rows.
+
+Readers and partitions are P control rows in at most one Spark task per core (prepare_tasks), a
+task serving its run of them one after another.
+
 For a graph directory nothing vouches for yet (prepare_and_scan_in_tasks), the same two passes
 also validate and fingerprint it (graph.scan_facts): pass 1's readers check and hash the rows they
 read, pass 2's tasks count duplicate ids and dangling endpoints; the driver stops after the pass
@@ -31,7 +38,8 @@ sums of the sources each partition o owns as `out_stats/<key>/part=o/part-<run>-
 The layouts and statistics equal the Spark SQL prepare's (tests compare them); edge order inside
 a slice differs, which nothing reads. Files are named by a token of this preparation so the
 derived local indexes (engine.static) of an interrupted earlier attempt are never taken for
-these. The Spark SQL path stays for graphs given as DataFrames, remote storage and clusters.
+these. The Spark SQL path stays for graphs given as DataFrames, remote storage and clusters
+whose executors do not share the work dir's disk (engine.prepare.layout_writer).
 """
 
 from __future__ import annotations
@@ -46,9 +54,10 @@ import pyarrow.parquet as pq
 from sparkgnn.arrowvec import to_fixed_list, to_numpy_matrix
 from sparkgnn.engine import static
 from sparkgnn.engine.degrees import PREPARED_STATS, is_out_stat, out_stat_sums, stat_values
-from sparkgnn.engine.exchange import check_reports, control_partition, control_rows, summary_row
+from sparkgnn.engine.exchange import check_reports, control_partitions, control_rows, summary_row
 from sparkgnn.engine.phases import phase
 from sparkgnn.engine.routing import FILES_SCHEMA_DDL, owner_partition
+from sparkgnn.engine.spark_compat import default_parallelism
 from sparkgnn.files import data_files, filesystem, join, parquet_batches
 from sparkgnn.graph import scan_facts
 from sparkgnn.graph.layout import EDGE_ATTR
@@ -72,11 +81,16 @@ def _write_piece(directory: str, name: str, table: pa.Table) -> int:
 
 
 def _edges_task(prep_dir, files, partitions, token, has_weight, attr_dim, scan, batches):
+    """Pass 1 for the readers this task serves (control_rows), one after another (_edges_reader)."""
+    for reader in control_partitions(batches):
+        yield from _edges_reader(prep_dir, files, partitions, token, has_weight, attr_dim, scan, reader)
+
+
+def _edges_reader(prep_dir, files, partitions, token, has_weight, attr_dim, scan, reader):
     """Pass 1, reader i: in_edges slices by destination owner (with the edges' attribute vectors
     as column `a` when the graph has `attr_dim` > 0). With `scan` (the vertex files and their
     columns to read), it also checks and hashes the edges it reads and its share of the vertex
     files (_vertex_share; graph.scan_facts) and reports them next to its summary (ScanPartial.ddl)."""
-    reader = control_partition(batches)
     columns = ["src", "dst"] + (["weight"] if has_weight else []) + ([EDGE_ATTR] if attr_dim else [])
     pieces: dict[int, list[tuple]] = {q: [] for q in range(partitions)}
     partial = ScanPartial() if scan else None
@@ -162,10 +176,15 @@ def _owned_ids(vertex_files: list[str], part: int | None, partitions: int) -> np
 
 
 def _partition_task(prep_dir, vertex_files, partitions, token, scan, batches):
+    """Pass 2 for the partitions this task serves (control_rows), one after another (_partition)."""
+    for part in control_partitions(batches):
+        yield from _partition(prep_dir, vertex_files, partitions, token, scan, part)
+
+
+def _partition(prep_dir, vertex_files, partitions, token, scan, part):
     """Pass 2, partition q: vertices, the out_targets rows naming q, and q's statistics. With
     `scan`, it also counts q's duplicate ids and the edges of its slice whose endpoints are not
     vertex ids (graph.scan_facts), and reports them next to its statistics."""
-    part = control_partition(batches)
     src, dst, w = _read_slice(prep_dir, part)
     partial = ScanPartial() if scan else None
     if partial is None:
@@ -246,7 +265,7 @@ def _two_passes(spark, graph, partitions: int, path: str, *, scan: bool) -> tupl
     edge_dir, vertex_dir = join(graph.path, EDGES_DIR), join(graph.path, VERTICES_DIR)
     edge_files = [join(edge_dir, f.rel) for f in data_files(edge_dir)]
     vertex_files = [join(vertex_dir, f.rel) for f in data_files(vertex_dir)]
-    control = control_rows(spark, partitions)
+    control = control_rows(spark, partitions, prepare_tasks(spark, partitions))
     has_weight = "weight" in graph.edges.columns
     attr_dim = 0 if scan else int(getattr(graph, "edge_attr_dim", 0) or 0)
     totals = ScanTotals(has_weight)
@@ -278,6 +297,60 @@ def _two_passes(spark, graph, partitions: int, path: str, *, scan: bool) -> tupl
     return stats, totals
 
 
+def prepare_tasks(spark, partitions: int) -> int:
+    """How many Spark tasks run the P readers or partitions of a pass: no more than the cores,
+    each serving a contiguous run of them one after another (control_rows). WHY: a Python task
+    has a fixed cost that P tasks on fewer cores pay P / cores times over; the cores already ran
+    them that many at a time, so the memory held at once and the work per core are unchanged."""
+    return max(1, min(partitions, default_parallelism(spark)))
+
+
+def _combine_task(prep_dir, partitions, token, batches):
+    """combine's layouts for the partitions this task serves (control_rows), one after another."""
+    for part in control_partitions(batches):
+        yield from _combine_partition(prep_dir, partitions, token, part)
+
+
+def _combine_partition(prep_dir, partitions, token, part):
+    """Partition q's in_edges slice (every edge whose destination q owns) as combine's layouts:
+    its edges as out_edges rows (src, dst, w, pd = q) of each source's owner, and q's in_targets
+    rows, the distinct (dst, source partition) over cross edges (complete here: every edge of a
+    destination q owns is in this slice)."""
+    src, dst, w = _read_slice(prep_dir, part)
+    ps = owner_partition(src, partitions)
+    order = np.argsort(ps, kind="stable")
+    bounds = np.searchsorted(ps[order], np.arange(partitions + 1))
+    rows = written = 0
+    for p in range(partitions):
+        take = order[bounds[p] : bounds[p + 1]]
+        if len(take):
+            rows += len(take)
+            written += _write_piece(
+                join(prep_dir, "out_edges", f"part={p}"),
+                f"part-{token}-t{part}.parquet",
+                pa.table({"src": src[take], "dst": dst[take], "w": w[take], "pd": np.full(len(take), part, np.int32)}),
+            )
+    cross = ps != part
+    pairs = np.unique(np.column_stack([dst[cross], ps[cross].astype(np.int64)]), axis=0)
+    written += _write_piece(
+        join(prep_dir, "in_targets", f"part={part}"),
+        f"part-{token}-t{part}.parquet",
+        pa.table({"id": pairs[:, 0], "pt": pairs[:, 1].astype(np.int32)}),
+    )
+    yield summary_row(part, rows + len(pairs), written)
+
+
+def combine_layouts_in_tasks(spark, path: str, partitions: int) -> None:
+    """Write combine's on-demand layouts (engine.prepare: out_edges, in_targets) of the layout
+    prepared under `path` from its in_edges slices, in one Spark job of at most one task per core
+    (prepare_tasks; an interrupted attempt's files replaced). Equal to the Spark SQL layouts."""
+    for name in ("out_edges", "in_targets"):
+        _fresh_dir(join(path, name))
+    task = functools.partial(_combine_task, path, partitions, uuid.uuid4().hex[:12])
+    control = control_rows(spark, partitions, prepare_tasks(spark, partitions))
+    check_reports(control.mapInArrow(task, FILES_SCHEMA_DDL).collect(), partitions)
+
+
 def _add_scans(totals: ScanTotals, reports, scan: bool) -> None:
     """Add a pass's scan partials to `totals`; a defect stops the preparation (ScanFoundDefects)."""
     if not scan:
@@ -299,9 +372,14 @@ def _fresh_dir(path: str) -> None:
 
 
 def _out_stat_task(prep_dir, key, partitions, token, batches):
+    """Out-edge statistic `key` for the partitions this task serves (control_rows), one after another."""
+    for part in control_partitions(batches):
+        yield from _out_stat_partition(prep_dir, key, partitions, token, part)
+
+
+def _out_stat_partition(prep_dir, key, partitions, token, part):
     """Partition q's in_edges slice summed by source for out-edge statistic `key`: the partial
     sums of the sources partition o owns written to out_stats/<key>/part=o."""
-    part = control_partition(batches)
     ids, sums = out_stat_sums(key, *_read_slice(prep_dir, part))
     owner = owner_partition(ids, partitions)
     order = np.argsort(owner, kind="stable")
@@ -320,9 +398,11 @@ def _out_stat_task(prep_dir, key, partitions, token, batches):
 
 def out_stat_in_tasks(spark, path: str, partitions: int, key: str) -> None:
     """Write out-edge statistic `key`'s piece (module doc) of the layout prepared under `path`
-    from its in_edges slices, one task per partition (an interrupted attempt's files replaced)."""
+    from its in_edges slices, at most one task per core (prepare_tasks; an interrupted attempt's
+    files replaced)."""
     if not is_out_stat(key):
         raise ValueError(f"{key!r} is not an out-edge statistic")
     _fresh_dir(join(path, static.OUT_STATS_DIR, key))
     task = functools.partial(_out_stat_task, path, key, partitions, uuid.uuid4().hex[:12])
-    check_reports(control_rows(spark, partitions).mapInArrow(task, FILES_SCHEMA_DDL).collect(), partitions)
+    control = control_rows(spark, partitions, prepare_tasks(spark, partitions))
+    check_reports(control.mapInArrow(task, FILES_SCHEMA_DDL).collect(), partitions)
