@@ -408,11 +408,9 @@ def write_request_table(path: str, table: pa.Table) -> str:
     return path
 
 
-def requests_from_table(table: pa.Table) -> list[Request]:
-    """Arrow table in SCHEMA -> requests, in order of first appearance of each request_id."""
-    missing = [f.name for f in SCHEMA if f.name not in table.column_names]
-    if missing:
-        raise RequestError(f"request file lacks column(s) {missing}; expected {SCHEMA.names}")
+def request_ids_and_kinds(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """The request_id and kind columns of a request table as str arrays; RequestError when a row's
+    kind is neither node nor edge (shared by the homogeneous and typed readers)."""
     rid = table.column("request_id").to_numpy(zero_copy_only=False).astype(str)
     kind = table.column("kind").to_numpy(zero_copy_only=False).astype(str)
     bad_kind = ~np.isin(kind, (KIND_NODE, KIND_EDGE))
@@ -421,6 +419,15 @@ def requests_from_table(table: pa.Table) -> list[Request]:
             f"{int(bad_kind.sum())} rows have a kind not in {{node, edge}}; "
             f"first: {_examples(np.unique(kind[bad_kind]))}"
         )
+    return rid, kind
+
+
+def requests_from_table(table: pa.Table) -> list[Request]:
+    """Arrow table in SCHEMA -> requests, in order of first appearance of each request_id."""
+    missing = [f.name for f in SCHEMA if f.name not in table.column_names]
+    if missing:
+        raise RequestError(f"request file lacks column(s) {missing}; expected {SCHEMA.names}")
+    rid, kind = request_ids_and_kinds(table)
     names, first, code = np.unique(rid, return_index=True, return_inverse=True)
     order_of_name = np.argsort(np.argsort(first, kind="stable"), kind="stable")
     code = order_of_name[code]  # request number in file order

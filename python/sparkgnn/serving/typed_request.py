@@ -34,10 +34,10 @@ from sparkgnn.serving.request import (
     KIND_NODE,
     SCHEMA,
     RequestError,
-    _examples,
     _non_null_int,
     _one_line,
     request_file_table,
+    request_ids_and_kinds,
     write_request_table,
 )
 from sparkgnn.serving.typed import TypedRequest
@@ -126,14 +126,7 @@ def _first_order(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def typed_requests_from_table(table: pa.Table) -> list[TypedRequest]:
     """Arrow table in TYPED_SCHEMA -> TypedRequests, in order of first appearance of each request
     id (module doc)."""
-    rid = table.column("request_id").to_numpy(zero_copy_only=False).astype(str)
-    kind = table.column("kind").to_numpy(zero_copy_only=False).astype(str)
-    bad_kind = ~np.isin(kind, (KIND_NODE, KIND_EDGE))
-    if bad_kind.any():
-        raise RequestError(
-            f"{int(bad_kind.sum())} rows have a kind not in {{node, edge}}; "
-            f"first: {_examples(np.unique(kind[bad_kind]))}"
-        )
+    rid, kind = request_ids_and_kinds(table)
     names, code = _first_order(rid)
     node_rows = np.flatnonzero(kind == KIND_NODE)
     edge_rows = np.flatnonzero(kind == KIND_EDGE)
