@@ -1,5 +1,5 @@
 """The streaming job on a typed graph: the handler answers typed request files with ONE
-TypedQueryEngine (full and exact), each row equal to TypedQueryEngine.answer with the queries'
+TypedQueryEngine (any typed mode), each row equal to TypedQueryEngine.answer with the queries'
 node types in `qtype`; an unknown type, relation or endpoint is an error row of one line, a
 malformed or homogeneous file a dead letter; the job detects a typed graph and refuses what
 typed serving does not offer before Spark starts; one in-process run on Spark."""
@@ -176,7 +176,10 @@ def _config(root, tmp_path, **kw):
 def test_a_typed_graph_is_detected_and_what_typed_serving_lacks_is_refused_at_start_up(tmp_path, typed):
     root = typed[0]
     for kw, words in (
-        (dict(mode="srpe"), "a typed graph is served in modes full and exact, not 'srpe'"),
+        (dict(mode="ns"), "a typed graph is served in modes full, he, srpe, exact, not 'ns'"),
+        (dict(mode="srpe", mode_options={"gamma": 2}), "gamma must be a number in [0, 1], got 2"),
+        (dict(mode="he", mode_options={"gamma": 1}), "typed serving mode 'he' does not take option(s) ['gamma']"),
+        (dict(mode="he", store=None), "mode 'he' reuses precomputed embeddings: --store is required"),
         (dict(mode="full", workers="spark"), "which take none of: --workers spark"),
         (dict(mode="exact", store=None), "mode 'exact' reuses precomputed embeddings: --store is required"),
         (dict(mode="full", engine="serve://tcp://127.0.0.1:1"), "which take none of: --engine serve://"),
@@ -190,6 +193,8 @@ def test_a_typed_graph_is_detected_and_what_typed_serving_lacks_is_refused_at_st
         and engine.mode_name == "full"
         and graph.node_types == ["paper", "author", "field"]
     )
+    _, engine = build_engine(_config(root, tmp_path, mode="srpe", mode_options={"gamma": 0.5, "policy": "random"}))
+    assert engine.mode_name == "srpe" and (engine.gamma, engine.policy) == (0.5, "random")
 
 
 def test_typed_stream_in_process_equals_the_typed_engine(spark, tmp_path, typed):

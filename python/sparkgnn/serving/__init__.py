@@ -13,7 +13,7 @@ auto_mode   auto: per request the exact plan (EXACT or FULL) with the lower esti
 delta       evaluates LayerWork: stored state + new - old messages; CGP over P partitions
 policies    SRPE recomputation policies (qer, is, random, ae)
 engine      QueryEngine(graph, model, mode=..., **mode_options).answer(request) / .explain(request)
-typed       TypedQueryEngine: typed requests (queries per node type, edges per relation), full / exact
+typed       TypedQueryEngine: typed requests (queries per node type, edges per relation), TYPED_MODES
 typed_request  the typed request file (request's rows plus type / relation), read into TypedRequests
 dl_ops      the ops serving adds to a DL handler (serving_partials), registered on import
 evaluate    score modes against FULL and labels (CLI)

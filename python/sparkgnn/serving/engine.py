@@ -127,7 +127,7 @@ def serving_model(model: Model | str | os.PathLike[str]) -> Model:
     except UnsupportedModelError:
         raise UnsupportedModelError(
             "the homogeneous serving engines do not serve a typed model (node and edge types): use "
-            "sparkgnn.serving.typed.TypedQueryEngine (modes full and exact)"
+            "sparkgnn.serving.typed.TypedQueryEngine (modes in serving.typed.TYPED_MODES)"
         ) from None
     if isinstance(model, (str, os.PathLike)):
         from sparkgnn.models import Model

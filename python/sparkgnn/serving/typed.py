@@ -14,6 +14,29 @@ type, request edges that carry a relation) with a typed model (models/hetero.py)
            reads it (root term, kept type). Only those nodes (within the k-hop neighbourhood) are
            recomputed, each relation into them over all their in-edges; every other value is the
            stored h^(l) of its type. EXACT therefore equals FULL.
+    he     historical embeddings (OMEGA's HE, serving/plans.py): only the queries are computed,
+           at every round, reading every vertex of G from the store.
+    srpe   selective recomputation (OMEGA's SRPE): HE, plus the top ceil(gamma |R|) candidates R
+           (vertices of G with a request edge into a query, of any type) chosen by a policy,
+           recomputed at rounds 1..k-1 where the answer reads them. Policies: "qer" (the paper's
+           top-query-edges ratio |N_Q(u)| / |N(u)|, in-edges over every relation into u's type
+           in the union graph) and "random" (seeded by seed and the request id).
+
+HE and SRPE are exact, as on homogeneous graphs, where no value they read from the store moved:
+requests whose edges all point into queries (no vertex of G changes), and SRPE with every changed
+vertex it reads chosen (gamma = 1 on a 2-round model). Typed serving answers only what it can
+prove exact: a request on which a stored value HE or SRPE reads belongs to a vertex the request
+changed (EXACT's changed set over the same neighbourhood) is refused naming how many and where,
+unless the engine was built with approximate=True, which answers it the paper's way and reports
+the count of those stale reads as `stale_rows` in the breakdown (0 on an exact answer). That
+search walks FULL's neighbourhood (index arrays, no values computed); a request whose edges all
+point into queries is known exact without it.
+
+WHY typed SRPE recomputes a chosen vertex over all its in-edges (the sources read from the store
+unless they are queries or chosen ones) instead of merging a stored per-relation state with the
+query messages: the typed store keeps no states (next paragraph), and where nothing stale is read
+both give the same value, for every aggregator. Its default gamma is 1: a smaller budget can only
+leave changed candidates stale, which the refusal above turns away.
 
 WHY each affected node recomputes its relations over all its in-edges instead of merging a stored
 per-relation state with the changed edges: the per-type embeddings are all that is stored (pe/typed.py),
@@ -31,8 +54,10 @@ graph update, not a query) and requests without a query are refused in one line.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
@@ -51,7 +76,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TYPED_MODES = ("full", "exact")
+TYPED_MODES = ("full", "he", "srpe", "exact")
+TYPED_POLICIES = ("qer", "random")
+# Per mode, the options it takes besides mode and store (every mode takes seed, as QueryEngine's).
+_MODE_OPTIONS = {
+    "full": ("seed",),
+    "he": ("seed", "approximate"),
+    "srpe": ("seed", "approximate", "gamma", "policy"),
+    "exact": ("seed",),
+}
 
 
 class TypedRequestError(SparkGNNError, ValueError):
@@ -113,6 +146,24 @@ class TypedAnswer:
     h: dict[str, torch.Tensor]
     pred: dict[str, torch.Tensor] | None
     breakdown: dict[str, float]
+
+
+def check_typed_mode(mode: str, options: Mapping[str, Any]) -> None:
+    """Refuse (SparkGNNError, one line) a mode that is not in TYPED_MODES or an option the mode does
+    not take or accept (TypedQueryEngine's doc), before anything is loaded."""
+    if mode not in TYPED_MODES:
+        raise SparkGNNError(f"typed serving mode {mode!r} is not one of {list(TYPED_MODES)}")
+    unknown = sorted(set(options) - set(_MODE_OPTIONS[mode]))
+    if unknown:
+        raise SparkGNNError(
+            f"typed serving mode {mode!r} does not take option(s) {unknown} (it takes {list(_MODE_OPTIONS[mode])})"
+        )
+    gamma = options.get("gamma", 1.0)
+    if not isinstance(gamma, (int, float)) or not 0.0 <= float(gamma) <= 1.0:
+        raise SparkGNNError(f"typed serving mode 'srpe': gamma must be a number in [0, 1], got {gamma!r}")
+    policy = options.get("policy", "qer")
+    if policy not in TYPED_POLICIES:
+        raise SparkGNNError(f"typed serving mode 'srpe': policy {policy!r} is not one of {list(TYPED_POLICIES)}")
 
 
 def _fail(request: TypedRequest, what: str) -> TypedRequestError:
@@ -192,8 +243,11 @@ class TypedQueryEngine(TypedRounds):
     """Answers typed requests against the typed graph G with a typed model (module doc).
 
     `graph`: a TypedGraphData or a typed graph directory; `model`: a HeteroModel or its saved
-    directory; `mode`: "full" or "exact"; `store`: the opened TypedPEStore (exact needs it; it is
-    checked against the model's and G's fingerprints)."""
+    directory; `mode`: a name in TYPED_MODES; `store`: the opened TypedPEStore (he, srpe and exact
+    need it; it is checked against the model's and G's fingerprints). Mode options (keywords):
+    `seed` (every mode; srpe's "random" policy reads it), `approximate` (he, srpe: answer a request
+    they cannot answer exactly instead of refusing it, module doc), `gamma` in [0, 1] (srpe,
+    default 1.0) and `policy` (srpe, one of TYPED_POLICIES, default "qer")."""
 
     def __init__(
         self,
@@ -202,6 +256,7 @@ class TypedQueryEngine(TypedRounds):
         *,
         mode: str = "full",
         store: TypedPEStore | None = None,
+        **options: Any,
     ):
         from sparkgnn.graph.typed import TypedGraphData
         from sparkgnn.models.hetero import HeteroModel
@@ -219,15 +274,19 @@ class TypedQueryEngine(TypedRounds):
         if not isinstance(model, HeteroModel):
             raise UnsupportedModelError(f"typed serving runs a typed model (a HeteroModel), not {type(model).__name__}")
         model.check_metadata(graph.metadata(), where=f"graph {graph.name!r}")
-        if mode not in TYPED_MODES:
-            raise SparkGNNError(f"typed serving mode {mode!r} is not one of {list(TYPED_MODES)}")
+        check_typed_mode(mode, options)
+        self.seed = int(options.get("seed", 0))
+        self.approximate = bool(options.get("approximate", False))
+        self.gamma = float(options.get("gamma", 1.0))
+        self.policy = str(options.get("policy", "qer"))
         check_local_rounds(model, "typed serving", "serve it with FULL on a homogeneous graph or run batch inference")
-        if mode == "exact":
+        if mode != "full":
             if store is None:
-                raise SparkGNNError("typed serving mode 'exact' reuses a typed PE store: pass store=")
+                raise SparkGNNError(f"typed serving mode {mode!r} reuses a typed PE store: pass store=")
             _check_store(store, graph, model)
         super().__init__(graph, model, store)
         self.mode = mode
+        self._in_degree: dict[str, np.ndarray] = {}  # node type -> G in-degree over its relations (qer)
 
     @property
     def mode_name(self) -> str:
@@ -244,8 +303,12 @@ class TypedQueryEngine(TypedRounds):
         """The model's output at the request's queries of its output types (module doc)."""
         started = time.perf_counter()
         prep = self.prepare(request)
-        need = self._needed(prep)
-        changed = need if self.mode == "full" else self._affected(prep, need)
+        extra: dict[str, float] = {}
+        if self.mode in ("he", "srpe"):
+            changed, need = self._reuse_rows(prep, request, extra)
+        else:
+            need = self._needed(prep)
+            changed = need if self.mode == "full" else self._affected(prep, need)
         meter = {"fetch_s": 0.0, "nodes_recomputed": 0.0}
         values: dict[str, tuple[np.ndarray, torch.Tensor]] = {
             t: (rows, self._inputs(prep, t, rows)) for t, rows in changed[0].items() if len(rows)
@@ -263,9 +326,121 @@ class TypedQueryEngine(TypedRounds):
                 have, h = values[t]
                 out[t] = h[np.searchsorted(have, rows)]
         touched = float(sum(len(r) for level in need for r in level.values()))
-        breakdown = {"compute_s": time.perf_counter() - started - meter["fetch_s"], **meter, "nodes_touched": touched}
+        breakdown = {
+            "compute_s": time.perf_counter() - started - meter["fetch_s"],
+            **meter,
+            "nodes_touched": touched,
+            **extra,
+        }
         pred = {t: h.argmax(dim=-1) for t, h in out.items()} if self.model.output == "logits" else None
         return TypedAnswer(out, pred, breakdown)
+
+    # -- he / srpe ---------------------------------------------------------------------------------
+    def _reuse_rows(
+        self, prep: UnionRows, request: TypedRequest, extra: dict[str, float]
+    ) -> tuple[list[dict[str, np.ndarray]], list[dict[str, np.ndarray]]]:
+        """HE's or SRPE's rows (module doc): (per round 0..k, the rows computed; per round, the
+        rows computed or read). Going back from the output queries like _needed, a row read at
+        round l is computed when it is a query or (1 <= l < k) a chosen candidate, else read from
+        the store (round 0: G's features). Refuses (TypedRequestError) a request on which a
+        stored value read belongs to a vertex the request changed, unless `approximate`."""
+        k = len(self.rounds)
+        chosen = self._chosen(prep, request, extra) if self.mode == "srpe" else {}
+        computed: list[dict[str, np.ndarray]] = [{} for _ in range(k + 1)]
+        touched: list[dict[str, np.ndarray]] = [{} for _ in range(k + 1)]
+        computed[k] = {t: rows for t, rows in prep.queries.items() if t in self.model.outputs and len(rows)}
+        touched[k] = computed[k]
+        for l in range(k, 0, -1):
+            rnd = self.rounds[l - 1]
+            below: dict[str, list[np.ndarray]] = {}
+            for t, rows in computed[l].items():
+                if t in rnd.keep or t in rnd.dst_types:
+                    below.setdefault(t, []).append(rows)
+                for et in rnd.edge_types:
+                    if et[2] == t:
+                        below.setdefault(et[0], []).append(self._in_edges(et, rows, prep)[0])
+            for t, parts in below.items():
+                rows = np.unique(np.concatenate(parts))
+                touched[l - 1][t] = rows
+                mine = rows >= self._sizes[t]
+                if 1 <= l - 1 < k and t in chosen:
+                    mine |= np.isin(rows, chosen[t])
+                computed[l - 1][t] = rows[mine]
+        stale = self._stale_reads(prep, computed, touched)
+        extra["stale_rows"] = float(sum(n for _, _, n in stale))
+        if stale and not self.approximate:
+            where = ", ".join(f"{n} {t!r} at round {l}" for l, t, n in stale)
+            remedy = "serve it with mode 'exact'" + (" or a larger gamma" if self.mode == "srpe" else "")
+            raise _fail(
+                request,
+                f"mode {self.mode!r} cannot answer it exactly: it reads stored values of vertices of G the "
+                f"request changes ({where}); {remedy}, or build the engine with approximate=True",
+            )
+        return computed, touched
+
+    def _stale_reads(
+        self, prep: UnionRows, computed: list[dict[str, np.ndarray]], touched: list[dict[str, np.ndarray]]
+    ) -> list[tuple[int, str, int]]:
+        """(round, type, count) of the rows read from the store whose value the request changes:
+        EXACT's changed set (_affected) on FULL's neighbourhood, which holds every row HE / SRPE
+        read. None when every request edge points into a query (no vertex of G changes)."""
+        into_g = any(bool((d < self._sizes[et[2]]).any()) for et, (_, d) in prep.edges.items())
+        if not into_g:
+            return []
+        affected = self._affected(prep, self._needed(prep))
+        out = []
+        for l in range(1, len(self.rounds)):
+            for t, rows in touched[l].items():
+                moved = affected[l].get(t, np.empty(0, np.int64))
+                read = rows[(rows < self._sizes[t]) & ~np.isin(rows, computed[l].get(t, ()))]
+                n = int(np.isin(read, moved).sum())
+                if n:
+                    out.append((l, t, n))
+        return out
+
+    def _chosen(self, prep: UnionRows, request: TypedRequest, extra: dict[str, float]) -> dict[str, np.ndarray]:
+        """SRPE's recomputed candidates per node type: the top ceil(gamma |R|) of the candidates R
+        by the policy's score (ties: node type order, then row)."""
+        found: dict[str, list[np.ndarray]] = {}
+        for et, (src, dst) in prep.edges.items():
+            into_query = (src < self._sizes[et[0]]) & (dst >= self._sizes[et[2]])
+            found.setdefault(et[0], []).append(src[into_query])
+        unique = {t: np.unique(np.concatenate(parts)) for t, parts in found.items()}
+        types = [t for t in self.graph.node_types if len(unique.get(t, ()))]
+        cands = [unique[t] for t in types]
+        total = int(sum(len(c) for c in cands))
+        budget = min(total, int(math.ceil(self.gamma * total - 1e-9)))
+        extra.update(candidates=float(total), chosen=float(budget))
+        if budget == 0:
+            return {}
+        if self.policy == "random":
+            scores = np.random.default_rng([self.seed, zlib.crc32(request.request_id.encode())]).random(total)
+        else:
+            scores = np.concatenate([self._qer(prep, t, rows) for t, rows in zip(types, cands, strict=True)])
+        order = np.lexsort((np.arange(total), -scores))[:budget]
+        bounds = np.cumsum([0] + [len(c) for c in cands])
+        return {
+            t: np.sort(rows[order[(order >= a) & (order < b)] - a])
+            for t, rows, a, b in zip(types, cands, bounds[:-1], bounds[1:], strict=True)
+        }
+
+    def _qer(self, prep: UnionRows, node_type: str, rows: np.ndarray) -> np.ndarray:
+        """|N_Q(u)| / |N(u)| at G rows `rows` of `node_type`: request in-edges from queries over
+        all in-edges in the union graph, over every relation into the type."""
+        if node_type not in self._in_degree:
+            deg = np.zeros(self._sizes[node_type], np.int64)
+            for et, (_, dst) in self._csc.items():
+                if et[2] == node_type:
+                    deg += np.bincount(dst, minlength=len(deg))[: len(deg)]
+            self._in_degree[node_type] = deg
+        nq = np.zeros(len(rows), np.int64)
+        for et, (src, dst) in prep.edges.items():
+            if et[2] == node_type:
+                hit = dst[(src >= self._sizes[et[0]]) & (dst < self._sizes[node_type])]
+                hit = hit[np.isin(hit, rows)]
+                nq += np.bincount(np.searchsorted(rows, hit), minlength=len(rows))
+        deg = self._in_degree[node_type][rows] + nq
+        return np.where(deg > 0, nq / np.maximum(deg, 1), 0.0)
 
 
 def _check_store(store: TypedPEStore, graph: TypedGraphData, model: HeteroModel) -> None:
@@ -286,4 +461,13 @@ def _check_store(store: TypedPEStore, graph: TypedGraphData, model: HeteroModel)
         )
 
 
-__all__ = ["TypedAnswer", "TypedQueryEngine", "TypedRequest", "TypedRequestError", "TYPED_MODES", "union_rows"]
+__all__ = [
+    "TYPED_MODES",
+    "TYPED_POLICIES",
+    "TypedAnswer",
+    "TypedQueryEngine",
+    "TypedRequest",
+    "TypedRequestError",
+    "check_typed_mode",
+    "union_rows",
+]

@@ -10,7 +10,7 @@ Start-up order (cheap refusals before the ~10 s SparkSession start):
   5. only then the SparkSession and the query.
 
 A typed graph or model (engine.typed.is_typed_source) gets ONE TypedQueryEngine instead
-(build_typed_engine: modes full and exact, in process; a typed PE store for exact), and the
+(build_typed_engine: serving.typed.TYPED_MODES, in process; a typed PE store for all but full), and the
 handler reads typed request files (serving/typed_request.py).
 
 Source: Spark's `binaryFile` file source over the request directory (path, modificationTime,
@@ -185,21 +185,25 @@ def build_engine(cfg: StreamConfig):
 
 def build_typed_engine(cfg: StreamConfig):
     """Steps 1-3 of the module doc on a typed graph or model: (TypedGraphData G, ONE
-    TypedQueryEngine). Modes full and exact only, in process; what else the job offers
-    homogeneous graphs (other modes, their options, CGP workers, a remote service) is refused in
-    one line, before anything is loaded."""
+    TypedQueryEngine). The modes in TYPED_MODES with the options each takes (check_typed_mode),
+    in process; what else the job offers homogeneous graphs (other modes, CGP workers, a remote
+    service) is refused in one line, before anything is loaded."""
     from sparkgnn.graph.typed_io import read_typed_graph_dir
     from sparkgnn.models.hetero import HeteroModel
     from sparkgnn.pe.typed import TypedPEStore
-    from sparkgnn.serving.typed import TYPED_MODES, TypedQueryEngine
+    from sparkgnn.serving.typed import TYPED_MODES, TypedQueryEngine, check_typed_mode
 
-    modes = " and ".join(TYPED_MODES)
+    modes = ", ".join(TYPED_MODES)
     if cfg.mode not in TYPED_MODES:
         raise StreamStartError(f"a typed graph is served in modes {modes}, not {cfg.mode!r}")
+    options = {"seed": cfg.seed, **cfg.mode_options}
+    try:
+        check_typed_mode(cfg.mode, options)
+    except SparkGNNError as exc:
+        raise StreamStartError(str(exc)) from None
     refused = [
         what
         for what, given in (
-            (f"mode options {sorted(cfg.mode_options)}", cfg.mode_options),
             (f"--workers {cfg.workers}", cfg.workers not in (None, "", "inprocess")),
             (f"--engine {cfg.engine}", cfg.engine),
         )
@@ -209,13 +213,15 @@ def build_typed_engine(cfg: StreamConfig):
         raise StreamStartError(
             f"a typed graph is served in process in modes {modes}, which take none of: {', '.join(refused)}"
         )
-    if cfg.mode == "exact" and cfg.store is None:
-        raise StreamStartError("mode 'exact' reuses precomputed embeddings: --store is required (a typed PE store)")
+    if cfg.mode != "full" and cfg.store is None:
+        raise StreamStartError(
+            f"mode {cfg.mode!r} reuses precomputed embeddings: --store is required (a typed PE store)"
+        )
     started = time.perf_counter()
     graph = read_typed_graph_dir(cfg.graph)
     model = HeteroModel.load(cfg.model)
-    store = TypedPEStore.open(cfg.store, model=model, graph=graph) if cfg.mode == "exact" else None
-    engine = TypedQueryEngine(graph, model, mode=cfg.mode, store=store)
+    store = TypedPEStore.open(cfg.store, model=model, graph=graph) if cfg.mode != "full" else None
+    engine = TypedQueryEngine(graph, model, mode=cfg.mode, store=store, **options)
     if cfg.warmup:
         engine.answer(typed_warmup_request(graph, model))
     log.info(
