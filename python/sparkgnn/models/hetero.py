@@ -361,18 +361,22 @@ def is_typed_spec(spec) -> bool:
     return isinstance(spec, dict) and spec.get("format") == SPEC_FORMAT
 
 
+def is_typed_model_dir(path: str) -> bool:
+    """Whether the model directory `path` holds a typed model (False for an unreadable one: its
+    loader says why)."""
+    from sparkgnn import files
+    from sparkgnn.models.serialization import MANIFEST
+
+    try:
+        return is_typed_spec(json.loads(files.read_bytes(files.join(path, MANIFEST))).get("spec"))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def refuse_typed(model, job: str) -> None:
     """Refuse (UnsupportedModelError, one line) a typed model, or the directory of one, given to
     `job`, a job that runs homogeneous graphs only."""
-    typed = isinstance(model, HeteroModel)
-    if not typed and isinstance(model, str):
-        from sparkgnn import files
-        from sparkgnn.models.serialization import MANIFEST
-
-        try:
-            typed = is_typed_spec(json.loads(files.read_bytes(files.join(model, MANIFEST))).get("spec"))
-        except (OSError, ValueError, AttributeError):
-            typed = False  # not a readable model directory: the loader says why
+    typed = isinstance(model, HeteroModel) or (isinstance(model, str) and is_typed_model_dir(model))
     if typed:
         raise UnsupportedModelError(
             f"{job} run homogeneous graphs only so far; a typed model (node and edge types) runs with "

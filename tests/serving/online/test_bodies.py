@@ -10,8 +10,20 @@ import json
 import numpy as np
 import pytest
 
-from sparkgnn.serving.online.bodies import BodyError, check_swap_timeout, decode_answer, decode_swap, request_of
+from sparkgnn.serving.online.bodies import (
+    HOMOGENEOUS_BODY_TO_TYPED,
+    TYPED_BODY_TO_HOMOGENEOUS,
+    BodyError,
+    check_swap_timeout,
+    decode_answer,
+    decode_swap,
+    decode_typed_answer,
+    request_of,
+    typed_request_json,
+    typed_request_of,
+)
 from sparkgnn.serving.request import RequestError
+from sparkgnn.serving.typed import TypedRequest
 
 
 def body(**fields) -> bytes:
@@ -139,3 +151,45 @@ def test_edge_attributes_ride_with_the_edges_one_row_each():
     assert request_of(decode_answer(body(edges=[], edge_attr=[]))).edge_attr is None  # no edges, no rows
     with pytest.raises(BodyError, match=r"edge_attr rows are empty \(each edge needs D >= 1 values\)"):
         request_of(decode_answer(body(edges=[[10_000, 3]], edge_attr=[[]])))
+
+
+def test_a_typed_body_reads_back_to_the_typed_request_it_was_written_from():
+    writes, cites = ("author", "writes", "paper"), ("paper", "cites", "paper")
+    request = TypedRequest(
+        nodes={"paper": ([1000, 1001], np.arange(4, dtype=np.float32).reshape(2, 2)), "field": ([9], None)},
+        edges={writes: ([7], [1000]), cites: ([1000, 3], [3, 1001])},
+        request_id="t1",
+    )
+    raw = json.dumps(typed_request_json(request, "exact")).encode()
+    parsed = decode_typed_answer(raw)
+    back = typed_request_of(parsed)
+    assert parsed.mode == "exact" and back.request_id == "t1"
+    assert list(back.nodes) == ["paper", "field"] and list(back.edges) == [writes, cites]
+    np.testing.assert_array_equal(back.nodes["paper"][0], [1000, 1001])
+    np.testing.assert_array_equal(back.nodes["paper"][1], request.nodes["paper"][1])
+    assert back.nodes["field"][1] is None
+    np.testing.assert_array_equal(back.edges[cites][0], [1000, 3])
+    np.testing.assert_array_equal(back.edges[cites][1], [3, 1001])
+
+
+def test_a_typed_body_at_a_homogeneous_decoder_and_the_reverse_are_named_as_such():
+    typed = json.dumps({"nodes": [{"type": "paper", "id": 1, "x": [1.0]}]}).encode()
+    with pytest.raises(BodyError) as info:
+        decode_answer(typed)
+    assert str(info.value) == TYPED_BODY_TO_HOMOGENEOUS
+    with pytest.raises(BodyError) as info:
+        decode_typed_answer(body(edges=[[10_000, 3]]))
+    assert str(info.value) == HOMOGENEOUS_BODY_TO_TYPED
+    # a typed body with a misspelt key is named by its own schema, not called homogeneous
+    edge = {"relation": ["paper", "cites", "paper"], "src": 1, "dts": 2}
+    with pytest.raises(BodyError, match=r"unknown key 'dts' in \$\.edges\[0\]; expected one of: dst, relation, src"):
+        decode_typed_answer(json.dumps({"nodes": [{"type": "paper", "id": 1}], "edges": [edge]}).encode())
+
+
+def test_a_typed_body_whose_type_carries_features_some_but_not_all_is_refused():
+    nodes = [{"type": "paper", "id": 1, "x": [1.0]}, {"type": "paper", "id": 2}]
+    with pytest.raises(BodyError, match="node type 'paper': 1 of its 2 query nodes carry x"):
+        typed_request_of(decode_typed_answer(json.dumps({"nodes": nodes}).encode()))
+    nodes = [{"type": "paper", "id": 1, "x": [1.0]}, {"type": "paper", "id": 2, "x": [1.0, 2.0]}]
+    with pytest.raises(BodyError, match=r"node type 'paper': x rows of different lengths \[1, 2\]"):
+        typed_request_of(decode_typed_answer(json.dumps({"nodes": nodes}).encode()))

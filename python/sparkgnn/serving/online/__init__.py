@@ -11,6 +11,8 @@ tuner       offline parameter tuner: tune (two 1-D searches over T_d and T_s), c
             write_thresholds / read_thresholds (the JSON deployment config)
 config      ServeConfig: a deployment's JSON settings, checked as a whole when loaded
 server      Server(ServeConfig): the service, a façade over intake, dispatch, versions and stats
+typed_service  TypedServer: the service on a typed graph (TypedQueryEngine per mode, HTTP only);
+            server.open_service picks it or Server
 intake      Intake: a request checked and queued, or answered at once; Outcome, Ticket
 dispatch    Dispatcher: the batcher, the router (pools.ROUTERS), one dispatch thread per pool slot
 versions    VersionManager: the version served, swaps without a restart, eviction of replaced ones

@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import msgspec
 import numpy as np
 
 from sparkgnn.serving.request import Request, RequestError
+
+if TYPE_CHECKING:
+    from sparkgnn.serving.typed import TypedRequest
 
 INT64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 SWAP_TIMEOUT_MIN_S = 1.0
@@ -49,6 +52,36 @@ class AnswerBody(msgspec.Struct, forbid_unknown_fields=True):
     deadline_ms: Annotated[float, msgspec.Meta(gt=0, le=86_400_000)] | None = None  # else the deployment's
 
 
+class TypedNodeBody(msgspec.Struct, forbid_unknown_fields=True):
+    """One query node of a typed request: its node type, its new id (ids are per type) and its
+    feature row of the type's width; no `x` for a type whose vertices have no features in G."""
+
+    type: Annotated[str, msgspec.Meta(min_length=1)]
+    id: INT64
+    x: list[float] | None = None
+
+
+class TypedEdgeBody(msgspec.Struct, forbid_unknown_fields=True):
+    """One request edge of a typed request: its relation as PyG writes an edge type, [src type,
+    relation, dst type], and its endpoints' ids (src of the source type, dst of the destination
+    type; each a query of the body or a vertex of G)."""
+
+    relation: tuple[str, str, str]
+    src: INT64
+    dst: INT64
+
+
+class TypedAnswerBody(msgspec.Struct, forbid_unknown_fields=True):
+    """POST /v1/answer on a typed service: {"request_id"?, "mode"?, "deadline_ms"?, "nodes":
+    [{"type", "id", "x"?}], "edges"?: [{"relation": [src type, relation, dst type], "src", "dst"}]}."""
+
+    nodes: list[TypedNodeBody]
+    edges: list[TypedEdgeBody] = []
+    request_id: Annotated[str, msgspec.Meta(min_length=1, max_length=256)] = "http"
+    mode: str | None = None
+    deadline_ms: Annotated[float, msgspec.Meta(gt=0, le=86_400_000)] | None = None  # else the deployment's
+
+
 class SwapBody(msgspec.Struct, forbid_unknown_fields=True):
     """POST /v1/admin/swap: {"graph": DIR, "store"?: PATH, "timeout_s"?: seconds}."""
 
@@ -62,7 +95,22 @@ class BodyError(RequestError):
 
 
 _ANSWER = msgspec.json.Decoder(AnswerBody)
+_TYPED_ANSWER = msgspec.json.Decoder(TypedAnswerBody)
 _SWAP = msgspec.json.Decoder(SwapBody)
+# the Struct each member key of a body names (for "unknown key ... expected one of"); other bodies: nodes
+_MEMBERS: dict[type, dict[str, type[msgspec.Struct]]] = {
+    TypedAnswerBody: {"nodes": TypedNodeBody, "edges": TypedEdgeBody}
+}
+_DEFAULT_MEMBERS: dict[str, type[msgspec.Struct]] = {"nodes": NodeBody}
+TYPED_BODY_TO_HOMOGENEOUS = (
+    "the request body is a typed request (its query nodes carry a 'type', its edges a 'relation'), but this "
+    'service serves a homogeneous graph: send {"nodes": [{"id", "x"}], "edges": [[src, dst]]}'
+)
+HOMOGENEOUS_BODY_TO_TYPED = (
+    "the request body is a homogeneous request, but this service serves a typed graph: every query node "
+    'carries its node type and every edge its relation, {"nodes": [{"type", "id", "x"}], "edges": '
+    '[{"relation": [src type, relation, dst type], "src", "dst"}]}'
+)
 _UNKNOWN = re.compile(r"Object contains unknown field `(?P<key>.*?)`(?: - at `(?P<at>.*)`)?$")
 _MISSING = re.compile(r"Object missing required field `(?P<key>.*?)`(?: - at `(?P<at>.*)`)?$")
 
@@ -70,9 +118,9 @@ _MISSING = re.compile(r"Object missing required field `(?P<key>.*?)`(?: - at `(?
 def _struct_at(root: type[msgspec.Struct], at: str | None) -> type[msgspec.Struct]:
     """The Struct type the JSON path `at` ("$", "$.nodes[3]") names inside `root`."""
     found: type[msgspec.Struct] = root
+    members = _MEMBERS.get(root, _DEFAULT_MEMBERS)
     for name in re.findall(r"\.(\w+)", at or "$"):
-        if name == "nodes":
-            found = NodeBody
+        found = members.get(name, found)
     return found
 
 
@@ -111,8 +159,34 @@ def _decode(decoder: msgspec.json.Decoder[_Body], body: bytes, struct: type[_Bod
 
 
 def decode_answer(body: bytes) -> AnswerBody:
-    """The answer request in `body`, or BodyError naming what does not fit AnswerBody."""
-    return _decode(_ANSWER, body, AnswerBody, "the request body")
+    """The answer request in `body`, or BodyError naming what does not fit AnswerBody (a typed
+    body, which a homogeneous service cannot answer, is named as one)."""
+    try:
+        return _decode(_ANSWER, body, AnswerBody, "the request body")
+    except BodyError:
+        if _fits(_TYPED_ANSWER, body):  # only a refused body pays for the second look
+            raise BodyError(TYPED_BODY_TO_HOMOGENEOUS) from None
+        raise
+
+
+def decode_typed_answer(body: bytes) -> TypedAnswerBody:
+    """The typed answer request in `body`, or BodyError naming what does not fit
+    TypedAnswerBody (a homogeneous body, which a typed service cannot answer, is named as one)."""
+    try:
+        return _decode(_TYPED_ANSWER, body, TypedAnswerBody, "the request body")
+    except BodyError:
+        if _fits(_ANSWER, body):
+            raise BodyError(HOMOGENEOUS_BODY_TO_TYPED) from None
+        raise
+
+
+def _fits(decoder: msgspec.json.Decoder, body: bytes) -> bool:
+    """Whether `body` decodes with `decoder`."""
+    try:
+        decoder.decode(body)
+    except (msgspec.MsgspecError, RecursionError):
+        return False
+    return True
 
 
 def decode_swap(body: bytes) -> SwapBody:
@@ -156,3 +230,60 @@ def request_of(body: AnswerBody) -> Request:
         np.ascontiguousarray(edges[:, 1]),
         None if attr is None else np.asarray(attr, np.float32).reshape(len(edges), -1),
     )
+
+
+def typed_request_of(body: TypedAnswerBody) -> TypedRequest:
+    """The TypedRequest a TypedAnswerBody describes: query nodes grouped by type and request
+    edges by relation, each in the order of its first appearance (the answer's order); BodyError
+    when a type's queries carry features some but not all, or rows of different lengths. What
+    needs G (unknown types and relations, widths, ids) is TypedQueryEngine's to refuse."""
+    from sparkgnn.serving.typed import TypedRequest
+
+    rows: dict[str, tuple[list[int], list[list[float] | None]]] = {}
+    for node in body.nodes:
+        ids, xs = rows.setdefault(node.type, ([], []))
+        ids.append(node.id)
+        xs.append(node.x)
+    nodes: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
+    for node_type, (ids, xs) in rows.items():
+        given = [x is not None for x in xs]
+        if any(given) and not all(given):
+            raise BodyError(
+                f"the request body: node type {node_type!r}: {sum(given)} of its {len(xs)} query nodes carry x "
+                "(a type's queries carry features all or none)"
+            )
+        x = None
+        if all(given):
+            lengths = sorted({len(row) for row in xs if row is not None})
+            if len(lengths) > 1:
+                raise BodyError(f"the request body: node type {node_type!r}: x rows of different lengths {lengths}")
+            with np.errstate(over="ignore"):  # beyond float32: inf, which the engine's checks name
+                x = np.asarray(xs, np.float32).reshape(len(xs), lengths[0])
+        nodes[node_type] = (np.asarray(ids, np.int64), x)
+    pairs: dict[tuple[str, str, str], tuple[list[int], list[int]]] = {}
+    for edge in body.edges:
+        src, dst = pairs.setdefault(edge.relation, ([], []))
+        src.append(edge.src)
+        dst.append(edge.dst)
+    edges = {et: (np.asarray(s, np.int64), np.asarray(d, np.int64)) for et, (s, d) in pairs.items()}
+    return TypedRequest(nodes, edges, request_id=body.request_id)
+
+
+def typed_request_json(request: TypedRequest, mode: str | None = None) -> dict:
+    """The JSON body (TypedAnswerBody) of a TypedRequest: what a client POSTs to /v1/answer of a
+    typed service; typed_request_of reads it back to the same request."""
+    nodes = []
+    for node_type, (ids, x) in request.nodes.items():
+        ids = np.asarray(ids, np.int64).reshape(-1)
+        feats = None if x is None else np.asarray(x, np.float32).reshape(len(ids), -1).tolist()
+        for k, i in enumerate(ids.tolist()):
+            nodes.append({"type": node_type, "id": i} if feats is None else {"type": node_type, "id": i, "x": feats[k]})
+    edges = [
+        {"relation": list(et), "src": s, "dst": d}
+        for et, (src, dst) in request.edges.items()
+        for s, d in zip(np.asarray(src, np.int64).tolist(), np.asarray(dst, np.int64).tolist(), strict=True)
+    ]
+    body: dict = {"request_id": request.request_id, "nodes": nodes, "edges": edges}
+    if mode:
+        body["mode"] = mode
+    return body

@@ -44,7 +44,7 @@ from sparkgnn.cliargs import positive_float, positive_int, require_inputs, run_c
 from sparkgnn.logs import install_cli_handler
 from sparkgnn.serving.online.config import ServeConfig
 from sparkgnn.serving.online.pools import ServeError
-from sparkgnn.serving.online.server import Server
+from sparkgnn.serving.online.server import Server, open_service
 
 log = logging.getLogger(__name__)
 TOKEN_ENV = "SPARKGNN_SERVE_TOKEN"
@@ -195,8 +195,11 @@ def serve(args) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    with Server(config) as server:
-        print(f"sparkgnn-serve: serving {config.mode} on {server.zmq_endpoint} and {server.http_url}", flush=True)
+    with open_service(config) as server:
+        if server.zmq_endpoint is None:  # a typed service: HTTP only (typed_service.py)
+            print(f"sparkgnn-serve: serving typed {config.mode} on {server.http_url}", flush=True)
+        else:
+            print(f"sparkgnn-serve: serving {config.mode} on {server.zmq_endpoint} and {server.http_url}", flush=True)
         while not stop.wait(args.report_s):
             print(f"sparkgnn-serve: {server.metrics.status_line()}", flush=True)  # the numbers of /metrics
     return 0
@@ -234,6 +237,13 @@ def tune(args) -> int:
     from sparkgnn.serving.request import read_requests
 
     config = config_from(args)
+    from sparkgnn.graph.typed_io import is_typed_graph_dir
+
+    if is_typed_graph_dir(config.graph):
+        raise ServeError(
+            f"graph {config.graph} is typed: a typed service answers each request alone, with no scheduler "
+            "thresholds (T_d, T_s) to tune"
+        )
     requests = read_requests(args.requests)
     if not requests:
         raise ServeError(f"no requests in {args.requests}")

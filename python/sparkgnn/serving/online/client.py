@@ -15,6 +15,7 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import zmq
@@ -23,7 +24,11 @@ from sparkgnn.errors import SparkGNNError
 from sparkgnn.messenger import protocol
 from sparkgnn.messenger.security import client_keys_for, make_client
 from sparkgnn.serving.online import wire
+from sparkgnn.serving.online.bodies import typed_request_json
 from sparkgnn.serving.request import Request
+
+if TYPE_CHECKING:
+    from sparkgnn.serving.typed import TypedRequest
 
 
 class ServiceError(SparkGNNError, RuntimeError):
@@ -45,6 +50,21 @@ class Reply:
     batch_requests: int
     pool: str
     version: int = 0  # the service's version (Server.swap) that answered
+
+
+@dataclass
+class TypedReply:
+    """A typed service's answer (typed_service.py), per output node type: the query ids in
+    request order (`nodes`), their output rows (`h`) and, for a classifier, `pred`."""
+
+    request_id: str
+    mode: str
+    nodes: dict[str, np.ndarray]
+    h: dict[str, np.ndarray]
+    pred: dict[str, np.ndarray] | None
+    queue_ms: float
+    service_ms: float
+    version: int = 0
 
 
 class Client:
@@ -144,6 +164,27 @@ class Client:
             data["service_ms"],
             data["batch_requests"],
             data["pool"],
+            int(data.get("version", 0)),
+        )
+
+    def answer_typed(self, request: TypedRequest, mode: str | None = None) -> TypedReply:
+        """Ask a typed service (HTTP endpoints) to answer a TypedRequest (POST /v1/answer with
+        bodies.typed_request_json): its TypedReply, or ServiceError with the refusal."""
+        if self._sock is not None:
+            raise ValueError("a typed service answers over HTTP only: give its http:// endpoint")
+        data = self._post("/v1/answer", typed_request_json(request, mode), self.timeout_s)
+        grouped: dict[str, list[dict]] = {}
+        for answer in data["answers"]:
+            grouped.setdefault(answer["type"], []).append(answer)
+        classifier = any("pred" in a for a in data["answers"])
+        return TypedReply(
+            data["request_id"],
+            data["mode"],
+            {t: np.asarray([a["node"] for a in rows], np.int64) for t, rows in grouped.items()},
+            {t: np.asarray([a["h"] for a in rows], np.float32) for t, rows in grouped.items()},
+            {t: np.asarray([a["pred"] for a in rows], np.int64) for t, rows in grouped.items()} if classifier else None,
+            data["queue_ms"],
+            data["service_ms"],
             int(data.get("version", 0)),
         )
 

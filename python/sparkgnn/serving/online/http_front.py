@@ -68,7 +68,8 @@ import math
 import ssl
 import threading
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -133,6 +134,8 @@ class HttpFront:
         self.parse_pool = parse_pool if parse_pool is not None else ParsePool(int(parse_threads), int(parse_queue))
         self.resets = ResetLog(RESET_LOG_EVERY_S)
         self.link = LinkService(server)  # /v1/score and /v1/topk
+        # the HTTP response of an Outcome (a typed service's front gives its own JSON form)
+        self.respond: Callable[[Any], web.Response] = outcome_response
         self.url: str | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
@@ -235,7 +238,7 @@ class HttpFront:
             self.server.count_refusal()
             return json_reply({"status": "error", "error": str(exc)}, status=400)
         outcome = await asyncio.wrap_future(submitted)
-        return outcome_response(outcome)
+        return self.respond(outcome)
 
     async def _link(self, op: str, request):
         """POST /v1/score and /v1/topk (linkpred.py): the body checked and its query nodes queued
@@ -400,15 +403,16 @@ class ResetLog:
         log.warning("sparkgnn-serve: client %s reset the connection mid-body (%s)%s", remote, exc, more)
 
 
-def outcome_response(outcome):
-    """The HTTP response of an Outcome: its JSON, the status of its kind (STATUS) and, for the
-    server's own limits, Retry-After."""
+def outcome_response(outcome, to_json=None):
+    """The HTTP response of an Outcome: its JSON (`to_json`, default outcome_json), the status of
+    its kind (STATUS) and, for the server's own limits, Retry-After."""
     retry = getattr(outcome, "retry_after_s", None)
     if outcome.kind in RETRY_AFTER_S:
         headers = {"Retry-After": str(math.ceil(retry) if retry else RETRY_AFTER_S[outcome.kind])}
     else:
         headers = None
-    return json_reply(outcome_json(outcome), status=STATUS.get(outcome.kind, 500), headers=headers)
+    body = outcome_json(outcome) if to_json is None else to_json(outcome)
+    return json_reply(body, status=STATUS.get(outcome.kind, 500), headers=headers)
 
 
 def json_reply(data, *, status: int = 200, headers: dict | None = None) -> web.Response:

@@ -42,7 +42,7 @@ from __future__ import annotations
 import os
 import threading
 from concurrent.futures import Future
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparkgnn.serving.online.admission import Admission
 from sparkgnn.serving.online.batch_op import FUSABLE_MODES
@@ -65,7 +65,44 @@ from sparkgnn.serving.online.store_follow import StoreFollower
 from sparkgnn.serving.online.versions import VersionManager
 from sparkgnn.serving.request import Request
 
-__all__ = ["BatchDeadline", "Outcome", "Server", "SwapRefused", "Ticket", "request_bytes"]
+if TYPE_CHECKING:
+    from sparkgnn.serving.online.typed_service import TypedServer
+
+__all__ = ["BatchDeadline", "Outcome", "Server", "SwapRefused", "Ticket", "open_service", "request_bytes"]
+
+
+def http_front_options(config: ServeConfig, parse_pool) -> dict[str, Any]:
+    """HttpFront's settings from a deployment (token, limits, TLS, metrics access) and the
+    service's parse pool, for both services (Server and the typed one)."""
+    return {
+        "token": config.token,
+        "max_body_bytes": config.max_body_bytes,
+        "idle_timeout_s": config.http_idle_timeout_s,
+        "admin_token": config.admin_token,
+        "tls": (config.tls_cert, config.tls_key) if config.tls_cert and config.tls_key else None,
+        "parse_pool": parse_pool,
+        "metrics_auth": config.metrics_auth,
+    }
+
+
+def open_service(config: ServeConfig, *, start_pools: bool = True) -> Server | TypedServer:
+    """The service of a deployment: a Server on a homogeneous graph, a TypedServer
+    (typed_service.py) on a typed graph directory; a typed model on a homogeneous graph is
+    refused in one line."""
+    from sparkgnn.graph.typed_io import is_typed_graph_dir
+
+    if is_typed_graph_dir(config.graph):
+        from sparkgnn.serving.online.typed_service import TypedServer
+
+        return TypedServer(config)
+    from sparkgnn.models.hetero import is_typed_model_dir
+
+    if is_typed_model_dir(config.model):
+        raise ServeError(
+            f"model {config.model} is a typed model (node and edge types) but graph {config.graph} is "
+            "homogeneous: serve it on the typed graph it was converted for"
+        )
+    return Server(config, start_pools=start_pools)
 
 
 class Server:
@@ -241,15 +278,7 @@ class Server:
             http = HttpFront(
                 self,
                 self.config.http,
-                self.config.token,
-                max_body_bytes=self.config.max_body_bytes,
-                idle_timeout_s=self.config.http_idle_timeout_s,
-                admin_token=self.config.admin_token,
-                tls=(self.config.tls_cert, self.config.tls_key)
-                if self.config.tls_cert and self.config.tls_key
-                else None,
-                parse_pool=self._parse_pool,
-                metrics_auth=self.config.metrics_auth,
+                **http_front_options(self.config, self._parse_pool),
                 reuse_port=several,
                 unix_path=os.path.join(self._fronts_folder, PROXY_NAME) if self._fronts_folder else None,
             ).start()
