@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "spark_jo
 import batch_inference  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "pe"))
-from typed_testkit import IDS  # noqa: E402
+from typed_testkit import IDS, hgt_module  # noqa: E402
 from typed_testkit import Sage as _Sage  # noqa: E402
 from typed_testkit import pyg_data as _pyg_data  # noqa: E402
 from typed_testkit import typed_graph as _typed  # noqa: E402
@@ -101,6 +101,19 @@ def test_to_hetero_sage_equals_pyg_at_three_partitions(spark, typed_dir, tmp_pat
     assert inside["model store"] == 5  # one per relation job
     fingerprints = {r.getMessage().split()[3] for r in prepared}
     assert {r.getMessage().split("/prep/")[1].split("/")[0] for r in reused} == fingerprints
+
+
+def test_hgt_equals_pyg_at_three_partitions(spark, typed_dir, tmp_path):
+    # HGT's softmax spans every relation into a type: each relation job gives partial softmax
+    # states, the round's merge folds them per id and applies the per-type output op (one round:
+    # 5 relation jobs; its width is kept, so the skip gate reads the carried input rows)
+    path, d = typed_dir
+    module = hgt_module(d, rounds=1)
+    reference = module(d.x_dict, d.edge_index_dict)
+    result = infer(spark, path, module, partitions=3, work_dir=str(tmp_path / "work"))
+    assert sorted(result.frames) == sorted(reference) == ["author", "field", "paper"]
+    for t, ref in reference.items():
+        np.testing.assert_allclose(_rows(result.frames[t], t), ref.numpy(), rtol=1e-5, atol=1e-5)
 
 
 def test_two_round_hetero_conv_sage_gat_via_batch_inference_equals_pyg(spark, typed_dir, tmp_path, capsys):

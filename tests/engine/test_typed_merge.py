@@ -71,3 +71,35 @@ def test_node_ops_batches_apply_the_stack_to_each_batch_as_one_matrix_keeping_th
     with torch.no_grad():
         want = stack(torch.from_numpy(x)).numpy()
     np.testing.assert_array_equal(np.asarray(got.column("h").to_pylist(), np.float32), want)
+
+
+@pytest.mark.parametrize("cuts", [[], [1, 2, 3, 4, 5, 6, 7], [5, 5, 13]])
+def test_softmax_fold_equals_merging_each_keys_states_then_the_types_post_ops(cuts):
+    # HGT's rows are partial softmax states [max (2) | exp sums (2) | weighted sums (4) | carried
+    # row (4)]; an empty relation's max is the lowest float32
+    torch = pytest.importorskip("torch")
+    from sparkgnn.layers.hetero import RelationAggregator
+
+    pdf = _rows(2)
+    lowest = np.finfo(np.float32).min
+    states = []
+    for i, (t, key) in enumerate(zip(pdf["t"], pdf["id"], strict=True)):
+        rng = np.random.default_rng(i)
+        mx = lowest * np.ones(2, np.float32) if i % 4 == 3 else rng.standard_normal(2).astype(np.float32) * 5
+        sums = np.zeros(2, np.float32) if i % 4 == 3 else rng.random(2).astype(np.float32) + 0.5
+        values = rng.standard_normal(4).astype(np.float32) * (i % 4 != 3)
+        # the carried row is the destination's own: the same in every relation of an id
+        carried = np.random.default_rng(1000 * t + int(key) + 100).standard_normal(4).astype(np.float32)
+        states.append(np.concatenate([mx, sums, values, carried]).astype(np.float32))
+    pdf["h"] = states
+    aggr = RelationAggregator("softmax", heads=2, channels=4)
+    post = NodeOpStack([{"op": "activation", "name": "relu"}])
+    out = pa.Table.from_batches(list(_folder(aggr, {1: post})(iter(_batches(pdf, cuts))))).to_pandas()
+    assert list(zip(out["t"], out["id"], strict=True)) == sorted(set(zip(pdf["t"], pdf["id"], strict=True)))
+    for (t, i), group in pdf.groupby(["t", "id"]):
+        want = aggr.combine([torch.from_numpy(h).view(1, -1) for h in group["h"]])[0].numpy()
+        if t == 1:
+            want = np.maximum(want, 0)
+        got = out[(out["t"] == t) & (out["id"] == i)]["h"].iloc[0]
+        assert len(got) == 8
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -242,11 +242,13 @@ def test_unsupported_typed_models_are_refused():
         cat.lin[t](x)
     with pytest.raises(UnsupportedModelError, match="relations merged by cat"):
         HeteroModel.from_pyg(cat, meta)
-    hgt = torch.nn.Module()
+    hgt = torch.nn.Module()  # HGT straight on the raw features: its relations read two widths
     hgt.conv = HGTConv(-1, 4, meta, heads=1)
     hgt.forward = lambda x_dict, edge_index_dict: hgt.conv(x_dict, edge_index_dict)
-    with pytest.raises(UnsupportedModelError, match="HGTConv is not supported yet"):
+    with pytest.raises(UnsupportedModelError, match="input width is unknown .lazy.: run the model once first"):
         HeteroModel.from_pyg(hgt, meta)
+    with pytest.raises(UnsupportedModelError, match="reads 4-wide 'author' rows and 6-wide 'paper' rows"):
+        HeteroModel.from_pyg(_ready(hgt, data), meta)
     with pytest.raises(UnsupportedModelError, match="dropout with training=True fixed in the traced code"):
         HeteroModel.from_pyg(_ready(to_hetero(_BakedDropout(), meta), data), meta)
     gcn = torch.nn.Module()

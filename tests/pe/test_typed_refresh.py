@@ -1,9 +1,9 @@
 """The typed PE refresh (pe/typed_refresh.py, through refresh_local): after a typed update that
 inserts, deletes and re-featurises vertices of every type and inserts and deletes edges of every
 relation, the refreshed typed store equals a fresh typed precompute of the updated graph (float32,
-1e-5) at every round and node type, for to_hetero SAGE (sum, mean) and a HeteroConv stack mixing
-SAGE and GAT; a second refresh on top of the first too. A bad update or an unrefreshable model is
-refused in one line, nothing written."""
+1e-5) at every round and node type, for to_hetero SAGE (sum, mean), a HeteroConv stack mixing
+SAGE and GAT and HGT (a softmax across relations); a second refresh on top of the first too. A bad
+update or an unrefreshable model is refused in one line, nothing written."""
 
 import os
 import sys
@@ -21,7 +21,16 @@ from sparkgnn.pe.refresh import refresh_local
 from sparkgnn.pe.typed import TypedPEStore
 
 sys.path.insert(0, os.path.dirname(__file__))
-from typed_testkit import CITES, WRITES, pyg_data, ready, to_hetero_sage, typed_graph, typed_update  # noqa: E402
+from typed_testkit import (  # noqa: E402
+    CITES,
+    WRITES,
+    hgt_module,
+    pyg_data,
+    ready,
+    to_hetero_sage,
+    typed_graph,
+    typed_update,
+)
 
 
 class _Mixed(torch.nn.Module):
@@ -52,6 +61,8 @@ def _model(kind: str):
     d = pyg_data()
     if kind == "mixed":
         return HeteroModel.from_pyg(ready(_Mixed(d.metadata()), d), d.metadata())
+    if kind == "hgt":
+        return HeteroModel.from_pyg(hgt_module(d), d.metadata())
     return to_hetero_sage(d, layers=2, aggr=kind)[1]
 
 
@@ -78,7 +89,7 @@ def _assert_equal_stores(got: TypedPEStore, want: TypedPEStore, graph) -> None:
             )
 
 
-@pytest.mark.parametrize("kind", ["sum", "mean", "mixed"])
+@pytest.mark.parametrize("kind", ["sum", "mean", "mixed", "hgt"])
 def test_the_refreshed_store_equals_a_precompute_of_the_updated_graph(tmp_path, kind):
     graph, model = typed_graph(pyg_data()), _model(kind)
     old = precompute_local(graph, model, tmp_path / "store")

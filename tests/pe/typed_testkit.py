@@ -5,7 +5,7 @@ non-dense ids and a type without features; and a typed update touching every typ
 import numpy as np
 import torch
 from torch_geometric.data import HeteroData
-from torch_geometric.nn import Linear, SAGEConv, to_hetero
+from torch_geometric.nn import HGTConv, Linear, SAGEConv, to_hetero
 
 from sparkgnn.graph import TypedEdges, TypedGraphData
 from sparkgnn.graph.typed import node_table
@@ -84,6 +84,38 @@ class SagePrefix(Sage):
             x = conv(x, edge_index)
             x = x.relu() if i < len(self.convs) - 1 else x
         return x
+
+
+class Hgt(torch.nn.Module):
+    """PyG's HGT example shape: a per-type input Linear (every type to one width), HGTConv rounds
+    with relu between, the last round's whole dict returned. With two rounds the first keeps the
+    width (its skip gate applies) and the second narrows it (none); one round keeps the width."""
+
+    def __init__(self, metadata, heads: int = 2, rounds: int = 2):
+        super().__init__()
+        self.lin = torch.nn.ModuleDict({t: Linear(-1, 8) for t in metadata[0]})
+        widths = [8, 4] if rounds == 2 else [8]
+        self.convs = torch.nn.ModuleList([HGTConv(8, w, metadata, heads=heads) for w in widths])
+
+    def forward(self, x_dict, edge_index_dict):
+        x_dict = {t: self.lin[t](x).relu() for t, x in x_dict.items()}
+        for conv in self.convs[:-1]:
+            x_dict = {t: x.relu() for t, x in conv(x_dict, edge_index_dict).items()}
+        return self.convs[-1](x_dict, edge_index_dict)
+
+
+def hgt_module(d: HeteroData, heads: int = 2, rounds: int = 2):
+    """A ready Hgt on `d` with its skip gates and relation priors drawn at random (PyG starts them
+    at 1, which would hide a mixed-up relation or type)."""
+    if rounds not in (1, 2):
+        raise ValueError(f"Hgt has 1 or 2 rounds, not {rounds}")
+    module = ready(Hgt(d.metadata(), heads=heads, rounds=rounds), d)
+    g = torch.Generator().manual_seed(11)
+    with torch.no_grad():
+        for conv in module.convs:
+            for p in list(conv.skip.values()) + list(conv.p_rel.values()):
+                p.copy_(torch.randn(p.shape, generator=g))
+    return module
 
 
 def ready(module, d):

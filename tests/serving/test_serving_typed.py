@@ -18,7 +18,7 @@ from sparkgnn.pe.local import precompute_local
 from sparkgnn.serving.typed import TypedQueryEngine, TypedRequest, TypedRequestError
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "pe"))
-from typed_testkit import IDS, pyg_data, ready, to_hetero_sage, typed_graph  # noqa: E402
+from typed_testkit import IDS, hgt_module, pyg_data, ready, to_hetero_sage, typed_graph  # noqa: E402
 
 WRITES, WRITTEN_BY, CITES, TOPIC = (
     ("author", "writes", "paper"),
@@ -70,6 +70,31 @@ def test_full_equals_pyg_on_the_union_graph_and_exact_equals_full(tmp_path):
         np.testing.assert_allclose(exact.h[t].numpy(), full.h[t].numpy(), rtol=1e-5, atol=1e-5)
     # EXACT recomputes paper row 2 only (round 1); FULL every vertex of G the answer reads
     assert exact.breakdown["nodes_recomputed"] == 1 < full.breakdown["nodes_recomputed"]
+
+
+def test_hgt_full_equals_pyg_on_the_union_graph_and_exact_and_the_store_equal_it(tmp_path):
+    # HGT's softmax spans every relation into a type: the local rounds merge the relations'
+    # partial softmax states per node, over G's in-edges and the request's
+    d = pyg_data()
+    graph = typed_graph(d)
+    module = hgt_module(d)
+    model = HeteroModel.from_pyg(module, d.metadata())
+    store = precompute_local(graph, model, tmp_path / "store")
+    with torch.no_grad():
+        on_g = module(d.x_dict, d.edge_index_dict)
+    for t, ref in on_g.items():
+        np.testing.assert_allclose(store.lookup(t, graph.nodes[t].ids, 2), ref.numpy(), rtol=1e-5, atol=1e-5)
+    request, union = _request()
+    with torch.no_grad():
+        reference = module(union.x_dict, union.edge_index_dict)
+    full = TypedQueryEngine(graph, model, mode="full").answer(request)
+    exact = TypedQueryEngine(graph, model, mode="exact", store=store).answer(request)
+    assert sorted(full.h) == ["author", "paper"]
+    np.testing.assert_allclose(full.h["paper"].numpy(), reference["paper"][8:].numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(full.h["author"].numpy(), reference["author"][6:].numpy(), rtol=1e-5, atol=1e-5)
+    for t in full.h:
+        np.testing.assert_allclose(exact.h[t].numpy(), full.h[t].numpy(), rtol=1e-5, atol=1e-5)
+    assert exact.breakdown["nodes_recomputed"] < full.breakdown["nodes_recomputed"]
 
 
 def test_bad_requests_stores_and_relations_are_refused_in_one_line(tmp_path):

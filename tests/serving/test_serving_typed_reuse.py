@@ -1,6 +1,6 @@
 """Typed HE and SRPE (serving/typed.py) against typed FULL, on every typed model kind typed
 serving takes (to_hetero SAGE with 2 and 3 rounds, to_hetero GAT, HeteroConv mixing SAGE and GAT,
-RGCN; HGT where the converter takes it): on random requests with queries of three types (one
+RGCN, HGT): on random requests with queries of three types (one
 without features) and request edges in every relation, an answer equals FULL (1e-5) or the request
 is refused in one line; requests whose edges all point into queries are always answered, as is SRPE
 with gamma = 1 on 2-round models; approximate=True answers what was refused and counts its stale
@@ -14,13 +14,24 @@ import pytest
 import torch
 from torch_geometric.nn import GATConv, HeteroConv, Linear, RGCNConv, SAGEConv, to_hetero
 
-from sparkgnn.errors import SparkGNNError, UnsupportedModelError
+from sparkgnn.errors import SparkGNNError
 from sparkgnn.models.hetero import HeteroModel
 from sparkgnn.pe.local import precompute_local
 from sparkgnn.serving.typed import TypedQueryEngine, TypedRequest, TypedRequestError
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "pe"))
-from typed_testkit import CITES, IDS, TOPIC, TOPIC_OF, WRITES, WRITTEN_BY, pyg_data, ready, typed_graph  # noqa: E402
+from typed_testkit import (  # noqa: E402
+    CITES,
+    IDS,
+    TOPIC,
+    TOPIC_OF,
+    WRITES,
+    WRITTEN_BY,
+    hgt_module,
+    pyg_data,
+    ready,
+    typed_graph,
+)
 
 RELATIONS = (WRITES, WRITTEN_BY, CITES, TOPIC, TOPIC_OF)
 QUERY_IDS = {"paper": 1000, "author": 100, "field": 50}
@@ -82,22 +93,7 @@ def _model(kind: str):
         torch.manual_seed(0)
         return typed_graph(d), HeteroModel.from_pyg(_Rgcn(len(meta[1])).eval(), meta), 2
     if kind == "hgt":
-        from torch_geometric.nn import HGTConv
-
-        hgt = torch.nn.Module()
-        hgt.lin = torch.nn.ModuleDict({t: Linear(-1, 8) for t in meta[0]})
-        hgt.conv1, hgt.conv2 = HGTConv(8, 8, meta, heads=2), HGTConv(8, 4, meta, heads=2)
-
-        def forward(x_dict, ei):
-            x_dict = hgt.conv1({t: hgt.lin[t](x) for t, x in x_dict.items()}, ei)
-            return hgt.conv2({t: x_dict[t].relu() for t in meta[0]}, ei)
-
-        hgt.forward = forward
-        module = ready(hgt, d)
-        try:
-            return typed_graph(d), HeteroModel.from_pyg(module, meta), 2
-        except UnsupportedModelError as exc:
-            pytest.skip(f"the typed model converter does not take HGT here: {exc}")
+        return typed_graph(d), HeteroModel.from_pyg(hgt_module(d), meta), 2
     if kind == "mixed":
         return typed_graph(d), HeteroModel.from_pyg(ready(_Mixed(meta), d), meta), 2
     layers = 3 if kind == "sage3" else 2

@@ -9,9 +9,10 @@ One typed round is run as, for every relation (src type, relation, dst type) of 
     the homogeneous engine (`_infer_one`: prepare, planner, executor steps, strategies) over it
 
 then the per-relation outputs of every destination type are merged with the round's
-cross-relation aggregation (sum, mean over the relations into the type, max, min) and the
-per-type node ops applied, in one pass for the whole round (engine.typed_merge). The relation
-jobs' layouts are prepared beforehand, side by side on driver threads, round 0's while its
+cross-relation aggregation (sum, mean over the relations into the type, max, min, or HGT's
+softmax over the relations' partial softmax states) and the per-type node ops applied, in one
+pass for the whole round (engine.typed_merge). The relation jobs' layouts are prepared
+beforehand, side by side on driver threads, round 0's while its
 inputs are computed (engine.typed_prepare), and the jobs themselves then run side by side on
 driver threads too, their outputs taken in the relation order (engine.typed_jobs).
 
@@ -479,7 +480,7 @@ def _run_round(
         partitions = max([default_parallelism(spark), *relation_parts])
         post = {t: cast(NodeOpStack, stack) for t, stack in rnd.post.items()}
         result = merge_round(
-            spark, by_type, rnd.relation_aggr.name, post, f"{run_dir}/round{index}/merged", partitions=partitions
+            spark, by_type, rnd.relation_aggr, post, f"{run_dir}/round{index}/merged", partitions=partitions
         )
         for t, stack in rnd.keep.items():  # a type no relation of the round points into
             if t in need:

@@ -10,8 +10,11 @@ its type, shuffled ONCE by (type, id), sorted within each partition, and one Pyt
 partition folds each id's rows with numpy (Arrow batches, the vectors read as one float32 matrix
 per type without per-row Python work) and applies the type's post ops (torch) to the folded rows,
 streaming: batches arrive in (type, id) order, so only the last id of a batch is carried to
-the next and a partition is never held whole. The round's values of all types are written in one
-Parquet write, partitioned by type, and read back per type, so a round's lineage stays short.
+the next and a partition is never held whole. HGT's `softmax` across relations folds the same
+way: each relation's row is a partial softmax state, folded per id by the round's
+RelationAggregator (rescaled to the id's largest max, added, divided). The round's values of all
+types are written in one Parquet write, partitioned by type, and read back per type, so a round's
+lineage stays short.
 
 WHY a type without features gets a driver-computed constant: its input row is the same constant
 column of ones for every node (what PyG users feed such a type), and the type's input ops are
@@ -25,6 +28,7 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from sparkgnn.layers.hetero import RelationAggregator
 from sparkgnn.layers.nodeops import NodeOpStack
 
 if TYPE_CHECKING:
@@ -88,20 +92,20 @@ def constant_rows(frame: DataFrame, width: int, stack: NodeOpStack | None) -> Da
 def merge_round(
     spark: SparkSession,
     by_type: Mapping[str, list[DataFrame]],
-    aggr: str,
+    aggr: str | RelationAggregator,
     post: Mapping[str, NodeOpStack],
     path: str,
     *,
     partitions: int,
 ) -> dict[str, DataFrame]:
     """Each destination type's (id, h): its relation outputs (`by_type[T]`, (id, h) frames each)
-    folded per id with `aggr` (mean: the sum over the rows an id has, divided by their count, each
-    relation giving every row) and then `post[T]` applied, all types in one shuffle and one Python
-    pass, written under `path` (one Parquet folder per type) and read back (module doc)."""
+    folded per id with `aggr` (a name of AGGREGATIONS or the round's RelationAggregator; mean: the
+    sum over the rows an id has, divided by their count, each relation giving every row) and then
+    `post[T]` applied, all types in one shuffle and one Python pass, written under `path` (one
+    Parquet folder per type) and read back (module doc)."""
     from pyspark.sql import functions as F
 
-    if aggr not in AGGREGATIONS:
-        raise ValueError(f"unknown cross-relation aggregation {aggr!r}; known: {', '.join(AGGREGATIONS)}")
+    _check_aggr(aggr)
     if partitions < 1:
         raise ValueError(f"the merge needs at least one partition, got {partitions}")
     types = sorted(by_type)
@@ -125,6 +129,16 @@ def merge_round(
     return {t: _read_type(spark, path, index) for index, t in enumerate(types)}
 
 
+def _check_aggr(aggr: str | RelationAggregator) -> None:
+    if isinstance(aggr, RelationAggregator):
+        return
+    if aggr not in AGGREGATIONS:
+        raise ValueError(
+            f"unknown cross-relation aggregation {aggr!r}; known: {', '.join(AGGREGATIONS)} "
+            "(softmax: pass the round's RelationAggregator, which knows its heads)"
+        )
+
+
 def _read_type(spark, path: str, index: int) -> DataFrame:
     """Type `index`'s rows of a merge's output (no folder: the type had no rows)."""
     from sparkgnn import files
@@ -135,9 +149,10 @@ def _read_type(spark, path: str, index: int) -> DataFrame:
     return spark.read.schema("id long, h array<float>").parquet(folder)
 
 
-def _folder(aggr: str, stacks: Mapping[int, NodeOpStack]):
+def _folder(aggr: str | RelationAggregator, stacks: Mapping[int, NodeOpStack]):
     """The mapInArrow function of merge_round: record batches sorted by (t, id) in, folded rows
     out (module doc: only the last key of a batch is carried to the next)."""
+    _check_aggr(aggr)
 
     def run(batches):
         import numpy as np
@@ -166,7 +181,7 @@ def _column(batch, name: str):
     return np.asarray(batch.column(batch.schema.get_field_index(name)))
 
 
-def _fold_rows(batch, aggr: str, stacks: Mapping[int, NodeOpStack]):
+def _fold_rows(batch, aggr: str | RelationAggregator, stacks: Mapping[int, NodeOpStack]):
     """A record batch sorted by (t, id), every key whole: one folded row per key, with its type's
     post ops, one output batch per type (a type's rows are contiguous; widths differ by type)."""
     import numpy as np
@@ -175,6 +190,8 @@ def _fold_rows(batch, aggr: str, stacks: Mapping[int, NodeOpStack]):
 
     from sparkgnn.arrowvec import to_list, to_numpy_matrix
 
+    if isinstance(aggr, RelationAggregator) and aggr.name != "softmax":
+        aggr = aggr.name  # folded by numpy below
     t, ids = _column(batch, _TYPE_COLUMN), _column(batch, "id")
     vectors = batch.column(batch.schema.get_field_index("h"))
     bounds = np.flatnonzero(np.r_[True, t[1:] != t[:-1], True])
@@ -182,7 +199,13 @@ def _fold_rows(batch, aggr: str, stacks: Mapping[int, NodeOpStack]):
         h = to_numpy_matrix(vectors.slice(a, b - a))
         keys = ids[a:b]
         starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
-        if aggr in ("sum", "mean"):
+        if isinstance(aggr, RelationAggregator):
+            group = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(keys)]))
+            with torch.no_grad():
+                rows = torch.from_numpy(h if h.flags.writeable else h.copy())  # torch tensors are writable
+                folded = aggr.fold(rows, torch.from_numpy(group), len(starts))
+            out = folded.numpy().astype(np.float32, copy=False)
+        elif aggr in ("sum", "mean"):
             out = np.add.reduceat(h, starts, axis=0)
             if aggr == "mean":
                 counts = np.diff(np.r_[starts, len(keys)])

@@ -13,6 +13,7 @@ from sparkgnn.layers.gen import GENLayer
 from sparkgnn.layers.generic import GenericConv
 from sparkgnn.layers.gin import GINELayer, GINLayer
 from sparkgnn.layers.graphconv import GraphConvLayer
+from sparkgnn.layers.hgt import HGTOutputOp, HGTRelationLayer
 from sparkgnn.layers.le import LELayer
 from sparkgnn.layers.moments import MomentsAggregator, RawMomentAggregator
 from sparkgnn.layers.multihop import APPNPLayer, ChebLayer, MultiRoundConv, SGLayer, TAGLayer
@@ -40,6 +41,8 @@ __all__ = [
     "GATLayer",
     "GenericConv",
     "GraphConvLayer",
+    "HGTOutputOp",
+    "HGTRelationLayer",
     "SGLayer",
     "TAGLayer",
     "APPNPLayer",

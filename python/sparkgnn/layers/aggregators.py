@@ -427,4 +427,24 @@ class SoftmaxAggregator(Aggregator):
         return out.reshape(n, h * c)
 
 
+@register("softmax_state")
+class SoftmaxStateAggregator(SoftmaxAggregator):
+    """The softmax aggregator's merged state itself as the result: [max logit (H) | sum exp (H) |
+    weighted value sum (H*C)], not yet divided. For a layer whose softmax spans more than one
+    propagation (HGT: one softmax over a node's in-edges of every relation into its type), each
+    propagation gives this state and the caller merges the states further (layers/hetero.py's
+    softmax relation aggregation) before dividing. A row without messages has the lowest float32
+    as its max instead of -inf, so states stay finite wherever they travel and still merge
+    exactly: exp(lowest - m) is 0 next to any real logit m, and 1 times a zero sum next to
+    another empty row."""
+
+    def out_width(self, msg_width):
+        return self.state_width(msg_width)
+
+    def finalize(self, state):
+        h = self.heads
+        mx = state[:, :h]
+        return torch.cat([mx.clamp_min(torch.finfo(torch.float32).min), state[:, h:]], dim=1)
+
+
 __all__: Sequence[str] = ["AGGREGATORS", "Aggregator", "get_aggregator", "register"]

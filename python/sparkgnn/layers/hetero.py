@@ -25,6 +25,12 @@ point into the type (a node without edges in a relation still counts it: the con
 empty neighbourhood, its bias or root term, enters the mean), which is what RelationAggregator
 computes.
 
+HGT (layers/hgt.py) has no final per-relation output: its attention is one softmax over a node's
+in-edges of every relation. Its relations give partial softmax states (max logit, sum of exp,
+weighted sum per head, plus the node's own row for the skip) and the round's aggregation `softmax`
+merges them like the homogeneous softmax merges partitions, then divides; the type's output op
+(gelu, the per-type output Linear, the skip gate) is the first of its post ops.
+
 `keep` serves layers that give every node an output even without incoming relations (RGCN's
 root weight and bias); HeteroConv and to_hetero drop (HeteroConv) or refuse (to_hetero) such
 types, so their rounds keep none.
@@ -32,6 +38,7 @@ types, so their rounds keep none.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
@@ -41,11 +48,12 @@ from torch import Tensor
 
 from sparkgnn.errors import UnsupportedModelError
 from sparkgnn.layers.base import MergeableConv, build_conv, choose_pre_transform, propagate
+from sparkgnn.layers.hgt import HGTRelationLayer
 from sparkgnn.layers.nodeops import NodeOpStack
 from sparkgnn.layers.phases import expand_passes
 
 EdgeType = tuple[str, str, str]
-RELATION_AGGRS = ("sum", "mean", "max", "min")
+RELATION_AGGRS = ("sum", "mean", "max", "min", "softmax")
 KEY_SEPARATOR = "__"
 
 
@@ -98,12 +106,23 @@ def parse_edge_key(key: str) -> EdgeType:
 class RelationAggregator:
     """The cross-relation aggregation as partial states (module doc): `state(out)` of one
     relation's output, `merge(a, b)` of two states (associative, commutative), `finalize(state)`.
-    A state is a pair (value, number of relations merged into it)."""
+    A state is a pair (value, number of relations merged into it). `softmax` (HGT) takes the
+    heads and the value width F of its relations' states [max (H) | sum exp (H) | weighted sum
+    (F) | carried row]: its merge rescales both sides to the larger max and adds, keeping one
+    carried row (every relation carries the same destination row); finalize divides."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, *, heads: int = 0, channels: int = 0):
         if name not in RELATION_AGGRS:
             raise ValueError(f"cross-relation aggregation {name!r} is not one of {RELATION_AGGRS}")
         self.name = name
+        self.heads, self.channels = int(heads), int(channels)
+        if name == "softmax" and (self.heads < 1 or self.channels < 1 or self.channels % self.heads):
+            raise ValueError(f"the softmax across relations needs heads dividing channels, got {heads}, {channels}")
+
+    def out_width(self, width: int) -> int:
+        """The finalized width of relation outputs `width` wide (softmax: the states' max and
+        exp sums are gone)."""
+        return width - 2 * self.heads if self.name == "softmax" else width
 
     def state(self, out: Tensor) -> tuple[Tensor, int]:
         return out, 1
@@ -111,7 +130,9 @@ class RelationAggregator:
     def merge(self, a: tuple[Tensor, int], b: tuple[Tensor, int]) -> tuple[Tensor, int]:
         if a[0].shape != b[0].shape:
             raise ValueError(f"relations give outputs of shapes {tuple(a[0].shape)} and {tuple(b[0].shape)}")
-        if self.name in ("sum", "mean"):
+        if self.name == "softmax":
+            value = self._softmax_merge(a[0], b[0])
+        elif self.name in ("sum", "mean"):
             value = a[0] + b[0]
         elif self.name == "max":
             value = torch.maximum(a[0], b[0])
@@ -120,7 +141,44 @@ class RelationAggregator:
         return value, a[1] + b[1]
 
     def finalize(self, state: tuple[Tensor, int]) -> Tensor:
+        if self.name == "softmax":
+            return self._softmax_divide(state[0])
         return state[0] / state[1] if self.name == "mean" else state[0]
+
+    def _softmax_merge(self, a: Tensor, b: Tensor) -> Tensor:
+        """Two states rescaled to their larger max and added; a's carried row kept."""
+        h, n, c = self.heads, a.shape[0], self.channels // self.heads
+        end = 2 * h + self.channels
+        mx = torch.maximum(a[:, :h], b[:, :h])
+        sa, sb = (torch.exp(x[:, :h] - mx).masked_fill(x[:, :h] == -math.inf, 0.0) for x in (a, b))
+        s = a[:, h : 2 * h] * sa + b[:, h : 2 * h] * sb
+        w = a[:, 2 * h : end].view(n, h, c) * sa.unsqueeze(-1) + b[:, 2 * h : end].view(n, h, c) * sb.unsqueeze(-1)
+        return torch.cat([mx, s, w.view(n, self.channels), a[:, end:]], dim=1)
+
+    def _softmax_divide(self, state: Tensor) -> Tensor:
+        h, n, c = self.heads, state.shape[0], self.channels // self.heads
+        end = 2 * h + self.channels
+        agg = state[:, 2 * h : end].view(n, h, c) / (state[:, h : 2 * h] + 1e-16).unsqueeze(-1)
+        return torch.cat([agg.reshape(n, self.channels), state[:, end:]], dim=1)
+
+    def fold(self, rows: Tensor, group: Tensor, num: int) -> Tensor:
+        """Rows grouped by `group` (0..num-1, every group non-empty) merged and finalized, one
+        row per group: what `combine` gives each group's rows, for a merge that holds many
+        nodes' relation outputs in one matrix (engine.typed_merge)."""
+        if self.name != "softmax":
+            raise ValueError(f"fold is for the softmax across relations, not {self.name!r}")
+        h, n, c = self.heads, rows.shape[0], self.channels // self.heads
+        end = 2 * h + self.channels
+        mx_rows = rows[:, :h]
+        mx = torch.full((num, h), -math.inf, dtype=rows.dtype)
+        mx = mx.scatter_reduce(0, group.view(-1, 1).expand(-1, h), mx_rows, reduce="amax")
+        scale = torch.exp(mx_rows - mx.index_select(0, group)).masked_fill(mx_rows == -math.inf, 0.0)
+        s = torch.zeros(num, h, dtype=rows.dtype).index_add_(0, group, rows[:, h : 2 * h] * scale)
+        w_rows = (rows[:, 2 * h : end].view(n, h, c) * scale.unsqueeze(-1)).view(n, self.channels)
+        w = torch.zeros(num, self.channels, dtype=rows.dtype).index_add_(0, group, w_rows)
+        first = torch.full((num,), n, dtype=torch.long).scatter_reduce(0, group, torch.arange(n), reduce="amin")
+        carried = rows[first, end:]
+        return self._softmax_divide(torch.cat([mx, s, w, carried], dim=1))
 
     def combine(self, outputs: list[Tensor], order: list[int] | None = None) -> Tensor:
         """All relation outputs merged (in `order`, a permutation: the result does not depend on it)."""
@@ -129,6 +187,23 @@ class RelationAggregator:
         for i in order[1:]:
             state = self.merge(state, self.state(outputs[i]))
         return self.finalize(state)
+
+
+def _relation_aggregator(aggr: str, convs: Mapping[EdgeType, MergeableConv]) -> RelationAggregator:
+    """The round's cross-relation aggregation; `softmax` exactly when every relation gives HGT's
+    partial softmax states (module doc), with their heads and widths, which must agree."""
+    states = [isinstance(c, HGTRelationLayer) for c in convs.values()]
+    if aggr != "softmax":
+        if any(states):
+            raise ValueError("HGT relations give partial softmax states: their round's aggregation must be softmax")
+        return RelationAggregator(aggr)
+    if not all(states):
+        raise ValueError("the softmax across relations merges HGT relations only")
+    shapes = {(c.heads, c.channels) for c in convs.values() if isinstance(c, HGTRelationLayer)}
+    if len(shapes) != 1:
+        raise ValueError(f"HGT relations of one round have different heads / widths {sorted(shapes)}")
+    ((heads, channels),) = shapes
+    return RelationAggregator("softmax", heads=heads, channels=channels)
 
 
 def _stacks(configs: Mapping[str, list], what: str) -> dict[str, NodeOpStack]:
@@ -160,7 +235,7 @@ class HeteroRound(torch.nn.Module):
             post = _stacks(config.get("post", {}), "post")
         if not convs:
             raise ValueError("a typed round needs at least one relation")
-        self.relation_aggr = RelationAggregator(aggr)
+        self.relation_aggr = _relation_aggregator(aggr, convs)
         self.edge_types: list[EdgeType] = [tuple(e) for e in convs]  # type: ignore[misc]
         for s, r, d in self.edge_types:
             check_type_name(s), check_type_name(r, "relation"), check_type_name(d)
@@ -238,6 +313,7 @@ class HeteroRound(torch.nn.Module):
                     f"round {index}: relations into {d!r} give widths {dims[d]} and {conv.out_dim}; "
                     f"the {self.relation_aggr.name} across relations needs one"
                 )
+        dims = {t: self.relation_aggr.out_width(w) for t, w in dims.items()}
         for t, stack in self.keep.items():
             if t not in in_dims:
                 raise ValueError(f"round {index}: keeps type {t!r}, which has no value here")

@@ -25,9 +25,15 @@ cross-relation combinations, per-type node ops. The walk identifies each conv's 
 edge_index placeholder it reads (not by module names), converts it with the homogeneous
 converters (pyg_convs.conv_layer), and refuses, naming the source line, what is not a per-type
 chain of rounds: an op reading a type's earlier value, a type read after a round that gave it no
-value, relations merged by anything but one sum / mean / max / min per round, HGTConv (its
-attention normalises over all relations into a type at once, which the per-relation merge does
-not express yet), concatenation across relations.
+value, relations merged by anything but one sum / mean / max / min per round, concatenation across
+relations.
+
+HGTConv (a leaf of the trace, called as conv(x_dict, edge_index_dict)) becomes one round of its
+own (`_hgt`): per relation an HGTRelationLayer with that relation's slices of HGT's weights, merged
+by the `softmax` aggregation, and per destination type an HGTOutputOp as the first post op
+(layers/hgt.py). The tracer gives its result as a concrete dict of per-type values (the types PyG's
+HGTConv returns: those of x_dict that a relation of its metadata points into), so code reading it
+like any x_dict (`.items()`, `out['paper']`, passing it whole) traces as Python.
 """
 
 from __future__ import annotations
@@ -55,10 +61,7 @@ from sparkgnn.models.pyg_nodeops import node_ops
 
 HETERO_DICT_LINEAR = "torch_geometric.nn.dense.linear.HeteroDictLinear"
 RGCN_CLASSES = ("torch_geometric.nn.conv.rgcn_conv.RGCNConv", "torch_geometric.nn.conv.rgcn_conv.FastRGCNConv")
-HGT_REFUSED = (
-    "HGTConv is not supported yet: its attention is a softmax over all of a node's in-edges across "
-    "relations at once, which needs a joint per-type merge the typed rounds do not have"
-)
+HGT_CLASS = "torch_geometric.nn.conv.hgt_conv.HGTConv"
 RELATION_FUNCTIONS = {torch.add: "sum", operator.add: "sum", torch.max: "max", torch.maximum: "max"}
 RELATION_FUNCTIONS.update({torch.min: "min", torch.minimum: "min"})
 REDUCTIONS = {torch.sum: "sum", torch.mean: "mean", torch.max: "max", torch.min: "min"}
@@ -155,6 +158,14 @@ class _HeteroTracer(_Tracer):
         if module_qualified_name == "model":  # the converted model itself (_Flat) is always traced through
             return False
         return class_name(m) == HETERO_DICT_LINEAR or super().is_leaf_module(m, module_qualified_name)
+
+    def call_module(self, m, forward, args, kwargs):
+        """An HGTConv's result as {type: value} (module doc), in PyG's order."""
+        out = super().call_module(m, forward, args, kwargs)
+        if class_name(m) == HGT_CLASS and args and isinstance(args[0], dict):
+            targets = {e[2] for e in m.edge_types}
+            return {t: out[t] for t in args[0] if t in targets}
+        return out
 
 
 class _Walk:
@@ -324,6 +335,12 @@ class _Walk:
                 self.refuse(f"reads type {index!r} from a per-type module that was not given it")
             self._add_ops(index, ops, node)
             return True
+        if isinstance(kind, tuple) and kind[0] == "hgt":  # the tracer's per-type values (module doc)
+            if index not in kind[2] or kind[1] != len(self.rounds) - 1:
+                self.refuse(f"reads type {index!r} of an HGTConv's result, which holds {list(kind[2])}")
+            self.values[node] = ("node", index)
+            self.current[index] = node
+            return True
         rel = kind if isinstance(kind, _Rel) else None
         if rel is not None and index == 0 and rel.aggr in ("max", "min"):  # (values, indices)[0]
             self.values[node] = rel
@@ -341,8 +358,9 @@ class _Walk:
         why = _graph_level_module(module)
         if why:
             self.refuse(f"{path} ({short_name(module)}): {why}")
-        if class_name(module).endswith(".HGTConv"):
-            self.refuse(f"{path}: {HGT_REFUSED}")
+        if class_name(module) == HGT_CLASS:
+            self._hgt(node, module, path)
+            return
         if is_message_passing(module):
             self._conv(node, module, path)
             return
@@ -356,6 +374,48 @@ class _Walk:
         ops = node_ops(module, path)
         self._fix_width(t, ops)
         self._add_ops(t, ops, node)
+
+    def _hgt(self, node, module, path: str) -> None:
+        """An HGTConv call: one round of its own (module doc), its result a dict of types."""
+        from sparkgnn.models.pyg_hgt import hgt_round
+
+        args, kwargs = list(node.args), dict(node.kwargs)
+        if len(args) != 2 or kwargs or not isinstance(args[1], dict):
+            self.refuse(f"{path} (HGTConv) must be called as conv(x_dict, edge_index_dict)")
+        x, ei = args
+        relations: list[EdgeType] = []
+        for key, value in ei.items():
+            kind = self.values.get(value) if isinstance(value, torch.fx.Node) else None
+            if not (isinstance(kind, tuple) and kind[0] == "edges") or tuple(key) != tuple(kind[1]):
+                self.refuse(f"{path} is not given forward's edge_index_dict (relation {key!r})")
+            relations.append(cast(EdgeType, tuple(kind[1])))
+        if not isinstance(x, dict):
+            self.refuse(f"{path} (HGTConv) is not given a dict of node types' features")
+        inputs = []
+        for key, value in x.items():
+            t = self._type_of(value, path)
+            if key != t:
+                self.refuse(f"{path} is given type {t!r}'s rows under key {key!r}")
+            inputs.append(t)
+        self._close_round()
+        read = [t for t in inputs if any(t in (e[0], e[2]) for e in relations)]
+        for t in read:
+            if self.width[t] < 0:  # an input read first by this conv: its kqv_lin tells
+                weight = module.kqv_lin.lins[t].weight
+                if isinstance(weight, torch.nn.parameter.UninitializedParameter):
+                    self.refuse(f"{path}: type {t!r}'s input width is unknown (lazy): run the model once first")
+                self.width[t] = self.in_dims[t] = int(weight.shape[1])
+        try:
+            convs, post = hgt_round(module, path, relations, {t: self.width[t] for t in read})
+        except UnsupportedModelError as e:
+            self.refuse(str(e))
+        self.rounds.append(_Round(convs=convs, aggr="softmax", closed=True, post=post))
+        self.current.clear()
+        index = len(self.rounds) - 1
+        for t, ops in post.items():
+            self.stage[t], self.width[t] = index, int(module.out_channels)
+            self.last = ops[0]
+        self.values[node] = ("hgt", index, tuple(post))
 
     def _fix_width(self, t: str, ops: list[NodeOp]) -> None:
         """An input read first by a node op gets that op's width (a Linear's in_features)."""

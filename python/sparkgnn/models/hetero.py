@@ -18,7 +18,8 @@ an x for every type they read): give it a constant column (torch.ones(n, 1)), as
 and a per-type Linear in `pre` if the convs want another width.
 
 Converters (models/from_pyg_hetero.py): PyG's to_hetero output, HeteroConv stacks inside a model
-class, RGCNConv / FastRGCNConv models over a typed graph's homogeneous form.
+class, RGCNConv / FastRGCNConv models over a typed graph's homogeneous form, HGTConv (one round
+whose relations' partial softmax states merge per type: layers/hgt.py).
 """
 
 from __future__ import annotations
@@ -250,8 +251,9 @@ class HeteroModel(torch.nn.Module):
         relations: Sequence[str] | None = None,
     ) -> HeteroModel:
         """A HeteroModel with the weights of a typed PyG model built for `metadata`
-        (HeteroData.metadata()): to_hetero's output, a model class stacking HeteroConv, or an
-        RGCNConv / FastRGCNConv model run on the graph's homogeneous form (models/from_pyg_hetero.py).
+        (HeteroData.metadata()): to_hetero's output, a model class stacking HeteroConv or HGTConv,
+        or an RGCNConv / FastRGCNConv model run on the graph's homogeneous form
+        (models/from_pyg_hetero.py).
         `in_dims` ({type: feature width}): only needed when a type's rows go first into a conv
         with lazy in_channels, which does not tell their width. `decoder`, `relations`: a
         link-prediction decoder, converted as `Model.from_pyg` converts one and attached by

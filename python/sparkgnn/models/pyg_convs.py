@@ -56,7 +56,12 @@ from sparkgnn.registry import Registry
 ConvConverter = Callable[..., MergeableConv]
 
 CONV_CONVERTERS: Registry[ConvConverter] = Registry("PyG conv", UnsupportedModelError)
-REJECTED: dict[str, str] = {}  # PyG class name -> why it is refused
+REJECTED: dict[str, str] = {  # PyG class name -> why it is refused
+    "torch_geometric.nn.conv.hgt_conv.HGTConv": (
+        "a typed conv (its softmax spans every relation into a node type): HeteroModel.from_pyg converts it, "
+        "exactly, as one typed round whose relations' partial softmax states merge per type (layers/hgt.py)"
+    ),
+}
 SAGE_AGGREGATIONS: Registry[Callable] = Registry("SAGEConv aggregation", UnsupportedModelError)
 
 
