@@ -61,6 +61,13 @@ REJECTED: dict[str, str] = {  # PyG class name -> why it is refused
         "a typed conv (its softmax spans every relation into a node type): HeteroModel.from_pyg converts it, "
         "exactly, as one typed round whose relations' partial softmax states merge per type (layers/hgt.py)"
     ),
+    **{
+        f"torch_geometric.nn.conv.rgcn_conv.{name}": (
+            "a typed conv (one weight per relation, bases or blocks): HeteroModel.from_pyg converts it, exactly, "
+            "as one typed round with a relation per edge type (models/from_pyg_hetero.py)"
+        )
+        for name in ("RGCNConv", "FastRGCNConv")
+    },
 }
 SAGE_AGGREGATIONS: Registry[Callable] = Registry("SAGEConv aggregation", UnsupportedModelError)
 
