@@ -27,6 +27,7 @@ from sparkgnn.engine.result import JobResult
 from sparkgnn.errors import SparkGNNError
 from sparkgnn.models.batching import batch_models, check_same_input_width, plan_batches
 from sparkgnn.outputs import check_output, write_parquet_staged
+from sparkgnn.parquet_read import read_parquet
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ def split_result(result, start: int, stop: int, with_pred: bool):
 def _write(spark, frame, target: str):
     """Stage `frame` beside `target`, then swap it in (sparkgnn.outputs); returns it read back."""
     write_parquet_staged(frame, target)
-    return spark.read.parquet(target)
+    return read_parquet(spark, target)
 
 
 def infer_models(

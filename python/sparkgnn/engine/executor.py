@@ -45,6 +45,7 @@ from sparkgnn.engine.static import EDGE_ATTR_COLUMN
 from sparkgnn.engine.steps import INPUT_STAGE, PEAK_RSS, TIMERS, StepConfig, run_step
 from sparkgnn.errors import SparkGNNError
 from sparkgnn.outputs import discard, staging_path, swap_into_place
+from sparkgnn.parquet_read import read_parquet
 
 log = logging.getLogger(__name__)
 
@@ -492,7 +493,7 @@ def finish(
             raise
         with phases.phase("output commit"):
             swap_into_place(staged, out)
-            result = spark.read.parquet(out)
+            result = read_parquet(spark, out)
     else:
         with guard(), phases.phase(label, quiet=True):
             result = final_df.localCheckpoint(eager=True)

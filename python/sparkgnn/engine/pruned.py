@@ -38,6 +38,7 @@ from sparkgnn.engine.routing import OUTPUT_PRED_SCHEMA_DDL, OUTPUT_SCHEMA_DDL
 from sparkgnn.engine.vertex_stats import stats_of
 from sparkgnn.errors import SparkGNNError
 from sparkgnn.outputs import write_parquet_staged
+from sparkgnn.parquet_read import read_parquet
 from sparkgnn.planner.pruning import LOCAL, SUBGRAPH, WHOLE, PruningChoice, PruningInputs
 from sparkgnn.registry import Registry
 from sparkgnn.stat_keys import conv_stats, stat_keys
@@ -207,7 +208,7 @@ def _write(spark, frame, out: str | None):
     if not out:
         return frame.localCheckpoint(eager=True)
     write_parquet_staged(frame, out)
-    return spark.read.parquet(out)
+    return read_parquet(spark, out)
 
 
 RUNS: Registry = Registry("pruning mode", SparkGNNError)

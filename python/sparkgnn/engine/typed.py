@@ -81,6 +81,7 @@ from sparkgnn.errors import SparkGNNError, UnsupportedModelError
 from sparkgnn.files import absolute
 from sparkgnn.layers.hetero import EdgeType, HeteroRound, edge_key
 from sparkgnn.layers.nodeops import NodeOpStack
+from sparkgnn.parquet_read import read_parquet
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -374,7 +375,7 @@ def _outputs(spark, model: HeteroModel, values: dict[str, DataFrame], outputs: l
                 discard(staged)
                 raise
             swap_into_place(staged, target, job="batch_inference")
-            frame = spark.read.parquet(target)
+            frame = read_parquet(spark, target)
             log.info(f"sparkgnn: typed output {t!r} -> {target}")
         else:
             frame = frame.localCheckpoint(eager=True)
@@ -419,7 +420,7 @@ def explain_relations(plans: Mapping[str, Any], reports: Mapping[str, Any]) -> s
 
 def _persist(spark, frame: DataFrame, path: str) -> DataFrame:
     frame.write.parquet(path)
-    return spark.read.parquet(path)
+    return read_parquet(spark, path)
 
 
 def _run_round(

@@ -27,6 +27,7 @@ from sparkgnn.graph import checks, dirfacts, layout, spark_checks
 from sparkgnn.graph.fingerprint import FingerprintAccumulator, check_fingerprint, edge_hash_sum, vertex_hash_sum
 from sparkgnn.graph.problems import raise_if_any, schema_problems
 from sparkgnn.graph.typed import is_typed_meta
+from sparkgnn.parquet_read import read_parquet
 
 _MASK = (1 << 64) - 1
 _PARTIAL_SCHEMA = "n bigint, h bigint"
@@ -167,8 +168,8 @@ class Graph:
         # the files as this job opened them, which the facts it learns are recorded against (facts_cache)
         stamp = dirfacts.data_stamp(path) if reachable and not vouched else None
         graph = cls(
-            spark.read.parquet(_join(path, layout.VERTICES_DIR)),
-            spark.read.parquet(_join(path, layout.EDGES_DIR)),
+            read_parquet(spark, _join(path, layout.VERTICES_DIR)),
+            read_parquet(spark, _join(path, layout.EDGES_DIR)),
             name=name,
             path=path,
             meta=meta,

@@ -40,6 +40,7 @@ from sparkgnn.graph.typed import (
     typed_fingerprint,
 )
 from sparkgnn.graph.typed_io import edge_folder, typed_structure, vertex_folder
+from sparkgnn.parquet_read import read_parquet
 
 _TYPED_VERTEX_REQUIRED = {"id": spark_checks.VERTEX_REQUIRED["id"]}
 _TYPED_VERTEX_OPTIONAL = {"x": spark_checks.VERTEX_REQUIRED["x"], **spark_checks.VERTEX_OPTIONAL}
@@ -80,8 +81,8 @@ class TypedGraph:
         path = files.absolute(path)
         meta, trusted, edge_types = typed_structure(path)
         graph = cls(
-            {t: spark.read.parquet(_join(path, vertex_folder(t))) for t in meta["node_types"]},
-            {et: spark.read.parquet(_join(path, edge_folder(et))) for et in edge_types},
+            {t: read_parquet(spark, _join(path, vertex_folder(t))) for t in meta["node_types"]},
+            {et: read_parquet(spark, _join(path, edge_folder(et))) for et in edge_types},
             name=meta.get("name") or "graph",
             path=path,
             meta=trusted,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from sparkgnn import files
 from sparkgnn.errors import DamagedPEStore, SparkGNNError, StalePEStore
+from sparkgnn.parquet_read import read_parquet
 from sparkgnn.pe import integrity, layout, rowfile, versions
 from sparkgnn.pe.identity import graph_fingerprint, model_identity
 from sparkgnn.pe.lookup import SortedTable, UnknownIds, vectors
@@ -262,7 +263,8 @@ class PEStore:
 
     def metrics_frame(self, spark, name: str):
         """Metrics table `name` as a Spark DataFrame (its recorded files, read by Spark)."""
-        return spark.read.parquet(*layout.spark_paths(self.base, self.manifest, metrics_key(self._check_metrics(name))))
+        key = metrics_key(self._check_metrics(name))
+        return read_parquet(spark, *layout.spark_paths(self.base, self.manifest, key))
 
     def metrics_table(self, name: str):
         """Metrics table `name` as a pyarrow.Table, without Spark: exactly the files the manifest

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sparkgnn import files
+from sparkgnn.parquet_read import read_parquet
 from sparkgnn.pe import integrity, layout, rowfile
 from sparkgnn.pe.rowfile import ROW_FILES_KEY
 
@@ -179,11 +180,11 @@ def spark_frame(spark, base: str, manifest: dict, key: str):
 
     chain = segments(base, manifest, key)
     if len(chain) == 1:
-        return spark.read.parquet(*layout.spark_paths(base, manifest, key))
+        return read_parquet(spark, *layout.spark_paths(base, manifest, key))
     frames = []
     for s in chain:
         listed = s.paths()
-        frames.append(spark.read.parquet(*[layout.spark_uri(p) for p in (listed or [s.folder])]))
+        frames.append(read_parquet(spark, *[layout.spark_uri(p) for p in (listed or [s.folder])]))
     merged = frames[0]
     for newer in frames[1:]:
         merged = merged.join(newer.select("id"), "id", "left_anti").unionByName(newer.where(F.col("h").isNotNull()))

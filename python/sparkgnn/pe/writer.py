@@ -39,6 +39,7 @@ import uuid
 
 from sparkgnn import files
 from sparkgnn.errors import PEStoreConflict
+from sparkgnn.parquet_read import read_parquet
 from sparkgnn.pe import integrity, layout, rowfile, versions
 from sparkgnn.pe.identity import graph_fingerprint, graph_sizes, model_identity
 
@@ -283,7 +284,7 @@ class PEWriter:
         df.selectExpr(*columns).write.mode("overwrite").parquet(layout.spark_uri(folder))
         if rows is not None:
             return int(rows)
-        return int(df.sparkSession.read.parquet(layout.spark_uri(folder)).count())
+        return int(read_parquet(df.sparkSession, layout.spark_uri(folder)).count())
 
     def _check_commit(self, l: int, width: int, state_width: int | None, has_state: bool) -> int:
         k = self.model.num_layers

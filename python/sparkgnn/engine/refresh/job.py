@@ -49,6 +49,7 @@ from sparkgnn.errors import GraphUpdateError
 from sparkgnn.graph.updates import KINDS, UPDATE_SCHEMA
 from sparkgnn.graph.updates.format import EDGE_ATTR_FIELD
 from sparkgnn.layers.generic import require_states
+from sparkgnn.parquet_read import read_parquet
 from sparkgnn.pe import versions
 from sparkgnn.pe.refresh import RefreshError, RefreshReport, carried_metrics
 from sparkgnn.pe.writer import layer_key
@@ -173,7 +174,7 @@ def _foreign_stats(spark, ctx: RunContext) -> None:
     from sparkgnn.engine.routing import partition_expr
 
     foreign = _local(spark, ctx).where(F.col("part") != F.expr(partition_expr("id", ctx.partitions)))
-    stats = spark.read.parquet(_uri(files.join(ctx.run_dir, "stats")))
+    stats = read_parquet(spark, _uri(files.join(ctx.run_dir, "stats")))
     foreign.join(stats, "id").write.partitionBy("part").parquet(_uri(files.join(ctx.run_dir, "foreign_stats")))
 
 
@@ -182,7 +183,7 @@ def _out_stats(spark, ctx: RunContext) -> None:
     routed to every piece that holds the vertex."""
     from pyspark.sql import functions as F
 
-    partials = spark.read.parquet(_uri(files.join(ctx.run_dir, "out_partials")))
+    partials = read_parquet(spark, _uri(files.join(ctx.run_dir, "out_partials")))
     names = [f"{k}_{side}" for k in partition.out_stat_keys(ctx.stat_keys) for side in ("old", "new")]
     totals = partials.groupBy("id").agg(*(F.sum(n).cast("float").alias(n) for n in names))
     (
@@ -227,7 +228,7 @@ def _new_graph(spark, run_dir: str, old, built: list[dict], out_graph: str | Non
 
 def _route_changed(spark, ctx: RunContext, layer: int) -> None:
     """Layer l-1's recomputed ids, to every piece holding them (h^(l-1) changed there)."""
-    changed = spark.read.parquet(_uri(layer_dir(ctx.run_dir, layer - 1, "out"))).select("id")
+    changed = read_parquet(spark, _uri(layer_dir(ctx.run_dir, layer - 1, "out"))).select("id")
     changed.join(_local(spark, ctx), "id").write.partitionBy("part").parquet(
         _uri(layer_dir(ctx.run_dir, layer, "changed"))
     )
@@ -238,12 +239,12 @@ def _fetch_values(spark, ctx: RunContext, old_store, layer: int) -> None:
     layer scanned once with the (small) needs broadcast."""
     from pyspark.sql import functions as F
 
-    needs = spark.read.parquet(_uri(layer_dir(ctx.run_dir, layer, "needs")))
+    needs = read_parquet(spark, _uri(layer_dir(ctx.run_dir, layer, "needs")))
     kind = F.col("kind")
     state = old_store.frame(spark, layer).select("id", F.col("state").alias("v"))
     parts = [state.join(F.broadcast(needs.where(kind == STATE)), "id")]
     if layer > 1:
-        fresh = spark.read.parquet(_uri(layer_dir(ctx.run_dir, layer - 1, "out"))).select("id", F.col("h").alias("v"))
+        fresh = read_parquet(spark, _uri(layer_dir(ctx.run_dir, layer - 1, "out"))).select("id", F.col("h").alias("v"))
         wanted_new = needs.where(kind == NEW_H)
         stored = wanted_new.join(fresh.select("id"), "id", "left_anti").unionByName(needs.where(kind == OLD_H))
         previous = old_store.frame(spark, layer - 1).select("id", F.col("h").alias("v"))
@@ -261,7 +262,7 @@ def _commit(spark, writer, old_store, ctx: RunContext, layer: int, deleted: list
     whole when versions.should_compact says so."""
     from pyspark.sql import functions as F
 
-    out = spark.read.parquet(_uri(layer_dir(ctx.run_dir, layer, "out")))
+    out = read_parquet(spark, _uri(layer_dir(ctx.run_dir, layer, "out")))
     width, state_width = old_store.width(layer), old_store.state_width(layer)
     changed = stats["targets"] + len(deleted)
     tombstones = spark.createDataFrame([(int(i),) for i in deleted], "id long").select(
