@@ -154,8 +154,9 @@ bench-online: venv
 bench-refresh: venv
 	$(PY) bench/bench_refresh.py
 
-# Streaming refresh (`sparkgnn-refresh follow`): sustained edge updates/s and batch latency p50/p99 at
-# 10/100/1,000 edge inserts per batch on the 2M-edge graph, and the freshness p50/p99 of a service
+# Streaming refresh (`sparkgnn-refresh follow`): sustained edge updates/s and batch latency p50/p99 with
+# files of 10/100/1,000 edge inserts offered open-loop on the 2M- and 8M-edge graphs, 2-layer SAGE and
+# GCN, next to a precompute and refresh_local cold/warm, and the freshness p50/p99 of a service
 # following the store at 100-edge batches (200K edges), against the issue's targets:
 # bench/results/follow.json + follow.png (QUICK=1: 10x smaller graphs).
 .PHONY: bench-follow

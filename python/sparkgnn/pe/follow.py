@@ -7,12 +7,15 @@ rows or their oldest file has waited `max_latency_s`, whichever comes first -- a
 with the incremental refresh (pe/refresh.py: the delta / scratch kernel, reading only the rows it
 needs from the row files) and commits it as a row-level store version (pe/versions.py).
 
-WHY files of a batch are applied one after another and composed, not merged into one update: an
-update is a set (its deletes apply before its inserts), so two files merged into one would not
-mean what the two did in order (a file inserting an edge and a later one deleting it). Each file
-is applied in arrival order (graph.updates.apply) and the row and edge mappings are composed
-(`follow_state.compose`) into the one Applied the kernel takes: the old version's graph to the
-batch's last.
+Each waiting file is read once (pe/follow_files.py: its bytes and Arrow table; while a batch runs,
+a read-ahead thread reads the files arriving meanwhile), and its batch logs and parses what was
+read. WHY files of a batch are not simply merged into one update: an update is a set (its deletes
+apply before its inserts), so two files merged into one would not in general mean what the two did
+in order (a file inserting an edge and a later one deleting it). The files are applied in arrival
+order, runs of them as ONE update only where that provably gives the same graph (a file of edge
+inserts only joins the run before it: follow_files.apply_files), and the steps' row and edge
+mappings are composed (`follow_state.compose`) into the one Applied the kernel takes: the old
+version's graph to the batch's last.
 
 Exactly once, by a checkpoint in the state folder (pe/follow_checkpoint.py: a document of constant
 size written atomically per batch, and a journal the batches are appended to):
@@ -21,10 +24,11 @@ size written atomically per batch, and a journal the batches are appended to):
     <state>/checkpoint.pending.json  the same, as of the latest batch started since (not synced)
     <state>/batches.jsonl       every batch done: its files (applied or dead-lettered), the graph
                                 fingerprint after it
-    <state>/log/<batch>/<file>  the bytes of every file of a batch, copied before it is applied
+    <state>/log/<batch>/<file>  the bytes of every file of a batch, logged before it is applied
+                                (a hard link to the file read, else the bytes read written)
     <state>/dead/               malformed files and files the graph refuses (streaming.DeadLetter)
 
-A batch is first logged (its files copied, the checkpoint naming it `pending`), then refreshed and
+A batch is first logged (its files linked, the checkpoint naming it `pending`), then refreshed and
 checkpointed as done. Its recomputed rows are HELD IN MEMORY (`follow_state.LiveLayer`: by vertex
 id, over the last committed store version), and the next batch reads them there; every
 `commit_every_s` seconds, at `commit_rows` held rows, and when run() returns, the rows held are
@@ -69,6 +73,8 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import stat
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -80,6 +86,7 @@ from sparkgnn.errors import SparkGNNError
 from sparkgnn.pe.background import BackgroundJob
 from sparkgnn.pe.follow_checkpoint import CheckpointFiles
 from sparkgnn.pe.follow_compact import FollowerCompaction
+from sparkgnn.pe.follow_files import Arrival, apply_files, log_arrival, read_arrival
 from sparkgnn.pe.follow_state import FollowError, LiveLayer, RunningFingerprint, compose
 
 if TYPE_CHECKING:
@@ -173,6 +180,7 @@ class RefreshFollower(FollowerCompaction):
         verify: str = "sizes",
         commit_every_s: float = 1.0,
         commit_rows: int = 100_000,
+        commit_spacing: float = 0.0,
         publish: bool = True,
     ):
         from sparkgnn.deadletter import DeadLetter
@@ -181,10 +189,18 @@ class RefreshFollower(FollowerCompaction):
         from sparkgnn.pe.refresh import refresh_local
         from sparkgnn.pe.store import PEStore
 
-        if max_batch_updates < 1 or max_latency_s < 0 or poll_s <= 0 or commit_every_s < 0 or commit_rows < 1:
+        if (
+            max_batch_updates < 1
+            or max_latency_s < 0
+            or poll_s <= 0
+            or commit_every_s < 0
+            or commit_rows < 1
+            or commit_spacing < 0
+        ):
             raise ValueError(
-                f"max_batch_updates and commit_rows must be >= 1, max_latency_s and commit_every_s >= 0 and "
-                f"poll_s > 0; got {max_batch_updates}, {commit_rows}, {max_latency_s}, {commit_every_s}, {poll_s}"
+                f"max_batch_updates and commit_rows must be >= 1, max_latency_s, commit_every_s and commit_spacing "
+                f">= 0 and poll_s > 0; got {max_batch_updates}, {commit_rows}, {max_latency_s}, {commit_every_s}, "
+                f"{commit_spacing}, {poll_s}"
             )
         self.model = Model.load(model) if isinstance(model, (str, os.PathLike)) else model
         self.graph = read_graph_dir(str(graph)) if isinstance(graph, (str, os.PathLike)) else graph
@@ -197,6 +213,7 @@ class RefreshFollower(FollowerCompaction):
         self.verify = verify
         self.commit_every_s = float(commit_every_s)
         self.commit_rows = int(commit_rows)
+        self.commit_spacing = float(commit_spacing)
         self.publish = bool(publish)
         self.published: dict | None = None  # the latest publication (pe/published.py), once published
         self.history: list[FollowProgress] = []
@@ -205,7 +222,10 @@ class RefreshFollower(FollowerCompaction):
         self._edge_index: tuple[GraphData, EdgeIndex] | None = None  # (graph, its index), built on start
         self._done_names: set[str] = set()  # consumed(): the names of the batches and dead letters in _seen
         self._seen = (0, 0)
-        self._row_counts: dict[str, tuple[float, int]] = {}  # file waiting for its batch -> (arrival, rows)
+        self._waiting: dict[str, float] = {}  # _arrived: unconsumed file -> arrival (first seen)
+        self._arrivals: dict[str, Arrival] = {}  # file waiting for its batch -> its bytes, table and rows, read once
+        self._updates_since_commit: list = []  # the GraphUpdates applied since the last commit, in order
+        self._commit_seconds = 0.0  # the last commit's, publication included (commit_due)
         self._stop = False
         self._background = BackgroundJob("refresh follow compaction")
         self._compacted: dict[str, dict] = {}  # layer key -> compacted segment (versions.write_compacted)
@@ -269,6 +289,7 @@ class RefreshFollower(FollowerCompaction):
         self._committed_sums = (self.running.vertex_sum, self.running.edge_sum)
         self._since_commit = BatchCounts()
         self._composed_since_commit = None
+        self._updates_since_commit = []
         self._last_commit = time.monotonic()
 
     def _hold_nothing(self) -> None:
@@ -363,29 +384,38 @@ class RefreshFollower(FollowerCompaction):
 
     # -- the stream ----------------------------------------------------------------------------
     def _arrived(self) -> list[tuple[str, float]]:
-        """(name, arrival time) of the update files not consumed yet, oldest first."""
+        """(name, arrival time) of the update files not consumed yet, oldest first. Only names
+        not seen before are looked at (their modification time, read once, is the arrival);
+        WHY: the update folder keeps every consumed file, and looking at each entry per listing
+        made a poll cost grow with the files the follower ever consumed."""
         done, pending = self._done(), set((self.checkpoint["pending"] or {}).get("files") or [])
-        out = []
-        for entry in os.scandir(self.updates):
-            if entry.name.startswith((".", "_")) or entry.name in done or entry.name in pending or not entry.is_file():
+        listed = set(os.listdir(self.updates))
+        waiting = self._waiting
+        for name in waiting.keys() - listed:  # removed before their turn
+            del waiting[name]
+        for name in self._arrivals.keys() - listed:
+            del self._arrivals[name]
+        for name in listed - done - pending - waiting.keys():
+            if name.startswith((".", "_")):
                 continue
-            out.append((entry.name, entry.stat().st_mtime))
-        return sorted(out, key=lambda item: (item[1], item[0]))
+            try:
+                info = os.stat(os.path.join(self.updates, name))
+            except OSError:
+                continue  # gone again
+            if stat.S_ISREG(info.st_mode):
+                waiting[name] = info.st_mtime
+        for name in waiting.keys() & pending:
+            del waiting[name]
+        return sorted(waiting.items(), key=lambda item: (item[1], item[0]))
 
     def _rows(self, name: str, arrival: float) -> int:
-        """Update rows of a file (its Parquet footer, read once per file and arrival time while
-        it waits for its batch; 1 for a file that cannot be read)."""
-        import pyarrow.parquet as pq
-
-        known = self._row_counts.get(name)
-        if known is not None and known[0] == arrival:
-            return known[1]
-        try:
-            rows = int(pq.read_metadata(os.path.join(self.updates, name)).num_rows)
-        except Exception:  # noqa: BLE001 - a malformed file is dead-lettered when its batch runs
-            rows = 1
-        self._row_counts[name] = (arrival, rows)
-        return rows
+        """Update rows of a file (1 for a file that cannot be read): the file is read ONCE per
+        arrival time while it waits for its batch (follow_files.read_arrival), and its batch logs
+        and parses what was read."""
+        known = self._arrivals.get(name)
+        if known is None or known.mtime != arrival:
+            known = self._arrivals[name] = read_arrival(os.path.join(self.updates, name), arrival)
+        return known.rows
 
     def poll(self, now: float | None = None, flush: bool = False) -> FollowProgress | None:
         """Apply one batch if one is due (max_batch_updates rows arrived, or the oldest file
@@ -409,37 +439,77 @@ class RefreshFollower(FollowerCompaction):
                 self.commit()
             return None
         batch = self.batches_done + 1
+        os.makedirs(os.path.join(self.state, LOG_DIR, str(batch)), exist_ok=True)
+        arrivals = {}
         for name in chosen:
-            self._row_counts.pop(name, None)
-            os.makedirs(os.path.dirname(self._logged(batch, name)), exist_ok=True)
-            shutil.copyfile(os.path.join(self.updates, name), self._logged(batch, name))
+            self._waiting.pop(name, None)
+            arrival = self._arrivals.pop(name, None)
+            if arrival is None or arrival.content is None:
+                shutil.copyfile(os.path.join(self.updates, name), self._logged(batch, name))
+                continue
+            log_arrival(arrival, os.path.join(self.updates, name), self._logged(batch, name))
+            arrivals[name] = arrival  # what was read on arrival, the logged bytes: parsed by the batch
         self.checkpoint["pending"] = {"batch": batch, "files": chosen, "oldest_arrival": oldest}
         self._write_checkpoint()
-        return self._run_batch(chosen, batch, oldest)
+        stop = threading.Event()
+        reader = threading.Thread(
+            target=self._read_ahead, args=(stop, set(chosen)), name="refresh follow read-ahead", daemon=True
+        )
+        reader.start()
+        try:
+            return self._run_batch(chosen, batch, oldest, arrivals)
+        finally:
+            stop.set()
+            reader.join()
 
-    def _run_batch(self, names: list[str], batch: int, oldest: float) -> FollowProgress:
-        """Apply the logged files of `batch` one after another, refresh the rows they reach once
-        for all of them (held in memory, `live`), checkpoint the batch, and commit a store
-        version when one is due (`commit_due`)."""
-        from sparkgnn.graph.updates import GraphUpdate, apply
+    def _read_ahead(self, stop: threading.Event, chosen: set[str]) -> None:
+        """While a batch runs (until `stop`), read the files arriving meanwhile into the arrival
+        cache (follow_files.read_arrival), so the next batch finds them parsed. WHY: reading and
+        parsing a small update file costs about as much as refreshing what it changes; Arrow
+        does it without the GIL, so it overlaps the batch's refresh on another core. Only a
+        cache: a file it did not read, or read before it changed, is read again by `_rows`."""
+        done = self._done_names  # the names consumed before this batch (not changed while it runs)
+        while not stop.is_set():
+            try:
+                listed = set(os.listdir(self.updates))
+            except OSError:
+                return
+            for name in sorted(listed - done - chosen - self._arrivals.keys()):
+                if stop.is_set():
+                    return
+                if name.startswith((".", "_")):
+                    continue
+                path = os.path.join(self.updates, name)
+                try:
+                    info = os.stat(path)
+                except OSError:
+                    continue
+                if stat.S_ISREG(info.st_mode):
+                    self._arrivals[name] = read_arrival(path, info.st_mtime)
+            stop.wait(self.poll_s / 5)
+
+    def _run_batch(
+        self, names: list[str], batch: int, oldest: float, arrivals: dict[str, Arrival] | None = None
+    ) -> FollowProgress:
+        """Apply the logged files of `batch` in order (runs of them merged where that gives the
+        same graph, follow_files.apply_files; `arrivals`: the files as read on arrival),
+        refresh the rows they reach once for all of them (held in memory, `live`), checkpoint
+        the batch, and commit a store version when one is due (`commit_due`)."""
         from sparkgnn.pe.refresh import refreshed_layers
 
         oldest = float((self.checkpoint["pending"] or {}).get("oldest_arrival", oldest))
         started = time.perf_counter()
-        graph, composed, summary, applied_names, dead = self.graph, None, BatchCounts(), [], []
-        for name in names:
-            path = self._logged(batch, name)
-            try:
-                update = GraphUpdate.read(path)
-                step = apply(update, graph)
-            except SparkGNNError as exc:
-                self._dead_letter(name, path, str(exc), batch)
-                dead.append(name)
-                continue
-            composed = step if composed is None else compose(composed, step, self.graph.x)
-            graph = step.graph
-            summary.counts_by_file.append(update.counts())
-            applied_names.append(name)
+        graph, composed, summary, applied_names = self.graph, None, BatchCounts(), []
+        steps, refused = apply_files(graph, names, arrivals or {}, lambda name: self._logged(batch, name))
+        for name, reason in refused:
+            self._dead_letter(name, self._logged(batch, name), reason, batch)
+        dead = [name for name, _reason in refused]
+        for step in steps:
+            composed = step.applied if composed is None else compose(composed, step.applied, self.graph.x)
+            graph = step.applied.graph
+            summary.counts_by_file.append(step.update.counts())
+            applied_names.extend(step.names)
+            self._updates_since_commit.append(step.update)
         recomputed: list = []
         if composed is not None:
             running = self.running.advance(composed)
@@ -509,11 +579,20 @@ class RefreshFollower(FollowerCompaction):
 
     def commit_due(self) -> bool:
         """Whether the batches held in memory are due for a store version: `commit_every_s`
-        passed since the last commit, or `commit_rows` rows are held."""
+        passed since the last commit -- and at least `commit_spacing` times the seconds that
+        commit took --, or `commit_rows` rows are held. WHY the spacing (off by default): under a
+        fast stream the rows a commit writes approach a whole layer (a 2-layer model's second
+        layer reaches the out-neighbours of every changed vertex), so its cost stops growing with
+        the interval; spacing commits by their own cost (2: at most about a third of the
+        follower's time) leaves the rest to the batches. It delays the versions a service sees
+        whenever a commit is slow (a loaded box), hence opt-in. `commit_every_s` 0 asks for a
+        version per batch: unspaced."""
         if self.graph is self.committed_graph:
             return False
         waited = time.monotonic() - self._last_commit
-        return waited >= self.commit_every_s or self.held_rows() >= self.commit_rows
+        spacing = self.commit_spacing * self._commit_seconds if self.commit_every_s > 0 else 0.0
+        due = waited >= max(self.commit_every_s, spacing)
+        return due or self.held_rows() >= self.commit_rows
 
     def commit(self) -> bool:
         """Commit the rows held in memory as one row-level store version of the current graph
@@ -585,6 +664,7 @@ class RefreshFollower(FollowerCompaction):
         )
         self._publish(delta)
         self._start_compaction()
+        self._commit_seconds = time.perf_counter() - started
         return True
 
     def _dead_letter(self, name: str, path: str, reason: str, batch: int) -> None:

@@ -10,6 +10,7 @@ chains stay bounded change for different reasons; this is the second.
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 # runs (versions.MAX_SEGMENTS bounds the chains refresh_local writes): past it the layer is
 # written whole on the commit path, the fallback when the background job falls behind
 MAX_SEGMENTS = 16
+PUBLISH_DIR = "publish"  # <state>/publish/: the merged update files of the delta being published
 # likewise for the published graph's chain of deltas (published.COMPACT_EVERY / COMPACT_BYTES
 # bound what a publisher without a background compaction writes)
 PUBLISH_COMPACT_FACTOR = 2
@@ -45,6 +47,8 @@ class FollowerCompaction:
     _background: BackgroundJob
     _compacted: dict[str, dict]
     _full_ready: str | None
+    _updates_since_commit: list
+    state: str
 
     @property
     def committed_batches(self) -> int:
@@ -138,8 +142,29 @@ class FollowerCompaction:
             base_fingerprint=self.committed_graph.fingerprint,
             base_sums=self._committed_sums,
             sums=(self.running.vertex_sum, self.running.edge_sum),
-            updates=tuple(paths),
+            updates=self._merged_updates(tuple(paths)),
         )
+
+    def _merged_updates(self, paths: tuple[str, ...]) -> tuple[str, ...]:
+        """The update files a delta publishes: the GraphUpdates applied since the last commit
+        merged where that gives the same graph (follow_files.merged_for_publication), written
+        under <state>/publish/, when that makes fewer files than the logged `paths`. WHY: a
+        service applies a delta file by file, and a stream of small files would cost it one
+        parse and apply per file; the merged ones apply to the same graph (the fingerprint the
+        delta records checks it)."""
+        import shutil
+
+        from sparkgnn.pe.follow_files import merged_for_publication
+
+        if not self.publish:
+            return paths
+        merged = merged_for_publication(self._updates_since_commit)
+        if len(merged) >= len(paths):
+            return paths
+        folder = os.path.join(self.state, PUBLISH_DIR)
+        shutil.rmtree(folder, ignore_errors=True)  # the previous commit's, published already
+        os.makedirs(folder)
+        return tuple(update.write(os.path.join(folder, f"{i:06d}.parquet")) for i, update in enumerate(merged))
 
     def _publish(self, delta: Delta | None = None) -> None:
         """Publish the committed version's graph (pe/published.py), when publishing: as `delta`

@@ -3,7 +3,7 @@
     sparkgnn-refresh follow --graph DIR --model PATH --store DIR --updates DIR --state DIR
                             [--max-batch-updates N] [--max-latency-s S] [--poll-s S]
                             [--max-batches N] [--idle-timeout-s S] [--verify sizes|checksums]
-                            [--commit-every-s S] [--commit-rows N] [--no-publish]
+                            [--commit-every-s S] [--commit-rows N] [--commit-spacing X] [--no-publish]
                             [--torch-threads N]
 
 Runs pe/follow.RefreshFollower until --max-batches batches ran, nothing arrived for
@@ -62,6 +62,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     follow.add_argument("--commit-every-s", type=_seconds, default=1.0, help="seconds between store versions (>= 0)")
     follow.add_argument("--commit-rows", type=positive_int, default=100_000, help="held rows that force a commit")
     follow.add_argument(
+        "--commit-spacing", type=_seconds, default=0.0, help="least time between commits, in last commit's seconds"
+    )
+    follow.add_argument(
         "--no-publish",
         action="store_true",
         help="do not publish each version's graph under the store root (what a --follow-store service swaps to)",
@@ -117,6 +120,7 @@ def _follow_on(args: argparse.Namespace) -> int:
         verify=args.verify,
         commit_every_s=args.commit_every_s,
         commit_rows=args.commit_rows,
+        commit_spacing=args.commit_spacing,
         publish=not args.no_publish,
     )
     for signum in (signal.SIGTERM, signal.SIGINT):
