@@ -113,15 +113,37 @@ def test_one_pass_metrics_equal_the_spark_frames(spark, spark_graph, tmp_path):
     want = compute_metrics(spark_graph, [3, 2], 3)
     spark_graph.save(str(tmp_path / "g"))
     for graph in (spark_graph, Graph.load(spark, str(tmp_path / "g"), validate=False)):
-        got = one_pass_metrics(graph, [3, 2], 3)
-        assert all(hasattr(got[name], "to_pylist") for name in ("degrees", "psgs", "fap"))  # no Spark job
-        expected, actual = _metric_columns(want), _metric_columns(got)
-        assert actual.keys() == expected.keys()
-        for key, values in expected.items():
-            assert actual[key].keys() == values.keys(), key
-            for i, value in values.items():
-                assert actual[key][i] == pytest.approx(value, rel=1e-12, abs=1e-15), (key, i)
-        assert _close(got["summary"], want["summary"]), (got["summary"], want["summary"])
+        _assert_same_metrics(one_pass_metrics(graph, [3, 2], 3), want)
+
+
+def test_one_pass_metrics_equal_the_spark_frames_on_a_weighted_graph(spark):
+    """The same agreement on a graph with the skewed serving graph's features -- edge weights (which
+    neither side uses), self loops (one duplicated), parallel edges, an isolated vertex -- and a
+    vertex count whose reciprocal has no short decimal form (uniform p_0 = 1/7 must be a double
+    on the Spark side too, or every FAP value is off by the same factor)."""
+    from sparkgnn.graph import Graph, GraphData
+    from sparkgnn.pe.metrics import compute_metrics, one_pass_metrics
+
+    ids = np.array([4, 11, 2, 30, 7, 19, 25], dtype=np.int64)  # 25 isolated
+    src = np.array([4, 4, 11, 2, 30, 7, 19, 11, 11, 7, 7, 2])
+    dst = np.array([11, 11, 2, 30, 7, 19, 4, 11, 11, 7, 4, 4])  # 4->11 twice; loops 11 (twice), 7
+    weight = np.linspace(0.25, 3.0, len(src)).astype(np.float32)
+    x = np.zeros((len(ids), 2), dtype=np.float32)
+    graph = Graph.from_graph_data(spark, GraphData.from_edge_ids(ids, x, src, dst, weight=weight, name="weighted"))
+    _assert_same_metrics(one_pass_metrics(graph, [2, 3], 3), compute_metrics(graph, [2, 3], 3))
+
+
+def _assert_same_metrics(got: dict, want: dict) -> None:
+    """one_pass_metrics' result `got` holds compute_metrics' `want` values and summary to 1e-12,
+    as pyarrow tables (no Spark job)."""
+    assert all(hasattr(got[name], "to_pylist") for name in ("degrees", "psgs", "fap"))
+    expected, actual = _metric_columns(want), _metric_columns(got)
+    assert actual.keys() == expected.keys()
+    for key, values in expected.items():
+        assert actual[key].keys() == values.keys(), key
+        for i, value in values.items():
+            assert actual[key][i] == pytest.approx(value, rel=1e-12, abs=1e-15), (key, i)
+    assert _close(got["summary"], want["summary"]), (got["summary"], want["summary"])
 
 
 def _close(a, b) -> bool:

@@ -116,7 +116,9 @@ def fap(graph, hops: int, seeds=None):
         raise ValueError(f"hops must be >= 0, got {hops}")
     if seeds is None:
         n = graph.vertices.count()
-        p0 = graph.vertices.selectExpr("id", f"CAST(1.0 / {max(n, 1)} AS DOUBLE) AS v")
+        # A double division: Spark SQL reads `1.0` as a DECIMAL literal, and a decimal quotient
+        # keeps only 6 fractional digits (1/600 -> 0.001667), which would scale every FAP value.
+        p0 = graph.vertices.selectExpr("id", f"CAST(1 AS DOUBLE) / {max(n, 1)} AS v")
     else:
         p0 = seeds.selectExpr("CAST(id AS BIGINT) AS id", "CAST(p AS DOUBLE) AS v")
     trans = _transitions(graph)

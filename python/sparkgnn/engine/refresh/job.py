@@ -416,9 +416,9 @@ def refresh(
                                       "engine": "spark", "partitions": partitions}  # fmt: skip
         carried = carried_metrics(old_store)  # the old version's workload metrics, on the new graph
         if carried is not None and not writer.has_metrics():
-            from sparkgnn.pe.metrics import compute_metrics
+            from sparkgnn.pe.metrics import one_pass_metrics
 
-            writer.commit_metrics(compute_metrics(new_graph, *carried))
+            writer.commit_metrics(one_pass_metrics(new_graph, *carried))
             phases["metrics"] = round(time.perf_counter() - started - phases["apply"] - phases["layers"], 3)
         writer.finish({"refresh_seconds": report.seconds})
         report.store = writer.base
