@@ -45,12 +45,12 @@ def footer_schema(paths: tuple[str, ...] | list[str]) -> Any | None:
     files lie directly in them), or None where Spark must infer it (module doc)."""
     if not paths or not all(files.is_local(p) for p in paths):
         return None
-    first = None
+    first: str | bool | None = None
     for path in paths:
         first = _first_data_file(files.filesystem(path)[1])
         if first is not False:
             break
-    if not first:
+    if not isinstance(first, str):
         return None
     try:
         return _schema_of(first)
