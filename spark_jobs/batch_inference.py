@@ -258,7 +258,11 @@ def _typed_done(spark, owned: bool, job, args, started: float, session_s: float,
     total_s = time.perf_counter() - started
     for t, rows in counts.items():
         print(f"batch_inference: wrote {rows} rows of node type {t} to {os.path.join(args.out, t)}")
-    print(f"batch_inference: typed graph, {len(job.reports)} relation run(s), {total_s:.1f} s")
+    from sparkgnn.engine.typed_local import LOCAL_KEY
+
+    on_driver = list(job.reports) == [LOCAL_KEY]
+    ran = "the requested rows on the driver" if on_driver else f"{len(job.reports)} relation run(s)"
+    print(f"batch_inference: typed graph, {ran}, {total_s:.1f} s")
     if args.report:
         keys = list(job.reports)
         doc = {

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 from torch_geometric.data import HeteroData
-from torch_geometric.nn import GATConv, HeteroConv, Linear, SAGEConv, to_hetero
+from torch_geometric.nn import GATConv, GCNConv, HeteroConv, Linear, SAGEConv, to_hetero
 
 from sparkgnn import infer
 from sparkgnn.errors import SparkGNNError, UnsupportedModelError
@@ -130,7 +130,9 @@ def test_two_round_hetero_conv_sage_gat_via_batch_inference_equals_pyg(spark, ty
     np.testing.assert_allclose(got, reference.numpy(), rtol=1e-5, atol=1e-5)
 
 
-def test_typed_ids_via_batch_inference_equal_pyg_rows_and_explain_each_relation(spark, typed_dir, tmp_path, capsys):
+def test_typed_ids_via_batch_inference_equal_pyg_rows_on_the_driver_in_a_few_spark_jobs(
+    spark, typed_dir, tmp_path, capsys
+):
     path, d = typed_dir
     module = _ready(to_hetero(_Sage(2), d.metadata(), aggr="sum"), d)  # two rounds
     reference = module(d.x_dict, d.edge_index_dict)
@@ -138,18 +140,54 @@ def test_typed_ids_via_batch_inference_equal_pyg_rows_and_explain_each_relation(
     out = tmp_path / "out"
     argv = ["--graph", path, "--model", str(tmp_path / "model"), "--out", str(out), "--partitions", "2"]
     argv += ["--ids", "paper:3,paper:8,author:2", "--explain", "--work-dir", str(tmp_path / "work")]
-    assert batch_inference.main(argv) == 0
+    context = spark.sparkContext
+    context.setJobGroup("typed-local-ids", "typed-local-ids")
+    try:
+        assert batch_inference.main(argv) == 0
+    finally:
+        context.setLocalProperty("spark.jobGroup.id", None)
+    # the frontier (one job per round), the rows, each type's output written and counted: no
+    # relation job (engine.typed_local)
+    assert len(context.statusTracker().getJobIdsForGroup("typed-local-ids")) <= 10
     printed = capsys.readouterr().out
     assert sorted(os.listdir(out)) == ["author", "paper"]
     for t, ids, rows in (("paper", [3, 8], [0, 1]), ("author", [2], [2])):
         got = sorted((r.id, r.h) for r in spark.read.parquet(str(out / t)).collect())
         assert [i for i, _ in got] == ids
         np.testing.assert_allclose([h for _, h in got], reference[t][rows].numpy(), rtol=1e-5, atol=1e-5)
-    # the explain table, one line per relation run: round 1 gives no field row (none requested),
-    # round 0 gives field 0 (topic_of's source of papers 3 and 8 in round 1)
-    assert "== sparkgnn typed plan: 9 relation run(s) ==" in printed
-    assert "1:author__writes__paper: sage, " in printed and "0:paper__has_topic__field: sage, " in printed
-    assert "1:paper__has_topic__field" not in printed
+    # the explain lines: round 1 gives no field row (none requested), round 0 gives field 0
+    # (topic_of's source of papers 3 and 8 in round 1); rows per round are what round i reads
+    assert "== sparkgnn typed plan: local rounds on the driver ==" in printed
+    assert "in 3 Spark job(s); rows read per round: round 0: author 3, field 2, paper 4; " in printed
+    assert "round 1: author 3, field 1, paper 4; round 2: author 1, paper 2;" in printed
+
+
+class _GcnCites(torch.nn.Module):
+    """One HeteroConv round: GCN on cites (a degree statistic: the driver's typed rounds refuse
+    it, engine.typed_local), SAGE on the other relations."""
+
+    def __init__(self, metadata):
+        super().__init__()
+        self.lin = torch.nn.ModuleDict({t: Linear(-1, 8) for t in metadata[0]})
+        convs = {e: GCNConv(8, 8) if e[0] == e[2] else SAGEConv(8, 8) for e in metadata[1]}
+        self.conv = HeteroConv(convs, aggr="sum")
+
+    def forward(self, x_dict, edge_index_dict):
+        return self.conv({t: self.lin[t](x) for t, x in x_dict.items()}, edge_index_dict)
+
+
+def test_typed_ids_of_a_model_reading_node_statistics_run_through_the_relation_jobs(spark, typed_dir, tmp_path):
+    # each relation job prunes its relation graph cut to the rows (engine.pruned); author rows
+    # only: one relation job, the one into author
+    path, d = typed_dir
+    module = _ready(_GcnCites(d.metadata()), d)
+    reference = module(d.x_dict, d.edge_index_dict)
+    result = infer(spark, path, module, ids={"author": [2, 5]}, work_dir=str(tmp_path / "work"))
+    assert list(result.plans) == ["0:paper__written_by__author"]
+    assert result.plans["0:paper__written_by__author"].pruning["mode"] == "local"
+    got = sorted((r.id, r.h) for r in result.frames["author"].collect())
+    assert [i for i, _ in got] == [2, 5]
+    np.testing.assert_allclose([h for _, h in got], reference["author"][[2, 5]].numpy(), rtol=1e-5, atol=1e-5)
 
 
 def test_relation_graphs_take_their_fingerprint_and_counts_from_the_typed_graph():
@@ -277,6 +315,10 @@ def test_missing_relation_folder_other_widths_and_unknown_id_type_are_refused_be
     assert jobs("typed-ids", lambda: batch_inference.main(["--graph", path, *argv, "--ids", "venue:1"])) <= opening
     err = capsys.readouterr().err.strip()
     assert "ids name node types ['venue'] that graph 'typed-small' does not have" in err and "\n" not in err
+    # an id that is not a vertex of its type: refused by the rows' gather, before any round runs
+    assert batch_inference.main(["--graph", path, *argv, "--ids", "paper:4,paper:8,paper:9"]) != 0
+    err = capsys.readouterr().err.strip()
+    assert "2 requested id(s) of node type 'paper' are not vertices of that type (e.g. 4, 9)" in err and "\n" not in err
 
     def other_widths():
         with pytest.raises(UnsupportedModelError) as info:

@@ -90,6 +90,24 @@ def test_two_rounds_walk_back_across_relations_with_root_terms():
     assert needs[0] == {"paper": {0, 1, 2}, "author": {0, 1}}
 
 
+class RoundOps(SetOps):
+    """SetOps answering a round's relations in one call, as the driver's walk fetches them."""
+
+    def __init__(self):
+        self.calls = []
+
+    def upstream_many(self, asks):
+        self.calls.append(sorted(edge_type for edge_type, _, _ in asks))
+        return [self.upstream(*ask) for ask in asks]
+
+
+def test_ops_with_upstream_many_walk_each_round_in_one_call_to_the_same_rows():
+    ops = RoundOps()
+    needs = walk(_model(_Sage()), {"paper": frozenset({0}), "author": frozenset({1})}, ops)
+    assert needs == walk(_model(_Sage()), {"paper": frozenset({0}), "author": frozenset({1})}, SetOps())
+    assert ops.calls == [sorted([WRITES, WRITTEN_BY, CITES])] * 2  # one per round, every relation in it
+
+
 def test_an_author_request_reads_papers_only_through_written_by():
     needs = walk(_model(_Sage()), {"author": frozenset({1}), "paper": frozenset()}, SetOps())
     assert needs[2] == {"author": {1}}  # an empty request is dropped

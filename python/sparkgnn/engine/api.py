@@ -479,9 +479,12 @@ def _infer_one(
     exchange: str = "auto",
     materialise: str = "auto",
     prune: str = "auto",
+    ids_checked: bool = False,
 ) -> tuple[DataFrame, Any, Plan]:
     """`infer` for one model: (DataFrame, RunReport, Plan); also what a pruned run (engine.pruned)
-    calls for the subgraph it runs."""
+    calls for the subgraph it runs. `ids_checked`: the caller derived `ids` from checked vertex
+    ids (a pruned run's subgraph, a typed relation's rows from engine.typed_ids' walk), so the
+    join that checks them against the vertices is not run again."""
     from sparkgnn.dl.model_store import register
 
     with phases.phase("input checks"):
@@ -495,7 +498,10 @@ def _infer_one(
     # without ids, a directory nothing vouches for is validated by prepare's own tasks (plan_for)
     graph, model = load_job_inputs(spark, graph, model, validate=validate, work_dir=root, defer_validation=ids is None)
     with phases.phase("requested ids"):
-        ids_df = checked_ids(spark, graph, ids) if ids is not None else None
+        if ids is None:
+            ids_df = None
+        else:
+            ids_df = _ids_frame(spark, ids).cache() if ids_checked else checked_ids(spark, graph, ids)
     kind = _exchange_for(spark, exchange, strategy, root)
     pruning = {}
     if ids_df is not None and model.edge_attr_dim and prune not in ("off", WHOLE):
@@ -514,9 +520,11 @@ def _infer_one(
                 spark, graph, model, ids_df, prune, pricer, is_prepared(graph, whole_partitions, root), strategy
             )
         if ctx.choice.mode != WHOLE:
-            again = dict(strategy=strategy, partitions=partitions, workers=workers, work_dir=root)
+            again = dict(strategy=strategy, partitions=partitions, workers=workers, work_dir=root, ids_checked=True)
             again.update(model_store=model_store, overwrite=overwrite, exchange=exchange, materialise=materialise)
-            result, report, plan = pruned.RUNS.lookup(ctx.choice.mode)(ctx, out, infer=_infer_one, infer_kwargs=again)
+            run = pruned.RUNS.lookup(ctx.choice.mode)
+            with phases.phase(f"pruned run ({ctx.choice.mode})"):  # a subgraph's engine phases are its own
+                result, report, plan = run(ctx, out, infer=_infer_one, infer_kwargs=again)
             if explain:
                 log.info(plan.explain())
             return result, report, plan

@@ -49,7 +49,10 @@ the rounds back from the requested (type, id) pairs to the rows each round must 
 relation's graph is cut to those rows (between two types the in-edges of the rows it gives,
 within one type the edges among the rows it reads) and the relation job gets the rows it gives
 as its own `ids`, which the homogeneous engine's k-hop pruning (engine.pruned) runs on the driver,
-as a pruned subgraph or over the cut graph, as it prices them.
+as a pruned subgraph or over the cut graph, as it prices them. With prune "auto" or "local", a
+request whose model recomputes a row from its in-edges alone and whose typed frontier fits the
+driver runs on the driver instead, no relation job at all (engine.typed_local: a few Spark jobs
+gather the frontier, typed serving's local rounds compute the requested rows).
 
 The fixed cost of a relation job: WHY a whole-graph relation's graph carries a fingerprint derived
 from the typed graph's and the relation (not computed from its rows): computing a content
@@ -241,7 +244,8 @@ def infer_typed(
     JobResult whose frames are keyed by node type, each (id, h[, pred]); with `out`, type T's
     result is also written as Parquet to out/T (staged, then swapped in). Reports and plans are
     keyed `<round>:<relation key>` per relation run. `ids` ({node type: ids or a DataFrame with
-    an `id` column}, instead of `types`): only those rows, each relation job pruned to what they
+    an `id` column}, instead of `types`): only those rows, on the driver when they fit it
+    (engine.typed_local, prune "auto" or "local"), else each relation job pruned to what they
     need (module doc) with `prune` (engine.api.infer's modes); an unknown type or id is refused
     in one line before any relation runs.
     `explain`: each relation's plan is logged as it is made, and a table of every relation's
@@ -259,13 +263,19 @@ def infer_typed(
     root = resolve_work_dir(spark, out, work_dir)
     if out:
         check_output(out, input_paths(graph, model, root), overwrite, holds_others=True)
-    graph, model = _coerce(spark, graph, model, validate)
+    with phase("typed graph and model: opened and checked"):
+        graph, model = _coerce(spark, graph, model, validate)
+    if ids is not None and prune in ("auto", "local"):
+        local = _local_run(spark, graph, model, ids, out=out, overwrite=overwrite, root=root, explain=explain)
+        if local is not None:
+            return local
     id_sets = SparkIdSets(lambda edge_type: graph.edges[edge_type])
     rows: list[dict[str, IdSet]] | None = None
     if ids is not None:
         try:
-            requested = requested_sets(spark, graph, ids, id_sets)
-            rows = walk(model, requested, id_sets)
+            with phase("typed ids: checked and walked back through the rounds"):
+                requested = requested_sets(spark, graph, ids, id_sets)
+                rows = walk(model, requested, id_sets)
         except BaseException:
             id_sets.release()
             raise
@@ -288,18 +298,20 @@ def infer_typed(
     # round 0's inputs: the types the first round reads, with their pre ops
     first = model.round_list()[0]
     reads = {t for s, _, d in first.edge_types if d in need[0] for t in (s, d)} | (set(first.keep) & need[0])
-    fingerprints = (None if rows is not None else graph.fingerprint, model.fingerprint())
+    with phase("typed graph and model fingerprints"):  # graph.json's, else a pass over the graph
+        fingerprints = (None if rows is not None else graph.fingerprint, model.fingerprint())
     widths = {
         t: cast(NodeOpStack, model.pre_ops[t]).out_dim(w) if t in model.pre_ops else w for t, w in model.in_dims.items()
     }
     early = Prepares([], 0)
     try:
         if rows is None:  # round 0's layouts are prepared while its inputs are computed (typed_prepare)
-            ids_only = {t: graph.vertices[t].selectExpr("id", "CAST(NULL AS array<float>) AS h") for t in reads}
-            jobs = relation_jobs(
-                graph, first, 0, need[0], ids_only, widths, common, rows=None, fingerprints=fingerprints
-            )
-            early = start_prepares(spark, [(job[2], job[3]) for job in jobs], common, 0)
+            with phase("typed round 0: relation layouts, started"):
+                ids_only = {t: graph.vertices[t].selectExpr("id", "CAST(NULL AS array<float>) AS h") for t in reads}
+                jobs = relation_jobs(
+                    graph, first, 0, need[0], ids_only, widths, common, rows=None, fingerprints=fingerprints
+                )
+                early = start_prepares(spark, [(job[2], job[3]) for job in jobs], common, 0)
         with phase("typed inputs: features and input ops per type"):
             values = _inputs(graph, model, reads, rows[0] if rows is not None else None)
         early.wait()
@@ -323,12 +335,48 @@ def infer_typed(
         with phase("typed outputs: written per type"):
             frames = _outputs(spark, model, values, outputs, out)
     finally:
-        early.close()
-        discard(run_dir)
-        id_sets.release()
+        with phase("typed cleanup: run folder and id sets"):
+            early.close()
+            discard(run_dir)
+            id_sets.release()
     if explain:
         log.info(explain_relations(plans, reports))
     return JobResult(frames, reports, plans)
+
+
+def _local_run(
+    spark, graph: TypedGraph, model: HeteroModel, ids: Mapping[str, Any], *, out, overwrite, root, explain
+) -> JobResult | None:
+    """The request answered on the driver (engine.typed_local): the typed frontier gathered in a
+    few Spark jobs and the rounds run locally, the outputs written as a relation run's are; None
+    when the model or the frontier's size rules it out (the relation jobs then run it)."""
+    from sparkgnn.engine import typed_local
+    from sparkgnn.engine.api import input_paths
+    from sparkgnn.engine.result import JobResult
+    from sparkgnn.outputs import check_output
+
+    why = typed_local.why_not_local(model)
+    if why is not None:
+        log.info(f"sparkgnn: {why}")
+        return None
+    with phase("typed ids: frontier and rows gathered to the driver"):
+        frontier = typed_local.collect(spark, graph, model, ids)
+    if frontier is None:
+        return None
+    outputs = [t for t in model.outputs if t in frontier.requested]
+    if out:
+        for t in outputs:
+            check_output(os.path.join(out, t), input_paths(graph, model, root), overwrite)
+    with phase("typed local rounds on the driver"):
+        frames, report, plan = typed_local.run(spark, model, frontier)
+    with phase("typed outputs: written per type"):
+        if out:
+            frames = _outputs(spark, model, frames, outputs, out)
+        else:  # the driver's rows already: nothing to checkpoint
+            frames = {t: _with_pred(model, frames[t]) for t in outputs}
+    if explain:
+        log.info(typed_local.explain(frontier, report))
+    return JobResult(frames, {typed_local.LOCAL_KEY: report}, {typed_local.LOCAL_KEY: plan})
 
 
 def _inputs(
@@ -363,9 +411,7 @@ def _outputs(spark, model: HeteroModel, values: dict[str, DataFrame], outputs: l
 
     frames: dict[str, DataFrame] = {}
     for t in outputs:
-        frame = values[t]
-        if model.output == "logits":
-            frame = frame.selectExpr("id", "h", "CAST(array_position(h, array_max(h)) - 1 AS LONG) AS pred")
+        frame = _with_pred(model, values[t])
         if out:
             target = os.path.join(out, t)
             staged = staging_path(target)
@@ -381,6 +427,13 @@ def _outputs(spark, model: HeteroModel, values: dict[str, DataFrame], outputs: l
             frame = frame.localCheckpoint(eager=True)
         frames[t] = frame
     return frames
+
+
+def _with_pred(model: HeteroModel, frame: DataFrame) -> DataFrame:
+    """(id, h), with pred (the argmax of h) when the model ends in a classifier."""
+    if model.output == "logits":
+        return frame.selectExpr("id", "h", "CAST(array_position(h, array_max(h)) - 1 AS LONG) AS pred")
+    return frame
 
 
 def explain_relations(plans: Mapping[str, Any], reports: Mapping[str, Any]) -> str:
@@ -446,7 +499,8 @@ def _run_round(
     from sparkgnn.engine.api import _infer_one
     from sparkgnn.engine.spark_compat import default_parallelism
 
-    jobs = relation_jobs(graph, rnd, index, need, values, widths, common, rows=rows, fingerprints=fingerprints)
+    with phase(f"typed round {index}: relation graphs"):  # a pruned run counts its cut edges here
+        jobs = relation_jobs(graph, rnd, index, need, values, widths, common, rows=rows, fingerprints=fingerprints)
     if rows is None:
         prepare_relations(spark, [(g, m) for _, _, g, m, _ in jobs], common, index)
 

@@ -62,6 +62,9 @@ class IdSetOps(Protocol[S]):
 
     def union(self, sets: list[S]) -> S: ...
 
+    # Optional: `upstream_many(asks)`, [upstream(*ask) for ask in asks] in one go (the ops that
+    # fetch edges from Spark answer a round's relations with one job); `walk` uses it when present.
+
     def is_empty(self, ids: S) -> bool: ...
 
 
@@ -81,11 +84,12 @@ def walk(model: HeteroModel, requested: Mapping[str, S], ops: IdSetOps[S]) -> li
     for index in range(len(rounds) - 1, -1, -1):
         rnd, after = rounds[index], needs[index + 1]
         parts: dict[str, list[S]] = {}
-        for edge_type, conv in rnd.conv_items():
+        asks = [(et, after[et[2]], relation_hops(et, conv)) for et, conv in rnd.conv_items() if et[2] in after]
+        many = getattr(ops, "upstream_many", None)  # one pass for the round's relations, where the ops have it
+        found = many(asks) if many is not None else [ops.upstream(*ask) for ask in asks]
+        for (edge_type, _, _), upstream in zip(asks, found, strict=True):
             s, _, d = edge_type
-            if d not in after:
-                continue
-            parts.setdefault(s, []).append(ops.upstream(edge_type, after[d], relation_hops(edge_type, conv)))
+            parts.setdefault(s, []).append(upstream)
             if s != d:
                 parts.setdefault(d, []).append(after[d])
         for t in rnd.keep:
@@ -149,6 +153,24 @@ def requested_sets(spark: SparkSession, graph: Any, ids: Any, sets: SparkIdSets)
     """The requested typed ids ({node type: ids or a DataFrame with an `id` column}) as checked
     IdSets: refused in one line when not such a dict, when a type is not the graph's, when a
     type's ids are empty or when any id is not a vertex of its type (count and first offenders)."""
+    check_request(graph, ids)
+    out: dict[str, IdSet] = {}
+    for t, values in ids.items():
+        frame = id_frame(spark, listed_ids(t, values)) if not hasattr(values, "columns") else ids_column(t, values)
+        requested = sets.keep(frame)
+        if requested.size == 0:
+            raise SparkGNNError(f"node type {t!r}: no ids requested (leave the type out to compute none of it)")
+        missing = requested.frame.join(graph.vertices[t].select("id"), "id", "left_anti")
+        first = [row.id for row in missing.orderBy("id").limit(MAX_EXAMPLES).collect()]
+        if first:
+            raise unknown_ids(graph, t, missing.count() if len(first) == MAX_EXAMPLES else len(first), first)
+        out[str(t)] = requested
+    return out
+
+
+def check_request(graph: Any, ids: Any) -> None:
+    """Refuse (SparkGNNError, one line) typed ids that are not a non-empty dict {node type: ids}
+    or that name a node type the graph does not have."""
     if not isinstance(ids, Mapping) or not ids:
         raise SparkGNNError(
             "ids on a typed graph are a non-empty dict {node type: ids} (batch_inference: --ids type:id,...)"
@@ -156,31 +178,32 @@ def requested_sets(spark: SparkSession, graph: Any, ids: Any, sets: SparkIdSets)
     unknown = sorted(str(t) for t in ids if t not in graph.vertices)
     if unknown:
         raise SparkGNNError(f"ids name node types {unknown} that graph {graph.name!r} does not have")
-    out: dict[str, IdSet] = {}
-    for t, values in ids.items():
-        if hasattr(values, "columns"):
-            if "id" not in values.columns:
-                raise SparkGNNError(f"node type {t!r}: the ids DataFrame needs an 'id' column")
-            frame = values.selectExpr("cast(id as long) as id").distinct()
-        else:
-            try:
-                listed = np.unique(np.asarray([int(i) for i in values], dtype=np.int64))
-            except (TypeError, ValueError, OverflowError):
-                raise SparkGNNError(f"node type {t!r}: ids must be 64-bit integers") from None
-            frame = id_frame(spark, listed)
-        requested = sets.keep(frame)
-        if requested.size == 0:
-            raise SparkGNNError(f"node type {t!r}: no ids requested (leave the type out to compute none of it)")
-        missing = requested.frame.join(graph.vertices[t].select("id"), "id", "left_anti")
-        first = [row.id for row in missing.orderBy("id").limit(MAX_EXAMPLES).collect()]
-        if first:
-            count = missing.count() if len(first) == MAX_EXAMPLES else len(first)
-            raise GraphValidationError(
-                f"graph {graph.name}: {count} requested id(s) of node type {t!r} are not vertices of that type "
-                f"(e.g. {', '.join(str(i) for i in first)})"
-            )
-        out[str(t)] = requested
-    return out
+
+
+def listed_ids(node_type: str, values: Any) -> np.ndarray:
+    """A type's requested ids given as integers, sorted and unique (refused in one line when one
+    is not a 64-bit integer)."""
+    try:
+        return np.unique(np.asarray([int(i) for i in values], dtype=np.int64))
+    except (TypeError, ValueError, OverflowError):
+        raise SparkGNNError(f"node type {node_type!r}: ids must be 64-bit integers") from None
+
+
+def ids_column(node_type: str, frame: DataFrame) -> DataFrame:
+    """A type's requested ids given as a DataFrame: its `id` column as longs, distinct (refused in
+    one line without one)."""
+    if "id" not in frame.columns:
+        raise SparkGNNError(f"node type {node_type!r}: the ids DataFrame needs an 'id' column")
+    return frame.selectExpr("cast(id as long) as id").distinct()
+
+
+def unknown_ids(graph: Any, node_type: str, count: int, first: list[int]) -> GraphValidationError:
+    """The one-line refusal of `count` requested ids of `node_type` that are not its vertices
+    (`first`: the smallest few)."""
+    return GraphValidationError(
+        f"graph {graph.name}: {count} requested id(s) of node type {node_type!r} are not vertices of that type "
+        f"(e.g. {', '.join(str(i) for i in first[:MAX_EXAMPLES])})"
+    )
 
 
 def parse_typed_ids(text: str) -> dict[str, list[int]]:
@@ -206,4 +229,16 @@ def parse_typed_ids(text: str) -> dict[str, list[int]]:
     return out
 
 
-__all__ = ["relation_hops", "walk", "IdSetOps", "IdSet", "SparkIdSets", "requested_sets", "parse_typed_ids"]
+__all__ = [
+    "relation_hops",
+    "walk",
+    "IdSetOps",
+    "IdSet",
+    "SparkIdSets",
+    "requested_sets",
+    "check_request",
+    "listed_ids",
+    "ids_column",
+    "unknown_ids",
+    "parse_typed_ids",
+]

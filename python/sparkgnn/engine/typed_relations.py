@@ -31,7 +31,10 @@ def relation_graph(
 ):
     """The homogeneous graph one relation's conv runs over (module doc); `rows`: (the source-side
     rows read, the destination rows given) of a pruned run, to which the edges are cut; `counts`:
-    its vertex and edge counts when the typed graph's graph.json vouches for them (relation_counts)."""
+    its vertex and edge counts when the typed graph's graph.json vouches for them (relation_counts),
+    or, with `rows`, its vertex count (the walk's sizes), the cut edges then counted here: one
+    light job over the edges, where the job's own count would read its vertices through the
+    types' input ops."""
     from sparkgnn.engine.khop import semi_join
     from sparkgnn.graph import Graph
 
@@ -45,6 +48,8 @@ def relation_graph(
         edges = semi_join(edges, read.frame if s == d else given.frame, read.size if s == d else given.size)
         if s == d:
             edges = edges.join(read.frame.withColumnRenamed("id", "src"), "src", "left_semi")
+        if counts is not None:
+            counts = dict(counts, num_edges=edges.count())
     if s == d:
         vertices = values[s].selectExpr("id", "h AS x")
     else:
@@ -129,11 +134,14 @@ def relation_jobs(
         options = dict(common)
         cut = None
         fingerprint = relation_fingerprint(fingerprints[0], edge_type) if fingerprints[0] else None
+        counts = relation_counts(graph, edge_type)
         if rows is not None:
             cut = (rows[0][s], rows[1][d])
             given = cut[1].frame
             options["ids"] = given.selectExpr(f"{mapped_id('id', d, 1)} AS id") if s != d else given
-        counts = relation_counts(graph, edge_type) if cut is None else None
+            options["ids_checked"] = True  # rows of the walk from checked ids (engine.typed_ids): no second check
+            # its vertices: the round's rows of its types (relation_graph counts the cut edges)
+            counts = {"num_vertices": rows[0][s].size + (rows[0][d].size if s != d else 0)}
         rel_graph = relation_graph(
             values,
             graph.edges[edge_type],

@@ -146,6 +146,24 @@ class TypedRounds:
         assert out is not None
         return out
 
+    def run_rounds(
+        self, prep: UnionRows, changed: list[dict[str, np.ndarray]], meter: dict[str, float]
+    ) -> dict[str, tuple[np.ndarray, torch.Tensor]]:
+        """Rounds 1..k computed at the rows `changed[l]` names per round (sorted union rows;
+        changed[0]: the inputs read), every other row read from G (round 0) or the store; returns
+        round k's (rows, h) per type. `meter`: fetch_s and nodes_recomputed are added to it."""
+        values: dict[str, tuple[np.ndarray, torch.Tensor]] = {
+            t: (rows, self._inputs(prep, t, rows)) for t, rows in changed[0].items() if len(rows)
+        }
+        for l, rnd in enumerate(self.rounds, start=1):
+            previous = values
+            values = {}
+            for t, rows in changed[l].items():
+                if len(rows):
+                    values[t] = (rows, self._round(rnd, l, t, rows, prep, previous, changed, meter))
+                    meter["nodes_recomputed"] += float((rows < self._sizes[t]).sum())
+        return values
+
     def _round(self, rnd, l: int, t: str, rows: np.ndarray, prep, computed, changed, meter) -> torch.Tensor:
         """Round l's value of type `t` at sorted union `rows` (HeteroRound.forward on those rows)."""
         from sparkgnn.layers.base import propagate

@@ -310,16 +310,7 @@ class TypedQueryEngine(TypedRounds):
             need = self._needed(prep)
             changed = need if self.mode == "full" else self._affected(prep, need)
         meter = {"fetch_s": 0.0, "nodes_recomputed": 0.0}
-        values: dict[str, tuple[np.ndarray, torch.Tensor]] = {
-            t: (rows, self._inputs(prep, t, rows)) for t, rows in changed[0].items() if len(rows)
-        }
-        for l, rnd in enumerate(self.rounds, start=1):
-            previous = values
-            values = {}
-            for t, rows in changed[l].items():
-                if len(rows):
-                    values[t] = (rows, self._round(rnd, l, t, rows, prep, previous, changed, meter))
-                    meter["nodes_recomputed"] += float((rows < self._sizes[t]).sum())
+        values = self.run_rounds(prep, changed, meter)
         out: dict[str, torch.Tensor] = {}
         for t, rows in prep.queries.items():
             if t in self.model.outputs and len(rows):
