@@ -16,10 +16,16 @@ LayerWork.weight) is the edge's attribute row ([E, D]: G's `edge_attr`, a reques
 `edge_attr`) instead of its weight, as the layers read it (layers/base.py); `edge_values(conv)`
 says whether a conv reads that slot. Such a model next to a layer that reads G's weights is
 refused (one slot per edge).
+
+Threads: one context is shared by every call answering on it at once (an online pool's slots and
+express lanes, serving.online.dispatch). What it builds lazily (the out-index, G's statistics,
+the aligned stores, `cached` objects) is built once under its lock and only read afterwards; the
+set-operation scratch marks (`sets`, nodesets.py), which every operation writes, are per thread.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -184,17 +190,41 @@ class ServingContext:
         self._g_stats: dict = {}
         self._aligned: dict = {}
         self._cache: dict = {}
-        self.sets = NodeSets(n + 1024)  # reusable marks over union indices (nodesets.py)
+        self._lock = threading.RLock()  # the lazy builds above (module doc); reentrant: a build may use another
+        self._sets_size = n + 1024  # the marks every thread's NodeSets holds: N + the largest batch seen
+        self._local = threading.local()
+
+    @property
+    def sets(self) -> NodeSets:
+        """The calling thread's reusable marks over union indices (nodesets.py): each operation
+        writes them and cleans them before it returns, so two threads never share one."""
+        try:
+            sets = self._local.sets
+        except AttributeError:
+            sets = self._local.sets = NodeSets(self._sets_size)
+        sets.ensure(self._sets_size)  # a batch another thread prepared may have grown the size
+        return sets
+
+    def __getstate__(self) -> dict:
+        # a context travels with a partitioned executor (spark_cgp): locks and per-thread marks do not
+        return {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_local")}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
+        self._local = threading.local()
 
     def out_neighbors(self, rows: np.ndarray) -> np.ndarray:
         """Distinct G out-neighbours of G vertices `rows` (the out-index is built on first use:
         only the modes that track which stored values a request changes need it)."""
         if self._out is None:
-            g = self.graph
-            order = np.argsort(g.edge_src, kind="stable")
-            indptr = np.zeros(g.num_nodes + 1, np.int64)
-            np.cumsum(np.bincount(g.edge_src, minlength=g.num_nodes), out=indptr[1:])
-            self._out = (indptr, np.ascontiguousarray(g.edge_dst[order]))
+            with self._lock:
+                if self._out is None:
+                    g = self.graph
+                    order = np.argsort(g.edge_src, kind="stable")
+                    indptr = np.zeros(g.num_nodes + 1, np.int64)
+                    np.cumsum(np.bincount(g.edge_src, minlength=g.num_nodes), out=indptr[1:])
+                    self._out = (indptr, np.ascontiguousarray(g.edge_dst[order]))
         indptr, out_dst = self._out
         pos, _ = range_gather(indptr, np.asarray(rows, np.int64))
         return self.sets.unique(out_dst[pos])
@@ -202,9 +232,13 @@ class ServingContext:
     def cached(self, key: str, build):
         """`build()` once per context under `key` (per-graph statistics other modules derive,
         e.g. serving/sketch.py's GraphSketch), then the same object."""
-        if key not in self._cache:
-            self._cache[key] = build()
-        return self._cache[key]
+        found = self._cache.get(key)
+        if found is None:
+            with self._lock:
+                found = self._cache.get(key)
+                if found is None:
+                    found = self._cache[key] = build()
+        return found
 
     def g_in_degree(self) -> np.ndarray:
         """Number of in-edges of each G vertex (from the CSC index)."""
@@ -253,22 +287,25 @@ class ServingContext:
 
         key = (store.base, model.fingerprint(), bool(states))
         with_states = (store.base, model.fingerprint(), True)
-        if key not in self._aligned and with_states in self._aligned:
-            return self._aligned[with_states]  # a copy with states serves HE too
-        if key not in self._aligned:
-            self._aligned[key] = StoredLayers(store, self.graph, model, states=states)
-        return self._aligned[key]
+        with self._lock:
+            if key not in self._aligned and with_states in self._aligned:
+                return self._aligned[with_states]  # a copy with states serves HE too
+            if key not in self._aligned:
+                self._aligned[key] = StoredLayers(store, self.graph, model, states=states)
+            return self._aligned[key]
 
     def aligned_layers(self) -> dict:
         """The aligned stores built so far, keyed (store base, model fingerprint, with states)."""
-        return dict(self._aligned)
+        with self._lock:
+            return dict(self._aligned)
 
     def adopt_stored_layers(self, store, model, states: bool, layers) -> None:
         """Use `layers` (a StoredLayers over this context's G) as `store`'s aligned copy, so no
         engine aligns it again: a delta swap hands over arrays it patched (serving.online.delta)."""
         if layers.graph is not self.graph:
             raise ValueError("adopt_stored_layers: the aligned layers belong to another graph than this context's")
-        self._aligned[(store.base, model.fingerprint(), bool(states))] = layers
+        with self._lock:
+            self._aligned[(store.base, model.fingerprint(), bool(states))] = layers
 
     # -- requests ---------------------------------------------------------------------------
     def prepare(self, request: Request) -> PreparedRequest:
@@ -276,7 +313,10 @@ class ServingContext:
         if self.validate:
             request.validate(self.graph)
         n = self.num_nodes
-        self.sets.ensure(n + request.batch_size + 1)
+        needed = n + request.batch_size + 1
+        if needed > self._sets_size:  # new threads' marks start this large (a lost race: a later ensure)
+            self._sets_size = needed
+        self.sets.ensure(needed)
         order = np.argsort(request.qid, kind="stable")
         sorted_q = request.qid[order]
 
@@ -324,15 +364,19 @@ class ServingContext:
     def g_stat(self, name: str, use_weight: bool) -> torch.Tensor:
         """A per-node statistic of G (computed once, cached), e.g. GCN's degree."""
         key = (name, bool(use_weight and self.weighted))
-        if key not in self._g_stats:
-            g = self.graph
+        found = self._g_stats.get(key)
+        if found is None:
+            with self._lock:
+                found = self._g_stats.get(key)
+                if found is None:
+                    g = self.graph
 
-            def tensor(a):
-                return torch.from_numpy(np.require(a, requirements="W"))  # Arrow arrays are read-only
+                    def tensor(a):
+                        return torch.from_numpy(np.require(a, requirements="W"))  # Arrow arrays are read-only
 
-            w = tensor(g.weight) if key[1] else None
-            self._g_stats[key] = STATS[name](tensor(g.edge_src), tensor(g.edge_dst), w, g.num_nodes)
-        return self._g_stats[key]
+                    w = tensor(g.weight) if key[1] else None
+                    found = self._g_stats[key] = STATS[name](tensor(g.edge_src), tensor(g.edge_dst), w, g.num_nodes)
+        return found
 
     def request_stat_changes(self, conv, prep: PreparedRequest) -> np.ndarray:
         """Sorted G vertices whose statistics of `conv` the request changes: those with request

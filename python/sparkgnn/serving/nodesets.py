@@ -7,7 +7,7 @@ it back costs a gather (the saving is measured in docs/ARCHITECTURE.md, "Serving
 The buffers are allocated once per ServingContext (N + the largest
 batch seen) and are always left clean, so every call starts from all-False / all -1.
 
-Not thread-safe: one ServingContext (and so one NodeSets) per serving thread.
+Not thread-safe: every operation writes the marks, so ServingContext.sets hands each thread its own.
 """
 
 from __future__ import annotations

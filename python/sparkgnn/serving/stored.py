@@ -21,6 +21,7 @@ breakdown does not depend on the cache (its hits and misses are in hotcache.cach
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -31,6 +32,8 @@ from sparkgnn.serving.context import Meter
 
 if TYPE_CHECKING:
     from sparkgnn.serving.online.hotcache import HotRows
+
+_PRE_LOCK = threading.Lock()  # pre(x) is computed once however many threads ask for it at once
 
 
 class StoreMismatch(SparkGNNError, ValueError):
@@ -91,7 +94,9 @@ class StoredLayers:
     @torch.no_grad()
     def _layer0(self) -> np.ndarray:
         if self._pre_x is None:
-            self._pre_x = self.model.pre(torch.from_numpy(self.graph.x)).numpy()
+            with _PRE_LOCK:
+                if self._pre_x is None:
+                    self._pre_x = self.model.pre(torch.from_numpy(self.graph.x)).numpy()
         return self._pre_x
 
     def arrays(self) -> dict[tuple[str, int], np.ndarray]:

@@ -1,7 +1,8 @@
 """sparkgnn.serving.online.batch_op.DeploymentCache: a worker's loaded deployments are its own
 object (no module state): bounded in bytes, least recently used first out, never dropping one a
 batch still answers from; retirement keeps what is still served and waits for a batch in use;
-two workers in one process (dl_ops.WorkerOps, one per handler) hold separate caches."""
+two workers in one process (dl_ops.WorkerOps, one per handler) hold separate caches. A
+Deployment asked for one mode's engine by two threads at once builds it once."""
 
 from __future__ import annotations
 
@@ -105,3 +106,39 @@ def test_fused_requests_get_fresh_query_ids_each_and_keep_their_graph_endpoints(
     fused = dep._fused([a, b])
     assert fused.qid.tolist() == [100, 101, 102]
     assert fused.src.tolist() == [101, 1, 100, 3] and fused.dst.tolist() == [100, 101, 2, 102]
+
+
+def test_two_threads_asking_for_a_new_engine_at_once_get_one_built_once(skewed, tmp_path, monkeypatch):
+    import threading
+    import time
+
+    from serving_testkit import pyg_model
+
+    from sparkgnn.graph import write_graph_dir
+    from sparkgnn.models import Model
+    from sparkgnn.serving import engine
+
+    write_graph_dir(skewed, str(tmp_path / "g"))
+    Model.from_pyg(pyg_model("sage", skewed.feature_dim, 2)).save(str(tmp_path / "model.pt"))
+    dep = batch_op.Deployment(dict(SPEC, graph=str(tmp_path / "g"), model=str(tmp_path / "model.pt")))
+    built = []
+
+    class SlowEngine(engine.QueryEngine):  # a build long enough for the other thread to ask meanwhile
+        def __init__(self, *args, **kwargs):
+            built.append(self)
+            time.sleep(0.3)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "QueryEngine", SlowEngine)
+    start, got = threading.Barrier(2), []
+
+    def ask() -> None:
+        start.wait(timeout=30)
+        got.append(dep.engine("full"))
+
+    threads = [threading.Thread(target=ask) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert len(built) == 1 and got == [built[0], built[0]] and dep.context is built[0].context

@@ -281,3 +281,82 @@ def test_group_max_batch_caps_only_its_group(name):
     for batch in drain(s):
         sizes.setdefault(batch[0].group, []).append(len(batch))
     assert sizes == {"exact": [1, 1, 1, 1], "he": [4]}
+
+
+def test_an_express_take_serves_only_requests_within_its_ceiling_cheapest_first():
+    service = ServiceModel(overhead_s=0.001, per_cost_s=0.001)  # predict(cost) = (1 + cost) ms
+    s = DegreeScheduler(t_d=1000, service=service, clock=FakeClock(0.0))  # nothing promoted
+    for key, cost in (("big", 200), ("c3", 3), ("c10", 10), ("c1", 1)):
+        s.push(req(key, cost))
+    # within 5 ms: cost sums <= 4, cheapest first
+    assert keys(s.take(0, within_s=0.005)) == ["c1", "c3"]
+    assert s.take(0, within_s=0.005) == [] and len(s) == 2  # the rest stays for the plain takes
+    assert s.backlog() == {"": (2, 210.0)}
+    assert keys(s.take(0)) == ["c10", "big"]
+    with pytest.raises(SchedulerError, match="within_s"):
+        s.take(0, within_s=float("nan"))
+
+
+def test_fifo_has_no_express_lanes():
+    s = FifoScheduler(t_d=1000, service=ServiceModel(overhead_s=0.001, per_cost_s=0.001))
+    s.push(req("cheap", 1))
+    assert s.take(0, within_s=1.0) == [] and len(s) == 1
+    assert keys(s.take(0)) == ["cheap"]
+
+
+def test_a_blocked_express_take_is_woken_only_by_a_request_within_its_ceiling():
+    s = DegreeScheduler(t_d=1000, service=ServiceModel(overhead_s=0.001, per_cost_s=0.001))
+    got: list = []
+    lane = threading.Thread(target=lambda: got.append(s.take(30.0, within_s=0.005)))
+    lane.start()
+    s.push(req("expensive", 500))
+    assert keys(s.take(5.0)) == ["expensive"]  # the plain take gets it; the lane keeps waiting
+    assert lane.is_alive() and got == []
+    s.push(req("cheap", 2))
+    lane.join(timeout=10.0)
+    assert not lane.is_alive() and [keys(b) for b in got] == [["cheap"]]
+
+
+def _simulate(lanes: int, arrivals: list[tuple[float, str, float]], factor: float = 4.0) -> dict[str, float]:
+    """A fake-clock run of one plain slot plus `lanes` express lanes (ceilings as dispatch.py:
+    factor**k x a cost-1 request's predicted service), one request per batch as for the modes
+    answered request by request, each batch taking exactly its predicted service: per request,
+    its wait / its own service."""
+    clock = FakeClock(0.0)
+    service = ServiceModel(overhead_s=0.001, per_cost_s=0.001)
+    s = DegreeScheduler(t_d=1e9, max_batch=1, service=service, max_wait_factor=factor, clock=clock)
+    ceilings = [None] + [factor**k * service.predict(1.0) for k in range(1, lanes + 1)]
+    free_at = [0.0] * len(ceilings)
+    todo = sorted(arrivals)
+    ratios: dict[str, float] = {}
+    i = 0
+    while True:
+        while i < len(todo) and todo[i][0] <= clock.now:
+            t, key, cost = todo[i]
+            s.push(req(key, cost, arrived=t))
+            i += 1
+        for slot, ceiling in enumerate(ceilings):
+            if free_at[slot] <= clock.now:
+                for p in s.take(0, within_s=ceiling):
+                    seconds = service.predict(p.cost)
+                    ratios[p.key] = (clock.now - p.arrived) / seconds
+                    free_at[slot] = clock.now + seconds
+        later = [t for t in free_at if t > clock.now] + ([todo[i][0]] if i < len(todo) else [])
+        if not later:
+            return ratios
+        clock.now = min(later)
+
+
+def test_express_lanes_bound_the_wait_of_requests_arriving_behind_an_expensive_batch():
+    # an expensive request (about 1 s) starts first; requests of 2 to 61 ms arrive while it runs,
+    # some of them at once
+    arrivals = [(0.0, "expensive", 1000.0)]
+    for burst in range(5):
+        t = 0.05 + 0.15 * burst
+        arrivals += [(t, f"b{burst}-c60", 60.0), (t, f"b{burst}-c20", 20.0), (t + 0.001, f"b{burst}-c5", 5.0)]
+        arrivals += [(t + 0.002, f"b{burst}-c1-{k}", 1.0) for k in range(2)]
+    with_lanes = _simulate(3, arrivals)
+    assert len(with_lanes) == len(arrivals)
+    assert max(with_lanes.values()) <= 4.0  # every wait <= max_wait_factor x the request's own service
+    without = _simulate(0, arrivals)  # one slot: the cheap ones wait for the expensive batch
+    assert max(without.values()) > 100.0

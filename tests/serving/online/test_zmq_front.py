@@ -30,7 +30,10 @@ def deployed(skewed_workload, tmp_path_factory):
     model = Model.from_pyg(pyg_model("sage", G.feature_dim, 2, seed=3))
     model.save(str(d / "model.pt"))
     write_graph_dir(G, str(d / "g"))
-    config = ServeConfig(graph=str(d / "g"), model=str(d / "model.pt"), mode="full", modes=["full", "ns"], http=None)
+    # one slot and no express lanes: the admission tests hold that slot and count what queues behind it
+    config = ServeConfig(
+        graph=str(d / "g"), model=str(d / "model.pt"), mode="full", modes=["full", "ns"], http=None, express_lanes=0
+    )
     request = skewed_workload.requests[0]
     with Server(config) as server:
         yield server, request, QueryEngine(G, model, mode="full")

@@ -57,7 +57,9 @@ FUSABLE_MODES = frozenset({"he"})
 
 class Deployment:
     """G, the model and the PE store, loaded once per worker process, and one QueryEngine per
-    mode asked for (all sharing one ServingContext: G's index is built once)."""
+    mode asked for (all sharing one ServingContext: G's index is built once). Several threads
+    answer on one deployment at once (an in-process pool's slots and express lanes): each engine
+    is built once under a lock, and an engine keeps no per-call state (serving.context)."""
 
     def __init__(self, spec: dict, *, parts: dict | None = None):
         """Load `spec`'s graph, model and store; `parts` (a delta swap, serving.online.delta) hands
@@ -75,6 +77,7 @@ class Deployment:
             self.model = Model.load(spec["model"])
             self.store = PEStore.open(spec["store"], model=self.model, graph=self.graph) if spec.get("store") else None
         self.engines: dict = {}
+        self._engines_lock = threading.Lock()  # one build per mode, however many threads ask at once
         # the ServingContext every engine shares, made by the first engine (or handed over)
         self.context: Any = None if parts is None else parts.get("context")
         self._cached_stores: list = []
@@ -84,17 +87,26 @@ class Deployment:
         self.fresh_base = int(ids.max()) + 1 if len(ids) else 0
 
     def engine(self, mode: str):
+        """The QueryEngine answering `mode`, built on first use (once, under the lock)."""
         found = self.engines.get(mode)
         if found is None:
-            from sparkgnn.serving.engine import QueryEngine
+            with self._engines_lock:
+                found = self.engines.get(mode)
+                if found is None:
+                    found = self._build_engine(mode)
+                    self.engines[mode] = found  # published once ready: readers never see it half built
+        return found
 
-            # validate=False: `answer` validates each request (or its caller did) before the engine
-            # sees it, and a fused request is valid by construction; the engine would check again
-            options = {"validate": False, **((self.spec.get("options") or {}).get(mode, {}))}
-            found = QueryEngine(self.graph, self.model, mode=mode, store=self.store, context=self.context, **options)
-            self.context = found.context
-            self.engines[mode] = found
-            self._attach_cache(found)
+    def _build_engine(self, mode: str):
+        """A new engine for `mode` on the shared context, its hot cache attached."""
+        from sparkgnn.serving.engine import QueryEngine
+
+        # validate=False: `answer` validates each request (or its caller did) before the engine
+        # sees it, and a fused request is valid by construction; the engine would check again
+        options = {"validate": False, **((self.spec.get("options") or {}).get(mode, {}))}
+        found = QueryEngine(self.graph, self.model, mode=mode, store=self.store, context=self.context, **options)
+        self.context = found.context
+        self._attach_cache(found)
         return found
 
     def _attach_cache(self, engine) -> None:

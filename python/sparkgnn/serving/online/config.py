@@ -36,6 +36,10 @@ class ServeConfig:
     capacity: int = 4096
     max_batch: int = 1024
     max_wait_factor: float = 4.0
+    # express lanes next to an in-process pool's slots (dispatch.py): lane k serves requests
+    # predicted at most max_wait_factor**k x a cost-1 request's service, so a cheap request never
+    # waits behind an expensive batch in service; 0: none
+    express_lanes: int = 3
     pools: list[dict] = field(default_factory=lambda: [{"name": "main", "kind": "inprocess", "width": 1}])
     router: str = "first"
     route_psgs: float | None = None
@@ -142,6 +146,8 @@ class ServeConfig:
             isinstance(value, bool) or not isinstance(value, int | float) or not (math.isfinite(value) and value > 0)
         ):
             raise ServeError(f"{where}: deadline_ms must be a finite number > 0 (or null), got {value!r}")
+        if isinstance(self.express_lanes, bool) or not isinstance(self.express_lanes, int) or self.express_lanes < 0:
+            raise ServeError(f"{where}: express_lanes must be an integer >= 0 (0: none), got {self.express_lanes!r}")
         if isinstance(self.t_s, bool) or not isinstance(self.t_s, int) or self.t_s < 0:
             raise ServeError(f"{where}: t_s must be an integer >= 0 (0: batches are never divided), got {self.t_s!r}")
         if not isinstance(self.modes, list) or not self.modes or not all(isinstance(m, str) for m in self.modes):

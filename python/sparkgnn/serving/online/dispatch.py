@@ -6,6 +6,14 @@ WHY this shape:
   - Work-conserving batches: a batch is formed when a slot frees up, so under load batches grow
     to T_d and under light load a request goes alone; a batch whose per-layer subgraph estimate
     exceeds T_s is divided (scheduler.divide), each part waiting for a slot of its own.
+  - Express lanes (`config.express_lanes`, scheduler.py's module doc): batches are never
+    preempted, so next to the first in-process pool's slots run that many lanes, each a thread
+    that takes only requests within its ceiling (lane k: `max_wait_factor`**k x the predicted
+    service of a cost-1 request, from the service model fitted to the batches served) and runs
+    them in this process. A cheap request that arrives while an expensive batch holds the slot
+    starts on a lane instead of waiting for it; the general slots still serve everything, in the
+    scheduler's order (promotion included). Lanes are extra threads of the front end's process,
+    so they apply only to an "inprocess" pool; a worker pool's slots are its workers.
   - Routing (pools.ROUTERS, Quiver's PSGS threshold) with overflow: a batch whose pool has no free
     slot while another pool has one goes there instead (counted as "overflow").
   - Every wait has a timeout: a batch's call is awaited at most `batch_timeout_s` (then its
@@ -32,7 +40,7 @@ from sparkgnn.serving.online.admission import Admission
 from sparkgnn.serving.online.config import ServeConfig
 from sparkgnn.serving.online.deployments import batch_header
 from sparkgnn.serving.online.intake import Outcome, Ticket
-from sparkgnn.serving.online.pools import ROUTERS, ServeError
+from sparkgnn.serving.online.pools import ROUTERS, InProcessPool, ServeError
 from sparkgnn.serving.online.scheduler import ServiceModel, divide
 from sparkgnn.serving.online.stats import Tally
 from sparkgnn.serving.online.versions import VersionManager
@@ -78,22 +86,56 @@ class Dispatcher:
         self.pool_queues: list[queue.Queue] = [queue.Queue() for _ in pools]
         self.busy = [0] * len(pools)  # slots running a batch, per pool (guarded by lock)
         self._free = threading.Semaphore(sum(p.width for p in pools) or 1)
-        # one caller thread per slot: the dispatch thread awaits its call with a deadline
+        # express lanes: on the first in-process pool, as slots numbered after its own
+        self.lane_pool = next((p for p, pool in enumerate(pools) if isinstance(pool, InProcessPool)), None)
+        lanes = int(config.express_lanes) if self.lane_pool is not None else 0
+        self.lanes = lanes
+        # one caller thread per slot (lanes included): the dispatch thread awaits its call with a deadline
         self._callers = {
             (p, slot): ThreadPoolExecutor(1, thread_name_prefix=f"sparkgnn-serve-call-{pool.name}-{slot}")
             for p, pool in enumerate(pools)
-            for slot in range(pool.width)
+            for slot in range(pool.width + (lanes if p == self.lane_pool else 0))
         }
         self._batcher: threading.Thread | None = None
         self.batch_log: list[dict] = []  # per batch: size, cost, psgs, pool, seconds (bounded)
         self.cache_stats: dict | None = None  # the hot cache, as the last batch reported it
 
     def start(self, spawn: Callable[..., threading.Thread]) -> None:
-        """Start one dispatch thread per pool slot and the batcher, with `spawn(name, target, *args)`."""
+        """Start one dispatch thread per pool slot, the express lanes and the batcher, with
+        `spawn(name, target, *args)`."""
         for p, pool in enumerate(self.pools):
             for slot in range(pool.width):
                 spawn(f"dispatch-{pool.name}-{slot}", self.dispatch_loop, p, slot)
+        for lane in range(self.lanes):
+            spawn(f"lane-{lane + 1}", self.lane_loop, lane + 1)
         self._batcher = spawn("batcher", self.batch_loop)
+
+    def lane_ceiling_s(self, lane: int) -> float:
+        """Express lane `lane`'s ceiling (1-based): the predicted service seconds of the costliest
+        request it takes, `max_wait_factor`**lane x that of a cost-1 request."""
+        return float(self.config.max_wait_factor) ** lane * self.service.predict(1.0)
+
+    def lane_loop(self, lane: int) -> None:
+        """Express lane `lane` (1-based): take the cheapest requests within its ceiling and run
+        them on the lane's own slot of the in-process pool, until the scheduler closes. Blocks
+        while no request fits (a push wakes it)."""
+        assert self.lane_pool is not None
+        p = self.lane_pool
+        pool = self.pools[p]
+        slot = pool.width + lane - 1
+        while True:
+            batch = self.scheduler.take(None, within_s=self.lane_ceiling_s(lane))
+            if not batch:  # the scheduler was closed: stopping
+                return
+            self._dequeued(batch)
+            with self._lock:
+                self._tally.stats["lane_batches"] += 1
+            for sub in divide(batch, self.config.t_s):
+                tickets: list[Ticket] = [q.key for q in sub]  # type: ignore[misc]  # keys are Tickets
+                if self._stop.is_set():
+                    self.fail_tickets(tickets, "stopping", "the service is stopping")
+                else:
+                    self.run_batch(pool, slot, tickets)
 
     def close_batcher(self, left: list) -> None:
         """Stopping (the scheduler closed, `left` its requests never taken): answer those
@@ -273,6 +315,7 @@ class Dispatcher:
                         "cost": cost,
                         "psgs": sum(t.psgs for t in live),
                         "pool": pool.name,
+                        "lane": max(0, slot - pool.width + 1),  # 0: a pool slot, k: express lane k
                         "seconds": service,
                     }
                 )

@@ -81,7 +81,9 @@ class InProcessPool(FrontAnswered):
 
         self.name, self.width = name, int(width)
         self._registered: set[str] = set()
-        self.cache = DeploymentCache()  # this pool's loaded deployments: the pool is their worker
+        # this pool's loaded deployments: the pool is their worker. Every slot (its `width` and the
+        # express lanes', dispatch.py) answers on the same one: a deployment answers calls at once
+        self.cache = DeploymentCache()
         torch.set_num_threads(int(threads))
 
     def register(self, spec: dict) -> str:

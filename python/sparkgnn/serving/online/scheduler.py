@@ -16,6 +16,16 @@ nothing to compute (Observation 2), so each request carries it as `cost`, and:
   takes at least one request, so a promoted request is served after at most the promoted requests
   older than it: every request is served, and its wait is bounded by its own predicted cost.
 
+Express lanes (`take(within_s=...)`): a batch in service is never preempted, so with one slot a
+cheap request that arrives just after an expensive one has started waits for all of it, however
+it is ordered: its wait over its own service time is the ratio of the two, which no queue order
+bounds. The dispatcher therefore runs express lanes next to the pool's slots (dispatch.py): lane
+k takes only requests whose predicted service is at most `max_wait_factor`**k times the cheapest
+one's, cheapest first, so a request of predicted service p waits behind a batch in service of at
+most `max_wait_factor` x p on the first lane whose ceiling holds it, never behind an expensive
+batch. Lanes need the cost order: the degree scheduler serves them; FIFO has none (its lane takes
+never return a request), so FIFO stays the one-slot baseline.
+
 `divide` is GSM's batch divider (section IV-B) at request granularity: a batch whose per-layer
 subgraph would hold more than T_s vertices is run as consecutive sub-batches, which flattens the
 memory peaks that T_d (a first-hop measure) cannot see.
@@ -161,9 +171,12 @@ def _finite_nonnegative(value: object) -> bool:
     return math.isfinite(number) and number >= 0
 
 
-def _fits(total: float, n: int, cost: float, t_d: float, max_batch: int) -> bool:
+def _fits(total: float, n: int, cost: float, t_d: float, max_batch: int, ceiling: float = math.inf) -> bool:
     """Whether a request of `cost` joins a batch of `n` requests and cost sum `total`: the first
-    always does (a request above T_d alone is still served), the others while the sum stays <= T_d."""
+    always does (a request above T_d alone is still served), the others while the sum stays <= T_d;
+    and every request only while the sum stays <= `ceiling` (an express lane's cost ceiling)."""
+    if total + cost > ceiling:
+        return False
     return n == 0 or (n < max_batch and total + cost <= t_d)
 
 
@@ -229,18 +242,35 @@ class Scheduler:
             queued = self._backlog.setdefault(item.group, [0, 0.0])
             queued[0] += 1
             queued[1] += float(item.cost)
-            self._cond.notify()
+            # every taker: the batcher and the express lanes wait for different requests
+            self._cond.notify_all()
 
-    def take(self, timeout_s: float | None) -> list[Pending]:
+    def take(self, timeout_s: float | None, *, within_s: float | None = None) -> list[Pending]:
         """The next batch (all of one group), waiting up to `timeout_s` for a request (None: until
         one comes or the scheduler closes, without waking meanwhile); [] when none came in time or
-        the scheduler is closed."""
+        the scheduler is closed.
+
+        `within_s` (an express lane's take, module doc): only requests whose predicted service
+        (`service.predict` of their cost) is at most `within_s` seconds, cheapest first, in a batch
+        whose cost sum's predicted service stays within it too; the others stay queued for the
+        plain takes. A scheduler without a cost order (FIFO) never returns a request to it."""
         wait = None if timeout_s is None else max(0.0, float(timeout_s))
-        with self._cond:
-            self._cond.wait_for(lambda: self._size > 0 or self._closed, timeout=wait)
+        if within_s is not None and not (math.isfinite(within_s) and within_s >= 0):
+            raise SchedulerError(f"{self.name} scheduler: within_s must be a finite number >= 0, got {within_s!r}")
+
+        def ready() -> bool:
             if self._closed or self._size == 0:
+                return self._closed
+            if within_s is None:
+                return True
+            cheapest = self._cheapest()
+            return cheapest is not None and cheapest <= self._cost_within(within_s)
+
+        with self._cond:
+            self._cond.wait_for(ready, timeout=wait)
+            if self._closed or self._size == 0 or not ready():
                 return []
-            batch = self._select()
+            batch = self._select() if within_s is None else self._select_within(self._cost_within(within_s))
             self._size -= len(batch)
             queued = self._backlog[batch[0].group]
             queued[0] -= len(batch)
@@ -272,6 +302,21 @@ class Scheduler:
 
     def _limit(self, group: str) -> int:
         return min(self.max_batch, self.group_max_batch.get(group, self.max_batch))
+
+    def _cost_within(self, seconds: float) -> float:
+        """The largest cost sum the service model predicts to take at most `seconds` (-inf: none)."""
+        a, b = self.service.params
+        if a > seconds:
+            return -math.inf
+        return math.inf if b <= 0 else (seconds - a) / b
+
+    def _cheapest(self) -> float | None:
+        """The cost of the cheapest queued request, or None when this order does not know it
+        (then express lanes get nothing)."""
+        return None
+
+    def _select_within(self, ceiling: float) -> list[Pending]:
+        raise NotImplementedError
 
     def _add(self, item: Pending, seq: int) -> None:
         raise NotImplementedError
@@ -390,22 +435,50 @@ class DegreeScheduler(Scheduler):
                 return group
         raise AssertionError("degree scheduler: no live request although the queue is not empty")
 
-    def _select(self) -> list[Pending]:
-        self._promote(self.clock())
-        group = self._first_group()
+    def _cheapest_group(self) -> tuple[str, float] | None:
+        best: tuple[str, float] | None = None
+        for g, heap in self._by_cost.items():
+            _clean(heap)
+            if heap and (best is None or heap[0][0] < best[1]):
+                best = (g, heap[0][0])
+        return best
+
+    def _cheapest(self) -> float | None:
+        best = self._cheapest_group()
+        return None if best is None else best[1]
+
+    def _select_within(self, ceiling: float) -> list[Pending]:
+        """An express lane's batch: the cheapest requests of the group holding the cheapest one,
+        while their cost sum stays <= `ceiling` (and T_d, the group's batch limit)."""
+        best = self._cheapest_group()
+        assert best is not None and best[1] <= ceiling, "degree scheduler: no request within the lane's ceiling"
+        group = best[0]
+        batch = self._fill(group, (self._by_cost[group],), ceiling)
+        self._live[group] -= len(batch)
+        self._compact(group)
+        return batch
+
+    def _fill(self, group: str, heaps: tuple[list[_HeapRow], ...], ceiling: float = math.inf) -> list[Pending]:
+        """Pop from `heaps` in turn (each by its own order) while the requests fit the batch."""
         batch: list[Pending] = []
         total = 0.0
         limit = self._limit(group)
-        # Promoted first, oldest first, while they fit; then the cheapest, while they fit.
-        for heap in (self._promoted.get(group, []), self._by_cost[group]):
+        for heap in heaps:
             while True:
                 _clean(heap)
-                if not heap or not _fits(total, len(batch), heap[0][2].item.cost, self.t_d, limit):
+                if not heap or not _fits(total, len(batch), heap[0][2].item.cost, self.t_d, limit, ceiling):
                     break
                 entry = heapq.heappop(heap)[2]
                 entry.taken = True
                 batch.append(entry.item)
                 total += entry.item.cost
+        return batch
+
+    def _select(self) -> list[Pending]:
+        self._promote(self.clock())
+        group = self._first_group()
+        # Promoted first, oldest first, while they fit; then the cheapest, while they fit.
+        batch = self._fill(group, (self._promoted.get(group, []), self._by_cost[group]))
         self._live[group] -= len(batch)
         self._compact(group)
         return batch

@@ -41,33 +41,32 @@ class ShardedDeployment(Deployment):
         super().__init__(spec)
         self.shards, self.states, self._fan_out = int(shards), bool(states), fan_out
 
-    def engine(self, mode: str):
-        found = self.engines.get(mode)
-        if found is None:
-            from sparkgnn.serving.engine import QueryEngine
+    def _build_engine(self, mode: str):
+        """A reuse-mode engine whose layers run on a ShardedLayerExecutor (Deployment.engine
+        builds it once, under its lock)."""
+        from sparkgnn.serving.engine import QueryEngine
 
-            if mode not in SHARDED_MODES:
-                raise ModeError(
-                    f"mode {mode!r} is not served by a sharded pool: only {', '.join(SHARDED_MODES)} run over "
-                    "shards of the PE store"
-                )
-            options = dict((self.spec.get("options") or {}).get(mode, {}), partitions=self.shards)
-            found = QueryEngine(self.graph, self.model, mode=mode, store=self.store, context=self.context, **options)
-            self.context = found.context
-            executor = ShardedLayerExecutor(
-                found.context,
-                found.mode.model,
-                self.store,
-                self.spec["graph"],
-                self.spec["model"],
-                self.shards,
-                self.states,
-                self._fan_out,
+        if mode not in SHARDED_MODES:
+            raise ModeError(
+                f"mode {mode!r} is not served by a sharded pool: only {', '.join(SHARDED_MODES)} run over "
+                "shards of the PE store"
             )
-            executor.warm_up()  # every shard loaded before the engine answers
-            reuse: Any = found.mode  # a ReuseMode: it runs its layers on `executor` when given one
-            reuse.executor = executor
-            self.engines[mode] = found
+        options = dict((self.spec.get("options") or {}).get(mode, {}), partitions=self.shards)
+        found = QueryEngine(self.graph, self.model, mode=mode, store=self.store, context=self.context, **options)
+        self.context = found.context
+        executor = ShardedLayerExecutor(
+            found.context,
+            found.mode.model,
+            self.store,
+            self.spec["graph"],
+            self.spec["model"],
+            self.shards,
+            self.states,
+            self._fan_out,
+        )
+        executor.warm_up()  # every shard loaded before the engine answers
+        reuse: Any = found.mode  # a ReuseMode: it runs its layers on `executor` when given one
+        reuse.executor = executor
         return found
 
     def _attach_cache(self, engine) -> None:

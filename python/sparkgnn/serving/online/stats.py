@@ -190,6 +190,7 @@ def service_stats(version: int, graph_fingerprint: str) -> dict[str, Any]:
         "too_large": 0,
         "batch_timeouts": 0,
         "batches": 0,
+        "lane_batches": 0,  # batches taken by the express lanes (dispatch.py)
         "overflow": 0,
         "version": version,
         "graph_fingerprint": graph_fingerprint,
