@@ -328,6 +328,7 @@ def main(argv=None) -> int:
     sizes = [(args.nodes, args.edges), (args.nodes // args.small_factor, args.edges // args.small_factor)]
     result: dict = {
         "machine": machine(),
+        "loadavg": [round(x, 2) for x in os.getloadavg()],  # other work on the box while it ran
         "model": "2-layer GraphSAGE (mean), hidden 128, states kept",
         "update": "fraction x E edges changed: half random inserts, half deletes of existing edges; "
         "feature updates of fraction/10 x N vertices",

@@ -415,14 +415,16 @@ class PEWriter:
             bases = versions.chain_over(over.manifest, key)
         self._record(l, write, state_width, bases=bases, rows=rows, row_values=row_values)
 
-    def commit_layer(self, l: int, df, width: int, state_width: int | None = None) -> None:
+    def commit_layer(self, l: int, df, width: int, state_width: int | None = None, *, rows: int | None = None) -> None:
         """Write h^(l) (and the merged partial states of conv l) for every node and commit it.
-        `df` has columns id (long), h (array<float>) and, when the writer has states, state."""
+        `df` has columns id (long), h (array<float>) and, when the writer has states, state.
+        `rows`: the layer's row count where the caller knows it (a refresh: the updated graph's
+        vertices), so the written folder is not counted back (a Spark job); None: counted."""
         l = self._check_commit(l, width, state_width, "state" in df.columns)
         columns = ["CAST(id AS BIGINT) AS id", "CAST(h AS ARRAY<FLOAT>) AS h"]
         if self.with_states:
             columns.append("CAST(state AS ARRAY<FLOAT>) AS state")
-        self._record(l, lambda folder: self._commit_dir_write(df, folder, columns), state_width)
+        self._record(l, lambda folder: self._commit_dir_write(df, folder, columns, rows), state_width)
 
     def stage_layer(self, l: int) -> str:
         """Protocol step 2 for tasks that write layer l themselves: a fresh, empty attempt folder

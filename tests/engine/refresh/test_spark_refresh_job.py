@@ -88,6 +88,8 @@ def test_spark_refresh_equals_a_precompute_of_the_updated_graph(
         assert sorted(got.index) == sorted(new_graph.ids)
     assert report.graph_fingerprint == local_report.graph_fingerprint == scratch.manifest["graph_fingerprint"]
     assert [s["targets"] for s in report.layers] == [s["targets"] for s in local_report.layers]
+    assert report.updates == local_report.updates == update.counts()  # counted by the tasks
+    assert {s["values"] for s in report.layers} == {"read from row files"}  # a local precompute's store
     assert store.manifest["refresh"]["chain"] == [old.manifest["graph_fingerprint"], report.graph_fingerprint]
     assert report.layers[0]["targets"] < new_graph.num_nodes
     # the same commits as the local refresh: a delta, or whole where the change reaches half the layer
@@ -159,6 +161,7 @@ def test_a_spark_refresh_killed_after_layer_one_resumes_and_the_next_refresh_reu
         store2, report2 = refresh(spark, out, model, root, second, out_graph=final_dir, partitions=3,
                                   work_dir=work)  # fmt: skip
     assert report2.phases["build_pieces"] == 0.0
+    assert {s["values"] for s in report2.layers} == {"fetched by Spark"}  # Spark committed its layers
     final = read_graph_dir(final_dir)
     assert_same_store(store2, precompute_local(final, model, str(tmp_path / "scratch2")), final.ids, 2)
 

@@ -12,21 +12,29 @@ the update's deleted vertex ids and per-partition summaries are all it collects.
               nothing written), writes its owned vertices' statistics, its share of the updated
               graph and the updated graph's piece (kept for the next refresh); Spark joins the
               statistics of foreign vertices to the pieces holding them. The updated graph is
-              fingerprinted from the tasks' partial sums (and written to --out-graph).
-    layer l   plan: each task plans its targets and writes which values it reads;
-              fetch: Spark joins those ids with the old store's layers l-1 and l and with layer
-              l-1's recomputed rows (one scan of each stored layer, the needs broadcast);
-              compute: each task recomputes its targets;
+              fingerprinted from the tasks' partial sums (and written to --out-graph); the
+              tasks count the update's rows by kind for the report.
+    layer l   route: Spark sends layer l-1's recomputed ids to every piece holding them;
+              when every segment of the old store has a row file (pe/rowfile.py: a store the
+              single-machine precompute or refresh wrote), with their new h, and one round of
+              tasks plans and computes, reading the stored states of layer l and h^(l-1)
+              before the update from the row files (the rows asked for, nothing else);
+              else, as for a store Spark wrote: plan: each task plans its targets and writes
+              which values it reads; fetch: Spark joins those ids with the old store's layers
+              l-1 and l and with layer l-1's recomputed rows (one scan of each stored layer,
+              the needs broadcast); compute: each task recomputes its targets;
               commit: the recomputed rows and a tombstone per deleted vertex, as a delta over the
-              old version's layer (or written whole: versions.should_compact), by Spark.
+              old version's layer (or written whole: versions.should_compact, the replaced ids
+              broadcast), by Spark.
 
 Run directory (<work dir>/refresh/<uuid>/, on a filesystem every executor reaches; deleted at
 the end): run.json; in/{update,extra_local,extra_vertices}/; stats/ foreign_stats/ (out_partials/ out_stats/
 for a model reading an out-edge statistic);
 next/ (the updated graph's pieces: its data, then adopted into the cache);
-layer=<l>/{changed,needs,values,out}/. A crash leaves the old version readable and the
-new one with its committed layers; a rerun recomputes in a fresh run directory (cheap: the
-change only) and commits only the layers still missing, giving the same store.
+layer=<l>/{changed,needs,values,out}/ (needs/ and values/ only when fetched). A crash leaves
+the old version readable and the new one with its committed layers; a rerun recomputes in a
+fresh run directory (cheap: the change only) and commits only the layers still missing, giving
+the same store.
 """
 
 from __future__ import annotations
@@ -42,7 +50,15 @@ from typing import TYPE_CHECKING
 
 from sparkgnn import files
 from sparkgnn.engine.refresh import partition, pieces
-from sparkgnn.engine.refresh.partition import NEW_H, OLD_H, STATE, SUMMARY_SCHEMA, RunContext, layer_dir
+from sparkgnn.engine.refresh.partition import (
+    NEW_H,
+    OLD_H,
+    STATE,
+    SUMMARY_SCHEMA,
+    VERTEX_KINDS,
+    RunContext,
+    layer_dir,
+)
 from sparkgnn.engine.result import StoreResult, legacy_positional
 from sparkgnn.engine.spark_compat import default_parallelism
 from sparkgnn.errors import GraphUpdateError
@@ -62,7 +78,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 EDGE_KINDS = ("edge_insert", "edge_delete")
-VERTEX_KINDS = ("vertex_insert", "feature_update", "vertex_delete")
 _SPARK_TYPES = {
     "kind": "string",
     "src": "bigint",
@@ -72,6 +87,8 @@ _SPARK_TYPES = {
     "x": "array<float>",
     "edge_attr": "array<float>",
 }
+# A whole-layer commit broadcasts the replaced ids up to this many (8 bytes each), else shuffles.
+BROADCAST_IDS = 1 << 22
 # The update's columns as the tasks read them: UPDATE_SCHEMA's and the optional edge attributes.
 UPDATE_COLUMNS = (*UPDATE_SCHEMA.names, EDGE_ATTR_FIELD.name)
 
@@ -88,7 +105,7 @@ def read_update_frame(spark, path: str):
 
     if not files.exists(path):
         raise GraphUpdateError(f"graph update {path} does not exist")
-    frame = spark.read.parquet(_uri(path))
+    frame = read_parquet(spark, _uri(path))
     if "kind" not in frame.columns:
         raise GraphUpdateError(f"graph update {path}: no `kind` column (columns: {', '.join(frame.columns)})")
     columns = []
@@ -104,6 +121,22 @@ def _tasks(spark, partitions: int, fn, what: str) -> list[dict]:
     rows = spark.range(0, partitions, 1, partitions).mapInArrow(fn, SUMMARY_SCHEMA).collect()
     log.info(f"sparkgnn refresh: {what}: {partitions} tasks in {time.perf_counter() - started:.1f} s")
     return [json.loads(r.info) for r in sorted(rows, key=lambda r: r.part)]
+
+
+def _read_parts(spark, folder: str):
+    """A folder the tasks wrote as part=<p>/ files, read with the schema of a file's footer plus
+    `part` (no schema-inference job: parquet_read), or as Spark infers it where the driver cannot
+    read the files."""
+    from pyspark.sql.types import IntegerType
+
+    from sparkgnn.parquet_read import footer_schema
+
+    schema = None
+    if files.is_local(folder):
+        parts = sorted(name for name in files.entries(folder) if name.startswith("part="))
+        schema = footer_schema([files.join(folder, parts[0])]) if parts else None
+    reader = spark.read if schema is None else spark.read.schema(schema.add("part", IntegerType()))
+    return reader.parquet(_uri(folder))
 
 
 def _read_ids(spark, folder: str):
@@ -216,8 +249,8 @@ def _new_graph(spark, run_dir: str, old, built: list[dict], out_graph: str | Non
     # the next pieces (partition.py) hold every vertex once as owned, and every edge once
     pieces_next = files.join(run_dir, "next")
     columns = ["id", "x", *(c for c in ("y", "split") if c in old.vertices.columns)]
-    vertices = spark.read.parquet(_uri(files.join(pieces_next, "vertices"))).where("owned").select(*columns)
-    edges = spark.read.parquet(_uri(files.join(pieces_next, "edges"))).drop("part")
+    vertices = _read_parts(spark, files.join(pieces_next, "vertices")).where("owned").select(*columns)
+    edges = _read_parts(spark, files.join(pieces_next, "edges")).drop("part")
     graph = Graph(vertices, edges, name=old.name, meta=meta)
     if out_graph is None:
         return graph
@@ -227,11 +260,23 @@ def _new_graph(spark, run_dir: str, old, built: list[dict], out_graph: str | Non
 
 
 def _route_changed(spark, ctx: RunContext, layer: int) -> None:
-    """Layer l-1's recomputed ids, to every piece holding them (h^(l-1) changed there)."""
-    changed = read_parquet(spark, _uri(layer_dir(ctx.run_dir, layer - 1, "out"))).select("id")
-    changed.join(_local(spark, ctx), "id").write.partitionBy("part").parquet(
-        _uri(layer_dir(ctx.run_dir, layer, "changed"))
-    )
+    """Layer l-1's recomputed ids, to every piece holding them (h^(l-1) changed there); with their
+    new h when the tasks read the store's row files (they fetch nothing else of the new h)."""
+    from pyspark.sql import functions as F
+
+    holders = _local(spark, ctx)
+    columns = ["id"]
+    if ctx.store_rows:  # and to the owner of a vertex the update inserts (not among the held ids)
+        columns.append("h")
+        inserted = (
+            spark.read.schema("node long, kind string, owned boolean, part int")
+            .parquet(_uri(files.join(ctx.run_dir, "in", "update")))
+            .where((F.col("kind") == "vertex_insert") & F.col("owned"))
+            .select(F.col("node").alias("id"), "part")
+        )
+        holders = holders.unionByName(inserted)
+    changed = read_parquet(spark, _uri(layer_dir(ctx.run_dir, layer - 1, "out"))).select(*columns)
+    changed.join(holders, "id").write.partitionBy("part").parquet(_uri(layer_dir(ctx.run_dir, layer, "changed")))
 
 
 def _fetch_values(spark, ctx: RunContext, old_store, layer: int) -> None:
@@ -269,10 +314,13 @@ def _commit(spark, writer, old_store, ctx: RunContext, layer: int, deleted: list
         "id", F.lit(None).cast("array<float>").alias("h"), F.lit(None).cast("array<float>").alias("state")
     )
     if versions.should_compact(old_store.manifest, layer_key(layer), changed, total):
+        gone = out.select("id").unionByName(tombstones.select("id"))
+        # few enough ids to broadcast: one scan of the old layer, no shuffle of it (nor AQE's jobs)
         kept = old_store.frame(spark, layer).join(
-            out.select("id").unionByName(tombstones.select("id")), "id", "left_anti"
+            F.broadcast(gone) if changed <= BROADCAST_IDS else gone, "id", "left_anti"
         )
-        writer.commit_layer(layer, kept.select("id", "h", "state").unionByName(out), width, state_width)
+        merged = kept.select("id", "h", "state").unionByName(out)
+        writer.commit_layer(layer, merged, width, state_width, rows=total)  # every vertex once: `total` rows
         stats["committed"] = f"whole ({total} rows)"
     else:
         writer.commit_layer_delta_frame(layer, old_store, out.unionByName(tombstones), width, state_width, rows=total)
@@ -281,6 +329,29 @@ def _commit(spark, writer, old_store, ctx: RunContext, layer: int, deleted: list
 
 def _sum(summaries: list[dict], key: str) -> int:
     return int(sum(s.get(key, 0) for s in summaries))
+
+
+def _kind_counts(built: list[dict]) -> dict:
+    """The update's rows by kind, every kind in KINDS order (0 when absent) as GraphUpdate.counts
+    gives them, from the round-0 tasks' counts (each row counted by one task: no Spark count)."""
+    counts = dict.fromkeys(KINDS, 0)
+    for summary in built:
+        for kind, n in summary.get("kinds", {}).items():
+            counts[kind] = counts.get(kind, 0) + int(n)
+    return counts
+
+
+def _store_rows(old_store) -> tuple:
+    """RunContext.store_rows of `old_store`: every layer's segments, when each has a row file
+    (pe/rowfile.py); () when one has none (a layer Spark wrote): the driver fetches values."""
+    out = []
+    for layer in old_store.layers:
+        key = layer_key(layer)
+        segments = versions.segments(old_store.base, old_store.manifest, key)
+        if not all(segment.row_file for segment in segments):
+            return ()
+        out.append((layer, key, tuple(segments)))
+    return tuple(out)
 
 
 #: refresh's options in the previous release's positional order (legacy_positional maps them).
@@ -342,6 +413,7 @@ def refresh(
         files.join(root, "models"),
         register(model, files.join(root, "models")),
         partition.stat_keys(model),
+        _store_rows(old_store),
     )
     phases: dict = {}
     try:
@@ -372,7 +444,7 @@ def refresh(
             store="",
             graph_fingerprint=new_graph.fingerprint,
             previous_graph_fingerprint=old_store.manifest["graph_fingerprint"],
-            updates={str(r["kind"]): int(r["count"]) for r in update.groupBy("kind").count().collect()},
+            updates=_kind_counts(built),
             phases=phases,
         )
         phases["apply"] = round(time.perf_counter() - started, 3)
@@ -386,13 +458,16 @@ def refresh(
             layer_started = time.perf_counter()
             if layer > 1:
                 _route_changed(spark, ctx, layer)
-            planned = _tasks(
-                spark, partitions, functools.partial(partition.plan_task, ctx, layer), f"layer {layer} plan"
-            )
-            _fetch_values(spark, ctx, old_store, layer)
+            planned = None
+            if not ctx.store_rows:  # else the compute tasks read what they need from the row files
+                planned = _tasks(
+                    spark, partitions, functools.partial(partition.plan_task, ctx, layer), f"layer {layer} plan"
+                )
+                _fetch_values(spark, ctx, old_store, layer)
             computed = _tasks(spark, partitions, functools.partial(partition.compute_task, ctx, layer),
                               f"layer {layer} compute")  # fmt: skip
-            stats: dict = {"layer": layer, "needs": _sum(planned, "needs")}
+            stats: dict = {"layer": layer, "needs": _sum(planned or computed, "needs")}
+            stats["values"] = "fetched by Spark" if planned is not None else "read from row files"
             stats.update(
                 {k: _sum(computed, k) for k in ("targets", "delta", "scratch", "new_messages", "old_messages")}
             )

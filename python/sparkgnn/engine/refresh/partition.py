@@ -21,7 +21,9 @@ statistics, and the sources' h^(l-1) and statistics:
   holding it, so its out-neighbours (and itself, at its owner) are recomputed;
 * `plan_layer(..., owned=)` restricts the targets to owned vertices; the plan says which h^(l-1)
   values (old and new) and stored states the computation reads, the driver fetches exactly those
-  from the store and the previous layer (`values`), and the computation runs.
+  from the store and the previous layer (`values`), and the computation runs. Where every segment
+  of the old store has a row file (RunContext.store_rows), the compute task plans and reads those
+  rows itself (`_read_values`: mapped row files, the new h^(l-1) routed with `changed`).
 
 Everything a task reads or writes lies in the run directory (job.py lists it), on a filesystem
 every executor reaches; a task recomputes its piece from there (cached per Python worker), so a
@@ -60,11 +62,16 @@ from sparkgnn.graph.updates.format import EDGE_ATTR_FIELD
 from sparkgnn.layers.stats import OUT_EDGE_STATS, STATS
 from sparkgnn.pe.lookup import SortedTable
 from sparkgnn.pe.refresh_kernel import Side, compute_layer, plan_layer
+from sparkgnn.pe.rowfile import LayerRows, layer_rows
 from sparkgnn.stat_keys import stat_key
 
 # Kinds of the values a layer's computation reads (column `kind` of needs / values).
 NEW_H, OLD_H, STATE = 0, 1, 2
 SUMMARY_SCHEMA = "part int, info string"
+# The update's kinds whose rows are routed to every piece holding the vertex (the owner counts them).
+VERTEX_KINDS = ("vertex_insert", "feature_update", "vertex_delete")
+# layer=<l>/changed/ with the row files read directly (RunContext.store_rows): the new h^(l-1) too
+CHANGED_SCHEMA = pa.schema([("id", pa.int64()), ("h", pa.list_(pa.float32()))])
 CACHED_PIECES = 4
 
 
@@ -78,6 +85,19 @@ class RunContext:
     model_store: str
     model_fingerprint: str
     stat_keys: tuple  # ((key, stat name, weighted), ...)
+    # ((layer, layer key, (versions.Segment, ...)), ...) for every layer of the old store when each
+    # of its segments has a row file (pe/rowfile.py): the compute tasks read the values they need
+    # from them directly (no plan round, no fetch); () where one has none: the driver fetches them
+    store_rows: tuple = ()
+
+    def layer_rows(self, layer: int) -> LayerRows:
+        """The old store's layer `layer`, readable row by row from its segments' row files."""
+        for l, key, segments in self.store_rows:
+            if l == layer:
+                rows = layer_rows(list(segments), key, f"PE store layer {layer} (row files)")
+                if rows is not None:
+                    return rows
+        raise ValueError(f"layer {layer}: the PE store's layer has no row files to read from")
 
 
 def out_stat_keys(keys) -> list:
@@ -160,6 +180,7 @@ class Piece:
     owned_old: np.ndarray  # bool over OLD rows
     stats_old: dict = field(default_factory=dict)  # stat key -> float32 [old rows]
     stats_new: dict = field(default_factory=dict)  # stat key -> float32 [new rows]
+    kinds: dict = field(default_factory=dict)  # update kind -> rows of it this piece counts (each row once)
 
     @property
     def new(self) -> GraphData:
@@ -226,7 +247,15 @@ def build_piece(ctx: RunContext, part: int) -> Piece:
     inserted = applied.old_rows < 0
     owned[~inserted] = owned_old[applied.old_rows[~inserted]]
     owned[inserted] = np.isin(applied.graph.ids[inserted], inserted_owned.column("node").to_numpy())
-    return Piece(part, old, applied, owned, owned_old)
+    return Piece(part, old, applied, owned, owned_old, kinds=_kind_counts(update_rows))
+
+
+def _kind_counts(update_rows: pa.Table) -> dict:
+    """Rows of each update kind this piece counts: a vertex row where the piece owns the vertex
+    (it is routed to every holder, the owner among them), any other row where it was routed (once)."""
+    vertex_row = pc.is_in(update_rows.column("kind"), pa.array(VERTEX_KINDS))
+    counted = update_rows.filter(pc.or_kleene(pc.invert(vertex_row), update_rows.column("owned")))
+    return {str(v["values"]): int(v["counts"]) for v in counted.column("kind").value_counts().to_pylist()}
 
 
 def _meta(run_dir: str) -> dict:
@@ -357,6 +386,7 @@ def build_task(ctx: RunContext, batches):
                 "vertices": len(rows),
                 "edges": int(new.num_edges),
                 "deleted": old.ids[piece.owned_old & (piece.applied.new_rows < 0)].tolist(),
+                "kinds": piece.kinds,
                 # the updated graph's fingerprint partials (graph/fingerprint.py sums are additive)
                 "vertex_sum": vertex_hash_sum(new.ids[rows], new.x[rows]),
                 "edge_sum": edge_hash_sum(new.ids[new.edge_src], new.ids[new.edge_dst], new.weight, new.edge_attr),
@@ -497,15 +527,22 @@ def _plan(ctx: RunContext, layer: int, piece: Piece, values: dict | None):
     return model, conv, old, new, plan
 
 
+def _wanted(layer: int, piece: Piece, plan) -> list:
+    """[(kind, ids)]: the values the plan's computation reads (stored states of layer l; from
+    layer 2 on, h^(l-1) after and before the update)."""
+    wanted = [(STATE, piece.old.ids[plan.state_rows_needed(piece.applied.old_rows)])]
+    if layer > 1:
+        wanted += [(NEW_H, piece.new.ids[plan.new_rows_needed()]), (OLD_H, piece.old.ids[plan.old_rows_needed()])]
+    return wanted
+
+
 def plan_task(ctx: RunContext, layer: int, batches):
     """Round 1 of a layer: plan the piece's targets and write which values the computation reads
     (h^(l-1) after and before the update, stored states of layer l) as (part, id, kind) rows."""
     for part in _parts(batches):
         piece = load_piece(ctx, part)
         _model_, _conv, _old, _new, plan = _plan(ctx, layer, piece, None)
-        wanted = [(STATE, piece.old.ids[plan.state_rows_needed(piece.applied.old_rows)])]
-        if layer > 1:
-            wanted += [(NEW_H, piece.new.ids[plan.new_rows_needed()]), (OLD_H, piece.old.ids[plan.old_rows_needed()])]
+        wanted = _wanted(layer, piece, plan)
         ids = np.concatenate([w for _k, w in wanted])
         kinds = np.concatenate([np.full(len(w), k, np.int32) for k, w in wanted])
         table = pa.table(
@@ -516,7 +553,8 @@ def plan_task(ctx: RunContext, layer: int, batches):
 
 
 def compute_task(ctx: RunContext, layer: int, batches):
-    """Round 2 of a layer: recompute the piece's targets from the fetched values and write their
+    """Round 2 of a layer (its only round when the tasks read the old store's row files:
+    RunContext.store_rows): recompute the piece's targets from the fetched values and write their
     (id, h, state) rows."""
     for part in _parts(batches):
         yield _summary(part, _compute_piece(ctx, layer, part))
@@ -525,8 +563,14 @@ def compute_task(ctx: RunContext, layer: int, batches):
 @torch.no_grad()
 def _compute_piece(ctx: RunContext, layer: int, part: int) -> dict:
     piece = load_piece(ctx, part)
-    values = _values(ctx, layer, part)
-    model, conv, old, new, plan = _plan(ctx, layer, piece, values)
+    read: dict = {}
+    if ctx.store_rows:  # plan, then read what the plan needs (the sides look values up when computing)
+        values: dict = {}
+        model, conv, old, new, plan = _plan(ctx, layer, piece, values)
+        read["needs"] = _read_values(ctx, layer, piece, plan, values)
+    else:
+        values = _values(ctx, layer, part)
+        model, conv, old, new, plan = _plan(ctx, layer, piece, values)
     change = compute_layer(
         conv,
         lambda h: model.post(layer - 1, h),
@@ -545,4 +589,34 @@ def _compute_piece(ctx: RunContext, layer: int, part: int) -> dict:
     )
     write_piece_file(files.join(layer_dir(ctx.run_dir, layer, "out"), f"part={part}.parquet"), table)
     info = {k: int(getattr(change, k)) for k in ("delta", "scratch", "new_messages", "old_messages")}
-    return {"targets": len(change.targets), **info}
+    return {"targets": len(change.targets), **info, **read}
+
+
+def _read_values(ctx: RunContext, layer: int, piece: Piece, plan, values: dict) -> int:
+    """Fill `values` (kind -> SortedTable, as _values reads them from a fetch) with what `plan`
+    reads: stored states and h^(l-1) before the update from the old store's row files, h^(l-1)
+    after it from layer l-1's recomputed rows routed here (`changed`, with h) where the vertex
+    was recomputed, else from the store (unchanged). Returns how many values it read."""
+    wanted = {kind: np.unique(ids) for kind, ids in _wanted(layer, piece, plan)}
+    where = f"partition {piece.part}"
+    state = ctx.layer_rows(layer)
+    values[STATE] = SortedTable(
+        wanted[STATE], {"v": state.get(wanted[STATE], "state")}, f"layer {layer} stored state, {where}"
+    )
+    if layer > 1:
+        stored = ctx.layer_rows(layer - 1)
+        changed = read_slice(layer_dir(ctx.run_dir, layer, "changed"), piece.part, CHANGED_SCHEMA)
+        width = stored.segments[-1].widths["h"]
+        # an id may come twice (held as a source and inserted here): the same row
+        fresh_ids, first = np.unique(changed.column("id").to_numpy(), return_index=True)
+        fresh = to_numpy_matrix(changed.column("h"), width) if len(fresh_ids) else np.zeros((0, width), np.float32)
+        new_ids = wanted[NEW_H]
+        recomputed = np.isin(new_ids, fresh_ids)
+        new_h = np.empty((len(new_ids), width), np.float32)
+        new_h[recomputed] = fresh[first[np.searchsorted(fresh_ids, new_ids[recomputed])]]
+        new_h[~recomputed] = stored.get(new_ids[~recomputed], "h")
+        values[NEW_H] = SortedTable(new_ids, {"v": new_h}, f"layer {layer} h^(l-1) after, {where}")
+        values[OLD_H] = SortedTable(
+            wanted[OLD_H], {"v": stored.get(wanted[OLD_H], "h")}, f"layer {layer} h^(l-1) before, {where}"
+        )
+    return int(sum(len(ids) for ids in wanted.values()))

@@ -60,7 +60,7 @@ def build(spark, graph, partitions: int, path: str) -> None:
         .distinct()
     )
     local.write.partitionBy("part").parquet(uri(files.join(path, "local")))
-    local = spark.read.parquet(uri(files.join(path, "local")))
+    local = spark.read.schema("id long, part int").parquet(uri(files.join(path, "local")))
     (
         local.join(graph.vertices, "id")
         .withColumn("owned", F.col("part") == part_of("id"))
