@@ -127,6 +127,22 @@ def test_a_bad_update_is_refused_with_its_problems_and_nothing_written(spark, gr
     for needle in (str(10**12), str(10**12 + 1), "NaN", str(graph.ids[3])):
         assert needle in text, (needle, text)
     assert sorted(os.listdir(root)) == before
+    # rows without the id they are routed by (an edge's dst, a vertex row's node) reach a task that
+    # names them (a vertex row without its node used to join no piece: dropped, not refused)
+    import pyarrow.parquet as pq
+
+    rows = [("edge_insert", int(graph.ids[4]), None, 1.0, None, None), ("vertex_delete", None, None, None, None, None)]
+    columns = list(zip(*rows, strict=True))
+    unroutable = tmp_path / "unroutable"
+    unroutable.mkdir()
+    pq.write_table(
+        pa.table({f.name: pa.array(list(c), f.type) for f, c in zip(UPDATE_SCHEMA, columns, strict=True)}),
+        unroutable / "part-0.parquet",
+    )
+    with pytest.raises(GraphUpdateError) as caught:
+        refresh(spark, path, model, store=root, updates=str(unroutable), partitions=3, work_dir=shared_work)
+    assert "null dst" in str(caught.value) and "null node" in str(caught.value), str(caught.value)
+    assert sorted(os.listdir(root)) == before
 
 
 def test_a_spark_refresh_killed_after_layer_one_resumes_and_the_next_refresh_reuses_its_pieces(

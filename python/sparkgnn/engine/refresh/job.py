@@ -178,8 +178,14 @@ def _update_inputs(spark, ctx: RunContext, graph, update) -> None:
         .write.partitionBy("part")
         .parquet(_uri(files.join(ctx.run_dir, "in", "extra_vertices")))
     )
-    vertex_rows = update.where(F.col("kind").isin(*VERTEX_KINDS))
-    other_rows = update.where(~F.coalesce(F.col("kind").isin(*KINDS), F.lit(False))).withColumn("part", F.lit(0))
+    # a vertex row without its node joins no holder below and would be dropped, not refused: it
+    # goes to piece 0 with the rows of unknown kinds, whose task names it (an edge row without
+    # its dst still hashes to a piece, whose task names it)
+    vertex_rows = update.where(F.col("kind").isin(*VERTEX_KINDS) & F.col("node").isNotNull())
+    unroutable = ~F.coalesce(F.col("kind").isin(*KINDS), F.lit(False)) | (
+        F.col("kind").isin(*VERTEX_KINDS) & F.col("node").isNull()
+    )
+    other_rows = update.where(unroutable).withColumn("part", F.lit(0))
     holders = (
         _local(spark, ctx)
         .unionByName(vertex_rows.select(F.col("node").alias("id"), part_of("node").alias("part")))
