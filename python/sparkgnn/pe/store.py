@@ -10,10 +10,13 @@ StalePEStore message.
 whole (what a cold refresh uses). Lookups load a layer's Parquet with pyarrow once (cached per
 layer; exactly the files the manifest recorded, through pyarrow.fs, so s3:// stores work) and
 answer id batches with a vectorised search (lookup.py); `frame` hands the same files to Spark
-(its Hadoop filesystem) for joins at scale.
+(its Hadoop filesystem) for joins at scale. A store is shared by threads answering at once (typed
+serving's engines): each layer is loaded once under the store's lock, then only read.
 """
 
 from __future__ import annotations
+
+import threading
 
 from sparkgnn import files
 from sparkgnn.errors import DamagedPEStore, SparkGNNError, StalePEStore
@@ -135,6 +138,15 @@ class PEStore:
         self.manifest = manifest
         self._tables: dict = {}
         self._rows: dict = {}
+        self._lock = threading.Lock()  # table() and rows() load a layer once (module doc)
+
+    def __getstate__(self) -> dict:
+        # a store may travel with a serving context to Spark executors: its lock does not
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     @classmethod
     def open(cls, path, *, model, graph, verify: str = "checksums", trusted_from: PEStore | None = None) -> PEStore:
@@ -198,15 +210,19 @@ class PEStore:
         """Layer `layer` whole, sorted by id (h and, when stored, state columns), read once and kept:
         what lookup() answers from, and what a refresh reads the old values from."""
         layer = self._check_layer(layer)
-        if layer not in self._tables:
-            table = versions.read(self.base, self.manifest, layer_key(layer))
-            what = f"PE store layer {layer}"
-            cols = {"h": vectors(table.column("h"), self.width(layer), f"{what} h")}
-            if "state" in table.column_names:
-                cols["state"] = vectors(table.column("state"), self.state_width(layer), f"{what} state")
-            ids = table.column("id").to_numpy().astype("int64", copy=False)
-            self._tables[layer] = SortedTable(ids, cols, what)
-        return self._tables[layer]
+        found = self._tables.get(layer)
+        if found is None:
+            with self._lock:
+                found = self._tables.get(layer)
+                if found is None:
+                    table = versions.read(self.base, self.manifest, layer_key(layer))
+                    what = f"PE store layer {layer}"
+                    cols = {"h": vectors(table.column("h"), self.width(layer), f"{what} h")}
+                    if "state" in table.column_names:
+                        cols["state"] = vectors(table.column("state"), self.state_width(layer), f"{what} state")
+                    ids = table.column("id").to_numpy().astype("int64", copy=False)
+                    found = self._tables[layer] = SortedTable(ids, cols, what)
+        return found
 
     def loaded(self, layer: int) -> bool:
         """Whether layer `layer` is already held whole in memory (table() was called)."""
@@ -218,10 +234,12 @@ class PEStore:
         segment of the layer has no row file (a store written before them, or by Spark): read it
         whole with table(). Raises DamagedPEStore when a row file does not belong to its layer."""
         layer = self._check_layer(layer)
-        if layer not in self._rows:
-            key = layer_key(layer)
-            chain = versions.segments(self.base, self.manifest, key)
-            self._rows[layer] = rowfile.layer_rows(chain, key, f"PE store layer {layer} (row files)")
+        if layer not in self._rows:  # None (no row files) is kept too
+            with self._lock:
+                if layer not in self._rows:
+                    key = layer_key(layer)
+                    chain = versions.segments(self.base, self.manifest, key)
+                    self._rows[layer] = rowfile.layer_rows(chain, key, f"PE store layer {layer} (row files)")
         return self._rows[layer]
 
     def lookup(self, ids, layer: int, states: bool = False):

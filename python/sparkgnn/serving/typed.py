@@ -32,6 +32,11 @@ the count of those stale reads as `stale_rows` in the breakdown (0 on an exact a
 search walks FULL's neighbourhood (index arrays, no values computed); a request whose edges all
 point into queries is known exact without it.
 
+Threads: one engine answers on several threads at once (the typed online service runs one per
+served mode on its pools' threads). Everything a call computes is its own; what the engine builds
+lazily (SRPE's in-degrees per type) is built once under its lock and only read afterwards, as is
+the typed PE store's layer table (pe/store.py).
+
 WHY typed SRPE recomputes a chosen vertex over all its in-edges (the sources read from the store
 unless they are queries or chosen ones) instead of merging a stored per-relation state with the
 query messages: the typed store keeps no states (next paragraph), and where nothing stale is read
@@ -56,6 +61,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import threading
 import time
 import zlib
 from collections.abc import Mapping
@@ -287,6 +293,7 @@ class TypedQueryEngine(TypedRounds):
         super().__init__(graph, model, store)
         self.mode = mode
         self._in_degree: dict[str, np.ndarray] = {}  # node type -> G in-degree over its relations (qer)
+        self._lock = threading.Lock()  # builds _in_degree once however many threads answer (module doc)
 
     @property
     def mode_name(self) -> str:
@@ -418,20 +425,28 @@ class TypedQueryEngine(TypedRounds):
     def _qer(self, prep: UnionRows, node_type: str, rows: np.ndarray) -> np.ndarray:
         """|N_Q(u)| / |N(u)| at G rows `rows` of `node_type`: request in-edges from queries over
         all in-edges in the union graph, over every relation into the type."""
-        if node_type not in self._in_degree:
-            deg = np.zeros(self._sizes[node_type], np.int64)
-            for et, (_, dst) in self._csc.items():
-                if et[2] == node_type:
-                    deg += np.bincount(dst, minlength=len(deg))[: len(deg)]
-            self._in_degree[node_type] = deg
+        degree = self._in_degree.get(node_type)
+        if degree is None:
+            with self._lock:
+                degree = self._in_degree.get(node_type)
+                if degree is None:
+                    degree = self._in_degree[node_type] = self._build_in_degree(node_type)
         nq = np.zeros(len(rows), np.int64)
         for et, (src, dst) in prep.edges.items():
             if et[2] == node_type:
                 hit = dst[(src >= self._sizes[et[0]]) & (dst < self._sizes[node_type])]
                 hit = hit[np.isin(hit, rows)]
                 nq += np.bincount(np.searchsorted(rows, hit), minlength=len(rows))
-        deg = self._in_degree[node_type][rows] + nq
+        deg = degree[rows] + nq
         return np.where(deg > 0, nq / np.maximum(deg, 1), 0.0)
+
+    def _build_in_degree(self, node_type: str) -> np.ndarray:
+        """G's in-degree of every vertex of `node_type`, over every relation into the type."""
+        deg = np.zeros(self._sizes[node_type], np.int64)
+        for et, (_, dst) in self._csc.items():
+            if et[2] == node_type:
+                deg += np.bincount(dst, minlength=len(deg))[: len(deg)]
+        return deg
 
 
 def _check_store(store: TypedPEStore, graph: TypedGraphData, model: HeteroModel) -> None:
