@@ -190,6 +190,41 @@ def test_typed_ids_of_a_model_reading_node_statistics_run_through_the_relation_j
     np.testing.assert_allclose([h for _, h in got], reference["author"][[2, 5]].numpy(), rtol=1e-5, atol=1e-5)
 
 
+class _GcnCitesTwice(_GcnCites):
+    """_GcnCites, then a relu and a second such round."""
+
+    def __init__(self, metadata):
+        super().__init__(metadata)
+        convs = {e: GCNConv(8, 8) if e[0] == e[2] else SAGEConv(8, 8) for e in metadata[1]}
+        self.conv2 = HeteroConv(convs, aggr="sum")
+
+    def forward(self, x_dict, edge_index_dict):
+        x_dict = {t: x.relu() for t, x in super().forward(x_dict, edge_index_dict).items()}
+        return self.conv2(x_dict, edge_index_dict)
+
+
+def test_typed_ids_whose_walk_needs_no_row_of_a_type_skip_its_relations_and_equal_pyg(spark, typed_dir, tmp_path):
+    # author 5 wrote no paper: round 1 needs no paper row (written_by has no source of it), so
+    # round 0 computes no paper (cites, writes and topic_of into paper are skipped) and its
+    # written_by job reads no paper row; the rows still equal PyG's forward (its bias and root term)
+    path, d = typed_dir
+    module = _ready(_GcnCitesTwice(d.metadata()), d)
+    reference = module(d.x_dict, d.edge_index_dict)
+    result = infer(spark, path, module, ids={"author": [5]}, work_dir=str(tmp_path / "work"))
+    assert list(result.plans) == ["0:paper__written_by__author", "1:paper__written_by__author"]
+    got = sorted((r.id, r.h) for r in result.frames["author"].collect())
+    assert [i for i, _ in got] == [5]
+    np.testing.assert_allclose([h for _, h in got], reference["author"][[5]].numpy(), rtol=1e-5, atol=1e-5)
+    # the same request on the driver path (a model that recomputes each row from its in-edges
+    # alone): the walk's empty paper set gathers no rows instead of an empty IN () predicate
+    module = _ready(to_hetero(_Sage(2), d.metadata(), aggr="sum"), d)
+    reference = module(d.x_dict, d.edge_index_dict)
+    result = infer(spark, path, module, ids={"author": [5]}, work_dir=str(tmp_path / "work2"))
+    got = sorted((r.id, r.h) for r in result.frames["author"].collect())
+    assert [i for i, _ in got] == [5] and "local" in result.plans
+    np.testing.assert_allclose([h for _, h in got], reference["author"][[5]].numpy(), rtol=1e-5, atol=1e-5)
+
+
 def test_relation_graphs_take_their_fingerprint_and_counts_from_the_typed_graph():
     from types import SimpleNamespace
 

@@ -279,7 +279,10 @@ def infer_typed(
         except BaseException:
             id_sets.release()
             raise
-        need = [set(level) for level in rows[1:]]
+        # a type none of whose rows a later round reads (the walk found no in-neighbour of the
+        # rows it gives) is not computed: its relations would run on no rows; _run_round gives
+        # it no rows, so a relation reading it as its source side sees none (no edges from it)
+        need = [{t for t, level_ids in level.items() if level_ids.size} for level in rows[1:]]
         outputs = [t for t in model.outputs if t in requested]
     else:
         need = needed_types(model, types)
@@ -544,6 +547,13 @@ def _run_round(
                 if t in rnd.post:
                     frame = apply_node_ops(frame, cast(NodeOpStack, rnd.post[t]))
                 result[t] = _persist(spark, frame, f"{run_dir}/round{index}/values/{t}")
+    if rows is not None:
+        # a type the walk needs no row of (not in `need`: none of its relations ran) is read by
+        # the next round as a relation's source side only, with no rows: PyG's forward sums over
+        # the relations into a row, and one whose sources have no row gives it no neighbour
+        for t in sorted(set(rows[1]) - set(result)):
+            log.info(f"sparkgnn: typed round {index}: no row of node type {t!r} is needed, none computed")
+            result[t] = spark.createDataFrame([], "id long, h array<float>")
     return result
 
 

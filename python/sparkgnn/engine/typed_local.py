@@ -83,6 +83,8 @@ def _where_in(frame: DataFrame, column: str, ids: np.ndarray, spark) -> DataFram
     for many ids)."""
     from sparkgnn.engine.khop import id_frame, semi_join
 
+    if not len(ids):  # a type the walk needs no row of (SQL has no empty IN list)
+        return frame.where("false")
     if len(ids) <= IN_LIST_IDS:
         return frame.where(f"{column} IN ({_in_list(ids)})")
     return semi_join(frame, id_frame(spark, ids), len(ids), on=column)
