@@ -88,6 +88,7 @@ from online_experiments import (  # noqa: E402
     probe_worker_idle,
 )
 from online_fronts import experiment_fronts, experiment_idle, experiment_overload  # noqa: E402
+from online_lanes import experiment_lanes  # noqa: E402
 from online_measure import EXACT_SLO_MS, HE_SLO_MS, Bench, LoadGen, slo_rate  # noqa: E402
 from online_plots import plot  # noqa: E402
 from online_sharded import SETTINGS as SHARDED_SETTINGS  # noqa: E402
@@ -123,7 +124,7 @@ QUICK = {
 # fronts / overload / idle (online_fronts.py): the offer over HTTP as a multiple of the one-slot
 # closed-loop rate, the generator's connections, the overload run's deadline, the idle window
 FRONT_SETTINGS = {"fronts_offer": 3.0, "fronts_connections": 64, "overload_deadline_ms": 100.0, "idle_seconds": 5.0}
-ONLY_PARTS = ("auth", "fronts", "overload", "idle", "sharded")
+ONLY_PARTS = ("auth", "fronts", "overload", "idle", "sharded", "lanes")
 FRONT_KEYS = {  # top-level key -> (section, key in it)
     "two_fronts_over_one": ("fronts", "two_fronts_over_one"),
     "service_cpu_ms_per_request": ("overload", "service_cpu_ms_per_request"),
@@ -236,6 +237,11 @@ WHAT = {
     "single-query HE request at its held capacity (the issue asks <= 0.5)",
     "overload_goodput_ratio": "overload.overload_goodput_ratio (the issue asks >= 0.9, excess refused fast)",
     "idle_cpu_cores": "idle.idle_cpu_cores (the issue asks <= 0.05)",
+    "lanes": "online_lanes.experiment_lanes (--only lanes): ServeConfig.express_lanes 0 vs the default in one run: "
+    "summary['poisson|bursty/lanes_N'] = mean latency, p99 and the longest wait / own service of mixed-size requests "
+    "under the degree scheduler at sched_load x the lanes-off mixed capacity (sched_repeats runs per arm, "
+    "alternating); "
+    "summary['overload/lanes_N'] = answered req/s / the lanes-off HE capacity when offered 2 x that capacity",
     "sharded": "online_sharded.experiment_sharded: SAGE single-query HE and EXACT over ZeroMQ served by layouts "
     "replicated ('workers' pool, width 2, whole store per worker), sharded_2 and sharded_4 (sharded pools, one "
     "worker per shard): per layout and mode calibrated_rps (one slot, closed loop), fixed_point at "
@@ -301,14 +307,17 @@ def _log_auth(auth: dict) -> None:
 def _front_sections(b, dep, s, parts: set, run: str) -> dict:
     """The fronts / overload / idle (online_fronts.py) and sharded (online_sharded.py) sections
     named in `parts`, each with how, where and at what scale it ran."""
+    from sparkgnn.serving.online.config import ServeConfig
+
     runners = {
+        "lanes": lambda b, dep, s: experiment_lanes(b, dep, s, ServeConfig.express_lanes),
         "fronts": experiment_fronts,
         "overload": experiment_overload,
         "idle": experiment_idle,
         "sharded": experiment_sharded,
     }
     out = {}
-    for part in ("fronts", "overload", "idle", "sharded"):
+    for part in ("lanes", "fronts", "overload", "idle", "sharded"):
         if part not in parts:
             continue
         started, loadavg, load_start = time.perf_counter(), list(os.getloadavg()), load_average()

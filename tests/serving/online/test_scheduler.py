@@ -317,16 +317,37 @@ def test_a_blocked_express_take_is_woken_only_by_a_request_within_its_ceiling():
     assert not lane.is_alive() and [keys(b) for b in got] == [["cheap"]]
 
 
-def _simulate(lanes: int, arrivals: list[tuple[float, str, float]], factor: float = 4.0) -> dict[str, float]:
+def test_an_express_take_waits_for_its_condition_and_a_poke_wakes_it():
+    s = DegreeScheduler(t_d=1000, service=ServiceModel(overhead_s=0.001, per_cost_s=0.001))
+    held = threading.Event()  # the condition: the slots are held by an expensive batch
+    got: list = []
+    lane = threading.Thread(target=lambda: got.append(s.take(30.0, within_s=0.005, when=held.is_set)))
+    lane.start()
+    s.push(req("cheap", 2))
+    lane.join(timeout=0.3)
+    assert lane.is_alive() and got == [] and len(s) == 1  # fits the ceiling, but the slot is not held
+    held.set()
+    s.poke()
+    lane.join(timeout=10.0)
+    assert not lane.is_alive() and [keys(b) for b in got] == [["cheap"]]
+
+
+def _simulate(
+    lanes: int, arrivals: list[tuple[float, str, float]], factor: float = 4.0
+) -> tuple[dict[str, float], int]:
     """A fake-clock run of one plain slot plus `lanes` express lanes (ceilings as dispatch.py:
     factor**k x a cost-1 request's predicted service), one request per batch as for the modes
     answered request by request, each batch taking exactly its predicted service: per request,
-    its wait / its own service."""
+    its wait / its own service; and how many requests the lanes took. A lane takes only while the
+    plain slot runs a batch predicted to take longer than the lane's ceiling (dispatch.py's
+    condition)."""
     clock = FakeClock(0.0)
     service = ServiceModel(overhead_s=0.001, per_cost_s=0.001)
     s = DegreeScheduler(t_d=1e9, max_batch=1, service=service, max_wait_factor=factor, clock=clock)
     ceilings = [None] + [factor**k * service.predict(1.0) for k in range(1, lanes + 1)]
     free_at = [0.0] * len(ceilings)
+    running = [0.0]  # predicted seconds of the plain slot's batch while it runs
+    lane_takes = [0]
     todo = sorted(arrivals)
     ratios: dict[str, float] = {}
     i = 0
@@ -335,15 +356,22 @@ def _simulate(lanes: int, arrivals: list[tuple[float, str, float]], factor: floa
             t, key, cost = todo[i]
             s.push(req(key, cost, arrived=t))
             i += 1
+        if free_at[0] <= clock.now:
+            running[0] = 0.0
         for slot, ceiling in enumerate(ceilings):
             if free_at[slot] <= clock.now:
-                for p in s.take(0, within_s=ceiling):
+                held = None if ceiling is None else (lambda c=ceiling: running[0] > c)
+                for p in s.take(0, within_s=ceiling, when=held):
                     seconds = service.predict(p.cost)
                     ratios[p.key] = (clock.now - p.arrived) / seconds
                     free_at[slot] = clock.now + seconds
+                    if slot == 0:
+                        running[0] = seconds
+                    else:
+                        lane_takes[0] += 1
         later = [t for t in free_at if t > clock.now] + ([todo[i][0]] if i < len(todo) else [])
         if not later:
-            return ratios
+            return ratios, lane_takes[0]
         clock.now = min(later)
 
 
@@ -355,8 +383,18 @@ def test_express_lanes_bound_the_wait_of_requests_arriving_behind_an_expensive_b
         t = 0.05 + 0.15 * burst
         arrivals += [(t, f"b{burst}-c60", 60.0), (t, f"b{burst}-c20", 20.0), (t + 0.001, f"b{burst}-c5", 5.0)]
         arrivals += [(t + 0.002, f"b{burst}-c1-{k}", 1.0) for k in range(2)]
-    with_lanes = _simulate(3, arrivals)
-    assert len(with_lanes) == len(arrivals)
+    with_lanes, taken = _simulate(3, arrivals)
+    assert len(with_lanes) == len(arrivals) and taken > 0
     assert max(with_lanes.values()) <= 4.0  # every wait <= max_wait_factor x the request's own service
-    without = _simulate(0, arrivals)  # one slot: the cheap ones wait for the expensive batch
+    without, _ = _simulate(0, arrivals)  # one slot: the cheap ones wait for the expensive batch
     assert max(without.values()) > 100.0
+
+
+def test_express_lanes_stay_idle_behind_cheap_batches():
+    # cheap requests (2-4 ms), now and then two at once: the slot's batches never exceed a lane's
+    # ceiling, so the lanes take nothing (the slot keeps every request) and the bound holds anyway
+    arrivals = [(0.005 * k, f"c{k}", float(1 + k % 3)) for k in range(60)]
+    arrivals += [(0.005 * k + 0.001, f"pair{k}", 1.0) for k in range(0, 60, 10)]
+    ratios, taken = _simulate(3, arrivals)
+    assert len(ratios) == len(arrivals) and taken == 0
+    assert max(ratios.values()) <= 4.0

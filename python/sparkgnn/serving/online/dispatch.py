@@ -10,9 +10,11 @@ WHY this shape:
     preempted, so next to the first in-process pool's slots run that many lanes, each a thread
     that takes only requests within its ceiling (lane k: `max_wait_factor`**k x the predicted
     service of a cost-1 request, from the service model fitted to the batches served) and runs
-    them in this process. A cheap request that arrives while an expensive batch holds the slot
-    starts on a lane instead of waiting for it; the general slots still serve everything, in the
-    scheduler's order (promotion included). Lanes are extra threads of the front end's process,
+    them in this process, and only while every slot of that pool runs a batch predicted to take
+    longer than the lane's ceiling. A cheap request that arrives while an expensive batch holds
+    the slot starts on a lane instead of waiting for it; behind cheap batches (an overload of
+    single queries) the lanes stay idle and the slot fuses the requests. The general slots still
+    serve everything, in the scheduler's order (promotion included). Lanes are extra threads of the front end's process,
     so they apply only to an "inprocess" pool; a worker pool's slots are its workers.
   - Routing (pools.ROUTERS, Quiver's PSGS threshold) with overflow: a batch whose pool has no free
     slot while another pool has one goes there instead (counted as "overflow").
@@ -90,6 +92,9 @@ class Dispatcher:
         self.lane_pool = next((p for p, pool in enumerate(pools) if isinstance(pool, InProcessPool)), None)
         lanes = int(config.express_lanes) if self.lane_pool is not None else 0
         self.lanes = lanes
+        # per slot of the lane pool: the predicted seconds of the batch it runs (0.0: idle); the
+        # lanes' take condition reads it (a list of floats: each write is one atomic store)
+        self.running_s = [0.0] * (pools[self.lane_pool].width if self.lane_pool is not None else 0)
         # one caller thread per slot (lanes included): the dispatch thread awaits its call with a deadline
         self._callers = {
             (p, slot): ThreadPoolExecutor(1, thread_name_prefix=f"sparkgnn-serve-call-{pool.name}-{slot}")
@@ -115,6 +120,11 @@ class Dispatcher:
         request it takes, `max_wait_factor`**lane x that of a cost-1 request."""
         return float(self.config.max_wait_factor) ** lane * self.service.predict(1.0)
 
+    def slots_held_above(self, seconds: float) -> bool:
+        """Whether every slot of the lane pool runs a batch predicted to take more than `seconds`
+        (an express lane's take condition: otherwise the request waits within its bound anyway)."""
+        return bool(self.running_s) and min(self.running_s) > seconds
+
     def lane_loop(self, lane: int) -> None:
         """Express lane `lane` (1-based): take the cheapest requests within its ceiling and run
         them on the lane's own slot of the in-process pool, until the scheduler closes. Blocks
@@ -124,7 +134,12 @@ class Dispatcher:
         pool = self.pools[p]
         slot = pool.width + lane - 1
         while True:
-            batch = self.scheduler.take(None, within_s=self.lane_ceiling_s(lane))
+            ceiling = self.lane_ceiling_s(lane)
+            batch = self.scheduler.take(
+                None,
+                within_s=ceiling,
+                when=lambda c=ceiling: self.slots_held_above(c),
+            )
             if not batch:  # the scheduler was closed: stopping
                 return
             self._dequeued(batch)
@@ -278,6 +293,10 @@ class Dispatcher:
         if not live:
             return
         requests = [t.request for t in live]
+        held = self.pools.index(pool) == self.lane_pool and slot < len(self.running_s)
+        if held:  # the lanes' condition changed: wake them to look again
+            self.running_s[slot] = self.service.predict(sum(t.cost for t in live))
+            self.scheduler.poke()
         version = self.versions.take()  # the whole batch is answered by this version (versions.py)
         try:
             header = batch_header(version, live[0].mode, requests)
@@ -299,6 +318,8 @@ class Dispatcher:
             return
         finally:
             self.versions.release(version)
+            if held:
+                self.running_s[slot] = 0.0
         service = time.monotonic() - started
         cost = sum(t.cost for t in live)
         self.service.observe(cost, service)

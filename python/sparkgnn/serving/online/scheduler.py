@@ -23,8 +23,12 @@ bounds. The dispatcher therefore runs express lanes next to the pool's slots (di
 k takes only requests whose predicted service is at most `max_wait_factor`**k times the cheapest
 one's, cheapest first, so a request of predicted service p waits behind a batch in service of at
 most `max_wait_factor` x p on the first lane whose ceiling holds it, never behind an expensive
-batch. Lanes need the cost order: the degree scheduler serves them; FIFO has none (its lane takes
-never return a request), so FIFO stays the one-slot baseline.
+batch. A lane takes only while every slot runs a batch predicted to take longer than its ceiling
+(`take(when=...)`): behind a cheaper batch the request's wait stays within the bound anyway, and a
+lane that took it would only split the batches the slot fuses and share the cores with it (under
+an overload of cheap requests ungated lanes cut the answered rate by a third). Lanes need the cost
+order: the degree scheduler serves them; FIFO has none (its lane takes never return a request), so
+FIFO stays the one-slot baseline.
 
 `divide` is GSM's batch divider (section IV-B) at request granularity: a batch whose per-layer
 subgraph would hold more than T_s vertices is run as consecutive sub-batches, which flattens the
@@ -245,7 +249,9 @@ class Scheduler:
             # every taker: the batcher and the express lanes wait for different requests
             self._cond.notify_all()
 
-    def take(self, timeout_s: float | None, *, within_s: float | None = None) -> list[Pending]:
+    def take(
+        self, timeout_s: float | None, *, within_s: float | None = None, when: Callable[[], bool] | None = None
+    ) -> list[Pending]:
         """The next batch (all of one group), waiting up to `timeout_s` for a request (None: until
         one comes or the scheduler closes, without waking meanwhile); [] when none came in time or
         the scheduler is closed.
@@ -253,7 +259,11 @@ class Scheduler:
         `within_s` (an express lane's take, module doc): only requests whose predicted service
         (`service.predict` of their cost) is at most `within_s` seconds, cheapest first, in a batch
         whose cost sum's predicted service stays within it too; the others stay queued for the
-        plain takes. A scheduler without a cost order (FIFO) never returns a request to it."""
+        plain takes. A scheduler without a cost order (FIFO) never returns a request to it.
+
+        `when`: a condition the take also waits for (an express lane's: the slots are held by a
+        batch costlier than its ceiling), evaluated under the scheduler's lock whenever a push or
+        `poke` wakes the takers; it must not block."""
         wait = None if timeout_s is None else max(0.0, float(timeout_s))
         if within_s is not None and not (math.isfinite(within_s) and within_s >= 0):
             raise SchedulerError(f"{self.name} scheduler: within_s must be a finite number >= 0, got {within_s!r}")
@@ -261,6 +271,8 @@ class Scheduler:
         def ready() -> bool:
             if self._closed or self._size == 0:
                 return self._closed
+            if when is not None and not when():
+                return False
             if within_s is None:
                 return True
             cheapest = self._cheapest()
@@ -278,6 +290,11 @@ class Scheduler:
             if queued[0] <= 0:
                 del self._backlog[batch[0].group]
             return batch
+
+    def poke(self) -> None:
+        """Wake every waiting take to re-evaluate its `when` condition (it changed)."""
+        with self._cond:
+            self._cond.notify_all()
 
     def backlog(self) -> dict[str, tuple[int, float]]:
         """What is queued, per group: (requests, their predicted cost sum). The server's admission
