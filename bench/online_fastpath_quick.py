@@ -158,7 +158,8 @@ def run(args: argparse.Namespace) -> dict:
             deployment = json.load(fh)  # what was built, maybe by an earlier run
         payload = bodies(paths["graph"], args.warmup + args.requests, args.seed)
         pools = [{"name": "main", "kind": "inprocess", "width": 1, "threads": 1}]
-        config = ServeConfig(**paths, mode="he", modes=["he"], pools=pools)
+        lanes = {} if args.express_lanes is None else {"express_lanes": args.express_lanes}
+        config = ServeConfig(**paths, mode="he", modes=["he"], pools=pools, **lanes)
         with Server(config) as server:
             warm = send(server.http_url, payload[: args.warmup], args.clients)
             if warm["failed"]:
@@ -202,6 +203,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--express-lanes", type=int, default=None, help="ServeConfig.express_lanes (default: its own)")
     parser.add_argument("--work", default=None, help="keep the graph, model and store here (reused by a rerun)")
     args = parser.parse_args()
     for name in ("requests", "clients", "out_dim"):

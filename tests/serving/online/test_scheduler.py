@@ -317,19 +317,22 @@ def test_a_blocked_express_take_is_woken_only_by_a_request_within_its_ceiling():
     assert not lane.is_alive() and [keys(b) for b in got] == [["cheap"]]
 
 
-def test_an_express_take_waits_for_its_condition_and_a_poke_wakes_it():
+def test_an_express_take_holds_only_while_its_condition_does_and_a_poke_ends_it():
     s = DegreeScheduler(t_d=1000, service=ServiceModel(overhead_s=0.001, per_cost_s=0.001))
     held = threading.Event()  # the condition: the slots are held by an expensive batch
+    s.push(req("cheap", 2))
+    assert s.take(5.0, within_s=0.005, when=held.is_set) == [] and len(s) == 1  # at once, nothing taken
+    held.set()
+    assert keys(s.take(5.0, within_s=0.005, when=held.is_set)) == ["cheap"]
     got: list = []
     lane = threading.Thread(target=lambda: got.append(s.take(30.0, within_s=0.005, when=held.is_set)))
     lane.start()
-    s.push(req("cheap", 2))
     lane.join(timeout=0.3)
-    assert lane.is_alive() and got == [] and len(s) == 1  # fits the ceiling, but the slot is not held
-    held.set()
-    s.poke()
+    assert lane.is_alive()  # waiting for a request within its ceiling
+    held.clear()
+    s.poke()  # the slots freed: the take ends empty instead of waiting on
     lane.join(timeout=10.0)
-    assert not lane.is_alive() and [keys(b) for b in got] == [["cheap"]]
+    assert not lane.is_alive() and got == [[]]
 
 
 def _simulate(

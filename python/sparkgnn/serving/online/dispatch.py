@@ -30,6 +30,7 @@ WHY this shape:
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 import time
@@ -95,6 +96,10 @@ class Dispatcher:
         # per slot of the lane pool: the predicted seconds of the batch it runs (0.0: idle); the
         # lanes' take condition reads it (a list of floats: each write is one atomic store)
         self.running_s = [0.0] * (pools[self.lane_pool].width if self.lane_pool is not None else 0)
+        # the lanes wait here while their condition is false (no wake-up per request or batch); a
+        # slot starting a batch above the lowest ceiling opens it, the close wakes it for good
+        self._gate = threading.Condition()
+        self._gate_closed = False
         # one caller thread per slot (lanes included): the dispatch thread awaits its call with a deadline
         self._callers = {
             (p, slot): ThreadPoolExecutor(1, thread_name_prefix=f"sparkgnn-serve-call-{pool.name}-{slot}")
@@ -125,23 +130,29 @@ class Dispatcher:
         (an express lane's take condition: otherwise the request waits within its bound anyway)."""
         return bool(self.running_s) and min(self.running_s) > seconds
 
+    def _lane_may_look(self, ceiling: float) -> bool:
+        """A lane's gate (under `_gate`): the slots are held above its ceiling, or stopping."""
+        return self._gate_closed or self.slots_held_above(ceiling)
+
     def lane_loop(self, lane: int) -> None:
         """Express lane `lane` (1-based): take the cheapest requests within its ceiling and run
-        them on the lane's own slot of the in-process pool, until the scheduler closes. Blocks
-        while no request fits (a push wakes it)."""
+        them on the lane's own slot of the in-process pool, until the service stops. Blocks on the
+        gate while the slots are not held above its ceiling (a slot starting such a batch wakes
+        it), then in the scheduler while no request fits (a push wakes it) until they free."""
         assert self.lane_pool is not None
         p = self.lane_pool
         pool = self.pools[p]
         slot = pool.width + lane - 1
         while True:
             ceiling = self.lane_ceiling_s(lane)
-            batch = self.scheduler.take(
-                None,
-                within_s=ceiling,
-                when=lambda c=ceiling: self.slots_held_above(c),
-            )
-            if not batch:  # the scheduler was closed: stopping
+            held = functools.partial(self.slots_held_above, ceiling)
+            with self._gate:
+                self._gate.wait_for(functools.partial(self._lane_may_look, ceiling))
+            if self._gate_closed or self.scheduler.closed:
                 return
+            batch = self.scheduler.take(None, within_s=ceiling, when=held)
+            if not batch:  # the slots freed (back to the gate) or the scheduler closed
+                continue
             self._dequeued(batch)
             with self._lock:
                 self._tally.stats["lane_batches"] += 1
@@ -157,6 +168,9 @@ class Dispatcher:
         "stopping", end the batcher, then hand every dispatch thread of every pool its own
         sentinel, so no batch reaches a pool queue after it."""
         self.fail_stopped(left)
+        with self._gate:  # the express lanes end
+            self._gate_closed = True
+            self._gate.notify_all()
         self._free.release()  # wakes the batcher if it waits for a slot
         if self._batcher is not None:
             self._batcher.join(timeout=5.0)
@@ -294,9 +308,11 @@ class Dispatcher:
             return
         requests = [t.request for t in live]
         held = self.pools.index(pool) == self.lane_pool and slot < len(self.running_s)
-        if held:  # the lanes' condition changed: wake them to look again
+        if held:
             self.running_s[slot] = self.service.predict(sum(t.cost for t in live))
-            self.scheduler.poke()
+            if self.lanes and self.slots_held_above(self.lane_ceiling_s(1)):  # opens the gate
+                with self._gate:
+                    self._gate.notify_all()
         version = self.versions.take()  # the whole batch is answered by this version (versions.py)
         try:
             header = batch_header(version, live[0].mode, requests)
@@ -319,7 +335,10 @@ class Dispatcher:
         finally:
             self.versions.release(version)
             if held:
+                opened = self.lanes and self.slots_held_above(self.lane_ceiling_s(1))
                 self.running_s[slot] = 0.0
+                if opened:  # lanes inside a take leave it for the gate
+                    self.scheduler.poke()
         service = time.monotonic() - started
         cost = sum(t.cost for t in live)
         self.service.observe(cost, service)

@@ -24,11 +24,11 @@ k takes only requests whose predicted service is at most `max_wait_factor`**k ti
 one's, cheapest first, so a request of predicted service p waits behind a batch in service of at
 most `max_wait_factor` x p on the first lane whose ceiling holds it, never behind an expensive
 batch. A lane takes only while every slot runs a batch predicted to take longer than its ceiling
-(`take(when=...)`): behind a cheaper batch the request's wait stays within the bound anyway, and a
-lane that took it would only split the batches the slot fuses and share the cores with it (under
-an overload of cheap requests ungated lanes cut the answered rate by a third). Lanes need the cost
-order: the degree scheduler serves them; FIFO has none (its lane takes never return a request), so
-FIFO stays the one-slot baseline.
+(the dispatcher's gate, then `take(when=...)`): behind a cheaper batch the request's wait stays
+within the bound anyway, and a lane that took it would only split the batches the slot fuses and
+share the cores with it (under an overload of cheap requests ungated lanes cut the answered rate
+by a third). Lanes need the cost order: the degree scheduler serves them; FIFO has none (its lane
+takes never return a request), so FIFO stays the one-slot baseline.
 
 `divide` is GSM's batch divider (section IV-B) at request granularity: a batch whose per-layer
 subgraph would hold more than T_s vertices is run as consecutive sub-batches, which flattens the
@@ -261,18 +261,19 @@ class Scheduler:
         whose cost sum's predicted service stays within it too; the others stay queued for the
         plain takes. A scheduler without a cost order (FIFO) never returns a request to it.
 
-        `when`: a condition the take also waits for (an express lane's: the slots are held by a
-        batch costlier than its ceiling), evaluated under the scheduler's lock whenever a push or
-        `poke` wakes the takers; it must not block."""
+        `when`: a condition the take holds for (an express lane's: the slots are held by a batch
+        costlier than its ceiling): once it is false the take returns [] instead of waiting on. It
+        is evaluated under the scheduler's lock whenever a push or `poke` wakes the takers, and
+        must not block."""
         wait = None if timeout_s is None else max(0.0, float(timeout_s))
         if within_s is not None and not (math.isfinite(within_s) and within_s >= 0):
             raise SchedulerError(f"{self.name} scheduler: within_s must be a finite number >= 0, got {within_s!r}")
 
         def ready() -> bool:
+            if when is not None and not when():
+                return True  # abandoned: the caller waits for its condition elsewhere
             if self._closed or self._size == 0:
                 return self._closed
-            if when is not None and not when():
-                return False
             if within_s is None:
                 return True
             cheapest = self._cheapest()
@@ -280,7 +281,7 @@ class Scheduler:
 
         with self._cond:
             self._cond.wait_for(ready, timeout=wait)
-            if self._closed or self._size == 0 or not ready():
+            if self._closed or self._size == 0 or not ready() or (when is not None and not when()):
                 return []
             batch = self._select() if within_s is None else self._select_within(self._cost_within(within_s))
             self._size -= len(batch)
@@ -292,7 +293,7 @@ class Scheduler:
             return batch
 
     def poke(self) -> None:
-        """Wake every waiting take to re-evaluate its `when` condition (it changed)."""
+        """Wake every waiting take to re-evaluate its `when` condition (it turned false)."""
         with self._cond:
             self._cond.notify_all()
 
