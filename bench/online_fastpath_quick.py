@@ -8,7 +8,7 @@ and store for a rerun (which then ignores --nodes, --edges, --dim and --out-dim)
 
 Prints one JSON object: the service process's CPU milliseconds per answered request
 (time.process_time over the run / requests), the same split by thread (the HTTP event loop,
-the parse pool, the batcher and dispatch threads, the pool's call thread where the engine runs,
+the parse pool, the batcher and dispatch threads (a dispatch thread runs the engine call),
 other threads such as torch's), the wall time and the requests per second. The client's CPU is
 in its own process and not counted. One short run: about 20 s on 2 cores.
 
@@ -38,8 +38,7 @@ log = logging.getLogger("online_fastpath_quick")
 THREAD_GROUPS = (  # thread name prefix -> group; the rest is "other" (torch's threads, aiohttp's executor)
     ("sparkgnn-serve-http", "http_loop"),
     ("sparkgnn-serve-parse", "parse"),
-    ("sparkgnn-serve-call", "engine_call"),
-    ("sparkgnn-serve-dispatch", "dispatch"),
+    ("sparkgnn-serve-dispatch", "dispatch"),  # the dispatch threads run the engine call themselves
     ("sparkgnn-serve-batcher", "dispatch"),
 )
 

@@ -70,6 +70,7 @@ def dispatcher(pools: list, stop: threading.Event | None = None, **settings) -> 
         lock=lock,
         stop=stop or threading.Event(),
     )
+    out.start_watch()  # the batch deadline's watchdog (start() starts it with the other threads)
     return out, stats, versions
 
 
@@ -134,6 +135,7 @@ def test_the_threads_dispatch_a_queued_batch_and_stop_on_their_sentinels():
         thread.join(5)
     assert not any(t.is_alive() for t in threads)
     d.stop_dispatch()
+    assert d._watch_thread is not None and not d._watch_thread.is_alive()  # the watchdog ended too
 
 
 def test_each_request_of_a_batch_gets_its_own_rows_and_an_erring_one_its_error():

@@ -18,14 +18,15 @@ WHY this shape:
     so they apply only to an "inprocess" pool; a worker pool's slots are its workers.
   - Routing (pools.ROUTERS, Quiver's PSGS threshold) with overflow: a batch whose pool has no free
     slot while another pool has one goes there instead (counted as "overflow").
-  - Every wait has a timeout: a batch's call is awaited at most `batch_timeout_s` (then its
-    requests are answered "timeout"; the slot stays taken until the call returns, so runaway
-    calls never pile up); a request that waited past its deadline or `request_timeout_s` is
-    answered "timeout" without work.
+  - Every wait has a timeout: a dispatch thread runs its batch's call itself, and a watchdog
+    (batchwatch.py) answers "timeout" the requests of a call past `batch_timeout_s`; the slot
+    stays taken until the call returns, so runaway calls never pile up; a request that waited
+    past its deadline or `request_timeout_s` is answered "timeout" without work.
   - A batch is answered wholly by the Version it took when dispatched (versions.py).
-  - Idle, no thread wakes: the batcher blocks on a free slot and on the scheduler (`take(None)`),
-    the dispatch threads on their pool queue; `close_batcher` and `stop_dispatch` wake them (one
-    sentinel per dispatch thread of every pool).
+  - Idle, no thread wakes (the watchdog once per `batch_timeout_s`): the batcher blocks on a free
+    slot and on the scheduler (`take(None)`), the dispatch threads on their pool queue;
+    `close_batcher` and `stop_dispatch` wake them (one sentinel per dispatch thread of every
+    pool; the watchdog is closed).
 """
 
 from __future__ import annotations
@@ -35,11 +36,10 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 
 from sparkgnn.serving.online import wire
 from sparkgnn.serving.online.admission import Admission
+from sparkgnn.serving.online.batchwatch import BatchWatch
 from sparkgnn.serving.online.config import ServeConfig
 from sparkgnn.serving.online.deployments import batch_header
 from sparkgnn.serving.online.intake import Outcome, Ticket
@@ -100,12 +100,9 @@ class Dispatcher:
         # slot starting a batch above the lowest ceiling opens it, the close wakes it for good
         self._gate = threading.Condition()
         self._gate_closed = False
-        # one caller thread per slot (lanes included): the dispatch thread awaits its call with a deadline
-        self._callers = {
-            (p, slot): ThreadPoolExecutor(1, thread_name_prefix=f"sparkgnn-serve-call-{pool.name}-{slot}")
-            for p, pool in enumerate(pools)
-            for slot in range(pool.width + (lanes if p == self.lane_pool else 0))
-        }
+        # the batch deadline: the dispatch threads run each call themselves, one watchdog times them
+        self.watch = BatchWatch(config.batch_timeout_s, self._late_batch)
+        self._watch_thread: threading.Thread | None = None
         self._batcher: threading.Thread | None = None
         self.batch_log: list[dict] = []  # per batch: size, cost, psgs, pool, seconds (bounded)
         self.cache_stats: dict | None = None  # the hot cache, as the last batch reported it
@@ -118,7 +115,16 @@ class Dispatcher:
                 spawn(f"dispatch-{pool.name}-{slot}", self.dispatch_loop, p, slot)
         for lane in range(self.lanes):
             spawn(f"lane-{lane + 1}", self.lane_loop, lane + 1)
+        self.start_watch()
         self._batcher = spawn("batcher", self.batch_loop)
+
+    def start_watch(self) -> None:
+        """Start the batch deadline's watchdog (once): a thread of the dispatcher's own, ended by
+        `stop_dispatch` after the dispatch threads, so it times the batches still running while
+        the service stops."""
+        if self._watch_thread is None:
+            self._watch_thread = threading.Thread(target=self.watch.run, name="sparkgnn-serve-batch-watch", daemon=True)
+            self._watch_thread.start()
 
     def lane_ceiling_s(self, lane: int) -> float:
         """Express lane `lane`'s ceiling (1-based): the predicted service seconds of the costliest
@@ -180,7 +186,7 @@ class Dispatcher:
 
     def stop_dispatch(self) -> None:
         """After the dispatch threads ended: answer "stopping" the batches still queued (left by
-        a thread stuck in its call) and let the caller threads go."""
+        a thread stuck in its call) and end the batch watchdog."""
         for q in self.pool_queues:
             while True:
                 try:
@@ -189,8 +195,9 @@ class Dispatcher:
                     break
                 if tickets is not None:
                     self.fail_tickets(tickets, "stopping", "the service is stopping")
-        for caller in self._callers.values():
-            caller.shutdown(wait=False)
+        self.watch.close()
+        if self._watch_thread is not None:
+            self._watch_thread.join(timeout=5.0)
 
     def batch_loop(self) -> None:
         """Take a batch whenever a pool slot is free. Blocks while idle (no timeout polling):
@@ -258,17 +265,13 @@ class Dispatcher:
                     self.busy[p] -= 1
                 self._free.release()
 
-    def _late_batch(self, live: list[Ticket], call: Future) -> None:
-        """A batch past its deadline: its requests are answered "timeout" now; the slot (and the
-        batch's version) stays taken until the call returns, so a call that never ends holds one
-        slot, never a growing number of threads."""
+    def _late_batch(self, live: list[Ticket]) -> None:
+        """A batch past its deadline (the watchdog's call): its requests are answered "timeout"
+        now; the slot (and the batch's version) stays taken until the call returns, so a call that
+        never ends holds one slot, never a growing number of threads."""
         self._tally.add("batch_timeouts")
         error = f"its batch ran past the service's batch deadline of {self.config.batch_timeout_s:g} s"
         self.fail_tickets(live, "timeout", error)
-        try:
-            call.result()
-        except Exception:  # noqa: BLE001, S110 - its requests were answered already
-            pass
 
     def _live(self, tickets: list[Ticket], started: float) -> list[Ticket]:
         """The tickets still worth running at `started`; the others are answered "timeout"."""
@@ -314,23 +317,22 @@ class Dispatcher:
                 with self._gate:
                     self._gate.notify_all()
         version = self.versions.take()  # the whole batch is answered by this version (versions.py)
+        watched = None
         try:
             header = batch_header(version, live[0].mode, requests)
-            caller = self._callers[(self.pools.index(pool), slot)]
+            watched = self.watch.begin(live)
             if hasattr(pool, "call_requests"):  # answered in this process: no Arrow round trip
                 checked = all(t.facts is version.facts for t in live)  # intake checked them against this version
-                call = caller.submit(pool.call_requests, slot, header, requests, checked=checked)
+                tables = pool.call_requests(slot, header, requests, checked=checked)
             else:
-                call = caller.submit(pool.call, slot, header, wire.batch_tables(requests))
-            try:
-                tables = call.result(timeout=self.config.batch_timeout_s)
-            except FutureTimeout:
-                self._late_batch(live, call)
+                tables = pool.call(slot, header, wire.batch_tables(requests))
+            if not self.watch.end(watched):  # past the batch deadline: answered "timeout" already
                 return
             meta = wire.read_meta(tables)
             answers = wire.BatchAnswers(tables["answer"], len(live))
         except Exception as exc:  # noqa: BLE001 - a failed batch fails its requests, never the service
-            self.fail_tickets(live, "failed", f"the batch failed: {type(exc).__name__}: {exc}")
+            if watched is None or self.watch.end(watched):
+                self.fail_tickets(live, "failed", f"the batch failed: {type(exc).__name__}: {exc}")
             return
         finally:
             self.versions.release(version)
