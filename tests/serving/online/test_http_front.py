@@ -384,13 +384,18 @@ def test_oversize_and_over_cost_requests_are_413_while_another_client_is_answere
     still_answers(server, request, reference)
 
 
-def test_bodies_beyond_the_parse_queue_are_503_with_retry_after(deployed):
+def test_bodies_beyond_the_parse_queue_are_503_with_retry_after_and_small_ones_parsed_inline(deployed, monkeypatch):
+    from sparkgnn.serving.online import http_front
+
     server, request, reference = deployed
     front = server._http
     taken = 0
     while front.parse_pool._slots.acquire(blocking=False):  # every parse slot busy
         taken += 1
     try:
+        status, reply, _ = post(server.http_url, as_json(request))  # small: parsed on the event loop
+        assert status == 200 and reply["status"] == "ok", reply
+        monkeypatch.setattr(http_front, "INLINE_BYTES", 0)  # every body goes to the parse pool
         status, reply, headers = post(server.http_url, as_json(request))
     finally:
         for _ in range(taken):

@@ -76,7 +76,7 @@ import orjson
 from sparkgnn.errors import USER_ERRORS
 from sparkgnn.serving.online.bodies import BodyError, check_swap_timeout, decode_answer, decode_swap, request_of
 from sparkgnn.serving.online.linkpred import LinkRefused, LinkService
-from sparkgnn.serving.online.parsing import ParsePool
+from sparkgnn.serving.online.parsing import INLINE_BYTES, ParsePool
 from sparkgnn.serving.request import Request
 
 log = logging.getLogger(__name__)
@@ -224,6 +224,13 @@ class HttpFront:
         body = await self._body(request)
         if not isinstance(body, bytes):
             return body if body is not None else web.Response(status=400)
+        if len(body) <= INLINE_BYTES:  # parsed here: less than a hand-off to a parse thread (parsing.py)
+            try:
+                outcome = await asyncio.wrap_future(self._parse_and_submit(body))
+            except USER_ERRORS as exc:
+                self.server.count_refusal()
+                return json_reply({"status": "error", "error": str(exc)}, status=400)
+            return self.respond(outcome)
         parsing = self.parse_pool.try_submit(self._parse_and_submit, body)
         if parsing is None:
             self.server.count_refusal()

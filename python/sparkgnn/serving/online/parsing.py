@@ -8,6 +8,10 @@ the same `threads` threads instead, with at most `queue` requests waiting for th
 refused at once (busy: retry later), so neither a flood nor a few huge requests queue without
 bound: the bytes held by requests waiting to be parsed stay under (threads + queue) x the body
 limit.
+
+A small request skips the pool: a body of at most `INLINE_BYTES` is decoded and checked on the
+intake thread itself, where it takes microseconds, less than the hand-off to a parse thread and
+back (a thread wake-up each way); it cannot stall the other clients for longer than that.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ T = TypeVar("T")
 
 DEFAULT_THREADS = 2  # ServeConfig.parse_threads' default
 DEFAULT_QUEUE = 64  # ServeConfig.parse_queue's default
+INLINE_BYTES = 16 * 1024  # a request body this small is parsed on the intake thread (module doc)
 
 
 class ParsePool:

@@ -37,7 +37,7 @@ from sparkgnn.errors import USER_ERRORS
 from sparkgnn.messenger import protocol
 from sparkgnn.messenger.security import CLIENT, ServerAuth
 from sparkgnn.serving.online import wire
-from sparkgnn.serving.online.parsing import ParsePool
+from sparkgnn.serving.online.parsing import INLINE_BYTES, ParsePool
 from sparkgnn.serving.request import RequestError
 
 log = logging.getLogger(__name__)
@@ -150,8 +150,8 @@ class ZmqFront:
 
     def _on_message(self, frames) -> None:
         """On the socket thread: answer BUSY at once, from the header alone, when the queue
-        already passes the request's deadline (Intake.refuse_early); else hand the message to the
-        parse pool, or answer BUSY when that pool is full."""
+        already passes the request's deadline (Intake.refuse_early); else parse a small packed
+        request here, hand any other to the parse pool, or answer BUSY when that pool is full."""
         identity, body = frames[0], frames[1:]
         if body and len(body[0]) == 0:  # a REQ-style empty delimiter
             body = body[1:]
@@ -163,6 +163,11 @@ class ZmqFront:
             log.exception("sparkgnn-serve: the early admission check failed; the request goes on to be parsed")
         with self._parsing_lock:
             self._parsing += 1
+        if header.get(wire.PACKED) is not None and sum(len(f) for f in body) <= INLINE_BYTES:
+            # a small packed request: numpy views and a few id lookups, cheaper here than a
+            # hand-off to a parse thread (parsing.py)
+            self._parse_and_submit(identity, body, header, time.monotonic())
+            return
         if self.parse_pool.try_submit(self._parse_and_submit, identity, body, header, time.monotonic()) is not None:
             return
         with self._parsing_lock:
