@@ -247,7 +247,8 @@ def test_a_large_request_being_parsed_does_not_stall_other_clients(deployed, ske
 
 def test_a_full_parse_pool_answers_busy_at_once_echoing_the_request(deployed):
     """With every parse thread and queue slot taken, a request is answered BUSY (retry later),
-    its request_id and tag echoed from the header alone, and counted as a refusal."""
+    its request_id and tag echoed from the header alone, and counted as a refusal; a small
+    packed request is parsed on the socket thread and still answered."""
     server, request, reference = deployed
     pool = server._zmq.parse_pool
     assert pool is server._parse_pool  # the service's pool, which its HTTP front shares
@@ -258,6 +259,9 @@ def test_a_full_parse_pool_answers_busy_at_once_echoing_the_request(deployed):
     try:
         header = {"kind": "TASK", "op": "answer", "request_id": "r-busy", "tag": 7}
         reply = exchange(server, protocol.encode(header, wire.request_tables(request)))
+        counts, payload = wire.pack_request(request)
+        small = {"op": "answer", "request_id": "r-small"}
+        answered = exchange(server, wire.packed_frames(small, "TASK", counts, payload))
     finally:
         for _ in range(taken):
             pool._slots.release()
@@ -265,6 +269,7 @@ def test_a_full_parse_pool_answers_busy_at_once_echoing_the_request(deployed):
     assert reply["kind"] == "BUSY" and reply["request_id"] == "r-busy" and reply["tag"] == 7
     assert "waiting to be parsed" in reply["error"] and reply["retry_after_s"] == 1.0
     assert server.stats["errors"] == errors + 1
+    assert answered["kind"] == "RESULT" and answered["request_id"] == "r-small", answered.get("error")
     still_answers(server, request, reference)
 
 
