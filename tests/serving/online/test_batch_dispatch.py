@@ -16,7 +16,7 @@ from sparkgnn.serving.online.admission import Admission
 from sparkgnn.serving.online.config import ServeConfig
 from sparkgnn.serving.online.dispatch import Dispatcher
 from sparkgnn.serving.online.intake import Outcome, Ticket
-from sparkgnn.serving.online.scheduler import SCHEDULERS, ServiceModel
+from sparkgnn.serving.online.scheduler import SCHEDULERS, Pending, ServiceModel
 from sparkgnn.serving.online.stats import ServiceMetrics, Tally, service_stats
 from sparkgnn.serving.request import Request
 
@@ -112,7 +112,7 @@ def test_the_threads_dispatch_a_queued_batch_and_stop_on_their_sentinels():
     headers: list[dict] = []
     pool = FakePool("main", behaviour=lambda header: headers.append(header) or {})
     stop = threading.Event()
-    d, stats, _ = dispatcher([pool], stop)
+    d, stats, _ = dispatcher([pool, FakePool("other")], stop)  # two pools: the batcher routes
     threads: list[threading.Thread] = []
 
     def spawn(name, target, *args):
@@ -136,6 +136,35 @@ def test_the_threads_dispatch_a_queued_batch_and_stop_on_their_sentinels():
     assert not any(t.is_alive() for t in threads)
     d.stop_dispatch()
     assert d._watch_thread is not None and not d._watch_thread.is_alive()  # the watchdog ended too
+
+
+def test_with_one_pool_the_slots_take_from_the_scheduler_and_end_when_it_closes():
+    got: list[Outcome] = []
+    headers: list[dict] = []
+    pool = FakePool("main", behaviour=lambda header: headers.append(header) or {})
+    stop = threading.Event()
+    d, _, versions = dispatcher([pool], stop)
+    threads: list[threading.Thread] = []
+
+    def spawn(name, target, *args):
+        thread = threading.Thread(target=target, args=args, daemon=True)
+        thread.start()
+        threads.append(thread)
+        return thread
+
+    d.start(spawn)
+    assert d._batcher is None and len(threads) == 1  # one slot's thread, no batcher
+    d.scheduler.push(Pending(key=ticket("a", got), cost=1.0, hop_sizes=(1,), group="he"))
+    deadline = time.monotonic() + 5
+    while not got and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert headers[0]["requests"] == ["a"] and got[0].kind == "failed" and versions.in_flight == 0
+    left = d.scheduler.close()
+    stop.set()
+    d.close_batcher(left)
+    threads[0].join(5)
+    assert not threads[0].is_alive()
+    d.stop_dispatch()
 
 
 def test_each_request_of_a_batch_gets_its_own_rows_and_an_erring_one_its_error():

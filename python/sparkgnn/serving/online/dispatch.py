@@ -1,11 +1,13 @@
 """The dispatch side of the online service: the batcher thread takes batches from the scheduler
 whenever a pool slot is free, the router picks their pool, and one dispatch thread per slot runs
-each batch on its pool and answers its requests.
+each batch on its pool and answers its requests. With one pool there is nothing to route: each
+dispatch thread takes its batches from the scheduler itself (no batcher, no hand-off per batch).
 
 WHY this shape:
   - Work-conserving batches: a batch is formed when a slot frees up, so under load batches grow
     to T_d and under light load a request goes alone; a batch whose per-layer subgraph estimate
-    exceeds T_s is divided (scheduler.divide), each part waiting for a slot of its own.
+    exceeds T_s is divided (scheduler.divide), each part waiting for a slot of its own (one pool:
+    the parts run one after the other on the slot that took the batch).
   - Express lanes (`config.express_lanes`, scheduler.py's module doc): batches are never
     preempted, so next to the first in-process pool's slots run that many lanes, each a thread
     that takes only requests within its ceiling (lane k: `max_wait_factor`**k x the predicted
@@ -14,8 +16,9 @@ WHY this shape:
     longer than the lane's ceiling. A cheap request that arrives while an expensive batch holds
     the slot starts on a lane instead of waiting for it; behind cheap batches (an overload of
     single queries) the lanes stay idle and the slot fuses the requests. The general slots still
-    serve everything, in the scheduler's order (promotion included). Lanes are extra threads of the front end's process,
-    so they apply only to an "inprocess" pool; a worker pool's slots are its workers.
+    serve everything, in the scheduler's order (promotion included). Lanes are extra threads of
+    the front end's process, so they apply only to an "inprocess" pool; a worker pool's slots
+    are its workers.
   - Routing (pools.ROUTERS, Quiver's PSGS threshold) with overflow: a batch whose pool has no free
     slot while another pool has one goes there instead (counted as "overflow").
   - Every wait has a timeout: a dispatch thread runs its batch's call itself, and a watchdog
@@ -108,15 +111,17 @@ class Dispatcher:
         self.cache_stats: dict | None = None  # the hot cache, as the last batch reported it
 
     def start(self, spawn: Callable[..., threading.Thread]) -> None:
-        """Start one dispatch thread per pool slot, the express lanes and the batcher, with
-        `spawn(name, target, *args)`."""
+        """Start one dispatch thread per pool slot, the express lanes and, with several pools,
+        the batcher, with `spawn(name, target, *args)`."""
+        direct = len(self.pools) == 1
         for p, pool in enumerate(self.pools):
             for slot in range(pool.width):
-                spawn(f"dispatch-{pool.name}-{slot}", self.dispatch_loop, p, slot)
+                spawn(f"dispatch-{pool.name}-{slot}", self.take_loop if direct else self.dispatch_loop, p, slot)
         for lane in range(self.lanes):
             spawn(f"lane-{lane + 1}", self.lane_loop, lane + 1)
         self.start_watch()
-        self._batcher = spawn("batcher", self.batch_loop)
+        if not direct:
+            self._batcher = spawn("batcher", self.batch_loop)
 
     def start_watch(self) -> None:
         """Start the batch deadline's watchdog (once): a thread of the dispatcher's own, ended by
@@ -244,6 +249,29 @@ class Dispatcher:
                     self._tally.stats["overflow"] += 1
                     chosen = idle[0]
         return chosen
+
+    def take_loop(self, p: int, slot: int) -> None:
+        """One pool (nothing to route): `slot` takes its batches from the scheduler itself and runs
+        them, until the scheduler closes. A batch costs no hand-off to a batcher thread and back
+        (two thread wake-ups); a batch divided by T_s runs its parts one after the other."""
+        pool = self.pools[p]
+        while True:
+            batch = self.scheduler.take(None)
+            if not batch:  # the scheduler was closed: stopping
+                return
+            self._dequeued(batch)
+            with self._lock:
+                self.busy[p] += 1
+            try:
+                for sub in divide(batch, self.config.t_s):
+                    tickets: list[Ticket] = [q.key for q in sub]  # type: ignore[misc]  # keys are Tickets
+                    if self._stop.is_set():
+                        self.fail_tickets(tickets, "stopping", "the service is stopping")
+                    else:
+                        self.run_batch(pool, slot, tickets)
+            finally:
+                with self._lock:
+                    self.busy[p] -= 1
 
     def dispatch_loop(self, p: int, slot: int) -> None:
         """Run the batches of pool `p`'s queue on `slot` until its sentinel (None) comes; a batch
