@@ -195,7 +195,7 @@ class InProcessFake(FakePool):
         super().__init__(name)
         self.checked: list[bool] = []
 
-    def call_requests(self, slot: int, header: dict, requests: list, *, checked: bool = False) -> dict:
+    def call_requests(self, slot: int, header: dict, requests: list, *, checked: bool = False) -> tuple:
         self.checked.append(checked)
         raise RuntimeError("answered nothing")
 

@@ -110,3 +110,18 @@ def test_a_batchs_answers_are_cut_into_each_requests_rows_once():
         batch.rows(3)
     with pytest.raises(ValueError, match="not in request order"):
         BatchAnswers(answer_table(np.array([1, 0]), np.array([7, 8]), h[:2], None), 2)
+
+
+def test_a_batch_answered_in_process_keeps_its_arrays_and_builds_a_table_only_when_asked():
+    from sparkgnn.serving.online.wire import BatchAnswers, answer_table
+
+    h = np.arange(12, dtype=np.float32).reshape(4, 3)
+    req, node, pred = np.array([0, 0, 2, 2]), np.array([7, 8, 9, 10]), np.array([1, 0, 2, 1])
+    batch = BatchAnswers.from_arrays(req, node, h, pred, 3)
+    assert batch._body is None and batch.rows(2).arrays()[1] is not None
+    np.testing.assert_array_equal(batch.rows(2).arrays()[1], h[2:])
+    assert batch._body is None  # numpy answers built no Arrow table
+    assert batch.rows(0).table().equals(BatchAnswers(answer_table(req, node, h, pred), 3).rows(0).table())
+    assert len(batch.rows(1)) == 0
+    with pytest.raises(ValueError, match="not in request order"):
+        BatchAnswers.from_arrays(np.array([1, 0]), node[:2], h[:2], None, 2)

@@ -427,10 +427,27 @@ def serve_requests(
     checked: bool = False,
     started: float | None = None,
 ) -> dict:
-    """`serve_batch` for requests already in memory (the in-process pool hands over the front's
-    Request objects: no Arrow round trip). `checked`: they were validated against the graph of
-    the deployment the header names (Deployment.answer then does not validate them again);
-    `started`: the time.perf_counter() the batch's work began (default now)."""
+    """`serve_batch` for requests already in memory: answer_requests' answers and meta as the
+    tables a worker sends (answer, meta)."""
+    answers, meta = answer_requests(header, requests, deployments, checked=checked, started=started)
+    node, h, pred = answers.arrays()
+    return {"answer": wire.answer_table(answers.req, node, h, pred), wire.META: wire.meta_table(meta)}
+
+
+def answer_requests(
+    header: dict,
+    requests: list,
+    deployments: DeploymentCache,
+    *,
+    checked: bool = False,
+    started: float | None = None,
+) -> tuple[wire.BatchAnswers, dict]:
+    """The batch's answers (in numpy, per request) and its meta (errors by request index,
+    breakdown, worker_s, cache, pid), for requests already in memory: the in-process pool hands
+    over the front's Request objects and takes the answers back as they are (no Arrow tables
+    built and read back). `checked`: they were validated against the graph of the deployment the
+    header names (Deployment.answer then does not validate them again); `started`: the
+    time.perf_counter() the batch's work began (default now)."""
     started = time.perf_counter() if started is None else started
     served.check_header(header)
     key = served.check_id(header.get("deployment"))
@@ -454,11 +471,12 @@ def serve_requests(
         hs.append(answer.h)
         preds.append(answer.pred)
     width = hs[0].shape[1] if hs else 0
-    table = wire.answer_table(
+    answers = wire.BatchAnswers.from_arrays(
         np.concatenate(reqs) if reqs else np.zeros(0, np.int32),
         np.concatenate(nodes) if nodes else np.zeros(0, np.int64),
         np.concatenate(hs) if hs else np.zeros((0, width), np.float32),
         None if not preds or preds[0] is None else np.concatenate(preds),
+        len(requests),
     )
     meta = {
         "errors": errors,
@@ -471,4 +489,4 @@ def serve_requests(
         meta["warm_errors"] = warm_errors
     if header.get("warm_modes"):  # a swap's warm-up: how this worker loaded the version
         meta["loaded"] = dep.loaded
-    return {"answer": table, wire.META: wire.meta_table(meta)}
+    return answers, meta

@@ -351,13 +351,15 @@ class Dispatcher:
             watched = self.watch.begin(live)
             if hasattr(pool, "call_requests"):  # answered in this process: no Arrow round trip
                 checked = all(t.facts is version.facts for t in live)  # intake checked them against this version
-                tables = pool.call_requests(slot, header, requests, checked=checked)
+                answers, meta = pool.call_requests(slot, header, requests, checked=checked)
+                if not self.watch.end(watched):  # past the batch deadline: answered "timeout" already
+                    return
             else:
                 tables = pool.call(slot, header, wire.batch_tables(requests))
-            if not self.watch.end(watched):  # past the batch deadline: answered "timeout" already
-                return
-            meta = wire.read_meta(tables)
-            answers = wire.BatchAnswers(tables["answer"], len(live))
+                if not self.watch.end(watched):
+                    return
+                meta = wire.read_meta(tables)
+                answers = wire.BatchAnswers(tables["answer"], len(live))
         except Exception as exc:  # noqa: BLE001 - a failed batch fails its requests, never the service
             if watched is None or self.watch.end(watched):
                 self.fail_tickets(live, "failed", f"the batch failed: {type(exc).__name__}: {exc}")

@@ -111,13 +111,14 @@ class InProcessPool(FrontAnswered):
         run = batch_op.serve_evict if header.get("op") == batch_op.EVICT_OP else batch_op.serve_batch
         return run(header, tables, self.cache)
 
-    def call_requests(self, slot: int, header: dict, requests: list, *, checked: bool = False) -> dict:
-        """A batch of the front's own Request objects (dispatch's path for this pool: no Arrow
-        tables are built or read back); `checked`: intake validated them against the graph of
-        the version `header` names, so the deployment does not validate them again."""
+    def call_requests(self, slot: int, header: dict, requests: list, *, checked: bool = False) -> tuple:
+        """A batch of the front's own Request objects, answered as (wire.BatchAnswers, meta dict)
+        (dispatch's path for this pool: no Arrow tables are built or read back); `checked`:
+        intake validated them against the graph of the version `header` names, so the deployment
+        does not validate them again."""
         from sparkgnn.serving.online import batch_op
 
-        return batch_op.serve_requests(header, requests, self.cache, checked=checked)
+        return batch_op.answer_requests(header, requests, self.cache, checked=checked)
 
     def worker_pids(self) -> list[int]:
         return [os.getpid()]

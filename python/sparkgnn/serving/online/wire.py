@@ -188,19 +188,46 @@ class BatchAnswers:
 
     def __init__(self, table: pa.Table, count: int):
         req = table.column("req").to_numpy()
+        self._start(req, count)
+        self._body: pa.Table | None = table.drop_columns(["req"])  # what the ZeroMQ front sends, sliced
+        self._arrays: tuple[np.ndarray, np.ndarray, np.ndarray | None] | None = None
+
+    @classmethod
+    def from_arrays(
+        cls, req: np.ndarray, node: np.ndarray, h: np.ndarray, pred: np.ndarray | None, count: int
+    ) -> BatchAnswers:
+        """The answers of a batch answered in this process, from its arrays (answer_table's
+        columns): no Arrow table unless a ZeroMQ reply asks for one (`body`, built once)."""
+        out = cls.__new__(cls)
+        out._start(np.asarray(req), count)
+        out._body = None
+        out._arrays = (node, h, pred)
+        return out
+
+    def _start(self, req: np.ndarray, count: int) -> None:
         if len(req) > 1 and (np.diff(req) < 0).any():
             raise ValueError("the answer table's rows are not in request order (column req decreases)")
+        self.req = req
         self.count = int(count)
         self.bounds: list[int] = np.searchsorted(req, np.arange(count + 1)).tolist()
-        self.body = table.drop_columns(["req"])  # what the ZeroMQ front sends, sliced per request
-        self._arrays: tuple[np.ndarray, np.ndarray, np.ndarray | None] | None = None
+
+    @property
+    def body(self) -> pa.Table:
+        """The batch's answer table without `req` (node, h, pred), what the ZeroMQ front sends
+        sliced per request; built from the arrays on first use where the batch came as arrays."""
+        found = self._body
+        if found is None:
+            node, h, pred = self.arrays()
+            found = self._body = answer_table(self.req, node, h, pred).drop_columns(["req"])
+        return found
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """(node ids, h [rows, d], pred or None) of the whole batch, read on first use (threads
         that race here read equal arrays; either result is kept)."""
         found = self._arrays
         if found is None:
-            found = self._arrays = answer_arrays(self.body)
+            assert self._body is not None  # a batch built from arrays has them from the start
+            found = self._arrays = answer_arrays(self._body)
         return found
 
     def rows(self, i: int) -> AnswerRows:
