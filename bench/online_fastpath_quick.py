@@ -1,14 +1,15 @@
-"""Quick check of the online service's CPU per single-query HE request over HTTP (not part of
+"""Quick check of the online service's CPU per single-query HE request over HTTP or ZeroMQ (not part of
 `make bench`): a seeded synthetic graph (2K nodes / 20K edges / 32-d by default), a 2-layer
 SAGE-mean model (`--out-dim` outputs per answer row, 8 by default) and its store, a Server with
 one in-process pool (the engine runs in the service's process, as in the tests) and its HTTP
-front; a client process sends `--requests` single-query HE requests (each a new node with 1-8
-edges both ways) over `--clients` keep-alive connections. `--work DIR` keeps the graph, model
-and store for a rerun (which then ignores --nodes, --edges, --dim and --out-dim).
+front (or, `--front zmq`, its ZeroMQ front, requests packed as Client sends them); a client
+process sends `--requests` single-query HE requests (each a new node with 1-8 edges both ways)
+over `--clients` keep-alive connections. `--work DIR` keeps the graph, model and store for a
+rerun (which then ignores --nodes, --edges, --dim and --out-dim).
 
 Prints one JSON object: the service process's CPU milliseconds per answered request
-(time.process_time over the run / requests), the same split by thread (the HTTP event loop,
-the parse pool, the batcher and dispatch threads (a dispatch thread runs the engine call),
+(time.process_time over the run / requests), the same split by thread (the HTTP event loop or
+the ZeroMQ intake thread, the parse pool, the batcher and dispatch threads (a dispatch thread runs the engine call),
 other threads such as torch's), the wall time and the requests per second. The client's CPU is
 in its own process and not counted. One short run: about 20 s on 2 cores.
 
@@ -37,6 +38,7 @@ log = logging.getLogger("online_fastpath_quick")
 
 THREAD_GROUPS = (  # thread name prefix -> group; the rest is "other" (torch's threads, aiohttp's executor)
     ("sparkgnn-serve-http", "http_loop"),
+    ("sparkgnn-serve-intake", "zmq_intake"),
     ("sparkgnn-serve-parse", "parse"),
     ("sparkgnn-serve-dispatch", "dispatch"),  # the dispatch threads run the engine call themselves
     ("sparkgnn-serve-batcher", "dispatch"),
@@ -130,13 +132,44 @@ def client_main(url: str, path: str, clients: int) -> None:
     sys.stdout.write(json.dumps({**counts, "seconds": time.perf_counter() - started}) + "\n")
 
 
+def zmq_client_main(endpoint: str, path: str, clients: int) -> None:
+    """The client process over ZeroMQ: every body of the file `path` read into a Request and
+    sent packed (Client, as the bench's load generator sends) over `clients` connections."""
+    from sparkgnn.serving.online.bodies import decode_answer, request_of
+    from sparkgnn.serving.online.client import Client
+
+    with open(path, "rb") as fh:
+        requests = [request_of(decode_answer(line)) for line in fh.read().splitlines()]
+    counts = {"ok": 0, "failed": 0}
+    lock = threading.Lock()
+
+    def run(mine: list) -> None:
+        with Client(endpoint, packed=True) as client:
+            for request in mine:
+                try:
+                    client.answer(request, mode="he")
+                    ok = True
+                except Exception:  # noqa: BLE001 - counted as failed
+                    ok = False
+                with lock:
+                    counts["ok" if ok else "failed"] += 1
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=run, args=(requests[i::clients],)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    sys.stdout.write(json.dumps({**counts, "seconds": time.perf_counter() - started}) + "\n")
+
+
 def send(url: str, payload: list[bytes], clients: int) -> dict:
-    """Run the client process on `payload`; its summary."""
+    """Run the client process on `payload` (`url`: http://... or a ZeroMQ tcp:// endpoint); its summary."""
     with tempfile.NamedTemporaryFile("wb", suffix=".jsonl", delete=False) as fh:
         fh.write(b"\n".join(payload))
     try:
         done = subprocess.run(
-            [sys.executable, __file__, "--client", url, fh.name, "--clients", str(clients)],
+            [sys.executable, __file__, "--client", url, fh.name, "--clients", str(clients)],  # the scheme picks
             check=True,
             capture_output=True,
             text=True,
@@ -160,17 +193,19 @@ def run(args: argparse.Namespace) -> dict:
         lanes = {} if args.express_lanes is None else {"express_lanes": args.express_lanes}
         config = ServeConfig(**paths, mode="he", modes=["he"], pools=pools, **lanes)
         with Server(config) as server:
-            warm = send(server.http_url, payload[: args.warmup], args.clients)
+            url = server.http_url if args.front == "http" else server.zmq_endpoint
+            warm = send(url, payload[: args.warmup], args.clients)
             if warm["failed"]:
                 raise SystemExit(f"warm-up: {warm['failed']} requests failed")
             cpu0, threads0 = time.process_time(), thread_cpu()
-            done = send(server.http_url, payload[args.warmup :], args.clients)
+            done = send(url, payload[args.warmup :], args.clients)
             cpu1, threads1 = time.process_time(), thread_cpu()
         if done["failed"]:
             raise SystemExit(f"{done['failed']} of {args.requests} requests failed")
         per = 1e3 / done["ok"]
         return {
             "requests": done["ok"],
+            "front": args.front,
             "clients": args.clients,
             "deployment": deployment,
             "service_cpu_ms_per_request": round((cpu1 - cpu0) * per, 3),
@@ -191,7 +226,7 @@ def main() -> None:
         parser.add_argument("--client", nargs=2, metavar=("URL", "BODIES"))
         parser.add_argument("--clients", type=int, default=4)
         a = parser.parse_args()
-        client_main(a.client[0], a.client[1], a.clients)
+        (client_main if a.client[0].startswith("http") else zmq_client_main)(a.client[0], a.client[1], a.clients)
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=2_000)
@@ -203,6 +238,9 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--express-lanes", type=int, default=None, help="ServeConfig.express_lanes (default: its own)")
+    parser.add_argument(
+        "--front", choices=["http", "zmq"], default="http", help="HTTP/JSON or ZeroMQ (packed) requests"
+    )
     parser.add_argument("--work", default=None, help="keep the graph, model and store here (reused by a rerun)")
     args = parser.parse_args()
     for name in ("requests", "clients", "out_dim"):
