@@ -16,13 +16,15 @@ recomputed per layer, and updates per second. Writes bench/results/refresh.json 
 Also one update of FIXED_EDGES changed edges on both sizes: how the cost of an equal change grows
 with the graph (it should not, beyond the O(N) read of a cold refresh and the O(E) edge arrays).
 At 0.1% and 1% the Spark refresh job (sparkgnn.refresh, 4 pieces, warm session) runs too,
-against the Spark precompute. Local refreshes run REPEATS times per point: medians reported.
+against the Spark precompute (`--spark-only`: only those, on the main graph, merged into the
+existing JSON). Local refreshes run REPEATS times per point: medians reported.
 Key: speedup_1pct = from-scratch precompute seconds / cold refresh seconds at 1% on the 2M graph.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -91,15 +93,19 @@ def spark_refresh_entry(spark, graph_dir: str, update, model, root: str, work: s
     from sparkgnn.engine.refresh.pieces import pieces_dir
 
     update_file = update.write(os.path.join(work, f"update-{time.time_ns()}.parquet"))
-    runs, phases = [], []
+    runs, phases, jobs = [], [], []
+    tracker = spark.sparkContext.statusTracker()
+    spark.sparkContext.setJobGroup("bench-refresh", "Spark refresh")  # to count the run's Spark jobs
     try:
         for _run in range(2):  # the first warms the session up (as the Spark precompute's does)
+            before = set(tracker.getJobIdsForGroup("bench-refresh"))
             started = time.perf_counter()
             with logged_lines(since=time.time()) as lines:
                 result = refresh(spark, graph_dir, model, store=root, updates=update_file,
                                  partitions=SPARK_PARTITIONS, work_dir=work)  # fmt: skip
             store, report = result.store, result.report
             runs.append(time.perf_counter() - started)
+            jobs.append(len(set(tracker.getJobIdsForGroup("bench-refresh")) - before))
             phases.append(report.phases)
             # the pieces kept for the updated graph: the bench never refreshes that version again
             shutil.rmtree(pieces_dir(work, report.graph_fingerprint, SPARK_PARTITIONS), ignore_errors=True)
@@ -107,6 +113,7 @@ def spark_refresh_entry(spark, graph_dir: str, update, model, root: str, work: s
                 shutil.rmtree(os.path.join(root, report.graph_fingerprint))
     finally:
         os.remove(update_file)
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
     seconds = runs[-1]
     error = max_relative_error(store, scratch, ids, model.num_rounds)
     shutil.rmtree(os.path.join(root, report.graph_fingerprint))
@@ -114,6 +121,8 @@ def spark_refresh_entry(spark, graph_dir: str, update, model, root: str, work: s
         "seconds": round(seconds, 3),
         "seconds_first_run_in_session": round(runs[0], 3),
         "phases_first_run": phases[0],  # build_pieces > 0: this graph's pieces were built by Spark
+        "spark_jobs": jobs[-1],
+        "spark_jobs_first_run": jobs[0],
         "partitions": SPARK_PARTITIONS,
         "log": lines,
         "phases": report.phases,
@@ -229,6 +238,61 @@ def bench_size(nodes: int, edges: int, dim: int, model, spark, log=print) -> dic
     return out
 
 
+def spark_only(nodes: int, edges: int, dim: int, model, spark, log=print) -> dict:
+    """--spark-only: the Spark part of bench_size alone, on one graph: the Spark refresh of the
+    same updates (same seeds) at SPARK_FRACTIONS and the warm Spark precompute, in one session.
+    Returns {fraction label: spark_refresh entry (with the precompute it is compared with)}."""
+    from sparkgnn.graph.reader import read_graph_dir
+    from sparkgnn.graph.updates import apply
+    from sparkgnn.pe.local import precompute_local
+
+    graph_dir = synthetic_dir(nodes, edges, dim)
+    graph = read_graph_dir(graph_dir)
+    work = os.path.join(DATA, "refresh")
+    root, scratch_root = os.path.join(work, "store"), os.path.join(work, "scratch")
+    shutil.rmtree(root, ignore_errors=True)
+    shutil.rmtree(os.path.join(work, "refresh-pieces"), ignore_errors=True)  # the first Spark refresh builds them
+    precompute_local(graph, model, root)
+    out = {}
+    try:
+        for i, fraction in enumerate(FRACTIONS):
+            if fraction not in SPARK_FRACTIONS:
+                continue
+            update = make_update(graph, fraction, seed=i)  # bench_size's update at this fraction
+            new_graph = apply(update, graph).graph
+            shutil.rmtree(scratch_root, ignore_errors=True)
+            scratch = precompute_local(new_graph, model, scratch_root)
+            out[str(fraction)] = spark_refresh_entry(
+                spark, graph_dir, update, model, root, work, scratch, new_graph.ids
+            )
+            log(f"  Spark refresh at {fraction:.2%} ({SPARK_PARTITIONS} pieces): {out[str(fraction)]['seconds']} s")
+        spark_s = spark_precompute_seconds(spark, graph_dir, model, os.path.join(work, "spark_store"), work)
+    finally:
+        shutil.rmtree(scratch_root, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
+    for entry in out.values():
+        entry["spark_precompute_seconds_warm"] = round(spark_s, 3)
+        entry["speedup_vs_spark_precompute"] = round(spark_s / entry["seconds"], 3)
+    log(f"  warm Spark precompute: {spark_s:.2f} s")
+    return out
+
+
+def merge_spark_only(result: dict, entries: dict, loadavg: list) -> None:
+    """Replace the main graph's Spark refresh entries and the top-level spark_* keys of an
+    existing refresh.json `result` with `entries` (spark_only's), keeping every other key."""
+    fractions = result["sizes"][0]["fractions"]
+    for label, entry in entries.items():
+        fractions[label]["spark_refresh"] = entry
+    one = entries[str(0.01)]
+    result["spark_refresh_seconds_1pct"] = one["seconds"]
+    result["spark_refresh_speedup_1pct_vs_spark_precompute"] = one["speedup_vs_spark_precompute"]
+    spark_entries = [
+        e["spark_refresh"] for size in result["sizes"] for e in size["fractions"].values() if "spark_refresh" in e
+    ]
+    result["spark_refresh_max_relative_error"] = max(e["max_relative_error"] for e in spark_entries)
+    result["spark_loadavg"] = [round(x, 2) for x in loadavg]
+
+
 def plot(result: dict, path: str) -> None:
     import matplotlib
 
@@ -318,7 +382,15 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--no-spark", action="store_true", help="skip the Spark precompute baseline and the Spark refresh"
     )
+    parser.add_argument(
+        "--spark-only",
+        action="store_true",
+        help="run only the Spark refresh and its Spark precompute baseline on the main graph, merged "
+        "into the existing refresh.json (its other keys kept)",
+    )
     args = parser.parse_args(argv)
+    if args.spark_only and args.no_spark:
+        parser.error("--spark-only and --no-spark exclude each other")
     from torch_geometric.nn import GraphSAGE
 
     from sparkgnn.models import Model
@@ -339,6 +411,20 @@ def main(argv=None) -> int:
         from sparkgnn.engine.session import local_session
 
         spark = local_session("sparkgnn-bench-refresh", cores=2)
+    if args.spark_only:
+        loadavg = os.getloadavg()
+        with open(os.path.join(RESULTS, "refresh.json")) as fh:
+            previous = json.load(fh)
+        try:
+            entries = spark_only(args.nodes, args.edges, args.dim, model, spark)
+        finally:
+            spark.stop()
+        merge_spark_only(previous, entries, loadavg)
+        path = write_result("refresh", previous)
+        plot(previous, os.path.join(RESULTS, "refresh.png"))
+        print(f"wrote {path}: spark_refresh_seconds_1pct {previous['spark_refresh_seconds_1pct']} "
+              f"(x{previous['spark_refresh_speedup_1pct_vs_spark_precompute']} vs the Spark precompute)")  # fmt: skip
+        return 0
     try:
         for nodes, edges in sizes:
             print(f"bench-refresh: {nodes} nodes / {edges} edges", flush=True)

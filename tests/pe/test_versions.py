@@ -140,3 +140,64 @@ def test_a_large_change_writes_the_layer_whole(graph, tmp_path):
     for stats in large:
         assert not versions.bases(store.manifest, layout.layer_key(stats["layer"]))
         assert stats["committed"].startswith("whole")
+
+
+def test_a_delta_staged_by_tasks_commits_and_reads_back_merged_and_a_foreign_base_is_refused(graph, tmp_path):
+    """The Spark refresh's commit (PEWriter.commit_staged_delta): its tasks write the changed rows
+    and a tombstone per deleted vertex into the staged attempt; committed, the layer reads back
+    as the old layer with them applied. A base under another root, or a layer nobody staged, is
+    refused."""
+    import pyarrow.parquet as pq
+
+    from sparkgnn.arrowvec import to_list
+    from sparkgnn.pe import PEWriter
+
+    model = model_of("sage", graph.feature_dim, 2)
+    root = str(tmp_path / "store")
+    old = precompute_local(graph, model, root)
+    update = small_update(graph, seed=3)
+    new_graph = apply(update, graph).graph
+    victim = int(graph.ids[-1])  # small_update deletes it
+    changed = new_graph.ids[:5]
+    writer = PEWriter(root, new_graph, model, with_states=True)
+    elsewhere = precompute_local(graph, model, str(tmp_path / "other"))
+    with pytest.raises(ValueError, match="a delta lies on a version under the same root"):
+        writer.commit_staged_delta(1, elsewhere, old.width(1), old.state_width(1), rows=new_graph.num_nodes)
+    with pytest.raises(ValueError, match="was not staged"):
+        writer.commit_staged_delta(1, old, old.width(1), old.state_width(1), rows=new_graph.num_nodes)
+    rng = np.random.default_rng(7)
+    written = {}
+    for l in (1, 2):
+        h = rng.standard_normal((len(changed), old.width(l))).astype(np.float32)
+        s = rng.standard_normal((len(changed), old.state_width(l))).astype(np.float32)
+        folder = writer.stage_layer(l)
+        # two tasks' files: the second holds the tombstone (null h and state)
+        pq.write_table(
+            pa.table({"id": pa.array(changed[:2]), "h": to_list(h[:2]), "state": to_list(s[:2])}),
+            os.path.join(folder, "part=0.parquet"),
+        )
+        h_type = to_list(h[:1]).type
+        pq.write_table(
+            pa.table(
+                {
+                    "id": pa.array([*changed[2:], victim], pa.int64()),
+                    "h": pa.concat_arrays([to_list(h[2:]), pa.nulls(1, h_type)]),
+                    "state": pa.concat_arrays([to_list(s[2:]), pa.nulls(1, h_type)]),
+                }
+            ),
+            os.path.join(folder, "part=1.parquet"),
+        )
+        writer.commit_staged_delta(l, old, old.width(l), old.state_width(l), rows=new_graph.num_nodes)
+        written[l] = (h, s)
+    writer.finish()
+    store = PEStore.open(root, model=model, graph=new_graph)
+    rest = new_graph.ids[5:]
+    for l, (h, s) in written.items():
+        assert [b["version"] for b in versions.bases(store.manifest, layout.layer_key(l))] == [
+            old.manifest["graph_fingerprint"]
+        ]
+        got_h, got_s = store.lookup(changed, l, states=True)
+        np.testing.assert_array_equal(got_h, h)
+        np.testing.assert_array_equal(got_s, s)
+        np.testing.assert_array_equal(store.lookup(rest, l)[0], old.lookup(rest, l)[0])
+        assert sorted(store.table(l).ids.tolist()) == sorted(new_graph.ids.tolist())  # the victim is gone

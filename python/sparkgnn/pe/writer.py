@@ -445,11 +445,20 @@ class PEWriter:
         """Commit layer l from the files tasks wrote into its `stage_layer` folder (steps 3-5 of the
         protocol, the same record and manifest as `commit_layer`). Refused when the folder's rows
         are not one per vertex of the graph (a partition's file missing) or lack the store's columns."""
+        rows = self._staged_rows(l)
+        expected = (self.manifest.get("graph") or {}).get("num_vertices")
+        if expected is not None and rows != int(expected):
+            raise ValueError(f"layer {l}: the tasks wrote {rows} rows, the graph has {expected} vertices")
+        l = self._check_commit(l, width, state_width, self.with_states)
+        self._record(l, lambda _folder: rows, state_width)
+
+    def _staged_rows(self, l: int) -> int:
+        """Rows of the Parquet files tasks wrote into layer l's stage_layer folder, each checked
+        for the store's columns (one empty file written where they wrote none, so it reads back)."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        key = layer_key(int(l))
-        rel = self._staged.get(key)
+        rel = self._staged.get(layer_key(int(l)))
         if rel is None:
             raise ValueError(f"layer {l} was not staged (stage_layer) by this writer")
         folder = files.join(self.base, rel)
@@ -469,11 +478,16 @@ class PEWriter:
             lacking = [name for name in names if name not in meta.schema.to_arrow_schema().names]
             if lacking:
                 raise ValueError(f"layer {l}: {part} lacks column(s) {', '.join(lacking)}")
-        expected = (self.manifest.get("graph") or {}).get("num_vertices")
-        if expected is not None and rows != int(expected):
-            raise ValueError(f"layer {l}: the tasks wrote {rows} rows, the graph has {expected} vertices")
+        return rows
+
+    def commit_staged_delta(self, l: int, over, width: int, state_width: int | None, rows: int) -> None:
+        """commit_layer_delta from the files tasks wrote into layer l's `stage_layer` folder (id,
+        h[, state]: the changed or inserted rows and a tombstone, null h and state, per deleted
+        vertex): no Spark job and no copy of the rows. `rows`: the layer's row count once merged."""
+        key = self._check_base(l, over)
+        self._staged_rows(l)
         l = self._check_commit(l, width, state_width, self.with_states)
-        self._record(l, lambda _folder: rows, state_width)
+        self._record(l, lambda _folder: rows, state_width, bases=versions.chain_over(over.manifest, key), rows=rows)
 
     def has_metrics(self) -> bool:
         """Whether workload metrics were committed (a resumed run need not recompute them)."""

@@ -145,6 +145,29 @@ def test_a_bad_update_is_refused_with_its_problems_and_nothing_written(spark, gr
     assert sorted(os.listdir(root)) == before
 
 
+def test_an_update_path_the_tasks_cannot_read_is_refused_on_the_driver(tmp_path):
+    """check_update, before any Spark job: what every round-0 task would fail on, named once."""
+    from sparkgnn.engine.refresh.job import check_update
+
+    with pytest.raises(GraphUpdateError, match="does not exist"):
+        check_update(str(tmp_path / "missing"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(GraphUpdateError, match="holds no data files"):
+        check_update(str(tmp_path / "empty"))
+    (tmp_path / "text").mkdir()
+    (tmp_path / "text" / "rows.csv").write_text("kind,src\n")
+    with pytest.raises(GraphUpdateError, match="is not a Parquet file"):
+        check_update(str(tmp_path / "text"))
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"src": [1]}), str(tmp_path / "nokind.parquet"))
+    with pytest.raises(GraphUpdateError, match="no `kind` column"):
+        check_update(str(tmp_path / "nokind.parquet"))
+    good = GraphUpdate(vertex_delete_ids=[1]).write(str(tmp_path / "good"))
+    assert check_update(os.path.relpath(good)) == os.path.abspath(good)
+
+
 def test_a_spark_refresh_killed_after_layer_one_resumes_and_the_next_refresh_reuses_its_pieces(
     spark, graph_dir, tmp_path
 ):

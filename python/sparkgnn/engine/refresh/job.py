@@ -2,36 +2,38 @@
 machine (pe/refresh.py is the single-machine path; both commit the same store versions).
 
 The graph is split into P pieces by destination (partition.py says what a piece holds and why it
-is enough). The driver only routes rows with Spark joins and holds nothing of the graph's size:
-the update's deleted vertex ids and per-partition summaries are all it collects.
+is enough). The driver routes nothing but statistics (Spark joins, for models that read them)
+and holds nothing of the graph's size: the update's deleted vertex ids and per-partition
+summaries are all it collects. Every round-0
+task reads the whole update and every layer-l task layer l-1's recomputed rows: O(P x change).
 
     round 0   the old graph's pieces come from the pieces cache (pieces.py; built by Spark the
-              first time a graph is refreshed); Spark routes the update's rows to the pieces
-              they concern (partitionBy part). One task per piece applies the update to it
-              (validating it: a rejected update raises GraphUpdateError naming every problem,
-              nothing written), writes its owned vertices' statistics, its share of the updated
-              graph and the updated graph's piece (kept for the next refresh); Spark joins the
-              statistics of foreign vertices to the pieces holding them. The updated graph is
-              fingerprinted from the tasks' partial sums (and written to --out-graph); the
-              tasks count the update's rows by kind for the report.
-    layer l   route: Spark sends layer l-1's recomputed ids to every piece holding them;
-              when every segment of the old store has a row file (pe/rowfile.py: a store the
-              single-machine precompute or refresh wrote), with their new h, and one round of
-              tasks plans and computes, reading the stored states of layer l and h^(l-1)
-              before the update from the row files (the rows asked for, nothing else);
-              else, as for a store Spark wrote: plan: each task plans its targets and writes
-              which values it reads; fetch: Spark joins those ids with the old store's layers
-              l-1 and l and with layer l-1's recomputed rows (one scan of each stored layer,
-              the needs broadcast); compute: each task recomputes its targets;
-              commit: the recomputed rows and a tombstone per deleted vertex, as a delta over the
-              old version's layer (or written whole: versions.should_compact, the replaced ids
-              broadcast), by Spark.
+              first time a graph is refreshed). One task per piece reads the update whole and
+              keeps the rows its piece concerns (partition.route_update: edge rows by
+              destination, vertex rows to the owner and every holder), applies it (validating
+              it: a rejected update raises GraphUpdateError naming every problem, nothing
+              written), writes its owned vertices' statistics, its share of the updated graph
+              and the updated graph's piece (kept for the next refresh). A foreign vertex's
+              features are not shipped: a task reads the few it needs from the owner's
+              features file (partition.owner_rows). Spark joins the statistics of foreign
+              vertices to the pieces holding them (models that read statistics). The updated
+              graph is fingerprinted from the tasks' partial sums (and written to --out-graph).
+    layer l   one round of tasks plans and computes, each reading layer l-1's recomputed rows
+              whole from the files the previous round wrote (partition.previous_rows) and,
+              when every segment of the old store has a row file (pe/rowfile.py), the stored
+              states of layer l and h^(l-1) before the update from the row files (the rows
+              asked for, nothing else); else, as for a store Spark wrote: plan tasks write which
+              values they read and Spark joins those ids with the stored layers (fetch);
+              commit: the tasks' rows (recomputed rows, a tombstone per deleted vertex) moved
+              into the store as a delta over the old version's layer (no Spark job; copied
+              where the store lies on another filesystem than the work dir), or merged
+              whole by Spark when versions.should_compact says so.
 
 Run directory (<work dir>/refresh/<uuid>/, on a filesystem every executor reaches; deleted at
-the end): run.json; in/{update,extra_local,extra_vertices}/; stats/ foreign_stats/ (out_partials/ out_stats/
+the end): run.json; in/extra_local/; stats/ foreign_stats/ (out_partials/ out_stats/
 for a model reading an out-edge statistic);
 next/ (the updated graph's pieces: its data, then adopted into the cache);
-layer=<l>/{changed,needs,values,out}/ (needs/ and values/ only when fetched). A crash leaves
+layer=<l>/{needs,values,out}/ (needs/ and values/ only when fetched). A crash leaves
 the old version readable and the new one with its committed layers; a rerun recomputes in a
 fresh run directory (cheap: the change only) and commits only the layers still missing, giving
 the same store.
@@ -55,15 +57,13 @@ from sparkgnn.engine.refresh.partition import (
     OLD_H,
     STATE,
     SUMMARY_SCHEMA,
-    VERTEX_KINDS,
     RunContext,
     layer_dir,
 )
 from sparkgnn.engine.result import StoreResult, legacy_positional
 from sparkgnn.engine.spark_compat import default_parallelism
 from sparkgnn.errors import GraphUpdateError
-from sparkgnn.graph.updates import KINDS, UPDATE_SCHEMA
-from sparkgnn.graph.updates.format import EDGE_ATTR_FIELD
+from sparkgnn.graph.updates import KINDS
 from sparkgnn.layers.generic import require_states
 from sparkgnn.parquet_read import read_parquet
 from sparkgnn.pe import versions
@@ -77,42 +77,37 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-EDGE_KINDS = ("edge_insert", "edge_delete")
-_SPARK_TYPES = {
-    "kind": "string",
-    "src": "bigint",
-    "dst": "bigint",
-    "weight": "float",
-    "node": "bigint",
-    "x": "array<float>",
-    "edge_attr": "array<float>",
-}
 # A whole-layer commit broadcasts the replaced ids up to this many (8 bytes each), else shuffles.
 BROADCAST_IDS = 1 << 22
-# The update's columns as the tasks read them: UPDATE_SCHEMA's and the optional edge attributes.
-UPDATE_COLUMNS = (*UPDATE_SCHEMA.names, EDGE_ATTR_FIELD.name)
 
 
 def _uri(path: str) -> str:
     return files.spark_uri(path)
 
 
-def read_update_frame(spark, path: str):
-    """The update folder as a DataFrame of UPDATE_COLUMNS (a column the update lacks is null: the
-    tasks' GraphUpdate.from_table then names it with the kinds that need it, and validation the
-    edge inserts that lack the graph's edge attributes)."""
-    from pyspark.sql import functions as F
+def check_update(path: str) -> str:
+    """`path` as every task must see it (files.absolute), refused (GraphUpdateError) where it does
+    not exist, holds no data file, or its first data file is not Parquet or has no `kind` column.
+    The round-0 tasks read it whole (partition.route_update); a column it lacks is null there,
+    and the tasks' validation names the kinds that need it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
     if not files.exists(path):
         raise GraphUpdateError(f"graph update {path} does not exist")
-    frame = read_parquet(spark, _uri(path))
-    if "kind" not in frame.columns:
-        raise GraphUpdateError(f"graph update {path}: no `kind` column (columns: {', '.join(frame.columns)})")
-    columns = []
-    for name in UPDATE_COLUMNS:
-        value = F.col(f"`{name}`") if name in frame.columns else F.lit(None)
-        columns.append(value.cast(_SPARK_TYPES[name]).alias(name))
-    return frame.select(*columns)
+    path = files.absolute(path)
+    found = [path] if files.kind(path) == "file" else [files.join(path, f.rel) for f in files.data_files(path)]
+    if not found:
+        raise GraphUpdateError(f"graph update {path} holds no data files")
+    fs, inner = files.filesystem(found[0])
+    try:
+        with fs.open_input_file(inner) as source:
+            names = pq.ParquetFile(source).schema_arrow.names
+    except pa.ArrowInvalid:
+        raise GraphUpdateError(f"graph update {found[0]} is not a Parquet file") from None
+    if "kind" not in names:
+        raise GraphUpdateError(f"graph update {path}: no `kind` column (columns: {', '.join(names)})")
+    return path
 
 
 def _tasks(spark, partitions: int, fn, what: str) -> list[dict]:
@@ -149,61 +144,6 @@ def _local(spark, ctx: RunContext):
     update's inserted edges)."""
     cached = _read_ids(spark, files.join(ctx.pieces_dir, "local"))
     return cached.unionByName(_read_ids(spark, files.join(ctx.run_dir, "in", "extra_local")))
-
-
-def _update_inputs(spark, ctx: RunContext, graph, update) -> None:
-    """Round 0's update inputs, one folder per piece: the update's rows routed to the pieces they
-    concern (edge rows by destination; vertex rows to the owner and to every piece holding the
-    vertex) and the vertices inserted edges come from that a piece does not hold yet."""
-    from pyspark.sql import functions as F
-
-    from sparkgnn.engine.routing import partition_column
-
-    def part_of(column: str):
-        return partition_column(column, ctx.partitions)
-
-    held = _read_ids(spark, files.join(ctx.pieces_dir, "local"))
-    edge_rows = update.where(F.col("kind").isin(*EDGE_KINDS)).withColumn("part", part_of("dst"))
-    extra = (
-        edge_rows.where(F.col("src").isNotNull())
-        .select(F.col("src").alias("id"), "part")
-        .distinct()
-        .join(held, ["id", "part"], "left_anti")
-    )
-    extra.write.partitionBy("part").parquet(_uri(files.join(ctx.run_dir, "in", "extra_local")))
-    (
-        _read_ids(spark, files.join(ctx.run_dir, "in", "extra_local"))
-        .join(graph.vertices, "id")
-        .withColumn("owned", F.col("part") == part_of("id"))
-        .write.partitionBy("part")
-        .parquet(_uri(files.join(ctx.run_dir, "in", "extra_vertices")))
-    )
-    # a vertex row without its node joins no holder below and would be dropped, not refused: it
-    # goes to piece 0 with the rows of unknown kinds, whose task names it (an edge row without
-    # its dst still hashes to a piece, whose task names it)
-    vertex_rows = update.where(F.col("kind").isin(*VERTEX_KINDS) & F.col("node").isNotNull())
-    unroutable = ~F.coalesce(F.col("kind").isin(*KINDS), F.lit(False)) | (
-        F.col("kind").isin(*VERTEX_KINDS) & F.col("node").isNull()
-    )
-    other_rows = update.where(unroutable).withColumn("part", F.lit(0))
-    holders = (
-        _local(spark, ctx)
-        .unionByName(vertex_rows.select(F.col("node").alias("id"), part_of("node").alias("part")))
-        .distinct()
-    )
-    routed = vertex_rows.join(holders.withColumnRenamed("id", "node"), "node").withColumn(
-        "owned", F.col("part") == part_of("node")
-    )
-    columns = [*UPDATE_COLUMNS, "owned", "part"]
-    edge_rows = edge_rows.withColumn("owned", F.lit(False))
-    other_rows = other_rows.withColumn("owned", F.lit(False))
-    (
-        edge_rows.select(*columns)
-        .unionByName(routed.select(*columns))
-        .unionByName(other_rows.select(*columns))
-        .write.partitionBy("part")
-        .parquet(_uri(files.join(ctx.run_dir, "in", "update")))
-    )
 
 
 def _foreign_stats(spark, ctx: RunContext) -> None:
@@ -265,29 +205,10 @@ def _new_graph(spark, run_dir: str, old, built: list[dict], out_graph: str | Non
     return Graph.load(spark, out_graph)
 
 
-def _route_changed(spark, ctx: RunContext, layer: int) -> None:
-    """Layer l-1's recomputed ids, to every piece holding them (h^(l-1) changed there); with their
-    new h when the tasks read the store's row files (they fetch nothing else of the new h)."""
-    from pyspark.sql import functions as F
-
-    holders = _local(spark, ctx)
-    columns = ["id"]
-    if ctx.store_rows:  # and to the owner of a vertex the update inserts (not among the held ids)
-        columns.append("h")
-        inserted = (
-            spark.read.schema("node long, kind string, owned boolean, part int")
-            .parquet(_uri(files.join(ctx.run_dir, "in", "update")))
-            .where((F.col("kind") == "vertex_insert") & F.col("owned"))
-            .select(F.col("node").alias("id"), "part")
-        )
-        holders = holders.unionByName(inserted)
-    changed = read_parquet(spark, _uri(layer_dir(ctx.run_dir, layer - 1, "out"))).select(*columns)
-    changed.join(holders, "id").write.partitionBy("part").parquet(_uri(layer_dir(ctx.run_dir, layer, "changed")))
-
-
-def _fetch_values(spark, ctx: RunContext, old_store, layer: int) -> None:
+def _fetch_values(spark, ctx: RunContext, old_store, layer: int, previous: str | None) -> None:
     """The values the pieces' plans asked for (partition.NEW_H / OLD_H / STATE), each stored
-    layer scanned once with the (small) needs broadcast."""
+    layer scanned once with the (small) needs broadcast; `previous`: the folder holding layer
+    l-1's recomputed rows (tombstones, null h, left out)."""
     from pyspark.sql import functions as F
 
     needs = read_parquet(spark, _uri(layer_dir(ctx.run_dir, layer, "needs")))
@@ -295,11 +216,12 @@ def _fetch_values(spark, ctx: RunContext, old_store, layer: int) -> None:
     state = old_store.frame(spark, layer).select("id", F.col("state").alias("v"))
     parts = [state.join(F.broadcast(needs.where(kind == STATE)), "id")]
     if layer > 1:
-        fresh = read_parquet(spark, _uri(layer_dir(ctx.run_dir, layer - 1, "out"))).select("id", F.col("h").alias("v"))
+        assert previous is not None, "layer > 1 reads the previous layer's rows"
+        fresh = read_parquet(spark, _uri(previous)).where(F.col("h").isNotNull()).select("id", F.col("h").alias("v"))
         wanted_new = needs.where(kind == NEW_H)
         stored = wanted_new.join(fresh.select("id"), "id", "left_anti").unionByName(needs.where(kind == OLD_H))
-        previous = old_store.frame(spark, layer - 1).select("id", F.col("h").alias("v"))
-        parts += [fresh.join(F.broadcast(wanted_new), "id"), previous.join(F.broadcast(stored), "id")]
+        before = old_store.frame(spark, layer - 1).select("id", F.col("h").alias("v"))
+        parts += [fresh.join(F.broadcast(wanted_new), "id"), before.join(F.broadcast(stored), "id")]
     merged = parts[0]
     for more in parts[1:]:
         merged = merged.unionByName(more)
@@ -308,29 +230,51 @@ def _fetch_values(spark, ctx: RunContext, old_store, layer: int) -> None:
     )
 
 
-def _commit(spark, writer, old_store, ctx: RunContext, layer: int, deleted: list, total: int, stats: dict) -> None:
-    """Commit layer l: a delta over the old version's layer (recomputed rows, tombstones), or
-    whole when versions.should_compact says so."""
+def _commit(spark, writer, old_store, ctx: RunContext, layer: int, deleted: list, total: int, stats: dict) -> str:
+    """Commit layer l from the rows its tasks wrote (recomputed rows and a tombstone per deleted
+    vertex): as a delta over the old version's layer, their files moved into the staged attempt
+    (no Spark job, no copy of the rows), or whole when versions.should_compact says so (Spark
+    merges them with the old layer). Returns the folder the rows lie in afterwards."""
     from pyspark.sql import functions as F
 
-    out = read_parquet(spark, _uri(layer_dir(ctx.run_dir, layer, "out")))
+    out_dir = layer_dir(ctx.run_dir, layer, "out")
     width, state_width = old_store.width(layer), old_store.state_width(layer)
     changed = stats["targets"] + len(deleted)
-    tombstones = spark.createDataFrame([(int(i),) for i in deleted], "id long").select(
-        "id", F.lit(None).cast("array<float>").alias("h"), F.lit(None).cast("array<float>").alias("state")
-    )
     if versions.should_compact(old_store.manifest, layer_key(layer), changed, total):
-        gone = out.select("id").unionByName(tombstones.select("id"))
+        out = read_parquet(spark, _uri(out_dir))
+        gone = out.select("id")
         # few enough ids to broadcast: one scan of the old layer, no shuffle of it (nor AQE's jobs)
         kept = old_store.frame(spark, layer).join(
             F.broadcast(gone) if changed <= BROADCAST_IDS else gone, "id", "left_anti"
         )
-        merged = kept.select("id", "h", "state").unionByName(out)
+        merged = kept.select("id", "h", "state").unionByName(out.where(F.col("h").isNotNull()))
         writer.commit_layer(layer, merged, width, state_width, rows=total)  # every vertex once: `total` rows
         stats["committed"] = f"whole ({total} rows)"
-    else:
-        writer.commit_layer_delta_frame(layer, old_store, out.unionByName(tombstones), width, state_width, rows=total)
-        stats["committed"] = f"as a delta ({stats['targets']} rows, {len(deleted)} tombstones)"
+        return out_dir
+    staged = writer.stage_layer(layer)
+    _move_rows(out_dir, staged)
+    writer.commit_staged_delta(layer, old_store, width, state_width, rows=total)
+    stats["committed"] = f"as a delta ({stats['targets']} rows, {len(deleted)} tombstones)"
+    return staged
+
+
+def _move_rows(source: str, target: str) -> None:
+    """Every data file of `source` into the folder `target`: renamed where both lie on one
+    filesystem that renames (the work dir and the store on one disk), else copied (another disk,
+    another filesystem, an object store)."""
+    import pyarrow.fs as pafs
+
+    for data in files.data_files(source):
+        src_fs, src = files.filesystem(files.join(source, data.rel))
+        dst_fs, dst = files.filesystem(files.join(target, data.rel))
+        if type(src_fs) is type(dst_fs) and not files.is_object_store(target):
+            try:
+                src_fs.move(src, dst)
+                continue
+            except OSError:  # a rename across devices (EXDEV): copy instead
+                pass
+        files.makedirs(files.parent(files.join(target, data.rel)))
+        pafs.copy_files(src, dst, source_filesystem=src_fs, destination_filesystem=dst_fs)
 
 
 def _sum(summaries: list[dict], key: str) -> int:
@@ -408,7 +352,7 @@ def refresh(
             f"PE store {old_store.base} was precomputed without aggregation states; a refresh needs them "
             "(rerun the precompute with states)"
         )
-    update = read_update_frame(spark, updates)
+    updates = check_update(updates)
     partitions = int(partitions or max(1, default_parallelism(spark)))
     root = resolve_work_dir(spark, None, work_dir)
     run_dir = files.join(root, "refresh", uuid.uuid4().hex)
@@ -420,6 +364,8 @@ def refresh(
         register(model, files.join(root, "models")),
         partition.stat_keys(model),
         _store_rows(old_store),
+        update_path=updates,
+        update_files=partition.file_marks(updates),
     )
     phases: dict = {}
     try:
@@ -435,7 +381,6 @@ def refresh(
             pieces.build(spark, old_graph, partitions, ctx.pieces_dir)
             phases["build_pieces"] = round(time.perf_counter() - built_at, 3)
             log.info(f"sparkgnn refresh: the graph's {partitions} pieces built in {phases['build_pieces']:.1f} s")
-        _update_inputs(spark, ctx, old_graph, update)
         built = _tasks(spark, partitions, functools.partial(partition.build_task, ctx), "apply the update")
         problems = sorted({s["problem"] for s in built if "problem" in s})
         if problems:
@@ -460,17 +405,15 @@ def refresh(
         total = _sum(built, "vertices")
         writer = PEWriter(store, new_graph, model, with_states=True)
         done = set(writer.completed_layers())
+        previous = None  # the folder holding layer l-1's recomputed rows: every layer-l task reads them
         for layer in range(1, model.num_rounds + 1):
             layer_started = time.perf_counter()
-            if layer > 1:
-                _route_changed(spark, ctx, layer)
             planned = None
             if not ctx.store_rows:  # else the compute tasks read what they need from the row files
-                planned = _tasks(
-                    spark, partitions, functools.partial(partition.plan_task, ctx, layer), f"layer {layer} plan"
-                )
-                _fetch_values(spark, ctx, old_store, layer)
-            computed = _tasks(spark, partitions, functools.partial(partition.compute_task, ctx, layer),
+                planned = _tasks(spark, partitions, functools.partial(partition.plan_task, ctx, layer, previous),
+                                 f"layer {layer} plan")  # fmt: skip
+                _fetch_values(spark, ctx, old_store, layer, previous)
+            computed = _tasks(spark, partitions, functools.partial(partition.compute_task, ctx, layer, previous),
                               f"layer {layer} compute")  # fmt: skip
             stats: dict = {"layer": layer, "needs": _sum(planned or computed, "needs")}
             stats["values"] = "fetched by Spark" if planned is not None else "read from row files"
@@ -478,9 +421,10 @@ def refresh(
                 {k: _sum(computed, k) for k in ("targets", "delta", "scratch", "new_messages", "old_messages")}
             )
             stats["seconds"] = round(time.perf_counter() - layer_started, 3)
+            previous = layer_dir(run_dir, layer, "out")
             if layer not in done:
                 written = time.perf_counter()
-                _commit(spark, writer, old_store, ctx, layer, deleted, total, stats)
+                previous = _commit(spark, writer, old_store, ctx, layer, deleted, total, stats)
                 stats["write_seconds"] = round(time.perf_counter() - written, 3)
                 if on_layer_committed is not None:
                     on_layer_committed(layer)

@@ -3,9 +3,10 @@ update applied to that piece, and the per-layer work on it.
 
 A partition p OWNS the vertices with pmod(hash(id), P) = p (engine.routing.partition_expr) and
 holds their in-edges (old, and inserted by the update) plus every vertex those edges come from
-("foreign" vertices, with their features). That is everything refresh_kernel needs to recompute
-p's own targets, because a vertex's h^(l) depends only on its in-edges, its own h^(l-1) and
-statistics, and the sources' h^(l-1) and statistics:
+("foreign" vertices; their features stay with their owner, read when needed: owner_rows, fill_x).
+That is everything refresh_kernel needs to recompute p's own targets, because a vertex's h^(l)
+depends only on its in-edges, its own h^(l-1) and statistics, and the sources' h^(l-1) and
+statistics:
 
 * the update is applied to the piece with the single-machine `graph.updates.apply` (so a piece
   follows exactly the semantics, and the validation, of the local refresh): its edge rows are
@@ -23,7 +24,8 @@ statistics, and the sources' h^(l-1) and statistics:
   values (old and new) and stored states the computation reads, the driver fetches exactly those
   from the store and the previous layer (`values`), and the computation runs. Where every segment
   of the old store has a row file (RunContext.store_rows), the compute task plans and reads those
-  rows itself (`_read_values`: mapped row files, the new h^(l-1) routed with `changed`).
+  rows itself (`_read_values`: mapped row files, the new h^(l-1) from the files layer l-1's
+  tasks wrote: `previous_rows`).
 
 Everything a task reads or writes lies in the run directory (job.py lists it), on a filesystem
 every executor reaches; a task recomputes its piece from there (cached per Python worker), so a
@@ -56,7 +58,7 @@ from sparkgnn.errors import GraphUpdateError
 from sparkgnn.graph.checks import NO_SPLIT
 from sparkgnn.graph.data import GraphData
 from sparkgnn.graph.fingerprint import edge_hash_sum, vertex_hash_sum
-from sparkgnn.graph.updates import GraphUpdate, apply
+from sparkgnn.graph.updates import KINDS, UPDATE_SCHEMA, GraphUpdate, apply
 from sparkgnn.graph.updates.applying import Applied
 from sparkgnn.graph.updates.format import EDGE_ATTR_FIELD
 from sparkgnn.layers.stats import OUT_EDGE_STATS, STATS
@@ -70,7 +72,7 @@ NEW_H, OLD_H, STATE = 0, 1, 2
 SUMMARY_SCHEMA = "part int, info string"
 # The update's kinds whose rows are routed to every piece holding the vertex (the owner counts them).
 VERTEX_KINDS = ("vertex_insert", "feature_update", "vertex_delete")
-# layer=<l>/changed/ with the row files read directly (RunContext.store_rows): the new h^(l-1) too
+# layer l-1's recomputed rows as a layer-l task reads them (previous_rows)
 CHANGED_SCHEMA = pa.schema([("id", pa.int64()), ("h", pa.list_(pa.float32()))])
 CACHED_PIECES = 4
 
@@ -89,6 +91,10 @@ class RunContext:
     # of its segments has a row file (pe/rowfile.py): the compute tasks read the values they need
     # from them directly (no plan round, no fetch); () where one has none: the driver fetches them
     store_rows: tuple = ()
+    # the update's Parquet folder: every round-0 task reads it whole and keeps the rows its piece
+    # concerns (route_update), instead of Spark routing them in jobs before the round
+    update_path: str = ""
+    update_files: tuple = ()  # its data files as the driver listed them (file_marks)
 
     def layer_rows(self, layer: int) -> LayerRows:
         """The old store's layer `layer`, readable row by row from its segments' row files."""
@@ -181,6 +187,10 @@ class Piece:
     stats_old: dict = field(default_factory=dict)  # stat key -> float32 [old rows]
     stats_new: dict = field(default_factory=dict)  # stat key -> float32 [new rows]
     kinds: dict = field(default_factory=dict)  # update kind -> rows of it this piece counts (each row once)
+    # whether a row's x is real (owned, or filled from its owner: fill_x) or zeros (a foreign vertex)
+    known_old: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    known_new: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    extra: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # route_update's extra ids
 
     @property
     def new(self) -> GraphData:
@@ -201,19 +211,18 @@ class Piece:
 def build_piece(ctx: RunContext, part: int) -> Piece:
     """Partition `part`'s piece: the old graph's piece (plus the vertices the update's inserted
     edges come from), the update applied (GraphUpdateError names what in the update is wrong for
-    the vertices and edges this partition holds)."""
-    from sparkgnn.graph.updates import UPDATE_SCHEMA
-
+    the vertices and edges this partition holds). A foreign vertex's features are not in the
+    piece (pieces.py): its row holds zeros until a computation reads it (fill_x, from its owner)."""
     run_dir, schema = ctx.run_dir, _vertex_schema(ctx.run_dir)
-    vertices = pa.concat_tables(
-        [
-            read_slice(files.join(ctx.pieces_dir, "vertices"), part, schema),
-            read_slice(files.join(run_dir, "in", "extra_vertices"), part, schema),
-        ]
-    )
+    vertices = read_slice(files.join(ctx.pieces_dir, "vertices"), part, schema)
+    update_rows, extra = route_update(ctx, part, vertices.column("id").to_numpy())
+    if len(extra):  # the sources of inserted edges the piece does not hold: from their owners
+        found, rows = owner_rows(ctx, extra)
+        rows = rows.append_column("owned", pa.array(np.zeros(rows.num_rows, bool)))
+        vertices = pa.concat_tables([vertices, rows.select(vertices.column_names).cast(vertices.schema)])
     vertices = vertices.take(pc.sort_indices(vertices, [("id", "ascending")]))
     ids = vertices.column("id").to_numpy()
-    x = to_numpy_matrix(vertices.column("x")) if vertices.num_rows else np.zeros((0, _feature_dim(run_dir)), np.float32)
+    x, known = _features(vertices.column("x"), _feature_dim(run_dir))
     edges = read_slice(files.join(ctx.pieces_dir, "edges"), part, _edge_schema(run_dir))
     src_ids, dst_ids = edges.column("src").to_numpy(), edges.column("dst").to_numpy()
     weight = _column(edges, "weight")
@@ -234,12 +243,11 @@ def build_piece(ctx: RunContext, part: int) -> Piece:
         name=f"partition {part}",
     )
     owned_old = np.asarray(_column(vertices, "owned"), bool)
-    update_rows = read_slice(
-        files.join(run_dir, "in", "update"),
-        part,
-        UPDATE_SCHEMA.append(EDGE_ATTR_FIELD).append(pa.field("owned", pa.bool_())),
-    )
-    applied = apply(_read_update(update_rows), old)
+    update = _read_update(update_rows)
+    # a feature update's old values decide whether it changes anything (Applied.feature_changed)
+    touched, _found = old.id_index.lookup(update.feature_update_ids)
+    _fill_rows(ctx, old, known, touched[_found])
+    applied = apply(update, old)
     inserted_owned = update_rows.filter(
         pc.and_(pc.equal(update_rows.column("kind"), "vertex_insert"), update_rows.column("owned"))
     )
@@ -247,7 +255,193 @@ def build_piece(ctx: RunContext, part: int) -> Piece:
     inserted = applied.old_rows < 0
     owned[~inserted] = owned_old[applied.old_rows[~inserted]]
     owned[inserted] = np.isin(applied.graph.ids[inserted], inserted_owned.column("node").to_numpy())
-    return Piece(part, old, applied, owned, owned_old, kinds=_kind_counts(update_rows))
+    piece = Piece(part, old, applied, owned, owned_old, kinds=_kind_counts(update_rows))
+    piece.known_old, piece.extra = known, extra
+    piece.known_new = np.ones(applied.graph.num_nodes, bool)
+    piece.known_new[~inserted] = known[applied.old_rows[~inserted]]
+    return piece
+
+
+def _features(column, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """(x [n, width] float32, known [n] bool): a null x (a foreign vertex's) is a row of zeros."""
+    column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    known = np.asarray(column.is_valid().to_numpy(zero_copy_only=False), bool)
+    if known.all():
+        x = to_numpy_matrix(column, width) if len(column) else np.zeros((0, width), np.float32)
+        return np.array(x, dtype=np.float32, copy=True), known
+    x = np.zeros((len(column), width), np.float32)
+    if known.any():
+        x[known] = to_numpy_matrix(column.filter(pa.array(known)), width)
+    return x, known
+
+
+def _fill_rows(ctx: RunContext, graph: GraphData, known: np.ndarray, rows: np.ndarray) -> None:
+    """Fill graph.x at `rows` whose features the piece does not hold, from their owners."""
+    missing = np.unique(rows[~known[rows]])
+    if not len(missing):
+        return
+    found, table = owner_rows(ctx, graph.ids[missing])
+    if not found.all():
+        bad = graph.ids[missing[~found]][:5].tolist()
+        raise ValueError(f"{graph.name}: the owners of vertices {bad} hold no row for them")
+    graph.x[missing] = to_numpy_matrix(table.column("x"), graph.feature_dim)
+    known[missing] = True
+
+
+def fill_x(ctx: RunContext, piece: Piece, rows: np.ndarray, new: bool) -> None:
+    """Make the features of `rows` (of the new graph if `new`, else of the old) real: a foreign
+    vertex's row holds zeros until read. A new row is known where the update set it (inserted,
+    or a feature update: its old row was filled before apply) or its old row is known."""
+    if not new:
+        _fill_rows(ctx, piece.old, piece.known_old, rows)
+        return
+    unknown = rows[~piece.known_new[rows]]  # kept rows: an inserted one is known
+    if len(unknown):
+        old_rows = piece.applied.old_rows[unknown]
+        _fill_rows(ctx, piece.old, piece.known_old, old_rows)
+        if piece.new.x is not piece.old.x:
+            piece.new.x[unknown] = piece.old.x[old_rows]
+        piece.known_new[unknown] = True
+
+
+# -- the update, routed by the tasks ---------------------------------------------------------------
+UPDATE_TASK_SCHEMA = pa.schema([*UPDATE_SCHEMA, EDGE_ATTR_FIELD])
+_UPDATES: dict = {}
+
+
+def file_marks(path: str) -> tuple:
+    """((relative name, size, mtime_ns), ...) of the data files under `path` (a single file: its
+    base name; nothing there: ()): what a worker's cached copy of them is keyed by and checked
+    against (the update: RunContext.update_files; the owners' rows: _owned_table)."""
+    if files.kind(path) == "file":
+        fs, inner = files.filesystem(path)
+        info = fs.get_file_info(inner)
+        return ((info.base_name, int(info.size), int(info.mtime_ns or 0)),)
+    return tuple((f.rel, f.size, f.mtime_ns) for f in files.data_files(path))
+
+
+def _update_table(path: str, listed: tuple) -> pa.Table:
+    """The update folder whole (every column of UPDATE_TASK_SCHEMA; one it lacks is null), cached
+    per Python worker (every round-0 task reads it; a Spark session's workers outlive a refresh)
+    keyed by the path and `listed`, the files the driver saw (file_marks): an update rewritten
+    at the same path is read again, and one rewritten while the refresh runs is refused."""
+    key = (path, listed)
+    if key in _UPDATES:
+        return _UPDATES[key]
+    if listed and file_marks(path) != listed:
+        raise GraphUpdateError(f"graph update {path} changed while the refresh ran: rerun it on a fixed update")
+    paths = [path] if files.kind(path) == "file" else [files.join(path, f.rel) for f in files.data_files(path)]
+    fs = files.filesystem(path)[0]
+    tables = []
+    for one in paths:
+        table = pq.read_table(files.filesystem(one)[1], filesystem=fs, partitioning=None)
+        columns = []
+        for f in UPDATE_TASK_SCHEMA:
+            column = table.column(f.name) if f.name in table.column_names else pa.nulls(table.num_rows, f.type)
+            try:
+                columns.append(column.cast(f.type))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                raise GraphUpdateError(
+                    f"graph update {one}: column `{f.name}` is {column.type}, not {f.type}"
+                ) from None
+        tables.append(pa.table(columns, schema=UPDATE_TASK_SCHEMA))
+    table = pa.concat_tables(tables) if tables else UPDATE_TASK_SCHEMA.empty_table()
+    _UPDATES.clear()
+    _UPDATES[key] = table
+    return table
+
+
+def route_update(ctx: RunContext, part: int, held: np.ndarray) -> tuple[pa.Table, np.ndarray]:
+    """(the update's rows piece `part` applies, with `owned`; the ids of the sources of its
+    inserted or deleted edges it does not hold): edge rows by destination, vertex rows to the
+    owner and to every piece holding the vertex, the rows no task could be chosen for (an unknown
+    kind, a missing dst or node) to piece 0, whose apply names them -- the routing Spark's joins
+    did, in every task from the update read whole."""
+    from sparkgnn.engine.routing import owner_partition
+
+    table = _update_table(ctx.update_path, ctx.update_files)
+    kind = table.column("kind")
+    known_kind = pc.fill_null(pc.is_in(kind, pa.array(KINDS)), False).to_numpy(zero_copy_only=False)
+    edge = pc.fill_null(pc.is_in(kind, pa.array(["edge_insert", "edge_delete"])), False).to_numpy(zero_copy_only=False)
+    vertex_kind = pc.fill_null(pc.is_in(kind, pa.array(VERTEX_KINDS)), False).to_numpy(zero_copy_only=False)
+    dst_valid = table.column("dst").is_valid().to_numpy(zero_copy_only=False)
+    node_valid = table.column("node").is_valid().to_numpy(zero_copy_only=False)
+    dst = pc.fill_null(table.column("dst"), 0).to_numpy()
+    node = pc.fill_null(table.column("node"), 0).to_numpy()
+    P = ctx.partitions
+    edge_here = edge & np.where(dst_valid, owner_partition(dst, P) == part, part == 0)
+    src = table.column("src").filter(pa.array(edge_here)).drop_null().to_numpy()
+    extra = np.setdiff1d(np.unique(src), held)
+    holds = np.union1d(held, extra)
+    vertex = vertex_kind & node_valid
+    owner = owner_partition(node, P) == part
+    vertex_here = vertex & (owner | np.isin(node, holds))
+    other = (~known_kind | (vertex_kind & ~node_valid)) & (part == 0)
+    keep = edge_here | vertex_here | other
+    routed = table.filter(pa.array(keep)).append_column("owned", pa.array((vertex & owner)[keep]))
+    return routed, extra
+
+
+# -- the owners' vertex rows (features of foreign vertices) ----------------------------------------
+_OWNED: OrderedDict = OrderedDict()
+
+
+def _owned_table(ctx: RunContext, part: int) -> tuple[np.ndarray, pa.Table]:
+    """(sorted ids, rows) of the vertices piece `part` owns in the old graph: its features file
+    (features/part=<p>.arrow, memory-mapped) where the refresh that made the pieces wrote one,
+    else its vertex rows (the owned ones carry x). Cached per Python worker, keyed by the pieces'
+    folder (its name holds the graph's fingerprint and P) and checked against the files' sizes and
+    mtimes, so a layout deleted and rebuilt under the same name is read again."""
+    key = (ctx.pieces_dir, part)
+    path = files.join(ctx.pieces_dir, "features", f"part={part}.arrow")
+    mapped = files.is_local(path) and files.kind(path) == "file"
+    marks = file_marks(path) if mapped else file_marks(files.join(ctx.pieces_dir, "vertices", f"part={part}"))
+    cached = _OWNED.get(key)
+    if cached is not None and cached[0] == marks:
+        _OWNED.move_to_end(key)
+        return cached[1], cached[2]
+    if mapped:
+        table = pa.ipc.open_file(pa.memory_map(files.filesystem(path)[1])).read_all()
+    else:
+        table = read_slice(files.join(ctx.pieces_dir, "vertices"), part, _vertex_schema(ctx.run_dir))
+        table = table.filter(table.column("owned")).drop_columns(["owned"])
+        table = table.take(pc.sort_indices(table, [("id", "ascending")]))
+    ids = table.column("id").to_numpy()
+    _OWNED[key] = (marks, ids, table)
+    while len(_OWNED) > 2 * ctx.partitions:
+        _OWNED.popitem(last=False)
+    return ids, table
+
+
+def owner_rows(ctx: RunContext, ids: np.ndarray) -> tuple[np.ndarray, pa.Table]:
+    """(found [len(ids)] bool, the owners' rows of ids[found] in that order: id, x[, y][, split])."""
+    from sparkgnn.engine.routing import owner_partition
+
+    ids = np.asarray(ids, np.int64)
+    owners = owner_partition(ids, ctx.partitions)
+    found = np.zeros(len(ids), bool)
+    positions = np.zeros(len(ids), np.int64)
+    tables = {}
+    for q in np.unique(owners):
+        at = np.flatnonzero(owners == q)
+        owned_ids, table = _owned_table(ctx, int(q))
+        pos = np.minimum(np.searchsorted(owned_ids, ids[at]), max(len(owned_ids) - 1, 0))
+        hit = (owned_ids[pos] == ids[at]) if len(owned_ids) else np.zeros(len(at), bool)
+        found[at] = hit
+        positions[at] = pos
+        tables[int(q)] = table
+    schema = _vertex_schema(ctx.run_dir).remove(_vertex_schema(ctx.run_dir).get_field_index("owned"))
+    hits = np.flatnonzero(found)
+    chunks, where = [], []
+    for q, table in tables.items():
+        sel = hits[owners[hits] == q]
+        if len(sel):  # a features file's x is a fixed-size list: one type for both sources
+            chunks.append(table.select(schema.names).take(pa.array(positions[sel])).cast(schema))
+            where.append(sel)
+    if not chunks:
+        return found, schema.empty_table()
+    table = pa.concat_tables(chunks)
+    return found, table.take(pa.array(np.argsort(np.concatenate(where), kind="stable")))
 
 
 def _kind_counts(update_rows: pa.Table) -> dict:
@@ -338,11 +532,15 @@ def load_piece(ctx: RunContext, part: int) -> Piece:
             for k in out_keys:
                 values = totals.column(f"{k}_{side}").to_numpy(zero_copy_only=False)
                 stats[k][rows[found]] = values[found]
+    _cache_piece(ctx, piece)
+    return piece
+
+
+def _cache_piece(ctx: RunContext, piece: Piece) -> None:
     with _PIECES_LOCK:
-        _PIECES[key] = piece
+        _PIECES[(ctx.run_dir, piece.part)] = piece
         while len(_PIECES) > CACHED_PIECES:
             _PIECES.popitem(last=False)
-    return piece
 
 
 # -- the tasks --------------------------------------------------------------------------------------
@@ -368,6 +566,9 @@ def build_task(ctx: RunContext, batches):
             continue
         old, new = piece.old, piece.new
         stats_old, stats_new = local_stats(old, ctx.stat_keys), local_stats(new, ctx.stat_keys)
+        if not ctx.stat_keys:  # complete: the layers' tasks on this Python worker start from it
+            piece.stats_old, piece.stats_new = stats_old, stats_new
+            _cache_piece(ctx, piece)
         ids = np.union1d(old.ids[piece.owned_old], new.ids[piece.owned])
         columns = {"id": pa.array(ids)}
         for k, _n, _w in ctx.stat_keys:
@@ -377,6 +578,8 @@ def build_task(ctx: RunContext, batches):
                 values[found] = stats[k][rows[found]]
                 columns[f"{k}_{side}"] = pa.array(values)
         write_piece_file(files.join(ctx.run_dir, "stats", f"part={part}.parquet"), pa.table(columns))
+        extra = pa.table({"id": pa.array(piece.extra, pa.int64())})  # job._local reads them with the pieces'
+        write_piece_file(files.join(ctx.run_dir, "in", "extra_local", f"part={part}", "extra.parquet"), extra)
         _write_out_partials(ctx, piece, stats_old, stats_new)
         _write_next_piece(ctx.run_dir, piece)
         rows = np.flatnonzero(piece.owned)
@@ -420,14 +623,43 @@ def _write_next_piece(run_dir: str, piece: Piece) -> None:
     held = piece.owned.copy()
     held[new.edge_src] = True
     rows = np.flatnonzero(held)
-    vertices = {"id": pa.array(new.ids[rows]), "x": to_list(new.x[rows])}
+    vertices = {"id": pa.array(new.ids[rows]), "x": _owned_x(new.x, rows, piece.owned[rows])}
     vertices.update(_labels(new, rows))
     vertices["owned"] = pa.array(piece.owned[rows])
     folder = files.join(run_dir, "next")
     name = f"part={piece.part}/piece.parquet"
     write_piece_file(files.join(folder, "vertices", name), pa.table(vertices))
+    owned = np.flatnonzero(piece.owned)
+    owned = owned[np.argsort(new.ids[owned], kind="stable")]
+    features = {"id": pa.array(new.ids[owned]), "x": to_list(new.x[owned])}
+    features.update(_labels(new, owned))
+    write_features(folder, piece.part, pa.table(features))
     write_piece_file(files.join(folder, "edges", name), pa.table(_edge_columns(new)))
     write_piece_file(files.join(folder, "local", name), pa.table({"id": pa.array(new.ids[rows])}))
+
+
+def write_features(pieces: str, part: int, table: pa.Table) -> None:
+    """features/part=<part>.arrow of the pieces at `pieces`: `table` (the part's owned vertices,
+    id sorted: id, x[, y][, split]) as an Arrow IPC file, x a fixed-size list, that owner_rows
+    memory-maps and takes rows from (no Parquet decode of the part's vertices)."""
+    if table.num_rows:
+        x = to_numpy_matrix(table.column("x"))
+        flat = pa.FixedSizeListArray.from_arrays(pa.array(np.ascontiguousarray(x).reshape(-1)), x.shape[1])
+        table = table.set_column(table.column_names.index("x"), "x", flat)
+    path = files.join(pieces, "features", f"part={part}.arrow")
+    files.makedirs(files.parent(path))
+    fs, inner = files.filesystem(path)
+    with fs.open_output_stream(inner) as sink, pa.ipc.new_file(sink, table.schema) as out:
+        out.write_table(table)
+
+
+def _owned_x(x: np.ndarray, rows: np.ndarray, owned: np.ndarray) -> pa.Array:
+    """x[rows] as a list column, null where the row is not owned (no copy of foreign features)."""
+    width = x.shape[1]
+    offsets = np.zeros(len(rows) + 1, np.int32)
+    np.cumsum(np.where(owned, width, 0), out=offsets[1:])
+    values = pa.array(np.ascontiguousarray(x[rows[owned]]).reshape(-1))
+    return pa.ListArray.from_arrays(pa.array(offsets), values, mask=pa.array(~owned))
 
 
 def _labels(graph: GraphData, rows: np.ndarray) -> dict:
@@ -479,12 +711,33 @@ def _values(ctx: RunContext, layer: int, part: int) -> dict:
     return out
 
 
-def _changed(ctx: RunContext, layer: int, piece: Piece) -> np.ndarray:
+def previous_rows(folder: str, piece: Piece, with_h: bool) -> pa.Table:
+    """Layer l-1's recomputed rows (id[, h]) the piece holds, read from `folder` (the files the
+    tasks of layer l-1 wrote, every partition's: id, h, state, a tombstone's h null), tombstones
+    and the rows of vertices the piece does not hold left out. Every task reads them whole (the
+    id column, and h when asked): the recomputed rows of one layer, no Spark job to route them."""
+    columns = ["id", "h"] if with_h else ["id"]
+    paths = [files.join(folder, f.rel) for f in files.data_files(folder)]
+    fs = files.filesystem(folder)[0]
+    schema = CHANGED_SCHEMA if with_h else pa.schema([("id", pa.int64())])
+    tables = [
+        pq.read_table(files.filesystem(p)[1], columns=columns, filesystem=fs, partitioning=None).cast(schema)
+        for p in paths
+    ]
+    table = pa.concat_tables(tables) if tables else schema.empty_table()
+    if with_h:
+        table = table.filter(pc.is_valid(table.column("h")))
+    _rows_, found = piece.new.id_index.lookup(table.column("id").to_numpy())
+    return table.filter(pa.array(found)).select(columns)
+
+
+def _changed(layer: int, piece: Piece, previous: str | None) -> np.ndarray:
     """Sorted new rows of the piece whose h^(l-1) changed (layer 1: features; else the previous
-    layer's targets in every partition, routed here by the driver)."""
+    layer's targets in every partition, read from `previous`: previous_rows)."""
     if layer == 1:
         return np.asarray(piece.applied.feature_changed, np.int64)
-    ids = read_slice(layer_dir(ctx.run_dir, layer, "changed"), piece.part, pa.schema([("id", pa.int64())]))
+    assert previous is not None, "layer > 1 reads the previous layer's rows"
+    ids = previous_rows(previous, piece, with_h=False)
     rows, found = piece.new.id_index.lookup(ids.column("id").to_numpy())
     return np.unique(rows[found])
 
@@ -500,9 +753,11 @@ def _layer_sides(ctx: RunContext, layer: int, piece: Piece, values: dict | None)
     if layer == 1:
 
         def old_values(rows):
+            fill_x(ctx, piece, np.asarray(rows), new=False)
             return model.pre(torch.from_numpy(np.ascontiguousarray(old.x[rows])))
 
         def new_values(rows):
+            fill_x(ctx, piece, np.asarray(rows), new=True)
             return model.pre(torch.from_numpy(np.ascontiguousarray(new.x[rows])))
 
     elif values is not None:
@@ -521,9 +776,9 @@ def _layer_sides(ctx: RunContext, layer: int, piece: Piece, values: dict | None)
     )
 
 
-def _plan(ctx: RunContext, layer: int, piece: Piece, values: dict | None):
+def _plan(ctx: RunContext, layer: int, piece: Piece, values: dict | None, previous: str | None):
     model, conv, old, new = _layer_sides(ctx, layer, piece, values)
-    plan = plan_layer(conv, old, new, piece.applied, _changed(ctx, layer, piece), owned=piece.owned)
+    plan = plan_layer(conv, old, new, piece.applied, _changed(layer, piece, previous), owned=piece.owned)
     return model, conv, old, new, plan
 
 
@@ -536,12 +791,13 @@ def _wanted(layer: int, piece: Piece, plan) -> list:
     return wanted
 
 
-def plan_task(ctx: RunContext, layer: int, batches):
+def plan_task(ctx: RunContext, layer: int, previous: str | None, batches):
     """Round 1 of a layer: plan the piece's targets and write which values the computation reads
-    (h^(l-1) after and before the update, stored states of layer l) as (part, id, kind) rows."""
+    (h^(l-1) after and before the update, stored states of layer l) as (part, id, kind) rows.
+    `previous`: the folder holding layer l-1's recomputed rows (None at layer 1)."""
     for part in _parts(batches):
         piece = load_piece(ctx, part)
-        _model_, _conv, _old, _new, plan = _plan(ctx, layer, piece, None)
+        _model_, _conv, _old, _new, plan = _plan(ctx, layer, piece, None, previous)
         wanted = _wanted(layer, piece, plan)
         ids = np.concatenate([w for _k, w in wanted])
         kinds = np.concatenate([np.full(len(w), k, np.int32) for k, w in wanted])
@@ -552,25 +808,26 @@ def plan_task(ctx: RunContext, layer: int, batches):
         yield _summary(part, {"targets": len(plan.targets), "needs": len(ids)})
 
 
-def compute_task(ctx: RunContext, layer: int, batches):
+def compute_task(ctx: RunContext, layer: int, previous: str | None, batches):
     """Round 2 of a layer (its only round when the tasks read the old store's row files:
     RunContext.store_rows): recompute the piece's targets from the fetched values and write their
-    (id, h, state) rows."""
+    (id, h, state) rows, and a tombstone (null h and state) per owned vertex the update deletes:
+    the layer's delta as the store commits it. `previous`: the folder holding layer l-1's rows."""
     for part in _parts(batches):
-        yield _summary(part, _compute_piece(ctx, layer, part))
+        yield _summary(part, _compute_piece(ctx, layer, part, previous))
 
 
 @torch.no_grad()
-def _compute_piece(ctx: RunContext, layer: int, part: int) -> dict:
+def _compute_piece(ctx: RunContext, layer: int, part: int, previous: str | None) -> dict:
     piece = load_piece(ctx, part)
     read: dict = {}
     if ctx.store_rows:  # plan, then read what the plan needs (the sides look values up when computing)
         values: dict = {}
-        model, conv, old, new, plan = _plan(ctx, layer, piece, values)
-        read["needs"] = _read_values(ctx, layer, piece, plan, values)
+        model, conv, old, new, plan = _plan(ctx, layer, piece, values, previous)
+        read["needs"] = _read_values(ctx, layer, piece, plan, values, previous)
     else:
         values = _values(ctx, layer, part)
-        model, conv, old, new, plan = _plan(ctx, layer, piece, values)
+        model, conv, old, new, plan = _plan(ctx, layer, piece, values, previous)
     change = compute_layer(
         conv,
         lambda h: model.post(layer - 1, h),
@@ -580,11 +837,13 @@ def _compute_piece(ctx: RunContext, layer: int, part: int) -> dict:
         piece.applied.old_rows,
         lambda rows: _rows(values[STATE], piece.old.ids[rows]),
     )
+    deleted = piece.old.ids[piece.owned_old & (piece.applied.new_rows < 0)]
+    h, state = to_list(change.h.numpy()), to_list(change.state.numpy())
     table = pa.table(
         {
-            "id": pa.array(piece.new.ids[change.targets]),
-            "h": to_list(change.h.numpy()),
-            "state": to_list(change.state.numpy()),
+            "id": pa.array(np.concatenate([piece.new.ids[change.targets], deleted])),
+            "h": pa.concat_arrays([h, pa.nulls(len(deleted), h.type)]),
+            "state": pa.concat_arrays([state, pa.nulls(len(deleted), state.type)]),
         }
     )
     write_piece_file(files.join(layer_dir(ctx.run_dir, layer, "out"), f"part={part}.parquet"), table)
@@ -592,10 +851,10 @@ def _compute_piece(ctx: RunContext, layer: int, part: int) -> dict:
     return {"targets": len(change.targets), **info, **read}
 
 
-def _read_values(ctx: RunContext, layer: int, piece: Piece, plan, values: dict) -> int:
+def _read_values(ctx: RunContext, layer: int, piece: Piece, plan, values: dict, previous: str | None) -> int:
     """Fill `values` (kind -> SortedTable, as _values reads them from a fetch) with what `plan`
     reads: stored states and h^(l-1) before the update from the old store's row files, h^(l-1)
-    after it from layer l-1's recomputed rows routed here (`changed`, with h) where the vertex
+    after it from layer l-1's recomputed rows (previous_rows, with h) where the vertex
     was recomputed, else from the store (unchanged). Returns how many values it read."""
     wanted = {kind: np.unique(ids) for kind, ids in _wanted(layer, piece, plan)}
     where = f"partition {piece.part}"
@@ -605,7 +864,8 @@ def _read_values(ctx: RunContext, layer: int, piece: Piece, plan, values: dict) 
     )
     if layer > 1:
         stored = ctx.layer_rows(layer - 1)
-        changed = read_slice(layer_dir(ctx.run_dir, layer, "changed"), piece.part, CHANGED_SCHEMA)
+        assert previous is not None, "layer > 1 reads the previous layer's rows"
+        changed = previous_rows(previous, piece, with_h=True)
         width = stored.segments[-1].widths["h"]
         # an id may come twice (held as a source and inserted here): the same row
         fresh_ids, first = np.unique(changed.column("id").to_numpy(), return_index=True)

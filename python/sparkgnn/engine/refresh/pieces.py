@@ -7,9 +7,11 @@ But a refresh's tasks already hold the UPDATED graph's pieces in memory, so they
 refresh of that version starts from them: only its first refresh on a graph pays the Spark build.
 
     <work dir>/refresh-pieces/<graph fp>/P=<P>/
-        vertices/part=<p>/*.parquet   id, x, [y], [split], owned   (owned vertices + their sources)
+        vertices/part=<p>/*.parquet   id, x, [y], [split], owned   (owned vertices + their sources; x null
+                                                               for a foreign one: read at its owner)
         edges/part=<p>/*.parquet      src, dst, [weight], [edge_attr]  (in-edges of owned vertices)
         local/part=<p>/*.parquet      id                           (the ids the piece holds)
+        features/part=<p>.arrow       id, x, [y], [split]          (owned vertices, id sorted, Arrow IPC)
         pieces.json                   written last: the layout is complete
 
 Keyed by what they hold (graph fingerprint and P), so a cached layout is never used for another
@@ -61,14 +63,43 @@ def build(spark, graph, partitions: int, path: str) -> None:
     )
     local.write.partitionBy("part").parquet(uri(files.join(path, "local")))
     local = spark.read.schema("id long, part int").parquet(uri(files.join(path, "local")))
+    owned = F.col("part") == part_of("id")
     (
         local.join(graph.vertices, "id")
-        .withColumn("owned", F.col("part") == part_of("id"))
+        .withColumn("owned", owned)
+        .withColumn("x", F.when(owned, F.col("x")))  # a foreign vertex's features: at its owner
         .write.partitionBy("part")
         .parquet(uri(files.join(path, "vertices")))
     )
     edges.write.partitionBy("part").parquet(uri(files.join(path, "edges")))
+    if files.is_local(path):  # the owners' features, row-addressable (partition.owner_rows)
+        import functools
+
+        fn = functools.partial(write_features_task, path)
+        spark.range(0, partitions, 1, partitions).mapInArrow(fn, "part int").collect()
     files.write_json_atomic(files.join(path, MARKER), {"partitions": int(partitions), "built_by": "spark"})
+
+
+def write_features_task(path: str, batches):
+    """One task per part: the part's owned vertices (id, x[, y][, split]) sorted by id, as the
+    Arrow IPC file features/part=<p>.arrow that other pieces' tasks map and take rows from."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from sparkgnn.engine.refresh.partition import slice_files, write_features
+
+    for batch in batches:
+        for part in batch.column(0).to_pylist():
+            paths = slice_files(files.join(path, "vertices"), int(part))
+            fs = files.filesystem(path)[0]
+            read = [pq.read_table(files.filesystem(p)[1], filesystem=fs, partitioning=None) for p in paths]
+            found = pa.concat_tables(read, promote_options="default") if read else None
+            if found is not None and found.num_rows:
+                table = found.filter(found.column("owned"))
+                table = table.select([n for n in ("id", "x", "y", "split") if n in table.column_names])
+                write_features(path, int(part), table.take(pc.sort_indices(table, [("id", "ascending")])))
+            yield pa.RecordBatch.from_pydict({"part": pa.array([int(part)], pa.int32())})
 
 
 def adopt(next_dir: str, path: str) -> bool:
