@@ -16,6 +16,7 @@ from sparkgnn.linkpred.evaluate import (
     sample_negatives,
     sampled_batch,
     sampled_counts,
+    table_counts,
     tile_counts,
 )
 
@@ -53,6 +54,20 @@ def test_tile_counts_summed_over_tiles_equal_hand(excluded):
         g, a = tile_counts(decoder, src_ids, _h(src_ids), tile, _h(tile), POS_SRC, POS_DST, _h(POS_DST), exclude)
         greater, at_least = greater + g, at_least + a
     assert ogb_rank(greater, at_least).tolist() == (FILTERED_RANKS if excluded else RANKS)
+
+
+@pytest.mark.parametrize("excluded", [False, True])
+@pytest.mark.parametrize("tile_scores", [1, 4, 1 << 20])
+def test_table_counts_walk_every_candidate_tile_by_hand(excluded, tile_scores):
+    """Counted whole against every candidate (ascending ids), in tiles of 1, a few or all rows."""
+    decoder = build_decoder({"kind": "dot"})
+    src_ids, cand_ids = np.array([50, 10]), np.array(sorted(H))
+    exclude = (np.array([10]), np.array([40])) if excluded else None
+    args = (decoder, src_ids, _h(src_ids), cand_ids, _h(cand_ids), POS_SRC, POS_DST, _h(POS_DST), exclude)
+    greater, at_least = table_counts(*args, tile_scores=tile_scores)
+    assert ogb_rank(greater, at_least).tolist() == (FILTERED_RANKS if excluded else RANKS)
+    with pytest.raises(ValueError, match="tile_scores must be >= 1"):
+        table_counts(*args, tile_scores=0)
 
 
 def test_sampled_batch_by_hand():
@@ -101,3 +116,38 @@ def test_eval_job_and_sampled_negatives(spark, linkpred_case, caplog):
         neg = np.array([np.dot(H[row.src], H[int(c)]) for c in negs])
         assert (row.greater, row.at_least) == ((neg > pos).sum(), (neg >= pos).sum())
     assert len(counts) == 3
+
+
+def test_full_counts_broadcast_and_tile_paths_equal_hand(spark, caplog):
+    """Both full-ranking paths (candidates broadcast, at P = 1 and 3, or forced onto source blocks x
+    candidate tiles by a zero broadcast budget, P = 3) equal a numpy count: coarse integer outputs (many
+    ties), known edges excluded, a positive's own dst never a negative, duplicates counted once."""
+    from sparkgnn.linkpred.evaluate import full_counts
+
+    rng = np.random.default_rng(3)
+    node_ids = rng.permutation(1_000)[:40].astype(np.int64)
+    h = rng.integers(-2, 3, size=(40, 3)).astype(np.float32)
+    nodes = spark.createDataFrame(
+        pd.DataFrame({"id": node_ids, "h": [row.tolist() for row in h]}), "id long, h array<float>"
+    )
+    pos = [(int(node_ids[i]), int(node_ids[j])) for i, j in rng.integers(0, 40, size=(30, 2))]
+    known = {(int(node_ids[i]), int(node_ids[j])) for i, j in rng.integers(0, 40, size=(120, 2))} | set(pos[:5])
+    positives = spark.createDataFrame(pos + pos[:3], "src long, dst long")
+    exclude = spark.createDataFrame(sorted(known), "src long, dst long")
+    row = {int(v): i for i, v in enumerate(node_ids)}
+    expected = {}
+    for s, d in set(pos):
+        scores = h @ h[row[s]]
+        neg = np.array([scores[i] for i, c in enumerate(node_ids) if c != d and (s, int(c)) not in known])
+        expected[(s, d)] = (int((neg > scores[row[d]]).sum()), int((neg >= scores[row[d]]).sum()))
+    decoder = build_decoder({"kind": "dot"})
+    cases = [({}, 1, "collected and broadcast"), ({}, 3, "collected and broadcast")]
+    cases.append(({"broadcast_bytes": 0}, 3, "exceed the broadcast budget"))
+    for options, partitions, said in cases:
+        caplog.clear()
+        with caplog.at_level("INFO", logger="sparkgnn"):
+            rows = full_counts(nodes, positives, decoder, exclude=exclude, partitions=partitions, **options).toPandas()
+        assert said in caplog.text, (options, partitions)
+        assert len(rows) == len(expected), (options, partitions)
+        counts = {(r.src, r.dst): (r.greater, r.at_least) for r in rows.itertuples()}
+        assert counts == expected, (options, partitions)

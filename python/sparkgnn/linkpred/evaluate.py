@@ -13,14 +13,24 @@ Negatives, two modes:
   negatives on every run and partitioning; unfiltered (a draw may be a known edge), as OGB's sampled
   negatives are.
 - full (`full_counts`): every candidate except the positive's own dst (and, with `exclude`, except
-  the source's known neighbours: the filtered ranking), by source blocks x candidate tiles like the
-  exact top-k; each tile contributes its counts and the counts add up per positive.
+  the source's known neighbours: the filtered ranking). When the candidates' outputs fit in
+  scoring.BROADCAST_BYTES (and the session has broadcast variables) they are broadcast as the
+  exact top-k's are (topk.share_outputs); the positives are grouped by source into rows (the
+  source's output, its positives' dsts and outputs, its excluded dsts) and each task walks every
+  candidate in bounded tiles for a few hundred sources at a time (`broadcast_counts`,
+  `table_counts`), so each positive is counted whole in one task. WHY not the blocks below at
+  that size: their cross join ships every candidate tile, one Spark row each, once per source
+  block through the JVM's row sorter, which ran the exact top-k out of driver heap at 800K 128-d
+  candidates. Otherwise (outputs over the budget, or Spark Connect) source blocks x candidate
+  tiles as the exact top-k's fallback: each tile contributes its counts and a shuffle sums them
+  per positive.
 In both the positive is scored in the same decoder call as its negatives, so equal embeddings give
 equal scores (a tie) rather than two roundings of one product.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
@@ -31,10 +41,14 @@ import torch
 from sparkgnn.decoders import Decoder
 from sparkgnn.linkpred.arrays import ids, matrix
 from sparkgnn.linkpred.payload import DecoderPayload
-from sparkgnn.linkpred.tiles import pair_scores
+from sparkgnn.linkpred.scoring import BROADCAST_BYTES
+from sparkgnn.linkpred.tiles import TILE_SCORES, pair_scores
 
 if TYPE_CHECKING:  # pyspark is imported inside functions only (docs/ARCHITECTURE.md)
+    from pyspark.broadcast import Broadcast
     from pyspark.sql import DataFrame
+
+log = logging.getLogger(__name__)
 
 HITS_AT = (1, 10, 50)
 COUNTS_SCHEMA = "src long, dst long, greater long, at_least long"
@@ -92,7 +106,25 @@ def tile_counts(
     this tile's candidates, leaving out the positive's own dst and, with `exclude`, the (src, dst)
     pairs given (known edges). Every pos_src must be in `src_ids` (the block's sources)."""
     order = np.argsort(cand_ids, kind="stable")
-    cand_ids, candidates = np.asarray(cand_ids, np.int64)[order], candidates[order]
+    return sorted_tile_counts(
+        decoder, src_ids, sources, np.asarray(cand_ids, np.int64)[order], candidates[order],
+        pos_src, pos_dst, pos_h, exclude,
+    )  # fmt: skip
+
+
+def sorted_tile_counts(
+    decoder: Decoder,
+    src_ids: np.ndarray,
+    sources: np.ndarray,
+    cand_ids: np.ndarray,
+    candidates: np.ndarray,
+    pos_src: np.ndarray,
+    pos_dst: np.ndarray,
+    pos_h: np.ndarray,
+    exclude: tuple[np.ndarray, np.ndarray] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """tile_counts of candidates whose `cand_ids` are already ascending (no reordering copy)."""
+    cand_ids = np.asarray(cand_ids, np.int64)
     pos_src, pos_dst = np.asarray(pos_src, np.int64), np.asarray(pos_dst, np.int64)
     n_pos = len(pos_src)
     greater, at_least = np.zeros(n_pos, np.int64), np.zeros(n_pos, np.int64)
@@ -136,6 +168,39 @@ def tile_counts(
         neg[skip_p_all[mine] - chunk.start, skip_c_all[mine]] = -np.inf
         g, a = beating(pos, neg)
         greater[chunk], at_least[chunk] = g, a
+    return greater, at_least
+
+
+def table_counts(
+    decoder: Decoder,
+    src_ids: np.ndarray,
+    sources: np.ndarray,
+    cand_ids: np.ndarray,
+    candidates: np.ndarray,
+    pos_src: np.ndarray,
+    pos_dst: np.ndarray,
+    pos_h: np.ndarray,
+    exclude: tuple[np.ndarray, np.ndarray] | None = None,
+    *,
+    tile_scores: int = TILE_SCORES,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(greater, at_least) of each positive against ALL `candidates` (`cand_ids` ascending), whole:
+    the candidates are walked in tiles of about `tile_scores` / min(positives, POSITIVE_CHUNK)
+    rows and each tile's counts (sorted_tile_counts: same exclusions, the positive scored in the
+    tile's own decoder call) added up here, so memory stays bounded by `tile_scores` whatever the
+    number of candidates and no partial count leaves the caller."""
+    if tile_scores < 1:
+        raise ValueError(f"tile_scores must be >= 1, got {tile_scores!r}")
+    n_pos = len(pos_src)
+    greater, at_least = np.zeros(n_pos, np.int64), np.zeros(n_pos, np.int64)
+    rows = max(1, tile_scores // max(1, min(n_pos, POSITIVE_CHUNK)))
+    for lo in range(0, len(cand_ids) if n_pos else 0, rows):
+        g, a = sorted_tile_counts(
+            decoder, src_ids, sources, cand_ids[lo : lo + rows], candidates[lo : lo + rows],
+            pos_src, pos_dst, pos_h, exclude,
+        )  # fmt: skip
+        greater += g
+        at_least += a
     return greater, at_least
 
 
@@ -198,18 +263,42 @@ def full_counts(
     candidates: DataFrame | None = None,
     exclude: DataFrame | None = None,
     partitions: int = 2,
+    broadcast_bytes: int = BROADCAST_BYTES,
 ) -> DataFrame:
-    """(src, dst, greater, at_least) of each distinct positive against every candidate (module doc)."""
+    """(src, dst, greater, at_least) of each distinct positive against every candidate (module doc).
+    `candidates`: an `id` frame (None: every node); `exclude`: (src, dst) pairs never negatives;
+    `partitions`: the fewest tasks. Candidates of at most `broadcast_bytes` are broadcast and each
+    positive counted whole in one task (broadcast_counts); otherwise source blocks x candidate
+    tiles whose partial counts are summed per positive."""
     from pyspark.sql import functions as F
 
-    from sparkgnn.linkpred.topk import block_count, blocks, cross_units, exclusions
+    from sparkgnn.linkpred.topk import (
+        block_count,
+        blocks,
+        blocks_for,
+        cross_units,
+        exclusions,
+        output_shape,
+        outputs_bytes,
+        share_outputs,
+    )
 
+    if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
+        raise ValueError(f"partitions must be an integer >= 1, got {partitions!r}")
     payload = DecoderPayload.of(decoder)
     positives = positives.select("src", "dst").distinct()
     cand_nodes = nodes if candidates is None else nodes.join(candidates.select("id"), on="id")
     src_nodes = nodes.join(positives.select(F.col("src").alias("id")).distinct(), on="id")
+    c_shape = output_shape(cand_nodes)
+    shared = share_outputs(cand_nodes, c_shape, broadcast_bytes=broadcast_bytes)
+    if shared is not None:
+        return broadcast_counts(shared, positive_rows(nodes, src_nodes, positives, exclude, partitions), payload)
+    log.info(
+        f"eval: {c_shape[0]:,} candidate outputs ({outputs_bytes(c_shape) >> 20} MiB) exceed the broadcast budget "
+        f"({broadcast_bytes >> 20} MiB) or the session has no broadcast: source blocks x candidate tiles"
+    )
     s_count = block_count(src_nodes, partitions)  # bounded rows, as topk_frame's (topk.py)
-    c_count = block_count(cand_nodes, partitions)
+    c_count = blocks_for(c_shape, partitions)
     pos = (
         positives.join(nodes.select(F.col("id").alias("dst"), F.col("h").alias("h_dst")), on="dst")
         .withColumn("s_block", F.pmod(F.xxhash64("src"), F.lit(s_count)).cast("int"))
@@ -254,6 +343,57 @@ def full_counts(
     return partial.groupBy("src", "dst").agg(
         F.sum("greater").cast("long").alias("greater"), F.sum("at_least").cast("long").alias("at_least")
     )
+
+
+def positive_rows(
+    nodes: DataFrame, src_nodes: DataFrame, positives: DataFrame, exclude: DataFrame | None, partitions: int
+) -> DataFrame:
+    """(id, h[, ex_dst], p_dst, p_h): one row per source of `positives` (src, dst, distinct) with
+    its output, its positives' dsts and their outputs (a positive whose src or dst has no output is
+    left out: the jobs refuse unknown ids first) and, with `exclude`, its excluded dsts (source_rows), in
+    at least `partitions` partitions (hash by id where the join gives fewer)."""
+    from pyspark.sql import functions as F
+
+    from sparkgnn.linkpred.topk import source_rows
+
+    grouped = (
+        positives.join(nodes.select(F.col("id").alias("dst"), F.col("h").alias("h_dst")), on="dst")
+        .groupBy(F.col("src").alias("id"))
+        .agg(F.collect_list("dst").alias("p_dst"), F.collect_list("h_dst").alias("p_h"))
+    )
+    rows = source_rows(src_nodes, exclude, 1).join(grouped, on="id")
+    if rows.rdd.getNumPartitions() < partitions:
+        rows = rows.repartition(partitions, "id")
+    return rows
+
+
+def broadcast_counts(shared: Broadcast, rows: DataFrame, payload: DecoderPayload) -> DataFrame:
+    """COUNTS_SCHEMA of every positive in `rows` (positive_rows) against every candidate of the
+    broadcast NodeTable `shared`: each task takes SOURCE_ROWS sources of an Arrow batch at a time
+    and counts their positives whole (table_counts: candidate tiles, POSITIVE_CHUNK positives at
+    once), so no partial count is shuffled and summed."""
+    from sparkgnn.linkpred.topk import SOURCE_ROWS, batch_exclusions
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        torch.set_num_threads(1)
+        built = payload.build()
+        table = shared.value
+        for batch in batches:
+            for start in range(0, len(batch), SOURCE_ROWS):
+                part = batch.slice(start, SOURCE_ROWS)
+                src_ids, lists = ids(part.column("id")), part.column("p_dst")
+                pos_src = np.repeat(src_ids, lists.value_lengths().to_numpy(zero_copy_only=False))
+                pos_dst = ids(lists.flatten())
+                greater, at_least = table_counts(
+                    built, src_ids, matrix(part.column("h")), table.ids, table.h,
+                    pos_src, pos_dst, matrix(part.column("p_h").flatten()), batch_exclusions(part),
+                )  # fmt: skip
+                yield pa.RecordBatch.from_arrays(
+                    [pa.array(pos_src), pa.array(pos_dst), greater, at_least],
+                    names=["src", "dst", "greater", "at_least"],
+                )
+
+    return rows.mapInArrow(run, COUNTS_SCHEMA)
 
 
 def metrics_of(counts: DataFrame, hits_at: Sequence[int] = HITS_AT) -> dict[str, float]:

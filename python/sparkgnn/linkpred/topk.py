@@ -154,7 +154,7 @@ def share_outputs(
     if scope is not None:
         scope.append(shared)
     log.info(
-        f"topk: {len(table.ids):,} candidate outputs ({table.h.nbytes / 2**20:.0f} MiB) collected and broadcast "
+        f"linkpred: {len(table.ids):,} candidate outputs ({table.h.nbytes / 2**20:.0f} MiB) collected and broadcast "
         f"in {time.perf_counter() - started:.1f} s"
     )
     return shared
