@@ -89,14 +89,17 @@ def test_to_hetero_sage_equals_pyg_at_three_partitions(spark, typed_dir, tmp_pat
         np.testing.assert_allclose(_rows(result.frames[t], t), ref.numpy(), rtol=1e-5, atol=1e-5)
     assert not os.listdir(tmp_path / "work" / "typed_runs")  # the run's intermediate values are removed
     # the round's relation layouts were prepared side by side on driver threads first, once each,
-    # and every relation job reused its own (a job may still add the combine layouts its plan reads)
+    # and every relation job reused its own (a job may still add the combine layouts its plan reads);
+    # the base layouts of all five were written in one pass (prepare.prepare_many: two Spark jobs)
     assert "typed round 0: relation layouts, prepared concurrently" in {p["name"] for p in result.phases["phases"]}
     prepared = [r for r in caplog.records if r.getMessage().startswith("sparkgnn: prepared graph ")]
     assert len(prepared) == 5 and all(r.threadName.startswith("sg-prepare") for r in prepared)
+    assert all("one of 5 in one pass" in r.getMessage() for r in prepared)
     reused = [r for r in caplog.records if r.getMessage().startswith("sparkgnn: reusing the graph layout")]
     # then the relation jobs ran side by side on driver threads of their own (engine.typed_jobs),
     # their phases kept as the detail of the round's "relation jobs" phase
-    assert reused and all(r.threadName.startswith("sg-relation") for r in reused)
+    assert {r.threadName.split("_")[0] for r in reused} == {"sg-prepare", "sg-relation"}
+    assert sum(r.threadName.startswith("sg-relation") for r in reused) >= 5  # each relation job reused its layout
     inside = {row["name"]: row["calls"] for row in result.phases["inside"]["typed round 0: relation jobs"]}
     assert inside["model store"] == 5  # one per relation job
     fingerprints = {r.getMessage().split()[3] for r in prepared}

@@ -206,3 +206,63 @@ def test_an_unvouched_graph_with_a_dangling_edge_is_refused_as_validation_words_
     assert str(refused.value) == str(expected.value)
     assert "1 edges have a dst that is not a vertex id" in str(refused.value) and "-5" in str(refused.value)
     assert not out.exists() and not any((work / "prep").glob(".scan-*"))  # nothing written, the scan folder gone
+
+
+def test_a_typed_rounds_relation_layouts_in_one_pass_equal_the_spark_sql_prepare_of_each(spark, tmp_path):
+    """Typed relation graphs (engine.typed_relations: ids mapped to 2*id / 2*id+1 between two
+    types) prepared together from their own folders (prepare.prepare_many, two Spark jobs)
+    equal each one's Spark SQL prepare; an id that the mapping cannot hold is refused naming its type."""
+    import sys
+
+    from sparkgnn.engine.phases import PhaseClock, activate
+    from sparkgnn.engine.prepare import prepare_many
+    from sparkgnn.engine.prepare_tasks import IdMap
+    from sparkgnn.engine.typed_relations import relation_fingerprint, relation_graph, relation_row_files
+    from sparkgnn.errors import SparkGNNError
+    from sparkgnn.graph import write_typed_graph_dir
+    from sparkgnn.graph.typed_spark import TypedGraph
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "pe"))
+    from typed_testkit import pyg_data, typed_graph
+
+    path = str(tmp_path / "typed")
+    write_typed_graph_dir(typed_graph(pyg_data()), path)
+    typed = TypedGraph.load(spark, path)
+    values = {t: frame.selectExpr("id", "x AS h") for t, frame in typed.vertices.items()}
+    cross = next(et for et in typed.edges if et[0] != et[2])
+    within = next(et for et in typed.edges if et[0] == et[2])
+
+    def graphs(with_files: bool):
+        return [
+            relation_graph(
+                values,
+                typed.edges[et],
+                et,
+                4,
+                typed.name,
+                fingerprint=relation_fingerprint(typed.fingerprint, et),
+                row_files=relation_row_files(typed, et) if with_files else None,
+            )
+            for et in (cross, within)
+        ]
+
+    with activate(PhaseClock()) as clock:
+        assert prepare_many(spark, [(g, 3) for g in graphs(True)], str(tmp_path / "tasks")) == 2
+    calls = {row["name"]: row["calls"] for row in clock.summary()["phases"]}
+    assert calls == {"prepare: edges by partition (tasks)": 1, "prepare: vertices, mirrors and counts (tasks)": 1}
+    for by_files, by_rows in zip(graphs(True), graphs(False), strict=True):
+        by_tasks = prepare(spark, by_files, 3, str(tmp_path / "tasks"), writer="tasks")
+        by_spark = prepare(spark, by_rows, 3, str(tmp_path / "spark"), writer="spark")
+        assert by_tasks.reused and by_tasks.stats == by_spark.stats
+        for layout in ("vertices", "in_edges", "out_targets"):
+            for part in range(3):
+                expected, actual = _slice(by_spark.path, layout, part), _slice(by_tasks.path, layout, part)
+                if expected is None:
+                    assert actual is None, (layout, part)
+                    continue
+                for column in expected.column_names:
+                    a, e = actual.column(column).to_numpy(), expected.column(column).to_numpy()
+                    np.testing.assert_allclose(a, e, rtol=1e-6, err_msg=f"{layout} part {part} column {column}")
+    with pytest.raises(SparkGNNError, match="node type author: id beyond"):
+        IdMap(2, 1, "author").apply(np.array([3, 1 << 62], np.int64))
+    np.testing.assert_array_equal(IdMap(2, 1, "author").apply(np.array([-3, 5])), [-5, 11])

@@ -194,23 +194,37 @@ def resolve_work_dir(spark, out: str | None, work_dir: str | None) -> str:
     return os.path.join(tempfile.gettempdir(), f"sparkgnn-{app}")
 
 
-def plan_for(
+@dataclasses.dataclass(frozen=True)
+class ChosenLayout:
+    """What plan_for decides before it prepares: the model's layers as the planner reads them,
+    the graph's sizes, the session's cores and memory per task, the work dir, and the partition
+    count and concurrent tasks (planner.choose_layout)."""
+
+    layers: list
+    stats: dict
+    cores: int
+    task_memory: int
+    root: str
+    partitions: int
+    tasks: int
+
+
+def layout_for(
     spark,
     graph,
     model,
-    strategy: str = "auto",
     partitions: int | None = None,
-    work_dir: str | None = None,
+    *,
     out: str | None = None,
+    work_dir: str | None = None,
     exchange: str = "shuffle",
     keep_states: bool = False,
     mapped_payloads: bool = False,
-):
-    """Prepare the graph for a partition count and compile the plan (no inference yet), costed
-    with the constants measured for `exchange` (engine.exchange). `keep_states`: the job keeps
-    every vertex's merged state (PE precompute), so no layer's state is range-wise in the memory
-    rule (planner.partitions). `mapped_payloads`: the tasks read remote payloads from memory-mapped
-    exchange files (files exchange, layers in-process), so the rule leaves them out."""
+) -> ChosenLayout:
+    """The partition count (and concurrent tasks) plan_for prepares `graph` for, with plan_for's
+    arguments, without preparing: engine.typed_prepare prepares a round's relation layouts for
+    the counts their jobs will ask for in one pass. A memory-bound layout counts the sources'
+    out-degrees first (one Spark job)."""
     from sparkgnn import planner
 
     layers = model.plan_info()
@@ -246,6 +260,41 @@ def plan_for(
         with phases.phase("out-degree histogram"):
             histogram = out_degree_histogram(graph, root)
         num_partitions, tasks = layout_with(histogram)
+    return ChosenLayout(layers, stats, cores, task_memory, root, num_partitions, tasks)
+
+
+def plan_for(
+    spark,
+    graph,
+    model,
+    strategy: str = "auto",
+    partitions: int | None = None,
+    work_dir: str | None = None,
+    out: str | None = None,
+    exchange: str = "shuffle",
+    keep_states: bool = False,
+    mapped_payloads: bool = False,
+):
+    """Prepare the graph for a partition count and compile the plan (no inference yet), costed
+    with the constants measured for `exchange` (engine.exchange). `keep_states`: the job keeps
+    every vertex's merged state (PE precompute), so no layer's state is range-wise in the memory
+    rule (planner.partitions). `mapped_payloads`: the tasks read remote payloads from memory-mapped
+    exchange files (files exchange, layers in-process), so the rule leaves them out."""
+    from sparkgnn import planner
+
+    chosen = layout_for(
+        spark,
+        graph,
+        model,
+        partitions,
+        out=out,
+        work_dir=work_dir,
+        exchange=exchange,
+        keep_states=keep_states,
+        mapped_payloads=mapped_payloads,
+    )
+    layers, stats, cores, task_memory, root = chosen.layers, chosen.stats, chosen.cores, chosen.task_memory, chosen.root
+    num_partitions, tasks = chosen.partitions, chosen.tasks
     writer = layout_writer(graph, exchange, shared_disk=files_reach_every_task(spark, root))
     if not scans_in_tasks(graph, writer):  # else prepare's tasks validate and fingerprint it as they read it
         if getattr(graph, "unvouched", False):  # load_job_inputs deferred it

@@ -203,13 +203,15 @@ LAYOUT_WRITERS = {"spark": _write_with_spark, "tasks": _write_in_tasks}
 def layout_writer(graph, exchange: str, *, shared_disk: bool = False) -> str:
     """The Python tasks write the layouts where every executor shares the work dir's disk (they
     exchange rows through files, or `shared_disk`: engine.exchange.files_reach_every_task) and the
-    graph is a directory on it; Spark SQL elsewhere. WHY also under the shuffle exchange (edge_join,
-    pushdown, --exchange shuffle): the layouts are equal, and the tasks write them in two Spark
-    jobs where the SQL prepare runs a score of them, each a fixed cost a small graph pays in full."""
-    from sparkgnn.files import is_local
+    graph's rows are local files (a directory on it); Spark SQL elsewhere. WHY also under the
+    shuffle exchange (edge_join, pushdown, --exchange shuffle): the layouts are equal, and the
+    tasks write them in two Spark jobs where the SQL prepare runs a score of them, each a fixed
+    cost a small graph pays in full.
+    A typed relation's graph carries the local folders of its rows (prepare_tasks.row_files): its
+    layout comes from the tasks too."""
+    from sparkgnn.engine.prepare_tasks import row_files
 
-    path = getattr(graph, "path", None)
-    return "tasks" if (exchange == "files" or shared_disk) and path and is_local(path) else "spark"
+    return "tasks" if (exchange == "files" or shared_disk) and row_files(graph) is not None else "spark"
 
 
 def _prepared_path(work_dir: str, fingerprint: str, partitions: int) -> str:
@@ -257,6 +259,39 @@ def prepare(spark, graph, partitions: int, work_dir: str, writer: str = "spark")
     if _edge_attr_dim(graph):
         stats["edge_attr_dim"] = _edge_attr_dim(graph)
     return _finished(marker, path, fingerprint, partitions, stats, started, f"prepared graph {fingerprint}")
+
+
+def prepare_many(spark, items, work_dir: str) -> int:
+    """The base layouts of several graphs (`items`: (graph, partitions) pairs) written by the
+    tasks in two Spark jobs for all of them (prepare_tasks.prepare_many_in_tasks), each marked
+    complete as `prepare` marks one, so the jobs of those graphs reuse them. Only graphs whose
+    fingerprint is known, whose rows the tasks read (prepare_tasks.row_files; no edge attributes)
+    and that `work_dir` does not hold prepared already; returns how many it prepared."""
+    from sparkgnn.engine.prepare_tasks import prepare_many_in_tasks, row_files
+
+    todo, seen = [], set()
+    for graph, partitions in items:
+        fingerprint = graph.known_fingerprint
+        if (
+            fingerprint is None
+            or row_files(graph) is None
+            or _edge_attr_dim(graph)
+            or (fingerprint, partitions) in seen
+        ):
+            continue
+        path = _prepared_path(work_dir, fingerprint, partitions)
+        if not _current(files.join(path, MARKER)):
+            seen.add((fingerprint, partitions))
+            todo.append((graph, partitions, path))
+    if not todo:
+        return 0
+    started = time.perf_counter()
+    set_job_description(spark, f"sparkgnn prepare: partition {len(todo)} graphs in one pass")
+    all_stats = prepare_many_in_tasks(spark, todo)
+    for (graph, partitions, path), stats in zip(todo, all_stats, strict=True):
+        what = f"prepared graph {graph.known_fingerprint} ({graph.name}, one of {len(todo)} in one pass)"
+        _finished(files.join(path, MARKER), path, graph.known_fingerprint, partitions, stats, started, what)
+    return len(todo)
 
 
 def _prepare_scanning(spark, graph, partitions: int, work_dir: str) -> PreparedGraph:

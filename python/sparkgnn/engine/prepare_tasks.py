@@ -46,6 +46,8 @@ from __future__ import annotations
 
 import functools
 import uuid
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -58,13 +60,63 @@ from sparkgnn.engine.exchange import check_reports, control_partitions, control_
 from sparkgnn.engine.phases import phase
 from sparkgnn.engine.routing import FILES_SCHEMA_DDL, owner_partition
 from sparkgnn.engine.spark_compat import default_parallelism
-from sparkgnn.files import data_files, filesystem, join, parquet_batches
+from sparkgnn.errors import SparkGNNError
+from sparkgnn.files import data_files, filesystem, is_local, join, parquet_batches
 from sparkgnn.graph import scan_facts
-from sparkgnn.graph.layout import EDGE_ATTR
+from sparkgnn.graph.layout import EDGE_ATTR, EDGES_DIR, VERTICES_DIR
 from sparkgnn.graph.scan_facts import ScanPartial, ScanTotals
 
 READ_BATCH_ROWS = 1 << 20
 STATS_SCHEMA_DDL = "pt int, rows long, bytes long, vertices long, edges long, mirror_rows long, partials long"
+#: A mapped id (IdMap) must stay within +-MAPPED_ID_LIMIT of the stored one's range, as SQL's check.
+MAPPED_ID_LIMIT = 1 << 62
+
+
+class IdMap(NamedTuple):
+    """How a graph's ids are formed from the ids stored in a folder: `scale * id + offset`
+    (identity by default). A typed relation between two types maps source ids to 2*id and
+    destination ids to 2*id+1 (engine.typed_relations), naming `node_type` when an id does not fit."""
+
+    scale: int = 1
+    offset: int = 0
+    node_type: str = ""
+
+    def apply(self, ids: np.ndarray) -> np.ndarray:
+        """The mapped ids; SparkGNNError (naming the type) for an id beyond +-2^62 when scaling."""
+        if self.scale == 1 and self.offset == 0:
+            return ids
+        if len(ids) and bool(((ids >= MAPPED_ID_LIMIT) | (ids <= -MAPPED_ID_LIMIT)).any()):
+            raise SparkGNNError(
+                f"node type {self.node_type}: id beyond +-2^62 cannot be mapped for a relation between two types"
+            )
+        return ids * self.scale + self.offset
+
+
+@dataclass(frozen=True)
+class RowFiles:
+    """Where prepare's tasks read a graph's rows: one local folder of edge Parquet files (src,
+    dst[, weight, edge_attr]) with the maps of its endpoints' ids, and the vertex folders whose
+    `id` columns, each through its map, are the graph's vertex ids. A graph directory is one edge
+    folder and one vertex folder, unmapped; a typed relation's graph (engine.typed_relations) is
+    the relation's edge folder and its one or two node types' vertex folders, mapped."""
+
+    edges: str
+    vertices: tuple[tuple[str, IdMap], ...]
+    src: IdMap = IdMap()
+    dst: IdMap = IdMap()
+
+
+def row_files(graph) -> RowFiles | None:
+    """The RowFiles of `graph`: the ones it carries (`graph.row_files`, a typed relation's), else
+    its directory's when it was opened from a local one; None when its rows are only DataFrames
+    (the Spark SQL prepare then writes its layouts, engine.prepare.layout_writer)."""
+    carried = getattr(graph, "row_files", None)
+    if carried is not None:
+        return carried
+    path = getattr(graph, "path", None)
+    if not path or not is_local(path):
+        return None
+    return RowFiles(join(path, EDGES_DIR), ((join(path, VERTICES_DIR), IdMap()),))
 
 
 def _write_piece(directory: str, name: str, table: pa.Table) -> int:
@@ -80,15 +132,16 @@ def _write_piece(directory: str, name: str, table: pa.Table) -> int:
     return fs.get_file_info(join(inner, name)).size
 
 
-def _edges_task(prep_dir, files, partitions, token, has_weight, attr_dim, scan, batches):
+def _edges_task(prep_dir, files, maps, partitions, token, has_weight, attr_dim, scan, batches):
     """Pass 1 for the readers this task serves (control_rows), one after another (_edges_reader)."""
     for reader in control_partitions(batches):
-        yield from _edges_reader(prep_dir, files, partitions, token, has_weight, attr_dim, scan, reader)
+        yield from _edges_reader(prep_dir, files, maps, partitions, token, has_weight, attr_dim, scan, reader)
 
 
-def _edges_reader(prep_dir, files, partitions, token, has_weight, attr_dim, scan, reader):
+def _edges_reader(prep_dir, files, maps, partitions, token, has_weight, attr_dim, scan, reader):
     """Pass 1, reader i: in_edges slices by destination owner (with the edges' attribute vectors
-    as column `a` when the graph has `attr_dim` > 0). With `scan` (the vertex files and their
+    as column `a` when the graph has `attr_dim` > 0), endpoints through `maps` (the src and dst
+    IdMap of RowFiles). With `scan` (the vertex files and their
     columns to read), it also checks and hashes the edges it reads and its share of the vertex
     files (_vertex_share; graph.scan_facts) and reports them next to its summary (ScanPartial.ddl)."""
     columns = ["src", "dst"] + (["weight"] if has_weight else []) + ([EDGE_ATTR] if attr_dim else [])
@@ -107,6 +160,7 @@ def _edges_reader(prep_dir, files, partitions, token, has_weight, attr_dim, scan
             )
             if partial is not None:
                 partial.add_edges(src, dst, w if has_weight else None)
+            src, dst = maps[0].apply(src), maps[1].apply(dst)
             attr = to_numpy_matrix(batch.column(EDGE_ATTR), attr_dim) if attr_dim else None
             pd = owner_partition(dst, partitions)
             order = np.argsort(pd, kind="stable")
@@ -165,12 +219,13 @@ def _read_slice(prep_dir: str, part: int) -> tuple[np.ndarray, np.ndarray, np.nd
     )
 
 
-def _owned_ids(vertex_files: list[str], part: int | None, partitions: int) -> np.ndarray:
-    """The vertex ids partition `part` owns, ascending (`part` None: every id)."""
+def _owned_ids(vertex_files: list[tuple[str, IdMap]], part: int | None, partitions: int) -> np.ndarray:
+    """The vertex ids partition `part` owns, ascending (`part` None: every id); `vertex_files`:
+    (file, the IdMap of its ids) pairs."""
     found = []
-    for path in vertex_files:
+    for path, id_map in vertex_files:
         for batch in parquet_batches(path, ["id"], READ_BATCH_ROWS):
-            ids = batch.column("id").to_numpy().astype(np.int64, copy=False)
+            ids = id_map.apply(batch.column("id").to_numpy().astype(np.int64, copy=False))
             found.append(ids if part is None else ids[owner_partition(ids, partitions) == part])
     return np.sort(np.concatenate(found)) if found else np.zeros(0, np.int64)
 
@@ -257,21 +312,22 @@ def prepare_and_scan_in_tasks(spark, graph, partitions: int, path: str) -> tuple
 
 
 def _two_passes(spark, graph, partitions: int, path: str, *, scan: bool) -> tuple[dict, ScanTotals]:
-    from sparkgnn.graph.layout import EDGES_DIR, VERTICES_DIR
-
+    source = row_files(graph)
+    if source is None:
+        raise ValueError(f"graph {graph.name!r} has no local files for prepare's tasks to read (engine.prepare)")
     for name in ("vertices", "in_edges", "out_targets"):  # each exists, empty or not, as Spark's writer leaves it
         _fresh_dir(join(path, name))
     token = uuid.uuid4().hex[:12]
-    edge_dir, vertex_dir = join(graph.path, EDGES_DIR), join(graph.path, VERTICES_DIR)
-    edge_files = [join(edge_dir, f.rel) for f in data_files(edge_dir)]
-    vertex_files = [join(vertex_dir, f.rel) for f in data_files(vertex_dir)]
+    edge_files = [join(source.edges, f.rel) for f in data_files(source.edges)]
+    vertex_files = [(join(folder, f.rel), id_map) for folder, id_map in source.vertices for f in data_files(folder)]
     control = control_rows(spark, partitions, prepare_tasks(spark, partitions))
     has_weight = "weight" in graph.edges.columns
     attr_dim = 0 if scan else int(getattr(graph, "edge_attr_dim", 0) or 0)
     totals = ScanTotals(has_weight)
     vertex_columns = ["id", "x"] + [c for c in ("y", "split") if c in graph.vertices.columns]
-    scanned = (vertex_files, vertex_columns) if scan else None
-    edges = functools.partial(_edges_task, path, edge_files, partitions, token, has_weight, attr_dim, scanned)
+    scanned = ([file for file, _ in vertex_files], vertex_columns) if scan else None
+    maps = (source.src, source.dst)
+    edges = functools.partial(_edges_task, path, edge_files, maps, partitions, token, has_weight, attr_dim, scanned)
     extra = (", " + ScanPartial.ddl()) if scan else ""
     # two Spark jobs, each its own line in the job's time table (engine.phases); in a cold job the
     # first also starts the Python workers the later steps reuse
@@ -284,8 +340,13 @@ def _two_passes(spark, graph, partitions: int, path: str, *, scan: bool) -> tupl
         reports = control.mapInArrow(parts, STATS_SCHEMA_DDL + extra).collect()
     check_reports(reports, partitions)
     _add_scans(totals, reports, scan)
+    return _stats(reports, partitions), totals
+
+
+def _stats(reports, partitions: int) -> dict:
+    """The statistics engine.prepare's marker records, from pass 2's reports of one graph."""
     partials = sum(int(r["partials"]) for r in reports)
-    stats = {
+    return {
         "num_vertices": sum(int(r["vertices"]) for r in reports),
         "num_edges": sum(int(r["edges"]) for r in reports),
         "partitions": partitions,
@@ -294,7 +355,66 @@ def _two_passes(spark, graph, partitions: int, path: str, *, scan: bool) -> tupl
         "combine_rows": partials,
         "max_partition_edges": max((int(r["edges"]) for r in reports), default=0),
     }
-    return stats, totals
+
+
+def prepare_many_in_tasks(spark, items) -> list[dict]:
+    """prepare_in_tasks for several graphs at once (`items`: (graph, partitions, path) triples,
+    each graph with RowFiles, no edge attributes): both passes of every graph in ONE Spark job
+    each, whose control rows are every graph's readers (then partitions) in turn, a task serving
+    a contiguous run of them. WHY: a typed round's relation layouts (engine.typed_prepare) are
+    small, and a pass per relation pays a job's and its Python tasks' fixed cost for a fraction of
+    a second of numpy; one pass over all of them pays it once. The statistics of each graph, in
+    `items`' order."""
+    if not items:
+        return []
+    offsets, units = [], 0
+    readers, parts = [], []
+    for graph, partitions, path in items:
+        source = row_files(graph)
+        if source is None or int(getattr(graph, "edge_attr_dim", 0) or 0):
+            raise ValueError(f"graph {graph.name!r}: prepare_many_in_tasks reads local rows without edge attributes")
+        for name in ("vertices", "in_edges", "out_targets"):
+            _fresh_dir(join(path, name))
+        token = uuid.uuid4().hex[:12]
+        edge_files = [join(source.edges, f.rel) for f in data_files(source.edges)]
+        vertex_files = [(join(folder, f.rel), id_map) for folder, id_map in source.vertices for f in data_files(folder)]
+        has_weight = "weight" in graph.edges.columns
+        readers.append((path, edge_files, (source.src, source.dst), partitions, token, has_weight, 0, None))
+        parts.append((path, vertex_files, partitions, token, None))
+        offsets.append(units)
+        units += partitions
+    control = control_rows(spark, units, prepare_tasks(spark, units))
+    with phase("prepare: edges by partition (tasks)"):
+        check_reports(
+            control.mapInArrow(
+                functools.partial(_units_task, _edges_reader, readers, offsets), FILES_SCHEMA_DDL
+            ).collect(),
+            units,
+        )
+    with phase("prepare: vertices, mirrors and counts (tasks)"):
+        reports = control.mapInArrow(
+            functools.partial(_units_task, _partition, parts, offsets), STATS_SCHEMA_DDL
+        ).collect()
+    check_reports(reports, units)
+    stats = []
+    for (_, partitions, _), offset in zip(items, offsets, strict=True):
+        mine = [r for r in reports if offset <= int(r["pt"]) < offset + partitions]
+        stats.append(_stats(mine, partitions))
+    return stats
+
+
+def _units_task(run, args: list[tuple], offsets: list[int], batches):
+    """A pass of prepare_many_in_tasks for the units this task serves (control_rows): unit u is
+    graph g's reader or partition u - offsets[g], run by `run` (_edges_reader or _partition) with
+    g's `args` around it; each report row renumbered to u, so the driver checks every unit once."""
+    import bisect
+
+    for unit in control_partitions(batches):
+        g = bisect.bisect_right(offsets, unit) - 1
+        for row in run(*args[g], unit - offsets[g]):
+            columns = {name: row.column(name) for name in row.schema.names}
+            columns["pt"] = pa.array([unit], pa.int32())
+            yield pa.RecordBatch.from_pydict(columns)
 
 
 def prepare_tasks(spark, partitions: int) -> int:

@@ -12,7 +12,8 @@ then the per-relation outputs of every destination type are merged with the roun
 cross-relation aggregation (sum, mean over the relations into the type, max, min, or HGT's
 softmax over the relations' partial softmax states) and the per-type node ops applied, in one
 pass for the whole round (engine.typed_merge). The relation jobs' layouts are prepared
-beforehand, side by side on driver threads, round 0's while its
+beforehand, the base layouts of all of a round's relations in one pass of prepare's tasks over
+the relations' own folders, round 0's while its
 inputs are computed (engine.typed_prepare), and the jobs themselves then run side by side on
 driver threads too, their outputs taken in the relation order (engine.typed_jobs).
 

@@ -4,12 +4,16 @@ WHY: every relation of a typed round is its own homogeneous job, and each job's 
 prepare of its relation graph's layout (engine.prepare: ownership, edge layouts, statistics):
 a handful of small Spark jobs whose cost is mostly fixed latency (planning, scheduling, Parquet
 commits) with the cores idle in between. The relations' prepares are independent (each its own
-graph fingerprint, hence its own folder under `<work dir>/prep/`), so they are submitted together
-from driver threads, Spark running their jobs side by side, and the relation jobs then find their
-layouts prepared and reuse them. Each thread runs exactly the planning a relation job runs
-(`plan_for` with the job's strategy, partitions and exchange), so the partition count it prepares
-for is the one the job asks for; should a job still plan another count, it prepares that itself,
-as it would have without this step.
+graph fingerprint, hence its own folder under `<work dir>/prep/`), so the base layouts of all of
+them are written by prepare's tasks in one pass (engine.prepare.prepare_many: two Spark jobs for
+the round, where a relation graph's Spark SQL prepare is a score of jobs per relation), reading
+the relation's own folders of the typed graph directory (engine.typed_relations.relation_row_files),
+each for the partition count its job will ask for (engine.api.layout_for, plan_for's choice).
+Then driver threads run exactly the planning a relation job runs (`plan_for` with the job's
+strategy, partitions and exchange): it reuses the base layout and writes the combine layouts its
+plan reads, Spark running those jobs side by side; a relation whose rows are only DataFrames is
+prepared there whole. The relation jobs then find their layouts prepared and reuse them; should a
+job still plan another count, it prepares that itself, as it would have without this step.
 
 What the threads touch: prepare's Spark jobs (their own cached frames, temp views of their own
 names and a thread-local job description) and the work dir's read-only calibration. The job's
@@ -41,7 +45,7 @@ class Prepares:
         self._index = index
 
     def __len__(self) -> int:
-        return len(self._futures)
+        return max(len(self._futures) - 1, 0)  # the first future writes the base layouts of all
 
     def wait(self) -> int:
         """Block until every prepare ended (the wait is the caller's phase "typed round R:
@@ -51,9 +55,8 @@ class Prepares:
             for future in self._futures:
                 future.result()
         if self._futures:
-            count = len(self._futures)
-            log.info(f"sparkgnn: typed round {self._index}: {count} relation layouts prepared concurrently")
-        return len(self._futures)
+            log.info(f"sparkgnn: typed round {self._index}: {len(self)} relation layouts prepared concurrently")
+        return len(self)
 
     def close(self) -> None:
         """Cancel the prepares not started and wait for the others, their failures ignored (the
@@ -70,7 +73,9 @@ def start_prepares(spark, relations: Sequence[tuple[Any, Any]], options: Mapping
     relation graph's vertices are read for their ids only, so its features need not be computed
     yet: the caller may compute them meanwhile. Fewer than two to prepare: none started (a
     relation prepares in its own job, nothing to overlap)."""
-    from sparkgnn.engine.api import _exchange_for, load_job_inputs, plan_for
+    from sparkgnn.engine.api import _exchange_for, layout_for, load_job_inputs, plan_for
+    from sparkgnn.engine.exchange import files_reach_every_task
+    from sparkgnn.engine.prepare import layout_writer, prepare_many
 
     root = options["work_dir"]
     strategy, partitions = options.get("strategy", "auto"), options.get("partitions")
@@ -84,8 +89,30 @@ def start_prepares(spark, relations: Sequence[tuple[Any, Any]], options: Mapping
         graph, model = load_job_inputs(spark, pair[0], pair[1], validate=False, work_dir=root)
         plan_for(spark, graph, model, strategy, partitions, work_dir=root, exchange=kind, mapped_payloads=mapped)
 
+    def base_layouts() -> None:
+        """Every relation's base layout in one pass (prepare.prepare_many), for the partition count
+        its job will ask for (layout_for, as plan_for chooses it); a relation whose layout the
+        tasks would not write (prepare.layout_writer: rows that are not local files every task
+        reaches) is left to its own prepare in `one`."""
+        shared = files_reach_every_task(spark, root)
+        loaded = [load_job_inputs(spark, g, m, validate=False, work_dir=root) for g, m in todo]
+        loaded = [(g, m) for g, m in loaded if layout_writer(g, kind, shared_disk=shared) == "tasks"]
+        counts = [
+            layout_for(spark, g, m, partitions, work_dir=root, exchange=kind, mapped_payloads=mapped).partitions
+            for g, m in loaded
+        ]
+        prepare_many(spark, [(g, p) for (g, _), p in zip(loaded, counts, strict=True)], root)
+
     pool = ThreadPoolExecutor(max_workers=min(len(todo), MAX_CONCURRENT), thread_name_prefix="sg-prepare")
-    futures = [pool.submit(one, pair) for pair in todo]
+    first = pool.submit(base_layouts)
+
+    def after_base(pair: tuple[Any, Any]) -> None:
+        first.result()  # the base layouts are written (or failed: raised here, as the job would have)
+        one(pair)
+
+    # the pool's first thread writes the base layouts; the others wait for them, then plan each
+    # relation (the combine layouts a plan picks are written there, relation by relation)
+    futures = [first] + [pool.submit(after_base, pair) for pair in todo]
     pool.shutdown(wait=False)  # the threads end with their last prepare
     return Prepares(futures, index)
 

@@ -28,13 +28,15 @@ def relation_graph(
     fingerprint: str | None = None,
     rows: tuple[IdSet, IdSet] | None = None,
     counts: dict[str, int] | None = None,
+    row_files: Any = None,
 ):
     """The homogeneous graph one relation's conv runs over (module doc); `rows`: (the source-side
     rows read, the destination rows given) of a pruned run, to which the edges are cut; `counts`:
     its vertex and edge counts when the typed graph's graph.json vouches for them (relation_counts),
     or, with `rows`, its vertex count (the walk's sizes), the cut edges then counted here: one
     light job over the edges, where the job's own count would read its vertices through the
-    types' input ops."""
+    types' input ops; `row_files`: the local files of its ids and edges (relation_row_files), which
+    prepare's tasks read instead of these frames (a whole-graph relation's only)."""
     from sparkgnn.engine.khop import semi_join
     from sparkgnn.graph import Graph
 
@@ -65,7 +67,30 @@ def relation_graph(
         meta["fingerprint"] = fingerprint
     if counts:
         meta.update(counts, num_classes=0)
-    return Graph(vertices, edges, name=label, meta=meta)
+    graph = Graph(vertices, edges, name=label, meta=meta)
+    if rows is None:
+        graph.row_files = row_files
+    return graph
+
+
+def relation_row_files(graph: TypedGraph, edge_type: EdgeType):
+    """The local files of a whole-graph relation's ids and edges (engine.prepare_tasks.RowFiles),
+    ids mapped as relation_graph maps them, so prepare's tasks write its layout in two passes
+    over the relation's own folders (the Spark SQL prepare runs a score of jobs per relation);
+    None when the typed graph is not a local directory."""
+    from sparkgnn import files
+    from sparkgnn.engine.prepare_tasks import IdMap, RowFiles
+    from sparkgnn.graph.typed_io import edge_folder, vertex_folder
+
+    if not graph.path or not files.is_local(graph.path):
+        return None
+    s, _, d = edge_type
+    edges = files.join(graph.path, edge_folder(edge_type))
+    if s == d:
+        return RowFiles(edges, ((files.join(graph.path, vertex_folder(s)), IdMap()),))
+    src, dst = IdMap(2, 0, s), IdMap(2, 1, d)
+    vertices = ((files.join(graph.path, vertex_folder(s)), src), (files.join(graph.path, vertex_folder(d)), dst))
+    return RowFiles(edges, vertices, src, dst)
 
 
 def relation_counts(graph: TypedGraph, edge_type: EdgeType) -> dict[str, int]:
@@ -151,9 +176,18 @@ def relation_jobs(
             fingerprint=fingerprint,
             rows=cut,
             counts=counts,
+            row_files=relation_row_files(graph, edge_type) if rows is None else None,
         )
         jobs.append((edge_type, conv, rel_graph, relation_model(conv, edge_type, index, fingerprints[1]), options))
     return jobs
 
 
-__all__ = ["mapped_id", "relation_counts", "relation_fingerprint", "relation_graph", "relation_jobs", "relation_model"]
+__all__ = [
+    "mapped_id",
+    "relation_counts",
+    "relation_fingerprint",
+    "relation_graph",
+    "relation_jobs",
+    "relation_model",
+    "relation_row_files",
+]

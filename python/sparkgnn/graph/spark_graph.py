@@ -139,6 +139,9 @@ class Graph:
         #: dirfacts.data_stamp of the directory when `load` opened it, for a directory whose
         #: graph.json does not vouch for its facts (else None): the key of recall/remember_facts
         self.data_stamp: str | None = None
+        #: engine.prepare_tasks.RowFiles: the local files of a graph derived from another's (a typed
+        #: relation's), for prepare's tasks to read; None: `path`'s, if any
+        self.row_files: object | None = None
 
     # --- construction -------------------------------------------------------------------------
     @classmethod
