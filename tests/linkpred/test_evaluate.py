@@ -119,9 +119,10 @@ def test_eval_job_and_sampled_negatives(spark, linkpred_case, caplog):
 
 
 def test_full_counts_broadcast_and_tile_paths_equal_hand(spark, caplog):
-    """Both full-ranking paths (candidates broadcast, at P = 1 and 3, or forced onto source blocks x
-    candidate tiles by a zero broadcast budget, P = 3) equal a numpy count: coarse integer outputs (many
-    ties), known edges excluded, a positive's own dst never a negative, duplicates counted once."""
+    """Both full-ranking paths (candidates broadcast, P = 1; or forced onto source blocks x candidate
+    tiles by a zero broadcast budget, P = 3) equal a numpy count: coarse integer outputs (many ties),
+    known edges excluded, a positive's own dst never a negative, duplicates counted once. The
+    broadcast path at P = 3 is test_eval_job_and_sampled_negatives' (the job's --eval)."""
     from sparkgnn.linkpred.evaluate import full_counts
 
     rng = np.random.default_rng(3)
@@ -141,8 +142,7 @@ def test_full_counts_broadcast_and_tile_paths_equal_hand(spark, caplog):
         neg = np.array([scores[i] for i, c in enumerate(node_ids) if c != d and (s, int(c)) not in known])
         expected[(s, d)] = (int((neg > scores[row[d]]).sum()), int((neg >= scores[row[d]]).sum()))
     decoder = build_decoder({"kind": "dot"})
-    cases = [({}, 1, "collected and broadcast"), ({}, 3, "collected and broadcast")]
-    cases.append(({"broadcast_bytes": 0}, 3, "exceed the broadcast budget"))
+    cases = [({}, 1, "collected and broadcast"), ({"broadcast_bytes": 0}, 3, "exceed the broadcast budget")]
     for options, partitions, said in cases:
         caplog.clear()
         with caplog.at_level("INFO", logger="sparkgnn"):
