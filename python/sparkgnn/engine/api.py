@@ -675,9 +675,19 @@ def _ids_frame(spark, ids):
     return spark.createDataFrame([(v,) for v in values], "id long")
 
 
+LOCAL_IDS_CHECKED = 1 << 20  # ids given in memory up to this many: checked against the vertices in one job
+
+
 def checked_ids(spark, graph, ids):
     """The requested ids as a DataFrame, refused when empty or when any is not a vertex id (a
-    silent partial answer is worse than an error): count + first offenders, like graph checks."""
+    silent partial answer is worse than an error): count + first offenders, like graph checks.
+    Ids given in memory (a sequence, up to LOCAL_IDS_CHECKED) are checked in one Spark job: the
+    vertices that are requested, found by a semi-join with the ids broadcast (no shuffle of the
+    vertex table, no job to see the ids are there); an ids DataFrame by an anti-join."""
+    if not hasattr(ids, "columns"):
+        values = sorted({int(i) for i in ids})
+        if len(values) <= LOCAL_IDS_CHECKED:
+            return _checked_local_ids(spark, graph, values)
     frame = _ids_frame(spark, ids).cache()
     if frame.limit(1).count() == 0:
         raise PlanError("ids is empty: nothing to infer (pass ids=None to infer every vertex)")
@@ -688,4 +698,20 @@ def checked_ids(spark, graph, ids):
         raise GraphValidationError(
             f"graph {graph.name}: " + Problem("unknown_id", count, tuple(str(i) for i in first)).message()
         )
+    return frame
+
+
+def _checked_local_ids(spark, graph, values: list[int]):
+    """checked_ids for distinct sorted ids in memory (one Spark job)."""
+    from pyspark.sql import functions as F
+
+    if not values:
+        raise PlanError("ids is empty: nothing to infer (pass ids=None to infer every vertex)")
+    frame = spark.createDataFrame([(v,) for v in values], "id long")
+    found = graph.vertices.select(F.col("id").cast("long").alias("id")).join(F.broadcast(frame), "id", "left_semi")
+    known = {int(row.id) for row in found.collect()}
+    unknown = [v for v in values if v not in known]
+    if unknown:
+        first = tuple(str(i) for i in unknown[:MAX_EXAMPLES])
+        raise GraphValidationError(f"graph {graph.name}: " + Problem("unknown_id", len(unknown), first).message())
     return frame
