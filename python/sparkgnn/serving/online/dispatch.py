@@ -254,44 +254,39 @@ class Dispatcher:
         """One pool (nothing to route): `slot` takes its batches from the scheduler itself and runs
         them, until the scheduler closes. A batch costs no hand-off to a batcher thread and back
         (two thread wake-ups); a batch divided by T_s runs its parts one after the other."""
-        pool = self.pools[p]
         while True:
             batch = self.scheduler.take(None)
             if not batch:  # the scheduler was closed: stopping
                 return
             self._dequeued(batch)
-            with self._lock:
-                self.busy[p] += 1
-            try:
-                for sub in divide(batch, self.config.t_s):
-                    tickets: list[Ticket] = [q.key for q in sub]  # type: ignore[misc]  # keys are Tickets
-                    if self._stop.is_set():
-                        self.fail_tickets(tickets, "stopping", "the service is stopping")
-                    else:
-                        self.run_batch(pool, slot, tickets)
-            finally:
-                with self._lock:
-                    self.busy[p] -= 1
+            for sub in divide(batch, self.config.t_s):
+                self._serve(p, slot, [q.key for q in sub])  # type: ignore[misc]  # keys are Tickets
 
     def dispatch_loop(self, p: int, slot: int) -> None:
         """Run the batches of pool `p`'s queue on `slot` until its sentinel (None) comes; a batch
         still queued once the service is stopping is answered "stopping"."""
-        pool = self.pools[p]
         while True:
             tickets = self.pool_queues[p].get()
             if tickets is None:
                 return
-            with self._lock:
-                self.busy[p] += 1
             try:
-                if self._stop.is_set():
-                    self.fail_tickets(tickets, "stopping", "the service is stopping")
-                else:
-                    self.run_batch(pool, slot, tickets)
+                self._serve(p, slot, tickets)
             finally:
-                with self._lock:
-                    self.busy[p] -= 1
                 self._free.release()
+
+    def _serve(self, p: int, slot: int, tickets: list[Ticket]) -> None:
+        """Run `tickets` as one batch on pool `p`'s `slot`, counted busy meanwhile; answered
+        "stopping" instead once the service is stopping."""
+        with self._lock:
+            self.busy[p] += 1
+        try:
+            if self._stop.is_set():
+                self.fail_tickets(tickets, "stopping", "the service is stopping")
+            else:
+                self.run_batch(self.pools[p], slot, tickets)
+        finally:
+            with self._lock:
+                self.busy[p] -= 1
 
     def _late_batch(self, live: list[Ticket]) -> None:
         """A batch past its deadline (the watchdog's call): its requests are answered "timeout"

@@ -144,9 +144,13 @@ class ZmqFront:
 
     def wake(self) -> None:
         """End the socket thread's wait (stop(): it then sees the stop event): one empty frame
-        on the reply pipe, which the thread drops."""
-        push = self._push()
-        push.send(b"")
+        on the reply pipe, which the thread drops. Never waits: where the frame cannot be queued
+        the thread is awake already (its pipe holds frames) or gone (a reply that came after the
+        stop event ended its loop and closed the pipe, which would block a send for ever)."""
+        try:
+            self._push().send(b"", flags=zmq.NOBLOCK)
+        except zmq.Again:
+            pass
 
     def _on_message(self, frames) -> None:
         """On the socket thread: answer BUSY at once, from the header alone, when the queue
