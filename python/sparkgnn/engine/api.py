@@ -703,12 +703,10 @@ def checked_ids(spark, graph, ids):
 
 def _checked_local_ids(spark, graph, values: list[int]):
     """checked_ids for distinct sorted ids in memory (one Spark job)."""
-    from pyspark.sql import functions as F
-
     if not values:
         raise PlanError("ids is empty: nothing to infer (pass ids=None to infer every vertex)")
     frame = spark.createDataFrame([(v,) for v in values], "id long")
-    found = graph.vertices.select(F.col("id").cast("long").alias("id")).join(F.broadcast(frame), "id", "left_semi")
+    found = graph.vertices.selectExpr("cast(id as long) as id").join(frame.hint("broadcast"), "id", "left_semi")
     known = {int(row.id) for row in found.collect()}
     unknown = [v for v in values if v not in known]
     if unknown:
