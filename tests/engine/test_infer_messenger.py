@@ -62,4 +62,8 @@ def test_sigkilled_workers_lose_no_batch_and_apply_none_twice(spark, graph_dirs,
     ids = table.column("id").to_numpy()
     assert len(killed) == 2
     assert len(ids) == len(np.unique(ids)) == data.num_nodes  # every vertex once: nothing lost, nothing twice
-    np.testing.assert_array_equal(spark_output(result, data), expected)
+    # These workers run one torch thread each while the in-process run uses the machine's thread count, so
+    # a GEMM may block its sums differently (1 ulp seen on a many-core CI host): compare at the exactness
+    # bar. A batch applied twice would be off by its whole value; bit equality at equal thread counts is
+    # test_local_workers_equal_inprocess's job.
+    np.testing.assert_allclose(spark_output(result, data), expected, rtol=1e-5, atol=1e-6)
