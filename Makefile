@@ -201,3 +201,10 @@ bench-hetero: venv
 .PHONY: bench-gpu
 bench-gpu: venv
 	$(PY) bench/bench_gpu.py --out bench/results $(if $(QUICK),--quick,)
+
+# Every conv the converter accepts (native and generic, with and without edge features) through the
+# batch job's DL step on the CPU and CUDA against PyG on the same device (bench/gpu_coverage.py):
+# bench/results/gpu_coverage.json + gpu_coverage.png (QUICK=1: a 20K-edge graph, gpu_coverage_quick.*).
+.PHONY: bench-gpu-coverage
+bench-gpu-coverage: venv
+	$(PY) bench/gpu_coverage.py --out bench/results $(if $(QUICK),--quick,)
