@@ -13,7 +13,9 @@ run on a CUDA device, and stay exact there, only a GPU can show. For each conv t
      rows, mirror rows as blocks, distinct edges, [edge attributes]) with h = model.pre(x);
   3. run_step on the CPU and on CUDA (cold, warm median), and PyG's forward of the whole subgraph
      on the same device (the reference: own rows of its output); errors cuda-vs-PyG, cpu-vs-PyG,
-     cuda-vs-cpu at the tests' bar (|got - ref| <= 1e-5 + 1e-5 |ref|).
+     cuda-vs-cpu by the tests' criterion (max|got - ref| / max|ref| <= 1e-5), and elementwise
+     (|got - ref| <= 1e-5 + 1e-5 |ref|) beside PyG's own CPU-vs-CUDA distance, the yardstick for
+     convs that sum many terms in float32.
 
 A conv the converter refuses in one variant (its reason recorded) is a result, not a failure. Runs
 where the package is not installed and pyspark is absent, like bench_gpu.py. Without CUDA the CPU
@@ -140,6 +142,15 @@ def one_conv(name: str, edge: bool, graph: dict, device: str, degree_histogram) 
     x = torch.from_numpy(graph["x"]).to(device)
     edge_index = torch.stack([torch.from_numpy(graph["src"]), torch.from_numpy(graph["dst"])]).to(device)
     edge_attr = torch.from_numpy(attr).to(device) if attr is not None else None
+    pyg_cpu_out = None
+    if device != "cpu":  # PyG's own CPU forward: how far PyG's two devices are apart on this graph
+        with torch.inference_mode(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            args = [
+                torch.from_numpy(graph["x"]),
+                torch.stack([torch.from_numpy(graph["src"]), torch.from_numpy(graph["dst"])]),
+            ]
+            pyg_cpu_out = module(*args, torch.from_numpy(attr) if attr is not None else None)[: graph["n_own"]].numpy()
     pyg_module = module.to(device)
     with torch.inference_mode(), warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
@@ -148,11 +159,16 @@ def one_conv(name: str, edge: bool, graph: dict, device: str, degree_histogram) 
     reference = out[: graph["n_own"]].float().cpu().numpy()
     record["pyg"] = {"device": device, "cold_s": cold, "warm_s": warm}
     record["errors"]["cpu_vs_pyg"] = bg.errors(outputs["cpu"], reference)
+    if pyg_cpu_out is not None:
+        record["errors"]["pyg_cpu_vs_pyg"] = bg.errors(pyg_cpu_out, reference)
     if "cuda" in outputs:
         record["errors"]["cuda_vs_pyg"] = bg.errors(outputs["cuda"], reference)
         if "cuda_warm_s" in step:
             record["ratio_step_vs_pyg"] = step["cuda_warm_s"] / warm
-    record["flag_over_1e-5"] = sorted(k for k, v in record["errors"].items() if not v["within_1e-5"])
+    # the project's criterion (tests: max|got - ref| / max|ref| <= 1e-5); the elementwise bar is
+    # recorded beside it, with PyG's own CPU-vs-device distance as the yardstick for sums of many terms
+    record["flag_over_1e-5"] = sorted(k for k, v in record["errors"].items() if v["max_rel"] > bg.EXACT_RTOL)
+    record["elementwise_over_1e-5"] = sorted(k for k, v in record["errors"].items() if not v["within_1e-5"])
     return record
 
 
@@ -197,10 +213,13 @@ def coverage_section(size, device: str, budget: bg.Budget) -> dict:
         "skipped": sorted(k for k, v in out["convs"].items() if "skipped" in v),
         "errors": sorted(k for k, v in out["convs"].items() if "error" in v or "cuda_error" in v.get("step", {})),
         "over_1e-5": sorted(k for k, v in ran.items() if v["flag_over_1e-5"]),
-        "max_rel_cuda_vs_pyg": max(
-            (v["errors"].get("cuda_vs_pyg", {}).get("max_rel", 0.0) for v in ran.values()), default=None
-        ),
-        "max_rel_cpu_vs_pyg": max((v["errors"]["cpu_vs_pyg"]["max_rel"] for v in ran.values()), default=None),
+        "elementwise_over_1e-5": {k: v["elementwise_over_1e-5"] for k, v in ran.items() if v["elementwise_over_1e-5"]},
+        **{
+            f"max_rel_{pair}": max(
+                (v["errors"][pair]["max_rel"] for v in ran.values() if pair in v["errors"]), default=None
+            )
+            for pair in ("cuda_vs_pyg", "cpu_vs_pyg", "cuda_vs_cpu", "pyg_cpu_vs_pyg")
+        },
     }
     return out
 
@@ -275,7 +294,8 @@ def main(argv=None) -> int:
         "torch_geometric": torch_geometric.__version__,
         "commit": bg.commit(args.commit),
         "package_tree": tree,
-        "error_definition": "max_rel = max|got - ref| / max|ref| (float64); within_1e-5: every element "
+        "error_definition": "max_rel = max|got - ref| / max|ref| (float64), the tests' criterion, flagged over 1e-5; "
+        "within_1e-5: every element "
         "|got - ref| <= 1e-5 + 1e-5 |ref| (the tests' bar); ref = PyG's forward on the same device",
     }
     bg.guarded(result, "gpu", lambda: bg.gpu_info(device))
