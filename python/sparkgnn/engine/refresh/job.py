@@ -9,13 +9,13 @@ task reads the whole update and every layer-l task layer l-1's recomputed rows: 
 
     round 0   the old graph's pieces come from the pieces cache (pieces.py; built by Spark the
               first time a graph is refreshed). One task per piece reads the update whole and
-              keeps the rows its piece concerns (partition.route_update: edge rows by
+              keeps the rows its piece concerns (routing.route_update: edge rows by
               destination, vertex rows to the owner and every holder), applies it (validating
               it: a rejected update raises GraphUpdateError naming every problem, nothing
               written), writes its owned vertices' statistics, its share of the updated graph
               and the updated graph's piece (kept for the next refresh). A foreign vertex's
               features are not shipped: a task reads the few it needs from the owner's
-              features file (partition.owner_rows). Spark joins the statistics of foreign
+              features file (routing.owner_rows). Spark joins the statistics of foreign
               vertices to the pieces holding them (models that read statistics). The updated
               graph is fingerprinted from the tasks' partial sums (and written to --out-graph).
     layer l   one round of tasks plans and computes, each reading layer l-1's recomputed rows
@@ -51,15 +51,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sparkgnn import files
-from sparkgnn.engine.refresh import partition, pieces
+from sparkgnn.engine.refresh import partition, pieces, routing
 from sparkgnn.engine.refresh.partition import (
     NEW_H,
     OLD_H,
     STATE,
     SUMMARY_SCHEMA,
-    RunContext,
-    layer_dir,
 )
+from sparkgnn.engine.refresh.rundir import RunContext, layer_dir
 from sparkgnn.engine.result import StoreResult, legacy_positional
 from sparkgnn.engine.spark_compat import default_parallelism
 from sparkgnn.errors import GraphUpdateError
@@ -88,7 +87,7 @@ def _uri(path: str) -> str:
 def check_update(path: str) -> str:
     """`path` as every task must see it (files.absolute), refused (GraphUpdateError) where it does
     not exist, holds no data file, or its first data file is not Parquet or has no `kind` column.
-    The round-0 tasks read it whole (partition.route_update); a column it lacks is null there,
+    The round-0 tasks read it whole (routing.route_update); a column it lacks is null there,
     and the tasks' validation names the kinds that need it."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -365,7 +364,7 @@ def refresh(
         partition.stat_keys(model),
         _store_rows(old_store),
         update_path=updates,
-        update_files=partition.file_marks(updates),
+        update_files=routing.file_marks(updates),
     )
     phases: dict = {}
     try:

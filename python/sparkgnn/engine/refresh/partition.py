@@ -3,14 +3,16 @@ update applied to that piece, and the per-layer work on it.
 
 A partition p OWNS the vertices with pmod(hash(id), P) = p (engine.routing.partition_expr) and
 holds their in-edges (old, and inserted by the update) plus every vertex those edges come from
-("foreign" vertices; their features stay with their owner, read when needed: owner_rows, fill_x).
+("foreign" vertices; their features stay with their owner, read when needed: routing.owner_rows,
+fill_x).
 That is everything refresh_kernel needs to recompute p's own targets, because a vertex's h^(l)
 depends only on its in-edges, its own h^(l-1) and statistics, and the sources' h^(l-1) and
 statistics:
 
 * the update is applied to the piece with the single-machine `graph.updates.apply` (so a piece
   follows exactly the semantics, and the validation, of the local refresh): its edge rows are
-  routed by destination, its vertex rows to the owner and to every partition holding the vertex;
+  routed by destination, its vertex rows to the owner and to every partition holding the vertex
+  (routing.py);
 * statistics (GCN degrees ...) depend on a vertex's in-edges, which only its owner holds: each
   owner computes them for its vertices (old and new graph) and the driver joins them to the
   partitions holding the vertex as a foreign one (`foreign_stats`);
@@ -27,7 +29,8 @@ statistics:
   rows itself (`_read_values`: mapped row files, the new h^(l-1) from the files layer l-1's
   tasks wrote: `previous_rows`).
 
-Everything a task reads or writes lies in the run directory (job.py lists it), on a filesystem
+Everything a task reads or writes lies in the run directory (job.py lists it; rundir.py reads and
+writes it), on a filesystem
 every executor reaches; a task recomputes its piece from there (cached per Python worker), so a
 task lost with its executor reruns anywhere. Vertex rows are sorted by id and edges by (dst, src,
 weight), so every attempt of a task sums messages in the same order.
@@ -48,62 +51,40 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import torch
 
 from sparkgnn import files
 from sparkgnn.arrowvec import to_list, to_numpy_matrix
+from sparkgnn.engine.refresh.routing import kind_counts, owner_rows, route_update
+from sparkgnn.engine.refresh.rundir import (
+    RunContext,
+    edge_attr_dim,
+    edge_schema,
+    feature_dim,
+    layer_dir,
+    read_slice,
+    vertex_schema,
+    write_piece_file,
+)
 from sparkgnn.errors import GraphUpdateError
 from sparkgnn.graph.checks import NO_SPLIT
 from sparkgnn.graph.data import GraphData
 from sparkgnn.graph.fingerprint import edge_hash_sum, vertex_hash_sum
-from sparkgnn.graph.updates import KINDS, UPDATE_SCHEMA, GraphUpdate, apply
+from sparkgnn.graph.updates import UPDATE_SCHEMA, GraphUpdate, apply
 from sparkgnn.graph.updates.applying import Applied
 from sparkgnn.graph.updates.format import EDGE_ATTR_FIELD
 from sparkgnn.layers.stats import OUT_EDGE_STATS, STATS
 from sparkgnn.pe.lookup import SortedTable
 from sparkgnn.pe.refresh_kernel import Side, compute_layer, plan_layer
-from sparkgnn.pe.rowfile import LayerRows, layer_rows
 from sparkgnn.stat_keys import stat_key
 
 # Kinds of the values a layer's computation reads (column `kind` of needs / values).
 NEW_H, OLD_H, STATE = 0, 1, 2
 SUMMARY_SCHEMA = "part int, info string"
-# The update's kinds whose rows are routed to every piece holding the vertex (the owner counts them).
-VERTEX_KINDS = ("vertex_insert", "feature_update", "vertex_delete")
 # layer l-1's recomputed rows as a layer-l task reads them (previous_rows)
 CHANGED_SCHEMA = pa.schema([("id", pa.int64()), ("h", pa.list_(pa.float32()))])
 CACHED_PIECES = 4
-
-
-@dataclass(frozen=True)
-class RunContext:
-    """What every task of a refresh is told (pickled into its closure)."""
-
-    run_dir: str
-    pieces_dir: str  # the old graph's pieces (pieces.py): vertices/, edges/, local/
-    partitions: int
-    model_store: str
-    model_fingerprint: str
-    stat_keys: tuple  # ((key, stat name, weighted), ...)
-    # ((layer, layer key, (versions.Segment, ...)), ...) for every layer of the old store when each
-    # of its segments has a row file (pe/rowfile.py): the compute tasks read the values they need
-    # from them directly (no plan round, no fetch); () where one has none: the driver fetches them
-    store_rows: tuple = ()
-    # the update's Parquet folder: every round-0 task reads it whole and keeps the rows its piece
-    # concerns (route_update), instead of Spark routing them in jobs before the round
-    update_path: str = ""
-    update_files: tuple = ()  # its data files as the driver listed them (file_marks)
-
-    def layer_rows(self, layer: int) -> LayerRows:
-        """The old store's layer `layer`, readable row by row from its segments' row files."""
-        for l, key, segments in self.store_rows:
-            if l == layer:
-                rows = layer_rows(list(segments), key, f"PE store layer {layer} (row files)")
-                if rows is not None:
-                    return rows
-        raise ValueError(f"layer {layer}: the PE store's layer has no row files to read from")
 
 
 def out_stat_keys(keys) -> list:
@@ -120,46 +101,6 @@ def stat_keys(model) -> tuple:
     return tuple((key, name, weighted) for key, (name, weighted) in sorted(keys.items()))
 
 
-# -- files ------------------------------------------------------------------------------------------
-def slice_files(folder: str, part: int) -> list[str]:
-    """Parquet files of partition `part` of a folder Spark wrote with partitionBy("part")."""
-    path = files.join(folder, f"part={part}")
-    fs, inner = files.filesystem(path)
-    infos = fs.get_file_info(pafs.FileSelector(inner, allow_not_found=True))
-    return sorted(
-        files.join(path, i.base_name)
-        for i in infos
-        if i.type == pafs.FileType.File and i.base_name.endswith(".parquet")
-    )
-
-
-def read_slice(folder: str, part: int, schema: pa.Schema) -> pa.Table:
-    """Partition `part`'s rows of `folder` (an empty table of `schema` when Spark wrote none)."""
-    paths = slice_files(folder, part)
-    if not paths:
-        return schema.empty_table()
-    fs = files.filesystem(paths[0])[0]
-    table = pa.concat_tables(
-        [pq.read_table(files.filesystem(p)[1], filesystem=fs, partitioning=None) for p in paths],
-        promote_options="default",
-    )
-    table = table.select([n for n in schema.names if n in table.column_names])
-    # Spark names a list's item "element", pyarrow "item": one schema for slices of both writers
-    return table.cast(pa.schema([schema.field(n) for n in table.column_names]))
-
-
-def write_piece_file(path: str, table: pa.Table) -> None:
-    """One task output file; a retried task rewrites it whole (readers run after the stage)."""
-    files.makedirs(files.parent(path))
-    fs, inner = files.filesystem(path)
-    with fs.open_output_stream(inner) as sink:
-        pq.write_table(table, sink)
-
-
-def layer_dir(run_dir: str, layer: int, what: str) -> str:
-    return files.join(run_dir, f"layer={layer}", what)
-
-
 # -- the piece ------------------------------------------------------------------------------------
 VERTEX_COLUMNS = ("id", "x", "y", "split", "owned")
 
@@ -169,7 +110,6 @@ def _column(table: pa.Table, name: str):
 
 
 def _read_update(table: pa.Table) -> GraphUpdate:
-    from sparkgnn.graph.updates import UPDATE_SCHEMA
 
     names = [*UPDATE_SCHEMA.names, EDGE_ATTR_FIELD.name]
     return GraphUpdate.from_table(table.select([n for n in names if n in table.column_names]))
@@ -213,7 +153,7 @@ def build_piece(ctx: RunContext, part: int) -> Piece:
     edges come from), the update applied (GraphUpdateError names what in the update is wrong for
     the vertices and edges this partition holds). A foreign vertex's features are not in the
     piece (pieces.py): its row holds zeros until a computation reads it (fill_x, from its owner)."""
-    run_dir, schema = ctx.run_dir, _vertex_schema(ctx.run_dir)
+    run_dir, schema = ctx.run_dir, vertex_schema(ctx.run_dir)
     vertices = read_slice(files.join(ctx.pieces_dir, "vertices"), part, schema)
     update_rows, extra = route_update(ctx, part, vertices.column("id").to_numpy())
     if len(extra):  # the sources of inserted edges the piece does not hold: from their owners
@@ -222,15 +162,15 @@ def build_piece(ctx: RunContext, part: int) -> Piece:
         vertices = pa.concat_tables([vertices, rows.select(vertices.column_names).cast(vertices.schema)])
     vertices = vertices.take(pc.sort_indices(vertices, [("id", "ascending")]))
     ids = vertices.column("id").to_numpy()
-    x, known = _features(vertices.column("x"), _feature_dim(run_dir))
-    edges = read_slice(files.join(ctx.pieces_dir, "edges"), part, _edge_schema(run_dir))
+    x, known = _features(vertices.column("x"), feature_dim(run_dir))
+    edges = read_slice(files.join(ctx.pieces_dir, "edges"), part, edge_schema(run_dir))
     src_ids, dst_ids = edges.column("src").to_numpy(), edges.column("dst").to_numpy()
     weight = _column(edges, "weight")
     order = np.lexsort((weight if weight is not None else np.zeros(len(src_ids)), src_ids, dst_ids))
     src, dst = np.searchsorted(ids, src_ids[order]), np.searchsorted(ids, dst_ids[order])
     edge_attr = None
-    if _edge_attr_dim(run_dir):
-        edge_attr = to_numpy_matrix(edges.column(EDGE_ATTR_FIELD.name), _edge_attr_dim(run_dir))[order]
+    if edge_attr_dim(run_dir):
+        edge_attr = to_numpy_matrix(edges.column(EDGE_ATTR_FIELD.name), edge_attr_dim(run_dir))[order]
     old = GraphData(
         ids,
         x,
@@ -255,7 +195,7 @@ def build_piece(ctx: RunContext, part: int) -> Piece:
     inserted = applied.old_rows < 0
     owned[~inserted] = owned_old[applied.old_rows[~inserted]]
     owned[inserted] = np.isin(applied.graph.ids[inserted], inserted_owned.column("node").to_numpy())
-    piece = Piece(part, old, applied, owned, owned_old, kinds=_kind_counts(update_rows))
+    piece = Piece(part, old, applied, owned, owned_old, kinds=kind_counts(update_rows))
     piece.known_old, piece.extra = known, extra
     piece.known_new = np.ones(applied.graph.num_nodes, bool)
     piece.known_new[~inserted] = known[applied.old_rows[~inserted]]
@@ -302,185 +242,6 @@ def fill_x(ctx: RunContext, piece: Piece, rows: np.ndarray, new: bool) -> None:
         if piece.new.x is not piece.old.x:
             piece.new.x[unknown] = piece.old.x[old_rows]
         piece.known_new[unknown] = True
-
-
-# -- the update, routed by the tasks ---------------------------------------------------------------
-UPDATE_TASK_SCHEMA = pa.schema([*UPDATE_SCHEMA, EDGE_ATTR_FIELD])
-_UPDATES: dict = {}
-
-
-def file_marks(path: str) -> tuple:
-    """((relative name, size, mtime_ns), ...) of the data files under `path` (a single file: its
-    base name; nothing there: ()): what a worker's cached copy of them is keyed by and checked
-    against (the update: RunContext.update_files; the owners' rows: _owned_table)."""
-    if files.kind(path) == "file":
-        fs, inner = files.filesystem(path)
-        info = fs.get_file_info(inner)
-        return ((info.base_name, int(info.size), int(info.mtime_ns or 0)),)
-    return tuple((f.rel, f.size, f.mtime_ns) for f in files.data_files(path))
-
-
-def _update_table(path: str, listed: tuple) -> pa.Table:
-    """The update folder whole (every column of UPDATE_TASK_SCHEMA; one it lacks is null), cached
-    per Python worker (every round-0 task reads it; a Spark session's workers outlive a refresh)
-    keyed by the path and `listed`, the files the driver saw (file_marks): an update rewritten
-    at the same path is read again, and one rewritten while the refresh runs is refused."""
-    key = (path, listed)
-    if key in _UPDATES:
-        return _UPDATES[key]
-    if listed and file_marks(path) != listed:
-        raise GraphUpdateError(f"graph update {path} changed while the refresh ran: rerun it on a fixed update")
-    paths = [path] if files.kind(path) == "file" else [files.join(path, f.rel) for f in files.data_files(path)]
-    fs = files.filesystem(path)[0]
-    tables = []
-    for one in paths:
-        table = pq.read_table(files.filesystem(one)[1], filesystem=fs, partitioning=None)
-        columns = []
-        for f in UPDATE_TASK_SCHEMA:
-            column = table.column(f.name) if f.name in table.column_names else pa.nulls(table.num_rows, f.type)
-            try:
-                columns.append(column.cast(f.type))
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                raise GraphUpdateError(
-                    f"graph update {one}: column `{f.name}` is {column.type}, not {f.type}"
-                ) from None
-        tables.append(pa.table(columns, schema=UPDATE_TASK_SCHEMA))
-    table = pa.concat_tables(tables) if tables else UPDATE_TASK_SCHEMA.empty_table()
-    _UPDATES.clear()
-    _UPDATES[key] = table
-    return table
-
-
-def route_update(ctx: RunContext, part: int, held: np.ndarray) -> tuple[pa.Table, np.ndarray]:
-    """(the update's rows piece `part` applies, with `owned`; the ids of the sources of its
-    inserted or deleted edges it does not hold): edge rows by destination, vertex rows to the
-    owner and to every piece holding the vertex, the rows no task could be chosen for (an unknown
-    kind, a missing dst or node) to piece 0, whose apply names them -- the routing Spark's joins
-    did, in every task from the update read whole."""
-    from sparkgnn.engine.routing import owner_partition
-
-    table = _update_table(ctx.update_path, ctx.update_files)
-    kind = table.column("kind")
-    known_kind = pc.fill_null(pc.is_in(kind, pa.array(KINDS)), False).to_numpy(zero_copy_only=False)
-    edge = pc.fill_null(pc.is_in(kind, pa.array(["edge_insert", "edge_delete"])), False).to_numpy(zero_copy_only=False)
-    vertex_kind = pc.fill_null(pc.is_in(kind, pa.array(VERTEX_KINDS)), False).to_numpy(zero_copy_only=False)
-    dst_valid = table.column("dst").is_valid().to_numpy(zero_copy_only=False)
-    node_valid = table.column("node").is_valid().to_numpy(zero_copy_only=False)
-    dst = pc.fill_null(table.column("dst"), 0).to_numpy()
-    node = pc.fill_null(table.column("node"), 0).to_numpy()
-    P = ctx.partitions
-    edge_here = edge & np.where(dst_valid, owner_partition(dst, P) == part, part == 0)
-    src = table.column("src").filter(pa.array(edge_here)).drop_null().to_numpy()
-    extra = np.setdiff1d(np.unique(src), held)
-    holds = np.union1d(held, extra)
-    vertex = vertex_kind & node_valid
-    owner = owner_partition(node, P) == part
-    vertex_here = vertex & (owner | np.isin(node, holds))
-    other = (~known_kind | (vertex_kind & ~node_valid)) & (part == 0)
-    keep = edge_here | vertex_here | other
-    routed = table.filter(pa.array(keep)).append_column("owned", pa.array((vertex & owner)[keep]))
-    return routed, extra
-
-
-# -- the owners' vertex rows (features of foreign vertices) ----------------------------------------
-_OWNED: OrderedDict = OrderedDict()
-
-
-def _owned_table(ctx: RunContext, part: int) -> tuple[np.ndarray, pa.Table]:
-    """(sorted ids, rows) of the vertices piece `part` owns in the old graph: its features file
-    (features/part=<p>.arrow, memory-mapped) where the refresh that made the pieces wrote one,
-    else its vertex rows (the owned ones carry x). Cached per Python worker, keyed by the pieces'
-    folder (its name holds the graph's fingerprint and P) and checked against the files' sizes and
-    mtimes, so a layout deleted and rebuilt under the same name is read again."""
-    key = (ctx.pieces_dir, part)
-    path = files.join(ctx.pieces_dir, "features", f"part={part}.arrow")
-    mapped = files.is_local(path) and files.kind(path) == "file"
-    marks = file_marks(path) if mapped else file_marks(files.join(ctx.pieces_dir, "vertices", f"part={part}"))
-    cached = _OWNED.get(key)
-    if cached is not None and cached[0] == marks:
-        _OWNED.move_to_end(key)
-        return cached[1], cached[2]
-    if mapped:
-        table = pa.ipc.open_file(pa.memory_map(files.filesystem(path)[1])).read_all()
-    else:
-        table = read_slice(files.join(ctx.pieces_dir, "vertices"), part, _vertex_schema(ctx.run_dir))
-        table = table.filter(table.column("owned")).drop_columns(["owned"])
-        table = table.take(pc.sort_indices(table, [("id", "ascending")]))
-    ids = table.column("id").to_numpy()
-    _OWNED[key] = (marks, ids, table)
-    while len(_OWNED) > 2 * ctx.partitions:
-        _OWNED.popitem(last=False)
-    return ids, table
-
-
-def owner_rows(ctx: RunContext, ids: np.ndarray) -> tuple[np.ndarray, pa.Table]:
-    """(found [len(ids)] bool, the owners' rows of ids[found] in that order: id, x[, y][, split])."""
-    from sparkgnn.engine.routing import owner_partition
-
-    ids = np.asarray(ids, np.int64)
-    owners = owner_partition(ids, ctx.partitions)
-    found = np.zeros(len(ids), bool)
-    positions = np.zeros(len(ids), np.int64)
-    tables = {}
-    for q in np.unique(owners):
-        at = np.flatnonzero(owners == q)
-        owned_ids, table = _owned_table(ctx, int(q))
-        pos = np.minimum(np.searchsorted(owned_ids, ids[at]), max(len(owned_ids) - 1, 0))
-        hit = (owned_ids[pos] == ids[at]) if len(owned_ids) else np.zeros(len(at), bool)
-        found[at] = hit
-        positions[at] = pos
-        tables[int(q)] = table
-    schema = _vertex_schema(ctx.run_dir).remove(_vertex_schema(ctx.run_dir).get_field_index("owned"))
-    hits = np.flatnonzero(found)
-    chunks, where = [], []
-    for q, table in tables.items():
-        sel = hits[owners[hits] == q]
-        if len(sel):  # a features file's x is a fixed-size list: one type for both sources
-            chunks.append(table.select(schema.names).take(pa.array(positions[sel])).cast(schema))
-            where.append(sel)
-    if not chunks:
-        return found, schema.empty_table()
-    table = pa.concat_tables(chunks)
-    return found, table.take(pa.array(np.argsort(np.concatenate(where), kind="stable")))
-
-
-def _kind_counts(update_rows: pa.Table) -> dict:
-    """Rows of each update kind this piece counts: a vertex row where the piece owns the vertex
-    (it is routed to every holder, the owner among them), any other row where it was routed (once)."""
-    vertex_row = pc.is_in(update_rows.column("kind"), pa.array(VERTEX_KINDS))
-    counted = update_rows.filter(pc.or_kleene(pc.invert(vertex_row), update_rows.column("owned")))
-    return {str(v["values"]): int(v["counts"]) for v in counted.column("kind").value_counts().to_pylist()}
-
-
-def _meta(run_dir: str) -> dict:
-    return _META_CACHE.setdefault(run_dir, files.read_json(files.join(run_dir, "run.json")))
-
-
-_META_CACHE: dict = {}
-
-
-def _feature_dim(run_dir: str) -> int:
-    return int(_meta(run_dir)["feature_dim"])
-
-
-def _vertex_schema(run_dir: str) -> pa.Schema:
-    optional = {"y": pa.int64(), "split": pa.string()}
-    present = [(name, t) for name, t in optional.items() if name in _meta(run_dir)["vertex_columns"]]
-    return pa.schema([("id", pa.int64()), ("x", pa.list_(pa.float32())), *present, ("owned", pa.bool_())])
-
-
-def _edge_attr_dim(run_dir: str) -> int:
-    """Width of the graph's edge attributes (0: its edges carry none)."""
-    return int(_meta(run_dir).get("edge_attr_dim", 0))
-
-
-def _edge_schema(run_dir: str) -> pa.Schema:
-    fields = [pa.field("src", pa.int64()), pa.field("dst", pa.int64())]
-    if _meta(run_dir)["weighted"]:
-        fields.append(pa.field("weight", pa.float32()))
-    if _edge_attr_dim(run_dir):
-        fields.append(EDGE_ATTR_FIELD)
-    return pa.schema(fields)
 
 
 def local_stats(graph: GraphData, keys) -> dict:

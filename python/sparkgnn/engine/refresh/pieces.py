@@ -72,7 +72,7 @@ def build(spark, graph, partitions: int, path: str) -> None:
         .parquet(uri(files.join(path, "vertices")))
     )
     edges.write.partitionBy("part").parquet(uri(files.join(path, "edges")))
-    if files.is_local(path):  # the owners' features, row-addressable (partition.owner_rows)
+    if files.is_local(path):  # the owners' features, row-addressable (routing.owner_rows)
         import functools
 
         fn = functools.partial(write_features_task, path)
@@ -87,7 +87,8 @@ def write_features_task(path: str, batches):
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from sparkgnn.engine.refresh.partition import slice_files, write_features
+    from sparkgnn.engine.refresh.partition import write_features
+    from sparkgnn.engine.refresh.rundir import slice_files
 
     for batch in batches:
         for part in batch.column(0).to_pylist():

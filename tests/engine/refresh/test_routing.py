@@ -1,4 +1,4 @@
-"""A refresh piece's inputs without Spark (engine/refresh/partition.py): the update routed by the
+"""A refresh piece's inputs without Spark (engine/refresh/routing.py, partition.py): the update routed by the
 round-0 tasks themselves (edge rows by destination owner, vertex rows to the owner and to every
 holder, unroutable rows to piece 0, the sources a piece lacks as extra ids), a worker's cached
 update re-read when rewritten at the same path and refused when it changes during a refresh, the
@@ -13,8 +13,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sparkgnn.engine.refresh import partition
-from sparkgnn.engine.refresh.partition import RunContext, build_piece, fill_x, owner_rows, route_update
+from sparkgnn.engine.refresh import partition, routing, rundir
+from sparkgnn.engine.refresh.partition import build_piece, fill_x
+from sparkgnn.engine.refresh.routing import owner_rows, route_update
+from sparkgnn.engine.refresh.rundir import RunContext
 from sparkgnn.engine.routing import owner_partition
 from sparkgnn.errors import GraphUpdateError
 
@@ -53,8 +55,8 @@ def _write_pieces(pieces: str, x_of=features) -> None:
         edge_table = pa.table(
             {"src": pa.array([s for s, _ in edges], pa.int64()), "dst": pa.array([d for _, d in edges], pa.int64())}
         )
-        partition.write_piece_file(os.path.join(pieces, "vertices", f"part={part}", "piece.parquet"), vertices)
-        partition.write_piece_file(os.path.join(pieces, "edges", f"part={part}", "piece.parquet"), edge_table)
+        rundir.write_piece_file(os.path.join(pieces, "vertices", f"part={part}", "piece.parquet"), vertices)
+        rundir.write_piece_file(os.path.join(pieces, "edges", f"part={part}", "piece.parquet"), edge_table)
         mine = held[owned]
         table = pa.table(
             {"id": pa.array(mine), "x": pa.array([x_of(int(i)) for i in mine], X_TYPE), "y": pa.array(mine % 3)}
@@ -81,7 +83,7 @@ def _context(tmp_path, update: str) -> RunContext:
         json.dump({"feature_dim": 4, "weighted": False, "vertex_columns": ["y"]}, out)
     if not os.path.exists(pieces):
         _write_pieces(pieces)
-    return RunContext(run_dir, pieces, P, "", "", (), update_path=update, update_files=partition.file_marks(update))
+    return RunContext(run_dir, pieces, P, "", "", (), update_path=update, update_files=routing.file_marks(update))
 
 
 NEW = 12  # an inserted vertex (owner_partition(12, 2) == 0) whose edge goes into piece 0
