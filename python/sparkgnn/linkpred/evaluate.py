@@ -370,30 +370,23 @@ def positive_rows(
 def broadcast_counts(shared: Broadcast, rows: DataFrame, payload: DecoderPayload) -> DataFrame:
     """COUNTS_SCHEMA of every positive in `rows` (positive_rows) against every candidate of the
     broadcast NodeTable `shared`: each task takes SOURCE_ROWS sources of an Arrow batch at a time
-    and counts their positives whole (table_counts: candidate tiles, POSITIVE_CHUNK positives at
-    once), so no partial count is shuffled and summed."""
-    from sparkgnn.linkpred.topk import SOURCE_ROWS, batch_exclusions
+    (topk.map_source_slices) and counts their positives whole (table_counts: candidate tiles,
+    POSITIVE_CHUNK positives at once), so no partial count is shuffled and summed."""
+    from sparkgnn.linkpred.topk import batch_exclusions, map_source_slices
 
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        torch.set_num_threads(1)
-        built = payload.build()
-        table = shared.value
-        for batch in batches:
-            for start in range(0, len(batch), SOURCE_ROWS):
-                part = batch.slice(start, SOURCE_ROWS)
-                src_ids, lists = ids(part.column("id")), part.column("p_dst")
-                pos_src = np.repeat(src_ids, lists.value_lengths().to_numpy(zero_copy_only=False))
-                pos_dst = ids(lists.flatten())
-                greater, at_least = table_counts(
-                    built, src_ids, matrix(part.column("h")), table.ids, table.h,
-                    pos_src, pos_dst, matrix(part.column("p_h").flatten()), batch_exclusions(part),
-                )  # fmt: skip
-                yield pa.RecordBatch.from_arrays(
-                    [pa.array(pos_src), pa.array(pos_dst), greater, at_least],
-                    names=["src", "dst", "greater", "at_least"],
-                )
+    def answer(built, table, part: pa.RecordBatch) -> pa.RecordBatch:
+        src_ids, lists = ids(part.column("id")), part.column("p_dst")
+        pos_src = np.repeat(src_ids, lists.value_lengths().to_numpy(zero_copy_only=False))
+        pos_dst = ids(lists.flatten())
+        greater, at_least = table_counts(
+            built, src_ids, matrix(part.column("h")), table.ids, table.h,
+            pos_src, pos_dst, matrix(part.column("p_h").flatten()), batch_exclusions(part),
+        )  # fmt: skip
+        return pa.RecordBatch.from_arrays(
+            [pa.array(pos_src), pa.array(pos_dst), greater, at_least], names=["src", "dst", "greater", "at_least"]
+        )
 
-    return rows.mapInArrow(run, COUNTS_SCHEMA)
+    return map_source_slices(shared, rows, payload, COUNTS_SCHEMA, answer)
 
 
 def metrics_of(counts: DataFrame, hits_at: Sequence[int] = HITS_AT) -> dict[str, float]:

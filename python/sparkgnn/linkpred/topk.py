@@ -36,8 +36,8 @@ import contextvars
 import logging
 import math
 import time
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -275,11 +275,17 @@ def topk_frame(
     return merge_partial(units.mapInArrow(score_units, PARTIAL_SCHEMA), payload, k, partitions)
 
 
-def broadcast_topk(shared: Broadcast, rows: DataFrame, payload: DecoderPayload, k: int) -> DataFrame:
-    """TOPK_SCHEMA of every source in `rows` (source_rows) against every candidate of the broadcast
-    NodeTable `shared`: each task streams its sources' Arrow batches, SOURCE_ROWS at a time, past
-    the candidates (tiles.table_topk), so a source's final list is made in one task (no partial
-    lists, no merge shuffle) and nothing larger than one Arrow batch of sources moves in Spark."""
+def map_source_slices(
+    shared: Broadcast,
+    rows: DataFrame,
+    payload: DecoderPayload,
+    schema: str,
+    answer: Callable[[Any, Any, pa.RecordBatch], pa.RecordBatch],
+) -> DataFrame:
+    """`rows.mapInArrow` answering SOURCE_ROWS sources of an Arrow batch at a time with
+    `answer(built decoder, the broadcast NodeTable, the slice)`: the broadcast paths of top-k and of
+    full-ranking evaluation. A task builds the decoder once and runs torch on one thread (Spark
+    runs a task per core)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         torch.set_num_threads(1)
@@ -287,18 +293,28 @@ def broadcast_topk(shared: Broadcast, rows: DataFrame, payload: DecoderPayload, 
         table = shared.value
         for batch in batches:
             for start in range(0, len(batch), SOURCE_ROWS):
-                part = batch.slice(start, SOURCE_ROWS)
-                src, dst, raw, rank = table_topk(
-                    built, ids(part.column("id")), matrix(part.column("h")), table.ids, table.h, k,
-                    batch_exclusions(part),
-                )  # fmt: skip
-                score = built.apply_final(torch.from_numpy(raw)).numpy().astype(np.float32)
-                yield pa.RecordBatch.from_arrays(
-                    [pa.array(src), pa.array(dst), pa.array(score, pa.float32()), pa.array(rank, pa.int32())],
-                    names=["src", "dst", "score", "rank"],
-                )
+                yield answer(built, table, batch.slice(start, SOURCE_ROWS))
 
-    return rows.mapInArrow(run, TOPK_SCHEMA)
+    return rows.mapInArrow(run, schema)
+
+
+def broadcast_topk(shared: Broadcast, rows: DataFrame, payload: DecoderPayload, k: int) -> DataFrame:
+    """TOPK_SCHEMA of every source in `rows` (source_rows) against every candidate of the broadcast
+    NodeTable `shared`: each task streams its sources' Arrow batches past the candidates
+    (tiles.table_topk; map_source_slices), so a source's final list is made in one task (no partial
+    lists, no merge shuffle) and nothing larger than one Arrow batch of sources moves in Spark."""
+
+    def answer(built, table, part: pa.RecordBatch) -> pa.RecordBatch:
+        src, dst, raw, rank = table_topk(
+            built, ids(part.column("id")), matrix(part.column("h")), table.ids, table.h, k, batch_exclusions(part)
+        )
+        score = built.apply_final(torch.from_numpy(raw)).numpy().astype(np.float32)
+        return pa.RecordBatch.from_arrays(
+            [pa.array(src), pa.array(dst), pa.array(score, pa.float32()), pa.array(rank, pa.int32())],
+            names=["src", "dst", "score", "rank"],
+        )
+
+    return map_source_slices(shared, rows, payload, TOPK_SCHEMA, answer)
 
 
 def per_relation_topk_frame(
