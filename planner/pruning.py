@@ -7,14 +7,15 @@ sources of D_j's in-edges, layer l (1..k) produces h^l for D_(k-l) from the in-e
 on a power-law graph they can also swallow most of it within two hops. So the choice is priced, per
 request, among the registered ways to run it (`PRUNINGS`):
 
-  local     the frontier's in-edges and features are collected to the driver (one broadcast
-            semi-join per hop, only the vertices the previous hop added) and the layers run there
+  local     the frontier's in-edges and features are collected to the driver (one semi-join
+            per hop, only the vertices the previous hop added) and the layers run there
             in process, each over exactly the rows and edges it needs. Bounded by LOCAL_BUDGET_BYTES
             (the frontier collection stops as soon as it would exceed it).
-  subgraph  the frontier is computed in Spark (engine.khop.upstream) and the normal distributed
-            engine runs over the subgraph G' = (D_k, in-edges of D_(k-1)); layers whose messages
-            read a per-vertex statistic of all in-edges (GCN's degree) take one more hop of edges
-            so the statistic of every source is the whole graph's. Any strategy, any P.
+  subgraph  the frontier is the one collected to the driver while it fits the budget, else
+            computed in Spark (engine.khop.upstream), and the normal distributed engine runs over
+            the subgraph G' = (D_k, in-edges of D_(k-1)); layers whose messages read a per-vertex
+            statistic of all in-edges (GCN's degree) take one more hop of edges so the statistic
+            of every source is the whole graph's. Any strategy, any P.
   whole     the whole graph, the output filtered to the ids (what `ids` did before pruning). Taken
             when the frontier covers most of the graph (MOST_OF_THE_GRAPH of its edges), since then
             pruning only adds the frontier pass.

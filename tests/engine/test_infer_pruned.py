@@ -4,6 +4,7 @@ layer type on Cora and the skewed graph (self loops, duplicates, weights, isolat
 pruned subgraph under every strategy and P in {1, 3, 8}; auto's choice, explain, refusals."""
 
 import logging
+import os
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from engine_helpers import pyg_reference, relative_error
 from torch_geometric.nn import GAT, GCN, GIN, GraphSAGE
 
 from sparkgnn import infer
+from sparkgnn.engine import khop
 from sparkgnn.errors import PlanError, SparkGNNError
 from sparkgnn.models import Model
 from sparkgnn.planner import pruning
@@ -69,13 +71,23 @@ def test_local_run_equals_pyg_rows(spark, opened_graphs, work_dir, model_name):
 # its own layer type. What pruning adds to a strategy (the frontier's vertex sets, the subgraph the
 # engine runs) does not depend on P; the strategies' exactness at every P and layer type is
 # test_infer_exact's, and the local run above covers every layer type.
+# The first two cut the subgraph from the frontier collected to the driver (its rows in files for
+# prepare's tasks); the last one's frontier exceeds a driver budget made small, so Spark finds it.
 COMBOS = [("edge_join", 8), ("replicate", 1), ("combine", 3)]
 
 
+def _no_spark_frontier(*_args, **_kwargs):
+    raise AssertionError("a frontier that fits the driver is not found again in Spark")
+
+
 @pytest.mark.parametrize("combo", range(len(COMBOS)))
-def test_pruned_subgraph_equals_pyg_rows_under_every_strategy(spark, opened_graphs, work_dir, combo):
+def test_pruned_subgraph_equals_pyg_rows_under_every_strategy(spark, opened_graphs, work_dir, monkeypatch, combo):
     strategy, partitions = COMBOS[combo]
     opened, data = opened_graphs["skewed"]
+    if combo == 2:
+        monkeypatch.setattr(pruning, "LOCAL_BUDGET_BYTES", 4096)  # ~200 edges: the frontier is Spark's
+    else:
+        monkeypatch.setattr(khop, "upstream", _no_spark_frontier)
     for model_name in (("gat", "sage_max", "gcn")[combo],):
         module = _module(model_name, data)
         ids = _request(data, 9, combo)
@@ -95,6 +107,8 @@ def test_pruned_subgraph_equals_pyg_rows_under_every_strategy(spark, opened_grap
         assert plan.pruning["mode"] == "subgraph" and {layer.strategy for layer in plan.layers} == {strategy}
         hops = 2 + (1 if model_name == "gcn" else 0)  # GCN's degrees take one more hop of edges
         assert len(plan.pruning["vertices"]) == hops + 1
+    rows = os.path.join(work_dir, "pruned-rows")  # the subgraph's row files go once prepare has read them
+    assert not os.path.isdir(rows) or not os.listdir(rows)
 
 
 def test_pruned_subgraph_with_pushdown(spark, opened_graphs, work_dir):
@@ -173,13 +187,13 @@ def test_prune_off_skips_the_frontier(spark, graph_dirs, work_dir):
     assert plan.pruning == {}
 
 
-def test_a_subgraph_priced_from_the_collected_frontier_finds_its_sets_in_spark(
-    spark, graph_dirs, work_dir, monkeypatch
-):
+def test_a_subgraph_priced_from_the_collected_frontier_is_cut_from_it(spark, graph_dirs, work_dir, monkeypatch):
     path, data = graph_dirs["skewed"]
     module = _module("sage_mean", data)
     ids = _request(data, 6, 11)
-    # the frontier fits the driver, but the local run is priced out: auto takes the subgraph
+    # the frontier fits the driver, but the local run is priced out: auto takes the subgraph, whose
+    # sets are the collected ones (not found again in Spark)
+    monkeypatch.setattr(khop, "upstream", _no_spark_frontier)
     monkeypatch.setitem(pruning.PRUNINGS, "local", lambda inputs: (float("inf"), "priced out by the test"))
     monkeypatch.setitem(pruning.PRUNINGS, "whole", lambda inputs: (float("inf"), "priced out by the test"))
     job = infer(spark, path, Model.from_pyg(module), ids=ids, work_dir=work_dir)

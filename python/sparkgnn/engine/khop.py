@@ -9,8 +9,9 @@ at the end) does a sliver of the work.
 
 This module computes the sets with Spark joins (a GRAPH-side pass: each hop is one semi-join of the
 edges with the frontier, the frontier broadcast while it is small) and counts them, which is what
-the planner needs to price a pruned plan against the whole graph. Nothing here is collected to the
-driver but the counts.
+the planner needs to price a pruned plan against the whole graph (`upstream`: nothing collected to
+the driver but the counts), or collects them to the driver while they fit its budget
+(`collect_upstream`: one job per hop, the frontier's edges themselves).
 """
 
 from __future__ import annotations
@@ -24,6 +25,11 @@ from sparkgnn.errors import SparkGNNError
 #: A frontier with at most this many vertices is broadcast to the edge scan (a map-side semi-join,
 #: no shuffle of the edges); larger ones are joined with a shuffle.
 BROADCAST_ROWS = 2_000_000
+
+#: Ids held on the driver, up to this many, select rows with an `IN` filter (semi_join_ids): one
+#: Spark job, pushed down to the Parquet reader, where a broadcast semi-join runs a job of its own
+#: to build the broadcast first. Past it the literal list would bloat every task's plan.
+IN_FILTER_IDS = 4096
 
 
 @dataclass
@@ -47,6 +53,16 @@ def semi_join(edges, frontier, size: int, on: str = "dst"):
 
     side = functions.broadcast(frontier) if size <= BROADCAST_ROWS else frontier
     return edges.join(side.withColumnRenamed("id", on), on, "left_semi")
+
+
+def semi_join_ids(spark, rows, ids: np.ndarray, on: str = "dst"):
+    """The rows of `rows` whose column `on` is one of the driver's `ids` (distinct int64): an `IN`
+    filter up to IN_FILTER_IDS ids (no broadcast job), else `semi_join` with the ids as a frame."""
+    if len(ids) <= IN_FILTER_IDS:
+        from pyspark.sql import functions
+
+        return rows.where(functions.col(on).isin([int(v) for v in ids]))
+    return semi_join(rows, id_frame(spark, ids), len(ids), on=on)
 
 
 def upstream(ids, edges, hops: int) -> Frontier:
@@ -91,6 +107,15 @@ class CollectedFrontier:
     def hops(self) -> int:
         return len(self.sizes) - 1
 
+    def edge_rows(self, hops: int) -> dict[str, np.ndarray]:
+        """The in-edges of D_(hops-1) as ids (src, dst int64[, weight float32]): the edges of the
+        pruned subgraph of `hops` hops (engine.pruned.run_subgraph), as the edges table holds them."""
+        count = self.in_edges[hops - 1]
+        rows = {"src": self.order[self.src[:count]], "dst": self.order[self.dst[:count]]}
+        if self.weight is not None:
+            rows["weight"] = self.weight[:count]
+        return rows
+
 
 def id_frame(spark, ids: np.ndarray):
     """DataFrame(id long) of the driver's `ids` (Arrow: no per-row Python objects)."""
@@ -101,10 +126,10 @@ def id_frame(spark, ids: np.ndarray):
 
 def collect_upstream(spark, ids: np.ndarray, edges, hops: int, max_edges: int) -> CollectedFrontier | None:
     """The frontier of `ids` over `edges` (src, dst[, weight]) for `hops` hops, collected: one
-    broadcast semi-join per hop with only the vertices the previous hop added (their in-edges are
-    the new ones), at most `max_edges` + 1 edge rows collected per hop. None as soon as the in-edges
-    exceed `max_edges` (the caller then plans without the driver: a pruned subgraph or the whole
-    graph)."""
+    semi-join per hop with only the vertices the previous hop added (their in-edges are the new
+    ones; semi_join_ids: one Spark job per hop), at most `max_edges` + 1 edge rows collected per
+    hop. None as soon as the in-edges exceed `max_edges` (the caller then plans without the
+    driver: a pruned subgraph from Spark's sets, or the whole graph)."""
     if hops < 0:
         raise SparkGNNError(f"hops must be >= 0, got {hops}")
     columns = ["src", "dst"] + (["weight"] if "weight" in edges.columns else [])
@@ -117,7 +142,7 @@ def collect_upstream(spark, ids: np.ndarray, edges, hops: int, max_edges: int) -
         found = 0
         if len(added):
             budget = max_edges - (in_edges[-1] if in_edges else 0)
-            incoming = semi_join(edges, id_frame(spark, added), len(added))
+            incoming = semi_join_ids(spark, edges, added)
             table = incoming.select(*columns).limit(budget + 1).toArrow()
             if table.num_rows > budget:
                 return None

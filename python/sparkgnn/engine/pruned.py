@@ -1,7 +1,7 @@
 """Inference for requested ids through their k-hop frontier (planner.pruning prices it).
 
-`choose` finds the frontier (collected to the driver while it fits the local budget, else counted
-in Spark), prices the registered modes and picks one; `RUNS` then runs it:
+`choose` finds the frontier (collected to the driver while it fits the local budget, one Spark job
+per hop, else counted in Spark), prices the registered modes and picks one; `RUNS` then runs it:
 
   local     the subgraph's features (and per-vertex statistics, over ALL in-edges of its vertices:
             engine.vertex_stats) come to the driver and each layer runs in process over exactly
@@ -14,7 +14,11 @@ in Spark), prices the registered modes and picks one; `RUNS` then runs it:
             strategy and partitioning, since h^l is right on D_(k-l) by induction. Not offered to
             a model that reads a statistic over OUT-edges (ChebConv's): the subgraph lacks them.
             Cut from a graph whose fingerprint is known, it is not validated, fingerprinted or
-            counted again (valid by construction; `subgraph_fingerprint` keys its layout).
+            counted again (valid by construction; `subgraph_fingerprint` keys its layout). When
+            the frontier fitted the driver, its sets are the collected ones (no Spark pass to
+            find and count them again) and, with a local work dir, its rows are written there as
+            Parquet files for prepare's tasks to read (engine.prepare_tasks.RowFiles: two Spark
+            jobs where the SQL prepare of DataFrames runs a score), removed after the run.
   whole     the caller's normal path over the whole graph, the output filtered to the ids.
 
 Why the driver may hold a local run: it is bounded (planner.pruning.LOCAL_BUDGET_BYTES, the
@@ -27,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,8 +103,13 @@ def choose(spark, graph, model, ids_df, requested: str, layer_seconds, whole_pre
     needs_stats = _needs_stats(model)
     stats = graph.stats()
     collected = None
-    if requested == LOCAL or (requested == "auto" and strategy == "auto"):
-        collected = khop.collect_upstream(spark, ids, graph.edges, k, pruning.LOCAL_BUDGET_BYTES // pruning.EDGE_BYTES)
+    if requested in (LOCAL, SUBGRAPH, "auto"):
+        # a local run needs k hops; a subgraph (the only engine mode left when it is asked for or
+        # a strategy is forced) needs one more with statistics: collected while they fit the driver
+        local_possible = requested == LOCAL or (requested == "auto" and strategy == "auto")
+        hops = k if local_possible else k + (1 if needs_stats else 0)
+        max_edges = pruning.LOCAL_BUDGET_BYTES // pruning.EDGE_BYTES
+        collected = khop.collect_upstream(spark, ids, graph.edges, hops, max_edges)
     spark_frontier = None
     if collected is not None:
         frontier = pruning.Frontier(list(collected.sizes), list(collected.in_edges))
@@ -134,8 +144,7 @@ def choose(spark, graph, model, ids_df, requested: str, layer_seconds, whole_pre
 def _features(ctx: PruningContext) -> np.ndarray:
     """x of every frontier vertex, in the frontier's order (float32 [rows, d])."""
     order = ctx.local_frontier().order
-    vertices = ctx.graph.vertices.withColumnRenamed("id", "dst")
-    table = khop.semi_join(vertices, khop.id_frame(ctx.spark, order), len(order)).select("dst", "x").toArrow()
+    table = khop.semi_join_ids(ctx.spark, ctx.graph.vertices, order, on="id").select("id", "x").toArrow()
     if table.num_rows != len(order):
         raise SparkGNNError(
             f"graph {ctx.graph.name}: {len(order) - table.num_rows} of the frontier's {len(order)} vertices "
@@ -145,7 +154,7 @@ def _features(ctx: PruningContext) -> np.ndarray:
     dim = int(ctx.inputs.feature_dim)
     values = column.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
     x = np.empty((len(order), dim), dtype=np.float32)
-    x[khop.positions(order)(table.column("dst").to_numpy())] = values.reshape(-1, dim)
+    x[khop.positions(order)(table.column("id").to_numpy())] = values.reshape(-1, dim)
     return x
 
 
@@ -205,8 +214,10 @@ def _ddl_columns(ddl: str) -> list[str]:
 
 
 def _write(spark, frame, out: str | None):
+    """`out` written (staged) and read back; without `out`, the frame itself: its rows came from
+    the driver's Arrow table and are already held by Spark, so a checkpoint would only copy them."""
     if not out:
-        return frame.localCheckpoint(eager=True)
+        return frame
     write_parquet_staged(frame, out)
     return read_parquet(spark, out)
 
@@ -255,34 +266,71 @@ def subgraph_fingerprint(parent: str, ids: np.ndarray, hops: int) -> str:
     return digest.hexdigest()
 
 
-@RUNS.register(SUBGRAPH)
-def run_subgraph(ctx: PruningContext, out: str | None, infer=None, infer_kwargs=None, **_):
-    """The engine over the pruned subgraph (module doc), its output filtered to the ids."""
-    from sparkgnn.graph import Graph
-
-    hops = ctx.model.num_rounds + (1 if _needs_stats(ctx.model) else 0)
+def _subgraph_rows(ctx: PruningContext, hops: int):
+    """(vertices, edges, |D_hops|, |in-edges of D_(hops-1)|, the frontier to unpersist or None):
+    the pruned subgraph's frames, from the collected sets when the frontier fitted the driver (no
+    Spark pass to find and count them), else from Spark's (PruningContext.sets)."""
+    collected = ctx.collected
+    if collected is not None and collected.hops >= hops:
+        rims = collected.order[: collected.sizes[hops]], collected.order[: collected.sizes[hops - 1]]
+        vertices = khop.semi_join_ids(ctx.spark, ctx.graph.vertices, rims[0], on="id")
+        edges = khop.semi_join_ids(ctx.spark, ctx.graph.edges, rims[1], on="dst")
+        return vertices, edges, int(collected.sizes[hops]), int(collected.in_edges[hops - 1]), None
     frontier = ctx.sets(hops)
     vertices = khop.semi_join(
         ctx.graph.vertices.withColumnRenamed("id", "dst"), frontier.sets[hops], frontier.sizes[hops]
-    )
+    ).withColumnRenamed("dst", "id")
     edges = khop.semi_join(ctx.graph.edges, frontier.sets[hops - 1], frontier.sizes[hops - 1])
-    sub = Graph(
-        vertices.withColumnRenamed("dst", "id"), edges, name=f"{ctx.graph.name}[{len(ctx.ids)} ids, {hops} hops]"
-    )
+    return vertices, edges, int(frontier.sizes[hops]), int(frontier.in_edges[hops - 1]), frontier
+
+
+def _write_row_files(ctx: PruningContext, hops: int, work_dir: str | None):
+    """The collected subgraph's rows as local Parquet files under `work_dir` (a fresh folder of
+    its own), and their engine.prepare_tasks.RowFiles: prepare's tasks read them (two Spark jobs)
+    where the SQL prepare of the subgraph's DataFrames would run a score of them. None where the
+    tasks could not read them or would not be used: no collected frontier of `hops` hops, a work
+    dir not on a local disk, edge attributes (the collected rows carry none)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from sparkgnn import files
+    from sparkgnn.engine.prepare_tasks import IdMap, RowFiles
+    from sparkgnn.graph.layout import EDGE_ATTR, EDGES_DIR, VERTICES_DIR
+
+    collected = ctx.collected
+    if collected is None or collected.hops < hops or not work_dir or not files.is_local(work_dir):
+        return None, None
+    if EDGE_ATTR in ctx.graph.edges.columns:
+        return None, None
+    fs, root = files.filesystem(files.join(work_dir, "pruned-rows", uuid.uuid4().hex))
+    for name, table in (
+        (EDGES_DIR, pa.table(collected.edge_rows(hops))),
+        (VERTICES_DIR, pa.table({"id": collected.order[: collected.sizes[hops]]})),
+    ):
+        fs.create_dir(files.join(root, name), recursive=True)
+        pq.write_table(table, files.join(root, name, "part-0.parquet"))
+    return RowFiles(files.join(root, EDGES_DIR), ((files.join(root, VERTICES_DIR), IdMap()),)), root
+
+
+@RUNS.register(SUBGRAPH)
+def run_subgraph(ctx: PruningContext, out: str | None, infer=None, infer_kwargs=None, **_):
+    """The engine over the pruned subgraph (module doc), its output filtered to the ids."""
+    import shutil
+
+    from sparkgnn.graph import Graph
+
+    hops = ctx.model.num_rounds + (1 if _needs_stats(ctx.model) else 0)
+    vertices, edges, num_vertices, num_edges, frontier = _subgraph_rows(ctx, hops)
+    sub = Graph(vertices, edges, name=f"{ctx.graph.name}[{len(ctx.ids)} ids, {hops} hops]")
     parent = ctx.graph.known_fingerprint
+    rows_dir = None
     if parent is not None:  # no pass over the subgraph to validate, fingerprint or count it
         sub.vouch_derived(
             subgraph_fingerprint(parent, ctx.ids, hops),
-            {
-                "num_vertices": int(frontier.sizes[hops]),
-                "num_edges": int(frontier.in_edges[hops - 1]),
-                "feature_dim": int(ctx.graph.feature_dim),
-            },
+            {"num_vertices": num_vertices, "num_edges": num_edges, "feature_dim": int(ctx.graph.feature_dim)},
         )
-    log.info(
-        f"sparkgnn: running the pruned subgraph {sub.name}: {frontier.sizes[hops]:,} vertices, "
-        f"{frontier.in_edges[hops - 1]:,} edges"
-    )
+        sub.row_files, rows_dir = _write_row_files(ctx, hops, (infer_kwargs or {}).get("work_dir"))
+    log.info(f"sparkgnn: running the pruned subgraph {sub.name}: {num_vertices:,} vertices, {num_edges:,} edges")
     try:
         result, report, plan = infer(
             ctx.spark,
@@ -295,6 +343,9 @@ def run_subgraph(ctx: PruningContext, out: str | None, infer=None, infer_kwargs=
             **(infer_kwargs or {}),
         )
     finally:
-        frontier.unpersist()
+        if frontier is not None:
+            frontier.unpersist()
+        if rows_dir is not None:  # prepare has read them: its layout is what later runs reuse
+            shutil.rmtree(rows_dir, ignore_errors=True)
     plan.pruning = ctx.choice.summary()
     return result, report, plan
