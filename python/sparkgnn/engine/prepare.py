@@ -209,8 +209,9 @@ def layout_writer(graph, exchange: str, *, shared_disk: bool = False) -> str:
     shuffle exchange (edge_join, pushdown, --exchange shuffle): the layouts are equal, and the
     tasks write them in two Spark jobs where the SQL prepare runs a score of them, each a fixed
     cost a small graph pays in full.
-    A typed relation's graph carries the local folders of its rows (prepare_tasks.row_files): its
-    layout comes from the tasks too."""
+    A graph derived from another's carries the local folders of its rows (prepare_tasks.row_files:
+    a typed relation's, a pruned subgraph's collected rows, engine.pruned): its layout comes from
+    the tasks too."""
     from sparkgnn.engine.prepare_tasks import row_files
 
     return "tasks" if (exchange == "files" or shared_disk) and row_files(graph) is not None else "spark"

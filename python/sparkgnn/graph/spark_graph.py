@@ -140,7 +140,7 @@ class Graph:
         #: graph.json does not vouch for its facts (else None): the key of recall/remember_facts
         self.data_stamp: str | None = None
         #: engine.prepare_tasks.RowFiles: the local files of a graph derived from another's (a typed
-        #: relation's), for prepare's tasks to read; None: `path`'s, if any
+        #: relation's, a pruned subgraph's), for prepare's tasks to read; None: `path`'s, if any
         self.row_files: object | None = None
 
     # --- construction -------------------------------------------------------------------------
