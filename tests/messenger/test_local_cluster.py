@@ -57,7 +57,9 @@ def cluster(child_env):
 def test_local_cluster_equals_inprocess_and_stops_its_children(cluster, transport):
     c = cluster(2, transport=transport)
     pids = [c.broker.pid] + [w.pid for w in c.workers]
-    reqs = requests(12)
+    # each request lasts 50 ms, so the window's 4 in flight outnumber one worker's 2 slots and the
+    # broker must use both (instant ones could all land on whichever worker frees its slot first)
+    reqs = requests(12, sleep=0.05)
     with c.client(timeout_s=10) as client:
         remote = list(client.map(reqs, window=4))
     local = list(InProcessTransport(fh.scale).map(reqs))
