@@ -135,19 +135,26 @@ def _median_run(runs: list[dict]) -> dict:
     return sorted(runs, key=lambda r: r["seconds"])[len(runs) // 2]
 
 
-def bench_size(nodes: int, edges: int, dim: int, model, spark, log=print) -> dict:
+def _fresh_work(nodes: int, edges: int, dim: int):
+    """(graph dir, GraphData, work dir, store root, scratch root) of the seeded bench graph, with
+    the store and the Spark refresh's pieces cache removed (the first Spark refresh builds them)."""
     from sparkgnn.graph.reader import read_graph_dir
+
+    graph_dir = synthetic_dir(nodes, edges, dim)
+    work = os.path.join(DATA, "refresh")
+    root, scratch_root = os.path.join(work, "store"), os.path.join(work, "scratch")
+    shutil.rmtree(root, ignore_errors=True)
+    shutil.rmtree(os.path.join(work, "refresh-pieces"), ignore_errors=True)
+    return graph_dir, read_graph_dir(graph_dir), work, root, scratch_root
+
+
+def bench_size(nodes: int, edges: int, dim: int, model, spark, log=print) -> dict:
     from sparkgnn.graph.updates import apply
     from sparkgnn.pe.local import precompute_local
     from sparkgnn.pe.refresh import refresh_local
     from sparkgnn.pe.store import PEStore
 
-    graph_dir = synthetic_dir(nodes, edges, dim)
-    graph = read_graph_dir(graph_dir)
-    work = os.path.join(DATA, "refresh")
-    root, scratch_root = os.path.join(work, "store"), os.path.join(work, "scratch")
-    shutil.rmtree(root, ignore_errors=True)
-    shutil.rmtree(os.path.join(work, "refresh-pieces"), ignore_errors=True)  # the first Spark refresh builds them
+    graph_dir, graph, work, root, scratch_root = _fresh_work(nodes, edges, dim)
     started = time.perf_counter()
     precompute_local(graph, model, root)
     base_seconds = time.perf_counter() - started
@@ -242,16 +249,10 @@ def spark_only(nodes: int, edges: int, dim: int, model, spark, log=print) -> dic
     """--spark-only: the Spark part of bench_size alone, on one graph: the Spark refresh of the
     same updates (same seeds) at SPARK_FRACTIONS and the warm Spark precompute, in one session.
     Returns {fraction label: spark_refresh entry (with the precompute it is compared with)}."""
-    from sparkgnn.graph.reader import read_graph_dir
     from sparkgnn.graph.updates import apply
     from sparkgnn.pe.local import precompute_local
 
-    graph_dir = synthetic_dir(nodes, edges, dim)
-    graph = read_graph_dir(graph_dir)
-    work = os.path.join(DATA, "refresh")
-    root, scratch_root = os.path.join(work, "store"), os.path.join(work, "scratch")
-    shutil.rmtree(root, ignore_errors=True)
-    shutil.rmtree(os.path.join(work, "refresh-pieces"), ignore_errors=True)  # the first Spark refresh builds them
+    graph_dir, graph, work, root, scratch_root = _fresh_work(nodes, edges, dim)
     precompute_local(graph, model, root)
     out = {}
     try:

@@ -107,13 +107,8 @@ def test_late_requests_failed_calls_and_calls_past_the_batch_deadline_are_answer
     d.stop_dispatch()
 
 
-def test_the_threads_dispatch_a_queued_batch_and_stop_on_their_sentinels():
-    got: list[Outcome] = []
-    headers: list[dict] = []
-    pool = FakePool("main", behaviour=lambda header: headers.append(header) or {})
-    stop = threading.Event()
-    d, stats, _ = dispatcher([pool, FakePool("other")], stop)  # two pools: the batcher routes
-    threads: list[threading.Thread] = []
+def spawner(threads: list[threading.Thread]):
+    """Dispatcher.start's `spawn`: a daemon thread per target, kept in `threads` for the joins."""
 
     def spawn(name, target, *args):
         thread = threading.Thread(target=target, args=args, daemon=True)
@@ -121,6 +116,17 @@ def test_the_threads_dispatch_a_queued_batch_and_stop_on_their_sentinels():
         threads.append(thread)
         return thread
 
+    return spawn
+
+
+def test_the_threads_dispatch_a_queued_batch_and_stop_on_their_sentinels():
+    got: list[Outcome] = []
+    headers: list[dict] = []
+    pool = FakePool("main", behaviour=lambda header: headers.append(header) or {})
+    stop = threading.Event()
+    d, stats, _ = dispatcher([pool, FakePool("other")], stop)  # two pools: the batcher routes
+    threads: list[threading.Thread] = []
+    spawn = spawner(threads)
     d.start(spawn)
     d.pool_queues[0].put([ticket("a", got)])
     deadline = time.monotonic() + 5
@@ -145,13 +151,7 @@ def test_with_one_pool_the_slots_take_from_the_scheduler_and_end_when_it_closes(
     stop = threading.Event()
     d, _, versions = dispatcher([pool], stop)
     threads: list[threading.Thread] = []
-
-    def spawn(name, target, *args):
-        thread = threading.Thread(target=target, args=args, daemon=True)
-        thread.start()
-        threads.append(thread)
-        return thread
-
+    spawn = spawner(threads)
     d.start(spawn)
     assert d._batcher is None and len(threads) == 1  # one slot's thread, no batcher
     d.scheduler.push(Pending(key=ticket("a", got), cost=1.0, hop_sizes=(1,), group="he"))
