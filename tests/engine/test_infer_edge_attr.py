@@ -4,6 +4,8 @@ small skewed graph (self loops, duplicate edges, isolated vertices) whose edges 
 random attributes, under the strategies that ship edge attributes with the edges; the others,
 and a graph without attributes, are refused with one line."""
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -103,20 +105,35 @@ def _reference(module, data):
         return module(torch.from_numpy(data.x), data.edge_index_torch(), torch.from_numpy(data.edge_attr)).numpy()
 
 
-def _deviation_report(model, data, actual, expected, error) -> str:
-    """What a failure needs to be told apart: whether the decomposed forward in this process
-    (the same layers, no Spark) deviates too, and where the Spark output deviates most."""
+def _deviation_report(rerun, module, model, data, actual, expected, error) -> str:
+    """What a failure needs to be told apart (the GAT case has failed rarely, in some processes
+    only, at 1.845e-5 every time): which side is off (both against PyG's forward in float64), whether
+    the same job run again in this session repeats it, whether the decomposed forward in this
+    process (the same layers, no Spark) deviates too, and where the Spark output deviates most.
+    `rerun()` runs the job again in a fresh work dir."""
+    again = rerun()
     local = model.forward(
         torch.from_numpy(data.x), data.edge_index_torch(), edge_attr=torch.from_numpy(data.edge_attr)
     ).numpy()
+    with torch.no_grad():
+        exact = (
+            copy.deepcopy(module)
+            .double()(
+                torch.from_numpy(data.x).double(), data.edge_index_torch(), torch.from_numpy(data.edge_attr).double()
+            )
+            .numpy()
+        )
     rows = np.abs(actual - expected).max(axis=1)
     worst = np.argsort(rows)[::-1][:5]
     in_degree = np.bincount(data.edge_dst, minlength=data.num_nodes)
     return (
-        f"spark vs PyG {error:.3e}; in-process decomposed forward vs PyG {relative_error(local, expected):.3e}; "
-        f"rows off by more than 1e-6: {int((rows > 1e-6).sum())} of {len(rows)}; worst rows "
-        f"{worst.tolist()} (abs {rows[worst].tolist()}, in-degree {in_degree[worst].tolist()}); "
-        f"torch threads here {torch.get_num_threads()}, cpu {torch.backends.cpu.get_cpu_capability()}"
+        f"spark vs PyG {error:.3e}; against PyG in float64: spark {relative_error(actual, exact):.3e}, "
+        f"PyG {relative_error(expected, exact):.3e}; the job again {relative_error(again, expected):.3e} "
+        f"(vs the first run {relative_error(again, actual):.3e}); in-process decomposed forward vs PyG "
+        f"{relative_error(local, expected):.3e}; rows off by more than 1e-6: {int((rows > 1e-6).sum())} of "
+        f"{len(rows)}; worst rows {worst.tolist()} (abs {rows[worst].tolist()}, in-degree "
+        f"{in_degree[worst].tolist()}); torch threads here {torch.get_num_threads()}, cpu "
+        f"{torch.backends.cpu.get_cpu_capability()}"
     )
 
 
@@ -128,15 +145,18 @@ def test_edge_attr_models_equal_pyg(spark, attr_graph, work_dir, tmp_path, cls, 
     path, data = attr_graph
     module = _module(cls, data)
     model = Model.from_pyg(module)
-    # A work dir of its own for the one-partition run: nothing another test measured or left there
-    # (calibration, layouts) takes part, as on a user's first run.
-    own_dir = str(tmp_path / "work") if partitions == 1 else work_dir
-    result = infer(spark, path, model, strategy=strategy, partitions=partitions, work_dir=own_dir).frame
-    actual = spark_output(result, data)
+
+    def run(where: str) -> np.ndarray:
+        frame = infer(spark, path, model, strategy=strategy, partitions=partitions, work_dir=where).frame
+        return spark_output(frame, data)
+
+    actual = run(work_dir)
     assert not np.isnan(actual).any()
     expected = _reference(module, data)
     error = relative_error(actual, expected)
-    assert error <= 1e-5, _deviation_report(model, data, actual, expected, error)
+    if error > 1e-5:
+        rerun = lambda: run(str(tmp_path / "again"))  # noqa: E731
+        pytest.fail(_deviation_report(rerun, module, model, data, actual, expected, error))
     if strategy == "edge_join":  # the layout is prepared: combine is refused by the planner, naming why
         with pytest.raises(PlanError, match="edge attributes"):
             infer(spark, path, model, strategy="combine", partitions=partitions, work_dir=work_dir)
