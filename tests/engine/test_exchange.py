@@ -266,6 +266,41 @@ def test_the_feature_scan_puts_every_vertex_at_its_owner(spark, graph_dirs, tmp_
     run.close()
 
 
+def test_the_features_scanned_once_are_kept_beside_the_layout_and_read_by_later_jobs(
+    spark, graph_dirs, tmp_path, caplog
+):
+    # the first job's feature scan is kept in prep/<fingerprint>/P=3/features (its record inside);
+    # the next job on the same graph and P reads it there: no feature scan, one Spark job fewer,
+    # the same answer; another P scans (and keeps) its own
+    from sparkgnn.engine.routing import partition_keys
+    from sparkgnn.graph import Graph
+
+    path, data = graph_dirs["skewed"]
+    graph = Graph.load(spark, path)
+    torch.manual_seed(8)
+    module = GCN(data.feature_dim, 8, 2, out_channels=3).eval()
+    expected = pyg_reference(module, data)
+    work = str(tmp_path / "work")
+    caplog.set_level(logging.INFO, logger="sparkgnn")
+    labels = []
+    for partitions in (3, 3, 2):
+        caplog.clear()
+        job = infer(spark, graph, Model.from_pyg(module), partitions=partitions, work_dir=work)
+        assert relative_error(spark_output(job.frame, data), expected) <= 1e-5, partitions
+        labels.append([step.label for step in job.report.steps])
+        reused = any("reusing the features scanned" in line for line in caplog.messages)
+        assert reused == (len(labels) == 2)
+    assert labels[0][0] == labels[2][0] == "feature scan" and "feature scan" not in labels[1]
+    assert labels[1] == labels[0][1:]
+    for partitions in (2, 3):
+        kept = os.path.join(work, "prep", graph.fingerprint, f"P={partitions}", exchange.FEATURES_DIR)
+        keys = partition_keys(spark, partitions)
+        assert exchange.kept_features(os.path.dirname(kept), partitions, keys) == kept
+        assert exchange.kept_features(os.path.dirname(kept), partitions, keys + 1) is None  # other routing keys
+        assert sorted(os.listdir(kept)) == [exchange.FEATURES_RECORD] + [f"to={q}" for q in range(partitions)]
+    assert os.listdir(os.path.join(work, RUNS_DIR)) == []
+
+
 def test_a_graph_given_as_dataframes_scans_through_spark_and_exchanges_files(spark, graph_dirs, tmp_path, caplog):
     # No directory to read in the tasks: Spark scans x and writes the layouts; the layers after the
     # first still exchange files

@@ -143,8 +143,9 @@ def test_combine_layouts_are_written_only_when_a_plan_reads_them(spark, graph_di
     work = str(tmp_path / "work")
     infer(spark, path, Model.from_pyg(module), strategy="replicate", partitions=3, work_dir=work)
     (prep_dir,) = [os.path.join(root, d) for root, dirs, _ in os.walk(work) for d in dirs if d == "P=3"]
-    # "local" holds the per-partition indexes derived from the layouts (engine.static), not a layout.
-    written = sorted(set(os.listdir(prep_dir)) - {"local"})
+    # "local" holds the per-partition indexes derived from the layouts (engine.static) and
+    # "features" the files exchange's kept feature scan (engine.exchange.keep_features): no layout.
+    written = sorted(set(os.listdir(prep_dir)) - {"local", "features"})
     assert written == ["in_edges", "out_targets", "prepared.json", "vertices"]
     caplog.set_level(logging.INFO, logger="sparkgnn")
     result = infer(spark, path, Model.from_pyg(module), strategy="combine", partitions=3, work_dir=work).frame

@@ -9,7 +9,9 @@ cache, placed by id straight into the DL step's buffers). The measured gain is i
 docs/ARCHITECTURE.md ("Batch inference"). Spark still schedules every step (one task per partition,
 retried on failure) and still moves the rows wherever a step needs SQL: edge_join's join and PE
 precomputation's per-layer DataFrames use the shuffle. The features reach the first step through
-files too, from a scan job whose tasks read the graph's vertex files (FileExchange.scan_features).
+files too, from a scan job whose tasks read the graph's vertex files (FileExchange.scan_features);
+its files are kept beside the prepared layout of that graph and P, so later jobs skip the scan
+(keep_features, FileExchange.reuse_features).
 
 On-disk layout of one run: `<work>/runs/<key>/step=<i>/to=<q>/from=<p>.arrow` (engine.run_dir:
 the key hashes graph, model and plan). Every task writes one file per destination partition
@@ -211,9 +213,13 @@ class ShuffleExchange:
     def output_schema(self, index: int, last: bool, schema: str) -> str:
         return schema
 
-    def scan_features(self, spark, files: list[str], keys, column: str = "x"):
+    def scan_features(self, spark, files: list[str], keys, column: str = "x", keep_in: str | None = None):
         """None: Spark itself reads x and routes it to the owners (executor._initial_rows)."""
         return None
+
+    def reuse_features(self, keep_in: str, keys) -> bool:
+        """False: the shuffle path reads x through Spark every run (nothing to reuse)."""
+        return False
 
     def materialise(self, spark, out, index: int):
         """(rows for the next step, bytes written to files: None)."""
@@ -239,6 +245,7 @@ class FileExchange:
         self.partitions = partitions
         self.tasks = tasks  # concurrent step tasks (control_rows); None: one task per partition
         self.scanned = False  # the first step reads the feature scan's files (scan_features)
+        self.features: str | None = None  # where they are when kept beside the prepared layout
         self.run: RunDir | None = None
 
     def start(self, key: str) -> None:
@@ -272,20 +279,35 @@ class FileExchange:
         self.scanned = True  # the next step reads files, not Spark's rows
         return RESUMED_FROM_FILES
 
-    def scan_features(self, spark, files: list[str], keys, column: str = "x") -> tuple[int, int]:
+    def scan_features(
+        self, spark, files: list[str], keys, column: str = "x", keep_in: str | None = None
+    ) -> tuple[int, int]:
         """Run the feature scan as its own Spark job over P control rows (reader i reads
         files[i::P], scan_vertex_files) instead of Spark reading x as array<float>, shuffling it
         to the owners and handing it to Python: the first step then reads files like every other.
         The readers run in the steps' `tasks` tasks (control_rows), a task serving its run of
         readers one after another: a Python task has a fixed cost, which P tasks on fewer cores
-        pay P / cores times over for nothing. Returns (rows, bytes) written."""
+        pay P / cores times over for nothing. Returns (rows, bytes) written.
+        `keep_in` (the prepared layout's folder of the graph and P the scan is for): the scanned
+        files are then kept there for later jobs (keep_features), not deleted with the run."""
         directory = self._make_step(-1)
         task = functools.partial(
             _scan_task, directory, list(files), self.partitions, tuple(int(k) for k in keys), column
         )
         written = check_reports(self.control(spark).mapInArrow(task, FILES_SCHEMA_DDL).collect(), self.partitions)
         self.scanned = True
+        if keep_in is not None and column == "x":
+            self.features = keep_features(directory, keep_in, self.partitions, keys, written)
         return written
+
+    def reuse_features(self, keep_in: str, keys) -> bool:
+        """Whether an earlier job kept the scanned features of this graph, P and routing `keys` in
+        `keep_in` (the prepared layout's folder; keep_features): the first step then reads them
+        there, and no feature scan runs."""
+        kept = kept_features(keep_in, self.partitions, keys)
+        if kept is not None:
+            self.features, self.scanned = kept, True
+        return kept is not None
 
     def paths(self, index: int, last: bool) -> tuple[str | None, str | None]:
         """(directory the step reads from, directory it writes to): the first step reads Spark's
@@ -293,6 +315,8 @@ class FileExchange:
         directories a step writes into; tasks never do, so a task Spark has not yet killed when a
         failed job closes the exchange cannot recreate what close() removed."""
         writes = None if last else self._make_step(index)
+        if index == 0 and self.features is not None:
+            return self.features, writes
         reads = self.step_dir(index - 1) if index > 0 or self.scanned else None
         return reads, writes
 
@@ -316,6 +340,60 @@ class FileExchange:
 
 # What FileExchange.resume returns: the next step reads the committed files, not a DataFrame.
 RESUMED_FROM_FILES = "files"
+
+
+#: The feature scan's files kept beside a prepared layout (`<prep>/<fingerprint>/P=<n>/features/`),
+#: and the record inside that folder saying what they are.
+FEATURES_DIR = "features"
+FEATURES_RECORD = "_FEATURES.json"
+
+
+def kept_features(keep_in: str, partitions: int, keys) -> str | None:
+    """The folder of the scanned features kept in `keep_in` for `partitions` partitions and the
+    routing `keys` (engine.routing.partition_keys: Spark's hash of them, which a Spark upgrade
+    could change), or None when none is kept there (or one of another routed-rows format:
+    run_dir.FORMAT)."""
+    from sparkgnn import files as fsys
+    from sparkgnn.engine.run_dir import FORMAT
+
+    directory = join(keep_in, FEATURES_DIR)
+    try:
+        record = fsys.read_json(join(directory, FEATURES_RECORD))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or record.get("format") != FORMAT or record.get("partitions") != partitions:
+        return None
+    if record.get("keys") != [int(k) for k in keys]:
+        return None
+    return directory
+
+
+def keep_features(scanned: str, keep_in: str, partitions: int, keys, written: tuple[int, int]) -> str:
+    """Keep the feature scan's files (folder `scanned`, a run's step -1) in `keep_in`, the prepared
+    layout's folder of the graph and P they were scanned for, so that later jobs on the same graph
+    and P read them instead of scanning again (reuse_features). WHY there: the layout's folder is
+    keyed by the graph's fingerprint (its content) and P, and the routed rows depend on nothing
+    else (ownership and routing keys are functions of P). The record is written inside the folder
+    first and the folder renamed into place, so a kept folder is complete or absent; where the
+    rename fails (another job kept them first, another filesystem) the run reads its own copy. A
+    kept folder of another routed-rows format (kept_features: None) is replaced.
+    Returns the folder the first step reads."""
+    from sparkgnn import files as fsys
+    from sparkgnn.engine.run_dir import FORMAT
+
+    rows, num_bytes = written
+    keys = [int(k) for k in keys]
+    record = {"format": FORMAT, "partitions": partitions, "keys": keys, "rows": rows, "bytes": num_bytes}
+    fsys.write_json_atomic(join(scanned, FEATURES_RECORD), record)
+    target = join(keep_in, FEATURES_DIR)
+    fs, inner = filesystem(scanned)
+    if fsys.exists(target) and kept_features(keep_in, partitions, keys) is None:
+        fsys.delete(target)  # an older format's files: nothing reads them
+    try:
+        fs.move(inner, filesystem(target)[1])
+    except OSError:
+        return scanned
+    return target
 
 
 def _scan_task(step_dir, files, partitions, keys, column, batches):

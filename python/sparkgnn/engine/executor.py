@@ -305,9 +305,9 @@ def execute(
         exchange=exchange.name,
         labels=[step.label for step in steps],
     )
-    rows = (
-        _initial_rows(resume[1], keys, partitions, "h") if resume else _initial_rows(graph.vertices, keys, partitions)
-    )
+    # the vertices' own rows through Spark, built only for a first step that reads Spark's rows
+    # (the files exchange's first step reads the feature scan's files instead)
+    rows = None
     # A rerun of a failed job (same work dir, graph, model and plan) starts after its last committed
     # step. Not for PE precomputation: its store commits layers itself and resumes from them.
     first = 0
@@ -318,11 +318,14 @@ def execute(
         report.resumed_after = kept
         log.info(f"sparkgnn: resuming after '{steps[kept].label}', committed by an earlier run in {exchange.run.path}")
     files = None if resume or first else _vertex_files(graph)
-    if files:
+    if files and exchange.reuse_features(prepared.path, keys):
+        # an earlier job on this graph and P kept the scanned features beside the layout
+        log.info(f"sparkgnn: reusing the features scanned for {partitions} partitions by an earlier job")
+    elif files:
         set_job_description(spark, "sparkgnn feature scan")
         started = time.perf_counter()
         with step_failures("feature scan", exchange, on_layer is None), phases.phase("feature scan", quiet=True):
-            scanned = exchange.scan_features(spark, files, keys)
+            scanned = exchange.scan_features(spark, files, keys, keep_in=prepared.path)
         if scanned is not None:
             report.steps.append(
                 StepReport(
@@ -372,6 +375,9 @@ def execute(
         schema = exchange.output_schema(index, ends_job, schema)
         timers = task_counters(spark, TIMERS, (PEAK_RSS,))
         if exchange_in is None:
+            if rows is None:  # the first step this run runs (a resumed one's too)
+                vertices, column = (resume[1], "h") if resume else (graph.vertices, "x")
+                rows = _initial_rows(vertices, keys, partitions, column)
             source = _wire(spark, step, rows, prepared, keys, plan)
         else:
             source = exchange.control(spark)

@@ -12,6 +12,8 @@ Layouts (Parquet, partitioned by the owning partition `part`):
   out_edges/    src, dst, w, pd                owner = part(src)   (combine)              on demand
   in_targets/   id, pt   distinct (dst, part(src)) with part(src) != part(dst)  (combine + attention) on demand
   out_stats/<key>/  id, v   one out-edge statistic's sums by source, owner = part(id) (its readers) on demand
+  features/     the files exchange's feature scan, routed to the owners, kept by the first job
+                that scanned them for this P (engine.exchange.keep_features; not written here)
 
 `a` (array<float>) is the edge's attribute vector, only for a graph whose edges carry `edge_attr`
 (its fingerprint, hence its prepared folder, differs from the same graph's without them): the
