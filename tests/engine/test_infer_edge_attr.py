@@ -5,6 +5,7 @@ random attributes, under the strategies that ship edge attributes with the edges
 and a graph without attributes, are refused with one line."""
 
 import copy
+import functools
 
 import numpy as np
 import pytest
@@ -155,7 +156,7 @@ def test_edge_attr_models_equal_pyg(spark, attr_graph, work_dir, tmp_path, cls, 
     expected = _reference(module, data)
     error = relative_error(actual, expected)
     if error > 1e-5:
-        rerun = lambda: run(str(tmp_path / "again"))  # noqa: E731
+        rerun = functools.partial(run, str(tmp_path / "again"))
         pytest.fail(_deviation_report(rerun, module, model, data, actual, expected, error))
     if strategy == "edge_join":  # the layout is prepared: combine is refused by the planner, naming why
         with pytest.raises(PlanError, match="edge attributes"):
