@@ -30,9 +30,13 @@ $(STAMP): requirements.txt pyproject.toml setup.py
 # jvm/build.py compiles them offline with the Scala compiler in pyspark's jars (~17 s) and packs the
 # jar into the package (python/sparkgnn/jars/, found by sparkgnn.engine.jvm); its .sha256 stamp
 # skips the build when the sources, the script and pyspark are unchanged.
+# It also writes the class-data archive of Spark's classes beside the jar (jvm/cds.py, ~35 s once; a
+# stamp skips it): every driver local_session starts, the demo's spark-submit and the tests' JVMs map
+# it and start on about half the CPU (engine/cds.py).
 JAR := python/sparkgnn/jars/sparkgnn-jvm_2.13.jar
 jar: venv
 	$(PY) jvm/build.py --out $(JAR)
+	$(PY) jvm/cds.py
 
 # The suite runs on TEST_WORKERS processes (pytest-xdist), whole files per process (--dist loadfile)
 # so each file's module-scoped fixtures and its process's one SparkSession are built once. Three
@@ -69,7 +73,7 @@ demo: venv jar
 	$(VENV)/bin/spark-submit --master 'local[2]' --driver-memory 2g --jars $(JAR) \
 		--conf spark.ui.showConsoleProgress=false --conf spark.driver.host=127.0.0.1 --conf spark.ui.enabled=false \
 		--conf spark.shuffle.compress=false \
-		--driver-java-options -Dlog4j.configurationFile=spark_jobs/log4j2.properties \
+		--driver-java-options "-Dlog4j.configurationFile=spark_jobs/log4j2.properties $$($(PY) -c 'from sparkgnn.engine.cds import java_options; print(java_options())')" \
 		spark_jobs/batch_inference.py --graph $(DEMO_DATA)/cora --model $(DEMO_DATA)/models/cora_sage \
 		--out $(DEMO_DATA)/out/cora_pred --overwrite --work-dir $(DEMO_DATA)/work --explain
 	$(PY) examples/demo_report.py --graph $(DEMO_DATA)/cora --model $(DEMO_DATA)/models/cora_sage --out $(DEMO_DATA)/out/cora_pred

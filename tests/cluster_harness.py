@@ -22,6 +22,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from sparkgnn.engine import cds
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 JOB_TIMEOUT_S = 420
 MASTER = "local-cluster[2,1,1024]"
@@ -32,7 +34,8 @@ MASTER = "local-cluster[2,1,1024]"
 # gives every test driver (C1 only, one GC thread): on a 2-core machine C2's compiler threads and
 # G1's parallel workers were half the CPU a job's JVMs burned, and executors were slow to register
 # while another test ran beside them. What the jobs compute is the same.
-JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+# The executors run Spark's class path, so they map the class-data archive too (engine.cds).
+JAVA_OPTIONS = f"-XX:TieredStopAtLevel=1 -XX:+UseSerialGC {cds.java_options()}".strip()
 CLUSTER_CONF = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",

@@ -6,6 +6,8 @@ import sys
 
 import pytest
 
+from sparkgnn.engine import cds
+
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -14,7 +16,9 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 # JVM's options) compiles with C1 only and collects with one GC thread. The tests' JVM work is small
 # and short; on a 2-core machine C2's compiler threads and G1's parallel workers took about half the
 # CPU the JVMs burned, and slowed the other test process beside them. What the tests compute is the same.
-JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+# They also map the class-data archive of Spark's classes when `make jar` wrote it (engine.cds: half
+# the CPU of a driver's start).
+JVM_OPTIONS = f"-XX:TieredStopAtLevel=1 -XX:+UseSerialGC {cds.java_options()}".strip()
 os.environ.setdefault("SPARK_SUBMIT_OPTS", JVM_OPTIONS)
 
 

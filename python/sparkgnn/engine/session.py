@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import sys
 
-from sparkgnn.engine import spark_compat
+from sparkgnn.engine import cds, spark_compat
 
 # Settings sparkgnn relies on in any session (local or cluster); applied by `configure`.
 REQUIRED_CONF = {
@@ -53,6 +53,11 @@ def local_session(app_name: str = "sparkgnn", cores: int | str = "*", extra_conf
     builder = SparkSession.builder.master(f"local[{cores}]").appName(app_name)
     conf = {**LOCAL_CONF, **REQUIRED_CONF, **(extra_conf or {})}
     conf.update(session_conf(conf.get("spark.jars")))  # the sparkgnn JVM jar, when built (engine.jvm)
+    # the driver JVM maps the class-data archive of Spark's classes, when built (engine.cds); pyspark
+    # hands these settings to the spark-submit that starts the driver, so they apply to its JVM
+    options = cds.with_java_options(conf.get("spark.driver.extraJavaOptions"))
+    if options:
+        conf["spark.driver.extraJavaOptions"] = options
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
