@@ -91,6 +91,12 @@ bench-messenger: venv
 bench-batch: venv
 	$(PY) bench/bench_batch.py
 
+# Cold batch jobs with and without the class-data archive `make jar` writes (jvm/cds.py):
+# bench/results/cds.json + cds.png.
+.PHONY: bench-cds
+bench-cds: venv jar
+	$(PY) bench/bench_cds.py
+
 # bench-batch's generic-fallback section alone: cold jobs of the generic fallback vs the native layer of
 # the same conv (GraphConv, replicate, P=2) next to a cold PyG script (edge_index and CSR adj_t) per
 # graph size: batch.json "generic_vs_native" + batch_generic.png (about 6 minutes, graphs made once under
