@@ -193,6 +193,12 @@ LINKPRED_RESULTS ?= bench/results
 bench-linkpred: venv
 	$(PY) bench/bench_linkpred.py --sizes $(LINKPRED_SIZES) --topk-sources $(LINKPRED_SOURCES) --results $(LINKPRED_RESULTS)
 
+# Recall and speed of vector indexes (faiss HNSW, IVF, topk.py --approx's shards) against exact
+# brute force on bench-linkpred's node outputs: bench/results/linkpred_frontier.json + png.
+.PHONY: bench-linkpred-frontier
+bench-linkpred-frontier: venv
+	$(PY) bench/linkpred_index_frontier.py
+
 # Typed batch inference at scale: cold jobs of a to_hetero GraphSAGE on the seeded OGB-MAG-shaped
 # graph (synthetic_mag with rev_ relations, made once under data/bench) vs a cold PyG script of the
 # same module, outputs compared per type: bench/results/hetero.json + hetero.png
