@@ -29,6 +29,20 @@ def test_the_options_name_the_archive_once_and_off_or_a_missing_file_gives_none(
     assert cds.archive_path() is None and cds.java_options() == ""
 
 
+def test_a_driver_start_appends_the_options_to_spark_submit_opts_and_restores_them(tmp_path, monkeypatch):
+    archive = tmp_path / "classes.jsa"
+    archive.write_bytes(b"not read here")
+    monkeypatch.setenv(cds.ARCHIVE_ENV, str(archive))
+    monkeypatch.setenv(cds.SUBMIT_OPTS, "-Dmine=1")
+    with cds.driver_start():
+        assert os.environ[cds.SUBMIT_OPTS] == f"-Dmine=1 {cds.java_options()}"
+    assert os.environ[cds.SUBMIT_OPTS] == "-Dmine=1"
+    monkeypatch.delenv(cds.SUBMIT_OPTS)
+    with cds.driver_start():
+        assert os.environ[cds.SUBMIT_OPTS] == cds.java_options()
+    assert cds.SUBMIT_OPTS not in os.environ
+
+
 def test_the_tests_driver_maps_the_archive_make_jar_wrote(spark):
     path = cds.archive_path()
     if path is None:

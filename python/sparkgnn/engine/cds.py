@@ -1,11 +1,10 @@
 """The JVM class-data archive (AppCDS) of Spark's classes: where it is and the options that use it.
 
 WHY: a cold Spark driver spends most of its start loading, verifying and parsing the classes of
-Spark's jars. Measured on a 2-core machine, a local session's start plus one small job burned
-21.5 s of JVM CPU (12.3 s with the archive) and took 15.7 s of wall time (9.6 s); with the test
-suite's JVM options (C1 only, serial GC) 11.8 s -> 5.5 s of CPU. A dynamic CDS archive
-(`-XX:ArchiveClassesAtExit`, JDK 13+) holds those classes already parsed and verified, mapped
-read-only into every JVM that names it (`-XX:SharedArchiveFile`).
+Spark's jars. A dynamic CDS archive (`-XX:ArchiveClassesAtExit`, JDK 13+) holds those classes
+already parsed and verified, mapped read-only into every JVM that names it
+(`-XX:SharedArchiveFile`): about half the JVM's CPU at start (`make bench-cds`,
+bench/results/cds.json; docs/ARCHITECTURE.md, "Class-data archive").
 
 `make jar` writes it (`jvm/cds.py`) beside the jar in the package (python/sparkgnn/jars/), from a
 driver that starts a local session and runs a small workload touching what sparkgnn's jobs load
@@ -15,14 +14,19 @@ JVM loads its classes as without it (its CDS logging is off, so a job's output c
 about it). Which class path a JVM runs decides: the archive holds the classes of the path it was
 written with (Spark's conf dir and jars, as spark-submit and a local-cluster worker give them).
 
-`java_options()` is what a driver (local_session's spark.driver.extraJavaOptions, spark-submit's
---driver-java-options) or a local-cluster executor adds; "" where no archive was built, or where
-$SPARKGNN_CDS is "off". $SPARKGNN_CDS may also name an archive file to use instead.
+`java_options()` is what a driver (spark-submit's --driver-java-options, $SPARK_SUBMIT_OPTS) or a
+local-cluster executor adds; "" where no archive was built, or where $SPARKGNN_CDS is "off".
+$SPARKGNN_CDS may also name an archive file to use instead. `driver_start()` is how local_session
+gives them to the driver it starts: through $SPARK_SUBMIT_OPTS while pyspark runs spark-submit,
+which adds them to the driver's own options; WHY not spark.driver.extraJavaOptions: a --conf of it
+would replace what a spark-defaults.conf sets for it.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 ARCHIVE_NAME = "spark-classes.jsa"
@@ -63,3 +67,24 @@ def with_java_options(existing: str | None) -> str:
     if not ours or ours in current:
         return current
     return f"{current} {ours}".strip()
+
+
+#: The environment variable spark-submit adds to the driver JVM's options.
+SUBMIT_OPTS = "SPARK_SUBMIT_OPTS"
+
+
+@contextmanager
+def driver_start() -> Iterator[None]:
+    """While a local driver is started inside it: $SPARK_SUBMIT_OPTS with the archive's options
+    appended (when there is an archive); restored on the way out."""
+    before = os.environ.get(SUBMIT_OPTS)
+    options = with_java_options(before)
+    if options:
+        os.environ[SUBMIT_OPTS] = options
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(SUBMIT_OPTS, None)
+        else:
+            os.environ[SUBMIT_OPTS] = before

@@ -53,14 +53,10 @@ def local_session(app_name: str = "sparkgnn", cores: int | str = "*", extra_conf
     builder = SparkSession.builder.master(f"local[{cores}]").appName(app_name)
     conf = {**LOCAL_CONF, **REQUIRED_CONF, **(extra_conf or {})}
     conf.update(session_conf(conf.get("spark.jars")))  # the sparkgnn JVM jar, when built (engine.jvm)
-    # the driver JVM maps the class-data archive of Spark's classes, when built (engine.cds); pyspark
-    # hands these settings to the spark-submit that starts the driver, so they apply to its JVM
-    options = cds.with_java_options(conf.get("spark.driver.extraJavaOptions"))
-    if options:
-        conf["spark.driver.extraJavaOptions"] = options
     for key, value in conf.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    with cds.driver_start():  # the driver JVM maps the class-data archive of Spark's classes, when built
+        spark = builder.getOrCreate()
     spark_compat.set_log_level(spark, "ERROR")
     return spark
 
