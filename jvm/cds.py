@@ -28,7 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "python"))
-from sparkgnn.engine.cds import QUIET, default_archive  # noqa: E402
+from sparkgnn.engine.cds import ARCHIVE_ENV, QUIET, SUBMIT_OPTS, default_archive  # noqa: E402
 
 #: The longest the workload and the JVM's dump may take together.
 TIMEOUT_S = 300
@@ -88,8 +88,8 @@ def build(archive: Path, force: bool = False) -> bool:
     temporary = archive.with_name(f".{archive.name}.tmp-{os.getpid()}")
     # C1 and the serial collector: the archive holds classes, not compiled code, and is written sooner
     options = f"-XX:ArchiveClassesAtExit={temporary} -XX:TieredStopAtLevel=1 -XX:+UseSerialGC {QUIET}"
-    env = {**os.environ, "SPARKGNN_CDS": "off"}  # the dump's JVM maps no older archive
-    env.pop("SPARK_SUBMIT_OPTS", None)
+    env = {**os.environ, ARCHIVE_ENV: "off"}  # the dump's JVM maps no older archive
+    env.pop(SUBMIT_OPTS, None)
     try:
         with tempfile.TemporaryDirectory(prefix="sparkgnn-cds-") as scratch:
             result = subprocess.run(
