@@ -97,12 +97,32 @@ def stat_sql(key: str) -> tuple[str, float]:
 GCN_DEGREE_SQL = stat_sql("gcn_degree_w")[0]
 
 
-def gcn_degree(ids: np.ndarray, src: np.ndarray, dst: np.ndarray, w: np.ndarray) -> np.ndarray:
+def destination_positions(ids: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """Each destination's position in the sorted vertex ids `ids`; a destination that is not in
+    `ids` is a ValueError. The statistics of a slice share one (prepared_stat_values). Found
+    through a hash table (pandas), not a binary search: millions of random probes into a
+    partition's ids, where numpy's searchsorted cost about 5x more."""
+    import pandas as pd
+
+    index = pd.Index(ids)
+    if index.is_unique:
+        at = index.get_indexer(dst)
+        bad = at < 0
+    else:  # repeated ids (a graph being validated): the first of a run, as the binary search gives
+        at = np.minimum(np.searchsorted(ids, dst), max(len(ids) - 1, 0))
+        bad = ids[at] != dst if len(ids) else np.ones(len(dst), bool)
+    if len(dst) and bool(bad.any()):
+        raise ValueError(f"edges name destination ids that are not vertices, e.g. {dst[bad][:5].tolist()}")
+    return at
+
+
+def gcn_degree(
+    ids: np.ndarray, src: np.ndarray, dst: np.ndarray, w: np.ndarray, *, at: np.ndarray | None = None
+) -> np.ndarray:
     """GCN_DEGREE_SQL over arrays: float32[len(ids)] for the sorted vertex ids `ids`, from every
-    in-edge (src, dst, w) of those vertices. A destination that is not in `ids` is a ValueError."""
-    at = np.minimum(np.searchsorted(ids, dst), max(len(ids) - 1, 0))
-    if len(dst) and not np.array_equal(ids[at], dst):
-        raise ValueError(f"edges name destination ids that are not vertices, e.g. {dst[ids[at] != dst][:5].tolist()}")
+    in-edge (src, dst, w) of those vertices. A destination that is not in `ids` is a ValueError.
+    `at`: the destinations' positions in `ids` (destination_positions), when the caller has them."""
+    at = destination_positions(ids, dst) if at is None else at
     loop = src == dst
     # float64 sums like Spark's sum(float); bincount of nothing comes back as int64
     degree = np.bincount(at[~loop], weights=w[~loop].astype(np.float64), minlength=len(ids)).astype(np.float64)
@@ -124,22 +144,33 @@ def out_stat_sums(key: str, src: np.ndarray, dst: np.ndarray, w: np.ndarray) -> 
     return ids, np.bincount(at, weights=weights, minlength=len(ids)).astype(np.float64)
 
 
-def stat_values(key: str, ids: np.ndarray, src: np.ndarray, dst: np.ndarray, w: np.ndarray) -> np.ndarray:
+def stat_values(
+    key: str, ids: np.ndarray, src: np.ndarray, dst: np.ndarray, w: np.ndarray, *, at: np.ndarray | None = None
+) -> np.ndarray:
     """stat_sql(key) over arrays: float32[len(ids)] for the sorted vertex ids `ids`, from every
     in-edge (src, dst, w) of those vertices, or every out-edge where is_out_stat(key) (w ignored
-    where the key's edge weights do not count)."""
+    where the key's edge weights do not count). `at`: the in-edges' destination positions in
+    `ids` (destination_positions), found here when not given."""
     name, weighted = split_key(key)
     if name in OUT_STAT_TEMPLATES:
         sources, sums = out_stat_sums(key, src, dst, w)
         return aligned_sums(ids, sources, sums, OUT_STAT_TEMPLATES[name][1])
     w = w if weighted else np.ones(len(src), np.float32)
     if name == "gcn_degree":
-        return gcn_degree(ids, src, dst, w)
+        return gcn_degree(ids, src, dst, w, at=at)
     if name in ("weighted_in_degree", "in_degree"):
         w = w if name == "weighted_in_degree" else np.ones(len(src), np.float32)
-        at = np.searchsorted(ids, dst)
+        at = np.searchsorted(ids, dst) if at is None else at
         return np.bincount(at, weights=w.astype(np.float64), minlength=len(ids)).astype(np.float32)
     raise ValueError(f"unknown node statistic {key!r}; known: {_known()}")
+
+
+def prepared_stat_values(ids: np.ndarray, src: np.ndarray, dst: np.ndarray, w: np.ndarray) -> dict[str, np.ndarray]:
+    """{key: stat_values(key, ...)} for every key of PREPARED_STATS, over one slice's in-edges.
+    WHY one function: the destinations' positions among the ids are found once for all the keys
+    (a binary search per edge was most of prepare's second pass when each key searched again)."""
+    at = destination_positions(ids, dst)
+    return {key: stat_values(key, ids, src, dst, w, at=at) for key in PREPARED_STATS}
 
 
 def aligned_sums(ids: np.ndarray, keys: np.ndarray, sums: np.ndarray, empty: float) -> np.ndarray:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from sparkgnn import npsets
 from sparkgnn.errors import SparkGNNError
 
 #: A frontier with at most this many vertices is broadcast to the edge scan (a map-side semi-join,
@@ -133,7 +134,7 @@ def collect_upstream(spark, ids: np.ndarray, edges, hops: int, max_edges: int) -
     if hops < 0:
         raise SparkGNNError(f"hops must be >= 0, got {hops}")
     columns = ["src", "dst"] + (["weight"] if "weight" in edges.columns else [])
-    order = np.unique(np.asarray(ids, dtype=np.int64))
+    order = npsets.unique(np.asarray(ids, dtype=np.int64))
     sizes: list[int] = [len(order)]
     in_edges: list[int] = []
     parts_src, parts_dst, parts_w = [], [], []
@@ -153,7 +154,7 @@ def collect_upstream(spark, ids: np.ndarray, edges, hops: int, max_edges: int) -
                 parts_w.append(table.column("weight").to_numpy().astype(np.float32, copy=False))
         in_edges.append((in_edges[-1] if in_edges else 0) + found)
         sources = np.concatenate(parts_src[-1:]) if found else np.empty(0, np.int64)
-        added = np.setdiff1d(np.unique(sources), order, assume_unique=True)
+        added = np.setdiff1d(npsets.unique(sources), order, assume_unique=True)
         order = np.concatenate([order, added])
         sizes.append(len(order))
     src = np.concatenate(parts_src) if parts_src else np.empty(0, np.int64)

@@ -53,9 +53,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sparkgnn import npsets
 from sparkgnn.arrowvec import to_fixed_list, to_numpy_matrix
 from sparkgnn.engine import static
-from sparkgnn.engine.degrees import PREPARED_STATS, is_out_stat, out_stat_sums, stat_values
+from sparkgnn.engine.degrees import is_out_stat, out_stat_sums, prepared_stat_values
 from sparkgnn.engine.exchange import check_reports, control_partitions, control_rows, summary_row
 from sparkgnn.engine.phases import phase
 from sparkgnn.engine.routing import FILES_SCHEMA_DDL, owner_partition
@@ -256,13 +257,13 @@ def _partition(prep_dir, vertex_files, partitions, token, scan, part):
     written = _write_piece(
         join(prep_dir, "vertices", f"part={part}"),
         f"part-{token}-t{part}.parquet",
-        pa.table({"id": ids, **{key: stat_values(key, ids, src, dst, w) for key in PREPARED_STATS}}),
+        pa.table({"id": ids, **prepared_stat_values(ids, src, dst, w)}),
     )
     ps = owner_partition(src, partitions)
     cross = ps != part
-    sources = np.unique(src[cross])  # distinct (src, part) with the source owned elsewhere
+    sources = npsets.unique(src[cross])  # distinct (src, part) with the source owned elsewhere
     owner = owner_partition(sources, partitions)
-    for p in np.unique(owner):
+    for p in npsets.unique(owner):
         rows = sources[owner == p]
         written += _write_piece(
             join(prep_dir, "out_targets", f"part={int(p)}"),
@@ -270,7 +271,7 @@ def _partition(prep_dir, vertex_files, partitions, token, scan, part):
             pa.table({"id": rows, "pt": np.full(len(rows), part, np.int32)}),
         )
     # combine's partial rows: distinct (source partition, destination) over cross edges
-    partials = sum(len(np.unique(dst[cross & (ps == p)])) for p in range(partitions) if p != part)
+    partials = sum(len(npsets.unique(dst[cross & (ps == p)])) for p in range(partitions) if p != part)
     # The slice's local indexes (engine.static), saved next to the layout while its files are warm:
     # every later job's first layer loads them instead of deriving them. Content is a function of
     # the graph fingerprint and P (the folder's key), so a process-cached copy is never stale.

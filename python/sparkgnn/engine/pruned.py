@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from sparkgnn import npsets
 from sparkgnn.engine import khop
 from sparkgnn.engine.executor import RunReport, StepReport
 from sparkgnn.engine.routing import OUTPUT_PRED_SCHEMA_DDL, OUTPUT_SCHEMA_DDL
@@ -262,7 +263,7 @@ def subgraph_fingerprint(parent: str, ids: np.ndarray, hops: int) -> str:
     same rows: a cache keyed by one never serves the other."""
     digest = hashlib.blake2b(digest_size=16)
     digest.update(f"{SUBGRAPH_KEY}:{parent}:{int(hops)}:".encode())
-    digest.update(np.unique(np.asarray(ids, dtype=np.int64)).astype("<i8").tobytes())
+    digest.update(npsets.unique(np.asarray(ids, dtype=np.int64)).astype("<i8").tobytes())
     return digest.hexdigest()
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from sparkgnn import npsets
 from sparkgnn.arrowvec import aligned_empty, to_numpy_matrix
 from sparkgnn.engine import static
 from sparkgnn.engine.routing import ROW_SCHEMA
@@ -65,7 +66,7 @@ class Received:
         if (kinds == kinds[0]).all():  # the usual case (np.unique cost ~20 ms per 20K-row batch)
             self._take(int(kinds[0]), batch, None)
             return
-        for kind in np.unique(kinds).tolist():
+        for kind in npsets.unique(kinds).tolist():
             self._take(kind, batch, kinds == kind)
 
     def _take(self, kind: int, batch: pa.RecordBatch, mask: np.ndarray | None) -> None:

@@ -31,6 +31,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from sparkgnn import files as fsys
+from sparkgnn import npsets
 from sparkgnn.arrowvec import to_numpy_matrix
 from sparkgnn.engine.degrees import PREPARED_STATS, aligned_sums, is_out_stat, stat_sql
 from sparkgnn.planner.partitions import CACHED_PARTITIONS
@@ -251,7 +252,7 @@ def in_edges(prep_dir: str, part: int) -> InEdges:
         dst_local = own.positions(dst, "edge dst")
         src_local = own.lookup(src)
         foreign = src_local < 0
-        mirror_ids = np.unique(src[foreign])
+        mirror_ids = npsets.unique(src[foreign])
         src_local[foreign] = len(own.ids) + IdIndex(mirror_ids).lookup(src[foreign])
         arrays = {
             "src": src_local.astype(np.int64),

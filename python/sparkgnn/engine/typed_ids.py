@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
 
+from sparkgnn import npsets
 from sparkgnn.engine.khop import id_frame
 from sparkgnn.errors import GraphValidationError, SparkGNNError
 from sparkgnn.layers.hetero import EdgeType
@@ -184,7 +185,7 @@ def listed_ids(node_type: str, values: Any) -> np.ndarray:
     """A type's requested ids given as integers, sorted and unique (refused in one line when one
     is not a 64-bit integer)."""
     try:
-        return np.unique(np.asarray([int(i) for i in values], dtype=np.int64))
+        return npsets.unique(np.asarray([int(i) for i in values], dtype=np.int64))
     except (TypeError, ValueError, OverflowError):
         raise SparkGNNError(f"node type {node_type!r}: ids must be 64-bit integers") from None
 

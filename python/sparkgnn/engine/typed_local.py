@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sparkgnn import npsets
 from sparkgnn.engine.typed_ids import MAX_EXAMPLES, check_request, ids_column, listed_ids, unknown_ids, walk
 from sparkgnn.errors import SparkGNNError, UnsupportedModelError
 from sparkgnn.layers.hetero import EdgeType, edge_key
@@ -119,7 +120,7 @@ class DriverIdSets:
                 )
             new = np.setdiff1d(ids, self.asked.get(edge_type, np.empty(0, np.int64)), assume_unique=True)
             if len(new):
-                self.asked[edge_type] = np.union1d(self.asked.get(edge_type, np.empty(0, np.int64)), new)
+                self.asked[edge_type] = npsets.union(self.asked.get(edge_type, np.empty(0, np.int64)), new)
                 edges = self.graph.edges[edge_type].selectExpr("cast(src as long) as src", "cast(dst as long) as dst")
                 parts.append(_where_in(edges, "dst", new, self.spark).selectExpr(f"{number} AS ask", "src", "dst"))
         if parts:
@@ -140,12 +141,12 @@ class DriverIdSets:
         found = []
         for edge_type, ids, _ in asks:
             sources = [s[np.isin(d, ids)] for s, d in self.edges.get(edge_type, [])]
-            upstream = np.unique(np.concatenate(sources)) if sources else np.empty(0, np.int64)
-            found.append(upstream if edge_type[0] != edge_type[2] else np.union1d(ids, upstream))
+            upstream = npsets.unique(np.concatenate(sources)) if sources else np.empty(0, np.int64)
+            found.append(upstream if edge_type[0] != edge_type[2] else npsets.union(ids, upstream))
         return found
 
     def union(self, sets: list[np.ndarray]) -> np.ndarray:
-        return np.unique(np.concatenate(sets))
+        return npsets.unique(np.concatenate(sets))
 
     def is_empty(self, ids: np.ndarray) -> bool:
         return len(ids) == 0
@@ -183,7 +184,7 @@ def requested_arrays(spark: SparkSession, graph: TypedGraph, ids: Mapping[str, A
             table = ids_column(t, values).limit(max_ids + 1).toArrow()
             if table.num_rows > max_ids:
                 return None
-            listed = np.unique(table.column("id").to_numpy().astype(np.int64, copy=False))
+            listed = npsets.unique(table.column("id").to_numpy().astype(np.int64, copy=False))
         else:
             listed = listed_ids(t, values)
         if len(listed) == 0:
@@ -214,7 +215,7 @@ def collect(spark: SparkSession, graph: TypedGraph, model: HeteroModel, ids: Map
     for level in [*needs, requested]:
         for t, level_ids in level.items():
             rows.setdefault(t, []).append(level_ids)
-    wanted = {t: np.unique(np.concatenate(parts)) for t, parts in rows.items()}
+    wanted = {t: npsets.unique(np.concatenate(parts)) for t, parts in rows.items()}
     width = {t: _feature_width(graph, t) for t in wanted}  # graph.json's (0: a type without features)
     row_bytes = sum(len(v) * (8 + 4 * width[t]) for t, v in wanted.items())
     if row_bytes + sets.total_edges() * pruning.EDGE_BYTES > pruning.LOCAL_BUDGET_BYTES:
@@ -261,7 +262,7 @@ def _gather(spark, graph: TypedGraph, wanted: dict[str, np.ndarray], width: dict
             if width[t]:
                 flat = picked.column("x").combine_chunks().flatten().to_numpy(zero_copy_only=False)
                 features = flat.astype(np.float32, copy=False).reshape(len(ids), width[t])
-            missing = np.setdiff1d(requested.get(t, np.empty(0, np.int64)), ids)
+            missing = npsets.setdiff(requested.get(t, np.empty(0, np.int64)), ids)
             if len(missing):
                 raise unknown_ids(graph, t, len(missing), missing[:MAX_EXAMPLES].tolist())
             if len(ids) != len(wanted[t]):

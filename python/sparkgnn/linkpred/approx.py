@@ -39,6 +39,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from sparkgnn import npsets
 from sparkgnn.decoders import Decoder
 from sparkgnn.linkpred.arrays import ids, matrix
 from sparkgnn.linkpred.payload import DecoderPayload
@@ -180,11 +181,11 @@ def shard_topk(
     extra = np.zeros(n_src, np.int64)
     if exclude is not None and len(exclude[0]) and n_cand and n_src:
         rows, cols = locate_pairs(src_ids, cand_ids, exclude[0], exclude[1])
-        excluded = np.unique(rows * n_cand + cols)
+        excluded = npsets.unique(rows * n_cand + cols)
         per_source = np.bincount(excluded // n_cand, minlength=n_src)
         extra = np.where(per_source > 0, 1 << np.ceil(np.log2(np.maximum(per_source, 1))).astype(np.int64), 0)
     parts = [(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32))]
-    for more in np.unique(extra).tolist():
+    for more in npsets.unique(extra).tolist():
         group = np.flatnonzero(extra == more)
         step = max(1, SEARCH_ROWS // (k + more))
         for at in range(0, len(group), step):
@@ -303,7 +304,7 @@ def broadcast_approx(
         indexes: dict[int, tuple[ShardIndex, np.ndarray, np.ndarray]] = {}
         for batch in batches:
             shard_of = batch.column("shard").to_numpy(zero_copy_only=False)
-            for shard in np.unique(shard_of).tolist():
+            for shard in npsets.unique(shard_of).tolist():
                 if shard not in indexes:
                     lo, hi = int(bounds[shard]), int(bounds[shard + 1])
                     vectors = search_vectors(built, table.h[lo:hi])

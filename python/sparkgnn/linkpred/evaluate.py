@@ -38,6 +38,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from sparkgnn import npsets
 from sparkgnn.decoders import Decoder
 from sparkgnn.linkpred.arrays import ids, matrix
 from sparkgnn.linkpred.payload import DecoderPayload
@@ -152,7 +153,7 @@ def sorted_tile_counts(
         starts = np.repeat(lo - np.cumsum(np.r_[0, count[:-1]]), count)
         skip_p.append(by_src[np.arange(count.sum()) + starts])
         skip_c.append(np.repeat(col, count))
-    skip = np.unique(np.concatenate(skip_p) * len(cand_ids) + np.concatenate(skip_c))
+    skip = npsets.unique(np.concatenate(skip_p) * len(cand_ids) + np.concatenate(skip_c))
     skip_p_all, skip_c_all = skip // len(cand_ids), skip % len(cand_ids)
     for start in range(0, n_pos, POSITIVE_CHUNK):
         chunk = slice(start, min(n_pos, start + POSITIVE_CHUNK))

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from sparkgnn import npsets
+
 # the tail is folded into the base (an O(E log E) rebuild) past this fraction of the base's edges
 TAIL_FRACTION = 0.125
 TAIL_MIN = 4096
@@ -118,7 +120,7 @@ class EdgeIndex:
             return np.zeros(0, np.int64)
         if int(rows.min()) < 0 or int(rows.max()) >= self.num_nodes:
             raise ValueError(f"EdgeIndex: vertex rows must lie in [0, {self.num_nodes})")
-        found = _runs(*grouping, np.unique(rows))
+        found = _runs(*grouping, npsets.unique(rows))
         if self.num_edges > self.base_len:
             member = np.zeros(self.num_nodes, bool)
             member[rows] = True

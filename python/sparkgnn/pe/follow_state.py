@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from sparkgnn import npsets
 from sparkgnn.errors import SparkGNNError
 
 
@@ -48,7 +49,7 @@ def compose(first, second, old_x: np.ndarray):
     old_rows = through(second.old_rows, first.old_rows)
     new_rows = through(first.new_rows, second.new_rows)
     g2 = second.graph
-    candidates = np.union1d(second.feature_changed, through(first.feature_changed, second.new_rows))
+    candidates = npsets.union(second.feature_changed, through(first.feature_changed, second.new_rows))
     candidates = candidates[(candidates >= 0) & (old_rows[np.maximum(candidates, 0)] >= 0)]
     if len(candidates):
         candidates = candidates[np.any(g2.x[candidates] != old_x[old_rows[candidates]], axis=1)]
@@ -60,7 +61,7 @@ def compose(first, second, old_x: np.ndarray):
         removed_edges=np.flatnonzero(removed),
         kept_edges=kept,
         inserted_edges=np.arange(len(kept), g2.num_edges),
-        feature_changed=np.union1d(candidates, inserted_rows).astype(np.int64),
+        feature_changed=npsets.union(candidates, inserted_rows).astype(np.int64),
     )
 
 
@@ -198,7 +199,7 @@ class RunningFingerprint:
             return RunningFingerprint.of(new)
         changed = np.asarray(applied.feature_changed, np.int64)  # new rows: inserted or new features
         kept_changed = applied.old_rows[changed]
-        gone = np.union1d(np.flatnonzero(applied.new_rows < 0), kept_changed[kept_changed >= 0])
+        gone = npsets.union(np.flatnonzero(applied.new_rows < 0), kept_changed[kept_changed >= 0])
         vertex_sum = self.vertex_sum - vertex_hash_sum(old.ids[gone], old.x[gone])
         vertex_sum += vertex_hash_sum(new.ids[changed], new.x[changed])
         removed, inserted = applied.removed_edges, applied.inserted_edges

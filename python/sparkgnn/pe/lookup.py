@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from sparkgnn import npsets
 from sparkgnn.errors import SparkGNNError
 
 
@@ -49,7 +50,7 @@ class SortedTable:
         order = np.argsort(ids, kind="stable")
         self.ids = np.ascontiguousarray(ids[order])
         if len(self.ids) > 1 and (self.ids[1:] == self.ids[:-1]).any():
-            dup = np.unique(self.ids[1:][self.ids[1:] == self.ids[:-1]])
+            dup = npsets.unique(self.ids[1:][self.ids[1:] == self.ids[:-1]])
             raise ValueError(f"{what}: {len(dup)} duplicate ids, e.g. {dup[:5].tolist()}")
         self.columns = {k: v[order] for k, v in columns.items()}
         self.what = what
@@ -60,7 +61,7 @@ class SortedTable:
         pos_c = np.minimum(pos, max(len(self.ids) - 1, 0))
         found = (pos < len(self.ids)) & (self.ids[pos_c] == ids) if len(self.ids) else np.zeros(len(ids), bool)
         if not found.all():
-            missing = np.unique(ids[~found])
+            missing = npsets.unique(ids[~found])
             raise UnknownIds(f"{self.what}: {len(missing)} unknown id(s), e.g. {missing[:5].tolist()}")
         return pos_c
 

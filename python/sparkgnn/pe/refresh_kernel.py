@@ -49,6 +49,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from sparkgnn import npsets
 from sparkgnn.layers.base import compute_stats
 from sparkgnn.layers.selfloops import apply_policy_to_targets, apply_self_loops
 from sparkgnn.pe.edge_index import EdgeIndex
@@ -186,11 +187,11 @@ class LayerPlan:
 
     def new_rows_needed(self) -> np.ndarray:
         """New-graph rows whose h^(l-1) (new) the computation reads."""
-        return np.unique(np.concatenate([self.targets, self.scratch_edges[0], self.added[0], self.loops_new[0]]))
+        return npsets.unique(np.concatenate([self.targets, self.scratch_edges[0], self.added[0], self.loops_new[0]]))
 
     def old_rows_needed(self) -> np.ndarray:
         """Old-graph rows whose h^(l-1) (old) the computation reads."""
-        return np.unique(np.concatenate([self.removed[0], self.loops_old[0]]))
+        return npsets.unique(np.concatenate([self.removed[0], self.loops_old[0]]))
 
     def state_rows_needed(self, old_rows: np.ndarray) -> np.ndarray:
         """Old-graph rows whose stored state of layer l the computation merges into."""
@@ -212,7 +213,7 @@ def plan_layer(conv, old: Side, new: Side, applied, changed_prev: np.ndarray, ow
     looped = conv.self_loops not in ("none", "remove")
     drops_loops = conv.self_loops != "none"
 
-    src_changed = np.union1d(changed_prev, stats_changed(old, new, old_rows))
+    src_changed = npsets.union(changed_prev, stats_changed(old, new, old_rows))
     src_changed_mask = _member(n_new, src_changed)
     removed_dst = new_rows[old.dst[removed]]
     removed, removed_dst = removed[removed_dst >= 0], removed_dst[removed_dst >= 0]
@@ -221,7 +222,7 @@ def plan_layer(conv, old: Side, new: Side, applied, changed_prev: np.ndarray, ow
         kept_changed = kept_changed[kept_changed < kept]
     else:
         kept_changed = np.flatnonzero(src_changed_mask[new.src[:kept]])
-    targets = np.unique(np.concatenate([src_changed, new.dst[inserted], removed_dst, new.dst[kept_changed]]))
+    targets = npsets.unique(np.concatenate([src_changed, new.dst[inserted], removed_dst, new.dst[kept_changed]]))
     if owned is not None:
         targets = targets[owned[targets]]
     t = len(targets)

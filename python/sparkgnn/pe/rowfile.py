@@ -34,7 +34,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sparkgnn import files
+from sparkgnn import files, npsets
 from sparkgnn.errors import DamagedPEStore
 from sparkgnn.pe.lookup import UnknownIds
 
@@ -240,7 +240,7 @@ class LayerRows:
             alive[done] = got["alive"].astype(bool)
             todo = todo[~hit]
         if not alive.all():
-            missing = np.unique(ids[~alive])
+            missing = npsets.unique(ids[~alive])
             raise UnknownIds(f"{self.what}: {len(missing)} unknown id(s), e.g. {missing[:5].tolist()}")
         return out
 

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from sparkgnn import npsets
 from sparkgnn.pe.refresh import RefreshError, RefreshReport
 from sparkgnn.pe.typed import TypedPEStore, TypedPEWriter, check_typed_inputs, typed_graph_fingerprint
 from sparkgnn.pe.typed_rounds import TypedRounds, UnionRows, check_local_rounds
@@ -72,7 +73,7 @@ def _changed_rows(
                     continue
                 src, dst = index[et]
                 parts += [applied.edge_changed_dst[et], dst[np.isin(src, below.get(et[0], empty))]]
-            level[t] = np.unique(np.concatenate(parts).astype(np.int64))
+            level[t] = npsets.unique(np.concatenate(parts).astype(np.int64))
         changed.append(level)
     return changed, index
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, cast
 import numpy as np
 import torch
 
+from sparkgnn import npsets
 from sparkgnn.errors import UnsupportedModelError
 
 if TYPE_CHECKING:
@@ -79,7 +80,7 @@ class TypedRounds:
                 for et in rnd.edge_types:
                     if et[2] == t:
                         below.setdefault(et[0], []).append(self._in_edges(et, rows, prep)[0])
-            need[l - 1] = {t: np.unique(np.concatenate(parts)) for t, parts in below.items()}
+            need[l - 1] = {t: npsets.unique(np.concatenate(parts)) for t, parts in below.items()}
         return need
 
     def _affected(self, prep: UnionRows, need: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
@@ -179,14 +180,14 @@ class TypedRounds:
                 continue
             src, dst = self._in_edges(et, rows, prep)
             if s == d:
-                nodes = np.union1d(rows, src)
+                nodes = npsets.union(rows, src)
                 h = propagate(
                     conv, value(t, nodes), torch.from_numpy(np.searchsorted(nodes, src)),
                     torch.from_numpy(np.searchsorted(nodes, dst)), pre_transform=False,
                 )  # fmt: skip
                 outs.append(h[torch.from_numpy(np.searchsorted(nodes, rows))])
             else:
-                sources = np.unique(src)
+                sources = npsets.unique(src)
                 hs = value(s, sources) if len(sources) else torch.zeros(0, conv.in_dim)
                 outs.append(
                     propagate(

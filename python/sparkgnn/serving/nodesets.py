@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from sparkgnn.npsets import dedupe_sorted
+
 
 class NodeSets:
     def __init__(self, size: int):
@@ -31,7 +33,7 @@ class NodeSets:
         """Sorted distinct values of the concatenation of `arrays`."""
         touched = np.concatenate(arrays) if len(arrays) != 1 else np.asarray(arrays[0])
         if len(touched) * 16 <= len(self._mark):  # few values: sorting them is cheaper
-            return _dedupe_sorted(np.sort(touched)).astype(np.int64, copy=False)
+            return dedupe_sorted(np.sort(touched)).astype(np.int64, copy=False)
         mark = self._mark
         mark[touched] = True
         out = np.flatnonzero(mark)
@@ -66,12 +68,3 @@ class NodeSets:
         out = pos[values]
         pos[keys] = -1
         return out
-
-
-def _dedupe_sorted(a: np.ndarray) -> np.ndarray:
-    if len(a) < 2:
-        return a
-    keep = np.empty(len(a), bool)
-    keep[0] = True
-    np.not_equal(a[1:], a[:-1], out=keep[1:])
-    return a[keep]

@@ -21,6 +21,7 @@ import zlib
 
 import numpy as np
 
+from sparkgnn import npsets
 from sparkgnn.registry import Registry
 from sparkgnn.serving.modes import ModeError
 
@@ -35,7 +36,7 @@ def candidates(prep, ctx=None) -> np.ndarray:
     """Sorted G vertices with a request edge into a query."""
     n = prep.num_g
     sel = (prep.dst >= n) & (prep.src < n)
-    return ctx.sets.unique(prep.src[sel]) if ctx is not None else np.unique(prep.src[sel])
+    return ctx.sets.unique(prep.src[sel]) if ctx is not None else npsets.unique(prep.src[sel])
 
 
 def select(scores: np.ndarray, cands: np.ndarray, gamma: float) -> np.ndarray:

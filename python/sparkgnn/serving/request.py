@@ -40,6 +40,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sparkgnn import npsets
 from sparkgnn.errors import SparkGNNError
 from sparkgnn.graph.problems import MAX_EXAMPLES
 
@@ -244,7 +245,7 @@ class Request:
         values = np.sort(self.qid) if len(self.qid) > 1 else self.qid
         repeated = values[1:] == values[:-1]
         if repeated.any():
-            dup = np.unique(values[1:][repeated])
+            dup = npsets.unique(values[1:][repeated])
             out.append(f"{len(dup)} query ids appear more than once; first: {_examples(dup)}")
         m = len(self.src)
         in_g_src = in_g_dst = np.zeros(m, bool)
@@ -417,7 +418,7 @@ def request_ids_and_kinds(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     if bad_kind.any():
         raise RequestError(
             f"{int(bad_kind.sum())} rows have a kind not in {{node, edge}}; "
-            f"first: {_examples(np.unique(kind[bad_kind]))}"
+            f"first: {_examples(npsets.unique(kind[bad_kind]))}"
         )
     return rid, kind
 
@@ -458,7 +459,7 @@ def requests_from_table(table: pa.Table) -> list[Request]:
     out = []
     for i in range(k):  # per-request grouping only
         a, b = node_bounds[i], node_bounds[i + 1]
-        widths = np.unique(lengths[a:b])
+        widths = npsets.unique(lengths[a:b])
         if len(widths) > 1:
             raise RequestError(
                 f"request {str(names[i])!r}: feature vectors of different lengths {widths.tolist()} "
@@ -483,7 +484,7 @@ def edge_attr_rows(column: pa.Array, request_id: str) -> np.ndarray | None:
             "edge_attr (a request's edges carry attributes all or none)"
         )
     lengths = np.diff(column.offsets.to_numpy()) if len(column) else np.zeros(0, np.int64)
-    widths = np.unique(lengths)
+    widths = npsets.unique(lengths)
     if len(widths) > 1:
         raise RequestError(f"request {request_id!r}: edge_attr vectors of different lengths {widths.tolist()}")
     flat = column.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False)

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from sparkgnn import npsets
 from sparkgnn.planner.serving import RequestCounts
 from sparkgnn.registry import Registry
 from sparkgnn.serving.modes import ModeError
@@ -82,8 +83,8 @@ class GraphSketch:
             return 1.0
         actual = expected = 0.0
         for _ in range(samples):
-            q = np.unique(rng.integers(0, n, size=min(size, n)))
-            h1 = np.unique(ctx.in_src[ctx_range(ctx.indptr, q)])
+            q = npsets.unique(rng.integers(0, n, size=min(size, n)))
+            h1 = npsets.unique(ctx.in_src[ctx_range(ctx.indptr, q)])
             d = ctx.out_neighbors(q)
             if not len(h1) or not len(d):
                 continue

@@ -71,6 +71,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import torch
 
+from sparkgnn import npsets
 from sparkgnn.errors import SparkGNNError, StalePEStore, UnsupportedModelError
 from sparkgnn.pe.typed_rounds import TypedRounds, UnionRows, check_local_rounds
 
@@ -192,7 +193,7 @@ def union_rows(
         if t not in graph.nodes:
             raise _fail(request, f"node type {t!r} is unknown (node types: {known})")
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
-        if len(np.unique(ids)) != len(ids):
+        if len(npsets.unique(ids)) != len(ids):
             raise _fail(request, f"node type {t!r}: query ids repeat")
         clash = ids[graph.nodes[t].id_index.lookup(ids)[1]]
         if len(clash):
@@ -358,7 +359,7 @@ class TypedQueryEngine(TypedRounds):
                     if et[2] == t:
                         below.setdefault(et[0], []).append(self._in_edges(et, rows, prep)[0])
             for t, parts in below.items():
-                rows = np.unique(np.concatenate(parts))
+                rows = npsets.unique(np.concatenate(parts))
                 touched[l - 1][t] = rows
                 mine = rows >= self._sizes[t]
                 if 1 <= l - 1 < k and t in chosen:
@@ -403,7 +404,7 @@ class TypedQueryEngine(TypedRounds):
         for et, (src, dst) in prep.edges.items():
             into_query = (src < self._sizes[et[0]]) & (dst >= self._sizes[et[2]])
             found.setdefault(et[0], []).append(src[into_query])
-        unique = {t: np.unique(np.concatenate(parts)) for t, parts in found.items()}
+        unique = {t: npsets.unique(np.concatenate(parts)) for t, parts in found.items()}
         types = [t for t in self.graph.node_types if len(unique.get(t, ()))]
         cands = [unique[t] for t in types]
         total = int(sum(len(c) for c in cands))

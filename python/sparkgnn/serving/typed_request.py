@@ -28,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from sparkgnn import npsets
 from sparkgnn.graph.typed import edge_key, parse_edge_key
 from sparkgnn.serving.request import (
     KIND_EDGE,
@@ -147,7 +148,7 @@ def typed_requests_from_table(table: pa.Table) -> list[TypedRequest]:
     dst = _non_null_int(edges.column("dst"), "dst", "edge rows")
     keys = _strings(table, "relation", edge_rows, "edge rows")
     relations = {}
-    for key in np.unique(keys).tolist():
+    for key in npsets.unique(keys).tolist():
         relation = parse_edge_key(key)
         if relation is None:
             raise RequestError(f"relation {key!r} is not a 'src type__relation__dst type' key")
@@ -187,7 +188,7 @@ def _features(rows, has_x, lengths, offsets, flat, request_id: str, node_type: s
             f"request {request_id!r}: node type {node_type!r}: {int((~present).sum())} of its {len(rows)} node rows "
             "have a null x (a type's queries carry features all or none)"
         )
-    widths = np.unique(lengths[rows])
+    widths = npsets.unique(lengths[rows])
     if len(widths) > 1:
         raise RequestError(
             f"request {request_id!r}: node type {node_type!r}: feature vectors of different lengths "

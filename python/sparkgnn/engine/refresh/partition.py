@@ -54,7 +54,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import torch
 
-from sparkgnn import files
+from sparkgnn import files, npsets
 from sparkgnn.arrowvec import to_list, to_numpy_matrix
 from sparkgnn.engine.refresh.routing import kind_counts, owner_rows, route_update
 from sparkgnn.engine.refresh.rundir import (
@@ -217,7 +217,7 @@ def _features(column, width: int) -> tuple[np.ndarray, np.ndarray]:
 
 def _fill_rows(ctx: RunContext, graph: GraphData, known: np.ndarray, rows: np.ndarray) -> None:
     """Fill graph.x at `rows` whose features the piece does not hold, from their owners."""
-    missing = np.unique(rows[~known[rows]])
+    missing = npsets.unique(rows[~known[rows]])
     if not len(missing):
         return
     found, table = owner_rows(ctx, graph.ids[missing])
@@ -330,7 +330,7 @@ def build_task(ctx: RunContext, batches):
         if not ctx.stat_keys:  # complete: the layers' tasks on this Python worker start from it
             piece.stats_old, piece.stats_new = stats_old, stats_new
             _cache_piece(ctx, piece)
-        ids = np.union1d(old.ids[piece.owned_old], new.ids[piece.owned])
+        ids = npsets.union(old.ids[piece.owned_old], new.ids[piece.owned])
         columns = {"id": pa.array(ids)}
         for k, _n, _w in ctx.stat_keys:
             for side, graph, stats in (("old", old, stats_old), ("new", new, stats_new)):
@@ -366,7 +366,7 @@ def _write_out_partials(ctx: RunContext, piece: Piece, stats_old: dict, stats_ne
     if not out_keys:
         return
     old, new = piece.old, piece.new
-    ids = np.union1d(old.ids, new.ids)
+    ids = npsets.union(old.ids, new.ids)
     columns = {"id": pa.array(ids), "part": pa.array(np.full(len(ids), piece.part, np.int32))}
     for k in out_keys:
         for side, graph, stats in (("old", old, stats_old), ("new", new, stats_new)):
@@ -500,7 +500,7 @@ def _changed(layer: int, piece: Piece, previous: str | None) -> np.ndarray:
     assert previous is not None, "layer > 1 reads the previous layer's rows"
     ids = previous_rows(previous, piece, with_h=False)
     rows, found = piece.new.id_index.lookup(ids.column("id").to_numpy())
-    return np.unique(rows[found])
+    return npsets.unique(rows[found])
 
 
 def _layer_sides(ctx: RunContext, layer: int, piece: Piece, values: dict | None):
@@ -617,7 +617,7 @@ def _read_values(ctx: RunContext, layer: int, piece: Piece, plan, values: dict, 
     reads: stored states and h^(l-1) before the update from the old store's row files, h^(l-1)
     after it from layer l-1's recomputed rows (previous_rows, with h) where the vertex
     was recomputed, else from the store (unchanged). Returns how many values it read."""
-    wanted = {kind: np.unique(ids) for kind, ids in _wanted(layer, piece, plan)}
+    wanted = {kind: npsets.unique(ids) for kind, ids in _wanted(layer, piece, plan)}
     where = f"partition {piece.part}"
     state = ctx.layer_rows(layer)
     values[STATE] = SortedTable(

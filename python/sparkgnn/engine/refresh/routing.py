@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from sparkgnn import files
+from sparkgnn import files, npsets
 from sparkgnn.engine.refresh.rundir import RunContext, read_slice, vertex_schema
 from sparkgnn.errors import GraphUpdateError
 from sparkgnn.graph.updates import KINDS, UPDATE_SCHEMA
@@ -94,8 +94,8 @@ def route_update(ctx: RunContext, part: int, held: np.ndarray) -> tuple[pa.Table
     P = ctx.partitions
     edge_here = edge & np.where(dst_valid, owner_partition(dst, P) == part, part == 0)
     src = table.column("src").filter(pa.array(edge_here)).drop_null().to_numpy()
-    extra = np.setdiff1d(np.unique(src), held)
-    holds = np.union1d(held, extra)
+    extra = npsets.setdiff(npsets.unique(src), held)
+    holds = npsets.union(held, extra)
     vertex = vertex_kind & node_valid
     owner = owner_partition(node, P) == part
     vertex_here = vertex & (owner | np.isin(node, holds))
@@ -145,7 +145,7 @@ def owner_rows(ctx: RunContext, ids: np.ndarray) -> tuple[np.ndarray, pa.Table]:
     found = np.zeros(len(ids), bool)
     positions = np.zeros(len(ids), np.int64)
     tables = {}
-    for q in np.unique(owners):
+    for q in npsets.unique(owners):
         at = np.flatnonzero(owners == q)
         owned_ids, table = _owned_table(ctx, int(q))
         pos = np.minimum(np.searchsorted(owned_ids, ids[at]), max(len(owned_ids) - 1, 0))

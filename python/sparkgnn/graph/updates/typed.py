@@ -32,6 +32,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from sparkgnn import npsets
 from sparkgnn.errors import GraphUpdateError, OutputError
 from sparkgnn.graph import checks, layout
 from sparkgnn.graph.data import GraphData
@@ -264,7 +265,7 @@ def _apply_relation(
         edge_attr=attr,
     )
     lost = new_rows[d][old_dst[removed]]
-    return edges, np.unique(np.concatenate([lost[lost >= 0], inserted_dst]))
+    return edges, npsets.unique(np.concatenate([lost[lost >= 0], inserted_dst]))
 
 
 def _or_empty(values: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray:

@@ -35,6 +35,7 @@ import msgspec
 import numpy as np
 import torch
 
+from sparkgnn import npsets
 from sparkgnn.decoders.relational import RelationalDecoder
 from sparkgnn.errors import SparkGNNError
 from sparkgnn.serving.online.bodies import INT64, AnswerBody, BodyError, NodeBody, _decode, request_of
@@ -238,7 +239,7 @@ class LinkService:
         elif parsed.relation is not None:
             raise BodyError(f"the {decoder.kind} decoder takes no relation; drop relation")
         sources = np.asarray(parsed.sources, np.int64)
-        if len(np.unique(sources)) != len(sources):
+        if len(npsets.unique(sources)) != len(sources):
             raise BodyError("the request body: sources names an id twice")
         return sources, int(parsed.k), relation
 
@@ -253,7 +254,7 @@ def _relations(decoder, values) -> np.ndarray:
 def _check_ends(ends: np.ndarray, query_ids: np.ndarray, served: _Served) -> None:
     """Refuse ids that are neither a query node of the body nor a vertex of the served graph."""
     _, found = served.facts.id_index.lookup(ends)
-    unknown = np.unique(ends[~found & ~np.isin(ends, query_ids)])
+    unknown = npsets.unique(ends[~found & ~np.isin(ends, query_ids)])
     if len(unknown):
         shown = ", ".join(str(int(v)) for v in unknown[:5])
         raise BodyError(
