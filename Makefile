@@ -72,7 +72,7 @@ demo: venv jar
 	$(PY) examples/train_cora_sage.py --graph $(DEMO_DATA)/cora --model-out $(DEMO_DATA)/models/cora_sage
 	$(VENV)/bin/spark-submit --master 'local[2]' --driver-memory 2g --jars $(JAR) \
 		--conf spark.ui.showConsoleProgress=false --conf spark.driver.host=127.0.0.1 --conf spark.ui.enabled=false \
-		--conf spark.shuffle.compress=false \
+		--conf spark.shuffle.compress=false --conf spark.python.daemon.module=sparkgnn.pydaemon \
 		--driver-java-options "-Dlog4j.configurationFile=spark_jobs/log4j2.properties $$($(PY) -c 'from sparkgnn.engine.cds import java_options; print(java_options())')" \
 		spark_jobs/batch_inference.py --graph $(DEMO_DATA)/cora --model $(DEMO_DATA)/models/cora_sage \
 		--out $(DEMO_DATA)/out/cora_pred --overwrite --work-dir $(DEMO_DATA)/work --explain

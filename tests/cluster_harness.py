@@ -34,7 +34,8 @@ MASTER = "local-cluster[2,1,1024]"
 # gives every test driver (C1 only, one GC thread): on a 2-core machine C2's compiler threads and
 # G1's parallel workers were half the CPU a job's JVMs burned, and executors were slow to register
 # while another test ran beside them. What the jobs compute is the same.
-# The executors run Spark's class path, so they map the class-data archive too (engine.cds).
+# The executors run Spark's class path, so they map the class-data archive too (engine.cds), and
+# fork their Python workers from sparkgnn's daemon, as a local session does (sparkgnn.pydaemon).
 JAVA_OPTIONS = f"-XX:TieredStopAtLevel=1 -XX:+UseSerialGC {cds.java_options()}".strip()
 CLUSTER_CONF = {
     "spark.ui.enabled": "false",
@@ -42,6 +43,7 @@ CLUSTER_CONF = {
     "spark.sql.shuffle.partitions": "4",
     "spark.driver.extraJavaOptions": JAVA_OPTIONS,
     "spark.executor.extraJavaOptions": JAVA_OPTIONS,
+    "spark.python.daemon.module": "sparkgnn.pydaemon",
 }
 
 

@@ -22,6 +22,11 @@ REQUIRED_CONF = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
 }
 
+#: The Spark setting that names the module Python workers are forked from, and the variable that
+#: turns sparkgnn's (sparkgnn.pydaemon) off for local sessions.
+DAEMON_KEY = "spark.python.daemon.module"
+PYDAEMON_ENV = "SPARKGNN_PYDAEMON"
+
 LOCAL_CONF = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
@@ -30,6 +35,8 @@ LOCAL_CONF = {
     "spark.sql.shuffle.partitions": "4",
     "spark.driver.memory": "4g",
     "spark.python.worker.reuse": "true",
+    # Python workers forked from a daemon that imported torch and the task modules (sparkgnn.pydaemon)
+    DAEMON_KEY: "sparkgnn.pydaemon",
     "spark.sql.execution.arrow.maxRecordsPerBatch": "20000",
     # Rows are mostly packed float32 vectors, which lz4 barely shrinks; on one machine compressing
     # them only costs CPU (measured: a 200K/2M/128 replicate layer 5.4 s -> 2.9 s without it).
@@ -51,7 +58,7 @@ def local_session(app_name: str = "sparkgnn", cores: int | str = "*", extra_conf
     from sparkgnn.engine.jvm import session_conf
 
     builder = SparkSession.builder.master(f"local[{cores}]").appName(app_name)
-    conf = {**LOCAL_CONF, **REQUIRED_CONF, **(extra_conf or {})}
+    conf = local_conf(extra_conf)
     conf.update(session_conf(conf.get("spark.jars")))  # the sparkgnn JVM jar, when built (engine.jvm)
     for key, value in conf.items():
         builder = builder.config(key, value)
@@ -59,6 +66,16 @@ def local_session(app_name: str = "sparkgnn", cores: int | str = "*", extra_conf
         spark = builder.getOrCreate()
     spark_compat.set_log_level(spark, "ERROR")
     return spark
+
+
+def local_conf(extra_conf: dict | None = None) -> dict:
+    """The settings of a local session: LOCAL_CONF and REQUIRED_CONF, then `extra_conf`. With
+    $SPARKGNN_PYDAEMON=off (and no daemon in `extra_conf`) the workers fork from pyspark's plain
+    daemon instead of sparkgnn.pydaemon."""
+    conf = {**LOCAL_CONF, **REQUIRED_CONF}
+    if os.environ.get(PYDAEMON_ENV, "").strip().lower() == "off":
+        del conf[DAEMON_KEY]
+    return {**conf, **(extra_conf or {})}
 
 
 def job_session(app_name: str):
