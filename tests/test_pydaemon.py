@@ -22,6 +22,7 @@ def test_workers_fork_from_sparkgnns_daemon_with_the_task_modules_imported_and_f
             parent = fh.read().replace(b"\0", b" ").decode()
         facts = {
             "parent": [parent],
+            "pyspark": [worker_sys.modules["pyspark"].__file__],
             "torch": ["torch" in worker_sys.modules],
             "steps": ["sparkgnn.engine.steps" in worker_sys.modules],
             "frozen": [gc.get_freeze_count()],
@@ -32,11 +33,12 @@ def test_workers_fork_from_sparkgnns_daemon_with_the_task_modules_imported_and_f
 
     rows = (
         spark.range(2, numPartitions=2)
-        .mapInArrow(_worker_facts, "parent string, torch boolean, steps boolean, frozen long")
+        .mapInArrow(_worker_facts, "parent string, pyspark string, torch boolean, steps boolean, frozen long")
         .collect()
     )
     assert rows and all("sparkgnn.pydaemon" in r.parent for r in rows), [r.parent for r in rows]
     assert all(r.torch and r.steps for r in rows)
+    assert all(".zip" not in r.pyspark for r in rows), [r.pyspark for r in rows]  # the installed package's bytecode
     assert all(r.frozen > 10_000 for r in rows)  # torch's objects, at least
 
 
@@ -60,3 +62,20 @@ def test_importing_the_daemon_module_imports_neither_pyspark_nor_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.split() == ["0", "False", "False"]
+
+
+def test_an_installed_pysparks_own_zip_goes_last_and_any_other_zip_keeps_its_place(tmp_path):
+    from sparkgnn.pydaemon import prefer_installed_pyspark
+
+    site = tmp_path / "site"
+    lib = site / "pyspark" / "python" / "lib"
+    lib.mkdir(parents=True)
+    (site / "pyspark" / "__init__.py").write_text("")
+    own = str(lib / "pyspark.zip")
+    py4j = str(lib / "py4j-0.10.9.9-src.zip")
+    assert prefer_installed_pyspark([own, py4j, "/x", str(site)]) == [py4j, "/x", str(site), own]
+    # the package's folder not on the path: the zip is what the workers import, left first
+    assert prefer_installed_pyspark([own, "/x"]) == [own, "/x"]
+    # a Spark distribution's zip (SPARK_HOME elsewhere): its version is the JVM's, kept first
+    other = str(tmp_path / "spark-4.3.0" / "python" / "lib" / "pyspark.zip")
+    assert prefer_installed_pyspark([other, str(site)]) == [other, str(site)]
