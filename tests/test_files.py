@@ -1,6 +1,10 @@
-"""sparkgnn.files: paths as every process of a cluster sees them."""
+"""sparkgnn.files: paths as every process of a cluster sees them; Parquet row groups dealt to readers."""
 
 import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from sparkgnn.files import absolute
 
@@ -37,3 +41,25 @@ def test_a_graph_loaded_from_a_relative_path_records_it_absolute(spark, tmp_path
     monkeypatch.chdir(tmp_path)
     graph = Graph.load(spark, "g")
     assert graph.path == str(tmp_path / "g")
+
+
+def test_readers_are_dealt_row_groups_so_one_file_is_read_by_every_reader(tmp_path):
+    from sparkgnn.files import dealt_batches
+
+    files = []
+    for number, rows in enumerate((1000, 250)):  # 4 row groups, then 1
+        path = str(tmp_path / f"part-{number}.parquet")
+        start = number * 10_000
+        pq.write_table(
+            pa.table({"src": np.arange(start, start + rows), "dst": np.zeros(rows, np.int64)}), path, row_group_size=250
+        )
+        files.append(path)
+    shares = [
+        np.concatenate([b.column("src").to_numpy() for b in dealt_batches(files, ["src"], reader, 3, 100)])
+        for reader in range(3)
+    ]
+    assert [len(share) for share in shares] == [500, 500, 250]  # groups 0,3 / 1,4 / 2
+    every = np.sort(np.concatenate(shares))
+    np.testing.assert_array_equal(every, np.r_[np.arange(1000), np.arange(10_000, 10_250)])
+    assert list(dealt_batches(files, ["src"], 0, 9, 100))  # more readers than groups: the first ones read
+    assert not list(dealt_batches(files, ["src"], 7, 9, 100))

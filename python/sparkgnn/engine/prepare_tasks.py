@@ -7,7 +7,7 @@ degrees, a distinct for out_targets; docs/ARCHITECTURE.md has the figures). The 
 from two passes of numpy over the edge files, with ownership from the same hash
 (routing.owner_partition, a port of Spark's pmod(hash(id), P)):
 
-1. edges: reader task i of P reads edge files i::P and writes, for every partition q, the edges
+1. edges: reader task i of P reads the edge files' row groups i::P and writes, for every partition q, the edges
    whose destination q owns as `in_edges/part=q/part-<run>-r<i>.parquet`.
 2. partitions: task q reads in_edges/part=q (every in-edge of its vertices, complete after pass 1)
    and the ids of the vertex files, and writes `vertices/part=q` (id, the statistics of
@@ -62,7 +62,7 @@ from sparkgnn.engine.phases import phase
 from sparkgnn.engine.routing import FILES_SCHEMA_DDL, owner_partition
 from sparkgnn.engine.spark_compat import default_parallelism
 from sparkgnn.errors import SparkGNNError
-from sparkgnn.files import data_files, filesystem, is_local, join, parquet_batches
+from sparkgnn.files import data_files, dealt_batches, filesystem, is_local, join, parquet_batches
 from sparkgnn.graph import scan_facts
 from sparkgnn.graph.layout import EDGE_ATTR, EDGES_DIR, VERTICES_DIR
 from sparkgnn.graph.scan_facts import ScanPartial, ScanTotals
@@ -148,28 +148,27 @@ def _edges_reader(prep_dir, files, maps, partitions, token, has_weight, attr_dim
     columns = ["src", "dst"] + (["weight"] if has_weight else []) + ([EDGE_ATTR] if attr_dim else [])
     pieces: dict[int, list[tuple]] = {q: [] for q in range(partitions)}
     partial = ScanPartial() if scan else None
-    for path in files[reader::partitions]:
-        for batch in parquet_batches(path, columns, READ_BATCH_ROWS):
-            if partial is not None and partial.null_endpoints(batch):
-                continue  # counted; the graph is refused before anything reads these slices
-            src = batch.column("src").to_numpy().astype(np.int64, copy=False)
-            dst = batch.column("dst").to_numpy().astype(np.int64, copy=False)
-            w = (
-                batch.column("weight").to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
-                if has_weight
-                else np.ones(len(src), np.float32)
-            )
-            if partial is not None:
-                partial.add_edges(src, dst, w if has_weight else None)
-            src, dst = maps[0].apply(src), maps[1].apply(dst)
-            attr = to_numpy_matrix(batch.column(EDGE_ATTR), attr_dim) if attr_dim else None
-            pd = owner_partition(dst, partitions)
-            order = np.argsort(pd, kind="stable")
-            bounds = np.searchsorted(pd[order], np.arange(partitions + 1))
-            for q in range(partitions):
-                take = order[bounds[q] : bounds[q + 1]]
-                if len(take):
-                    pieces[q].append((src[take], dst[take], w[take], None if attr is None else attr[take]))
+    for batch in dealt_batches(files, columns, reader, partitions, READ_BATCH_ROWS):
+        if partial is not None and partial.null_endpoints(batch):
+            continue  # counted; the graph is refused before anything reads these slices
+        src = batch.column("src").to_numpy().astype(np.int64, copy=False)
+        dst = batch.column("dst").to_numpy().astype(np.int64, copy=False)
+        w = (
+            batch.column("weight").to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
+            if has_weight
+            else np.ones(len(src), np.float32)
+        )
+        if partial is not None:
+            partial.add_edges(src, dst, w if has_weight else None)
+        src, dst = maps[0].apply(src), maps[1].apply(dst)
+        attr = to_numpy_matrix(batch.column(EDGE_ATTR), attr_dim) if attr_dim else None
+        pd = owner_partition(dst, partitions)
+        order = np.argsort(pd, kind="stable")
+        bounds = np.searchsorted(pd[order], np.arange(partitions + 1))
+        for q in range(partitions):
+            take = order[bounds[q] : bounds[q + 1]]
+            if len(take):
+                pieces[q].append((src[take], dst[take], w[take], None if attr is None else attr[take]))
     rows = written = 0
     for q, parts in pieces.items():
         if not parts:
@@ -197,7 +196,7 @@ def _edges_reader(prep_dir, files, maps, partitions, token, has_weight, attr_dim
 
 def _vertex_share(vertex_files: list[str], reader: int, partitions: int) -> list[str]:
     """The vertex files reader `reader` scans: dealt from the last reader backwards, so a graph of
-    fewer files than readers has its edge files and its vertex files read by different tasks."""
+    fewer row groups of edges than readers has its edges and its vertex files read by different tasks."""
     return [path for j, path in enumerate(vertex_files) if (partitions - 1 - j) % partitions == reader]
 
 
