@@ -121,14 +121,18 @@ def row_files(graph) -> RowFiles | None:
 
 
 def _write_piece(directory: str, name: str, table: pa.Table) -> int:
-    """One Parquet file (temp + rename); an empty slice writes nothing (as Spark's writer)."""
+    """One Parquet file (temp + rename); an empty slice writes nothing (as Spark's writer).
+    Uncompressed, without dictionaries: a layout is the work dir's own, on a local disk, read by
+    this preparation's next pass and the steps' local indexes, where snappy and the dictionary
+    pass only cost CPU (4M edges: written in 0.09 s against 0.40 s, read in 0.04 s against 0.10 s,
+    at twice the bytes)."""
     if not table.num_rows:
         return 0
     fs, inner = filesystem(directory)
     fs.create_dir(inner, recursive=True)
     temporary = join(inner, f".{name}.tmp")
     with fs.open_output_stream(temporary) as sink:
-        pq.write_table(table, sink, compression="snappy")
+        pq.write_table(table, sink, compression="none", use_dictionary=False)
     fs.move(temporary, join(inner, name))
     return fs.get_file_info(join(inner, name)).size
 

@@ -57,13 +57,6 @@ def metrics_key(name: str) -> str:
     return layout.metrics_key(name)
 
 
-def _float_list(kind) -> bool:
-    """Whether the Arrow type `kind` is a (fixed-size) list of floats, e.g. an h or state column."""
-    import pyarrow as pa
-
-    return (pa.types.is_list(kind) or pa.types.is_fixed_size_list(kind)) and pa.types.is_floating(kind.value_type)
-
-
 def _token(manifest: dict | None):
     return (manifest or {}).get(COMMIT_KEY)
 
@@ -505,13 +498,12 @@ class PEWriter:
         """An in-memory Arrow table as one Parquet file of `folder` (the no-Spark commit path)."""
         import pyarrow.parquet as pq
 
+        from sparkgnn.arrowvec import dictionary_columns
+
         files.makedirs(folder)
         fs, inner = files.filesystem(files.join(folder, "part-00000.parquet"))
-        # no dictionary for float list columns (embeddings, states): their values hardly repeat, so
-        # the dictionary pass is wasted work (several times the rest of the write) and falls back
-        dictionary = [f.name for f in table.schema if not _float_list(f.type)]
-        with fs.open_output_stream(inner) as sink:
-            pq.write_table(table, sink, use_dictionary=dictionary)
+        with fs.open_output_stream(inner) as sink:  # no dictionary for vector columns (arrowvec)
+            pq.write_table(table, sink, use_dictionary=dictionary_columns(table.schema))
         return int(table.num_rows)
 
     def commit_metrics(self, metrics: dict) -> None:

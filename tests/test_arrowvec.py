@@ -1,0 +1,30 @@
+"""sparkgnn.arrowvec: float vectors in Arrow columns; which columns Parquet dictionary-encodes."""
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sparkgnn.arrowvec import dictionary_columns, is_float_list, to_fixed_list, to_list, to_numpy_matrix
+
+
+def test_vector_columns_are_the_float_lists_and_are_written_without_a_dictionary(tmp_path):
+    h = np.arange(12, dtype=np.float32).reshape(4, 3)
+    table = pa.table(
+        {
+            "id": pa.array([4, 1, 3, 2], pa.int64()),
+            "h": to_list(h),
+            "a": to_fixed_list(h),
+            "tags": pa.array([[1], [2], [3], [4]], pa.list_(pa.int32())),
+            "pred": pa.array([0, 1, 0, 1], pa.int64()),
+        }
+    )
+    assert [is_float_list(f.type) for f in table.schema] == [False, True, True, False, False]
+    assert dictionary_columns(table.schema) == ["id", "tags", "pred"]
+    path = tmp_path / "t.parquet"
+    pq.write_table(table, path, use_dictionary=dictionary_columns(table.schema))
+    back = pq.read_table(path)
+    np.testing.assert_array_equal(to_numpy_matrix(back.column("h")), h)
+    meta = pq.ParquetFile(path).metadata.row_group(0)
+    encodings = {meta.column(i).path_in_schema: meta.column(i).encodings for i in range(meta.num_columns)}
+    assert not any("DICTIONARY" in e for e in encodings["h.list.element"])
+    assert any("DICTIONARY" in e for e in encodings["id"])
