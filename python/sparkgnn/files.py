@@ -80,7 +80,7 @@ def dealt_batches(files: list[str], columns: list[str], reader: int, readers: in
     groups of `files`, numbered file by file, whose number is `reader` modulo `readers` (only
     `columns`). WHY row groups, not whole files: a graph written as one file (as most are below a
     few million rows a file) was read by one task while the other cores waited (prepare's first
-    pass, the feature scan); every reader opens each footer instead, a small read."""
+    pass); every reader opens each footer instead, a small read."""
     unit = 0
     for path in files:
         fs, inner = filesystem(path)

@@ -43,7 +43,7 @@ from sparkgnn.engine.routing import FILES_SCHEMA_DDL
 from sparkgnn.engine.run_dir import RunDir
 from sparkgnn.engine.spark_compat import driver_is_here
 from sparkgnn.errors import SparkGNNError
-from sparkgnn.files import dealt_batches, filesystem, is_local, join
+from sparkgnn.files import filesystem, is_local, join, parquet_batches
 
 
 class ExchangeError(SparkGNNError, RuntimeError):
@@ -120,18 +120,18 @@ SCAN_BATCH_ROWS = 32768
 
 
 def scan_vertex_files(step_dir: str, files: list[str], partitions: int, keys, reader: int, column: str = "x"):
-    """Task side of the feature scan: reader `reader` of P reads the vertex files' row groups
-    reader::P (files.dealt_batches: id and the feature column, batch by batch) and writes every
-    vertex's own row (kind OWN, x packed) to its owner's file. Ownership is Spark's
-    pmod(hash(id), P), computed in numpy."""
+    """Task side of the feature scan: reader `reader` of P reads the vertex files files[reader::P]
+    (id and the feature column, batch by batch) and writes every vertex's own row (kind OWN, x
+    packed) to its owner's file. Ownership is Spark's pmod(hash(id), P), computed in numpy."""
     from sparkgnn.arrowvec import pack_binary, to_numpy_matrix
     from sparkgnn.engine.routing import OWN, make_rows, owner_partition
 
     def rows():
-        for batch in dealt_batches(files, ["id", column], reader, partitions, SCAN_BATCH_ROWS):
-            ids = batch.column("id").to_numpy().astype(np.int64, copy=False)
-            vectors = pack_binary(to_numpy_matrix(batch.column(column)))
-            yield make_rows(keys, owner_partition(ids, partitions), OWN, ids, vectors)
+        for path in files[reader::partitions]:
+            for batch in parquet_batches(path, ["id", column], SCAN_BATCH_ROWS):
+                ids = batch.column("id").to_numpy().astype(np.int64, copy=False)
+                vectors = pack_binary(to_numpy_matrix(batch.column(column)))
+                yield make_rows(keys, owner_partition(ids, partitions), OWN, ids, vectors)
 
     yield from write_routed(step_dir, reader, partitions, rows())
 
