@@ -224,3 +224,9 @@ bench-gpu: venv
 .PHONY: bench-gpu-coverage
 bench-gpu-coverage: venv
 	$(PY) bench/gpu_coverage.py --out bench/results $(if $(QUICK),--quick,)
+
+# The exact top-k's tiles (linkpred/tiles.py) for every node as a source on CUDA against the CPU and
+# a naive torch brute force on the same GPU (bench/gpu_topk.py): bench/results/gpu_topk.json + png.
+.PHONY: bench-gpu-topk
+bench-gpu-topk: venv
+	$(PY) bench/gpu_topk.py --out bench/results $(if $(QUICK),--quick,)

@@ -1,14 +1,16 @@
 """Top-k candidates per node: each source's k best-scored candidates by the model's decoder.
 
     spark-submit spark_jobs/topk.py --graph DIR --model PATH --k 10 --out DIR \
-        [--sources FILE] [--candidates FILE] [--exclude-edges] [--approx] [--report JSON] [--overwrite]
+        [--sources FILE] [--candidates FILE] [--exclude-edges] [--approx | --device cuda] [--report JSON]
+        [--overwrite]
     spark-submit spark_jobs/topk.py --graph DIR --model PATH --eval HELD_OUT --out DIR \
         [--num-negatives N] [--candidates FILE] [--exclude-edges] [--report JSON]
     python spark_jobs/topk.py ...                 (creates a local session)
 
 FILE: Parquet with an `id` column (default: every vertex). Node outputs come from the batch path
 (sparkgnn.infer). Exact (default): tiles of sources x candidates across Spark tasks with a
-per-source top-k merge (sparkgnn.linkpred.topk). `--approx` (dot and cosine decoders): an HNSW
+per-source top-k merge (sparkgnn.linkpred.topk); `--device cuda` scores and selects each task's tiles
+on its GPU (a local session without one is refused before anything runs). `--approx` (dot and cosine decoders): an HNSW
 index per candidate shard (sparkgnn.linkpred.approx), built only where that costs less than exact
 scoring unless `--index always` (else the answer is exact); the job then also runs the exact top-k
 for a seeded sample of sources (--recall-sample, --seed) and logs recall@k. Ties rank the smaller
@@ -42,7 +44,7 @@ import logging
 import sys
 import time
 
-from sparkgnn.cliargs import non_negative_int, positive_int, require_inputs, run_cli
+from sparkgnn.cliargs import device_name, non_negative_int, positive_int, require_inputs, run_cli
 from sparkgnn.layers.hetero import edge_key
 from sparkgnn.logs import install_cli_handler
 from sparkgnn.outputs import check_output
@@ -63,6 +65,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--relation", action="append", default=None, help="per-relation decoders: rank for this relation (repeatable)"
     )
     parser.add_argument("--approx", action="store_true", help="approximate top-k through a vector index")
+    parser.add_argument(
+        "--device",
+        type=device_name,
+        default="cpu",
+        help="where the exact top-k scores its tiles: cpu, cuda or cuda:i (each task's GPU)",
+    )
     parser.add_argument("--ef-search", type=positive_int, default=128, help="--approx: HNSW search list length")
     parser.add_argument(
         "--index",
@@ -93,6 +101,8 @@ def parse_args(argv=None) -> argparse.Namespace:
             "--eval": args.eval,
         },
     )
+    if args.device != "cpu" and (args.approx or args.eval is not None):
+        parser.error(f"--device {args.device} scores the exact top-k; --approx and --eval run on the CPU")
     if args.eval is None:
         if args.k is None:
             parser.error("--k is required (or --eval HELD_OUT to evaluate)")
@@ -108,6 +118,19 @@ def parse_args(argv=None) -> argparse.Namespace:
                 "--eval takes its sources from the held-out edges and reports hits@1/10/50; drop --sources/--k"
             )
     return args
+
+
+def check_local_device(spark, device: str) -> None:
+    """A local session's tasks run on this machine: a CUDA device it lacks is refused here, in one
+    line, before anything runs (a cluster's executors answer for themselves, tiles.resolve_device)."""
+    from sparkgnn.linkpred.pairs import PairsError
+    from sparkgnn.linkpred.tiles import resolve_device
+
+    if device != "cpu" and spark.sparkContext.master.startswith("local"):
+        try:
+            resolve_device(device)
+        except ValueError as e:
+            raise PairsError(f"--device {device}: {e}; nothing was written") from None
 
 
 def _typed_graph(path: str) -> bool:
@@ -169,6 +192,7 @@ def _run(args) -> int:
         raise PairsError(f"--model {args.model}: {e}") from None
     started = time.perf_counter()
     spark = job_session("sparkgnn-topk")
+    check_local_device(spark, args.device)
     graph = Graph.load(spark, args.graph)
     sides = {}
     for flag, path in (("--sources", args.sources), ("--candidates", args.candidates)):
@@ -224,6 +248,7 @@ def _run_typed(args) -> int:
         raise PairsError("--eval takes each held-out edge's relation from its relation column; drop --relation")
     started = time.perf_counter()
     spark = job_session("sparkgnn-topk")
+    check_local_device(spark, args.device)
     graph = load_typed_graph(spark, args.graph, model)
     node_types, edge_types = graph.metadata()
     cand_type, cand_ids = None, None
@@ -330,7 +355,16 @@ def _typed_topk(spark, args, nodes, decoders, sources, excludes, common) -> dict
     params = IndexParams(ef_search=args.ef_search, when=args.index)
     frames = [
         relation_topk_frame(
-            nodes, e, dec, args.k, sources=sources, exclude=excludes[e], approx=args.approx, params=params, **common
+            nodes,
+            e,
+            dec,
+            args.k,
+            sources=sources,
+            exclude=excludes[e],
+            approx=args.approx,
+            params=params,
+            device=args.device,
+            **common,
         )
         for e, dec in decoders.items()
     ]
@@ -411,12 +445,12 @@ def _topk(spark, args, nodes, decoder, sides, exclude, partitions, relations) ->
         "partitions": partitions,
     }
     if relations:
-        result = per_relation_topk_frame(nodes, decoder, args.k, relations, **options)
+        result = per_relation_topk_frame(nodes, decoder, args.k, relations, device=args.device, **options)
     elif args.approx:
         params = IndexParams(ef_search=args.ef_search, when=args.index)
         result = approx_topk_frame(nodes, decoder, args.k, params=params, **options)
     else:
-        result = topk_frame(nodes, decoder, args.k, **options)
+        result = topk_frame(nodes, decoder, args.k, device=args.device, **options)
     write_parquet_staged(result, args.out)
     written = spark.read.parquet(args.out)
     rows = written.count()

@@ -12,12 +12,22 @@ Bugs (anything else) keep their traceback: hiding them would make them harder to
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Callable
 
 from sparkgnn.errors import USER_ERRORS
 
 USAGE_EXIT = 2
+DEVICE_PATTERN = re.compile(r"cpu|cuda(:\d+)?")  # where torch work may be asked to run
+
+
+def device_name(text: str) -> str:
+    """argparse type: cpu, cuda or cuda:i (checked without importing torch: whether this process
+    sees the device is the command's question, asked where the work runs)."""
+    if not DEVICE_PATTERN.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"must be cpu, cuda or cuda:i, got {text!r}")
+    return text
 
 
 def require_inputs(parser: argparse.ArgumentParser, inputs: dict) -> None:

@@ -1,10 +1,13 @@
 """linkpred/tiles.py: tile-wise top-k merged over P tiles equals a numpy brute force (ties by id)."""
 
+import itertools
+
 import numpy as np
 import pytest
 import torch
 
 from sparkgnn.decoders import build_decoder
+from sparkgnn.linkpred import tiles
 from sparkgnn.linkpred.tiles import merge_topk, pair_scores, table_topk, tile_topk
 
 K = 10
@@ -95,3 +98,78 @@ def test_tile_scored_in_row_chunks_equals_brute_force(case, monkeypatch):
     _s, _d, _sc, rank = merge_topk(src, dst, _score, K)
     expected = _brute_force(h[:25] @ h.T, ids[:25], ids, K, exclude)
     assert sorted(zip(_s.tolist(), _d.tolist(), rank.tolist(), strict=True)) == sorted(expected)
+
+
+def test_the_device_selection_keeps_what_the_host_selection_keeps():
+    """select_kept (what a GPU runs; here on CPU tensors) keeps the same (row, col, score) triples
+    as the host path: every score at least its row's k-th best, equal scores at the cut included,
+    excluded pairs never, a row whose every candidate is excluded empty."""
+    rng = np.random.default_rng(3)
+    tied = rng.integers(-3, 4, size=(40, 70)).astype(np.float32)  # many ties at the cut
+    distinct = rng.standard_normal((40, 70)).astype(np.float32)  # none: the top-k' rows
+    mixed = np.where(np.arange(40)[:, None] % 2 == 0, tied, distinct)
+    rows_ex = np.r_[rng.integers(0, 40, 50), np.full(70, 7)]  # row 7: every candidate excluded
+    cols_ex = np.r_[rng.integers(0, 70, 50), np.arange(70)]
+    for scores, keep in itertools.product((tied, distinct, mixed), (1, 5, 69, 70)):
+        host = tiles.select_kept_host(scores.copy(), keep, (rows_ex, cols_ex))
+        dev = tiles.select_kept(torch.from_numpy(scores.copy()), keep, (rows_ex, cols_ex))
+        as_set = lambda t: set(zip(t[0].tolist(), t[1].tolist(), t[2].tolist(), strict=True))  # noqa: E731
+        assert as_set(dev) == as_set(host)
+        assert 7 not in host[0].tolist()
+        assert len(host[0]) >= 39 * keep - 50  # the 50 random exclusions may each cost a row one
+
+
+def test_devices_are_named_and_a_missing_gpu_is_refused():
+    assert tiles.check_device("cuda:1") == "cuda:1"
+    for bad in ("gpu", "cuda:", "CPU", "cuda:x", None):
+        with pytest.raises(ValueError, match="device must be cpu, cuda or cuda:i"):
+            tiles.check_device(bad)
+    assert tiles.resolve_device(None).type == "cpu"
+    assert tiles.tile_budget(torch.device("cpu"), None) == tiles.TILE_SCORES
+    assert tiles.tile_budget(torch.device("cuda"), None) == tiles.DEVICE_TILE_SCORES
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="top-k on cuda asked for, but this process sees no CUDA device"):
+            tiles.resolve_device("cuda")
+        with pytest.raises(ValueError, match="sees no CUDA device"):
+            table_topk(build_decoder({"kind": "dot"}), np.arange(2), np.ones((2, 3), np.float32),
+                       np.arange(4), np.ones((4, 3), np.float32), 2, device="cuda")  # fmt: skip
+
+
+@pytest.mark.parametrize("tile_scores", [None, 60 * 7])
+def test_the_device_path_run_on_cpu_tensors_equals_the_host_path(case, monkeypatch, tile_scores):
+    """The GPU's code path (tensors, selection by select_kept, the candidates sent once and reused,
+    by default one whole tile) run on CPU tensors: the host path's answer exactly."""
+    ids, h = case
+    order = np.argsort(ids)
+    cand_ids, cands = ids[order], h[order]
+    ex = (ids[:30], cand_ids[:30])
+    decoder = build_decoder({"kind": "dot"})
+    host = [table_topk(decoder, ids[i : i + 20], h[i : i + 20], cand_ids, cands, K, ex) for i in (0, 20)]
+    monkeypatch.setattr(tiles, "DEVICE_PATH_ON_CPU", True)
+    monkeypatch.setattr(tiles, "DEVICE_TILE_SCORES", 50 * 20)  # 20 sources: chunks of 2 sources
+    dev = [
+        table_topk(decoder, ids[i : i + 20], h[i : i + 20], cand_ids, cands, K, ex, tile_scores=tile_scores)
+        for i in (0, 20)
+    ]
+    assert tiles._device_copy and tiles._device_copy[0] is cands  # the second slice reused the first's copy
+    for a, b in zip(host, dev, strict=True):
+        for x, y in zip(a, b, strict=True):
+            assert np.array_equal(x, y)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize(
+    "config", [{"kind": "dot"}, {"kind": "mlp", "combine": "hadamard", "head": [], "reduce": "sum"}]
+)
+def test_table_topk_on_cuda_equals_the_cpu(case, config):
+    """Small integers: every product is exact in float32 on both devices, so the answers (ties by id,
+    exclusions, tiles of 7 rows) must be identical, not merely close."""
+    ids, h = case
+    order = np.argsort(ids)
+    src_ids, sources = ids[:60], h[:60]
+    ex = (src_ids[:30], ids[order][:30])
+    decoder = build_decoder(config)
+    cpu = table_topk(decoder, src_ids, sources, ids[order], h[order], K, ex, tile_scores=60 * 7)
+    gpu = table_topk(decoder, src_ids, sources, ids[order], h[order], K, ex, tile_scores=60 * 7, device="cuda")
+    for a, b in zip(cpu, gpu, strict=True):
+        assert np.array_equal(a, b)

@@ -2,10 +2,13 @@
 excluded, P = 3 source blocks x 3 candidate tiles) equals a numpy brute force on PyG's embeddings;
 k <= 0 is refused."""
 
+import os
+
 import numpy as np
 import pandas as pd
 import pytest
 import topk
+import torch
 from linkpred_helpers import RELATIONS, pyg_embeddings
 
 from sparkgnn.linkpred.topk import check_k
@@ -41,6 +44,24 @@ def test_k_must_be_positive(capsys):
     with pytest.raises(SystemExit):
         topk.parse_args(["--graph", ".", "--model", ".", "--k", "0", "--out", "x"])
     assert "--k: must be >= 1" in capsys.readouterr().err
+
+
+def test_device_flag_is_checked_before_anything_runs(spark, linkpred_case, capsys):
+    """--device: a name topk can use, the exact path only, and (local session) a GPU this machine
+    has; each refusal is one line, exit 2, and nothing written."""
+    root, graph, _data, _encoder, models = linkpred_case
+    argv = ["--graph", graph, "--model", models["dot"][1], "--k", "3", "--out", str(root / "dev_out")]
+    with pytest.raises(SystemExit):
+        topk.parse_args([*argv, "--device", "gpu"])
+    assert "--device: must be cpu, cuda or cuda:i, got 'gpu'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        topk.parse_args([*argv, "--device", "cuda", "--approx"])
+    assert "--device cuda scores the exact top-k; --approx and --eval run on the CPU" in capsys.readouterr().err
+    if not torch.cuda.is_available():
+        assert topk.main([*argv, "--device", "cuda:0"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "--device cuda:0: top-k on cuda:0 asked for, but this process sees no CUDA" in err[0]
+        assert not os.path.exists(root / "dev_out")
 
 
 def test_topk_per_relation_equals_brute_force(spark, linkpred_case):

@@ -47,7 +47,7 @@ from sparkgnn.decoders import Decoder, RelationalDecoder
 from sparkgnn.linkpred.arrays import ids, matrix
 from sparkgnn.linkpred.payload import DecoderPayload
 from sparkgnn.linkpred.scoring import BROADCAST_BYTES
-from sparkgnn.linkpred.tiles import merge_topk, table_topk, tile_topk
+from sparkgnn.linkpred.tiles import check_device, merge_topk, table_topk, tile_topk
 
 if TYPE_CHECKING:  # pyspark is imported inside functions only (docs/ARCHITECTURE.md)
     from pyspark.broadcast import Broadcast
@@ -232,14 +232,17 @@ def topk_frame(
     partitions: int = 2,
     block_bytes: int = BLOCK_BYTES,
     broadcast_bytes: int = BROADCAST_BYTES,
+    device: str = "cpu",
 ) -> DataFrame:
     """Exact top-k (module doc). `sources` / `candidates`: `id` frames restricting each side (None:
     every node); `exclude`: (src, dst) pairs never returned; `partitions`: the fewest source blocks
     and candidate tiles each (more where one would exceed `block_bytes`, see block_count) and the
     merge's partitions; the units of work (blocks x tiles) spread over at least partitions^2 tasks.
     Candidates of at most `broadcast_bytes` take the broadcast path instead (module doc), the
-    sources then in at least `partitions` tasks."""
+    sources then in at least `partitions` tasks. `device`: where the tasks score and select
+    ("cuda": each task's tiles on its GPU, tiles.py; a task that sees none fails naming it)."""
     k = check_k(k)
+    device = check_device(device)
     if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
         raise ValueError(f"partitions must be an integer >= 1, got {partitions!r}")
     payload = DecoderPayload.of(decoder)
@@ -247,7 +250,7 @@ def topk_frame(
     c_shape = output_shape(cand_nodes)
     shared = share_outputs(cand_nodes, c_shape, broadcast_bytes=broadcast_bytes)
     if shared is not None:
-        return broadcast_topk(shared, source_rows(src_nodes, exclude, partitions), payload, k)
+        return broadcast_topk(shared, source_rows(src_nodes, exclude, partitions), payload, k, device=device)
     log.info(
         f"topk: {c_shape[0]:,} candidate outputs ({outputs_bytes(c_shape) >> 20} MiB) exceed the broadcast budget "
         f"({broadcast_bytes >> 20} MiB) or the session has no broadcast: source blocks x candidate tiles"
@@ -267,7 +270,7 @@ def topk_frame(
         for batch in batches:
             for i in range(len(batch)):
                 src_ids, srcs, cand_ids, cands, excl = _unit(batch, i, excluding)
-                src, dst, score = tile_topk(built, src_ids, srcs, cand_ids, cands, k, excl)
+                src, dst, score = tile_topk(built, src_ids, srcs, cand_ids, cands, k, excl, device=device)
                 yield pa.RecordBatch.from_arrays(
                     [pa.array(src), pa.array(dst), pa.array(score, pa.float32())], names=["src", "dst", "score"]
                 )
@@ -298,15 +301,25 @@ def map_source_slices(
     return rows.mapInArrow(run, schema)
 
 
-def broadcast_topk(shared: Broadcast, rows: DataFrame, payload: DecoderPayload, k: int) -> DataFrame:
+def broadcast_topk(
+    shared: Broadcast, rows: DataFrame, payload: DecoderPayload, k: int, *, device: str = "cpu"
+) -> DataFrame:
     """TOPK_SCHEMA of every source in `rows` (source_rows) against every candidate of the broadcast
     NodeTable `shared`: each task streams its sources' Arrow batches past the candidates
-    (tiles.table_topk; map_source_slices), so a source's final list is made in one task (no partial
-    lists, no merge shuffle) and nothing larger than one Arrow batch of sources moves in Spark."""
+    (tiles.table_topk on `device`; map_source_slices), so a source's final list is made in one task
+    (no partial lists, no merge shuffle) and nothing larger than one Arrow batch of sources moves in
+    Spark."""
 
     def answer(built, table, part: pa.RecordBatch) -> pa.RecordBatch:
         src, dst, raw, rank = table_topk(
-            built, ids(part.column("id")), matrix(part.column("h")), table.ids, table.h, k, batch_exclusions(part)
+            built,
+            ids(part.column("id")),
+            matrix(part.column("h")),
+            table.ids,
+            table.h,
+            k,
+            batch_exclusions(part),
+            device=device,
         )
         score = built.apply_final(torch.from_numpy(raw)).numpy().astype(np.float32)
         return pa.RecordBatch.from_arrays(

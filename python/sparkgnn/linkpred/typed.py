@@ -288,12 +288,14 @@ def relation_topk_frame(
     partitions: int = 2,
     approx: bool = False,
     params: Any = None,
+    device: str = "cpu",
 ) -> DataFrame:
     """(src, relation, dst, score, rank) of each source's k best candidates for `edge_type`: the
     homogeneous exact (or approximate) top-k over the relation's mapped ids (module doc). `nodes`:
     {type: (id, h)}; `sources` / `candidates`: `id` frames of the source / destination type (None:
     every row of the type); `exclude`: (src, dst) pairs of the types' own ids never returned;
-    `decoder`: the relation's (relation_decoder)."""
+    `decoder`: the relation's (relation_decoder); `device`: where the exact top-k scores
+    (topk_frame)."""
     from pyspark.sql import functions as F
 
     from sparkgnn.linkpred.approx import IndexParams, approx_topk_frame
@@ -310,7 +312,7 @@ def relation_topk_frame(
     if approx:
         frame = approx_topk_frame(both, decoder, k, params=params or IndexParams(), **options)
     else:
-        frame = topk_frame(both, decoder, k, **options)
+        frame = topk_frame(both, decoder, k, device=device, **options)
     return unmap(frame).withColumn(RELATION, F.lit(edge_key(edge_type))).select("src", RELATION, "dst", "score", "rank")
 
 

@@ -27,7 +27,7 @@ import argparse
 import os
 import sys
 
-from sparkgnn.cliargs import positive_int, run_cli
+from sparkgnn.cliargs import device_name, positive_int, run_cli
 from sparkgnn.files import filesystem, is_local
 from sparkgnn.heap import retain_freed_memory
 from sparkgnn.messenger import cli as messenger_cli
@@ -39,7 +39,7 @@ PROG = "sparkgnn-worker"
 def parse_args(argv=None) -> argparse.Namespace:
     p = messenger_cli.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     messenger_worker.add_common_args(p)
-    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:i")
+    p.add_argument("--device", type=device_name, default="cpu", help="cpu, cuda or cuda:i")
     p.add_argument("--model-store", required=True, help="folder of saved models, by fingerprint")
     p.add_argument(
         "--deployments",
