@@ -100,10 +100,19 @@ def test_tile_scored_in_row_chunks_equals_brute_force(case, monkeypatch):
     assert sorted(zip(_s.tolist(), _d.tolist(), rank.tolist(), strict=True)) == sorted(expected)
 
 
-def test_the_device_selection_keeps_what_the_host_selection_keeps():
-    """select_kept (what a GPU runs; here on CPU tensors) keeps the same (row, col, score) triples
-    as the host path: every score at least its row's k-th best, equal scores at the cut included,
-    excluded pairs never, a row whose every candidate is excluded empty."""
+def _mask_reference(scores: np.ndarray, keep: int, excluded) -> tuple:
+    """Every entry at least its row's keep-th best by a full sort, excluded pairs never."""
+    scores[excluded[0], excluded[1]] = -np.inf
+    kth = -np.sort(-scores, axis=1)[:, keep - 1 : keep]
+    rows, cols = np.nonzero((scores >= kth) & (scores > -np.inf))
+    return rows, cols, scores[rows, cols]
+
+
+def test_the_selection_keeps_every_score_at_the_cut():
+    """select_kept keeps the same (row, col, score) triples as a full sort's mask: every score at
+    least its row's k-th best, equal scores at the cut included (rows whose ties run past keep + 1
+    and rows without ties, in one matrix), excluded pairs never, a row whose every candidate is
+    excluded empty."""
     rng = np.random.default_rng(3)
     tied = rng.integers(-3, 4, size=(40, 70)).astype(np.float32)  # many ties at the cut
     distinct = rng.standard_normal((40, 70)).astype(np.float32)  # none: the top-k' rows
@@ -111,7 +120,7 @@ def test_the_device_selection_keeps_what_the_host_selection_keeps():
     rows_ex = np.r_[rng.integers(0, 40, 50), np.full(70, 7)]  # row 7: every candidate excluded
     cols_ex = np.r_[rng.integers(0, 70, 50), np.arange(70)]
     for scores, keep in itertools.product((tied, distinct, mixed), (1, 5, 69, 70)):
-        host = tiles.select_kept_host(scores.copy(), keep, (rows_ex, cols_ex))
+        host = _mask_reference(scores.copy(), keep, (rows_ex, cols_ex))
         dev = tiles.select_kept(torch.from_numpy(scores.copy()), keep, (rows_ex, cols_ex))
         as_set = lambda t: set(zip(t[0].tolist(), t[1].tolist(), t[2].tolist(), strict=True))  # noqa: E731
         assert as_set(dev) == as_set(host)
@@ -137,8 +146,8 @@ def test_devices_are_named_and_a_missing_gpu_is_refused():
 
 @pytest.mark.parametrize("tile_scores", [None, 60 * 7])
 def test_the_device_path_run_on_cpu_tensors_equals_the_host_path(case, monkeypatch, tile_scores):
-    """The GPU's code path (tensors, selection by select_kept, the candidates sent once and reused,
-    by default one whole tile) run on CPU tensors: the host path's answer exactly."""
+    """The GPU's code path (the decoder moved, the candidates sent once and reused, by default one
+    whole tile) run on CPU tensors: the host path's answer exactly."""
     ids, h = case
     order = np.argsort(ids)
     cand_ids, cands = ids[order], h[order]
