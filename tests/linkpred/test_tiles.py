@@ -69,11 +69,19 @@ def test_table_topk_walks_candidate_tiles_exactly(case, tile_scores):
 def test_pair_scores_match_the_decoder_row_by_row():
     g = torch.Generator().manual_seed(0)
     s, c = torch.randn(7, 5, generator=g), torch.randn(9, 5, generator=g)
-    for config in ({"kind": "cosine"}, {"kind": "mlp", "combine": "diff", "head": [], "reduce": "sum"}):
+    concat = [{"op": "linear", "in_dim": 10, "out_dim": 4, "bias": True}, {"op": "activation", "name": "relu"}]
+    for config in (
+        {"kind": "cosine"},
+        {"kind": "mlp", "combine": "diff", "head": [], "reduce": "sum"},
+        {"kind": "mlp", "combine": "concat", "head": concat, "reduce": "sum"},  # by per-node projections
+    ):
         decoder = build_decoder(config)
+        with torch.no_grad():
+            for p in decoder.parameters():
+                p.copy_(torch.randn(p.shape, generator=g))
         full = pair_scores(decoder, s.numpy(), c.numpy())
         rows = decoder.raw(s.repeat_interleave(9, 0), c.repeat(7, 1)).reshape(7, 9).numpy()
-        assert np.allclose(full, rows, atol=1e-6)
+        assert np.allclose(full, rows, rtol=1e-5, atol=1e-6)
 
 
 def test_merge_ranks_within_each_source():

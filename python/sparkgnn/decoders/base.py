@@ -58,6 +58,20 @@ class Decoder(torch.nn.Module):
         """The vectors whose inner product is the raw score (inner-product decoders only)."""
         raise ValueError(f"a {self.kind} decoder is not an inner product; it has no search vectors")
 
+    def project(self, h: Tensor) -> tuple[Tensor, Tensor] | None:
+        """(source side, destination side) per-node projections of [N, F] node outputs such that
+        `raw_projected(src_side[i], dst_side[j])` is the raw score of the pair (i, j), or None when
+        this decoder has none. WHY: a pair's work that depends on one endpoint alone is done once
+        per node instead of once per pair (an MLP on [h_s | h_d] whose first Linear splits into a
+        source and a destination half): scoring 10M pairs or a top-k over every candidate then
+        gathers and adds narrower rows instead of multiplying every pair's concatenation."""
+        return None
+
+    def raw_projected(self, src_side: Tensor, dst_side: Tensor) -> Tensor:
+        """The raw scores of pairs given their endpoints' `project` rows (decoders with projections);
+        the two broadcast against each other ([S, 1, H] and [1, C, H] score every pair: [S, C])."""
+        raise ValueError(f"a {self.kind} decoder has no per-node projections")
+
     def check_width(self, width: int, where: str = "the node outputs") -> None:
         """Refuse (ValueError, one line) node outputs of a width this decoder cannot read."""
         if self.in_dim is not None and int(width) != self.in_dim:

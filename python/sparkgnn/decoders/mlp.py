@@ -9,6 +9,7 @@ These are the MLP decoders of PyG's link-prediction examples.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from sparkgnn.decoders.base import DECODERS, Decoder
@@ -60,7 +61,25 @@ class MLPDecoder(Decoder):
             pair = h_src * h_dst
         else:
             pair = h_src - h_dst
-        out = self.head(pair)
+        return self._reduced(self.head(pair))
+
+    def project(self, h: Tensor) -> tuple[Tensor, Tensor] | None:
+        """Decoder.project for a concatenating head whose first op is a Linear: W [h_s | h_d] + b =
+        (W_s h_s + b) + W_d h_d, the two halves of W applied per node; the rest of the head runs
+        per pair on their sum (raw_projected). Float32 sums in another order than one product over
+        the concatenation: within a few ulps of `raw`. None for the other combines."""
+        first = self.head.first_linear()
+        if self.combine != "concat" or first is None or first.in_features % 2:
+            return None
+        half = first.in_features // 2
+        return F.linear(h, first.weight[:, :half], first.bias), F.linear(h, first.weight[:, half:])
+
+    def raw_projected(self, src_side: Tensor, dst_side: Tensor) -> Tensor:
+        joined = src_side + dst_side  # broadcast: [S, 1, H] + [1, C, H] scores every (s, c)
+        rows = self.head(joined.reshape(-1, joined.shape[-1]), start=1)  # the head's ops read [N, H] rows
+        return self._reduced(rows).reshape(joined.shape[:-1])
+
+    def _reduced(self, out: Tensor) -> Tensor:
         if self.reduce == "sum":
             return out.sum(dim=-1)
         if out.shape[-1] != 1:

@@ -141,10 +141,33 @@ def score_gathered(decoder: Decoder, table: NodeTable, batch: pa.RecordBatch) ->
         names.append(RELATION)
         columns.append(batch.column(RELATION))
     scores = np.zeros(0, np.float32)
-    if len(batch):
+    sides = table_projections(decoder, table) if rel is None else None
+    if len(batch) and sides is not None:  # per-node halves: gathered and added, no per-pair product
+        with torch.no_grad():
+            raw = decoder.raw_projected(torch.from_numpy(sides[0][src_rows]), torch.from_numpy(sides[1][dst_rows]))
+            scores = decoder.apply_final(raw).numpy().astype(np.float32, copy=False)
+    elif len(batch):
         h_src, h_dst = torch.from_numpy(table.h[src_rows]), torch.from_numpy(table.h[dst_rows])
         scores = decoder(h_src, h_dst, rel).numpy().astype(np.float32, copy=False)
     return pa.RecordBatch.from_arrays([*columns, pa.array(scores)], names=[*names, "score"])
+
+
+_projected: list = []  # [NodeTable, Decoder, (source side, destination side)]: the last table's
+
+
+def table_projections(decoder: Decoder, table: NodeTable) -> tuple[np.ndarray, np.ndarray] | None:
+    """The decoder's per-node projections of every row of `table` (Decoder.project), or None when
+    it has none. Made once per Python worker, table and decoder (a worker's tasks share the
+    broadcast table and the payload's built decoder), the last one kept."""
+    if _projected and _projected[0] is table and _projected[1] is decoder:
+        return _projected[2]
+    decoder.check_width(table.h.shape[1])
+    with torch.no_grad():
+        sides = decoder.project(torch.from_numpy(table.h))
+    if sides is None:
+        return None
+    _projected[:] = [table, decoder, (sides[0].numpy(), sides[1].numpy())]
+    return _projected[2]
 
 
 def score_pairs_broadcast(shared: Broadcast, pairs: DataFrame, decoder: Decoder) -> DataFrame:

@@ -80,6 +80,14 @@ def score_matrix(decoder: Decoder, s: torch.Tensor, c: torch.Tensor) -> torch.Te
         return decoder.search_vectors(s) @ decoder.search_vectors(c).T
     out = torch.empty(len(s) * len(c), dtype=torch.float32, device=s.device)
     rows = max(1, (PAIR_CHUNK if s.device.type == "cpu" else DEVICE_PAIR_CHUNK) // max(1, len(c)))
+    sides = decoder.project(s), decoder.project(c)
+    if sides[0] is not None and sides[1] is not None:  # per-node halves (Decoder.project)
+        src_side, dst_side = sides[0][0], sides[1][1]
+        for start in range(0, len(s), rows):
+            block = src_side[start : start + rows]
+            scores = decoder.raw_projected(block[:, None, :], dst_side[None, :, :])
+            out[start * len(c) : (start + len(block)) * len(c)] = scores.flatten()
+        return out.reshape(len(s), len(c))
     for start in range(0, len(s), rows):
         block = s[start : start + rows]
         left = block.repeat_interleave(len(c), dim=0)
