@@ -163,6 +163,29 @@ def test_unweighted_graph_and_a_second_refresh_extends_the_chain(graph, tmp_path
     assert_same_store(store, precompute_local(final, model, str(tmp_path / "scratch")), final.ids, 2)
 
 
+def test_the_refreshed_version_is_checked_without_its_checked_base_again(graph, tmp_path, monkeypatch):
+    """The new version lies on the old one's segments, which the refresh checked when it opened the
+    old version: its verify checks the new version's own files and trusts exactly those segments
+    (a refresh's verify used to re-read every byte of the whole chain)."""
+    from sparkgnn.pe import store as store_module
+
+    model = model_of("sage", graph.feature_dim, 2)
+    root = str(tmp_path / "store")
+    old = precompute_local(graph, model, root)
+    old_segments = store_module._segment_folders(old)
+    seen = []
+    real = store_module.damaged_parts
+
+    def spy(base, manifest, verify="checksums", trusted=frozenset()):
+        seen.append((base, frozenset(trusted)))
+        return real(base, manifest, verify, trusted)
+
+    monkeypatch.setattr(store_module, "damaged_parts", spy)
+    refreshed, _ = refresh_local(graph, random_update(graph, seed=3), model, root)
+    assert [b for b, _ in seen] == [old.base, refreshed.base]  # the old version opened, then the new one
+    assert seen[0][1] == frozenset() and seen[1][1] == old_segments and old_segments
+
+
 def test_a_refreshed_version_keeps_the_workload_metrics_recomputed_on_the_updated_graph(graph, tmp_path):
     """The degrees, PSGS and FAP tables a serving deployment routes and caches by are recomputed
     on the updated graph with the old version's options, so a refreshed version keeps them."""
