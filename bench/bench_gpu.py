@@ -568,6 +568,13 @@ def plot(result: dict, path: str) -> str | None:
         ax.set_ylabel("seconds per partition step")
         ax.set_title(f"{label} edges ({sizes[label]['own_rows']} own rows, {DIM} -> {DIM})")
         ax.legend(fontsize=8)
+    return save_figure(fig, path)
+
+
+def save_figure(fig, path: str) -> str:
+    """Lay out `fig`, write it to `path` as PNG and close it (the GPU benches' plots)."""
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

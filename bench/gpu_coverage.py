@@ -253,10 +253,7 @@ def plot(result: dict, path: str) -> str | None:
         f"the DL step per conv, one partition: {cov['own_rows']:,} own rows, {cov['edges']:,} edges, D={cov['dim']}"
     )
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return bg.save_figure(fig, path)
 
 
 def main(argv=None) -> int:

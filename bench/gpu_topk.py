@@ -217,10 +217,7 @@ def plot(result: dict, path: str) -> str | None:
         ax.set_ylabel("seconds, all-node top-10")
         ax.set_title(f"{label} candidates x {label} sources, {DIM}-d")
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return bg.save_figure(fig, path)
 
 
 def main(argv=None) -> int:
