@@ -154,8 +154,9 @@ def test_devices_are_named_and_a_missing_gpu_is_refused():
 
 @pytest.mark.parametrize("tile_scores", [None, 60 * 7])
 def test_the_device_path_run_on_cpu_tensors_equals_the_host_path(case, monkeypatch, tile_scores):
-    """The GPU's code path (the decoder moved, the candidates sent once and reused, by default one
-    whole tile) run on CPU tensors: the host path's answer exactly."""
+    """The GPU's code path (the decoder moved, by default one whole tile, the candidates given as a
+    tensor already on the device as a task passes them) run on CPU tensors: the host path's answer
+    exactly."""
     ids, h = case
     order = np.argsort(ids)
     cand_ids, cands = ids[order], h[order]
@@ -164,11 +165,11 @@ def test_the_device_path_run_on_cpu_tensors_equals_the_host_path(case, monkeypat
     host = [table_topk(decoder, ids[i : i + 20], h[i : i + 20], cand_ids, cands, K, ex) for i in (0, 20)]
     monkeypatch.setattr(tiles, "DEVICE_PATH_ON_CPU", True)
     monkeypatch.setattr(tiles, "DEVICE_TILE_SCORES", 50 * 20)  # 20 sources: chunks of 2 sources
+    on_device = torch.from_numpy(cands)
     dev = [
-        table_topk(decoder, ids[i : i + 20], h[i : i + 20], cand_ids, cands, K, ex, tile_scores=tile_scores)
-        for i in (0, 20)
+        table_topk(decoder, ids[i : i + 20], h[i : i + 20], cand_ids, c, K, ex, tile_scores=tile_scores)
+        for i, c in ((0, cands), (20, on_device))
     ]
-    assert tiles._device_copy and tiles._device_copy[0] is cands  # the second slice reused the first's copy
     for a, b in zip(host, dev, strict=True):
         for x, y in zip(a, b, strict=True):
             assert np.array_equal(x, y)

@@ -10,8 +10,9 @@ best of their own tile's candidates that rank above them, so they are among the 
 `final(raw)`.
 
 `device`: where the scores are made and selected ("cpu", "cuda", "cuda:i"). On a GPU every
-candidate is one tile, sent to the device once per candidate matrix (a task's broadcast table is
-reused by all its source slices), each chunk of sources is scored and selected there
+candidate is one tile, and a caller that scores many source slices against the same candidates
+passes them as a tensor already on the device (topk.broadcast_topk sends a task's broadcast table
+once), each chunk of sources is scored and selected there
 (select_kept), and only the kept (row, column, score) triples come back; the merge stays on the
 host. A device's float32 products sum in another order than the CPU's, so scores can differ in the
 last bits and two candidates within that distance of each other at the k-th place may swap
@@ -30,7 +31,6 @@ PAIR_CHUNK = 1 << 16  # pairs per decoder call for decoders that are not an inne
 TILE_SCORES = 1 << 24  # scores held at once by tile_topk (64 MiB of float32)
 DEVICE_TILE_SCORES = 1 << 27  # the same on a GPU (512 MiB): fewer, larger kernels
 DEVICE_PAIR_CHUNK = 1 << 20  # PAIR_CHUNK on a GPU
-_device_copy: list = []  # [host array, device, tensor]: the last candidate matrix sent to a device
 DEVICE_PATH_ON_CPU = False  # tests set it to run the GPU's code path on CPU tensors
 
 
@@ -219,18 +219,11 @@ def select_kept(
     return rows.cpu().numpy(), cols.cpu().numpy(), vals.cpu().numpy()
 
 
-def on(device: torch.device, array: np.ndarray | torch.Tensor, keep: bool = False) -> torch.Tensor:
-    """`array` as a float32 tensor on `device`. `keep`: remember this host array's copy, so the
-    next call with the same array (the next source slice against the same candidates) sends
-    nothing; one array is remembered, the last one."""
+def on(device: torch.device, array: np.ndarray | torch.Tensor) -> torch.Tensor:
+    """`array` as a float32 tensor on `device` (a tensor already there is returned as it is)."""
     if isinstance(array, torch.Tensor):
         return array.to(device)
-    if keep and _device_copy and _device_copy[0] is array and _device_copy[1] == device:
-        return _device_copy[2]
-    tensor = torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32)).to(device)
-    if keep:
-        _device_copy[:] = [array, device, tensor]
-    return tensor
+    return torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32)).to(device)
 
 
 def table_topk(
@@ -238,7 +231,7 @@ def table_topk(
     src_ids: np.ndarray,
     sources: np.ndarray,
     cand_ids: np.ndarray,
-    candidates: np.ndarray,
+    candidates: np.ndarray | torch.Tensor,
     k: int,
     exclude: tuple[np.ndarray, np.ndarray] | None = None,
     *,
@@ -262,7 +255,7 @@ def table_topk(
     rows = max(1, len(cand_ids) if whole else tile_scores // max(1, len(src_ids)))
     side: tuple[np.ndarray | torch.Tensor, np.ndarray | torch.Tensor] = (sources, candidates)
     if device_path(dev):
-        side = (on(dev, sources), on(dev, candidates, keep=True))
+        side = (on(dev, sources), on(dev, candidates))
     parts = [
         sorted_tile_topk(
             decoder,

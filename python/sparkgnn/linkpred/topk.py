@@ -47,7 +47,7 @@ from sparkgnn.decoders import Decoder, RelationalDecoder
 from sparkgnn.linkpred.arrays import ids, matrix
 from sparkgnn.linkpred.payload import DecoderPayload
 from sparkgnn.linkpred.scoring import BROADCAST_BYTES
-from sparkgnn.linkpred.tiles import check_device, merge_topk, table_topk, tile_topk
+from sparkgnn.linkpred.tiles import check_device, merge_topk, resolve_device, table_topk, tile_topk
 
 if TYPE_CHECKING:  # pyspark is imported inside functions only (docs/ARCHITECTURE.md)
     from pyspark.broadcast import Broadcast
@@ -308,15 +308,22 @@ def broadcast_topk(
     NodeTable `shared`: each task streams its sources' Arrow batches past the candidates
     (tiles.table_topk on `device`; map_source_slices), so a source's final list is made in one task
     (no partial lists, no merge shuffle) and nothing larger than one Arrow batch of sources moves in
-    Spark."""
+    Spark. On a GPU the candidates go to the device once per task: `moved` is made anew when a
+    task unpickles this closure, so the copy lives as long as the task that reads it."""
+    moved: dict = {}
 
     def answer(built, table, part: pa.RecordBatch) -> pa.RecordBatch:
+        candidates = table.h
+        if device != "cpu":
+            if "h" not in moved:
+                moved["h"] = torch.from_numpy(table.h).to(resolve_device(device))
+            candidates = moved["h"]
         src, dst, raw, rank = table_topk(
             built,
             ids(part.column("id")),
             matrix(part.column("h")),
             table.ids,
-            table.h,
+            candidates,
             k,
             batch_exclusions(part),
             device=device,
