@@ -652,7 +652,8 @@ class RefreshFollower(FollowerCompaction):
         if carried is not None and not writer.has_metrics():
             writer.commit_metrics(local_metrics(new, *carried))
         writer.finish({"refresh_seconds": report.seconds})
-        # `over` (the held version) was checked when it was opened: only the new version's files are
+        # `over` (the held version) was checked when it was opened: only the new version's own files
+        # are checked again, not the segments it lies on
         self.store = PEStore.open(self.store_root, model=self.model, graph=new, verify=self.verify, trusted_from=over)
         self._mark_committed()
         self._hold_nothing()
