@@ -92,12 +92,15 @@ def read_ids(spark: SparkSession, path: str, flag: str) -> DataFrame:
     frame = spark.read.parquet(path)
     if "id" not in frame.columns:
         raise PairsError(f"{flag} {path} lacks an 'id' column (has {', '.join(frame.columns)})")
-    frame = frame.select(F.col("id").cast("long").alias("id")).distinct()
-    if frame.where(F.col("id").isNull()).limit(1).count():
+    frame = frame.select(F.col("id").cast("long").alias("id"))
+    # one scan, no shuffle: rows against non-null ids (the distinct ids below are only planned),
+    # where a null check and an emptiness check of the distinct frame ran two shuffled jobs
+    rows, ids = frame.agg(F.count(F.lit(1)), F.count("id")).collect()[0]
+    if ids != rows:
         raise PairsError(f"{flag} {path} has a null (or non-integer) id")
-    if not frame.limit(1).count():
+    if not rows:
         raise PairsError(f"{flag} {path} holds no ids")
-    return frame
+    return frame.distinct()
 
 
 def check_known(ids: DataFrame, vertices: DataFrame, what: str) -> None:
