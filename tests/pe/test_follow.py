@@ -222,27 +222,18 @@ def test_batches_held_in_memory_commit_as_one_version_and_survive_a_kill(graph, 
 
 
 def test_a_commit_checks_the_new_version_without_the_held_one_again(graph, tmp_path, monkeypatch):  # noqa: F811
-    """The version a commit lies on was checked when the follower opened it: the commit's open
-    trusts exactly its segments (each commit used to re-read the whole chain)."""
+    """A commit's open trusts exactly the segments of the held version it lies on (checked on open)."""
     from sparkgnn.pe import store as store_module
 
-    model = model_of("sage", graph.feature_dim, 2)
-    root, inbox, state = str(tmp_path / "store"), str(tmp_path / "in"), str(tmp_path / "state")
+    model, root, inbox = model_of("sage", graph.feature_dim, 2), str(tmp_path / "store"), str(tmp_path / "in")
     os.makedirs(inbox)
     precompute_local(graph, model, root)
-    follower = RefreshFollower(graph=graph, model=model, store=root, updates=inbox, state=state, max_batch_updates=1)
-    held = follower.store
-    trusted = []
-    real = store_module.damaged_parts
-
-    def spy(base, manifest, verify="checksums", trusted_folders=frozenset()):
-        trusted.append(frozenset(trusted_folders))
-        return real(base, manifest, verify, trusted_folders)
-
+    follower = RefreshFollower(graph=graph, model=model, store=root, updates=inbox, state=str(tmp_path / "st"))
+    held, trusted, real = follower.store, [], store_module.damaged_parts
+    spy = lambda base, manifest, verify, folders: trusted.append(folders) or real(base, manifest, verify, folders)  # noqa: E731
     monkeypatch.setattr(store_module, "damaged_parts", spy)
     drop(inbox, "0.parquet", updates_in_order(graph)[0], 1000)
-    assert follower.poll(flush=True) is not None
-    assert follower.commit() and follower.store.base != held.base
+    assert follower.poll(flush=True) is not None and follower.commit() and follower.store.base != held.base
     assert trusted == [store_module._segment_folders(held)] and trusted[0]
 
 
