@@ -133,26 +133,3 @@ def test_laplacian_degree_matches_pyg_get_laplacian(synthetic, weighted):
     ref_w = torch.ones(ref_ei.shape[1]) if ref_w is None else ref_w
     ref = torch.zeros(n).index_add_(0, ref_ei[0], ref_w)
     assert torch.allclose(STATS["laplacian_degree"](ei[0], ei[1], w, n), ref, rtol=1e-6)
-
-
-def test_a_stats_memo_computes_each_statistic_once_per_graph_and_weighting(synthetic, monkeypatch):
-    """compute_stats with one memo for a graph: two GCN layers share the degrees computed once, a
-    GCN that ignores the weights gets its own (unweighted) entry, and every value equals the
-    statistic computed afresh."""
-    from sparkgnn.layers import build_conv, compute_stats
-
-    src, dst, n = synthetic.edge_index[0], synthetic.edge_index[1], synthetic.num_nodes
-    w = synthetic.edge_weight
-    convs = [build_conv({"kind": "gcn", "in_dim": 4, "out_dim": 4}) for _ in range(2)]
-    convs.append(build_conv({"kind": "gcn", "in_dim": 4, "out_dim": 4, "use_edge_weight": False}))
-    calls = []
-    lookup = STATS.lookup
-    monkeypatch.setattr(STATS, "lookup", lambda name: calls.append(name) or lookup(name))
-    memo: dict = {}
-    shared = [compute_stats(conv, src, dst, w, n, memo) for conv in convs]
-    assert calls == ["gcn_degree", "gcn_degree"] and len(memo) == 2
-    assert shared[0]["gcn_degree"] is shared[1]["gcn_degree"]
-    for conv, got in zip(convs, shared, strict=True):
-        fresh = compute_stats(conv, src, dst, w, n)
-        assert torch.equal(got["gcn_degree"], fresh["gcn_degree"])
-    assert not torch.equal(shared[0]["gcn_degree"], shared[2]["gcn_degree"])  # weighted vs not

@@ -166,25 +166,9 @@ class MergeableConv(torch.nn.Module):
         )
 
 
-def compute_stats(
-    conv: MergeableConv, src: Tensor, dst: Tensor, weight: Tensor | None, num_nodes: int, memo: dict | None = None
-) -> dict:
-    """{statistic: per-vertex values} the conv reads, from the graph's edges. `memo`: a dict the
-    caller keeps for ONE graph (these edges, weights and vertex count) across the convs of a
-    model: each statistic is computed once per graph and whether it is weighted (two GCN layers
-    read the same degrees; a whole-graph pass each, at 2M edges 0.1 s). Consumers never write
-    into the values, so convs may share them."""
+def compute_stats(conv: MergeableConv, src: Tensor, dst: Tensor, weight: Tensor | None, num_nodes: int) -> dict:
     w = weight if conv.uses_edge_weight else None
-    out = {}
-    for name in conv.required_stats:
-        key = (name, w is not None)
-        if memo is not None and key in memo:
-            out[name] = memo[key]
-            continue
-        out[name] = STATS.lookup(name)(src, dst, w, num_nodes)
-        if memo is not None:
-            memo[key] = out[name]
-    return out
+    return {name: STATS.lookup(name)(src, dst, w, num_nodes) for name in conv.required_stats}
 
 
 def edge_values(conv: MergeableConv, weight, edge_attr) -> Tensor | None:

@@ -43,11 +43,10 @@ def layer_outputs(graph, model, states: bool = True):
     edge_attr = getattr(graph, "edge_attr", None)
     edge_attr = None if edge_attr is None else tensor(edge_attr)
     h = model.pre(tensor(graph.x))
-    memo: dict = {}  # the graph's statistics, computed once for all layers
     for l, conv in enumerate(model.convs):
         w = weight if conv.uses_edge_weight else None
         attr = edge_attr if conv.edge_attr_dim else None
-        stats = compute_stats(conv, src, dst, w, graph.num_nodes, memo)
+        stats = compute_stats(conv, src, dst, w, graph.num_nodes)
         state = aggregate_state(conv, h, src, dst, w, stats=stats, pre_transform=False, edge_attr=attr)
         h = model.post(l, conv.update(h, conv.aggregator.finalize(state), stats, False))
         yield l + 1, h, (state if states else None)

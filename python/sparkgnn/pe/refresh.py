@@ -176,7 +176,6 @@ def refreshed_layers(graph, applied, model, store: PEStore | None, *, stored=Non
     new_graph = applied.graph
     changed = np.asarray(applied.feature_changed, np.int64)
     previous: RefreshedLayer | None = None
-    memos: tuple[dict, dict] = ({}, {})  # each graph's statistics, computed once for all layers
     for l, conv in enumerate(model.convs, start=1):
         if previous is None:
             old_values = lambda rows: model.pre(_tensor(graph.x[rows]))  # noqa: E731
@@ -184,8 +183,8 @@ def refreshed_layers(graph, applied, model, store: PEStore | None, *, stored=Non
         else:
             old_values, new_values = previous.old_values, previous.new_values
         old_index, new_index = indexes if indexes is not None else (None, None)
-        old = Side.of(conv, graph, old_values, index=old_index, stats_memo=memos[0])
-        new = Side.of(conv, new_graph, new_values, index=new_index, stats_memo=memos[1])
+        old = Side.of(conv, graph, old_values, index=old_index)
+        new = Side.of(conv, new_graph, new_values, index=new_index)
         started = time.perf_counter()
         layer_stored = stored(l) if stored is not None else StoredLayer(store, graph, l)  # type: ignore[arg-type]
         read_seconds = time.perf_counter() - started

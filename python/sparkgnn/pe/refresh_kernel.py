@@ -71,15 +71,13 @@ class Side:
     index: EdgeIndex | None = None
 
     @classmethod
-    def of(cls, conv, graph, values, *, index: EdgeIndex | None = None, stats_memo: dict | None = None) -> Side:
-        """`stats_memo`: compute_stats' memo for `graph`, kept by the caller across layers."""
-
+    def of(cls, conv, graph, values, *, index: EdgeIndex | None = None) -> Side:
         def tensor(a):
             return torch.from_numpy(np.require(a, requirements="W"))  # Arrow-backed arrays are read-only
 
         w = graph.weight if conv.uses_edge_weight else None
         t = None if w is None or conv.edge_attr_dim else tensor(w)
-        stats = compute_stats(conv, tensor(graph.edge_src), tensor(graph.edge_dst), t, graph.num_nodes, stats_memo)
+        stats = compute_stats(conv, tensor(graph.edge_src), tensor(graph.edge_dst), t, graph.num_nodes)
         if conv.edge_attr_dim:
             w = getattr(graph, "edge_attr", None)
             if w is None:
