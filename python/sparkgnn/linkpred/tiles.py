@@ -74,13 +74,17 @@ def pair_scores(decoder: Decoder, sources: np.ndarray, candidates: np.ndarray) -
 
 
 @torch.no_grad()
-def score_matrix(decoder: Decoder, s: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-    """pair_scores on tensors, on their device (the decoder's parameters must be there too)."""
+def score_matrix(
+    decoder: Decoder, s: torch.Tensor, c: torch.Tensor, c_sides: tuple[torch.Tensor, torch.Tensor] | None = None
+) -> torch.Tensor:
+    """pair_scores on tensors, on their device (the decoder's parameters must be there too).
+    `c_sides`: decoder.project(c) when the caller scores many source chunks against the same
+    candidates (sorted_tile_topk projects them once, not once per chunk)."""
     if decoder.inner_product:
         return decoder.search_vectors(s) @ decoder.search_vectors(c).T
     out = torch.empty(len(s) * len(c), dtype=torch.float32, device=s.device)
     rows = max(1, (PAIR_CHUNK if s.device.type == "cpu" else DEVICE_PAIR_CHUNK) // max(1, len(c)))
-    sides = decoder.project(s), decoder.project(c)
+    sides = decoder.project(s), c_sides if c_sides is not None else decoder.project(c)
     if sides[0] is not None and sides[1] is not None:  # per-node halves (Decoder.project)
         src_side, dst_side = sides[0][0], sides[1][1]
         for start in range(0, len(s), rows):
@@ -170,12 +174,14 @@ def sorted_tile_topk(
     if device_path(dev):
         decoder = decoder.to(dev)
     dev_sources, dev_candidates = on(dev, sources), on(dev, candidates)
+    with torch.no_grad():
+        c_sides = None if decoder.inner_product else decoder.project(dev_candidates)
     parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     for start in range(0, len(src_ids), step):
         stop = min(start + step, len(src_ids))
         inside = (rows_ex >= start) & (rows_ex < stop)
         excluded = (rows_ex[inside] - start, cols_ex[inside])
-        scored = score_matrix(decoder, dev_sources[start:stop], dev_candidates)
+        scored = score_matrix(decoder, dev_sources[start:stop], dev_candidates, c_sides)
         rows, cols, vals = select_kept(scored, keep, excluded)
         parts.append((src_ids[start:stop][rows], cand_ids[cols], vals))
     src, dst, score = (np.concatenate(column) for column in zip(*parts, strict=True))
