@@ -7,7 +7,7 @@ explains the tolerance of roots near 0)."""
 import numpy as np
 import pytest
 import torch
-from engine_helpers import spark_output
+from engine_helpers import exact_or_transient, spark_output
 from moments_reference import assert_close, assert_moments_close, moments_reference
 
 from sparkgnn import infer
@@ -58,14 +58,24 @@ def _hidden(model: Model, data) -> np.ndarray:
 @pytest.mark.parametrize(
     "strategy,partitions", [("replicate", 1), ("replicate", 3), ("combine", 1), ("combine", 3), ("edge_join", 3)]
 )
-def test_moments_spark_equals_reference(spark, graph_dirs, work_dir, strategy, partitions):
+def test_moments_spark_equals_reference(spark, graph_dirs, work_dir, tmp_path, strategy, partitions):
     path, data = graph_dirs["skewed"]  # isolated nodes, self loops, duplicate edges
     model = _model(data.feature_dim)
-    result = infer(spark, path, model, strategy=strategy, partitions=partitions, work_dir=work_dir).frame
-    actual = spark_output(result, data)
-    assert not np.isnan(actual).any(), "some vertices have no output row"
     hidden = _hidden(model, data)
-    assert_moments_close(actual, hidden, data.edge_src, data.edge_dst, 3, f"{strategy} P={partitions}")
+    what = f"{strategy} P={partitions}"
+
+    def attempt(rerun: int) -> None:
+        where = str(tmp_path / "again") if rerun else work_dir
+        actual = spark_output(
+            infer(spark, path, model, strategy=strategy, partitions=partitions, work_dir=where).frame, data
+        )
+        assert not np.isnan(actual).any(), "some vertices have no output row"
+        assert_moments_close(actual, hidden, data.edge_src, data.edge_dst, 3, what)
+        outputs.append(actual)
+
+    outputs: list[np.ndarray] = []
+    exact_or_transient(attempt, what)
+    actual = outputs[-1]
     local = model(torch.from_numpy(data.x), data.edge_index_torch(), parts=partitions).numpy()
     _, slack = moments_reference(hidden, data.edge_src, data.edge_dst, 3)
     assert_close(actual, local.astype(np.float64), 2 * slack, "against Model.forward")
