@@ -63,6 +63,7 @@ def test_moments_spark_equals_reference(spark, graph_dirs, work_dir, tmp_path, s
     model = _model(data.feature_dim)
     hidden = _hidden(model, data)
     what = f"{strategy} P={partitions}"
+    outputs: list[np.ndarray] = []  # the output of the attempt that passed
 
     def attempt(rerun: int) -> None:
         where = str(tmp_path / "again") if rerun else work_dir
@@ -73,7 +74,6 @@ def test_moments_spark_equals_reference(spark, graph_dirs, work_dir, tmp_path, s
         assert_moments_close(actual, hidden, data.edge_src, data.edge_dst, 3, what)
         outputs.append(actual)
 
-    outputs: list[np.ndarray] = []
     exact_or_transient(attempt, what)
     actual = outputs[-1]
     local = model(torch.from_numpy(data.x), data.edge_index_torch(), parts=partitions).numpy()
