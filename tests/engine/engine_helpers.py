@@ -2,6 +2,7 @@
 
 import warnings
 from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -41,13 +42,18 @@ class TransientDeviation(UserWarning):
     under "An open exactness defect". Shown in the run's warnings summary, never silent."""
 
 
-def exact_or_transient(attempt: Callable[[int], None], what: str) -> None:
+T = TypeVar("T")
+
+
+def exact_or_transient(attempt: Callable[[int], T], what: str) -> T:
     """Run `attempt(0)`, an exactness check that raises AssertionError on a miss; on a miss run
     `attempt(1)` (the job in a fresh work dir and the reference recomputed) and let its miss fail
     the test. A deviation that repeats is a defect and fails; one that does not is the known
-    intermittent one (TransientDeviation), reported with the first run's numbers."""
+    intermittent one (TransientDeviation), reported with the first run's numbers. Returns what the
+    attempt that passed returned."""
     try:
-        attempt(0)
+        return attempt(0)
     except AssertionError as first:
-        attempt(1)
+        result = attempt(1)
         warnings.warn(TransientDeviation(f"{what}: the first run missed and the rerun agreed: {first}"), stacklevel=2)
+        return result

@@ -63,19 +63,17 @@ def test_moments_spark_equals_reference(spark, graph_dirs, work_dir, tmp_path, s
     model = _model(data.feature_dim)
     hidden = _hidden(model, data)
     what = f"{strategy} P={partitions}"
-    outputs: list[np.ndarray] = []  # the output of the attempt that passed
 
-    def attempt(rerun: int) -> None:
+    def attempt(rerun: int) -> np.ndarray:
         where = str(tmp_path / "again") if rerun else work_dir
         actual = spark_output(
             infer(spark, path, model, strategy=strategy, partitions=partitions, work_dir=where).frame, data
         )
         assert not np.isnan(actual).any(), "some vertices have no output row"
         assert_moments_close(actual, hidden, data.edge_src, data.edge_dst, 3, what)
-        outputs.append(actual)
+        return actual
 
-    exact_or_transient(attempt, what)
-    actual = outputs[-1]
+    actual = exact_or_transient(attempt, what)
     local = model(torch.from_numpy(data.x), data.edge_index_torch(), parts=partitions).numpy()
     _, slack = moments_reference(hidden, data.edge_src, data.edge_dst, 3)
     assert_close(actual, local.astype(np.float64), 2 * slack, "against Model.forward")
