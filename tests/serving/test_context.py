@@ -9,13 +9,14 @@ from __future__ import annotations
 import dataclasses
 import pickle
 import threading
+import time
 
 import numpy as np
 import pytest
 
 from sparkgnn.graph.updates import GraphUpdate, apply
 from sparkgnn.serving import QueryEngine, nodesets
-from sparkgnn.serving.context import ServingContext, _appended_edges
+from sparkgnn.serving.context import Meter, ServingContext, _appended_edges
 
 
 def _indexes(context: ServingContext) -> list:
@@ -148,3 +149,16 @@ def test_a_context_pickles_without_its_lock_and_marks_and_gets_new_ones(skewed):
     copy = pickle.loads(pickle.dumps(context))
     assert copy.sets is not context.sets and np.array_equal(copy.in_src, context.in_src)
     assert copy.sets.unique(np.array([3, 1, 3])).tolist() == [1, 3]
+
+
+def test_meter_timer_adds_each_blocks_seconds_to_its_key_even_when_the_block_raises():
+    meter = Meter()
+    with meter.timer("compute_s"):
+        time.sleep(0.01)
+    with pytest.raises(ValueError), meter.timer("compute_s"):
+        time.sleep(0.01)
+        raise ValueError("boom")
+    with meter.timer("new_key"):
+        pass
+    assert 0.02 <= meter.seconds["compute_s"] < 1.0
+    assert meter.seconds["fetch_s"] == 0.0 and meter.seconds["new_key"] >= 0.0

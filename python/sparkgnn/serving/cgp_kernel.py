@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from sparkgnn.layers.aggregators import as_f32
+
 COMM_KEYS = ("partial_bytes", "allgather_bytes")
 
 
@@ -141,7 +143,19 @@ def merge_partials(conv, states: list, index: list, num: int) -> torch.Tensor:
     agg = conv.aggregator
     if not states:
         return agg.identity(num, conv.msg_width(False))
+    if len(states) == 1 and _covers_once(index[0], num):
+        # one block with a row for each target in order (one partition, every target reached):
+        # merging it with the identity gives its own values, so the block is the merged state
+        return as_f32(states[0])
     return agg.merge(torch.cat(states), torch.from_numpy(np.concatenate(index)), num)
+
+
+def _covers_once(index: np.ndarray, num: int) -> bool:
+    """True when `index` is 0, 1, ..., num - 1 (a block's rows are its targets' positions in order):
+    num values, strictly increasing from 0 to num - 1."""
+    if len(index) != num:
+        return False
+    return num == 0 or (index[0] == 0 and index[-1] == num - 1 and bool((index[1:] > index[:-1]).all()))
 
 
 def no_exchange() -> dict:
