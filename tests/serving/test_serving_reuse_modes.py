@@ -48,6 +48,23 @@ def test_exact_equals_full(which, kind, layers, reuse_setup, request):
         assert a.breakdown["nodes_recomputed"] < ref.breakdown["nodes_touched"]
 
 
+@pytest.mark.parametrize("kind", KINDS + ["gatv2", "resgated", "le", "graphconv", "sage_project", "sgconv", "lgconv"])
+@pytest.mark.parametrize("which", ["cora", "skewed"])
+def test_he_on_one_partition_equals_he_through_the_layer_works(which, kind, reuse_setup, request):
+    """HE on one partition runs the queries-only path (LayerExecutor.run_queries); on two partitions
+    it runs the layer works every reuse mode runs (plans.he_works through the partition kernel).
+    Same answers and the same counts in the breakdown, for every layer type, on Cora and on the
+    skewed graph (weights, self loops, queries without in-edges)."""
+    setup = reuse_setup(request, which, kind, 2)
+    e = engines(setup, one=("he", {}), two=("he", {"partitions": 2}))
+    for r in setup[0].requests:
+        a, b = e["one"].answer(r), e["two"].answer(r)
+        assert rel(a.h, b.h.astype(np.float64)) < 1e-5, (which, kind, r.request_id)
+        np.testing.assert_array_equal(a.qid, r.qid)
+        for key in ("nodes_touched", "edges", "nodes_recomputed", "recomputed_per_layer"):
+            assert a.breakdown[key] == b.breakdown[key], (key, which, kind, r.request_id)
+
+
 @pytest.mark.parametrize("kind", ["sage", "gin", "gat"])
 def test_srpe_gamma_one_equals_full_for_two_layers(kind, reuse_setup, request):
     """k=2: recomputing every candidate from its stored state + its query edges IS its exact

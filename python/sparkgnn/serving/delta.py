@@ -199,6 +199,43 @@ class LayerExecutor:
         count_layer(comm, (r.partial_bytes for r in partials), h, self.parts)
         return h
 
+    @torch.no_grad()
+    def run_queries(self, prep: PreparedRequest, meter: Meter) -> tuple[list, np.ndarray, int]:
+        """HE's layers on one partition: every layer's targets are the queries, whose in-edges are
+        all NEW, with no stored state and nothing to exchange. The same arithmetic as `run` on
+        plans.he_works (the same edges, source values, statistics, partial and merge), without
+        building LayerWork, owners and per-partition selections: for a single-query request those
+        were most of the answer's CPU. Returns (per-layer values of the queries, the distinct
+        sources of every layer's edges, the number of edges)."""
+        ctx, b = self.ctx, prep.batch_size
+        sets = ctx.sets
+        q = prep.query_union
+        x_query = self.model.pre(torch.from_numpy(np.require(prep.request.x, np.float32, ["C", "W"])))
+        h_q = x_query  # the queries' values one layer down (row i: query i)
+        values, sources, edges = [], [], 0
+        for l0, conv in enumerate(self.model.convs):
+            src, tgt, w = edges_into(ctx, prep, q, conv.self_loops, ctx.edge_values(conv))
+            uniq, inv = sets.unique_inverse(src)
+            down = (q, h_q) if l0 else (None, None)
+            vals = self._values(l0, uniq, *down, x_query, prep, meter)
+            stats_src = self._stats(conv, prep, uniq, old=False)
+            stats_dst = self._stats(conv, prep, q, old=False)
+            with meter.timer("compute_s"):
+                dst = conv.prepare_dst(h_q, stats_dst)
+                payload = conv.prepare_src(vals, stats_src, False)[torch.from_numpy(inv)]
+                d = None if dst is None else dst[torch.from_numpy(tgt)]
+                m = conv.message(payload, d, None if w is None else torch.from_numpy(w), False)
+                reached, local = sets.unique_inverse(tgt)
+                part = conv.aggregator.partial(m, torch.from_numpy(local), len(reached))
+            with meter.timer("merge_s"):
+                merged = merge_partials(conv, [part], [reached], b)
+            with meter.timer("compute_s"):
+                h_q = self.model.post(l0, conv.update(h_q, conv.aggregator.finalize(merged), stats_dst, False))
+            values.append(h_q)
+            sources.append(uniq)
+            edges += len(src)
+        return values, sets.unique(q, *sources), edges
+
     def run(self, works: list, prep: PreparedRequest, meter: Meter):
         """Evaluate works[0..k-1] (layer 1..k); returns (per-layer target values, comm bytes)."""
         x_query = self.model.pre(torch.from_numpy(np.require(prep.request.x, np.float32, ["C", "W"])))

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from sparkgnn.serving.cgp_kernel import no_exchange
 from sparkgnn.serving.context import Meter
 from sparkgnn.serving.delta import LayerExecutor
 from sparkgnn.serving.modes import Answer, Mode, ModeError, register_mode
@@ -61,22 +62,22 @@ class ReuseMode(Mode):
         # only the in-process one needs the store aligned in this process
         executor = getattr(self, "executor", None) or LayerExecutor(ctx, self.model, self.stored(ctx), self.partitions)
         values, comm = executor.run(works, prep, meter)
-        b = prep.batch_size
-        h = values[-1][:b].numpy().astype(np.float32, copy=False)
-        pred = h.argmax(axis=1).astype(np.int64) if self.model.output == "logits" else None
         n = ctx.num_nodes
         g_targets = [w.targets[w.targets < n] for w in works]
-        breakdown = dict(meter.seconds)
-        breakdown.update(
-            bytes_fetched=int(meter.bytes_fetched),
+        counts = dict(
             nodes_recomputed=int(len(ctx.sets.unique(*g_targets))),
             recomputed_per_layer=[int(len(t)) for t in g_targets],
             nodes_touched=int(len(ctx.sets.unique(*[w.src for w in works], *[w.targets for w in works]))),
             edges=int(sum(len(w.src) for w in works)),
-            partitions=self.partitions,
-            **comm,
-            **extra,
         )
+        return self._answer(prep, values[-1], meter, counts, comm, extra)
+
+    def _answer(self, prep, h_last: torch.Tensor, meter: Meter, counts: dict, comm: dict, extra: dict) -> Answer:
+        """The answer from the last layer's values (queries first) and the breakdown's counts."""
+        h = h_last[: prep.batch_size].numpy().astype(np.float32, copy=False)
+        pred = h.argmax(axis=1).astype(np.int64) if self.model.output == "logits" else None
+        breakdown = dict(meter.seconds)
+        breakdown.update(bytes_fetched=int(meter.bytes_fetched), **counts, partitions=self.partitions, **comm, **extra)
         return Answer(prep.request.qid.copy(), h, pred, breakdown)
 
 
@@ -88,6 +89,19 @@ class HEMode(ReuseMode):
 
     def works(self, ctx, prep, meter):
         return he_works(ctx, prep, self.model), {}
+
+    def run(self, ctx, prep, meter) -> Answer:
+        if self.partitions != 1 or getattr(self, "executor", None) is not None:
+            return super().run(ctx, prep, meter)  # partitions in-process, or Spark / messenger tasks
+        executor = LayerExecutor(ctx, self.model, self.stored(ctx))
+        values, touched, edges = executor.run_queries(prep, meter)
+        counts = dict(
+            nodes_recomputed=0,
+            recomputed_per_layer=[0] * len(values),
+            nodes_touched=int(len(touched)),
+            edges=int(edges),
+        )
+        return self._answer(prep, values[-1], meter, counts, no_exchange(), {})
 
 
 @register_mode("srpe")
