@@ -216,8 +216,8 @@ class LayerExecutor:
         for l0, conv in enumerate(self.model.convs):
             src, tgt, w = edges_into(ctx, prep, q, conv.self_loops, ctx.edge_values(conv))
             uniq, inv = sets.unique_inverse(src)
-            down = (q, h_q) if l0 else (None, None)
-            vals = self._values(l0, uniq, *down, x_query, prep, meter)
+            down, down_h = (q, h_q) if l0 else (None, None)
+            vals = self._values(l0, uniq, down, down_h, x_query, prep, meter)
             stats_src = self._stats(conv, prep, uniq, old=False)
             stats_dst = self._stats(conv, prep, q, old=False)
             with meter.timer("compute_s"):
