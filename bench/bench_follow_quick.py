@@ -8,7 +8,7 @@ store with a precompute of the final graph. Runs in well under a minute on 2 cor
 
     .venv/bin/python bench/bench_follow_quick.py [--nodes N --edges E --dim F --batches B]
                                                   [--sizes 10 100 1000] [--commit-every-s S] [--check]
-                                                  [--torch-threads N]
+                                                  [--torch-threads N] [--model sage|gcn]
 """
 
 from __future__ import annotations
@@ -25,14 +25,17 @@ import numpy as np
 log = logging.getLogger("bench_follow_quick")
 
 
-def _model(dim: int):
+def _model(dim: int, kind: str = "sage"):
+    """A 2-layer model (hidden 64, 16 outputs): GraphSAGE-mean, or GCN, whose degree statistics a
+    refresh reads for both graphs at every layer."""
     import torch
     import torch_geometric.nn as gnn
 
     from sparkgnn import Model
 
     torch.manual_seed(0)
-    return Model.from_pyg(gnn.GraphSAGE(dim, 64, 2, out_channels=16))
+    family = {"sage": gnn.GraphSAGE, "gcn": gnn.GCN}[kind]
+    return Model.from_pyg(family(dim, 64, 2, out_channels=16))
 
 
 def run(
@@ -45,6 +48,7 @@ def run(
     commit_every_s: float,
     seed: int = 0,
     torch_threads: int = 1,
+    model: str = "sage",
 ) -> dict:
     """Updates/s and batch latency per batch size (module doc), with torch on `torch_threads`
     intra-op threads as `sparkgnn-refresh follow --torch-threads` sets them (restored after)."""
@@ -53,13 +57,21 @@ def run(
     threads = torch.get_num_threads()
     torch.set_num_threads(torch_threads)
     try:
-        return _run(nodes, edges, dim, batches, sizes, check, commit_every_s, seed)
+        return _run(nodes, edges, dim, batches, sizes, check, commit_every_s, seed, model)
     finally:
         torch.set_num_threads(threads)
 
 
 def _run(
-    nodes: int, edges: int, dim: int, batches: int, sizes: tuple, check: bool, commit_every_s: float, seed: int
+    nodes: int,
+    edges: int,
+    dim: int,
+    batches: int,
+    sizes: tuple,
+    check: bool,
+    commit_every_s: float,
+    seed: int,
+    kind: str,
 ) -> dict:
     from sparkgnn.datasets.synthetic import synthetic_graph
     from sparkgnn.graph.updates import GraphUpdate
@@ -67,7 +79,7 @@ def _run(
     from sparkgnn.pe.local import precompute_local
 
     graph = synthetic_graph(nodes, edges, dim, seed=seed)
-    model = _model(dim)
+    model = _model(dim, kind)
     rng = np.random.default_rng(seed)
     out: dict = {}
     work = tempfile.mkdtemp(prefix="follow_quick_")
@@ -136,6 +148,7 @@ def main(argv=None) -> int:
     parser.add_argument("--check", action="store_true", help="compare the final store with a precompute")
     parser.add_argument("--commit-every-s", type=float, default=1.0, help="the follower's store version interval")
     parser.add_argument("--torch-threads", type=int, default=1, help="as sparkgnn-refresh follow --torch-threads")
+    parser.add_argument("--model", choices=("sage", "gcn"), default="sage", help="2-layer GraphSAGE-mean or GCN")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logging.getLogger("sparkgnn").setLevel(logging.WARNING)
@@ -148,6 +161,7 @@ def main(argv=None) -> int:
         args.check,
         args.commit_every_s,
         torch_threads=args.torch_threads,
+        model=args.model,
     )
     return 0
 

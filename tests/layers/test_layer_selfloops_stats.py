@@ -113,6 +113,17 @@ def test_gcn_degree_matches_pyg_gcn_norm(synthetic, weighted):
     assert deg.dtype == torch.float32 and deg.shape == (n,)
     # isolated nodes still count their added self loop
     assert torch.all(deg[-5:] == 1)
+    if not weighted:  # counted directly (no edge list rebuilt): the very integers PyG's sum of ones gives
+        assert torch.equal(deg, ref_deg)
+
+
+def test_unweighted_gcn_degree_counts_one_loop_however_many_a_vertex_has():
+    src = torch.tensor([0, 0, 0, 1, 2, 2, 3])
+    dst = torch.tensor([0, 0, 1, 0, 2, 1, 1])  # vertex 0: two loops, 2: one, 1 and 4: none
+    ref_ei, _ = add_remaining_self_loops(torch.stack([src, dst]), None, 1.0, 5)
+    ref = torch.zeros(5).index_add_(0, ref_ei[1], torch.ones(ref_ei.shape[1]))
+    deg = STATS["gcn_degree"](src, dst, None, 5)
+    assert torch.equal(deg, ref) and deg.tolist() == [2.0, 4.0, 1.0, 1.0, 1.0]
 
 
 def test_degree_stats(synthetic):

@@ -166,9 +166,13 @@ class MergeableConv(torch.nn.Module):
         )
 
 
-def compute_stats(conv: MergeableConv, src: Tensor, dst: Tensor, weight: Tensor | None, num_nodes: int) -> dict:
+def compute_stats(
+    conv: MergeableConv, src: Tensor, dst: Tensor, weight: Tensor | None, num_nodes: int, names=None
+) -> dict:
+    """conv's node statistics (`names`: only those of them) over the edges src -> dst."""
     w = weight if conv.uses_edge_weight else None
-    return {name: STATS.lookup(name)(src, dst, w, num_nodes) for name in conv.required_stats}
+    wanted = conv.required_stats if names is None else names
+    return {name: STATS.lookup(name)(src, dst, w, num_nodes) for name in wanted}
 
 
 def edge_values(conv: MergeableConv, weight, edge_attr) -> Tensor | None:

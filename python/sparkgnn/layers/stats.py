@@ -54,6 +54,16 @@ def laplacian_degree(src: Tensor, dst: Tensor, weight: Tensor | None, num_nodes:
 
 @_stat("gcn_degree")
 def gcn_degree(src: Tensor, dst: Tensor, weight: Tensor | None, num_nodes: int) -> Tensor:
-    """GCNConv's degree: weighted in-degree after add_remaining_self_loops (fill value 1)."""
+    """GCNConv's degree: weighted in-degree after add_remaining_self_loops (fill value 1). Without
+    weights that is the count of a vertex's in-edges that are not loops, plus the one loop the
+    policy leaves, counted here without rebuilding the edge list (the same integers as summing
+    ones over it, below float32's 2^24; a refresh computes this over every edge per update batch)."""
+    if weight is None:
+        src, dst = torch.as_tensor(src, dtype=torch.long), torch.as_tensor(dst, dtype=torch.long)
+        counts = torch.bincount(dst, minlength=num_nodes)
+        loops = src == dst
+        if bool(loops.any()):  # a vertex's loops (any number) give way to the one loop counted below
+            counts -= torch.bincount(dst[loops], minlength=num_nodes)
+        return (counts + 1).to(torch.float32)
     s, d, w = apply_self_loops(src, dst, weight, num_nodes, "remaining")
     return _weighted_in(d, w, num_nodes)

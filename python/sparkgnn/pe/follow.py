@@ -220,6 +220,10 @@ class RefreshFollower(FollowerCompaction):
         self.replayed_from = 0  # done batches the restart read from a published graph, not the log
         self._composed_since_commit: Applied | None = None  # set by _replay
         self._edge_index: tuple[GraphData, EdgeIndex] | None = None  # (graph, its index), built on start
+        from sparkgnn.pe.refresh_kernel import GraphStats
+
+        # node statistics of the batch's old and new graph (GCN's degrees), each computed once
+        self._graph_stats = GraphStats()
         self._done_names: set[str] = set()  # consumed(): the names of the batches and dead letters in _seen
         self._seen = (0, 0)
         self._waiting: dict[str, float] = {}  # _arrived: unconsumed file -> arrival (first seen)
@@ -525,6 +529,7 @@ class RefreshFollower(FollowerCompaction):
                     None,
                     stored=lambda l: _AtGraph(self.live[l], old),
                     indexes=(old_index, new_index),
+                    graph_stats=self._graph_stats,
                 )
             ]  # every layer computed before any is held: layer l+1 reads layer l's old rows
             deleted_ids = old.ids[composed.new_rows < 0]

@@ -37,7 +37,7 @@ from sparkgnn.errors import SparkGNNError
 from sparkgnn.layers.generic import require_states
 from sparkgnn.pe import versions
 from sparkgnn.pe.lookup import SortedTable
-from sparkgnn.pe.refresh_kernel import Side, refresh_layer
+from sparkgnn.pe.refresh_kernel import GraphStats, Side, refresh_layer
 from sparkgnn.pe.store import PEStore
 from sparkgnn.pe.writer import PEWriter, layer_key
 
@@ -163,19 +163,22 @@ class RefreshedLayer:
 
 
 @torch.no_grad()
-def refreshed_layers(graph, applied, model, store: PEStore | None, *, stored=None, indexes=None):
+def refreshed_layers(graph, applied, model, store: PEStore | None, *, stored=None, indexes=None, graph_stats=None):
     """Yield (RefreshedLayer, stats dict) of the updated graph for l = 1..k, recomputing only
     what the update reaches (the rows recomputed include every inserted vertex). `stored`: a
     function of l giving layer l of the old version (an object with `values(old_rows, column)`
     and `rows_read`, as StoredLayer), instead of reading `store` (the follower's rows held in
     memory over the last committed version, pe/follow.py). `indexes`: (EdgeIndex of `graph`, EdgeIndex
     of `applied.graph`) (pe/edge_index.py), from which the planning finds the edges of the change
-    instead of passing over every edge (the follower keeps them up to date per batch)."""
+    instead of passing over every edge (the follower keeps them up to date per batch). `graph_stats`: the
+    GraphStats (pe/refresh_kernel.py) the two graphs' node statistics are computed in once for
+    every layer (the follower's own, which its next batch finds this batch's new graph in)."""
     if store is None and stored is None:
         raise ValueError("refreshed_layers reads the old version from a store or from `stored`; neither was given")
     new_graph = applied.graph
     changed = np.asarray(applied.feature_changed, np.int64)
     previous: RefreshedLayer | None = None
+    graph_stats = graph_stats if graph_stats is not None else GraphStats()
     for l, conv in enumerate(model.convs, start=1):
         if previous is None:
             old_values = lambda rows: model.pre(_tensor(graph.x[rows]))  # noqa: E731
@@ -183,8 +186,8 @@ def refreshed_layers(graph, applied, model, store: PEStore | None, *, stored=Non
         else:
             old_values, new_values = previous.old_values, previous.new_values
         old_index, new_index = indexes if indexes is not None else (None, None)
-        old = Side.of(conv, graph, old_values, index=old_index)
-        new = Side.of(conv, new_graph, new_values, index=new_index)
+        old = Side.of(conv, graph, old_values, index=old_index, stats=graph_stats)
+        new = Side.of(conv, new_graph, new_values, index=new_index, stats=graph_stats)
         started = time.perf_counter()
         layer_stored = stored(l) if stored is not None else StoredLayer(store, graph, l)  # type: ignore[arg-type]
         read_seconds = time.perf_counter() - started

@@ -55,6 +55,39 @@ from sparkgnn.layers.selfloops import apply_policy_to_targets, apply_self_loops
 from sparkgnn.pe.edge_index import EdgeIndex
 
 
+class GraphStats:
+    """Node statistics of whole graphs (GCN's degrees), computed once per (graph, statistic) and
+    kept for the last `keep` graphs asked about. WHY: a refresh reads the old and the new graph's
+    statistics at every layer, and a follower's next batch reads this batch's new graph as its
+    old one; each is a pass over every edge, which was three quarters of a 100-edge GCN batch on
+    2M edges when recomputed four times per batch. A graph is a value (graph.updates.apply returns
+    a new one and never edits its arrays), so the object itself is the key; the entries hold it,
+    so its id cannot be reused while they are kept."""
+
+    def __init__(self, keep: int = 2):
+        self.keep = int(keep)
+        self._graphs: list[tuple[object, dict]] = []  # (graph, {(statistic, weighted): tensor}), oldest first
+
+    def of(self, conv, graph) -> dict:
+        """conv's statistics of every vertex of `graph`, as compute_stats gives them."""
+        table = next((t for g, t in self._graphs if g is graph), None)
+        if table is None:
+            table = {}
+            self._graphs = [*self._graphs, (graph, table)][-self.keep :]
+        weighted = bool(conv.uses_edge_weight and graph.weight is not None and not conv.edge_attr_dim)
+        missing = [name for name in conv.required_stats if (name, weighted) not in table]
+        if missing:
+
+            def tensor(a):
+                return torch.from_numpy(np.require(a, requirements="W"))  # Arrow-backed arrays are read-only
+
+            w = tensor(graph.weight) if weighted else None
+            src, dst = tensor(graph.edge_src), tensor(graph.edge_dst)
+            for name in missing:
+                table[(name, weighted)] = compute_stats(conv, src, dst, w, graph.num_nodes, names=[name])[name]
+        return {name: table[(name, weighted)] for name in conv.required_stats}
+
+
 @dataclass
 class Side:
     """One graph (old or new) as a layer sees it: edges (dense rows), weights as the conv uses
@@ -71,13 +104,10 @@ class Side:
     index: EdgeIndex | None = None
 
     @classmethod
-    def of(cls, conv, graph, values, *, index: EdgeIndex | None = None) -> Side:
-        def tensor(a):
-            return torch.from_numpy(np.require(a, requirements="W"))  # Arrow-backed arrays are read-only
-
+    def of(cls, conv, graph, values, *, index: EdgeIndex | None = None, stats: GraphStats | None = None) -> Side:
+        """`graph` as `conv` sees it; `stats`: where its statistics are computed once and kept
+        (a fresh GraphStats when None)."""
         w = graph.weight if conv.uses_edge_weight else None
-        t = None if w is None or conv.edge_attr_dim else tensor(w)
-        stats = compute_stats(conv, tensor(graph.edge_src), tensor(graph.edge_dst), t, graph.num_nodes)
         if conv.edge_attr_dim:
             w = getattr(graph, "edge_attr", None)
             if w is None:
@@ -87,7 +117,7 @@ class Side:
                 f"Side.of: the EdgeIndex given ({index.num_nodes} vertices, {index.num_edges} edges) is not "
                 f"graph {graph.name!r}'s ({graph.num_nodes}, {graph.num_edges})"
             )
-        return cls(graph.edge_src, graph.edge_dst, w, stats, values, index)
+        return cls(graph.edge_src, graph.edge_dst, w, (stats or GraphStats()).of(conv, graph), values, index)
 
     def stats_of(self, rows: np.ndarray) -> dict:
         index = torch.from_numpy(rows)
