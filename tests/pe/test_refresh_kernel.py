@@ -1,7 +1,9 @@
 """refresh_kernel.GraphStats: the node statistics a refresh reads for the old and the new graph at
 every layer are those compute_stats gives, computed once per (graph, statistic, weighted) and kept
-for the last `keep` graphs; a graph it no longer keeps is computed again."""
+for the last `keep` graphs; a graph it no longer keeps is computed again; the unweighted GCN degree
+of an updated graph follows from the old graph's and the change, equal to a pass over every edge."""
 
+import dataclasses
 import os
 import sys
 
@@ -14,6 +16,7 @@ from serving_testkit import pyg_model, skewed_graph  # noqa: E402
 from sparkgnn.graph.updates import GraphUpdate, apply  # noqa: E402
 from sparkgnn.layers.base import compute_stats  # noqa: E402
 from sparkgnn.models import Model  # noqa: E402
+from sparkgnn.pe.follow_state import compose  # noqa: E402
 from sparkgnn.pe.refresh_kernel import GraphStats  # noqa: E402
 
 
@@ -71,3 +74,25 @@ def test_a_graph_past_the_kept_ones_is_computed_again_with_the_same_values():
         stats.of(gcn, g)
     again = stats.of(gcn, graphs[0])["gcn_degree"]
     assert again is not first and torch.equal(again, first)
+
+
+def test_follow_derives_the_unweighted_gcn_degree_of_each_update_from_the_last_graph_s():
+    """Mixed updates (edge deletes and inserts, loops among both, vertex inserts and deletes), each
+    applied and two composed into one batch as the follower does: the degree `follow` derives from
+    the old graph's and the change equals a pass over every edge of the new graph."""
+    sys.path.insert(0, os.path.dirname(__file__))
+    from test_refresh import random_update
+
+    graph = dataclasses.replace(skewed_graph(), weight=None)  # loops (one doubled), parallel edges, isolated vertices
+    gcn = _convs("gcn", graph)[0]
+    stats = GraphStats()
+    stats.of(gcn, graph)
+    for seed in range(3):
+        applied = apply(random_update(graph, seed=seed, weighted=False), graph)
+        if seed == 2:  # two updates composed into one batch
+            second = apply(random_update(applied.graph, seed=7, weighted=False), applied.graph)
+            applied = compose(applied, second, graph.x)
+        stats.follow(graph, applied)
+        derived = stats.of(gcn, applied.graph)["gcn_degree"]
+        assert torch.equal(derived, _expected(gcn, applied.graph)["gcn_degree"]), seed
+        graph = applied.graph

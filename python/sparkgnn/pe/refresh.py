@@ -187,6 +187,7 @@ def refreshed_layers(graph, applied, model, store: PEStore | None, *, stored=Non
             old_values, new_values = previous.old_values, previous.new_values
         old_index, new_index = indexes if indexes is not None else (None, None)
         old = Side.of(conv, graph, old_values, index=old_index, stats=graph_stats)
+        graph_stats.follow(graph, applied)  # the new graph's statistics that follow from the old one's
         new = Side.of(conv, new_graph, new_values, index=new_index, stats=graph_stats)
         started = time.perf_counter()
         layer_stored = stored(l) if stored is not None else StoredLayer(store, graph, l)  # type: ignore[arg-type]
