@@ -63,15 +63,7 @@ def run(
 
 
 def _run(
-    nodes: int,
-    edges: int,
-    dim: int,
-    batches: int,
-    sizes: tuple,
-    check: bool,
-    commit_every_s: float,
-    seed: int,
-    kind: str,
+    nodes: int, edges: int, dim: int, batches: int, sizes: tuple, check: bool, every_s: float, seed: int, kind: str
 ) -> dict:
     from sparkgnn.datasets.synthetic import synthetic_graph
     from sparkgnn.graph.updates import GraphUpdate
@@ -95,7 +87,7 @@ def _run(
                 updates=inbox,
                 state=state,
                 max_batch_updates=size,
-                commit_every_s=commit_every_s,
+                commit_every_s=every_s,
             )
             seconds, cpu, latencies = 0.0, 0.0, []
             for b in range(batches):

@@ -59,8 +59,8 @@ class GraphStats:
     """Node statistics of whole graphs (GCN's degrees), computed once per (graph, statistic) and
     kept for the last `keep` graphs asked about. WHY: a refresh reads the old and the new graph's
     statistics at every layer, and a follower's next batch reads this batch's new graph as its
-    old one; each is a pass over every edge, which was three quarters of a 100-edge GCN batch on
-    2M edges when recomputed four times per batch. A graph is a value (graph.updates.apply returns
+    old one; each is a pass over every edge, the bulk of a small batch's work when recomputed for
+    every layer and side (docs/ARCHITECTURE.md, the follower). A graph is a value (graph.updates.apply returns
     a new one and never edits its arrays), so the object itself is the key; the entries hold it,
     so its id cannot be reused while they are kept."""
 

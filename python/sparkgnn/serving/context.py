@@ -56,7 +56,7 @@ class Meter:
     def timer(self, key: str) -> _Timed:
         """A context manager adding its block's wall seconds to `seconds[key]` (a small class, not
         a generator: a request's layers enter a few dozen of these, and contextlib's generator
-        machinery cost about 4 us each, a tenth of a single-query answer)."""
+        machinery is a visible share of a single-query answer)."""
         return _Timed(self.seconds, key)
 
 

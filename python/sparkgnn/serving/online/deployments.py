@@ -41,8 +41,8 @@ class Version:
 
     @cached_property
     def key(self) -> str:
-        """spec_key(spec), hashed once: every batch's header names it (a SHA-256 of the spec's JSON
-        per batch was 5% of a single-query batch's dispatch)."""
+        """spec_key(spec), hashed once: every batch's header names it, and a SHA-256 of the
+        spec's JSON per batch is a visible share of a single-query batch's dispatch."""
         return spec_key(self.spec)
 
     def describe(self) -> dict:
