@@ -160,5 +160,5 @@ def test_meter_timer_adds_each_blocks_seconds_to_its_key_even_when_the_block_rai
         raise ValueError("boom")
     with meter.timer("new_key"):
         pass
-    assert 0.02 <= meter.seconds["compute_s"] < 1.0
+    assert meter.seconds["compute_s"] >= 0.02  # both blocks' sleeps (each at least 10 ms), not one
     assert meter.seconds["fetch_s"] == 0.0 and meter.seconds["new_key"] >= 0.0
