@@ -97,6 +97,22 @@ def dictionary_columns(schema: pa.Schema) -> list[str]:
     return [field.name for field in schema if not is_float_list(field.type)]
 
 
+def parquet_options(schema: pa.Schema, unique: tuple[str, ...] = ()) -> dict:
+    """pq.write_table's keywords for a table of vector columns (h, state, x) beside plain ones (id,
+    y): the vector columns without a dictionary (dictionary_columns), uncompressed and without
+    statistics, the others snappy (as Spark writes) with statistics; `unique`: plain columns
+    whose values never repeat (a layer's ids), also without a dictionary. WHY: float embeddings
+    neither compress nor have useful min/max, so both passes are wasted work on every row that
+    only make the file slower to write (docs/ARCHITECTURE.md, "Parquet settings")."""
+    vectors = {field.name for field in schema if is_float_list(field.type)}
+    plain = [field.name for field in schema if field.name not in vectors]
+    return {
+        "use_dictionary": [name for name in plain if name not in unique],
+        "compression": {name: ("none" if name in vectors else "snappy") for name in schema.names},
+        "write_statistics": plain,
+    }
+
+
 def to_numpy_matrix(array, width: int | None = None) -> np.ndarray:
     """Any vector column (list, large_list, fixed_size_list of float/double, or packed binary) ->
     [n, w] float32. Raises ValueError naming the problem for ragged widths or nulls."""

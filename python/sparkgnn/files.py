@@ -337,6 +337,52 @@ def crc32(path) -> str:
     return f"{value & 0xFFFFFFFF:08x}"
 
 
+class ChecksummedOutput:
+    """A file-like writer over an output stream of `path` that keeps the CRC-32 and size of the
+    bytes passed through it, so a writer (pyarrow's Parquet and IPC writers take file-likes)
+    records a file's checksum as crc32(path) would give it without reading the file back.
+    `crc32` is final once the `with` block ends (the stream closed)."""
+
+    def __init__(self, path):
+        fs, inner = filesystem(path)
+        self._stream = fs.open_output_stream(inner)
+        self._value, self.size, self.closed = 0, 0, False
+
+    def write(self, data) -> int:
+        view = memoryview(data)
+        self._value = zlib.crc32(view, self._value)
+        self.size += view.nbytes
+        self._stream.write(view)
+        return view.nbytes
+
+    def tell(self) -> int:
+        return self.size
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._stream.close()
+
+    @property
+    def crc32(self) -> str:
+        return f"{self._value & 0xFFFFFFFF:08x}"
+
+    def __enter__(self) -> ChecksummedOutput:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 def parquet_problem(path) -> str | None:
     """Why `path` is not a readable Parquet file (empty, truncated, foreign), or None. Reads the
     footer only, so it costs one small read per file."""

@@ -67,19 +67,19 @@ def outputs_final_files(cfg, result, part, header):
 def _write_part(out_dir: str, part: int, table: pa.Table) -> int:
     """`table` as `part-<p>.parquet` in `out_dir`, written under a hidden temporary name and
     renamed (a retried attempt replaces the file whole; readers skip dot files); returns its bytes.
-    Snappy, as Spark writes, without a dictionary for the vector columns (arrowvec.dictionary_columns)."""
+    The vector columns plain, the others snappy as Spark writes (arrowvec.parquet_options)."""
     import uuid
 
     import pyarrow.parquet as pq
 
-    from sparkgnn.arrowvec import dictionary_columns
+    from sparkgnn.arrowvec import parquet_options
     from sparkgnn.files import filesystem
 
     fs, directory = filesystem(out_dir)
     name = f"part-{part:05d}.parquet"
     temporary = f"{directory}/.{name}.tmp-{uuid.uuid4().hex}"
     with fs.open_output_stream(temporary) as sink:
-        pq.write_table(table, sink, compression="snappy", use_dictionary=dictionary_columns(table.schema))
+        pq.write_table(table, sink, **parquet_options(table.schema, unique=("id",)))
     fs.move(temporary, f"{directory}/{name}")
     return int(fs.get_file_info(f"{directory}/{name}").size)
 

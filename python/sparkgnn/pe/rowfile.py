@@ -77,13 +77,12 @@ def write(folder: str, ids, columns: dict, *, alive=None, key: str, version: str
         "parquet": [r["crc32"] for r in parquet],
     }
     schema = table.schema.with_metadata({_META: json.dumps(meta).encode(), _INDEX: ids[::BATCH_ROWS].tobytes()})
-    path = files.join(folder, ROW_FILE)
-    fs, inner = files.filesystem(path)
-    with fs.open_output_stream(inner) as sink, pa.ipc.new_file(sink, schema) as out:
-        for batch in table.to_batches(max_chunksize=BATCH_ROWS):
-            out.write_batch(batch)
-    info = fs.get_file_info(inner)
-    return {"file": ROW_FILE, "bytes": int(info.size), "crc32": files.crc32(path), "rows": len(ids)}
+    # its CRC-32 taken from the bytes as they are written (not read back)
+    with files.ChecksummedOutput(files.join(folder, ROW_FILE)) as sink:
+        with pa.ipc.new_file(sink, schema) as out:
+            for batch in table.to_batches(max_chunksize=BATCH_ROWS):
+                out.write_batch(batch)
+    return {"file": ROW_FILE, "bytes": sink.size, "crc32": sink.crc32, "rows": len(ids)}
 
 
 def problems(folder: str, record: dict | None, verify: str = "checksums") -> list[str]:

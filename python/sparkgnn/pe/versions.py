@@ -242,16 +242,14 @@ def write_compacted(base: str, manifest: dict, key: str) -> dict:
     beside a writer of later versions; a crash leaves an unreferenced folder, never a changed one."""
     import uuid
 
-    import pyarrow.parquet as pq
+    from sparkgnn.arrowvec import parquet_options
+    from sparkgnn.pe import parts
 
     table = read(base, manifest, key)
     rel = f"{COMPACTED_DIR}/{key}/{uuid.uuid4().hex}"
     folder = files.join(base, rel)
-    files.makedirs(folder)
-    fs, inner = files.filesystem(files.join(folder, "part-00000.parquet"))
-    with fs.open_output_stream(inner) as sink:
-        pq.write_table(table, sink)
-    recorded = integrity.record(folder)
+    crc = parts.write_parts(table, folder, parquet_options(table.schema, unique=("id",)))
+    recorded = integrity.record(folder, crc)
     columns = {c: _vectors(table.column(c)) for c in ("h", "state") if c in table.column_names}
     version = str(manifest["graph_fingerprint"])
     row_file = rowfile.write(folder, table.column("id").to_numpy(), columns, key=key, version=version, parquet=recorded)

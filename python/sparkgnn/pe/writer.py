@@ -36,16 +36,30 @@ import logging
 import os
 import socket
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from sparkgnn import files
 from sparkgnn.errors import PEStoreConflict
 from sparkgnn.parquet_read import read_parquet
-from sparkgnn.pe import integrity, layout, rowfile, versions
+from sparkgnn.pe import integrity, layout, parts, rowfile, versions
 from sparkgnn.pe.identity import graph_fingerprint, graph_sizes, model_identity
 
 log = logging.getLogger(__name__)
 
 COMMIT_KEY = "commit"
+
+
+@dataclass(frozen=True)
+class Written:
+    """What an attempt's writer wrote: its rows and the CRC-32 of the files whose bytes it
+    checksummed as it wrote them (integrity.record reads the others back)."""
+
+    rows: int
+    crc32: dict[str, str]
+
+
+UNIQUE_COLUMNS = ("id",)  # a layer's or metrics table's column whose values never repeat (no dictionary)
 
 
 def layer_key(l: int) -> str:
@@ -234,7 +248,8 @@ class PEWriter:
 
     # -- commits -------------------------------------------------------------------------------
     def _write_attempt(self, key: str, write, row_values: dict | None = None) -> int:
-        """Steps 2-3 of the protocol: `write(folder) -> rows` into a fresh attempt of `key`, whose
+        """Steps 2-3 of the protocol: `write(folder) -> rows` (or Written: rows and the CRC-32s it
+        took as it wrote, not read back) into a fresh attempt of `key`, whose
         folder and file record go into the manifest (committed by the caller's _save).
         `row_values`: rowfile.write's keywords (ids, columns[, alive]) for the attempt's row file
         (rowfile.py), written beside the Parquet files and recorded under "row_files"; None: the
@@ -242,8 +257,9 @@ class PEWriter:
         self._check_owner(f"writing {key}")
         rel = self._staged.pop(key, None) or layout.new_attempt(key)
         folder = files.join(self.base, rel)
-        rows = write(folder)
-        recorded = integrity.record(folder)
+        wrote = write(folder)
+        rows, known = (wrote.rows, wrote.crc32) if isinstance(wrote, Written) else (wrote, None)
+        recorded = integrity.record(folder, known)
         row_files = self.manifest.setdefault(rowfile.ROW_FILES_KEY, {})
         row_files.pop(key, None)
         if row_values is not None:
@@ -455,15 +471,15 @@ class PEWriter:
         if rel is None:
             raise ValueError(f"layer {l} was not staged (stage_layer) by this writer")
         folder = files.join(self.base, rel)
-        parts = [f.rel for f in files.data_files(folder)]
+        written = [f.rel for f in files.data_files(folder)]
         fields = [("id", pa.int64()), ("h", pa.list_(pa.float32()))]
         if self.with_states:
             fields.append(("state", pa.list_(pa.float32())))
-        if not parts:  # a graph without vertices: one empty file, so the layer reads back
+        if not written:  # a graph without vertices: one empty file, so the layer reads back
             self._arrow_write(pa.schema(fields).empty_table(), folder)
-            parts = [f.rel for f in files.data_files(folder)]
+            written = [f.rel for f in files.data_files(folder)]
         rows, names = 0, [name for name, _ in fields]
-        for part in parts:
+        for part in written:
             fs, inner = files.filesystem(files.join(folder, part))
             with fs.open_input_file(inner) as source:
                 meta = pq.ParquetFile(source).metadata
@@ -494,17 +510,14 @@ class PEWriter:
         return versions.spark_frame(spark, self.base, self.manifest, layer_key(l))
 
     @staticmethod
-    def _arrow_write(table, folder: str) -> int:
-        """An in-memory Arrow table as one Parquet file of `folder` (the no-Spark commit path)."""
-        import pyarrow.parquet as pq
+    def _arrow_write(table, folder: str) -> Written:
+        """An in-memory Arrow table as the Parquet files of `folder` (the no-Spark commit path:
+        row ranges written on several threads, pe/parts.py), vector columns plain
+        (arrowvec.parquet_options)."""
+        from sparkgnn.arrowvec import parquet_options
 
-        from sparkgnn.arrowvec import dictionary_columns
-
-        files.makedirs(folder)
-        fs, inner = files.filesystem(files.join(folder, "part-00000.parquet"))
-        with fs.open_output_stream(inner) as sink:  # no dictionary for vector columns (arrowvec)
-            pq.write_table(table, sink, use_dictionary=dictionary_columns(table.schema))
-        return int(table.num_rows)
+        crc = parts.write_parts(table, folder, parquet_options(table.schema, unique=UNIQUE_COLUMNS))
+        return Written(int(table.num_rows), crc)
 
     def commit_metrics(self, metrics: dict) -> None:
         """name -> DataFrame or pyarrow.Table (written to metrics/<name>/ with the same protocol)
@@ -521,6 +534,7 @@ class PEWriter:
                     tables.discard(name)  # as for layers: un-vouch a pre-attempt table first
                     self.manifest["metric_tables"] = sorted(tables)
                     self._save(f"recommitting metrics table {name}")
+                write: Callable[[str], int | Written]
                 if is_arrow:
                     write = functools.partial(self._arrow_write, value)
                 else:
