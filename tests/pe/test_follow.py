@@ -8,6 +8,7 @@ applied twice or lost."""
 import json
 import os
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -501,3 +502,49 @@ def test_chains_are_compacted_in_the_background_and_stay_deltas(graph, tmp_path,
     want = precompute_local(f.graph, model, str(tmp_path / "scratch"))
     assert_same_store(PEStore.open(root, model=model, graph=f.graph), want, f.graph.ids, 2)
     assert published.open_graph(records[-1]["graph"]).fingerprint == f.graph.fingerprint
+
+
+def test_versions_written_in_the_background_while_batches_run_each_equal_a_precompute(graph, tmp_path, monkeypatch):  # noqa: F811
+    """With background commits, a version due after a batch is written on another thread while
+    the next batches run (slowed here so several do): those batches read the rows they need from
+    the held rows and the version being replaced, each version committed equals a precompute of
+    its graph, the rows held since a commit's snapshot stay held for the next one, and the last
+    store equals a precompute of the final graph with every batch counted once."""
+    model = model_of("sage", graph.feature_dim, 2)
+    root, inbox, state = str(tmp_path / "store"), str(tmp_path / "in"), str(tmp_path / "state")
+    os.makedirs(inbox)
+    precompute_local(graph, model, root)
+    write_version = RefreshFollower._write_version
+    ended = []
+
+    def slow_write(self, pending):
+        ended.append(pending.new)
+        time.sleep(0.3)
+        return write_version(self, pending)
+
+    monkeypatch.setattr(RefreshFollower, "_write_version", slow_write)
+    f = RefreshFollower(graph=graph, model=model, store=root, updates=inbox, state=state, commit_every_s=1e-6)
+    assert f.background_commit
+    rng = np.random.default_rng(7)
+    overlapped, graphs = 0, []
+    for i in range(8):
+        u = GraphUpdate(
+            edge_insert_src=rng.choice(graph.ids, 4),
+            edge_insert_dst=rng.choice(graph.ids, 4),
+            edge_insert_weight=np.ones(4, np.float32),
+        )
+        drop(inbox, f"{i}.parquet", u, 1000 + i)
+        in_flight = f._in_flight is not None
+        progress = f.poll(flush=True)
+        assert progress is not None and not progress.committed
+        overlapped += in_flight and f._in_flight is not None  # this batch ran beside a commit
+        graphs.append(f.graph)
+        time.sleep(0.15)  # about two batches per commit
+    assert overlapped >= 2 and len(ended) >= 2
+    assert f.commit() and f._in_flight is None and f.committed_batches == f.batches_done == 8
+    f.close()
+    for k, version_graph in enumerate([*ended, f.graph]):
+        store = PEStore.open(root, model=model, graph=version_graph)
+        want = precompute_local(version_graph, model, str(tmp_path / f"scratch{k}"))
+        assert_same_store(store, want, version_graph.ids, model.num_rounds)
+    assert graphs[-1] is f.graph and read_checkpoint(state)["committed"] == 8

@@ -34,7 +34,9 @@ id, over the last committed store version), and the next batch reads them there;
 `commit_every_s` seconds, at `commit_rows` held rows, and when run() returns, the rows held are
 committed as ONE row-level store version of the current graph (`commit`: a delta over the last
 committed version, pe/versions.py) and the checkpoint records the batches the store holds
-(`committed`). WHY: a store version per batch (writer attempt, Parquet and row files, fsyncs,
+(`committed`); a version due after a batch is written on a background thread while the next
+batches run (`background_commit`; docs/ARCHITECTURE.md says how its rows and checkpoint stay
+exact). WHY: a store version per batch (writer attempt, Parquet and row files, fsyncs,
 manifest, every 8th version a whole layer) costs several times the refresh of a small batch. A
 follower killed at any point restarts from the newest graph it published whole at or before its
 last commit (a full graph directory under the store root; else the base graph), replays the logged
@@ -93,6 +95,9 @@ if TYPE_CHECKING:
     from sparkgnn.graph.data import GraphData
     from sparkgnn.graph.updates import Applied
     from sparkgnn.pe.edge_index import EdgeIndex
+    from sparkgnn.pe.published import Delta
+    from sparkgnn.pe.refresh import RefreshReport
+    from sparkgnn.pe.store import PEStore
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +135,25 @@ class BatchCounts:
 
 
 @dataclass
+class _Commit:
+    """A commit begun (RefreshFollower._begin_commit): what it writes, frozen, and once written
+    (on the background thread or inline) the version opened or the error."""
+
+    new: GraphData
+    old: GraphData
+    over: PEStore
+    batches: int  # batches done that the version holds
+    sums: tuple[int, int]  # the running fingerprint's sums of `new`
+    delta: Delta
+    live: dict[int, LiveLayer]  # snapshots of the layers' held rows
+    report: RefreshReport
+    started: float
+    thread: threading.Thread | None = None
+    store: PEStore | None = None
+    error: BaseException | None = None
+
+
+@dataclass
 class FollowProgress:
     """One committed batch: files applied and dead-lettered, update rows, vertices recomputed
     per layer, seconds of the refresh, latency from the oldest file's arrival to the commit."""
@@ -143,6 +167,7 @@ class FollowProgress:
     latency_s: float
     graph_fingerprint: str
     committed: bool = False  # a store version of this batch's graph was committed with it
+    committing: bool = False  # ... is being written on the background thread (background_commit)
 
     def line(self) -> str:
         rate = self.updates / self.seconds if self.seconds > 0 else 0.0
@@ -151,7 +176,7 @@ class FollowProgress:
             f"refresh follow: batch {self.batch}: {self.updates} updates from {self.files} files, "
             f"{self.dead_letters} dead-lettered; recomputed {per_layer}; refresh {self.seconds:.3f}s "
             f"({rate:.0f} updates/s), latency {self.latency_s:.3f}s; version {self.graph_fingerprint[:12]}"
-            + ("" if self.committed else " (held in memory)")
+            + ("" if self.committed else " (being committed)" if self.committing else " (held in memory)")
         )
 
 
@@ -162,7 +187,10 @@ class RefreshFollower(FollowerCompaction):
     version); `model`: a Model or saved-model path; `state`: the checkpoint folder (created; a
     follower restarted on the same folder resumes). `max_batch_updates` and `max_latency_s`
     close a batch (update rows, seconds the oldest file waited); `poll_s`: how often the folder
-    is listed; `verify`: how store versions are checked on open (PEStore.open); `publish`:
+    is listed; `verify`: how store versions are checked on open (PEStore.open);
+    `background_commit`: write the versions due after a batch on a background thread while the
+    next batches run (a version per batch, `commit_every_s` 0, is written before the batch
+    returns, as `commit()` always does); `publish`:
     publish the graph of each committed version under the store root (pe/published.py), where a
     service with `follow_store` finds and swaps to it."""
 
@@ -182,6 +210,7 @@ class RefreshFollower(FollowerCompaction):
         commit_rows: int = 100_000,
         commit_spacing: float = 0.0,
         publish: bool = True,
+        background_commit: bool = True,
     ):
         from sparkgnn.deadletter import DeadLetter
         from sparkgnn.graph.reader import read_graph_dir
@@ -215,6 +244,8 @@ class RefreshFollower(FollowerCompaction):
         self.commit_rows = int(commit_rows)
         self.commit_spacing = float(commit_spacing)
         self.publish = bool(publish)
+        self.background_commit = bool(background_commit) and self.commit_every_s > 0
+        self._in_flight: _Commit | None = None  # the commit being written in the background
         self.published: dict | None = None  # the latest publication (pe/published.py), once published
         self.history: list[FollowProgress] = []
         self.replayed_from = 0  # done batches the restart read from a published graph, not the log
@@ -291,6 +322,11 @@ class RefreshFollower(FollowerCompaction):
         self.checkpoint["committed"] = self.batches_done
         self.committed_graph = self.graph
         self._committed_sums = (self.running.vertex_sum, self.running.edge_sum)
+        self._start_since_commit()
+
+    def _start_since_commit(self) -> None:
+        """Start the counts of the batches since the last commit afresh (the commit begun has the
+        earlier ones)."""
         self._since_commit = BatchCounts()
         self._composed_since_commit = None
         self._updates_since_commit = []
@@ -426,6 +462,7 @@ class RefreshFollower(FollowerCompaction):
         waited max_latency_s; `flush`: whatever arrived) and return its progress, else None
         (committing the rows held in memory when that is due, or with `flush`)."""
         now = time.time() if now is None else now
+        self._adopt_commit(wait=False)  # a version written in the background since: now the held one
         arrived = self._arrived()
         if not arrived:
             if flush or self.commit_due():
@@ -551,7 +588,12 @@ class RefreshFollower(FollowerCompaction):
         # not written now: the next batch's `pending` write or the next commit records this batch
         # as done (one fsync per batch); a follower killed before redoes it from its log, which
         # gives the same graph (and overwrites its dead letters with the same ones)
-        committed = self.commit_due() and self.commit()
+        committed = committing = False
+        if self.commit_due():
+            if self.background_commit:
+                committing = self._start_commit()
+            else:
+                committed = self.commit()
         seconds = time.perf_counter() - started
         progress = FollowProgress(
             batch=batch,
@@ -563,6 +605,7 @@ class RefreshFollower(FollowerCompaction):
             latency_s=round(max(time.time() - oldest, 0.0), 4),
             graph_fingerprint=self.graph.fingerprint,
             committed=bool(committed),
+            committing=committing,
         )
         self.history.append(progress)
         log.info(progress.line())
@@ -592,7 +635,7 @@ class RefreshFollower(FollowerCompaction):
         follower's time) leaves the rest to the batches. It delays the versions a service sees
         whenever a commit is slow (a loaded box), hence opt-in. `commit_every_s` 0 asks for a
         version per batch: unspaced."""
-        if self.graph is self.committed_graph:
+        if self.graph is self.committed_graph or self._in_flight is not None:
             return False
         waited = time.monotonic() - self._last_commit
         spacing = self.commit_spacing * self._commit_seconds if self.commit_every_s > 0 else 0.0
@@ -602,26 +645,59 @@ class RefreshFollower(FollowerCompaction):
     def commit(self) -> bool:
         """Commit the rows held in memory as one row-level store version of the current graph
         (a delta over the last committed version, or whole where versions.should_compact says
-        so) and checkpoint it; False when nothing is held. Exact: the version equals a
-        precompute of the current graph, whatever the batches it covers."""
-        import torch
+        so) and checkpoint it, after the commit running in the background (if one is) has
+        finished; whether a version was committed by this call or by the one it waited for.
+        Exact: the version equals a precompute of the current graph, whatever the batches it
+        covers."""
+        waited = self._adopt_commit(wait=True)
+        pending = self._begin_commit()
+        if pending is None:
+            return waited
+        self._write_commit(pending)
+        self._end_commit(pending)
+        return True
 
-        from sparkgnn.pe.local import local_metrics
-        from sparkgnn.pe.refresh import RefreshedLayer, RefreshReport, carried_metrics
-        from sparkgnn.pe.store import PEStore
-        from sparkgnn.pe.writer import PEWriter
+    def _start_commit(self) -> bool:
+        """Begin a commit (`_begin_commit`) and write it on a background thread while the next
+        batches run (`_adopt_commit` ends it); whether one was started."""
+        pending = self._begin_commit()
+        if pending is None:
+            return False
+        pending.thread = threading.Thread(
+            target=self._write_commit, args=(pending,), name="refresh follow commit", daemon=True
+        )
+        self._in_flight = pending
+        pending.thread.start()
+        return True
+
+    def _adopt_commit(self, wait: bool) -> bool:
+        """End the commit written in the background, if there is one and it finished (`wait`:
+        wait for it); whether one was ended. Its failure is raised here, on the follower's
+        thread."""
+        pending = self._in_flight
+        if pending is None or pending.thread is None:
+            return False
+        if not wait and pending.thread.is_alive():
+            return False
+        pending.thread.join()
+        self._in_flight = None
+        self._end_commit(pending)
+        return True
+
+    def _begin_commit(self) -> _Commit | None:
+        """The first step of a commit, on the follower's thread: what it writes, frozen (the
+        graph, the counts and published delta since the last commit, a snapshot of every layer's
+        held rows), the follower's since-commit counts started afresh; None when there is
+        nothing to commit (the checkpoint written where batches were done)."""
+        from sparkgnn.pe.refresh import RefreshReport
 
         if self.graph is self.committed_graph:
             if self.checkpoint["pending"] is None:
                 self._write_checkpoint()  # batches done since the last write (dead letters only)
-            return False
+            return None
         started = time.perf_counter()
         self._take_compaction()
         new, old, over = self.graph, self.committed_graph, self.store
-        delta = self._delta_since_commit()
-        old_pos, in_old = old.id_index.lookup(new.ids)
-        old_rows = np.where(in_old, old_pos, -1)
-        deleted_ids = old.ids[~new.id_index.lookup(old.ids)[1]]
         report = RefreshReport(
             store="",
             graph_fingerprint=new.fingerprint,
@@ -632,26 +708,62 @@ class RefreshFollower(FollowerCompaction):
             self._mark_committed()  # the batches since the commit left the graph as it was
             self._hold_nothing()
             self._write_checkpoint()
-            return False
+            return None
+        pending = _Commit(
+            new=new,
+            old=old,
+            over=over,
+            batches=self.batches_done,
+            sums=(self.running.vertex_sum, self.running.edge_sum),
+            delta=self._delta_since_commit(),
+            live={l: live.snapshot() for l, live in self.live.items()},
+            report=report,
+            started=started,
+        )
+        self._start_since_commit()
+        return pending
+
+    def _write_commit(self, pending: _Commit) -> None:
+        """The writing half of a commit (on the background thread, or inline): every layer's
+        rows from its snapshot as a delta or whole, the version's manifest, the version opened;
+        a failure is kept for `_end_commit` to raise."""
+        try:
+            pending.store = self._write_version(pending)
+        except BaseException as exc:  # noqa: BLE001 - raised again on the follower's thread
+            pending.error = exc
+
+    def _write_version(self, pending: _Commit):
+        import torch
+
+        from sparkgnn.pe.local import local_metrics
+        from sparkgnn.pe.refresh import RefreshedLayer, carried_metrics
+        from sparkgnn.pe.store import PEStore
+        from sparkgnn.pe.writer import PEWriter
+
+        new, old, over, report = pending.new, pending.old, pending.over, pending.report
+        old_pos, in_old = old.id_index.lookup(new.ids)
+        old_rows = np.where(in_old, old_pos, -1)
+        deleted_ids = old.ids[~new.id_index.lookup(old.ids)[1]]
         writer = PEWriter(self.store_root, new, self.model, with_states=True, one_commit=True)  # one manifest write
         done = set(writer.completed_layers())
-        for l, live in self.live.items():
+        for l, live in pending.live.items():
             rows = new.id_index.lookup(live.ids)[0]
             order = np.argsort(rows)
             stats: dict = {"layer": l, "targets": len(rows)}
+            values = live.values_of
             layer = RefreshedLayer(
                 l,
                 _AtGraph(live, old),
                 old_rows,
                 rows[order],
-                torch.from_numpy(live.values_of["h"][order]),
-                torch.from_numpy(live.values_of["state"][order]),
+                torch.from_numpy(values["h"][order]),
+                torch.from_numpy(values["state"][order]),
             )
             if l not in done:
                 self._commit_layer(writer, over, layer, new.ids, deleted_ids, stats)
             report.layers.append(stats)
         chain = list((over.manifest.get("refresh") or {}).get("chain") or [over.manifest["graph_fingerprint"]])
-        report.seconds = round(time.perf_counter() - started, 3)
+        report.seconds = round(time.perf_counter() - pending.started, 3)
         writer.manifest["refresh"] = {**report.to_json(), "chain": [*chain, report.graph_fingerprint]}
         carried = carried_metrics(over)
         if carried is not None and not writer.has_metrics():
@@ -659,26 +771,42 @@ class RefreshFollower(FollowerCompaction):
         writer.finish({"refresh_seconds": report.seconds})
         # `over` (the held version) was checked when it was opened: only the new version's own files
         # are checked again, not the segments it lies on
-        self.store = PEStore.open(self.store_root, model=self.model, graph=new, verify=self.verify, trusted_from=over)
-        self._mark_committed()
-        self._hold_nothing()
+        return PEStore.open(self.store_root, model=self.model, graph=new, verify=self.verify, trusted_from=over)
+
+    def _end_commit(self, pending: _Commit) -> None:
+        """The last step of a commit, on the follower's thread: the version written becomes the
+        held one (the layers keep only the rows held since its snapshot), the checkpoint records
+        the batches it holds, and it is published."""
+        if pending.error is not None:
+            raise pending.error
+        assert pending.store is not None  # _write_commit sets one of store and error
+        self.store = pending.store
+        self.checkpoint["committed"] = pending.batches
+        self.committed_graph = pending.new
+        self._committed_sums = pending.sums
+        self.live = {l: live.rebased(self.store) for l, live in self.live.items()}
         self.checkpoint["store_version"] = self.store.base
         self._write_checkpoint()
         log.info(
-            f"refresh follow: committed version {new.fingerprint[:12]} at {self.store.base} "
-            f"({', '.join(str(s.get('committed', 'earlier')) for s in report.layers)}) in "
-            f"{time.perf_counter() - started:.3f}s"
+            f"refresh follow: committed version {pending.new.fingerprint[:12]} at {self.store.base} "
+            f"({', '.join(str(s.get('committed', 'earlier')) for s in pending.report.layers)}) in "
+            f"{time.perf_counter() - pending.started:.3f}s"
         )
-        self._publish(delta)
+        self._publish(pending.delta)
         self._start_compaction()
-        self._commit_seconds = time.perf_counter() - started
-        return True
+        self._commit_seconds = time.perf_counter() - pending.started
 
     def _dead_letter(self, name: str, path: str, reason: str, batch: int) -> None:
         with open(path, "rb") as fh:
             content = fh.read()
         self.dead.put(name, content, reason, batch_id=batch, source=os.path.join(self.updates, name))
         log.warning(f"refresh follow: batch {batch}: {name} dead-lettered: {reason}")
+
+    def close(self, timeout_s: float = 60.0) -> bool:
+        """End the commit being written in the background, if any (waiting for it), then wait up
+        to `timeout_s` for the background compaction (FollowerCompaction.close)."""
+        self._adopt_commit(wait=True)
+        return super().close(timeout_s)
 
     def stop(self) -> None:
         """Ask run() to return after the batch in progress (e.g. from a signal handler)."""

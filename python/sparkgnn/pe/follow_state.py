@@ -20,6 +20,8 @@ raises it too.
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 from sparkgnn import npsets
@@ -94,6 +96,8 @@ class LiveLayer:
             "h": np.zeros((0, store.width(layer)), np.float32),
             "state": np.zeros((0, store.state_width(layer) or 0), np.float32),
         }
+        self._generation = 0  # bumped by snapshot(): the rows held since are the next commit's
+        self._slot_generation = np.zeros(0, np.int64)  # per buffer slot: the generation that last wrote it
 
     @property
     def values_of(self) -> dict[str, np.ndarray]:
@@ -149,6 +153,7 @@ class LiveLayer:
         self._used += len(new)
         for column, buffer in self._buffers.items():
             buffer[slots] = fresh[column]
+        self._slot_generation[slots] = self._generation
         if len(new):
             merged = np.concatenate([self.ids, ids[new]])
             order = np.argsort(merged, kind="stable")
@@ -164,6 +169,33 @@ class LiveLayer:
             grown = np.empty((capacity, buffer.shape[1]), np.float32)
             grown[: self._used] = buffer[: self._used]
             self._buffers[column] = grown
+        generation = np.zeros(capacity, np.int64)
+        generation[: self._used] = self._slot_generation[: self._used]
+        self._slot_generation = generation
+
+    def snapshot(self) -> LiveLayer:
+        """A frozen copy of this layer as it is now (the rows held, over the same committed rows),
+        which a commit writes on another thread while later batches hold more rows here; the rows
+        held from now on are told apart from those the snapshot has (`rebased`)."""
+        frozen = copy.copy(self)
+        frozen.ids = self.ids.copy()
+        frozen._slots = np.arange(len(self.ids))
+        frozen._buffers = self.values_of
+        frozen._used = len(self.ids)
+        frozen._slot_generation = np.zeros(len(self.ids), np.int64)
+        self._generation += 1
+        return frozen
+
+    def rebased(self, store) -> LiveLayer:
+        """This layer over `store` (the version committed from the last `snapshot`): a new
+        LiveLayer holding only the rows held since that snapshot; the ones before it are the
+        store's now."""
+        fresh = LiveLayer(store, self.layer)
+        since = self._slot_generation[self._slots] == self._generation
+        if since.any():
+            values = {column: buffer[self._slots[since]] for column, buffer in self._buffers.items()}
+            fresh.hold(self.ids[since], values["h"], values["state"], np.zeros(0, np.int64))
+        return fresh
 
     @property
     def rows_read(self) -> int | None:

@@ -4,13 +4,15 @@
                             [--max-batch-updates N] [--max-latency-s S] [--poll-s S]
                             [--max-batches N] [--idle-timeout-s S] [--verify sizes|checksums]
                             [--commit-every-s S] [--commit-rows N] [--commit-spacing X] [--no-publish]
-                            [--torch-threads N]
+                            [--inline-commits] [--torch-threads N]
 
 Runs pe/follow.RefreshFollower until --max-batches batches ran, nothing arrived for
 --idle-timeout-s, or SIGTERM / SIGINT (the batch in progress finishes first; a kill at any point
 is safe: a restart on the same --state resumes with nothing applied twice). Batches are held in
 memory and committed as one store version every --commit-every-s seconds or --commit-rows held
-rows (0 s: a version per batch), and when the follower stops; each version's graph is published
+rows (0 s: a version per batch), and when the follower stops; a version due after a batch is
+written on a background thread while the next batches run (--inline-commits: before them); each
+version's graph is published
 under the store root for a `sparkgnn-serve --follow-store` service (pe/published.py) unless
 --no-publish. One progress line per batch on
 stdout, and at the end the run's updates/s, batch latency p50 / p99 and vertices recomputed per
@@ -70,6 +72,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="do not publish each version's graph under the store root (what a --follow-store service swaps to)",
     )
     follow.add_argument(
+        "--inline-commits",
+        action="store_true",
+        help="write each store version before the next batch, not on a background thread beside it",
+    )
+    follow.add_argument(
         "--torch-threads", type=positive_int, default=1, help="torch intra-op threads (small batches: 1)"
     )
     args = parser.parse_args(argv)
@@ -122,6 +129,7 @@ def _follow_on(args: argparse.Namespace) -> int:
         commit_rows=args.commit_rows,
         commit_spacing=args.commit_spacing,
         publish=not args.no_publish,
+        background_commit=not args.inline_commits,
     )
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: follower.stop())
