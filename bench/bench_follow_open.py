@@ -139,8 +139,9 @@ def follow_point(graph, model, root: str, work: str, staged: list[str], file_edg
         "latency_p99_ms": round(1000 * float(np.percentile(latency, 99)), 1),
         "cpu_s": round(cpu, 2),  # the follower's process: its background compaction included
         "updates_per_cpu_s": round(updates / cpu),  # steadier than the wall figures on a shared box
-        "commits": len(commits),
+        "commits": len(commits),  # written by a commit() call (the last one at least), timed
         "commit_s": round(sum(commits), 2),
+        "background_commits": sum(p.committing for p in history),  # written beside the next batches
         "dead_letters": sum(p.dead_letters for p in history),
     }
     log.info(f"  {file_edges:5d} edges/file offered at {offered:.0f}/s: {out}")

@@ -684,6 +684,16 @@ class RefreshFollower(FollowerCompaction):
         self._end_commit(pending)
         return True
 
+    def _idle(self, seconds: float) -> None:
+        """Wait `seconds` between polls, ending the background commit as soon as it finishes
+        within them (its version is published then, not at the next poll)."""
+        pending = self._in_flight
+        if pending is None or pending.thread is None:
+            time.sleep(seconds)
+            return
+        pending.thread.join(seconds)
+        self._adopt_commit(wait=False)
+
     def _begin_commit(self) -> _Commit | None:
         """The first step of a commit, on the follower's thread: what it writes, frozen (the
         graph, the counts and published delta since the last commit, a snapshot of every layer's
@@ -842,7 +852,7 @@ class RefreshFollower(FollowerCompaction):
                 idle_since = time.monotonic()
                 continue
             if progress is None:
-                time.sleep(self.poll_s)
+                self._idle(self.poll_s)
         self.commit()  # what is held in memory reaches the store before run() returns
         self.close()
         return ran
