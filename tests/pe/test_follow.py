@@ -96,6 +96,15 @@ def test_composed_updates_refresh_to_a_precompute_of_the_last_graph(graph, tmp_p
     assert_same_store(refreshed, want, g.ids, 2)
 
 
+def random_inserts(g, rng, count: int) -> GraphUpdate:
+    """`count` weighted edge inserts between random vertices of `g`."""
+    return GraphUpdate(
+        edge_insert_src=rng.choice(g.ids, count),
+        edge_insert_dst=rng.choice(g.ids, count),
+        edge_insert_weight=np.ones(count, np.float32),
+    )
+
+
 def drop(folder, name: str, update: GraphUpdate | bytes, t: float) -> None:
     path = os.path.join(folder, name)
     if isinstance(update, bytes):
@@ -480,12 +489,7 @@ def test_chains_are_compacted_in_the_background_and_stay_deltas(graph, tmp_path,
     rng = np.random.default_rng(3)
     manifests, records = [f.store.manifest], []
     for i in range(10):
-        u = GraphUpdate(
-            edge_insert_src=rng.choice(graph.ids, 3),
-            edge_insert_dst=rng.choice(graph.ids, 3),
-            edge_insert_weight=np.ones(3, np.float32),
-        )
-        drop(inbox, f"{i}.parquet", u, 1000 + i)
+        drop(inbox, f"{i}.parquet", random_inserts(graph, rng, 3), 1000 + i)
         assert f.poll(flush=True).committed
         assert f.close(timeout_s=60)  # the background job done before the next commit (deterministic)
         manifests.append(f.store.manifest)
@@ -528,12 +532,7 @@ def test_versions_written_in_the_background_while_batches_run_each_equal_a_preco
     rng = np.random.default_rng(7)
     overlapped, graphs = 0, []
     for i in range(8):
-        u = GraphUpdate(
-            edge_insert_src=rng.choice(graph.ids, 4),
-            edge_insert_dst=rng.choice(graph.ids, 4),
-            edge_insert_weight=np.ones(4, np.float32),
-        )
-        drop(inbox, f"{i}.parquet", u, 1000 + i)
+        drop(inbox, f"{i}.parquet", random_inserts(graph, rng, 4), 1000 + i)
         in_flight = f._in_flight is not None
         progress = f.poll(flush=True)
         assert progress is not None and not progress.committed

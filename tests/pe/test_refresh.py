@@ -81,6 +81,16 @@ def graph():
     return skewed_graph()
 
 
+@pytest.fixture(autouse=True)
+def _delta_kernel(monkeypatch):
+    """This module's tests are about the delta / scratch kernel: on its small graph an update
+    reaches over half the vertices, where a refresh would compute the layer whole
+    (WHOLE_LAYER_FRACTION); that path has tests of its own (test_refresh_whole.py)."""
+    from sparkgnn.pe import refresh
+
+    monkeypatch.setattr(refresh, "WHOLE_LAYER_FRACTION", 2.0)
+
+
 def assert_same_store(got: PEStore, want: PEStore, ids, layers: int) -> None:
     for l in range(1, layers + 1):
         h, s = got.lookup(ids, l, states=True)

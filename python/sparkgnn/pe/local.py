@@ -31,25 +31,32 @@ from sparkgnn.pe.writer import PEWriter
 log = logging.getLogger(__name__)
 
 
+def _tensor(a) -> torch.Tensor:
+    return torch.from_numpy(np.require(a, requirements="W"))  # Arrow-backed arrays are read-only
+
+
 @torch.no_grad()
 def layer_outputs(graph, model, states: bool = True):
     """Yield (l, h^(l) [N, w], state^(l) [N, s] or None) for l = 1..k over the whole graph."""
+    h = model.pre(_tensor(graph.x))
+    for l in range(1, len(model.convs) + 1):
+        h, state = whole_layer(graph, model, l, h)
+        yield l, h, (state if states else None)
 
-    def tensor(a):
-        return torch.from_numpy(np.require(a, requirements="W"))  # Arrow-backed arrays are read-only
 
-    src, dst = tensor(graph.edge_src), tensor(graph.edge_dst)
-    weight = None if graph.weight is None else tensor(graph.weight)
+@torch.no_grad()
+def whole_layer(graph, model, l: int, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(h^(l) [N, w], state^(l) [N, s]) of every vertex of `graph` from h^(l-1) of every vertex
+    `h`: layer l as the precompute computes it (the refresh takes this path for a layer whose
+    change reaches most of the graph, pe/refresh.py)."""
+    conv = model.conv(l - 1)  # zero-based
+    src, dst = _tensor(graph.edge_src), _tensor(graph.edge_dst)
+    w = _tensor(graph.weight) if conv.uses_edge_weight and graph.weight is not None else None
     edge_attr = getattr(graph, "edge_attr", None)
-    edge_attr = None if edge_attr is None else tensor(edge_attr)
-    h = model.pre(tensor(graph.x))
-    for l, conv in enumerate(model.convs):
-        w = weight if conv.uses_edge_weight else None
-        attr = edge_attr if conv.edge_attr_dim else None
-        stats = compute_stats(conv, src, dst, w, graph.num_nodes)
-        state = aggregate_state(conv, h, src, dst, w, stats=stats, pre_transform=False, edge_attr=attr)
-        h = model.post(l, conv.update(h, conv.aggregator.finalize(state), stats, False))
-        yield l + 1, h, (state if states else None)
+    attr = _tensor(edge_attr) if conv.edge_attr_dim and edge_attr is not None else None
+    stats = compute_stats(conv, src, dst, w, graph.num_nodes)
+    state = aggregate_state(conv, h, src, dst, w, stats=stats, pre_transform=False, edge_attr=attr)
+    return model.post(l - 1, conv.update(h, conv.aggregator.finalize(state), stats, False)), state
 
 
 def local_metrics(graph, fanouts, hops: int, seeds=None, top_fractions=(0.01, 0.1)) -> dict:

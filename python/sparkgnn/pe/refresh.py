@@ -36,12 +36,19 @@ import torch
 from sparkgnn.errors import SparkGNNError
 from sparkgnn.layers.generic import require_states
 from sparkgnn.pe import versions
+from sparkgnn.pe.local import whole_layer
 from sparkgnn.pe.lookup import SortedTable
-from sparkgnn.pe.refresh_kernel import GraphStats, Side, refresh_layer
+from sparkgnn.pe.refresh_kernel import GraphStats, LayerChange, Side, compute_layer, plan_layer
 from sparkgnn.pe.store import PEStore
 from sparkgnn.pe.writer import PEWriter, layer_key
 
 log = logging.getLogger(__name__)
+
+# A layer whose planned targets are at least this share of the graph's vertices is computed over
+# every vertex as the precompute computes it (pe/local.whole_layer): one pass over every edge costs
+# less than the delta / scratch kernel's per-target gathers once the targets are most of the graph
+# (a GCN batch whose degree changes reach nearly every vertex; docs/ARCHITECTURE.md).
+WHOLE_LAYER_FRACTION = 0.5
 
 
 class RefreshError(SparkGNNError, ValueError):
@@ -193,15 +200,22 @@ def refreshed_layers(graph, applied, model, store: PEStore | None, *, stored=Non
         layer_stored = stored(l) if stored is not None else StoredLayer(store, graph, l)  # type: ignore[arg-type]
         read_seconds = time.perf_counter() - started
         started = time.perf_counter()
-        change = refresh_layer(
-            conv,
-            lambda h, l=l: model.post(l - 1, h),
-            old,
-            new,
-            applied,
-            changed,
-            lambda rows, s=layer_stored: _tensor(s.values(rows, "state")),
-        )
+        plan = plan_layer(conv, old, new, applied, changed)
+        whole = len(plan.targets) >= WHOLE_LAYER_FRACTION * new_graph.num_nodes
+        if whole:  # most of the graph: the precompute's layer over every vertex (exact as it is)
+            every = np.arange(new_graph.num_nodes, dtype=np.int64)
+            h, state = whole_layer(new_graph, model, l, new_values(every))
+            change = LayerChange(every, h, state, 0, len(every), new_graph.num_edges, 0)
+        else:
+            change = compute_layer(
+                conv,
+                lambda h, l=l: model.post(l - 1, h),
+                plan,
+                old,
+                new,
+                applied.old_rows,
+                lambda rows, s=layer_stored: _tensor(s.values(rows, "state")),
+            )
         stats = {
             "layer": l,
             "targets": len(change.targets),
@@ -212,6 +226,7 @@ def refreshed_layers(graph, applied, model, store: PEStore | None, *, stored=Non
             "seconds": round(time.perf_counter() - started, 4),
             "read_seconds": round(read_seconds, 4),
             "read": "whole" if layer_stored.rows_read is None else "rows",
+            "kernel": "whole layer" if whole else "delta / scratch",
         }
         previous = RefreshedLayer(l, layer_stored, applied.old_rows, change.targets, change.h, change.state)
         yield previous, stats
