@@ -14,8 +14,9 @@ O(change), not a pass over the whole graph or store:
 - `RunningFingerprint`: the graph fingerprint advanced by the hashes of the rows a batch removes
   and adds. WHY: hashing the whole graph again each batch costs more than a small refresh.
 
-`FollowError` lives here because a live layer refuses a store it cannot follow; the follower
-raises it too.
+`AtGraph` reads a LiveLayer by the rows of one graph version (what the refresh kernel and a
+commit read the old version's layer through). `FollowError` lives here because a live layer
+refuses a store it cannot follow; the follower raises it too.
 """
 
 from __future__ import annotations
@@ -201,6 +202,21 @@ class LiveLayer:
     def rows_read(self) -> int | None:
         """Committed rows fetched from the row files so far (None: the layer is held whole)."""
         return None if self.rows is None else self.rows.rows_read
+
+
+class AtGraph:
+    """A LiveLayer read by row of one graph version (what refresh.refreshed_layers reads the old
+    version's layer through)."""
+
+    def __init__(self, live: LiveLayer, graph):
+        self.live, self.ids = live, graph.ids
+
+    def values(self, rows: np.ndarray, column: str) -> np.ndarray:
+        return self.live.read(self.ids[rows], column)
+
+    @property
+    def rows_read(self) -> int | None:
+        return self.live.rows_read
 
 
 class RunningFingerprint:
